@@ -1,0 +1,7 @@
+"""The pure decision core: values in, values out; no I/O, no clock, no event loop.
+
+Modules, in the order a tick uses them: ``model`` (the vocabulary), ``keys`` and ``nodestate``
+(what lives on a Node), ``windows`` and ``overrides`` (what operators say), ``capacity``
+(how many nodes demand needs), ``planning`` (the safety rules that turn a strategy's proposal
+into steps and rejections).
+"""

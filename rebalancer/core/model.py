@@ -1,0 +1,301 @@
+"""The vocabulary of a decision: what the controller sees, proposes, does and refuses.
+
+Everything here is a frozen value. A tick builds a ``Snapshot`` (what the cluster and the
+metrics looked like at ``now``), a strategy turns each pool's ``PoolView`` into a ``Proposal``,
+and ``planning.make_plan`` turns proposals and operator overrides into ``Intent``s, each of which
+ends as ``Step``s (what the actuator will do) or a ``Rejection`` (why not). Nothing in this module
+knows about Kubernetes objects or Prometheus responses: adapters translate into these values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from functools import cached_property
+from typing import NewType
+
+NodeName = NewType("NodeName", str)
+PoolName = NewType("PoolName", str)
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    """A node taint exactly as the API holds it (``value`` may be absent)."""
+
+    key: str
+    effect: str
+    value: str | None = None
+
+    def __str__(self) -> str:
+        value = "" if self.value is None else f"={self.value}"
+        return f"{self.key}{value}:{self.effect}"
+
+
+class PodRole(StrEnum):
+    """What a pod is to the controller; decided by the adapter from the pool's selectors."""
+
+    INFERENCE = "inference"  # a serving replica: its node is busy and never lent
+    BORROWED = "borrowed"  # preemptible training that tolerates the lend taint
+    DAEMON = "daemon"  # a DaemonSet pod: does not make a node busy
+    OTHER = "other"  # anything else: the node is not idle, so it is not lent
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    namespace: str
+    name: str
+    role: PodRole
+    priority: int = 0
+    job: str | None = None  # the training job the pod belongs to, if any
+    created: datetime | None = None
+    terminating: bool = False
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """A Node as the core needs it. Parsed annotations are cached on the (immutable) value."""
+
+    name: NodeName
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    pods: tuple[PodView, ...] = ()
+    ready: bool = True
+    resource_version: str = ""
+    # Derived values the core computes once per node version (parsed state, overrides).
+    memo: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
+
+    @cached_property
+    def busy_with_inference(self) -> bool:
+        return any(p.role is PodRole.INFERENCE for p in self.pods)
+
+    @cached_property
+    def idle(self) -> bool:
+        """No pod that makes lending unsafe: DaemonSet pods and borrowed ones do not count."""
+        return all(p.role in (PodRole.DAEMON, PodRole.BORROWED) for p in self.pods)
+
+    @cached_property
+    def borrowed_pods(self) -> tuple[PodView, ...]:
+        return tuple(p for p in self.pods if p.role is PodRole.BORROWED)
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One metric value with the time Prometheus says it was sampled (never the query time)."""
+
+    value: float
+    at: datetime
+
+    def age(self, now: datetime) -> timedelta:
+        return now - self.at
+
+
+@dataclass(frozen=True, slots=True)
+class DemandHistory:
+    """Demand in requests per second on a regular grid, up to (and never past) ``end``.
+
+    ``values[i]`` is the rate over ``[start + i*step, start + (i+1)*step)``; ``None`` is a gap
+    (no sample), which is never read as zero. Strategies use it for same-hour-yesterday
+    forecasts and trends; the simulator passes a view that ends where the metric pipeline ends,
+    so no strategy can peek at the future.
+    """
+
+    start: datetime
+    step: timedelta
+    values: Sequence[float | None]
+    end_index: int  # exclusive: values[end_index:] are not visible
+
+    @property
+    def end(self) -> datetime:
+        return self.start + self.step * self.end_index
+
+    def index_of(self, when: datetime) -> int:
+        return math.floor((when - self.start) / self.step)
+
+    def window(self, since: datetime, until: datetime) -> list[float]:
+        """Known values whose bucket starts in ``[since, until)``, clipped to what is visible."""
+        lo = max(0, self.index_of(since))
+        hi = min(self.end_index, self.index_of(until))
+        return [v for v in self.values[lo:hi] if v is not None]
+
+    @staticmethod
+    def empty(at: datetime) -> DemandHistory:
+        return DemandHistory(start=at, step=timedelta(minutes=1), values=(), end_index=0)
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """What a strategy sees of one pool at ``now``."""
+
+    name: PoolName
+    now: datetime
+    size: int  # every node of the pool, whatever its state
+    lent: int  # nodes lent or being lent
+    demand: Sample | None  # requests per second
+    queue: Sample | None  # requests waiting
+    history: DemandHistory
+    rps_per_node: float  # what one warm node serves at the latency target
+    min_serving: int
+    headroom: float
+
+    def need(self, rps: float) -> int:
+        """Nodes that must serve ``rps`` with headroom, never fewer than the minimum."""
+        return nodes_needed(rps, self.rps_per_node, self.headroom, self.min_serving)
+
+
+def nodes_needed(rps: float, rps_per_node: float, headroom: float, min_serving: int) -> int:
+    raw = rps * (1.0 + headroom) / rps_per_node
+    # A hair of tolerance so that 14.4000000001 from float noise is not a 15th node.
+    return max(min_serving, math.ceil(raw - 1e-9))
+
+
+@dataclass(frozen=True)
+class PoolSnapshot:
+    nodes: tuple[NodeView, ...]
+    demand: Sample | None = None
+    queue: Sample | None = None
+    history: DemandHistory | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one tick decides from. ``now`` is an argument, never read from a clock."""
+
+    now: datetime
+    pools: Mapping[PoolName, PoolSnapshot]
+    paused: bool = False  # the global pause
+
+
+class Action(StrEnum):
+    LEND = "lend"
+    RECLAIM = "reclaim"
+
+
+class Origin(StrEnum):
+    """Who asked for an intent: the strategy, an operator annotation, or a safety rule."""
+
+    STRATEGY = "strategy"
+    OPERATOR = "operator"
+    SAFETY = "safety"
+    SCHEDULE = "schedule"
+
+
+class Reason(StrEnum):
+    """Reason codes. Stable strings: audit records, metrics and dashboards key on them."""
+
+    # why something is done
+    STRATEGY = "strategy"
+    OPERATOR_LEND_NOW = "operator_lend_now"
+    OPERATOR_RECLAIM_NOW = "operator_reclaim_now"
+    OPERATOR_NEVER = "operator_lend_never"
+    WINDOW_CLOSED = "window_closed"
+    DEMAND_ABOVE_SERVING = "demand_above_serving"
+    METRICS_LOST = "metrics_lost"
+    # why something is refused
+    PAUSED = "paused"
+    NODE_PAUSED = "node_paused"
+    METRICS_STALE = "metrics_stale"
+    METRICS_MISSING = "metrics_missing"
+    QUEUE_BUILDING = "queue_building"
+    MIN_SERVING = "min_serving"
+    HEADROOM = "headroom"
+    MAX_FRACTION = "max_fraction"
+    MIN_LOAN_TIME = "min_loan_time"
+    COOLDOWN = "cooldown"
+    RATE_LIMIT = "rate_limit"
+    OUTSIDE_WINDOW = "outside_window"
+    NOT_IDLE = "not_idle"
+    NOT_READY = "not_ready"
+    LEND_NEVER = "lend_never"
+    NO_CANDIDATE = "no_candidate"
+    BAD_STATE = "bad_state"
+    BAD_OVERRIDE = "bad_override"
+    IN_FLIGHT = "in_flight"
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """A strategy's answer for one pool: how many nodes should be lent now, and why."""
+
+    lend_target: int
+    reason: str
+    evidence: Mapping[str, float | str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """A wish to change ``count`` nodes (or one named node), before the safety rules."""
+
+    pool: PoolName
+    action: Action
+    count: int
+    origin: Origin
+    reason: Reason
+    message: str
+    node: NodeName | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One node transition the actuator will carry out, with the intent that caused it."""
+
+    pool: PoolName
+    node: NodeName
+    action: Action
+    reason: Reason
+    message: str
+    intent: Intent
+    urgent: bool = False  # a reclaim that protects inference: the deadline is short
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why (part of) an intent was refused. ``count`` nodes of the intent were not changed."""
+
+    intent: Intent
+    reason: Reason
+    message: str
+    count: int
+    node: NodeName | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """Something wrong with the input that the operator should fix (a bad annotation)."""
+
+    node: NodeName
+    key: str
+    value: str
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    pool: PoolName
+    intents: tuple[Intent, ...]
+    steps: tuple[Step, ...]
+    rejections: tuple[Rejection, ...]
+    findings: tuple[Finding, ...]
+    summary: str  # one line: what the pool looks like and what the tick did
+
+
+@dataclass(frozen=True)
+class Plan:
+    now: datetime
+    pools: Mapping[PoolName, PoolPlan]
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        return tuple(s for p in self.pools.values() for s in p.steps)
+
+    @property
+    def rejections(self) -> tuple[Rejection, ...]:
+        return tuple(r for p in self.pools.values() for r in p.rejections)
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return tuple(f for p in self.pools.values() for f in p.findings)

@@ -1,0 +1,344 @@
+"""The lend/reclaim state machine as it is written on the Node itself.
+
+Nothing that matters lives only in memory: a restarted controller rebuilds everything from the
+keys below (DESIGN section 3). This module is the only code that knows their names and formats.
+It reads them (``read`` returns a ``NodeState`` or a ``StateError`` value, never raises) and
+computes, as pure values, the metadata each transition writes; the actuator sends those writes,
+the simulator applies them to its fake nodes.
+
+```
+serving ──lend──► lending ──► lent ──reclaim──► reclaiming ──► serving
+   ▲                 │                              │
+   └──── rollback ◄──┘                              └── deadline passed: force, then serving
+```
+
+``original`` is written before any taint or label changes and is the only source for restore, so
+a crash at any instant leaves enough on the node to put it back byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from rebalancer.core import model
+
+_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/$")
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Every label, annotation and taint key the controller owns, under one prefix."""
+
+    prefix: str = "rebalancer.io/"
+
+    def __post_init__(self) -> None:
+        if not _PREFIX.match(self.prefix):
+            raise ValueError(
+                f"key prefix {self.prefix!r} must be a DNS subdomain followed by '/', "
+                "e.g. 'rebalancer.io/'"
+            )
+
+    state = property(lambda self: self.prefix + "state")
+    original = property(lambda self: self.prefix + "original")
+    since = property(lambda self: self.prefix + "since")
+    decision = property(lambda self: self.prefix + "decision")
+    deadline = property(lambda self: self.prefix + "reclaim-deadline")
+    lent_taint = property(lambda self: self.prefix + "lent")
+    # operator overrides (DESIGN section 5)
+    window = property(lambda self: self.prefix + "window")
+    lend = property(lambda self: self.prefix + "lend")
+    reclaim = property(lambda self: self.prefix + "reclaim")
+    paused = property(lambda self: self.prefix + "paused")
+    override_until = property(lambda self: self.prefix + "override-until")
+
+
+class Phase(StrEnum):
+    SERVING = "serving"  # the state label is absent
+    LENDING = "lending"
+    LENT = "lent"
+    RECLAIMING = "reclaiming"
+
+
+@dataclass(frozen=True, slots=True)
+class Original:
+    """What lending changed: the whole taint list before, and each changed label's old value.
+
+    A label that lending added has ``None`` here: restore removes it.
+    """
+
+    taints: tuple[model.Taint, ...]
+    labels: Mapping[str, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    phase: Phase
+    original: Original | None = None
+    since: datetime | None = None
+    decision: str | None = None
+    deadline: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StateError:
+    """A key the controller owns holds something it cannot read. The node is left alone."""
+
+    key: str
+    value: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value!r}: {self.why}"
+
+
+@dataclass(frozen=True, slots=True)
+class LendSpec:
+    """What lending does to a node of a pool: taints out, taints in, labels set or removed."""
+
+    remove_taints: tuple[model.Taint, ...]  # matched by key and effect
+    add_taints: tuple[model.Taint, ...]
+    labels: Mapping[str, str | None] = field(default_factory=dict)  # None removes the label
+
+
+@dataclass(frozen=True, slots=True)
+class NodeChange:
+    """The metadata one transition writes. ``None`` in a mapping deletes that key.
+
+    ``taints`` is the whole new list (the API treats it as atomic) or ``None`` for no change.
+    """
+
+    taints: tuple[model.Taint, ...] | None
+    labels: Mapping[str, str | None]
+    annotations: Mapping[str, str | None]
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+def format_time(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str) -> datetime | str:
+    """An RFC 3339 time with a zone, or the reason it is not one."""
+    try:
+        when = datetime.fromisoformat(text.strip().replace("z", "Z"))
+    except ValueError:
+        return "not an RFC 3339 time such as 2026-01-31T22:00:00Z"
+    if when.tzinfo is None:
+        return "has no time zone; write it in UTC with a trailing Z"
+    return when.astimezone(UTC)
+
+
+def read(node: model.NodeView, keys: Keys) -> NodeState | StateError:
+    raw_phase = node.labels.get(keys.state)
+    if raw_phase is None:
+        phase = Phase.SERVING
+    else:
+        try:
+            phase = Phase(raw_phase)
+        except ValueError:
+            return StateError(keys.state, raw_phase, "not one of lending, lent, reclaiming")
+        if phase is Phase.SERVING:
+            return StateError(keys.state, raw_phase, "serving is written as no label")
+    ann = node.annotations
+    since = _time_or_none(ann, keys.since)
+    deadline = _time_or_none(ann, keys.deadline)
+    for parsed in (since, deadline):
+        if isinstance(parsed, StateError):
+            return parsed
+    original: Original | None = None
+    if keys.original in ann:
+        decoded = decode_original(ann[keys.original])
+        if isinstance(decoded, str):
+            return StateError(keys.original, ann[keys.original], decoded)
+        original = decoded
+    if phase is not Phase.SERVING and original is None:
+        return StateError(keys.state, raw_phase or "", f"no {keys.original} to restore from")
+    assert not isinstance(since, StateError) and not isinstance(deadline, StateError)
+    return NodeState(
+        phase=phase,
+        original=original,
+        since=since,
+        decision=ann.get(keys.decision),
+        deadline=deadline,
+    )
+
+
+def _time_or_none(ann: Mapping[str, str], key: str) -> datetime | StateError | None:
+    if key not in ann:
+        return None
+    parsed = parse_time(ann[key])
+    return StateError(key, ann[key], parsed) if isinstance(parsed, str) else parsed
+
+
+def encode_original(original: Original) -> str:
+    doc = {
+        "v": 1,
+        "taints": [_taint_doc(t) for t in original.taints],
+        "labels": dict(original.labels),
+    }
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+
+
+def decode_original(text: str) -> Original | str:
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        return f"not JSON ({exc.msg} at character {exc.pos})"
+    if not isinstance(doc, dict) or doc.get("v") != 1:
+        return 'not a version 1 record ({"v": 1, "taints": [...], "labels": {...}})'
+    taints_doc, labels_doc = doc.get("taints"), doc.get("labels")
+    if not isinstance(taints_doc, list) or not isinstance(labels_doc, dict):
+        return "needs a list 'taints' and an object 'labels'"
+    taints: list[model.Taint] = []
+    for item in taints_doc:
+        taint = _taint_from_doc(item)
+        if taint is None:
+            return f"taint {item!r} needs string 'key' and 'effect' and an optional 'value'"
+        taints.append(taint)
+    for key, value in labels_doc.items():
+        if not (value is None or isinstance(value, str)):
+            return f"label {key!r} must map to a string or null, not {value!r}"
+    return Original(taints=tuple(taints), labels=dict(labels_doc))
+
+
+def _taint_doc(taint: model.Taint) -> dict[str, str]:
+    doc = {"key": taint.key, "effect": taint.effect}
+    if taint.value is not None:
+        doc["value"] = taint.value
+    return doc
+
+
+def _taint_from_doc(item: Any) -> model.Taint | None:
+    if not isinstance(item, dict):
+        return None
+    key, effect, value = item.get("key"), item.get("effect"), item.get("value")
+    if not isinstance(key, str) or not isinstance(effect, str):
+        return None
+    if value is not None and not isinstance(value, str):
+        return None
+    return model.Taint(key=key, effect=effect, value=value)
+
+
+def serving_labels(node: model.NodeView, state: NodeState) -> Mapping[str, str]:
+    """The labels the node has (or will have again) when it serves: used for pool membership."""
+    if state.original is None:
+        return node.labels
+    labels = dict(node.labels)
+    for key, value in state.original.labels.items():
+        if value is None:
+            labels.pop(key, None)
+        else:
+            labels[key] = value
+    return labels
+
+
+# ---------------------------------------------------------------------------------------------
+# Transitions: each returns the metadata to write; none of them performs a write.
+
+
+def begin_lend(
+    node: model.NodeView, spec: LendSpec, keys: Keys, now: datetime, decision: str
+) -> NodeChange:
+    """serving -> lending: record the originals before anything else changes."""
+    changed = {key: node.labels.get(key) for key in spec.labels}
+    original = Original(taints=node.taints, labels=changed)
+    return NodeChange(
+        taints=None,
+        labels={keys.state: Phase.LENDING.value},
+        annotations={
+            keys.original: encode_original(original),
+            keys.since: format_time(now),
+            keys.decision: decision,
+            keys.deadline: None,
+        },
+    )
+
+
+def lent_taints(original: tuple[model.Taint, ...], spec: LendSpec) -> tuple[model.Taint, ...]:
+    removed = {(t.key, t.effect) for t in spec.remove_taints}
+    added = {(t.key, t.effect) for t in spec.add_taints}
+    kept = tuple(t for t in original if (t.key, t.effect) not in removed | added)
+    return kept + spec.add_taints
+
+
+def finish_lend(spec: LendSpec, state: NodeState, keys: Keys, now: datetime) -> NodeChange:
+    """lending -> lent: swap taints and labels as the pool says. Needs the recorded originals."""
+    assert state.original is not None, "finish_lend needs the originals written by begin_lend"
+    labels: dict[str, str | None] = dict(spec.labels)
+    labels[keys.state] = Phase.LENT.value
+    return NodeChange(
+        taints=lent_taints(state.original.taints, spec),
+        labels=labels,
+        annotations={keys.since: format_time(now)},
+    )
+
+
+def begin_reclaim(
+    state: NodeState, keys: Keys, now: datetime, deadline: datetime, decision: str
+) -> NodeChange:
+    """lent -> reclaiming: restore the inference taints and labels first, so nothing new lands."""
+    assert state.original is not None, "a lent node always carries its originals"
+    labels: dict[str, str | None] = dict(state.original.labels)
+    labels[keys.state] = Phase.RECLAIMING.value
+    return NodeChange(
+        taints=state.original.taints,
+        labels=labels,
+        annotations={
+            keys.since: format_time(now),
+            keys.deadline: format_time(deadline),
+            keys.decision: decision,
+        },
+    )
+
+
+def finish(state: NodeState, keys: Keys, now: datetime) -> NodeChange:
+    """reclaiming or lending -> serving: originals restored, every key of ours removed.
+
+    Used both to end a reclaim and to roll back a lend that a crash interrupted. ``since`` stays,
+    and so does ``decision``: the cooldown after a reclaim is measured from the one, and the
+    other still names the audit record of the last transition.
+    """
+    assert state.original is not None
+    labels: dict[str, str | None] = dict(state.original.labels)
+    labels[keys.state] = None
+    annotations: dict[str, str | None] = {
+        keys.original: None,
+        keys.deadline: None,
+        keys.since: format_time(now),
+    }
+    return NodeChange(taints=state.original.taints, labels=labels, annotations=annotations)
+
+
+def apply(node: model.NodeView, change: NodeChange) -> model.NodeView:
+    """The node as it looks once ``change`` is written: what a fake cluster does on a patch."""
+    labels = _merge(node.labels, change.labels)
+    annotations = _merge(node.annotations, change.annotations)
+    taints = node.taints if change.taints is None else change.taints
+    return model.NodeView(
+        name=node.name,
+        labels=labels,
+        taints=taints,
+        annotations=annotations,
+        pods=node.pods,
+        ready=node.ready,
+        resource_version=node.resource_version,
+    )
+
+
+def _merge(current: Mapping[str, str], change: Mapping[str, str | None]) -> dict[str, str]:
+    merged = dict(current)
+    for key, value in change.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return merged

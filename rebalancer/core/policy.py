@@ -1,0 +1,64 @@
+"""The safety limits of one pool: the numbers the planner enforces whatever a strategy says.
+
+Built from validated settings at start-up (or from command-line flags in the simulator). The
+defaults are the ones documented in ``docs/design/safety-rules.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from rebalancer.core import model, nodestate, windows
+
+
+def default_lend_spec(keys: nodestate.Keys) -> nodestate.LendSpec:
+    """Swap the inference taint of DESIGN section 1 for the lend taint training tolerates."""
+    return nodestate.LendSpec(
+        remove_taints=(model.Taint(key="workload", value="inference", effect="NoSchedule"),),
+        add_taints=(model.Taint(key=keys.lent_taint, value="training", effect="NoSchedule"),),
+    )
+
+
+@dataclass(frozen=True)
+class PoolPolicy:
+    rps_per_node: float  # what one warm node serves at the latency target
+    min_serving: int = 2  # never fewer warm-or-serving nodes than this
+    headroom: float = 0.2  # serving must cover demand * (1 + headroom)
+    max_lent_fraction: float = 1.0  # never more than this share of the pool lent
+    min_loan: timedelta = timedelta(0)  # a strategy may not take a node back sooner
+    cooldown: timedelta = timedelta(minutes=15)  # after a node returns, before it is lent again
+    max_step_fraction: float = 0.25  # lends (and strategy reclaims) per tick, as pool share
+    staleness: timedelta = timedelta(minutes=2)  # older demand samples are unknown
+    stale_grace: timedelta = timedelta(minutes=5)  # unknown this long past staleness: reclaim
+    queue_limit: float = 0.0  # requests waiting above which nothing more is lent
+    reclaim_deadline: timedelta = timedelta(minutes=2)  # then borrowed pods are deleted
+    window: windows.Window = windows.ALWAYS
+    zone: str = "UTC"  # the default zone of node window overrides
+    lend_spec: nodestate.LendSpec = field(
+        default_factory=lambda: default_lend_spec(nodestate.Keys())
+    )
+    guarded: bool = True  # False only for the simulator's baselines: no headroom, no metrics rule
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.rps_per_node > 0:
+            problems.append(f"rps_per_node must be > 0, got {self.rps_per_node}")
+        if self.min_serving < 0:
+            problems.append(f"min_serving must be >= 0, got {self.min_serving}")
+        if self.headroom < 0:
+            problems.append(f"headroom must be >= 0, got {self.headroom}")
+        if not 0 <= self.max_lent_fraction <= 1:
+            problems.append(f"max_lent_fraction must be in [0, 1], got {self.max_lent_fraction}")
+        if not 0 < self.max_step_fraction <= 1:
+            problems.append(f"max_step_fraction must be in (0, 1], got {self.max_step_fraction}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def step_budget(self, size: int) -> int:
+        return max(1, math.ceil(self.max_step_fraction * size))
+
+    def need(self, rps: float) -> int:
+        headroom = self.headroom if self.guarded else 0.0
+        return model.nodes_needed(rps, self.rps_per_node, headroom, self.min_serving)
