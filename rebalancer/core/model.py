@@ -119,6 +119,8 @@ class DemandHistory:
         """Known values whose bucket starts in ``[since, until)``, clipped to what is visible."""
         lo = max(0, self.index_of(since))
         hi = min(self.end_index, self.index_of(until))
+        if hi <= lo:
+            return []
         return [v for v in self.values[lo:hi] if v is not None]
 
     @staticmethod
@@ -140,6 +142,8 @@ class PoolView:
     rps_per_node: float  # what one warm node serves at the latency target
     min_serving: int
     headroom: float
+    return_time: timedelta  # from a reclaim decision until the node serves warm again
+    zone: str  # the pool's time zone, for strategies that think in local hours
 
     def need(self, rps: float) -> int:
         """Nodes that must serve ``rps`` with headroom, never fewer than the minimum."""

@@ -28,7 +28,10 @@ from typing import Any
 
 from rebalancer.core import model
 
-_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/$")
+# A DNS-1123 subdomain (dot-separated labels, each starting and ending alphanumeric, at most
+# 253 characters) and the slash; used with fullmatch, so no trailing newline slips through.
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_PREFIX = re.compile(rf"(?=.{{2,254}}\Z){_LABEL}(\.{_LABEL})*/")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +41,7 @@ class Keys:
     prefix: str = "rebalancer.io/"
 
     def __post_init__(self) -> None:
-        if not _PREFIX.match(self.prefix):
+        if not _PREFIX.fullmatch(self.prefix):
             raise ValueError(
                 f"key prefix {self.prefix!r} must be a DNS subdomain followed by '/', "
                 "e.g. 'rebalancer.io/'"
@@ -134,7 +137,10 @@ def parse_time(text: str) -> datetime | str:
         return "not an RFC 3339 time such as 2026-01-31T22:00:00Z"
     if when.tzinfo is None:
         return "has no time zone; write it in UTC with a trailing Z"
-    return when.astimezone(UTC)
+    try:
+        return when.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:59:59-01:00 is past the last representable UTC time
+        return "is out of the representable range once converted to UTC"
 
 
 def read(node: model.NodeView, keys: Keys) -> NodeState | StateError:
@@ -162,7 +168,8 @@ def read(node: model.NodeView, keys: Keys) -> NodeState | StateError:
         original = decoded
     if phase is not Phase.SERVING and original is None:
         return StateError(keys.state, raw_phase or "", f"no {keys.original} to restore from")
-    assert not isinstance(since, StateError) and not isinstance(deadline, StateError)
+    assert not isinstance(since, StateError)
+    assert not isinstance(deadline, StateError)
     return NodeState(
         phase=phase,
         original=original,
@@ -191,8 +198,10 @@ def encode_original(original: Original) -> str:
 def decode_original(text: str) -> Original | str:
     try:
         doc = json.loads(text)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         return f"not JSON ({exc.msg} at character {exc.pos})"
+    except (ValueError, RecursionError) as exc:  # an over-long integer, nesting too deep
+        return f"not readable JSON ({type(exc).__name__})"
     if not isinstance(doc, dict) or doc.get("v") != 1:
         return 'not a version 1 record ({"v": 1, "taints": [...], "labels": {...}})'
     taints_doc, labels_doc = doc.get("taints"), doc.get("labels")

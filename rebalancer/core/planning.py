@@ -265,9 +265,7 @@ def _operator_intents(work: _Pool) -> None:
         ov = node.overrides
         if node.phase is nodestate.Phase.LENT:
             if ov.reclaim_now or ov.lend is overrides.LendMode.NEVER:
-                reason = (
-                    Reason.OPERATOR_RECLAIM_NOW if ov.reclaim_now else Reason.OPERATOR_NEVER
-                )
+                reason = Reason.OPERATOR_RECLAIM_NOW if ov.reclaim_now else Reason.OPERATOR_NEVER
                 _reclaim_node(work, node, Origin.OPERATOR, reason, "an operator asked for it")
             elif ov.lend is not overrides.LendMode.NOW and not node.window.is_open(work.now):
                 _reclaim_node(
@@ -289,9 +287,7 @@ def _operator_intents(work: _Pool) -> None:
 
 
 def _reclaim_node(work: _Pool, node: _Node, origin: Origin, reason: Reason, why: str) -> None:
-    intent = work.intend(
-        Intent(work.name, Action.RECLAIM, 1, origin, reason, why, node=node.name)
-    )
+    intent = work.intend(Intent(work.name, Action.RECLAIM, 1, origin, reason, why, node=node.name))
     if node.overrides.paused:
         work.reject(intent, Reason.NODE_PAUSED, "the node is paused by an operator", 1, node.name)
     else:
@@ -360,10 +356,12 @@ def _strategy_intent(work: _Pool, proposal: model.Proposal | None) -> None:
 
 def _lend_for_strategy(work: _Pool, intent: Intent) -> None:
     wanted = intent.count
+    # lend=now nodes had their own intent; lend=never ones are candidates only to be refused
+    # with their own reason (not "no serving node is left").
     candidates = [
         n
         for n in work.in_phase(nodestate.Phase.SERVING)
-        if n.overrides.lend is overrides.LendMode.AUTO
+        if n.overrides.lend is not overrides.LendMode.NOW
     ]
     _grant_lends(work, intent, candidates, limited=True, wanted=wanted)
 
@@ -416,9 +414,7 @@ def _lend_room(work: _Pool) -> tuple[int, Reason, str]:
     size, policy = work.size, work.policy
     usable = len(work.nodes)  # nodes whose state could not be read neither serve nor lend
     lent = work.lent_count
-    limits = [
-        (usable - policy.min_serving, Reason.MIN_SERVING, f"{policy.min_serving} must serve")
-    ]
+    limits = [(usable - policy.min_serving, Reason.MIN_SERVING, f"{policy.min_serving} must serve")]
     if policy.guarded:
         limits.append(
             (
@@ -433,8 +429,7 @@ def _lend_room(work: _Pool) -> tuple[int, Reason, str]:
                 (
                     usable - work.need,
                     Reason.HEADROOM,
-                    f"demand needs {work.need} of {size} nodes with "
-                    f"{policy.headroom:.0%} headroom",
+                    f"demand needs {work.need} of {size} nodes with {policy.headroom:.0%} headroom",
                 )
             )
     cap, reason, note = min(limits, key=lambda item: item[0])
@@ -450,6 +445,8 @@ def _eligible(
     for node in candidates:
         if node.overrides.paused:
             excluded[Reason.NODE_PAUSED] += 1
+        elif node.overrides.lend is overrides.LendMode.NEVER:
+            excluded[Reason.LEND_NEVER] += 1
         elif not node.view.ready:
             excluded[Reason.NOT_READY] += 1
         elif not node.view.idle:
@@ -465,6 +462,7 @@ def _eligible(
 
 _EXCLUSION_WORDS = {
     Reason.NODE_PAUSED: "paused",
+    Reason.LEND_NEVER: "marked lend=never",
     Reason.NOT_READY: "not ready",
     Reason.NOT_IDLE: "running inference or other pods",
     Reason.OUTSIDE_WINDOW: "outside their window",

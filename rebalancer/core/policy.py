@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from rebalancer.core import model, nodestate, windows
 
@@ -34,6 +34,7 @@ class PoolPolicy:
     stale_grace: timedelta = timedelta(minutes=5)  # unknown this long past staleness: reclaim
     queue_limit: float = 0.0  # requests waiting above which nothing more is lent
     reclaim_deadline: timedelta = timedelta(minutes=2)  # then borrowed pods are deleted
+    warmup: timedelta = timedelta(minutes=5)  # an inference replica's cold start on a returned node
     window: windows.Window = windows.ALWAYS
     zone: str = "UTC"  # the default zone of node window overrides
     lend_spec: nodestate.LendSpec = field(
@@ -58,6 +59,34 @@ class PoolPolicy:
 
     def step_budget(self, size: int) -> int:
         return max(1, math.ceil(self.max_step_fraction * size))
+
+    @property
+    def return_time(self) -> timedelta:
+        """From a reclaim decision until the node serves warm: drain, then cold start."""
+        return self.reclaim_deadline + self.warmup
+
+    def view(
+        self,
+        name: model.PoolName,
+        now: datetime,
+        pool: model.PoolSnapshot,
+        lent: int,
+    ) -> model.PoolView:
+        """What a strategy sees of ``pool``: the same numbers the planner will enforce."""
+        return model.PoolView(
+            name=name,
+            now=now,
+            size=len(pool.nodes),
+            lent=lent,
+            demand=pool.demand,
+            queue=pool.queue,
+            history=pool.history or model.DemandHistory.empty(now),
+            rps_per_node=self.rps_per_node,
+            min_serving=self.min_serving,
+            headroom=self.headroom,
+            return_time=self.return_time,
+            zone=self.zone,
+        )
 
     def need(self, rps: float) -> int:
         headroom = self.headroom if self.guarded else 0.0

@@ -59,13 +59,18 @@ class Window:
         """The next instant after ``now`` at which the window opens or closes (for wake-ups)."""
         if self.always:
             return None
-        edges = [
-            edge
-            for pair in self._occurrences(now, days_back=1, days_ahead=8)
-            for edge in pair
-            if edge > now
-        ]
-        return min(edges, default=None)
+        edges = sorted(
+            {
+                edge
+                for pair in self._occurrences(now, days_back=1, days_ahead=8)
+                for edge in pair
+                if edge > now
+            }
+        )
+        # Spans that touch or overlap (Sat 00:00-24:00; Sun 00:00-24:00), and a span a DST jump
+        # leaves empty, have edges at which the window stays as it was: those are no edges.
+        opened = self.is_open(now)
+        return next((edge for edge in edges if self.is_open(edge) != opened), None)
 
     def _occurrences(
         self, now: datetime, days_back: int, days_ahead: int
@@ -128,14 +133,15 @@ def _parse_span(part: str, default_zone: str) -> Span | str:
         return f"has time range {fields[1]!r}; times are HH:MM from 00:00 to 24:00"
     if start == 1440:
         return "starts at 24:00; start the span at 00:00 of the next day instead"
-    if end == 0:
-        end = 1440
     if start == end:
         return "starts and ends at the same time; use 00:00-24:00 for a whole day"
+    if end == 0:
+        end = 1440
     zone_name = fields[2] if len(fields) == 3 else default_zone
     try:
         zone = ZoneInfo(zone_name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        # OSError: a key naming a directory of the zone database ("America") is not a zone.
         return f"names unknown time zone {zone_name!r}; use an IANA name such as Europe/Berlin"
     return Span(days=days, start=start, end=end, zone=zone)
 

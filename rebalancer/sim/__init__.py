@@ -1,0 +1,5 @@
+"""The what-if simulator: real traces replayed through the same strategies and planner.
+
+``traces`` reads load files, ``pool`` is the fake node pool, ``engine`` runs the minutes and
+scores them, ``report`` writes the results, ``simulate`` ties them together for the CLI.
+"""

@@ -1,0 +1,221 @@
+"""The what-if simulator: replay a trace, minute by minute, through a strategy and the planner.
+
+This implements docs/evaluation.md (the pool model and figures every report uses). Each minute:
+
+1. the fake pool finishes the reclaims whose drain has ended;
+2. a Snapshot is built with what the metric pipeline would show: the demand of the minute
+   before, sampled ``sample_age`` ago, and the history up to there (never later);
+3. the strategy proposes and ``planning.make_plan`` decides, exactly as in the controller;
+4. the fake pool carries out the steps with the node-state codec's transitions;
+5. the minute is scored against the demand that actually arrived.
+
+The oracle baseline is the one place that sees the future: it is handed the physical limit
+(``oracle_plan``) and runs through the same planner with every guard that could only hold it
+back turned off.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import ClassVar
+
+from rebalancer.core import model, nodestate, planning
+from rebalancer.core.policy import PoolPolicy
+from rebalancer.sim.pool import FakePool
+from rebalancer.sim.traces import MINUTE, Trace
+from strategies import base
+
+POOL = model.PoolName("sim")
+SHORT_LOAN = timedelta(minutes=30)
+
+
+@dataclass(frozen=True)
+class PoolModel:
+    """The simulated pool (docs/evaluation.md). ``rps_per_node`` is calibrated from the trace."""
+
+    size: int = 16
+    min_serving: int = 2
+    headroom: float = 0.2
+    drain: timedelta = timedelta(seconds=120)
+    warmup: timedelta = timedelta(seconds=300)
+    sample_age: timedelta = timedelta(seconds=30)
+    peak_share: float = 0.9  # the peak minute needs this share of the pool
+    zone: str = "UTC"
+
+    @property
+    def return_minutes(self) -> int:
+        return math.ceil((self.drain + self.warmup) / MINUTE)
+
+    def calibrate(self, trace: Trace) -> float:
+        """Requests per second one node serves, so that the peak needs ``peak_share`` of it."""
+        if trace.peak <= 0:
+            raise ValueError(f"trace {trace.name} has no demand above zero")
+        return trace.peak / (self.peak_share * self.size)
+
+    def policy(self, rps_per_node: float, guarded: bool = True) -> PoolPolicy:
+        """The planner's limits for this pool; baselines run with the guards off."""
+        base_policy = PoolPolicy(
+            rps_per_node=rps_per_node,
+            min_serving=self.min_serving,
+            headroom=self.headroom,
+            reclaim_deadline=self.drain,
+            warmup=self.warmup,
+            zone=self.zone,
+        )
+        if guarded:
+            return base_policy
+        return replace(
+            base_policy,
+            guarded=False,
+            cooldown=timedelta(0),
+            min_loan=timedelta(0),
+            max_step_fraction=1.0,
+        )
+
+
+@dataclass(frozen=True)
+class Minute:
+    time: datetime
+    demand_rps: float | None
+    need: int | None
+    serving: int
+    lent: int
+    returning: int
+    queue: float
+
+
+@dataclass(frozen=True)
+class Figures:
+    lent_node_hours: float
+    oracle_node_hours: float
+    harvest_ratio: float
+    breach_minutes: int
+    headroom_minutes: int
+    reclaims: int
+    loans: int
+    short_loans: int
+
+
+@dataclass
+class Run:
+    strategy: str
+    guarded: bool
+    timeline: list[Minute] = field(default_factory=list)
+    figures: Figures | None = None
+
+
+def needs(trace: Trace, pool: PoolModel, rps_per_node: float) -> list[int | None]:
+    return [
+        None if r is None else model.nodes_needed(r, rps_per_node, pool.headroom, pool.min_serving)
+        for r in trace.rps
+    ]
+
+
+def oracle_plan(need: Sequence[int | None], pool: PoolModel) -> list[int]:
+    """With perfect foresight: lend N - max(need) over [t, t + drain + warmup], never < 0.
+
+    A minute without a demand sample counts as needing the whole pool: what it held is unknown.
+    """
+    horizon = pool.return_minutes
+    worst = [pool.size if n is None else n for n in need]
+    return [max(0, pool.size - max(worst[t : t + horizon + 1])) for t in range(len(worst))]
+
+
+class Oracle:
+    """Follows ``oracle_plan``; the only strategy allowed to know the future."""
+
+    name: ClassVar[str] = "oracle"
+
+    def __init__(self, plan: list[int], start: datetime) -> None:
+        self.plan, self.start = plan, start
+
+    def decide(self, pool: model.PoolView) -> model.Proposal:
+        index = (pool.now - self.start) // MINUTE
+        return model.Proposal(self.plan[index], "oracle: perfect foresight")
+
+
+def run(
+    trace: Trace,
+    strategy: base.Strategy,
+    pool_model: PoolModel,
+    guarded: bool = True,
+    keys: nodestate.Keys | None = None,
+    on_minute: Callable[[], object] | None = None,
+) -> Run:
+    keys = keys or nodestate.Keys()
+    rps_per_node = pool_model.calibrate(trace)
+    policy = pool_model.policy(rps_per_node, guarded)
+    fake = FakePool(pool_model.size, policy.lend_spec, keys, pool_model.drain, pool_model.warmup)
+    need = needs(trace, pool_model, rps_per_node)
+    result = Run(strategy=strategy.name, guarded=guarded)
+    queue = 0.0
+    reclaims = loans = 0
+    for t, demand in enumerate(trace.rps):
+        now = trace.start + MINUTE * t
+        fake.advance(now)
+        snapshot = _observe(trace, t, now, fake, queue, pool_model.sample_age)
+        lent_now = fake.counts(now)[1]
+        view = policy.view(POOL, now, snapshot.pools[POOL], lent_now)
+        proposal = strategy.decide(view)
+        plan = planning.make_plan(snapshot, {POOL: proposal}, {POOL: policy}, keys)
+        steps = plan.steps
+        fake.apply(steps, now, decision=f"sim-{t}")
+        loans += sum(1 for s in steps if s.action is model.Action.LEND)
+        reclaims += sum(1 for s in steps if s.action is model.Action.RECLAIM)
+        serving, lent, returning = fake.counts(now)
+        if demand is not None:
+            queue = max(0.0, queue + (demand - rps_per_node * serving) * 60.0)
+        result.timeline.append(Minute(now, demand, need[t], serving, lent, returning, queue))
+        if on_minute is not None:
+            on_minute()
+    result.figures = score(result.timeline, need, pool_model, rps_per_node, fake, loans, reclaims)
+    return result
+
+
+def _observe(
+    trace: Trace, t: int, now: datetime, fake: FakePool, queue: float, age: timedelta
+) -> model.Snapshot:
+    """What the metric pipeline shows at minute ``t``: only minutes before ``t``, aged."""
+    previous = trace.rps[t - 1] if t > 0 else None
+    sampled = now - age
+    history = model.DemandHistory(start=trace.start, step=MINUTE, values=trace.rps, end_index=t)
+    pool = model.PoolSnapshot(
+        nodes=fake.nodes(),
+        demand=None if previous is None else model.Sample(previous, sampled),
+        queue=model.Sample(queue, sampled),
+        history=history,
+    )
+    return model.Snapshot(now=now, pools={POOL: pool})
+
+
+def score(
+    timeline: list[Minute],
+    need: list[int | None],
+    pool_model: PoolModel,
+    rps_per_node: float,
+    fake: FakePool,
+    loans: int,
+    reclaims: int,
+) -> Figures:
+    oracle = oracle_plan(need, pool_model)
+    lent_hours = sum(m.lent for m in timeline) / 60.0
+    oracle_hours = sum(oracle) / 60.0
+    breach = sum(
+        1
+        for m in timeline
+        if m.demand_rps is not None and rps_per_node * m.serving < m.demand_rps - 1e-9
+    )
+    short_threshold = SHORT_LOAN / MINUTE
+    return Figures(
+        lent_node_hours=round(lent_hours, 3),
+        oracle_node_hours=round(oracle_hours, 3),
+        harvest_ratio=round(lent_hours / oracle_hours, 4) if oracle_hours else 0.0,
+        breach_minutes=breach,
+        headroom_minutes=sum(1 for m in timeline if m.need is not None and m.serving < m.need),
+        reclaims=reclaims,
+        loans=loans,
+        short_loans=sum(1 for d in fake.loan_minutes if d < short_threshold),
+    )

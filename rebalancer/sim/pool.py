@@ -1,0 +1,108 @@
+"""A simulated inference pool: nodes that lend and return the way the actuator makes them.
+
+Each step of a plan is carried out with the node-state codec's own transitions
+(``nodestate.begin_lend`` and so on), so the nodes the planner reads back carry exactly the
+labels, taints and annotations a real cluster would. What the fake adds is physics that no
+Kubernetes object shows: a reclaimed node drains for ``drain``, then its inference replica
+cold-starts for ``warmup`` before it serves warm again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from rebalancer.core import model, nodestate
+
+
+@dataclass
+class _Loan:
+    started: datetime
+
+
+class FakePool:
+    def __init__(
+        self,
+        size: int,
+        spec: nodestate.LendSpec,
+        keys: nodestate.Keys,
+        drain: timedelta,
+        warmup: timedelta,
+        prefix: str = "node",
+    ) -> None:
+        serving_taints = spec.remove_taints
+        self.spec, self.keys, self.drain, self.warmup = spec, keys, drain, warmup
+        width = len(str(size - 1))
+        self._nodes = {
+            model.NodeName(f"{prefix}-{i:0{width}d}"): model.NodeView(
+                name=model.NodeName(f"{prefix}-{i:0{width}d}"),
+                labels={"gpu-pool": "inference"},
+                taints=serving_taints,
+            )
+            for i in range(size)
+        }
+        self._view: tuple[model.NodeView, ...] | None = None
+        self._warm_at: dict[model.NodeName, datetime] = {}
+        self._drained_at: dict[model.NodeName, datetime] = {}
+        self._loans: dict[model.NodeName, _Loan] = {}
+        self.loan_minutes: list[float] = []  # durations of finished loans
+
+    def nodes(self) -> tuple[model.NodeView, ...]:
+        if self._view is None:
+            self._view = tuple(self._nodes.values())
+        return self._view
+
+    def apply(self, steps: tuple[model.Step, ...], now: datetime, decision: str) -> None:
+        for step in steps:
+            node = self._nodes[step.node]
+            if step.action is model.Action.LEND:
+                self._lend(node, now, decision)
+            else:
+                self._reclaim(node, now, decision)
+
+    def advance(self, now: datetime) -> None:
+        """Finish the reclaims whose borrowed pods are gone (``drain`` after they began)."""
+        for name, drained in list(self._drained_at.items()):
+            if drained <= now:
+                node = self._nodes[name]
+                state = self._state(node)
+                self._set(nodestate.apply(node, nodestate.finish(state, self.keys, drained)))
+                del self._drained_at[name]
+        for name, warm in list(self._warm_at.items()):
+            if warm <= now:
+                del self._warm_at[name]
+
+    def counts(self, now: datetime) -> tuple[int, int, int]:
+        """(serving warm, lent, returning) at ``now``."""
+        lent = len(self._loans)
+        returning = sum(1 for warm in self._warm_at.values() if warm > now)  # few: cleaned up
+        return len(self._nodes) - lent - returning, lent, returning
+
+    def _lend(self, node: model.NodeView, now: datetime, decision: str) -> None:
+        begun = nodestate.apply(
+            node, nodestate.begin_lend(node, self.spec, self.keys, now, decision)
+        )
+        state = self._state(begun)
+        self._set(nodestate.apply(begun, nodestate.finish_lend(self.spec, state, self.keys, now)))
+        self._loans[node.name] = _Loan(now)
+        # Lent back while still returning: it never got warm, and never will while lent.
+        self._warm_at.pop(node.name, None)
+
+    def _reclaim(self, node: model.NodeView, now: datetime, decision: str) -> None:
+        state = self._state(node)
+        deadline = now + self.drain
+        change = nodestate.begin_reclaim(state, self.keys, now, deadline, decision)
+        self._set(nodestate.apply(node, change))
+        self._drained_at[node.name] = deadline
+        self._warm_at[node.name] = deadline + self.warmup
+        loan = self._loans.pop(node.name)
+        self.loan_minutes.append((now - loan.started) / timedelta(minutes=1))
+
+    def _state(self, node: model.NodeView) -> nodestate.NodeState:
+        state = nodestate.read(node, self.keys)
+        assert isinstance(state, nodestate.NodeState), f"the fake wrote {node.name}: {state}"
+        return state
+
+    def _set(self, node: model.NodeView) -> None:
+        self._nodes[node.name] = node
+        self._view = None

@@ -1,0 +1,23 @@
+"""What every strategy is: a pure function of a ``PoolView`` with validated parameters."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Protocol
+
+import pydantic
+
+from rebalancer.core import model
+
+
+class Params(pydantic.BaseModel):
+    """Base of strategy parameters: unknown keys are errors, values are immutable."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+
+class Strategy(Protocol):
+    name: ClassVar[str]
+
+    def decide(self, pool: model.PoolView) -> model.Proposal:
+        """How many nodes of ``pool`` should be lent at ``pool.now``, and why."""
+        ...

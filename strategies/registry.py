@@ -1,0 +1,62 @@
+"""Strategy names to implementations, with parameters validated once, at start-up."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pydantic
+
+from strategies import base, baselines, forecast, watermark, window
+
+
+@dataclass(frozen=True)
+class Entry:
+    params: type[base.Params]
+    make: Callable[[Any], base.Strategy]
+    summary: str
+
+
+_ENTRIES: dict[str, Entry] = {
+    "forecast": Entry(forecast.Params, forecast.Forecast, forecast.__doc__ or ""),
+    "watermark": Entry(watermark.Params, watermark.Watermark, watermark.__doc__ or ""),
+    "window": Entry(window.Params, window.Window, window.__doc__ or ""),
+    "static": Entry(baselines.NoParams, baselines.Static, "never lend"),
+    "cron": Entry(baselines.CronParams, baselines.Cron, "lend everything inside fixed hours"),
+    "reactive": Entry(baselines.NoParams, baselines.Reactive, "lend what current load leaves"),
+}
+
+DEFAULT = "forecast"
+
+
+class ParameterError(ValueError):
+    """Strategy parameters that do not validate; one line per bad field."""
+
+    def __init__(self, strategy: str, problems: list[str]) -> None:
+        self.strategy = strategy
+        self.problems = problems
+        super().__init__(f"strategy {strategy!r}: " + "; ".join(problems))
+
+
+def names() -> list[str]:
+    return sorted(_ENTRIES)
+
+
+def build(name: str, params: Mapping[str, Any] | None = None) -> base.Strategy:
+    entry = _ENTRIES.get(name)
+    if entry is None:
+        raise ParameterError(name, [f"unknown strategy; choose one of {', '.join(names())}"])
+    try:
+        validated = entry.params.model_validate(dict(params or {}))
+    except pydantic.ValidationError as exc:
+        raise ParameterError(name, _describe(exc)) from exc
+    return entry.make(validated)
+
+
+def _describe(exc: pydantic.ValidationError) -> list[str]:
+    lines = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"]) or "(parameters)"
+        lines.append(f"{where}={error.get('input')!r}: {error['msg']}")
+    return lines

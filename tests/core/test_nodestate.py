@@ -1,0 +1,617 @@
+"""The node-state codec: reading what is on a Node, and transitions that restore it exactly."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rebalancer.core import model, nodestate
+from rebalancer.core.model import Taint
+from rebalancer.core.nodestate import NodeState, Original, Phase, StateError
+
+KEYS = nodestate.Keys()
+P = KEYS.prefix  # "rebalancer.io/"
+# A Monday at noon UTC.
+T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+DECISION = "audit-0001"
+
+INFERENCE = Taint(key="workload", value="inference", effect="NoSchedule")
+LENT = Taint(key=KEYS.lent_taint, value="training", effect="NoSchedule")
+# Several taints in no particular order, with and without a value (and one with an empty value),
+# one sharing its key with the removed taint but not its effect, one sharing the lent taint's key
+# and effect with another value.
+TAINTS = (
+    Taint(key="zeta.example/maintenance", effect="NoExecute", value="soon"),
+    INFERENCE,
+    Taint(key="alpha", effect="PreferNoSchedule"),
+    Taint(key="nvidia.com/gpu", effect="NoSchedule", value=""),
+    Taint(key="workload", effect="NoExecute", value="inference"),
+    Taint(key=KEYS.lent_taint, effect="NoSchedule", value="stale"),
+)
+LABELS: Mapping[str, str] = {
+    "pool": "gpu",
+    "workload": "inference",
+    "serving.example/tier": "gold",
+    "kept": "",
+}
+# Lending adds a label, changes one, removes one, and removes one the node does not have.
+SPEC = nodestate.LendSpec(
+    remove_taints=(Taint(key="workload", effect="NoSchedule"),),
+    add_taints=(LENT, Taint(key="training.example/preemptible", effect="NoSchedule")),
+    labels={
+        "workload": "training",
+        "borrowed.example/by": "team-a",
+        "serving.example/tier": None,
+        "never-there": None,
+    },
+)
+
+
+def node(
+    labels: Mapping[str, str] | None = None,
+    taints: tuple[Taint, ...] = TAINTS,
+    annotations: Mapping[str, str] | None = None,
+) -> model.NodeView:
+    return model.NodeView(
+        name=model.NodeName("gpu-0"),
+        labels=dict(LABELS if labels is None else labels),
+        taints=taints,
+        annotations=dict(annotations or {}),
+    )
+
+
+def state_of(view: model.NodeView) -> NodeState:
+    state = nodestate.read(view, KEYS)
+    assert isinstance(state, NodeState), str(state)
+    return state
+
+
+def original_text(
+    taints: list[object] | None = None, labels: Mapping[str, object] | None = None
+) -> str:
+    return json.dumps({"v": 1, "taints": taints or [], "labels": labels or {}})
+
+
+# ---------------------------------------------------------------------------------------------
+# Keys
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        pytest.param("rebalancer.io/", id="the default"),
+        pytest.param("example.com/", id="another domain"),
+        pytest.param("gpu-lending.team-a.example.co.uk/", id="a deep subdomain with dashes"),
+        pytest.param("a/", id="one letter"),
+        pytest.param("0x1/", id="digits"),
+        pytest.param("a" * 253 + "/", id="253 characters"),
+    ],
+)
+def test_keys_accept_a_dns_subdomain_and_a_slash(prefix: str) -> None:
+    keys = nodestate.Keys(prefix=prefix)
+    assert (keys.state, keys.original, keys.since, keys.decision) == (
+        prefix + "state",
+        prefix + "original",
+        prefix + "since",
+        prefix + "decision",
+    )
+    assert (keys.deadline, keys.lent_taint) == (prefix + "reclaim-deadline", prefix + "lent")
+    assert (keys.window, keys.lend, keys.reclaim, keys.paused, keys.override_until) == (
+        prefix + "window",
+        prefix + "lend",
+        prefix + "reclaim",
+        prefix + "paused",
+        prefix + "override-until",
+    )
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        pytest.param("", id="empty"),
+        pytest.param("/", id="only a slash"),
+        pytest.param("rebalancer.io", id="no slash"),
+        pytest.param("rebalancer.io//", id="two slashes"),
+        pytest.param("rebalancer.io/x/", id="a path"),
+        pytest.param("Rebalancer.io/", id="capitals"),
+        pytest.param("-rebalancer.io/", id="a leading dash"),
+        pytest.param("rebalancer.io-/", id="a trailing dash"),
+        pytest.param(".rebalancer.io/", id="a leading dot"),
+        pytest.param("rebalancer.io./", id="a trailing dot"),
+        pytest.param("rebalancer..io/", id="an empty label"),
+        pytest.param("rebalancer.-io/", id="a label starting with a dash"),
+        pytest.param("rebalancer-.io/", id="a label ending with a dash"),
+        pytest.param("rebalancer io/", id="a space"),
+        pytest.param("rebalancer_io/", id="an underscore"),
+        pytest.param("rebalancer.io/\n", id="a trailing newline"),
+        pytest.param("a" * 254 + "/", id="254 characters"),
+    ],
+)
+def test_keys_reject_a_bad_prefix(prefix: str) -> None:
+    with pytest.raises(ValueError, match="must be a DNS subdomain followed by '/'"):
+        nodestate.Keys(prefix=prefix)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading good states
+
+
+def test_an_untouched_node_is_serving() -> None:
+    assert nodestate.read(node(), KEYS) == NodeState(phase=Phase.SERVING)
+
+
+def test_a_returned_node_is_serving_and_keeps_since_and_decision() -> None:
+    view = node(annotations={KEYS.since: "2026-03-02T12:00:00Z", KEYS.decision: DECISION})
+    assert nodestate.read(view, KEYS) == NodeState(Phase.SERVING, since=T0, decision=DECISION)
+
+
+ORIGINAL = Original(taints=TAINTS, labels={"workload": "inference", "borrowed.example/by": None})
+
+
+@pytest.mark.parametrize(
+    ("phase", "deadline"),
+    [
+        pytest.param(Phase.LENDING, None, id="lending"),
+        pytest.param(Phase.LENT, None, id="lent"),
+        pytest.param(Phase.RECLAIMING, T0 + timedelta(minutes=2), id="reclaiming"),
+    ],
+)
+def test_a_node_in_each_phase_is_read_with_its_originals(
+    phase: Phase, deadline: datetime | None
+) -> None:
+    annotations = {
+        KEYS.original: nodestate.encode_original(ORIGINAL),
+        KEYS.since: "2026-03-02T12:00:00Z",
+        KEYS.decision: DECISION,
+    }
+    if deadline is not None:
+        annotations[KEYS.deadline] = "2026-03-02T12:02:00Z"
+    view = node(labels={**LABELS, KEYS.state: phase.value}, annotations=annotations)
+    assert nodestate.read(view, KEYS) == NodeState(
+        phase=phase, original=ORIGINAL, since=T0, decision=DECISION, deadline=deadline
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("2026-03-02T12:00:00Z", T0, id="utc"),
+        pytest.param("2026-03-02t12:00:00z", T0, id="lower-case t and z"),
+        pytest.param("2026-03-02T13:00:00+01:00", T0, id="an offset"),
+        pytest.param(" 2026-03-02T12:00:00.5Z ", T0 + timedelta(milliseconds=500), id="fraction"),
+    ],
+)
+def test_times_are_read_as_rfc_3339_into_utc(text: str, expected: datetime) -> None:
+    parsed = nodestate.parse_time(text)
+    assert parsed == expected
+    assert isinstance(parsed, datetime)
+    assert parsed.tzinfo is UTC
+
+
+def test_times_are_written_in_utc_to_the_second() -> None:
+    from zoneinfo import ZoneInfo
+
+    when = datetime(2026, 3, 2, 13, 0, 0, 999_999, tzinfo=ZoneInfo("Europe/Berlin"))
+    assert nodestate.format_time(when) == "2026-03-02T12:00:00Z"
+    assert nodestate.parse_time(nodestate.format_time(when)) == T0
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading garbage: a StateError value naming the key and the value, never an exception
+
+
+LENT_LABELS = {**LABELS, KEYS.state: "lent"}
+GOOD_ORIGINAL = nodestate.encode_original(ORIGINAL)
+
+GARBAGE = [
+    # (labels, annotations, key at fault, the part of why that names the problem)
+    pytest.param(
+        {**LABELS, KEYS.state: "borrowed"}, {}, KEYS.state, "not one of", id="an unknown state"
+    ),
+    pytest.param({**LABELS, KEYS.state: "LENT"}, {}, KEYS.state, "not one of", id="capitals"),
+    pytest.param({**LABELS, KEYS.state: ""}, {}, KEYS.state, "not one of", id="empty state"),
+    pytest.param(
+        {**LABELS, KEYS.state: "serving"},
+        {},
+        KEYS.state,
+        "serving is written as no label",
+        id="serving written out",
+    ),
+    pytest.param(
+        LENT_LABELS,
+        {KEYS.since: "2026-03-02T12:00:00Z"},
+        KEYS.state,
+        f"no {KEYS.original} to restore from",
+        id="lent without original",
+    ),
+    pytest.param(
+        {**LABELS, KEYS.state: "lending"},
+        {},
+        KEYS.state,
+        "to restore from",
+        id="lending without original",
+    ),
+    pytest.param(
+        {**LABELS, KEYS.state: "reclaiming"},
+        {KEYS.deadline: "2026-03-02T12:02:00Z"},
+        KEYS.state,
+        "to restore from",
+        id="reclaiming without original",
+    ),
+    pytest.param(LENT_LABELS, {KEYS.original: "taints!"}, KEYS.original, "not JSON", id="prose"),
+    pytest.param(LENT_LABELS, {KEYS.original: "{"}, KEYS.original, "not JSON", id="cut JSON"),
+    pytest.param(LENT_LABELS, {KEYS.original: ""}, KEYS.original, "not JSON", id="empty JSON"),
+    pytest.param(
+        LENT_LABELS, {KEYS.original: "1" * 5000}, KEYS.original, "not readable JSON", id="bigint"
+    ),
+    pytest.param(
+        LENT_LABELS, {KEYS.original: "[" * 100_000}, KEYS.original, "not readable", id="nesting"
+    ),
+    pytest.param(
+        LENT_LABELS, {KEYS.original: "[]"}, KEYS.original, "not a version 1 record", id="a list"
+    ),
+    pytest.param(
+        LENT_LABELS, {KEYS.original: "null"}, KEYS.original, "not a version 1 record", id="null"
+    ),
+    pytest.param(
+        LENT_LABELS,
+        {KEYS.original: '{"v": 2, "taints": [], "labels": {}}'},
+        KEYS.original,
+        "not a version 1 record",
+        id="version 2",
+    ),
+    pytest.param(
+        LENT_LABELS,
+        {KEYS.original: '{"v": "1", "taints": [], "labels": {}}'},
+        KEYS.original,
+        "not a version 1 record",
+        id="version as a string",
+    ),
+    pytest.param(
+        LENT_LABELS,
+        {KEYS.original: '{"taints": [], "labels": {}}'},
+        KEYS.original,
+        "not a version 1 record",
+        id="no version",
+    ),
+    pytest.param(
+        LENT_LABELS,
+        {KEYS.original: '{"v": 1, "labels": {}}'},
+        KEYS.original,
+        "needs a list 'taints' and an object 'labels'",
+        id="no taints",
+    ),
+    pytest.param(
+        LENT_LABELS,
+        {KEYS.original: '{"v": 1, "taints": {}, "labels": {}}'},
+        KEYS.original,
+        "needs a list 'taints'",
+        id="taints as an object",
+    ),
+    pytest.param(
+        LENT_LABELS,
+        {KEYS.original: '{"v": 1, "taints": [], "labels": []}'},
+        KEYS.original,
+        "an object 'labels'",
+        id="labels as a list",
+    ),
+    pytest.param(
+        LENT_LABELS,
+        {KEYS.original: original_text(["workload=inference:NoSchedule"])},
+        KEYS.original,
+        "taint 'workload=inference:NoSchedule' needs string 'key' and 'effect'",
+        id="a taint as a string",
+    ),
+    pytest.param(
+        LENT_LABELS,
+        {KEYS.original: original_text([None])},
+        KEYS.original,
+        "taint None needs",
+        id="a null taint",
+    ),
+    pytest.param(
+        LENT_LABELS,
+        {KEYS.original: original_text([{"key": "workload"}])},
+        KEYS.original,
+        "needs string 'key' and 'effect'",
+        id="a taint without effect",
+    ),
+    pytest.param(
+        LENT_LABELS,
+        {KEYS.original: original_text([{"effect": "NoSchedule"}])},
+        KEYS.original,
+        "needs string 'key' and 'effect'",
+        id="a taint without key",
+    ),
+    pytest.param(
+        LENT_LABELS,
+        {KEYS.original: original_text([{"key": 7, "effect": "NoSchedule"}])},
+        KEYS.original,
+        "needs string 'key' and 'effect'",
+        id="a numeric taint key",
+    ),
+    pytest.param(
+        LENT_LABELS,
+        {KEYS.original: original_text([{"key": "a", "effect": "NoSchedule", "value": 3}])},
+        KEYS.original,
+        "an optional 'value'",
+        id="a numeric taint value",
+    ),
+    pytest.param(
+        LENT_LABELS,
+        {KEYS.original: original_text(labels={"workload": 1})},
+        KEYS.original,
+        "label 'workload' must map to a string or null, not 1",
+        id="a numeric label value",
+    ),
+    pytest.param(
+        LENT_LABELS,
+        {KEYS.original: original_text(labels={"workload": ["inference"]})},
+        KEYS.original,
+        "label 'workload' must map to a string or null",
+        id="a list label value",
+    ),
+    pytest.param(
+        LENT_LABELS,
+        {KEYS.original: GOOD_ORIGINAL, KEYS.since: "yesterday"},
+        KEYS.since,
+        "not an RFC 3339 time",
+        id="since is a word",
+    ),
+    pytest.param(
+        LENT_LABELS,
+        {KEYS.original: GOOD_ORIGINAL, KEYS.since: "2026-03-02T12:00:00"},
+        KEYS.since,
+        "has no time zone",
+        id="since without zone",
+    ),
+    pytest.param(
+        LENT_LABELS,
+        {KEYS.original: GOOD_ORIGINAL, KEYS.since: "9999-12-31T23:59:59-23:59"},
+        KEYS.since,
+        "out of the representable range",
+        id="since past year 9999 in UTC",
+    ),
+    pytest.param(
+        {**LABELS, KEYS.state: "reclaiming"},
+        {KEYS.original: GOOD_ORIGINAL, KEYS.deadline: "in two minutes"},
+        KEYS.deadline,
+        "not an RFC 3339 time",
+        id="deadline is prose",
+    ),
+    pytest.param(
+        LABELS,
+        {KEYS.since: "2026-02-30T00:00:00Z"},
+        KEYS.since,
+        "not an RFC 3339 time",
+        id="a serving node with 30 February",
+    ),
+    pytest.param(
+        LABELS,
+        {KEYS.original: "{}"},
+        KEYS.original,
+        "not a version 1 record",
+        id="a serving node with a bad original",
+    ),
+]
+
+
+@pytest.mark.parametrize(("labels", "annotations", "key", "why"), GARBAGE)
+def test_garbage_is_a_state_error_naming_key_and_value(
+    labels: Mapping[str, str], annotations: Mapping[str, str], key: str, why: str
+) -> None:
+    view = node(labels=labels, annotations=annotations)
+    error = nodestate.read(view, KEYS)
+    assert isinstance(error, StateError)
+    assert error.key == key
+    assert error.value == {**labels, **annotations}[key]
+    assert why in error.why
+    assert str(error).startswith(f"{key}={error.value!r}: ")
+
+
+@settings(deadline=None)
+@given(
+    state=st.one_of(st.none(), st.sampled_from(["lending", "lent", "reclaiming"]), st.text()),
+    values=st.fixed_dictionaries(
+        {},
+        optional={
+            key: st.one_of(st.text(), st.just(GOOD_ORIGINAL), st.just("2026-03-02T12:00:00Z"))
+            for key in (KEYS.original, KEYS.since, KEYS.deadline, KEYS.decision)
+        },
+    ),
+)
+def test_read_never_raises(state: str | None, values: dict[str, str]) -> None:
+    labels = dict(LABELS) if state is None else {**LABELS, KEYS.state: state}
+    result = nodestate.read(node(labels=labels, annotations=values), KEYS)
+    assert isinstance(result, NodeState | StateError)
+
+
+# ---------------------------------------------------------------------------------------------
+# Transitions and round trips
+
+
+def test_begin_lend_writes_the_originals_and_changes_no_taint_or_label_yet() -> None:
+    start = node(annotations={KEYS.deadline: "2026-03-01T00:00:00Z"})
+    change = nodestate.begin_lend(start, SPEC, KEYS, T0, DECISION)
+    assert change.taints is None
+    assert change.labels == {KEYS.state: "lending"}
+    assert change.annotations == {
+        KEYS.original: nodestate.encode_original(
+            Original(
+                taints=TAINTS,
+                labels={
+                    "workload": "inference",
+                    "borrowed.example/by": None,
+                    "serving.example/tier": "gold",
+                    "never-there": None,
+                },
+            )
+        ),
+        KEYS.since: "2026-03-02T12:00:00Z",
+        KEYS.decision: DECISION,
+        KEYS.deadline: None,
+    }
+
+
+def test_a_full_lend_and_reclaim_restores_taints_and_labels_exactly() -> None:
+    start = node()
+    deadline = T0 + timedelta(hours=3, minutes=2)
+
+    lending = nodestate.apply(start, nodestate.begin_lend(start, SPEC, KEYS, T0, DECISION))
+    assert lending.taints == TAINTS
+    assert lending.labels == {**LABELS, KEYS.state: "lending"}
+    state = state_of(lending)
+    assert state.phase is Phase.LENDING
+    assert state.original is not None
+    assert state.original.taints == TAINTS
+
+    lent = nodestate.apply(lending, nodestate.finish_lend(SPEC, state, KEYS, T0))
+    assert lent.taints == (
+        Taint(key="zeta.example/maintenance", effect="NoExecute", value="soon"),
+        Taint(key="alpha", effect="PreferNoSchedule"),
+        Taint(key="nvidia.com/gpu", effect="NoSchedule", value=""),
+        Taint(key="workload", effect="NoExecute", value="inference"),
+        LENT,
+        Taint(key="training.example/preemptible", effect="NoSchedule"),
+    )
+    assert lent.labels == {
+        "pool": "gpu",
+        "workload": "training",
+        "kept": "",
+        "borrowed.example/by": "team-a",
+        KEYS.state: "lent",
+    }
+    assert nodestate.serving_labels(lent, state_of(lent)) == LABELS
+
+    later = T0 + timedelta(hours=3)
+    reclaim = nodestate.begin_reclaim(state_of(lent), KEYS, later, deadline, "audit-0002")
+    reclaiming = nodestate.apply(lent, reclaim)
+    assert reclaiming.taints == TAINTS
+    assert reclaiming.labels == {**LABELS, KEYS.state: "reclaiming"}
+    state = state_of(reclaiming)
+    assert (state.phase, state.deadline, state.since) == (Phase.RECLAIMING, deadline, later)
+
+    back = T0 + timedelta(hours=3, minutes=1)
+    served = nodestate.apply(reclaiming, nodestate.finish(state, KEYS, back))
+    assert served.taints == TAINTS
+    assert served.labels == LABELS
+    assert served.annotations == {KEYS.since: "2026-03-02T15:01:00Z", KEYS.decision: "audit-0002"}
+    assert nodestate.read(served, KEYS) == NodeState(Phase.SERVING, since=back, decision="audit-0002")
+
+
+def test_a_lend_rolled_back_from_lending_restores_the_node_exactly() -> None:
+    start = node(annotations={"unrelated": "kept"})
+    lending = nodestate.apply(start, nodestate.begin_lend(start, SPEC, KEYS, T0, DECISION))
+    rolled_back = nodestate.apply(lending, nodestate.finish(state_of(lending), KEYS, T0))
+    assert rolled_back.taints == TAINTS
+    assert rolled_back.labels == LABELS
+    assert rolled_back.annotations == {
+        "unrelated": "kept",
+        KEYS.since: "2026-03-02T12:00:00Z",
+        KEYS.decision: DECISION,
+    }
+    assert state_of(rolled_back).phase is Phase.SERVING
+
+
+def test_a_node_lent_twice_still_returns_to_its_first_originals() -> None:
+    once = node()
+    for hour in (0, 6):
+        when = T0 + timedelta(hours=hour)
+        once = nodestate.apply(once, nodestate.begin_lend(once, SPEC, KEYS, when, DECISION))
+        once = nodestate.apply(once, nodestate.finish_lend(SPEC, state_of(once), KEYS, when))
+        once = nodestate.apply(
+            once, nodestate.begin_reclaim(state_of(once), KEYS, when, when, DECISION)
+        )
+        once = nodestate.apply(once, nodestate.finish(state_of(once), KEYS, when))
+    assert (once.taints, once.labels) == (TAINTS, LABELS)
+
+
+@pytest.mark.parametrize(
+    "original",
+    [
+        pytest.param(Original(taints=(), labels={}), id="nothing"),
+        pytest.param(ORIGINAL, id="taints and labels"),
+        pytest.param(
+            Original(
+                taints=(Taint("k", "NoSchedule", None), Taint("k", "NoSchedule", "")),
+                labels={"é/ключ": "値", "gone": None},
+            ),
+            id="absent versus empty values and unicode",
+        ),
+    ],
+)
+def test_the_original_record_decodes_to_what_was_encoded(original: Original) -> None:
+    assert nodestate.decode_original(nodestate.encode_original(original)) == original
+
+
+def test_apply_deletes_keys_set_to_none_and_leaves_taints_alone_when_none() -> None:
+    start = node(annotations={"a": "1", "b": "2"})
+    change = nodestate.NodeChange(
+        taints=None, labels={"pool": None, "new": "x"}, annotations={"a": None, "c": "3"}
+    )
+    changed = nodestate.apply(start, change)
+    assert changed.taints == TAINTS
+    assert changed.labels == {"workload": "inference", "serving.example/tier": "gold", "kept": ""}
+    assert {**changed.labels} == {k: v for k, v in {**LABELS, "new": "x"}.items() if k != "pool"}
+    assert changed.annotations == {"b": "2", "c": "3"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Property: any taints, any labels, any spec come back exactly
+
+
+_TAINT_KEYS = st.sampled_from(["workload", "nvidia.com/gpu", "a", KEYS.lent_taint, "z/y"])
+_EFFECTS = st.sampled_from(["NoSchedule", "PreferNoSchedule", "NoExecute"])
+_TAINT_VALUES = st.one_of(st.none(), st.just(""), st.text(max_size=8))
+_TAINTS = st.builds(Taint, key=_TAINT_KEYS, effect=_EFFECTS, value=_TAINT_VALUES)
+_LABEL_KEYS = st.one_of(st.sampled_from(["pool", "workload", "tier"]), st.text(min_size=1))
+_LABELS = st.dictionaries(_LABEL_KEYS.filter(lambda k: k != KEYS.state), st.text(max_size=8))
+_SPECS = st.builds(
+    nodestate.LendSpec,
+    remove_taints=st.lists(_TAINTS, max_size=3).map(tuple),
+    add_taints=st.lists(_TAINTS, max_size=3).map(tuple),
+    labels=st.dictionaries(
+        _LABEL_KEYS.filter(lambda k: k != KEYS.state), st.one_of(st.none(), st.text(max_size=8))
+    ),
+)
+
+
+@settings(deadline=None)
+@given(
+    taints=st.lists(_TAINTS, max_size=8).map(tuple),
+    labels=_LABELS,
+    spec=_SPECS,
+    rollback=st.booleans(),
+)
+def test_any_node_comes_back_with_the_same_taints_and_labels(
+    taints: tuple[Taint, ...],
+    labels: dict[str, str],
+    spec: nodestate.LendSpec,
+    rollback: bool,
+) -> None:
+    start = node(labels=labels, taints=taints)
+    current = nodestate.apply(start, nodestate.begin_lend(start, spec, KEYS, T0, DECISION))
+    if not rollback:
+        current = nodestate.apply(current, nodestate.finish_lend(spec, state_of(current), KEYS, T0))
+        lent = state_of(current)
+        assert lent.phase is Phase.LENT
+        removed = {(t.key, t.effect) for t in spec.remove_taints} - {
+            (t.key, t.effect) for t in spec.add_taints
+        }
+        assert not any((t.key, t.effect) in removed for t in current.taints)
+        assert current.taints[len(current.taints) - len(spec.add_taints) :] == spec.add_taints
+        assert nodestate.serving_labels(current, lent) == labels
+        change = nodestate.begin_reclaim(lent, KEYS, T0, T0 + timedelta(minutes=2), DECISION)
+        current = nodestate.apply(current, change)
+        assert current.taints == taints
+    current = nodestate.apply(current, nodestate.finish(state_of(current), KEYS, T0))
+    assert current.taints == taints
+    assert current.labels == labels
+    assert state_of(current).phase is Phase.SERVING
+    assert KEYS.original not in current.annotations
+    assert KEYS.deadline not in current.annotations

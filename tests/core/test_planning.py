@@ -1,0 +1,727 @@
+"""The planner's safety rules, one example (or a few) per rule.
+
+Every plan built here is also checked for the accounting rule of ``planning``: for each intent,
+the nodes in its steps plus the counts in its rejections equal its count.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from rebalancer.core import model, planning, windows
+from rebalancer.core.model import Action, Origin, PodRole, PoolName, Reason
+
+from .factories import (
+    KEYS,
+    POOL,
+    T0,
+    begin_reclaim,
+    borrowed_pod,
+    borrowed_pods,
+    daemon_pod,
+    demand,
+    finish,
+    inference_pod,
+    lend,
+    lending,
+    lent_nodes,
+    other_pod,
+    plan,
+    policy,
+    pool_snapshot,
+    proposal,
+    rebuilt,
+    refusals,
+    returned,
+    serving,
+    serving_nodes,
+    stepped,
+    unaccounted,
+    with_overrides,
+)
+
+LEND, RECLAIM = Action.LEND, Action.RECLAIM
+HOUR, MINUTE = timedelta(hours=1), timedelta(minutes=1)
+NIGHTS = "Mon-Fri 22:00-06:00 UTC"  # closed at T0, a Monday at noon UTC
+
+
+def window(text: str, zone: str = "UTC") -> windows.Window:
+    parsed = windows.parse(text, zone)
+    assert isinstance(parsed, windows.Window), parsed
+    return parsed
+
+
+def checked(result: model.PoolPlan) -> model.PoolPlan:
+    assert unaccounted(result) == []
+    return result
+
+
+def corrupted_original(name: str) -> model.NodeView:
+    """A lent node whose record of the originals is no longer JSON."""
+    node = lend(serving(name), T0 - HOUR)
+    return rebuilt(node, annotations={**node.annotations, KEYS.original: "{not json"})
+
+
+# ---------------------------------------------------------------------------------------------
+# Capacity: minimum serving, headroom, maximum fraction
+
+
+def test_lending_stops_at_the_minimum_number_of_serving_nodes() -> None:
+    result = checked(plan(serving_nodes(5), target=5, pool_policy=policy(min_serving=3)))
+
+    assert len(stepped(result, LEND)) == 2
+    assert refusals(result) == {Reason.MIN_SERVING: 3}
+
+
+def test_a_pool_already_below_the_minimum_lends_nothing() -> None:
+    result = checked(plan(serving_nodes(2), target=1, pool_policy=policy(min_serving=3)))
+
+    assert result.steps == ()
+    assert refusals(result) == {Reason.MIN_SERVING: 1}
+
+
+def test_reclaiming_nodes_count_as_serving_for_the_minimum() -> None:
+    back = begin_reclaim(lend(serving("r-00"), T0 - HOUR), T0 - MINUTE)
+    nodes = [*serving_nodes(2), back]
+
+    result = checked(plan(nodes, target=5, pool_policy=policy(min_serving=2)))
+
+    assert len(stepped(result, LEND)) == 1
+
+
+def test_lending_keeps_enough_nodes_for_demand_plus_headroom() -> None:
+    # 50 rps * 1.2 / 10 rps per node = 6 nodes must serve, so 4 of 10 may be lent.
+    result = checked(
+        plan(serving_nodes(10), target=8, rps=50.0, pool_policy=policy(headroom=0.2))
+    )
+
+    assert len(stepped(result, LEND)) == 4
+    assert refusals(result) == {Reason.HEADROOM: 4}
+
+
+def test_nodes_already_lent_use_up_the_headroom_room() -> None:
+    nodes = [*serving_nodes(7), *lent_nodes(3)]
+
+    result = checked(plan(nodes, target=8, rps=50.0, pool_policy=policy(headroom=0.2)))
+
+    assert len(stepped(result, LEND)) == 1
+    assert refusals(result) == {Reason.HEADROOM: 4}
+
+
+def test_demand_above_what_serves_reclaims_at_once_whatever_the_churn_limits() -> None:
+    young = lent_nodes(6, at=T0 - 10 * MINUTE)
+    churn = policy(min_loan=HOUR, max_step_fraction=0.1)
+
+    # 55 rps needs 6 serving nodes; 4 serve.
+    result = checked(plan([*serving_nodes(4), *young], rps=55.0, pool_policy=churn))
+
+    assert len(stepped(result, RECLAIM)) == 2
+    assert {s.reason for s in result.steps} == {Reason.DEMAND_ABOVE_SERVING}
+    assert all(s.urgent and s.intent.origin is Origin.SAFETY for s in result.steps)
+
+
+def test_nodes_already_returning_are_not_reclaimed_twice_for_demand() -> None:
+    back = begin_reclaim(lend(serving("r-00"), T0 - HOUR), T0 - MINUTE)
+    nodes = [*serving_nodes(4), back, *lent_nodes(5)]
+
+    # 55 rps needs 6: 4 serve and 1 is on its way back, so one more is reclaimed.
+    result = checked(plan(nodes, rps=55.0))
+
+    assert len(stepped(result, RECLAIM)) == 1
+
+
+def test_at_most_the_maximum_fraction_of_the_pool_is_lent() -> None:
+    nodes = [*serving_nodes(8), *lent_nodes(2)]
+
+    result = checked(plan(nodes, target=10, pool_policy=policy(max_lent_fraction=0.3)))
+
+    assert len(stepped(result, LEND)) == 1
+    assert refusals(result) == {Reason.MAX_FRACTION: 7}
+
+
+# ---------------------------------------------------------------------------------------------
+# Churn: minimum loan time, cooldown, per-tick rate limit
+
+
+def test_a_strategy_may_not_take_back_a_node_lent_less_than_min_loan_ago() -> None:
+    young = lend(serving("young"), T0 - 10 * MINUTE)
+    old = lend(serving("old"), T0 - 2 * HOUR)
+
+    result = checked(
+        plan([*serving_nodes(2), young, old], target=0, pool_policy=policy(min_loan=HOUR))
+    )
+
+    assert stepped(result, RECLAIM) == ["old"]
+    assert refusals(result) == {Reason.MIN_LOAN_TIME: 1}
+
+
+def test_safety_reclaims_ignore_min_loan() -> None:
+    young = lend(serving("young"), T0 - MINUTE)
+
+    # 15 rps needs 2 serving nodes; 1 serves.
+    result = checked(plan([serving("s"), young], rps=15.0, pool_policy=policy(min_loan=HOUR)))
+
+    assert stepped(result, RECLAIM) == ["young"]
+    assert result.steps[0].reason is Reason.DEMAND_ABOVE_SERVING
+
+
+def test_a_closed_window_takes_a_node_back_before_min_loan() -> None:
+    young = lend(serving("young"), T0 - MINUTE)
+
+    result = checked(
+        plan([serving("s"), young], pool_policy=policy(min_loan=HOUR, window=window(NIGHTS)))
+    )
+
+    assert stepped(result, RECLAIM) == ["young"]
+
+
+def test_a_node_is_not_lent_again_within_cooldown_of_coming_back() -> None:
+    back = returned("back", lent_at=T0 - 2 * HOUR, back_at=T0 - 5 * MINUTE)
+    nodes = [back]
+    cooling = policy(cooldown=15 * MINUTE, min_serving=0)
+
+    now_result = checked(plan(nodes, target=1, pool_policy=cooling))
+    later_result = checked(plan(nodes, target=1, pool_policy=cooling, now=T0 + 11 * MINUTE))
+
+    assert now_result.steps == ()
+    assert refusals(now_result) == {Reason.COOLDOWN: 1}
+    assert stepped(later_result, LEND) == ["back"]
+
+
+def test_a_rolled_back_lend_also_starts_the_cooldown() -> None:
+    rolled_back = finish(lending(serving("n"), T0 - 2 * MINUTE), T0 - MINUTE)
+
+    result = checked(
+        plan([rolled_back], target=1, pool_policy=policy(cooldown=15 * MINUTE, min_serving=0))
+    )
+
+    assert refusals(result) == {Reason.COOLDOWN: 1}
+
+
+def test_strategy_lends_are_limited_per_tick() -> None:
+    result = checked(plan(serving_nodes(8), target=6, pool_policy=policy(max_step_fraction=0.25)))
+
+    assert len(stepped(result, LEND)) == 2
+    assert refusals(result) == {Reason.RATE_LIMIT: 4}
+
+
+def test_strategy_reclaims_are_limited_per_tick() -> None:
+    nodes = [*serving_nodes(2), *lent_nodes(6)]
+
+    result = checked(plan(nodes, target=0, pool_policy=policy(max_step_fraction=0.25)))
+
+    assert len(stepped(result, RECLAIM)) == 2
+    assert refusals(result) == {Reason.RATE_LIMIT: 4}
+
+
+def test_the_rate_limit_allows_one_change_per_tick_in_a_small_pool() -> None:
+    small = policy(max_step_fraction=0.1, min_serving=0)
+
+    result = checked(plan(serving_nodes(2), target=2, pool_policy=small))
+
+    assert len(stepped(result, LEND)) == 1
+    assert refusals(result) == {Reason.RATE_LIMIT: 1}
+
+
+def test_safety_reclaims_are_not_rate_limited() -> None:
+    nodes = [*serving_nodes(2), *lent_nodes(6)]
+
+    result = checked(plan(nodes, rps=None, pool_policy=policy(max_step_fraction=0.25)))
+
+    assert len(stepped(result, RECLAIM)) == 6
+
+
+def test_operator_lends_are_not_rate_limited() -> None:
+    asked = [with_overrides(n, lend="now") for n in serving_nodes(3, prefix="op")]
+
+    result = checked(
+        plan([*serving_nodes(5), *asked], pool_policy=policy(max_step_fraction=0.25))
+    )
+
+    assert stepped(result, LEND) == ["op-00", "op-01", "op-02"]
+    assert {s.reason for s in result.steps} == {Reason.OPERATOR_LEND_NOW}
+
+
+# ---------------------------------------------------------------------------------------------
+# Pauses
+
+
+def test_a_global_pause_freezes_the_pool_and_reports_the_refusal() -> None:
+    asked = with_overrides(lent_nodes(1, prefix="x")[0], reclaim="now")
+    nodes = [*serving_nodes(3), *lent_nodes(2), asked]
+
+    result = checked(plan(nodes, target=5, rps=None, paused=True))
+
+    assert result.steps == ()
+    assert refusals(result) == {Reason.PAUSED: 2}
+
+
+def test_a_pool_pause_freezes_only_that_pool() -> None:
+    other = PoolName("other")
+    snapshot = model.Snapshot(
+        now=T0,
+        pools={
+            POOL: pool_snapshot(serving_nodes(3), demand(0.0)),
+            other: pool_snapshot(serving_nodes(3, prefix="o"), demand(0.0)),
+        },
+    )
+    proposals = {POOL: proposal(2), other: proposal(2)}
+
+    result = planning.make_plan(
+        snapshot, proposals, {POOL: policy(), other: policy()}, KEYS, paused_pools=[POOL]
+    )
+
+    assert result.pools[POOL].steps == ()
+    assert refusals(result.pools[POOL]) == {Reason.PAUSED: 2}
+    assert len(stepped(result.pools[other], LEND)) == 2
+
+
+def test_a_paused_pool_without_a_proposal_plans_nothing() -> None:
+    result = checked(plan(lent_nodes(2), rps=None, paused_pools=[POOL]))
+
+    assert result.intents == ()
+    assert result.steps == ()
+
+
+def test_a_paused_node_is_not_lent() -> None:
+    node = with_overrides(serving("p"), paused="true")
+
+    result = checked(plan([node], target=1, pool_policy=policy(min_serving=0)))
+
+    assert result.steps == ()
+    assert refusals(result) == {Reason.NODE_PAUSED: 1}
+
+
+def test_a_paused_node_is_not_reclaimed_by_the_strategy() -> None:
+    node = with_overrides(lend(serving("p"), T0 - HOUR), paused="true")
+
+    result = checked(plan([serving("s"), node], target=0))
+
+    assert result.steps == ()
+    assert refusals(result) == {Reason.NODE_PAUSED: 1}
+
+
+def test_a_node_pause_that_expired_no_longer_holds() -> None:
+    node = with_overrides(
+        lend(serving("p"), T0 - HOUR), paused="true", override_until="2026-03-02T11:00:00Z"
+    )
+
+    result = checked(plan([serving("s"), node], target=0))
+
+    assert stepped(result, RECLAIM) == ["p"]
+
+
+@pytest.mark.parametrize(
+    ("case", "rps", "overrides", "pool_window"),
+    [
+        ("metrics lost", None, {}, "always"),
+        ("demand above serving", 100.0, {}, "always"),
+        ("pool window closed", 0.0, {}, NIGHTS),
+        ("node window closed", 0.0, {"window": "never"}, "always"),
+        ("reclaim=now", 0.0, {"reclaim": "now"}, "always"),
+        ("lend=never", 0.0, {"lend": "never"}, "always"),
+    ],
+)
+def test_a_paused_node_is_never_touched_even_by_safety_reclaims(
+    case: str, rps: float | None, overrides: dict[str, str], pool_window: str
+) -> None:
+    node = with_overrides(lend(serving("p"), T0 - HOUR), paused="true", **overrides)
+
+    result = checked(
+        plan([serving("s"), node], rps=rps, pool_policy=policy(window=window(pool_window)))
+    )
+
+    assert result.steps == (), case
+    assert refusals(result) == {Reason.NODE_PAUSED: 1}, case
+    assert all(r.node in (None, "p") for r in result.rejections)
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics
+
+
+def test_a_stale_demand_sample_blocks_lending_but_reclaims_nothing_yet() -> None:
+    nodes = [*serving_nodes(3), *lent_nodes(1)]
+
+    result = checked(plan(nodes, target=4, age=3 * MINUTE))
+
+    assert result.steps == ()
+    assert refusals(result) == {Reason.METRICS_STALE: 3}
+
+
+def test_a_demand_sample_exactly_as_old_as_the_limit_is_still_fresh() -> None:
+    result = checked(plan(serving_nodes(3), target=1, age=2 * MINUTE))
+
+    assert len(stepped(result, LEND)) == 1
+
+
+def test_a_stale_demand_sample_blocks_operator_lends_too() -> None:
+    node = with_overrides(serving("n"), lend="now")
+
+    result = checked(plan([*serving_nodes(3), node], age=3 * MINUTE))
+
+    assert result.steps == ()
+    assert refusals(result) == {Reason.METRICS_STALE: 1}
+
+
+def test_a_missing_demand_sample_reclaims_every_lent_node_and_lends_nothing() -> None:
+    in_flight = lending(serving("in-flight"), T0 - MINUTE)
+    nodes = [*serving_nodes(3), *lent_nodes(3, at=T0 - MINUTE), in_flight]
+
+    result = checked(plan(nodes, target=6, rps=None, pool_policy=policy(min_loan=HOUR)))
+
+    assert stepped(result, RECLAIM) == ["l-00", "l-01", "l-02"]
+    assert stepped(result, LEND) == []
+    assert all(s.urgent and s.reason is Reason.METRICS_LOST for s in result.steps)
+    assert refusals(result)[Reason.METRICS_MISSING] > 0
+
+
+def test_a_sample_within_the_grace_period_keeps_lent_nodes_lent() -> None:
+    # staleness 2 min + grace 5 min: a sample 7 minutes old is stale, not lost.
+    result = checked(plan([*serving_nodes(3), *lent_nodes(3)], age=7 * MINUTE))
+
+    assert result.steps == ()
+
+
+def test_a_sample_older_than_the_grace_period_reclaims_every_lent_node() -> None:
+    result = checked(plan([*serving_nodes(3), *lent_nodes(3)], age=7 * MINUTE + timedelta(seconds=1)))
+
+    assert len(stepped(result, RECLAIM)) == 3
+    assert {s.reason for s in result.steps} == {Reason.METRICS_LOST}
+
+
+def test_an_unguarded_policy_ignores_missing_metrics() -> None:
+    result = checked(
+        plan([*serving_nodes(3), *lent_nodes(1)], target=3, rps=None, pool_policy=policy(guarded=False))
+    )
+
+    assert len(stepped(result, LEND)) == 2
+
+
+@pytest.mark.skip(reason="the queue rule (policy.queue_limit, Reason.QUEUE_BUILDING) is not built")
+def test_a_queue_above_the_limit_blocks_lending() -> None:
+    snapshot = model.Snapshot(
+        now=T0,
+        pools={
+            POOL: model.PoolSnapshot(
+                nodes=tuple(serving_nodes(3)),
+                demand=demand(0.0),
+                queue=model.Sample(value=50.0, at=T0),
+            )
+        },
+    )
+    result = planning.make_plan(
+        snapshot, {POOL: proposal(1)}, {POOL: policy(queue_limit=10.0)}, KEYS
+    ).pools[POOL]
+
+    assert refusals(result) == {Reason.QUEUE_BUILDING: 1}
+
+
+# ---------------------------------------------------------------------------------------------
+# Which nodes may be lent
+
+
+@pytest.mark.parametrize("role", [PodRole.INFERENCE, PodRole.OTHER])
+def test_a_node_with_an_inference_or_other_pod_is_not_lent(role: PodRole) -> None:
+    busy = serving("busy", pods=[daemon_pod(), model.PodView("ns", "p", role)])
+
+    result = checked(plan([busy], target=1, pool_policy=policy(min_serving=0)))
+
+    assert result.steps == ()
+    assert refusals(result) == {Reason.NOT_IDLE: 1}
+
+
+@pytest.mark.parametrize("pods", [(daemon_pod(),), (borrowed_pod("job"),), ()])
+def test_daemonset_and_borrowed_pods_do_not_make_a_node_busy(
+    pods: tuple[model.PodView, ...],
+) -> None:
+    result = checked(plan([serving("n", pods=pods)], target=1, pool_policy=policy(min_serving=0)))
+
+    assert stepped(result, LEND) == ["n"]
+
+
+def test_only_the_idle_nodes_of_a_mixed_pool_are_lent() -> None:
+    nodes = [serving("a", pods=[inference_pod()]), serving("b"), serving("c", pods=[other_pod()])]
+
+    result = checked(plan(nodes, target=2, pool_policy=policy(min_serving=0)))
+
+    assert stepped(result, LEND) == ["b"]
+    assert refusals(result) == {Reason.NOT_IDLE: 1}
+
+
+def test_a_node_that_is_not_ready_is_not_lent() -> None:
+    result = checked(
+        plan([serving("n", ready=False)], target=1, pool_policy=policy(min_serving=0))
+    )
+
+    assert result.steps == ()
+    assert refusals(result) == {Reason.NOT_READY: 1}
+
+
+def test_when_no_serving_node_is_left_the_refusal_says_so() -> None:
+    back = begin_reclaim(lend(serving("r"), T0 - HOUR), T0 - MINUTE)
+
+    result = checked(plan([back], target=1, pool_policy=policy(min_serving=0)))
+
+    assert result.steps == ()
+    assert refusals(result) == {Reason.NO_CANDIDATE: 1}
+
+
+# ---------------------------------------------------------------------------------------------
+# Windows
+
+
+def test_a_closed_pool_window_reclaims_lent_nodes_and_lends_none() -> None:
+    nodes = [*serving_nodes(3), *lent_nodes(2)]
+
+    result = checked(plan(nodes, target=4, pool_policy=policy(window=window(NIGHTS))))
+
+    assert stepped(result) == ["l-00", "l-01"]
+    assert all(s.reason is Reason.WINDOW_CLOSED and s.urgent for s in result.steps)
+    assert {s.intent.origin for s in result.steps} == {Origin.SCHEDULE}
+    assert refusals(result) == {Reason.OUTSIDE_WINDOW: 4}
+
+
+def test_an_open_pool_window_lends() -> None:
+    night = T0 + 11 * HOUR  # Monday 23:00 UTC
+
+    result = checked(
+        plan(serving_nodes(3), target=2, now=night, pool_policy=policy(window=window(NIGHTS)))
+    )
+
+    assert len(stepped(result, LEND)) == 2
+
+
+def test_a_node_window_override_replaces_the_pool_window() -> None:
+    # 13:00 in Berlin at T0: the node's office-hours window is open, the pool's night one is not.
+    opened = with_overrides(serving("opened"), window="Mon-Fri 09:00-17:00 Europe/Berlin")
+    nodes = [*serving_nodes(2), opened]
+
+    nights = policy(window=window(NIGHTS), min_serving=0)
+
+    result = checked(plan(nodes, target=3, pool_policy=nights))
+
+    assert stepped(result, LEND) == ["opened"]
+    assert refusals(result) == {Reason.OUTSIDE_WINDOW: 2}
+
+
+def test_a_node_window_override_can_close_a_node_the_pool_would_lend() -> None:
+    closed = with_overrides(lend(serving("closed"), T0 - HOUR), window="never")
+
+    result = checked(plan([serving("s"), closed, *lent_nodes(1)]))
+
+    assert stepped(result, RECLAIM) == ["closed"]
+    assert result.steps[0].reason is Reason.WINDOW_CLOSED
+
+
+def test_a_node_window_without_a_zone_is_read_in_the_pool_zone() -> None:
+    # 12:00 UTC is 21:00 in Tokyo.
+    node = with_overrides(serving("n"), window="daily 20:00-23:00")
+    tokyo = policy(window=windows.NEVER, zone="Asia/Tokyo", min_serving=0)
+
+    result = checked(plan([node], target=1, pool_policy=tokyo))
+
+    assert stepped(result, LEND) == ["n"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Operator overrides
+
+
+def test_lend_now_ignores_the_window() -> None:
+    node = with_overrides(serving("n"), lend="now")
+
+    result = checked(plan([serving("s"), node], pool_policy=policy(window=windows.NEVER)))
+
+    assert stepped(result, LEND) == ["n"]
+    assert result.steps[0].intent.origin is Origin.OPERATOR
+    assert result.steps[0].reason is Reason.OPERATOR_LEND_NOW
+
+
+def test_lend_now_does_not_ignore_the_headroom() -> None:
+    node = with_overrides(serving("n"), lend="now")
+
+    # 15 rps needs both nodes.
+    result = checked(plan([serving("s"), node], rps=15.0))
+
+    assert result.steps == ()
+    assert refusals(result) == {Reason.HEADROOM: 1}
+    assert result.rejections[0].node == "n"
+
+
+def test_lend_now_ignores_the_cooldown() -> None:
+    back = returned("back", lent_at=T0 - HOUR, back_at=T0 - MINUTE)
+    node = with_overrides(back, lend="now")
+
+    result = checked(plan([serving("s"), node], pool_policy=policy(cooldown=HOUR)))
+
+    assert stepped(result, LEND) == ["back"]
+
+
+def test_lend_now_keeps_a_lent_node_lent_outside_its_window() -> None:
+    node = with_overrides(lend(serving("n"), T0 - HOUR), lend="now")
+
+    result = checked(plan([serving("s"), node], pool_policy=policy(window=windows.NEVER)))
+
+    assert result.steps == ()
+
+
+def test_lend_never_reclaims_a_lent_node() -> None:
+    node = with_overrides(lend(serving("n"), T0 - MINUTE), lend="never")
+
+    keep = policy(min_loan=HOUR, min_serving=2)
+
+    result = checked(plan([serving("s"), node], target=1, pool_policy=keep))
+
+    assert stepped(result) == ["n"]
+    assert result.steps[0].action is RECLAIM
+    assert result.steps[0].reason is Reason.OPERATOR_NEVER
+    assert result.steps[0].urgent
+
+
+def test_lend_never_keeps_a_serving_node_from_being_lent() -> None:
+    node = with_overrides(serving("n"), lend="never")
+
+    result = checked(plan([node], target=1, pool_policy=policy(min_serving=0)))
+
+    assert result.steps == ()
+    assert refusals(result) == {Reason.LEND_NEVER: 1}
+
+
+def test_reclaim_now_takes_a_lent_node_back_at_once() -> None:
+    node = with_overrides(lend(serving("n"), T0 - MINUTE), reclaim="now")
+    churn = policy(min_loan=HOUR, max_step_fraction=0.01)
+
+    result = checked(plan([serving("s"), node, *lent_nodes(1)], target=1, pool_policy=churn))
+
+    assert stepped(result, RECLAIM) == ["n"]
+    assert result.steps[0].reason is Reason.OPERATOR_RECLAIM_NOW
+    assert result.steps[0].urgent
+
+
+def test_reclaim_now_wins_over_lend_now() -> None:
+    node = with_overrides(lend(serving("n"), T0 - HOUR), reclaim="now", lend="now")
+
+    result = checked(plan([serving("s"), node]))
+
+    assert stepped(result, RECLAIM) == ["n"]
+    assert [f.key for f in result.findings] == [KEYS.lend]
+
+
+def test_a_bad_override_is_reported_and_ignored() -> None:
+    node = with_overrides(serving("n"), lend="sometimes", paused="yes")
+
+    result = checked(plan([node], target=1, pool_policy=policy(min_serving=0)))
+
+    assert stepped(result, LEND) == ["n"]
+    assert {(f.key, f.value, f.reason) for f in result.findings} == {
+        (KEYS.lend, "sometimes", Reason.BAD_OVERRIDE),
+        (KEYS.paused, "yes", Reason.BAD_OVERRIDE),
+    }
+
+
+def test_a_bad_override_expiry_voids_every_override_of_the_node() -> None:
+    node = with_overrides(serving("n"), lend="never", override_until="tomorrow")
+
+    result = checked(plan([node], target=1, pool_policy=policy(min_serving=0)))
+
+    assert stepped(result, LEND) == ["n"]
+    assert [f.key for f in result.findings] == [KEYS.override_until]
+
+
+def test_a_bad_window_override_falls_back_to_the_pool_window() -> None:
+    node = with_overrides(lend(serving("n"), T0 - HOUR), window="Mon-Fri 25:00-06:00")
+
+    result = checked(plan([serving("s"), node], pool_policy=policy(window=window(NIGHTS))))
+
+    assert stepped(result, RECLAIM) == ["n"]
+    assert [f.key for f in result.findings] == [KEYS.window]
+
+
+# ---------------------------------------------------------------------------------------------
+# Unreadable state
+
+
+def test_a_node_with_an_unreadable_state_is_left_alone_and_reported() -> None:
+    broken = corrupted_original("broken")
+
+    result = checked(plan([*serving_nodes(3), broken, *lent_nodes(1)], rps=None))
+
+    assert stepped(result) == ["l-00"]
+    assert [(f.node, f.key, f.reason) for f in result.findings] == [
+        ("broken", KEYS.original, Reason.BAD_STATE)
+    ]
+
+
+def test_a_node_with_an_unknown_state_label_is_left_alone_and_reported() -> None:
+    node = serving("odd")
+    odd = model.NodeView(
+        name=node.name,
+        labels={**node.labels, KEYS.state: "borrowed"},
+        taints=node.taints,
+    )
+
+    result = checked(plan([serving("s"), odd], target=2, pool_policy=policy(min_serving=0)))
+
+    assert stepped(result) == ["s"]
+    assert [(f.node, f.value, f.reason) for f in result.findings] == [
+        ("odd", "borrowed", Reason.BAD_STATE)
+    ]
+
+
+def test_a_node_with_an_unreadable_state_counts_in_the_pool_size() -> None:
+    # Half of 4 nodes may be lent (half of the 3 readable ones would be 1).
+    nodes = [*serving_nodes(3), corrupted_original("broken")]
+
+    result = checked(
+        plan(nodes, target=4, pool_policy=policy(max_lent_fraction=0.5, min_serving=0))
+    )
+
+    assert len(stepped(result, LEND)) == 2
+    assert refusals(result) == {Reason.MAX_FRACTION: 2}
+
+
+def test_a_node_with_an_unreadable_state_never_counts_as_serving() -> None:
+    nodes = [*serving_nodes(3), corrupted_original("broken")]
+
+    result = checked(plan(nodes, target=4, pool_policy=policy(min_serving=2)))
+
+    assert len(stepped(result, LEND)) == 1
+    assert refusals(result) == {Reason.MIN_SERVING: 3}
+
+
+# ---------------------------------------------------------------------------------------------
+# Which lent nodes come back first
+
+
+def test_reclaims_take_the_nodes_with_the_fewest_borrowed_jobs_first() -> None:
+    at = T0 - HOUR
+    nodes = [
+        serving("s"),
+        lend(serving("a-one-job-three-pods"), at, pods=borrowed_pods("j1", "j1", "j1")),
+        lend(serving("b-two-jobs"), at, pods=borrowed_pods("j2", "j3")),
+        lend(serving("c-empty"), at, pods=()),
+        lend(serving("d-one-job-one-pod"), at, pods=borrowed_pods("j4")),
+    ]
+
+    two = checked(plan(nodes, target=2))
+    three = checked(plan(nodes, target=1))
+
+    assert stepped(two, RECLAIM) == ["c-empty", "d-one-job-one-pod"]
+    assert stepped(three, RECLAIM) == ["c-empty", "d-one-job-one-pod", "a-one-job-three-pods"]
+
+
+def test_safety_reclaims_also_take_the_cheapest_nodes_first() -> None:
+    at = T0 - HOUR
+    nodes = [
+        serving("s"),
+        lend(serving("a"), at, pods=borrowed_pods("j1", "j2")),
+        lend(serving("b"), at, pods=borrowed_pods("j3")),
+    ]
+
+    # 15 rps needs 2 serving nodes.
+    result = checked(plan(nodes, rps=15.0))
+
+    assert stepped(result, RECLAIM) == ["b"]

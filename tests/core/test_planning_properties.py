@@ -1,0 +1,297 @@
+"""Properties of the planner over generated pools: what holds whatever the pool looks like.
+
+A generated pool mixes nodes in every phase (built with the codec), nodes whose state cannot be
+read, idle and busy nodes, ready and not, operator overrides valid and garbage, a demand sample
+that is fresh, stale, lost or missing, random policies and any strategy target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rebalancer.core import model, nodestate, overrides, planning, windows
+from rebalancer.core.model import Action, NodeName, PodRole
+from rebalancer.core.policy import PoolPolicy
+
+from .factories import (
+    KEYS,
+    LEND_SPEC,
+    LENDS,
+    POOL,
+    SERVES,
+    T0,
+    apply_plan,
+    begin_reclaim,
+    count_in,
+    lend,
+    lending,
+    phase_of,
+    proposal,
+    rebuilt,
+    returned,
+    serving,
+    unaccounted,
+)
+
+WINDOWS = (
+    "always",
+    "never",
+    "Mon-Fri 22:00-06:00 UTC",
+    "daily 09:00-17:00 Europe/Berlin",
+    "Sat,Sun 00:00-24:00",
+)
+GARBAGE = ("", "sometimes", "Mon-Fri 25:00-06:00", "tomorrow", "TRUE ", " now", "{}")
+PHASES = ("serving", "returned", "lending", "lent", "reclaiming", "unreadable", "unknown-label")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    now: datetime
+    nodes: tuple[model.NodeView, ...]
+    sample: model.Sample | None
+    policy: PoolPolicy
+    target: int | None
+
+    def plan(self, paused: bool = False) -> model.PoolPlan:
+        snapshot = model.Snapshot(
+            now=self.now,
+            pools={POOL: model.PoolSnapshot(nodes=self.nodes, demand=self.sample)},
+            paused=paused,
+        )
+        proposals = {} if self.target is None else {POOL: proposal(self.target)}
+        return planning.make_plan(snapshot, proposals, {POOL: self.policy}, KEYS).pools[POOL]
+
+    def demand_known(self) -> bool:
+        if self.sample is None:
+            return False
+        return self.sample.age(self.now) <= self.policy.staleness
+
+
+def minutes(low: float, high: float) -> st.SearchStrategy[timedelta]:
+    return st.floats(low, high).map(lambda m: timedelta(minutes=m))
+
+
+@st.composite
+def policies(draw: st.DrawFn) -> PoolPolicy:
+    window = windows.parse(draw(st.sampled_from(WINDOWS)))
+    assert isinstance(window, windows.Window)
+    return PoolPolicy(
+        rps_per_node=draw(st.floats(0.5, 100.0)),
+        min_serving=draw(st.integers(0, 6)),
+        headroom=draw(st.floats(0.0, 1.0)),
+        max_lent_fraction=draw(st.floats(0.0, 1.0)),
+        min_loan=draw(minutes(0, 120)),
+        cooldown=draw(minutes(0, 60)),
+        max_step_fraction=draw(st.floats(0.01, 1.0)),
+        staleness=draw(minutes(0.5, 10)),
+        stale_grace=draw(minutes(0, 10)),
+        window=window,
+        zone=draw(st.sampled_from(("UTC", "Asia/Tokyo", "America/New_York"))),
+        lend_spec=LEND_SPEC,
+        guarded=draw(st.booleans()),
+    )
+
+
+@st.composite
+def pods(draw: st.DrawFn) -> tuple[model.PodView, ...]:
+    roles = draw(st.lists(st.sampled_from(list(PodRole)), max_size=4))
+    return tuple(
+        model.PodView(
+            namespace="ns",
+            name=f"pod-{i}",
+            role=role,
+            job=draw(st.sampled_from(("j1", "j2", "j3"))) if role is PodRole.BORROWED else None,
+        )
+        for i, role in enumerate(roles)
+    )
+
+
+@st.composite
+def override_annotations(draw: st.DrawFn, now: datetime) -> dict[str, str]:
+    past, future = nodestate.format_time(now - timedelta(hours=1)), nodestate.format_time(
+        now + timedelta(hours=1)
+    )
+    choices: dict[str, tuple[str, ...]] = {
+        KEYS.window: (*WINDOWS, *GARBAGE),
+        KEYS.lend: ("never", "auto", "now", "NOW ", *GARBAGE),
+        KEYS.reclaim: ("now", *GARBAGE),
+        KEYS.paused: ("true", "false", *GARBAGE),
+        KEYS.override_until: (past, future, *GARBAGE),
+    }
+    chosen = draw(st.lists(st.sampled_from(sorted(choices)), unique=True, max_size=3))
+    return {key: draw(st.sampled_from(choices[key])) for key in chosen}
+
+
+@st.composite
+def nodes(draw: st.DrawFn, name: str, now: datetime) -> model.NodeView:
+    phase = draw(st.sampled_from(PHASES))
+    lent_at = now - draw(minutes(0, 180))
+    base = serving(name)
+    if phase == "returned":
+        node = returned(name, lent_at - timedelta(hours=1), lent_at)
+    elif phase == "lending":
+        node = lending(base, lent_at)
+    elif phase == "lent":
+        node = lend(base, lent_at)
+    elif phase == "reclaiming":
+        node = begin_reclaim(lend(base, lent_at - timedelta(hours=1)), lent_at)
+    elif phase == "unreadable":
+        node = lend(base, lent_at)
+        node = rebuilt(node, annotations={**node.annotations, KEYS.original: "[]"})
+    elif phase == "unknown-label":
+        node = model.NodeView(
+            name=base.name, labels={**base.labels, KEYS.state: "borrowed"}, taints=base.taints
+        )
+    else:
+        node = base
+    annotations = {**node.annotations, **draw(override_annotations(now))}
+    return rebuilt(node, pods=draw(pods()), ready=draw(st.booleans()), annotations=annotations)
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> Scenario:
+    now = T0 + draw(minutes(0, 14 * 24 * 60))
+    count = draw(st.integers(0, 12))
+    pool = tuple(draw(nodes(f"n-{i:02d}", now)) for i in range(count))
+    sample = draw(
+        st.none()
+        | st.builds(
+            model.Sample,
+            value=st.floats(0.0, 1000.0),
+            at=minutes(0, 30).map(lambda age: now - age),
+        )
+    )
+    target = draw(st.none() | st.integers(-5, 15) | st.integers(-(10**12), 10**12))
+    return Scenario(now, pool, sample, draw(policies()), target)
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+def readable(pool: Sequence[model.NodeView]) -> list[model.NodeView]:
+    return [n for n in pool if phase_of(n) is not None]
+
+
+def active_overrides(node: model.NodeView, scenario: Scenario) -> overrides.Overrides:
+    parsed = overrides.parse(node.annotations, KEYS, scenario.policy.zone)
+    return parsed.overrides.active(scenario.now)
+
+
+def by_name(pool: Sequence[model.NodeView]) -> dict[NodeName, model.NodeView]:
+    return {n.name: n for n in pool}
+
+
+SETTINGS = settings(max_examples=400, deadline=None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Properties
+
+
+@SETTINGS
+@given(scenarios())
+def test_serving_never_drops_below_the_minimum_because_of_a_plan(scenario: Scenario) -> None:
+    result = scenario.plan()
+    after = apply_plan(scenario.nodes, result, scenario.now, scenario.policy)
+    before_serving = count_in(scenario.nodes, SERVES)
+    after_serving = count_in(after, SERVES)
+    lends = any(s.action is Action.LEND for s in result.steps)
+
+    minimum = scenario.policy.min_serving
+    assert after_serving >= minimum or (before_serving < minimum and not lends)
+
+
+@SETTINGS
+@given(scenarios())
+def test_only_idle_ready_unpaused_serving_nodes_are_lent(scenario: Scenario) -> None:
+    result = scenario.plan()
+    pool = by_name(scenario.nodes)
+
+    for step in result.steps:
+        if step.action is not Action.LEND:
+            continue
+        node = pool[step.node]
+        assert phase_of(node) is nodestate.Phase.SERVING
+        assert not any(p.role in (PodRole.INFERENCE, PodRole.OTHER) for p in node.pods)
+        assert node.ready
+        assert not active_overrides(node, scenario).paused
+
+
+@SETTINGS
+@given(scenarios())
+def test_only_lent_unpaused_nodes_are_reclaimed(scenario: Scenario) -> None:
+    result = scenario.plan()
+    pool = by_name(scenario.nodes)
+
+    for step in result.steps:
+        if step.action is Action.RECLAIM:
+            assert phase_of(pool[step.node]) is nodestate.Phase.LENT
+            assert not active_overrides(pool[step.node], scenario).paused
+
+
+@SETTINGS
+@given(scenarios())
+def test_nothing_is_lent_while_demand_is_unknown_or_stale(scenario: Scenario) -> None:
+    result = scenario.plan()
+
+    if scenario.policy.guarded and not scenario.demand_known():
+        assert [s for s in result.steps if s.action is Action.LEND] == []
+
+
+@SETTINGS
+@given(scenarios())
+def test_every_refusal_is_reported(scenario: Scenario) -> None:
+    result = scenario.plan()
+
+    assert unaccounted(result) == []
+    assert all(r.count > 0 for r in result.rejections)
+    assert all(i.count > 0 for i in result.intents)
+
+
+@SETTINGS
+@given(scenarios())
+def test_no_node_appears_in_two_steps(scenario: Scenario) -> None:
+    names = [s.node for s in scenario.plan().steps]
+
+    assert len(names) == len(set(names))
+
+
+@SETTINGS
+@given(scenarios())
+def test_lending_leaves_what_demand_needs_with_headroom(scenario: Scenario) -> None:
+    if not scenario.policy.guarded or scenario.sample is None:
+        return
+    result = scenario.plan()
+    after = apply_plan(scenario.nodes, result, scenario.now, scenario.policy)
+    before_lent, after_lent = count_in(scenario.nodes, LENDS), count_in(after, LENDS)
+
+    limit = len(scenario.nodes) - scenario.policy.need(scenario.sample.value)
+    assert after_lent <= limit or after_lent <= before_lent
+
+
+@SETTINGS
+@given(scenarios())
+def test_nodes_whose_state_cannot_be_read_are_never_touched_and_always_reported(
+    scenario: Scenario,
+) -> None:
+    result = scenario.plan()
+    unreadable = {n.name for n in scenario.nodes if phase_of(n) is None}
+
+    assert unreadable.isdisjoint(s.node for s in result.steps)
+    reported = {f.node for f in result.findings if f.reason is model.Reason.BAD_STATE}
+    assert reported == unreadable
+
+
+@SETTINGS
+@given(scenarios())
+def test_a_global_pause_changes_no_node(scenario: Scenario) -> None:
+    result = scenario.plan(paused=True)
+
+    assert result.steps == ()
+    assert unaccounted(result) == []
