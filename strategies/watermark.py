@@ -3,8 +3,9 @@ it is high or requests queue.
 
 Utilisation is demand over what the serving nodes can carry. Below ``low`` for ``hold_minutes``
 (judged on the peak of that span, so one quiet minute is not enough), lend until the serving
-nodes would run at ``target`` for that peak. Above ``high``, or with more than ``queue_high``
-requests waiting, take back enough nodes to run at ``target`` again. In between, hold. The gap
+nodes would run at ``target`` for that peak. Above ``high``, take back enough nodes to run at
+``target`` again; with more than ``queue_high`` requests waiting, also enough to clear the
+backlog within a minute (demand understates the need while requests wait). In between, hold. The gap
 between ``low`` and ``high`` is what stops flapping.
 """
 
@@ -54,12 +55,13 @@ class Watermark:
         evidence: dict[str, float | str] = {"utilisation": utilisation, "queue": queue}
         if utilisation > p.high or queue > p.queue_high:
             keep = self._serving_for(demand, pool)
-            why = (
-                f"utilisation {utilisation:.2f} > {p.high}"
-                if utilisation > p.high
-                else (f"queue {queue:.0f} > {p.queue_high:.0f}")
-            )
-            return model.Proposal(min(pool.lent, pool.size - keep), why, evidence)
+            why = f"utilisation {utilisation:.2f} > {p.high}"
+            if queue > p.queue_high:
+                # Demand understates the need while requests wait: add nodes for the backlog.
+                backlog = max(1, math.ceil(queue / (pool.rps_per_node * 60)))
+                keep = max(keep, serving + backlog)
+                why = f"queue {queue:.0f} > {p.queue_high:.0f}"
+            return model.Proposal(max(0, min(pool.lent, pool.size - keep)), why, evidence)
         held = pool.history.window(pool.now - timedelta(minutes=p.hold_minutes), pool.now)
         if len(held) >= p.hold_minutes * 0.8:
             peak = max(held)

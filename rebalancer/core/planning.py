@@ -10,7 +10,8 @@ The rules (DESIGN section 4, decisions in ``docs/design/safety-rules.md``):
 
 - pause: a global or pool pause, or a node's ``paused`` override, freezes the node(s) as they are;
 - metrics: a missing or stale demand sample stops all lending; past the grace period every lent
-  node is reclaimed. A missing sample is never read as zero load;
+  node is reclaimed. A missing sample is never read as zero load. Requests queueing beyond
+  ``queue_limit`` stop lending too: serving is already short;
 - capacity: never lend below ``min_serving``, below what demand needs with ``headroom``, or above
   ``max_lent_fraction`` of the pool; when demand rises above what serves, reclaim at once;
 - only idle, ready nodes are lent: no inference pods, nothing but DaemonSets and borrowed pods;
@@ -66,22 +67,22 @@ class Health(Enum):
     LOST = "lost"  # stale past the grace period: reclaim everything
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class _Node:
-    """One node as the planner sees it this tick."""
+    """One node as the planner sees it: decoded once per node version, reused across ticks."""
 
     view: model.NodeView
+    name: model.NodeName
     state: nodestate.NodeState
+    phase: nodestate.Phase
     overrides: overrides.Overrides
-    window: windows.Window
+    window: windows.Window | None  # the node's own window override; None: the pool's
 
-    @property
-    def name(self) -> model.NodeName:
-        return self.view.name
 
-    @property
-    def phase(self) -> nodestate.Phase:
-        return self.state.phase
+@dataclass(frozen=True, slots=True)
+class _Decoded:
+    node: _Node | None  # None when the node's state cannot be read
+    findings: tuple[model.Finding, ...]
 
 
 @dataclass
@@ -92,35 +93,53 @@ class _Pool:
     now: datetime
     policy: PoolPolicy
     nodes: list[_Node]
+    by_phase: dict[nodestate.Phase, list[_Node]]
+    unreadable: int  # nodes whose state could not be read: neither serving nor lendable
     findings: list[model.Finding]
     health: Health
     health_note: str
     need: int | None  # nodes demand needs now; None when demand is unknown
+    queue: float | None  # requests waiting, from a fresh sample; None when unknown
     intents: list[Intent] = field(default_factory=list)
     steps: list[model.Step] = field(default_factory=list)
     rejections: list[model.Rejection] = field(default_factory=list)
     changed: set[model.NodeName] = field(default_factory=set)
     budget: int = 0
+    lends: int = 0
+    reclaims: int = 0
+    _open: dict[int, bool] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
-        return len(self.nodes) + sum(1 for f in self.findings if f.reason is Reason.BAD_STATE)
+        return len(self.nodes) + self.unreadable
 
     def in_phase(self, *phases: nodestate.Phase) -> list[_Node]:
-        return [n for n in self.nodes if n.phase in phases and n.name not in self.changed]
+        """Nodes in ``phases`` that no step of this tick has touched yet."""
+        return [n for phase in phases for n in self.by_phase[phase] if n.name not in self.changed]
+
+    def count(self, *phases: nodestate.Phase) -> int:
+        return sum(len(self.by_phase[phase]) for phase in phases)
 
     @property
     def lent_count(self) -> int:
         """Nodes lent or being lent after the steps decided so far."""
-        lent = sum(
-            1 for n in self.nodes if n.phase in (nodestate.Phase.LENT, nodestate.Phase.LENDING)
+        return (
+            self.count(nodestate.Phase.LENT, nodestate.Phase.LENDING) + self.lends - self.reclaims
         )
-        return lent + sum(1 if s.action is Action.LEND else -1 for s in self.steps)
 
     @property
     def serving_count(self) -> int:
-        serving = sum(1 for n in self.nodes if n.phase is nodestate.Phase.SERVING)
-        return serving - sum(1 for s in self.steps if s.action is Action.LEND)
+        return self.count(nodestate.Phase.SERVING) - self.lends
+
+    def window_of(self, node: _Node) -> windows.Window:
+        return node.window or self.policy.window
+
+    def is_open(self, window: windows.Window) -> bool:
+        """Whether ``window`` is open now; each window is evaluated once per tick."""
+        known = self._open.get(id(window))
+        if known is None:
+            known = self._open[id(window)] = window.is_open(self.now)
+        return known
 
     def intend(self, intent: Intent) -> Intent:
         self.intents.append(intent)
@@ -139,6 +158,10 @@ class _Pool:
             )
         )
         self.changed.add(node.name)
+        if intent.action is Action.LEND:
+            self.lends += 1
+        else:
+            self.reclaims += 1
 
     def reject(
         self,
@@ -190,42 +213,57 @@ def _observe(
     keys: nodestate.Keys,
 ) -> _Pool:
     nodes: list[_Node] = []
+    by_phase: dict[nodestate.Phase, list[_Node]] = {phase: [] for phase in nodestate.Phase}
     findings: list[model.Finding] = []
+    unreadable = 0
+    memo_key = ("planning", keys.prefix, policy.zone)
     for view in pool.nodes:
-        state, parsed = _decode(view, keys, policy.zone)
-        findings.extend(
-            model.Finding(view.name, p.key, p.value, Reason.BAD_OVERRIDE, str(p))
-            for p in parsed.problems
-        )
-        if isinstance(state, nodestate.StateError):
-            findings.append(
-                model.Finding(
-                    view.name,
-                    state.key,
-                    state.value,
-                    Reason.BAD_STATE,
-                    f"{state}; the node is left as it is until someone fixes it",
-                )
-            )
+        decoded = view.memo.get(memo_key)
+        if decoded is None:
+            decoded = view.memo[memo_key] = _decode(view, keys, policy.zone)
+        assert isinstance(decoded, _Decoded)
+        if decoded.findings:
+            findings.extend(decoded.findings)
+        node = decoded.node
+        if node is None:
+            unreadable += 1
             continue
-        active = parsed.overrides.active(now)
-        nodes.append(_Node(view, state, active, active.window or policy.window))
+        if node.overrides.until is not None and now >= node.overrides.until:
+            node = _Node(node.view, node.name, node.state, node.phase, overrides.NONE, None)
+        nodes.append(node)
+        by_phase[node.phase].append(node)
     health, note = _health(now, pool.demand, policy)
     need = policy.need(pool.demand.value) if pool.demand is not None else None
-    work = _Pool(name, now, policy, nodes, findings, health, note, need)
+    queue = pool.queue.value if pool.queue and pool.queue.age(now) <= policy.staleness else None
+    work = _Pool(
+        name, now, policy, nodes, by_phase, unreadable, findings, health, note, need, queue
+    )
     work.budget = policy.step_budget(work.size)
     return work
 
 
-def _decode(
-    view: model.NodeView, keys: nodestate.Keys, zone: str
-) -> tuple[nodestate.NodeState | nodestate.StateError, overrides.Parsed]:
-    memo_key = ("planning", keys, zone)
-    cached = view.memo.get(memo_key)
-    if cached is None:
-        cached = (nodestate.read(view, keys), overrides.parse(view.annotations, keys, zone))
-        view.memo[memo_key] = cached
-    return cached  # type: ignore[return-value]  # memo values are written only here
+def _decode(view: model.NodeView, keys: nodestate.Keys, zone: str) -> _Decoded:
+    """Everything about a node that depends only on its metadata: computed once per version."""
+    state = nodestate.read(view, keys)
+    parsed = overrides.parse(view.annotations, keys, zone)
+    findings = [
+        model.Finding(view.name, p.key, p.value, Reason.BAD_OVERRIDE, str(p))
+        for p in parsed.problems
+    ]
+    if isinstance(state, nodestate.StateError):
+        findings.append(
+            model.Finding(
+                view.name,
+                state.key,
+                state.value,
+                Reason.BAD_STATE,
+                f"{state}; the node is left as it is until someone fixes it",
+            )
+        )
+        return _Decoded(None, tuple(findings))
+    ov = parsed.overrides
+    node = _Node(view, view.name, state, state.phase, ov, ov.window)
+    return _Decoded(node, tuple(findings))
 
 
 def _health(now: datetime, demand: model.Sample | None, policy: PoolPolicy) -> tuple[Health, str]:
@@ -261,17 +299,19 @@ def _refuse_all(work: _Pool, proposal: model.Proposal | None) -> None:
 
 def _operator_intents(work: _Pool) -> None:
     """Per-node overrides and window edges: each is an intent of its own, about one node."""
-    for node in list(work.nodes):
+    pool_open = work.is_open(work.policy.window)
+    for node in work.in_phase(nodestate.Phase.LENT):
         ov = node.overrides
-        if node.phase is nodestate.Phase.LENT:
-            if ov.reclaim_now or ov.lend is overrides.LendMode.NEVER:
-                reason = Reason.OPERATOR_RECLAIM_NOW if ov.reclaim_now else Reason.OPERATOR_NEVER
-                _reclaim_node(work, node, Origin.OPERATOR, reason, "an operator asked for it")
-            elif ov.lend is not overrides.LendMode.NOW and not node.window.is_open(work.now):
-                _reclaim_node(
-                    work, node, Origin.SCHEDULE, Reason.WINDOW_CLOSED, f"window {node.window}"
-                )
-        elif node.phase is nodestate.Phase.SERVING and ov.lend is overrides.LendMode.NOW:
+        if ov is overrides.NONE and pool_open:
+            continue  # the common case, decided without looking further
+        window = work.window_of(node)
+        if ov.reclaim_now or ov.lend is overrides.LendMode.NEVER:
+            reason = Reason.OPERATOR_RECLAIM_NOW if ov.reclaim_now else Reason.OPERATOR_NEVER
+            _reclaim_node(work, node, Origin.OPERATOR, reason, "an operator asked for it")
+        elif ov.lend is not overrides.LendMode.NOW and not work.is_open(window):
+            _reclaim_node(work, node, Origin.SCHEDULE, Reason.WINDOW_CLOSED, f"window {window}")
+    for node in work.in_phase(nodestate.Phase.SERVING):
+        if node.overrides.lend is overrides.LendMode.NOW:
             intent = work.intend(
                 Intent(
                     work.name,
@@ -296,7 +336,7 @@ def _reclaim_node(work: _Pool, node: _Node, origin: Origin, reason: Reason, why:
 
 def _safety_intents(work: _Pool) -> None:
     if work.health is Health.LOST:
-        count = len(work.in_phase(nodestate.Phase.LENT))
+        count = work.count(nodestate.Phase.LENT) - work.reclaims
         if count:
             intent = work.intend(
                 Intent(
@@ -313,9 +353,7 @@ def _safety_intents(work: _Pool) -> None:
     if work.need is None:
         return
     # Nodes already on their way back count: they will serve again.
-    returning = len(work.in_phase(nodestate.Phase.RECLAIMING)) + sum(
-        1 for s in work.steps if s.action is Action.RECLAIM
-    )
+    returning = work.count(nodestate.Phase.RECLAIMING) + work.reclaims
     shortfall = work.need - (work.serving_count + returning)
     if shortfall > 0 and work.lent_count > 0:
         intent = work.intend(
@@ -406,6 +444,12 @@ def _lend_blocked(work: _Pool) -> tuple[Reason, str] | None:
     if work.health is not Health.FRESH:
         reason = Reason.METRICS_STALE if work.health is Health.STALE else Reason.METRICS_MISSING
         return reason, f"no lending while demand is unknown ({work.health_note})"
+    if work.policy.guarded and work.queue is not None and work.queue > work.policy.queue_limit:
+        return (
+            Reason.QUEUE_BUILDING,
+            f"{work.queue:.0f} requests wait (limit {work.policy.queue_limit:.0f}): "
+            "serving is short already",
+        )
     return None
 
 
@@ -451,7 +495,7 @@ def _eligible(
             excluded[Reason.NOT_READY] += 1
         elif not node.view.idle:
             excluded[Reason.NOT_IDLE] += 1
-        elif not operator and not node.window.is_open(work.now):
+        elif not operator and not work.is_open(work.window_of(node)):
             excluded[Reason.OUTSIDE_WINDOW] += 1
         elif not operator and node.state.since and work.now - node.state.since < cooldown:
             excluded[Reason.COOLDOWN] += 1
@@ -480,7 +524,7 @@ def _why_no_candidate(excluded: Counter[Reason]) -> tuple[Reason, str]:
 
 def _grant_reclaims(work: _Pool, intent: Intent, limited: bool) -> None:
     lent = work.in_phase(nodestate.Phase.LENT)
-    in_flight = len(work.in_phase(nodestate.Phase.LENDING))
+    in_flight = work.count(nodestate.Phase.LENDING)
     eligible, paused, young = [], 0, 0
     for node in lent:
         if node.overrides.paused:
@@ -529,10 +573,11 @@ def _reclaim_cost(node: _Node) -> tuple[int, int, str]:
 
 
 def _summary(work: _Pool, proposal: model.Proposal | None) -> str:
-    phases = Counter(n.phase.value for n in work.nodes)
     need = "unknown" if work.need is None else str(work.need)
     target = "-" if proposal is None else str(proposal.lend_target)
-    counts = ", ".join(f"{count} {phase}" for phase, count in sorted(phases.items()))
+    counts = ", ".join(
+        f"{len(nodes)} {phase.value}" for phase, nodes in work.by_phase.items() if nodes
+    )
     return (
         f"pool {work.name}: {counts}; need {need}; target {target}; "
         f"{len(work.steps)} steps, {len(work.rejections)} refusals"

@@ -178,14 +178,24 @@ def run(
 def _observe(
     trace: Trace, t: int, now: datetime, fake: FakePool, queue: float, age: timedelta
 ) -> model.Snapshot:
-    """What the metric pipeline shows at minute ``t``: only minutes before ``t``, aged."""
-    previous = trace.rps[t - 1] if t > 0 else None
-    sampled = now - age
+    """What the metric pipeline shows at minute ``t``: only minutes before ``t``, aged.
+
+    In a gap the last known sample is shown with its own (growing) age, as Prometheus would
+    return it, so the planner's staleness rules see time pass rather than an instant outage.
+    """
+    last = t - 1
+    while last >= 0 and trace.rps[last] is None:
+        last -= 1
     history = model.DemandHistory(start=trace.start, step=MINUTE, values=trace.rps, end_index=t)
+    demand = None
+    if last >= 0:
+        value = trace.rps[last]
+        assert value is not None
+        demand = model.Sample(value, trace.start + MINUTE * (last + 1) - age)
     pool = model.PoolSnapshot(
         nodes=fake.nodes(),
-        demand=None if previous is None else model.Sample(previous, sampled),
-        queue=model.Sample(queue, sampled),
+        demand=demand,
+        queue=model.Sample(queue, now - age),
         history=history,
     )
     return model.Snapshot(now=now, pools={POOL: pool})

@@ -1,9 +1,9 @@
-"""Operator overrides: annotations parsed into ``Overrides`` and ``Problem`` values, never raising."""
+"""Operator overrides: annotations parsed into Overrides and Problems; garbage never raises."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from hypothesis import given, settings
@@ -197,7 +197,9 @@ SET = Overrides(lend=LendMode.NEVER, paused=True, until=UNTIL)
     ],
 )
 def test_every_override_lapses_at_override_until(now: datetime, expected: Overrides) -> None:
-    parsed = parse({P + "lend": "never", P + "paused": "true", P + "override-until": "2026-03-02T18:00:00Z"})
+    parsed = parse(
+        {P + "lend": "never", P + "paused": "true", P + "override-until": "2026-03-02T18:00:00Z"}
+    )
     assert parsed.overrides == SET
     assert parsed.overrides.active(now) == expected
 
@@ -272,12 +274,33 @@ _VALUES = st.one_of(
     st.text(),
     st.lists(st.one_of(_VALUE_FRAGMENTS, st.text(max_size=3)), max_size=6).map("".join),
 )
-_SUFFIXES = ("window", "lend", "reclaim", "paused", "override-until")
+# Well-formed times with any offset, often on the first or last representable day: those
+# overflow once converted to UTC.
+_WHEN = st.one_of(
+    st.datetimes(),
+    st.datetimes(max_value=datetime(1, 1, 1, 23, 59)),  # noqa: DTZ001  # naive, then offset
+    st.datetimes(min_value=datetime(9999, 12, 31)),  # noqa: DTZ001
+)
+_OFFSET = st.timedeltas(
+    min_value=timedelta(hours=-23, minutes=-59), max_value=timedelta(hours=23, minutes=59)
+)
+_TIMES = st.builds(
+    lambda when, offset: when.replace(tzinfo=timezone(offset)).isoformat(), _WHEN, _OFFSET
+)
+_STRATEGIES = {
+    "window": _VALUES,
+    "lend": _VALUES,
+    "reclaim": _VALUES,
+    "paused": _VALUES,
+    "override-until": st.one_of(_VALUES, _TIMES),
+}
 
 
-@settings(deadline=None)
+@settings(deadline=None, max_examples=300)
 @given(
-    values=st.fixed_dictionaries({}, optional={P + suffix: _VALUES for suffix in _SUFFIXES}),
+    values=st.fixed_dictionaries(
+        {}, optional={P + key: values for key, values in _STRATEGIES.items()}
+    ),
     zone=st.sampled_from(["UTC", "Asia/Kolkata", "No/Such_Zone", "America"]),
 )
 def test_parse_never_raises_on_any_annotation_text(values: dict[str, str], zone: str) -> None:

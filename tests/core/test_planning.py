@@ -93,9 +93,7 @@ def test_reclaiming_nodes_count_as_serving_for_the_minimum() -> None:
 
 def test_lending_keeps_enough_nodes_for_demand_plus_headroom() -> None:
     # 50 rps * 1.2 / 10 rps per node = 6 nodes must serve, so 4 of 10 may be lent.
-    result = checked(
-        plan(serving_nodes(10), target=8, rps=50.0, pool_policy=policy(headroom=0.2))
-    )
+    result = checked(plan(serving_nodes(10), target=8, rps=50.0, pool_policy=policy(headroom=0.2)))
 
     assert len(stepped(result, LEND)) == 4
     assert refusals(result) == {Reason.HEADROOM: 4}
@@ -236,9 +234,7 @@ def test_safety_reclaims_are_not_rate_limited() -> None:
 def test_operator_lends_are_not_rate_limited() -> None:
     asked = [with_overrides(n, lend="now") for n in serving_nodes(3, prefix="op")]
 
-    result = checked(
-        plan([*serving_nodes(5), *asked], pool_policy=policy(max_step_fraction=0.25))
-    )
+    result = checked(plan([*serving_nodes(5), *asked], pool_policy=policy(max_step_fraction=0.25)))
 
     assert stepped(result, LEND) == ["op-00", "op-01", "op-02"]
     assert {s.reason for s in result.steps} == {Reason.OPERATOR_LEND_NOW}
@@ -386,7 +382,9 @@ def test_a_sample_within_the_grace_period_keeps_lent_nodes_lent() -> None:
 
 
 def test_a_sample_older_than_the_grace_period_reclaims_every_lent_node() -> None:
-    result = checked(plan([*serving_nodes(3), *lent_nodes(3)], age=7 * MINUTE + timedelta(seconds=1)))
+    result = checked(
+        plan([*serving_nodes(3), *lent_nodes(3)], age=7 * MINUTE + timedelta(seconds=1))
+    )
 
     assert len(stepped(result, RECLAIM)) == 3
     assert {s.reason for s in result.steps} == {Reason.METRICS_LOST}
@@ -394,7 +392,12 @@ def test_a_sample_older_than_the_grace_period_reclaims_every_lent_node() -> None
 
 def test_an_unguarded_policy_ignores_missing_metrics() -> None:
     result = checked(
-        plan([*serving_nodes(3), *lent_nodes(1)], target=3, rps=None, pool_policy=policy(guarded=False))
+        plan(
+            [*serving_nodes(3), *lent_nodes(1)],
+            target=3,
+            rps=None,
+            pool_policy=policy(guarded=False),
+        )
     )
 
     assert len(stepped(result, LEND)) == 2
@@ -452,9 +455,7 @@ def test_only_the_idle_nodes_of_a_mixed_pool_are_lent() -> None:
 
 
 def test_a_node_that_is_not_ready_is_not_lent() -> None:
-    result = checked(
-        plan([serving("n", ready=False)], target=1, pool_policy=policy(min_serving=0))
-    )
+    result = checked(plan([serving("n", ready=False)], target=1, pool_policy=policy(min_serving=0)))
 
     assert result.steps == ()
     assert refusals(result) == {Reason.NOT_READY: 1}

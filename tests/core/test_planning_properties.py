@@ -76,61 +76,62 @@ def minutes(low: float, high: float) -> st.SearchStrategy[timedelta]:
     return st.floats(low, high).map(lambda m: timedelta(minutes=m))
 
 
-@st.composite
-def policies(draw: st.DrawFn) -> PoolPolicy:
-    window = windows.parse(draw(st.sampled_from(WINDOWS)))
+def parsed_window(text: str) -> windows.Window:
+    window = windows.parse(text)
     assert isinstance(window, windows.Window)
-    return PoolPolicy(
-        rps_per_node=draw(st.floats(0.5, 100.0)),
-        min_serving=draw(st.integers(0, 6)),
-        headroom=draw(st.floats(0.0, 1.0)),
-        max_lent_fraction=draw(st.floats(0.0, 1.0)),
-        min_loan=draw(minutes(0, 120)),
-        cooldown=draw(minutes(0, 60)),
-        max_step_fraction=draw(st.floats(0.01, 1.0)),
-        staleness=draw(minutes(0.5, 10)),
-        stale_grace=draw(minutes(0, 10)),
-        window=window,
-        zone=draw(st.sampled_from(("UTC", "Asia/Tokyo", "America/New_York"))),
-        lend_spec=LEND_SPEC,
-        guarded=draw(st.booleans()),
+    return window
+
+
+# Strategies are built once, at import: building them inside a draw costs more than the plan.
+AGES = minutes(0, 180)
+POLICIES = st.builds(
+    PoolPolicy,
+    rps_per_node=st.floats(0.5, 100.0),
+    min_serving=st.integers(0, 6),
+    headroom=st.floats(0.0, 1.0),
+    max_lent_fraction=st.floats(0.0, 1.0),
+    min_loan=minutes(0, 120),
+    cooldown=minutes(0, 60),
+    max_step_fraction=st.floats(0.01, 1.0),
+    staleness=minutes(0.5, 10),
+    stale_grace=minutes(0, 10),
+    window=st.sampled_from(WINDOWS).map(parsed_window),
+    zone=st.sampled_from(("UTC", "Asia/Tokyo", "America/New_York")),
+    lend_spec=st.just(LEND_SPEC),
+    guarded=st.booleans(),
+)
+JOBS = st.sampled_from((None, "j1", "j2", "j3"))
+PODS = st.lists(st.tuples(st.sampled_from(list(PodRole)), JOBS), max_size=4).map(
+    lambda drawn: tuple(
+        model.PodView("ns", f"pod-{i}", role, job=job if role is PodRole.BORROWED else None)
+        for i, (role, job) in enumerate(drawn)
     )
+)
+PAST, FUTURE, NOW_TEXT = "past", "future", "now-exactly"
+OVERRIDE_VALUES = {
+    KEYS.window: st.sampled_from((*WINDOWS, *GARBAGE)),
+    KEYS.lend: st.sampled_from(("never", "auto", "now", "NOW ", *GARBAGE)),
+    KEYS.reclaim: st.sampled_from(("now", *GARBAGE)),
+    KEYS.paused: st.sampled_from(("true", "false", *GARBAGE)),
+    KEYS.override_until: st.sampled_from((PAST, FUTURE, NOW_TEXT, *GARBAGE)),
+}
+OVERRIDES = st.dictionaries(
+    st.sampled_from(sorted(OVERRIDE_VALUES)), st.just(""), max_size=3
+).flatmap(lambda chosen: st.fixed_dictionaries({key: OVERRIDE_VALUES[key] for key in chosen}))
+SAMPLE_AGES = st.none() | minutes(0, 30)
+TARGETS = st.none() | st.integers(-5, 15) | st.integers(-(10**12), 10**12)
 
 
-@st.composite
-def pods(draw: st.DrawFn) -> tuple[model.PodView, ...]:
-    roles = draw(st.lists(st.sampled_from(list(PodRole)), max_size=4))
-    return tuple(
-        model.PodView(
-            namespace="ns",
-            name=f"pod-{i}",
-            role=role,
-            job=draw(st.sampled_from(("j1", "j2", "j3"))) if role is PodRole.BORROWED else None,
-        )
-        for i, role in enumerate(roles)
-    )
-
-
-@st.composite
-def override_annotations(draw: st.DrawFn, now: datetime) -> dict[str, str]:
-    past, future = nodestate.format_time(now - timedelta(hours=1)), nodestate.format_time(
-        now + timedelta(hours=1)
-    )
-    choices: dict[str, tuple[str, ...]] = {
-        KEYS.window: (*WINDOWS, *GARBAGE),
-        KEYS.lend: ("never", "auto", "now", "NOW ", *GARBAGE),
-        KEYS.reclaim: ("now", *GARBAGE),
-        KEYS.paused: ("true", "false", *GARBAGE),
-        KEYS.override_until: (past, future, *GARBAGE),
-    }
-    chosen = draw(st.lists(st.sampled_from(sorted(choices)), unique=True, max_size=3))
-    return {key: draw(st.sampled_from(choices[key])) for key in chosen}
+def expiry(value: str, now: datetime) -> str:
+    """Turn the symbolic expiries into times around ``now``; garbage stays garbage."""
+    offsets = {PAST: -timedelta(hours=1), FUTURE: timedelta(hours=1), NOW_TEXT: timedelta(0)}
+    return nodestate.format_time(now + offsets[value]) if value in offsets else value
 
 
 @st.composite
 def nodes(draw: st.DrawFn, name: str, now: datetime) -> model.NodeView:
     phase = draw(st.sampled_from(PHASES))
-    lent_at = now - draw(minutes(0, 180))
+    lent_at = now - draw(AGES)
     base = serving(name)
     if phase == "returned":
         node = returned(name, lent_at - timedelta(hours=1), lent_at)
@@ -149,8 +150,10 @@ def nodes(draw: st.DrawFn, name: str, now: datetime) -> model.NodeView:
         )
     else:
         node = base
-    annotations = {**node.annotations, **draw(override_annotations(now))}
-    return rebuilt(node, pods=draw(pods()), ready=draw(st.booleans()), annotations=annotations)
+    annotations = dict(node.annotations)
+    for key, value in draw(OVERRIDES).items():
+        annotations[key] = expiry(value, now) if key == KEYS.override_until else value
+    return rebuilt(node, pods=draw(PODS), ready=draw(st.booleans()), annotations=annotations)
 
 
 @st.composite
@@ -158,16 +161,9 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     now = T0 + draw(minutes(0, 14 * 24 * 60))
     count = draw(st.integers(0, 12))
     pool = tuple(draw(nodes(f"n-{i:02d}", now)) for i in range(count))
-    sample = draw(
-        st.none()
-        | st.builds(
-            model.Sample,
-            value=st.floats(0.0, 1000.0),
-            at=minutes(0, 30).map(lambda age: now - age),
-        )
-    )
-    target = draw(st.none() | st.integers(-5, 15) | st.integers(-(10**12), 10**12))
-    return Scenario(now, pool, sample, draw(policies()), target)
+    age = draw(SAMPLE_AGES)
+    sample = None if age is None else model.Sample(value=draw(st.floats(0.0, 1000.0)), at=now - age)
+    return Scenario(now, pool, sample, draw(POLICIES), draw(TARGETS))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,7 +183,7 @@ def by_name(pool: Sequence[model.NodeView]) -> dict[NodeName, model.NodeView]:
     return {n.name: n for n in pool}
 
 
-SETTINGS = settings(max_examples=400, deadline=None)
+SETTINGS = settings(max_examples=3000, deadline=None)
 
 
 # ---------------------------------------------------------------------------------------------

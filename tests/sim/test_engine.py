@@ -1,0 +1,121 @@
+"""The simulator on hand-built traces whose right answers can be worked out on paper."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import ClassVar
+
+import pytest
+
+from rebalancer.core import model
+from rebalancer.sim import engine
+from rebalancer.sim.traces import MINUTE, Trace
+from strategies import registry
+
+START = datetime(2024, 5, 10, tzinfo=UTC)
+
+
+def trace_of(rps: list[float | None]) -> Trace:
+    return Trace(name="hand", source="hand", start=START, rps=rps, native_step=MINUTE)
+
+
+# 60 quiet minutes at 20 rps, a 10-minute burst at 144 rps, 20 quiet minutes. The burst is the
+# peak, so one node serves 144 / (0.9 * 16) = 10 rps; quiet minutes need ceil(20 * 1.2 / 10) = 3.
+BURST = trace_of([20.0] * 60 + [144.0] * 10 + [20.0] * 20)
+POOL = engine.PoolModel()
+
+
+def test_calibration_makes_the_peak_minute_need_ninety_percent_of_the_pool() -> None:
+    assert POOL.calibrate(BURST) == pytest.approx(10.0)
+
+
+def test_the_oracle_lends_what_the_next_seven_minutes_allow() -> None:
+    plan = engine.oracle_plan(engine.needs(BURST, POOL, 10.0), POOL)
+    # Minute t may lend only if no burst minute lies in [t, t + 7]: t <= 52 or t >= 70.
+    assert plan[:53] == [13] * 53
+    assert plan[53:70] == [0] * 17
+    assert plan[70:] == [13] * 20
+
+
+def test_the_oracle_run_harvests_everything_without_a_breach() -> None:
+    plan = engine.oracle_plan(engine.needs(BURST, POOL, 10.0), POOL)
+    run = engine.run(BURST, engine.Oracle(plan, START), POOL, guarded=False)
+    assert run.figures == engine.Figures(
+        lent_node_hours=round(73 * 13 / 60, 3),
+        oracle_node_hours=round(73 * 13 / 60, 3),
+        harvest_ratio=1.0,
+        breach_minutes=0,
+        headroom_minutes=10,  # the burst needs 18 nodes of 16: headroom, not a breach
+        reclaims=13,
+        loans=26,
+        short_loans=0,
+    )
+
+
+def test_the_reactive_baseline_breaches_until_reclaimed_nodes_are_warm() -> None:
+    run = engine.run(BURST, registry.build("reactive"), POOL, guarded=False)
+    assert run.figures is not None
+    # Minute 60: it still sees 20 rps and keeps 13 lent; 3 nodes serve 30 rps < 144.
+    # Minute 61 it reclaims all 13; they drain 2 min and warm 5 min, serving from minute 68.
+    breaches = [m.time for m in run.timeline if m.demand_rps and m.demand_rps > 10 * m.serving]
+    assert breaches == [START + MINUTE * t for t in range(60, 68)]
+    assert run.figures.breach_minutes == 8
+    assert run.figures.reclaims == 13
+
+
+def test_the_static_baseline_never_lends() -> None:
+    run = engine.run(BURST, registry.build("static"), POOL, guarded=False)
+    assert run.figures is not None
+    assert (run.figures.lent_node_hours, run.figures.loans, run.figures.breach_minutes) == (0, 0, 0)
+
+
+def test_a_returning_node_counts_neither_as_serving_nor_as_lent() -> None:
+    run = engine.run(BURST, registry.build("reactive"), POOL, guarded=False)
+    minute = run.timeline[63]
+    assert (minute.serving, minute.lent, minute.returning) == (3, 0, 13)
+
+
+class Spy:
+    """Records what a strategy is shown, to prove it never sees the future."""
+
+    name: ClassVar[str] = "spy"
+
+    def __init__(self) -> None:
+        self.seen: list[model.PoolView] = []
+
+    def decide(self, pool: model.PoolView) -> model.Proposal:
+        self.seen.append(pool)
+        return model.Proposal(0, "spy")
+
+
+def test_a_strategy_sees_only_minutes_before_now_with_the_pipeline_age() -> None:
+    spy = Spy()
+    engine.run(BURST, spy, POOL)
+    for t, view in enumerate(spy.seen):
+        assert view.history.end == view.now == START + MINUTE * t
+        assert view.history.window(view.now, view.now + timedelta(hours=1)) == []
+        if t == 0:
+            assert view.demand is None
+        else:
+            assert view.demand == model.Sample(BURST.rps[t - 1] or 0.0, view.now - POOL.sample_age)
+
+
+def test_lending_stops_when_samples_go_missing_and_loans_return_after_the_grace() -> None:
+    # Low steady load with a gap of 20 minutes without samples in the middle.
+    rps: list[float | None] = [144.0] + [20.0] * 59 + [None] * 20 + [20.0] * 30
+    trace = trace_of(rps)
+    run = engine.run(trace, registry.build("window", {"window": "always"}), POOL)
+    lent = [m.lent for m in run.timeline]
+    assert lent[59] > 0, "lends while the load is known and low"
+    # The last sample (minute 59) is stamped 30 s before minute 60. It is older than the
+    # staleness limit (2 min) from minute 62, and past the 5-minute grace from minute 67.
+    assert lent[66] == lent[59], "stale but within the grace period: hold, do not lend more"
+    assert lent[67] == 0, "past the grace period every loan is taken back"
+    assert all(m.lent == 0 for m in run.timeline[67:81]), "nothing is lent while blind"
+
+
+def test_a_gap_minute_is_never_scored_as_a_breach() -> None:
+    trace = trace_of([144.0] + [None] * 5 + [20.0] * 10)
+    run = engine.run(trace, registry.build("reactive"), POOL, guarded=False)
+    assert run.figures is not None
+    assert run.figures.breach_minutes == 0

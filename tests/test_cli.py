@@ -1,0 +1,112 @@
+"""``rebalancer simulate`` end to end: the files it writes, and one clear line per bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from rebalancer import cli
+
+
+@pytest.fixture
+def small_trace(tmp_path: Path) -> Path:
+    """Two days of a simple day/night shape at 10-minute spacing."""
+    lines = ["time,rps"]
+    for step in range(2 * 144):
+        hour = step * 10 // 60 % 24
+        rps = 100 if 8 <= hour < 20 else 20
+        lines.append(f"2025-01-0{1 + step // 144}T{hour:02d}:{step * 10 % 60:02d}:00Z,{rps}")
+    path = tmp_path / "daynight.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_simulate_writes_summary_timelines_and_report_for_every_run(
+    small_trace: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    code = cli.main(
+        [
+            "simulate",
+            "--trace",
+            str(small_trace),
+            "--strategy",
+            "forecast",
+            "--strategy",
+            "watermark",
+            "--tz",
+            "Europe/Berlin",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    runs = {"forecast", "watermark", "static", "cron", "reactive", "oracle"}
+    assert set(summary["strategies"]) == runs
+    for figures in summary["strategies"].values():
+        assert set(figures) >= {
+            "lent_node_hours",
+            "oracle_node_hours",
+            "harvest_ratio",
+            "breach_minutes",
+            "headroom_minutes",
+            "reclaims",
+            "loans",
+            "short_loans",
+        }
+    assert summary["strategies"]["oracle"]["harvest_ratio"] == 1.0
+    assert summary["pool"]["zone"] == "Europe/Berlin"
+    assert summary["trace"]["minutes"] == 2 * 24 * 60
+    for name in runs:
+        with (out / f"timeline-{name}.csv").open() as handle:
+            rows = list(csv.reader(handle))
+        assert rows[0] == ["time", "demand_rps", "need", "serving", "lent", "returning", "queue"]
+        assert len(rows) == 1 + 2 * 24 * 60
+    assert "| forecast |" in (out / "report.md").read_text()
+    assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--pool-size", "0"], "--pool-size=0: must be at least 1", id="pool-size"),
+        pytest.param(["--tz", "Mars/Base"], "--tz='Mars/Base': not an IANA", id="zone"),
+        pytest.param(["--params", "forecast={"], "--params 'forecast={': not JSON", id="json"),
+        pytest.param(
+            ["--params", 'forecast={"safety": -1}'],
+            "strategy 'forecast': safety=-1: Input should be greater than or equal to 0",
+            id="param-range",
+        ),
+        pytest.param(
+            ["--params", 'forecast={"saftey": 1}'],
+            "strategy 'forecast': saftey=1: Extra inputs are not permitted",
+            id="param-typo",
+        ),
+    ],
+)
+def test_simulate_refuses_bad_input_with_one_line_and_exit_status_two(
+    small_trace: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    message: str,
+) -> None:
+    code = cli.main(["simulate", "--trace", str(small_trace), "--out", str(tmp_path), *args])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_simulate_names_the_file_and_line_of_a_bad_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("time,rps\n2025-01-01T00:00:00Z,fast\n")
+    assert cli.main(["simulate", "--trace", str(bad), "--out", str(tmp_path)]) == 2
+    assert f"{bad}: line 2: rps='fast' is not a number >= 0" in capsys.readouterr().err
