@@ -4,10 +4,15 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 OUT    ?= out
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test lint typecheck imports pytest bench clean
 
+# A fresh Debian has python3 but not always its venv module: install it when missing.
 $(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { \
+		echo "installing python3-venv (Debian)"; \
+		$(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q python3-venv; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'

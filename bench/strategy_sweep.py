@@ -13,6 +13,7 @@ for tr,z in loaded:
     pm=engine.PoolModel(zone=z)
     r=engine.run(tr, registry.build(name,params), pm)
     f=r.figures
+    assert f is not None
     c=pm.calibrate(tr); plan=engine.oracle_plan(engine.needs(tr,pm,c),pm)
     orc=sum(max(0,plan[i-1]-plan[i]) for i in range(1,len(plan)))
     print(f"{tr.name:45s} harvest {f.harvest_ratio:.3f} breach {f.breach_minutes:4d} headroom {f.headroom_minutes:4d} reclaims {f.reclaims} (oracle {orc}) loans {f.loans} short {f.short_loans}")

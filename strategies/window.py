@@ -49,6 +49,7 @@ class Window:
     def decide(self, pool: model.PoolView) -> model.Proposal:
         window = _window(self.params.window, pool.zone)
         lead = timedelta(minutes=self.params.lead_minutes)
-        if window.is_open(pool.now) and window.is_open(pool.now + lead):
+        closes = window.next_edge(pool.now)
+        if window.is_open(pool.now) and (closes is None or closes > pool.now + lead):
             return model.Proposal(pool.size, f"inside window {window}")
         return model.Proposal(0, f"outside window {window} (or closing within {lead})")

@@ -202,7 +202,7 @@ def decode_original(text: str) -> Original | str:
         return f"not JSON ({exc.msg} at character {exc.pos})"
     except (ValueError, RecursionError) as exc:  # an over-long integer, nesting too deep
         return f"not readable JSON ({type(exc).__name__})"
-    if not isinstance(doc, dict) or doc.get("v") != 1:
+    if not isinstance(doc, dict) or type(doc.get("v")) is not int or doc["v"] != 1:
         return 'not a version 1 record ({"v": 1, "taints": [...], "labels": {...}})'
     taints_doc, labels_doc = doc.get("taints"), doc.get("labels")
     if not isinstance(taints_doc, list) or not isinstance(labels_doc, dict):

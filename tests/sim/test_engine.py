@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import ClassVar
 
@@ -15,8 +16,8 @@ from strategies import registry
 START = datetime(2024, 5, 10, tzinfo=UTC)
 
 
-def trace_of(rps: list[float | None]) -> Trace:
-    return Trace(name="hand", source="hand", start=START, rps=rps, native_step=MINUTE)
+def trace_of(rps: Sequence[float | None]) -> Trace:
+    return Trace(name="hand", source="hand", start=START, rps=list(rps), native_step=MINUTE)
 
 
 # 60 quiet minutes at 20 rps, a 10-minute burst at 144 rps, 20 quiet minutes. The burst is the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,10 +19,10 @@ def view(
     now: datetime = NOW,
     demand: float | None = 10.0,
     lent: int = 0,
-    history: list[float | None] | None = None,
+    history: Sequence[float | None] | None = None,
     queue: float = 0.0,
 ) -> model.PoolView:
-    values = history or []
+    values = list(history or [])
     start = now - MINUTE * len(values)
     return model.PoolView(
         name=model.PoolName("p"),
