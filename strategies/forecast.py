@@ -7,20 +7,26 @@ over the next ``return_time + 1`` minutes? The answer is the largest of:
 
 - trend: a straight line fitted to the last ``fit_minutes`` of demand, read at the last minute
   and, when it rises, carried to the end of the horizon. A fit, not a peak: minute-to-minute
-  noise averages out instead of being kept as capacity (the Azure LLM weeks move by 5-10 % from
-  one minute to the next, so a "recent peak" estimate pays for that noise all day);
+  noise averages out instead of being kept as capacity (the Azure LLM weeks move by a median
+  5 % (conv) and 8 % (code) from one minute to the next, and a "recent peak" estimate pays for
+  that noise all day);
 - seasonal: on each of the previous ``days`` days, the peak over the same stretch of the day
   (plus ``seasonal_slack_minutes``, time to reclaim a large ramp at the planner's per-tick
   limit), scaled by how today's last hour compares with that day's; the median over the days.
   It foresees a ramp that comes back every day, which no recent-history estimate can;
 - the last sample itself, which the planner enforces anyway.
 
-The trend estimate is multiplied by ``1 + margin`` before the pool's headroom is applied. The
-margin is the larger of ``safety`` and the *learned* margin: for every minute of the last
-``memory_minutes``, the smallest margin that would have kept capacity above demand over that
-minute's horizon, given the estimate made then. So a load that has jumped past its estimate
-recently is given room for a jump as large, for a day; a calm one gets ``safety``. The seasonal
-forecast and the last sample carry no margin: the planner's headroom is theirs.
+The trend estimate is multiplied by ``1 + margin`` before the pool's headroom is applied; the
+seasonal forecast and the last sample carry no margin, the planner's headroom is theirs. The
+margin is the largest of three:
+
+- ``safety``, a floor for loads that have not shown how jumpy they are yet;
+- jumpiness: ``jumpiness_z`` times the root mean square of the log change from one horizon's
+  mean demand to the next, over the last ``jumpiness_minutes``. It is measured at the scale
+  that matters (one horizon), where minute noise has averaged out but level shifts have not;
+- learned: for every minute of the last ``memory_minutes``, the smallest margin that would
+  have kept capacity above demand over that minute's horizon, given what was kept then. A
+  load that has outrun its estimate recently keeps room for as large a miss, for a day.
 
 Lending is asymmetric. A reclaim follows the keep computed now; a loan needs the largest keep
 of the last ``return_time - 1`` minutes (plus ``hold_minutes``) to allow it, so a node is never
@@ -30,18 +36,23 @@ serving below what the reclaim was for). After a run of missing samples at least
 nothing is lent until ``min_history_minutes`` of demand are known again: the first samples
 after an outage are often partial.
 
-Figures (bench/strategy_sweep.py, 16 nodes, peak at 90 % of the pool). Over the Azure LLM
-weeks a trend-plus-margin estimate needs a margin of about 0.2 to stay free of breaches: the
-``code`` week for its steepest morning ramps, the ``conv`` week for one spike (2024-05-16
-01:47 UTC, 8.6 -> 12.1 node-capacities in a minute, three minutes long). ``safety`` = 0.22 is
-that margin; each 0.01 more costs ``conv`` about 1.3 % of its harvest. The ServeGen traces are
-10-minute step functions whose level jumps 2-3x from calm periods; the learned margin absorbs
-jumps that follow other jumps, not the first of a kind.
+Figures (bench/strategy_sweep.py, 16 nodes, peak at 90 % of the pool). On the Azure LLM weeks
+the jumpiness margin alone (``safety`` = 0) keeps ``code`` free of breaches and ``conv`` but
+for one minute: 2024-05-16 01:47 UTC, when demand jumps 35 % (9.0 to 12.1 node-capacities,
+then 11.2 and 11.3) with nothing before it, that day or earlier ones, to learn from. 0.21 is
+the least ``safety`` that covers it; each 0.01 above costs ``conv`` about 1.3 % of its harvest
+(0.753 at the default 0.22, 0.835 at 0 with that one breach minute). Neither Azure week ever
+misses by more than ``safety``, so the learned margin costs them nothing. On the ServeGen
+traces (10-minute steps whose level jumps 1.5-3x out of calm stretches) the jumpiness and
+learned margins cut breach minutes on m-large/m-mid/m-small from 62/73/80 to 21/25/44. The
+rest are first-of-a-kind jumps: no breach at all takes ``safety`` 1.5 (m-small) or 2
+(m-large), where ``conv`` keeps 7 % and 1 % of its harvest, and m-mid still breaches at 3
+(two hours of near-zero demand, then full load).
 
-The strategy keeps per-pool memos of what it derived from the history (estimates, learned
-margins), so a tick costs a fit rather than a day of them. They depend only on the history;
-another series (a different ``values`` object, start or step) or a step back in time rebuilds
-them from the history alone, with the same result.
+The strategy keeps per-pool memos of what it derived from the history (estimates, misses,
+horizon changes), so a tick costs one fit rather than a day of them. They depend only on the
+history: another series (a different ``values`` object, start or step), other pool figures or
+a step back in time rebuild them from the history alone, with the same result.
 """
 
 from __future__ import annotations
@@ -84,7 +95,15 @@ class Params(base.Params):
         default=0, ge=0, le=24 * 60, description="extra wait before lending, beyond the return"
     )
     days: int = pydantic.Field(default=7, ge=0, le=28, description="days of seasonal history")
-    seasonal_slack_minutes: int = pydantic.Field(default=15, ge=0, le=24 * 60)
+    seasonal_slack_minutes: int = pydantic.Field(
+        default=15, ge=0, le=24 * 60, description="seasonal look-ahead beyond the horizon"
+    )
+    jumpiness_z: float = pydantic.Field(
+        default=2.5, ge=0, le=10, description="margin in standard deviations of horizon changes"
+    )
+    jumpiness_minutes: int = pydantic.Field(
+        default=4 * 60, ge=10, le=7 * 24 * 60, description="span the jumpiness is measured over"
+    )
 
     @pydantic.model_validator(mode="after")
     def _enough_fit(self) -> Params:
@@ -104,26 +123,32 @@ class _Tick:
     slope: float  # rps per step of the fit
     seasonal: float  # rps; 0 when there is no earlier day
     floor: int  # nodes the last sample and the seasonal forecast need, without margin
-    margin: float  # the margin applied at this tick: max(safety, learned)
+    margin: float  # the margin applied at this tick: max(safety, jumpiness, learned)
+    jumpiness: float  # jumpiness_z times the spread of horizon-to-horizon changes
+    learned: float  # the largest miss of the last memory_minutes
     keep: int | None  # nodes to keep serving; None: lend nothing
 
 
 @dataclass
 class _Memory:
-    """One pool's memo, valid for one series (``values``, ``start``, ``step``)."""
+    """One pool's memo, valid for one series and one set of pool figures."""
 
     values: Sequence[float | None]
     start: datetime
     step: timedelta
+    figures: tuple[float, float, int, int, timedelta]  # what _Tick values were computed with
     end: int = 0  # ticks are known for indices < end
     ticks: dict[int, _Tick] = field(default_factory=dict)
     misses: deque[tuple[int, float]] = field(default_factory=deque)  # (index, margin needed)
+    changes: deque[tuple[int, float]] = field(default_factory=deque)  # (index, squared change)
 
-    def matches(self, history: model.DemandHistory) -> bool:
+    def matches(self, pool: model.PoolView) -> bool:
+        history = pool.history
         return (
             self.values is history.values
             and self.start == history.start
             and self.step == history.step
+            and self.figures == _figures(pool)
             and history.end_index >= self.end - 1
         )
 
@@ -152,7 +177,9 @@ class Forecast:
             "current_rps": pool.demand.value,
             "slope_rps_per_minute": tick.slope * (MINUTE / history.step),
             "seasonal_rps": tick.seasonal,
-            "margin": tick.margin,
+            "margin": tick.margin if math.isfinite(tick.margin) else "unbounded",
+            "jumpiness_margin": tick.jumpiness,
+            "learned_margin": tick.learned if math.isfinite(tick.learned) else "unbounded",
         }
         if tick.estimate is not None:
             evidence["estimate_rps"] = tick.estimate
@@ -172,7 +199,7 @@ class Forecast:
             target = max(0, pool.size - keep_now)
             why = (
                 f"demand may reach what {keep_now} nodes serve within {pool.return_time} "
-                f"(margin {tick.margin:.2f})"
+                f"(margin {_margin_text(tick.margin)})"
             )
         else:
             target = pool.lent
@@ -188,10 +215,12 @@ class Forecast:
         horizon = self._steps(pool.return_time + step, step)
         hold = self._steps(pool.return_time, step) + self._minutes(p.hold_minutes, step)
         memory = self._minutes(p.memory_minutes, step) if p.memory_minutes else 0
-        span = hold + memory + horizon  # ticks needed to rebuild the state of ``now``
+        jumpiness = self._minutes(p.jumpiness_minutes, step)
+        # Ticks needed to rebuild the state of ``now`` from the history alone.
+        span = hold + max(memory, jumpiness) + 2 * horizon
         memo = self._memos.get(pool.name)
-        if memo is None or not memo.matches(history) or now - memo.end > span:
-            memo = _Memory(history.values, history.start, history.step)
+        if memo is None or not memo.matches(pool) or now - memo.end > span:
+            memo = _Memory(history.values, history.start, history.step, _figures(pool))
             memo.end = max(0, now - span)
             self._memos[pool.name] = memo
         for index in range(memo.end, now + 1):
@@ -213,11 +242,12 @@ class Forecast:
         if seasonal > 0:
             floor = max(floor, pool.need(seasonal))
         learned = memo.misses[0][1] if memo.misses else 0.0
-        margin = max(self.params.safety, learned)
+        jumps = self.params.jumpiness_z * self._jumpiness(memo, pool, index, horizon)
+        margin = max(self.params.safety, learned, jumps)
         keep = None
         if estimate is not None:
             keep = max(floor, _need_capped(pool, estimate, margin))
-        return _Tick(estimate, slope, seasonal, floor, margin, keep)
+        return _Tick(estimate, slope, seasonal, floor, margin, jumps, learned, keep)
 
     def _learn(
         self, memo: _Memory, pool: model.PoolView, index: int, horizon: int, memory: int
@@ -245,6 +275,24 @@ class Forecast:
         while misses and misses[-1][1] <= margin:
             misses.pop()
         misses.append((index - horizon, margin))
+
+    def _jumpiness(self, memo: _Memory, pool: model.PoolView, index: int, horizon: int) -> float:
+        """Root mean square of the log change from one horizon's mean demand to the next, over
+        the last ``jumpiness_minutes``; 0 until a horizon's worth of changes is known."""
+        values, changes = memo.values, memo.changes
+        span = self._minutes(self.params.jumpiness_minutes, pool.history.step)
+        while changes and changes[0][0] <= index - span:
+            changes.popleft()
+        if not changes or changes[-1][0] < index:
+            later = _known(values, index - horizon, index, index)
+            earlier = _known(values, index - 2 * horizon, index - horizon, index)
+            if later and earlier:
+                ratio = (math.fsum(later) / len(later)) / (math.fsum(earlier) / len(earlier))
+                if ratio > 0:
+                    changes.append((index, math.log(ratio) ** 2))
+        if len(changes) < horizon:
+            return 0.0
+        return math.sqrt(math.fsum(c for _, c in changes) / len(changes))
 
     # -----------------------------------------------------------------------------------------
     # The estimates, each from the history before ``index`` only.
@@ -317,6 +365,14 @@ class Forecast:
     @classmethod
     def _minutes(cls, minutes: int, step: timedelta) -> int:
         return cls._steps(timedelta(minutes=minutes), step) if minutes else 0
+
+
+def _margin_text(margin: float) -> str:
+    return f"{margin:.2f}" if math.isfinite(margin) else "unbounded"
+
+
+def _figures(pool: model.PoolView) -> tuple[float, float, int, int, timedelta]:
+    return (pool.rps_per_node, pool.headroom, pool.min_serving, pool.size, pool.return_time)
 
 
 def _known(values: Sequence[float | None], lo: int, hi: int, end: int) -> list[float]:
