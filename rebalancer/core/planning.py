@@ -81,6 +81,7 @@ class _Node:
 
 @dataclass(frozen=True, slots=True)
 class _Decoded:
+    view: model.NodeView  # the value decoded: a memo shared with another value is not reused
     node: _Node | None  # None when the node's state cannot be read
     findings: tuple[model.Finding, ...]
 
@@ -105,6 +106,7 @@ class _Pool:
     rejections: list[model.Rejection] = field(default_factory=list)
     changed: set[model.NodeName] = field(default_factory=set)
     budget: int = 0
+    paused: bool = False  # a global or pool pause: every intent is refused
     lends: int = 0
     reclaims: int = 0
     _open: dict[int, bool] = field(default_factory=dict)
@@ -163,6 +165,11 @@ class _Pool:
         else:
             self.reclaims += 1
 
+    def refuse_if_paused(self, intent: Intent) -> bool:
+        if self.paused:
+            self.reject(intent, Reason.PAUSED, "the pool is paused", intent.count, intent.node)
+        return self.paused
+
     def reject(
         self,
         intent: Intent,
@@ -185,12 +192,10 @@ def plan_pool(
     paused: bool = False,
 ) -> model.PoolPlan:
     work = _observe(now, name, pool, policy, keys)
-    if paused:
-        _refuse_all(work, proposal)
-    else:
-        _operator_intents(work)
-        _safety_intents(work)
-        _strategy_intent(work, proposal)
+    work.paused = paused  # every intent is still formed, and refused: nothing is silent
+    _operator_intents(work)
+    _safety_intents(work)
+    _strategy_intent(work, proposal)
     return model.PoolPlan(
         pool=name,
         intents=tuple(work.intents),
@@ -219,9 +224,10 @@ def _observe(
     memo_key = ("planning", keys.prefix, policy.zone)
     for view in pool.nodes:
         decoded = view.memo.get(memo_key)
-        if decoded is None:
+        # ``dataclasses.replace`` hands the memo on to the new value: decode that one afresh,
+        # or its pods, readiness and annotations would be those of the node it came from.
+        if not isinstance(decoded, _Decoded) or decoded.view is not view:
             decoded = view.memo[memo_key] = _decode(view, keys, policy.zone)
-        assert isinstance(decoded, _Decoded)
         if decoded.findings:
             findings.extend(decoded.findings)
         node = decoded.node
@@ -232,8 +238,15 @@ def _observe(
             node = _Node(node.view, node.name, node.state, node.phase, overrides.NONE, None)
         nodes.append(node)
         by_phase[node.phase].append(node)
-    health, note = _health(now, pool.demand, policy)
-    need = policy.need(pool.demand.value) if pool.demand is not None else None
+    # A rate that is not a finite number >= 0 is no sample: never read as a load, and never
+    # handed to ``need``, which cannot round NaN or infinity.
+    demand = pool.demand
+    if demand is not None and not (math.isfinite(demand.value) and demand.value >= 0):
+        demand = None
+    health, note = _health(now, demand, policy)
+    if demand is None and pool.demand is not None:
+        note = f"demand sample {pool.demand.value} is not a rate"
+    need = policy.need(demand.value) if demand is not None else None
     queue = pool.queue.value if pool.queue and pool.queue.age(now) <= policy.staleness else None
     work = _Pool(
         name, now, policy, nodes, by_phase, unreadable, findings, health, note, need, queue
@@ -260,10 +273,10 @@ def _decode(view: model.NodeView, keys: nodestate.Keys, zone: str) -> _Decoded:
                 f"{state}; the node is left as it is until someone fixes it",
             )
         )
-        return _Decoded(None, tuple(findings))
+        return _Decoded(view, None, tuple(findings))
     ov = parsed.overrides
     node = _Node(view, view.name, state, state.phase, ov, ov.window)
-    return _Decoded(node, tuple(findings))
+    return _Decoded(view, node, tuple(findings))
 
 
 def _health(now: datetime, demand: model.Sample | None, policy: PoolPolicy) -> tuple[Health, str]:
@@ -282,19 +295,6 @@ def _health(now: datetime, demand: model.Sample | None, policy: PoolPolicy) -> t
 
 # ---------------------------------------------------------------------------------------------
 # Intents, in order of precedence: operators, safety, then the strategy.
-
-
-def _refuse_all(work: _Pool, proposal: model.Proposal | None) -> None:
-    if proposal is None:
-        return
-    delta = proposal.lend_target - work.lent_count
-    if delta == 0:
-        return
-    action = Action.LEND if delta > 0 else Action.RECLAIM
-    intent = work.intend(
-        Intent(work.name, action, abs(delta), Origin.STRATEGY, Reason.STRATEGY, proposal.reason)
-    )
-    work.reject(intent, Reason.PAUSED, "lending is paused for this pool", abs(delta))
 
 
 def _operator_intents(work: _Pool) -> None:
@@ -328,6 +328,8 @@ def _operator_intents(work: _Pool) -> None:
 
 def _reclaim_node(work: _Pool, node: _Node, origin: Origin, reason: Reason, why: str) -> None:
     intent = work.intend(Intent(work.name, Action.RECLAIM, 1, origin, reason, why, node=node.name))
+    if work.refuse_if_paused(intent):
+        return
     if node.overrides.paused:
         work.reject(intent, Reason.NODE_PAUSED, "the node is paused by an operator", 1, node.name)
     else:
@@ -335,6 +337,8 @@ def _reclaim_node(work: _Pool, node: _Node, origin: Origin, reason: Reason, why:
 
 
 def _safety_intents(work: _Pool) -> None:
+    if not work.policy.guarded:
+        return  # a baseline shows its own rule: nothing protects it from itself
     if work.health is Health.LOST:
         count = work.count(nodestate.Phase.LENT) - work.reclaims
         if count:
@@ -412,6 +416,8 @@ def _grant_lends(
     wanted: int | None = None,
 ) -> None:
     wanted = intent.count if wanted is None else wanted
+    if work.refuse_if_paused(intent):
+        return
     blocked = _lend_blocked(work)
     if blocked is not None:
         work.reject(intent, blocked[0], blocked[1], wanted, intent.node)
@@ -420,14 +426,7 @@ def _grant_lends(
     granted = min(wanted, room)
     work.reject(intent, limit_reason, limit_note, wanted - granted, intent.node)
     if limited:
-        allowed = min(granted, work.budget)
-        work.reject(
-            intent,
-            Reason.RATE_LIMIT,
-            f"at most {work.policy.step_budget(work.size)} strategy changes per tick",
-            granted - allowed,
-        )
-        granted = allowed
+        granted = _within_budget(work, intent, granted)
     eligible, excluded = _eligible(work, candidates, operator=not limited)
     chosen = sorted(eligible, key=lambda n: (len(n.view.pods), n.name))[:granted]
     for node in chosen:
@@ -438,6 +437,18 @@ def _grant_lends(
     if missing > 0:
         reason, note = _why_no_candidate(excluded)
         work.reject(intent, reason, note, missing, intent.node)
+
+
+def _within_budget(work: _Pool, intent: Intent, wanted: int) -> int:
+    """What this tick's per-tick limit still allows of ``wanted``; the rest is refused."""
+    allowed = min(wanted, work.budget)
+    work.reject(
+        intent,
+        Reason.RATE_LIMIT,
+        f"at most {work.policy.step_budget(work.size)} strategy changes per tick",
+        wanted - allowed,
+    )
+    return allowed
 
 
 def _lend_blocked(work: _Pool) -> tuple[Reason, str] | None:
@@ -523,6 +534,8 @@ def _why_no_candidate(excluded: Counter[Reason]) -> tuple[Reason, str]:
 
 
 def _grant_reclaims(work: _Pool, intent: Intent, limited: bool) -> None:
+    if work.refuse_if_paused(intent):
+        return
     lent = work.in_phase(nodestate.Phase.LENT)
     in_flight = work.count(nodestate.Phase.LENDING)
     eligible, paused, young = [], 0, 0
@@ -535,14 +548,7 @@ def _grant_reclaims(work: _Pool, intent: Intent, limited: bool) -> None:
             eligible.append(node)
     wanted = intent.count
     if limited:
-        allowed = min(wanted, work.budget)
-        work.reject(
-            intent,
-            Reason.RATE_LIMIT,
-            f"at most {work.policy.step_budget(work.size)} strategy changes per tick",
-            wanted - allowed,
-        )
-        wanted = allowed
+        wanted = _within_budget(work, intent, wanted)
     chosen = sorted(eligible, key=_reclaim_cost)[:wanted]
     for node in chosen:
         work.step(intent, node, urgent=not limited)

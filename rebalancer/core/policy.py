@@ -40,7 +40,8 @@ class PoolPolicy:
     lend_spec: nodestate.LendSpec = field(
         default_factory=lambda: default_lend_spec(nodestate.Keys())
     )
-    guarded: bool = True  # False only for the simulator's baselines: no headroom, no metrics rule
+    # False only for the simulator's baselines: no headroom, metrics or demand-above-serving rule
+    guarded: bool = True
 
     def __post_init__(self) -> None:
         problems = []

@@ -129,7 +129,8 @@ def markdown(summary: dict[str, Any]) -> str:
         "ratio, then the fewest headroom minutes, then the fewest reclaims. The oracle knows the "
         "future and is the physical limit, not a contender. Baselines run "
         "through the same planner with its guards off (no headroom rule, no metrics rule, no "
-        "cooldown, no per-tick limit), so their figures show the rule on its own.",
+        "reclaim when demand outgrows serving, no cooldown, no per-tick limit), so their "
+        "figures show the rule on its own.",
         "",
         "![demand, serving and lent nodes over time](report.png)",
         "",
