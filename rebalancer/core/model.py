@@ -65,8 +65,9 @@ class NodeView:
     pods: tuple[PodView, ...] = ()
     ready: bool = True
     resource_version: str = ""
-    # Derived values the core computes once per node version (parsed state, overrides).
-    memo: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
+    # Derived values the core computes once per node value (parsed state, overrides). Not an
+    # init field, so ``dataclasses.replace`` gives the new value a memo of its own.
+    memo: dict[object, object] = field(default_factory=dict, compare=False, repr=False, init=False)
 
     @cached_property
     def busy_with_inference(self) -> bool:

@@ -81,7 +81,6 @@ class _Node:
 
 @dataclass(frozen=True, slots=True)
 class _Decoded:
-    view: model.NodeView  # the value decoded: a memo shared with another value is not reused
     node: _Node | None  # None when the node's state cannot be read
     findings: tuple[model.Finding, ...]
 
@@ -96,6 +95,7 @@ class _Pool:
     nodes: list[_Node]
     by_phase: dict[nodestate.Phase, list[_Node]]
     unreadable: int  # nodes whose state could not be read: neither serving nor lendable
+    not_ready: int  # serving nodes that are NotReady: no capacity, not lendable
     findings: list[model.Finding]
     health: Health
     health_note: str
@@ -131,7 +131,8 @@ class _Pool:
 
     @property
     def serving_count(self) -> int:
-        return self.count(nodestate.Phase.SERVING) - self.lends
+        """Ready serving nodes after the steps decided so far: a NotReady node serves nothing."""
+        return self.count(nodestate.Phase.SERVING) - self.not_ready - self.lends
 
     def window_of(self, node: _Node) -> windows.Window:
         return node.window or self.policy.window
@@ -224,9 +225,7 @@ def _observe(
     memo_key = ("planning", keys.prefix, policy.zone)
     for view in pool.nodes:
         decoded = view.memo.get(memo_key)
-        # ``dataclasses.replace`` hands the memo on to the new value: decode that one afresh,
-        # or its pods, readiness and annotations would be those of the node it came from.
-        if not isinstance(decoded, _Decoded) or decoded.view is not view:
+        if not isinstance(decoded, _Decoded):
             decoded = view.memo[memo_key] = _decode(view, keys, policy.zone)
         if decoded.findings:
             findings.extend(decoded.findings)
@@ -248,8 +247,20 @@ def _observe(
         note = f"demand sample {pool.demand.value} is not a rate"
     need = policy.need(demand.value) if demand is not None else None
     queue = pool.queue.value if pool.queue and pool.queue.age(now) <= policy.staleness else None
+    not_ready = sum(1 for n in by_phase[nodestate.Phase.SERVING] if not n.view.ready)
     work = _Pool(
-        name, now, policy, nodes, by_phase, unreadable, findings, health, note, need, queue
+        name,
+        now,
+        policy,
+        nodes,
+        by_phase,
+        unreadable,
+        not_ready,
+        findings,
+        health,
+        note,
+        need,
+        queue,
     )
     work.budget = policy.step_budget(work.size)
     return work
@@ -273,10 +284,10 @@ def _decode(view: model.NodeView, keys: nodestate.Keys, zone: str) -> _Decoded:
                 f"{state}; the node is left as it is until someone fixes it",
             )
         )
-        return _Decoded(view, None, tuple(findings))
+        return _Decoded(None, tuple(findings))
     ov = parsed.overrides
     node = _Node(view, view.name, state, state.phase, ov, ov.window)
-    return _Decoded(view, node, tuple(findings))
+    return _Decoded(node, tuple(findings))
 
 
 def _health(now: datetime, demand: model.Sample | None, policy: PoolPolicy) -> tuple[Health, str]:
@@ -467,7 +478,8 @@ def _lend_blocked(work: _Pool) -> tuple[Reason, str] | None:
 def _lend_room(work: _Pool) -> tuple[int, Reason, str]:
     """How many more nodes may be lent, and the rule that sets that number."""
     size, policy = work.size, work.policy
-    usable = len(work.nodes)  # nodes whose state could not be read neither serve nor lend
+    # Nodes whose state cannot be read, and NotReady serving nodes, carry no load.
+    usable = len(work.nodes) - work.not_ready
     lent = work.lent_count
     limits = [(usable - policy.min_serving, Reason.MIN_SERVING, f"{policy.min_serving} must serve")]
     if policy.guarded:
@@ -488,6 +500,9 @@ def _lend_room(work: _Pool) -> tuple[int, Reason, str]:
                 )
             )
     cap, reason, note = min(limits, key=lambda item: item[0])
+    if work.not_ready and reason in (Reason.MIN_SERVING, Reason.HEADROOM):
+        reason = Reason.NOT_READY
+        note = f"{work.not_ready} serving nodes are not ready and carry no load; {note}"
     return max(0, cap - lent), reason, note
 
 
@@ -538,10 +553,15 @@ def _grant_reclaims(work: _Pool, intent: Intent, limited: bool) -> None:
         return
     lent = work.in_phase(nodestate.Phase.LENT)
     in_flight = work.count(nodestate.Phase.LENDING)
-    eligible, paused, young = [], 0, 0
+    eligible, paused, pinned, young = [], 0, 0, 0
     for node in lent:
         if node.overrides.paused:
             paused += 1
+        elif limited and node.overrides.lend is overrides.LendMode.NOW:
+            # The operator outranks the strategy: taking the node back would only have it lent
+            # again (lend=now skips the cooldown) as soon as it returns, a loop that preempts
+            # the training on it every few minutes.
+            pinned += 1
         elif limited and _loan_too_young(work, node):
             young += 1
         else:
@@ -558,6 +578,7 @@ def _grant_reclaims(work: _Pool, intent: Intent, limited: bool) -> None:
     for reason, count, note in (
         (Reason.MIN_LOAN_TIME, young, f"lent less than {work.policy.min_loan} ago"),
         (Reason.NODE_PAUSED, paused, "paused by an operator"),
+        (Reason.OPERATOR_LEND_NOW, pinned, "kept lent by an operator (lend=now)"),
         (Reason.IN_FLIGHT, in_flight, "still being lent; finished or rolled back first"),
     ):
         refused = min(missing, count)

@@ -89,11 +89,7 @@ def rebuilt(
     ready: bool | None = None,
     annotations: Mapping[str, str] | None = None,
 ) -> model.NodeView:
-    """The same node with other pods, readiness or annotations, and no cached parse.
-
-    Built field by field rather than with ``dataclasses.replace``, which would share the memo
-    of parsed annotations between the old and the new value.
-    """
+    """The same node with other pods, readiness or annotations, and no cached parse."""
     return model.NodeView(
         name=node.name,
         labels=dict(node.labels),
@@ -210,9 +206,11 @@ def demand(rps: float, age: timedelta = timedelta(seconds=30), now: datetime = T
 
 
 def pool_snapshot(
-    nodes: Iterable[model.NodeView], sample: model.Sample | None
+    nodes: Iterable[model.NodeView],
+    sample: model.Sample | None,
+    queue: model.Sample | None = None,
 ) -> model.PoolSnapshot:
-    return model.PoolSnapshot(nodes=tuple(nodes), demand=sample)
+    return model.PoolSnapshot(nodes=tuple(nodes), demand=sample, queue=queue)
 
 
 def plan(
@@ -221,14 +219,21 @@ def plan(
     target: int | None = None,
     rps: float | None = 0.0,
     age: timedelta = timedelta(seconds=30),
+    queue: float | None = None,
+    queue_age: timedelta = timedelta(seconds=30),
     pool_policy: PoolPolicy | None = None,
     now: datetime = T0,
     paused: bool = False,
     paused_pools: Iterable[PoolName] = (),
 ) -> model.PoolPlan:
-    """Plan one pool with demand ``rps`` sampled ``age`` ago (``rps=None``: no sample at all)."""
+    """Plan one pool with demand ``rps`` sampled ``age`` ago (``rps=None``: no sample at all).
+
+    ``queue`` requests waiting, sampled ``queue_age`` ago (``None``: no queue sample).
+    """
     actual = None if rps is None else demand(rps, age, now)
-    snapshot = model.Snapshot(now=now, pools={POOL: pool_snapshot(nodes, actual)}, paused=paused)
+    waiting = None if queue is None else demand(queue, queue_age, now)
+    pools = {POOL: pool_snapshot(nodes, actual, waiting)}
+    snapshot = model.Snapshot(now=now, pools=pools, paused=paused)
     proposals = {} if target is None else {POOL: proposal(target)}
     result = planning.make_plan(
         snapshot, proposals, {POOL: pool_policy or policy()}, KEYS, paused_pools

@@ -6,6 +6,8 @@ the nodes in its steps plus the counts in its rejections equal its count.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from datetime import timedelta
 
 import pytest
@@ -244,14 +246,30 @@ def test_operator_lends_are_not_rate_limited() -> None:
 # Pauses
 
 
-def test_a_global_pause_freezes_the_pool_and_reports_the_refusal() -> None:
+def test_a_global_pause_freezes_the_pool_and_reports_every_refusal() -> None:
     asked = with_overrides(lent_nodes(1, prefix="x")[0], reclaim="now")
     nodes = [*serving_nodes(3), *lent_nodes(2), asked]
 
     result = checked(plan(nodes, target=5, rps=None, paused=True))
 
     assert result.steps == ()
-    assert refusals(result) == {Reason.PAUSED: 2}
+    # The operator's reclaim, the metrics-lost reclaim of the three lent nodes and the strategy's
+    # lends (5 - 3 lent) are all refused, none silently.
+    assert [(i.origin, i.count) for i in result.intents] == [
+        (Origin.OPERATOR, 1),
+        (Origin.SAFETY, 3),
+        (Origin.STRATEGY, 2),
+    ]
+    assert refusals(result) == {Reason.PAUSED: 6}
+
+
+def test_a_global_pause_refuses_an_operator_lend_now() -> None:
+    node = with_overrides(serving("n"), lend="now")
+
+    result = checked(plan([serving("s"), node], paused=True))
+
+    assert result.steps == ()
+    assert [(r.reason, r.node) for r in result.rejections] == [(Reason.PAUSED, "n")]
 
 
 def test_a_pool_pause_freezes_only_that_pool() -> None:
@@ -274,11 +292,12 @@ def test_a_pool_pause_freezes_only_that_pool() -> None:
     assert len(stepped(result.pools[other], LEND)) == 2
 
 
-def test_a_paused_pool_without_a_proposal_plans_nothing() -> None:
+def test_a_paused_pool_without_a_proposal_still_reports_what_safety_would_do() -> None:
     result = checked(plan(lent_nodes(2), rps=None, paused_pools=[POOL]))
 
-    assert result.intents == ()
     assert result.steps == ()
+    assert [(i.reason, i.count) for i in result.intents] == [(Reason.METRICS_LOST, 2)]
+    assert refusals(result) == {Reason.PAUSED: 2}
 
 
 def test_a_paused_node_is_not_lent() -> None:
@@ -403,23 +422,56 @@ def test_an_unguarded_policy_ignores_missing_metrics() -> None:
     assert len(stepped(result, LEND)) == 2
 
 
-@pytest.mark.skip(reason="the queue rule (policy.queue_limit, Reason.QUEUE_BUILDING) is not built")
-def test_a_queue_above_the_limit_blocks_lending() -> None:
-    snapshot = model.Snapshot(
-        now=T0,
-        pools={
-            POOL: model.PoolSnapshot(
-                nodes=tuple(serving_nodes(3)),
-                demand=demand(0.0),
-                queue=model.Sample(value=50.0, at=T0),
-            )
-        },
-    )
-    result = planning.make_plan(
-        snapshot, {POOL: proposal(1)}, {POOL: policy(queue_limit=10.0)}, KEYS
-    ).pools[POOL]
+def test_an_unguarded_policy_does_not_reclaim_for_demand_above_serving() -> None:
+    # The simulator's baselines run unguarded, so that their own rule shows.
+    nodes = [*serving_nodes(4), *lent_nodes(6)]
 
-    assert refusals(result) == {Reason.QUEUE_BUILDING: 1}
+    result = checked(plan(nodes, rps=55.0, pool_policy=policy(guarded=False)))
+
+    assert result.steps == ()
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, -1.0])
+def test_a_demand_sample_that_is_not_a_rate_counts_as_missing(value: float) -> None:
+    nodes = [*serving_nodes(3), *lent_nodes(2)]
+
+    result = checked(plan(nodes, target=4, rps=value))
+
+    assert stepped(result, RECLAIM) == ["l-00", "l-01"]
+    assert {s.reason for s in result.steps} == {Reason.METRICS_LOST}
+    assert refusals(result) == {Reason.METRICS_MISSING: 4}
+    assert "not a rate" in result.rejections[0].message
+
+
+def test_requests_queueing_beyond_the_limit_block_lending() -> None:
+    result = checked(
+        plan(serving_nodes(3), target=2, queue=50.0, pool_policy=policy(queue_limit=10.0))
+    )
+
+    assert result.steps == ()
+    assert refusals(result) == {Reason.QUEUE_BUILDING: 2}
+
+
+def test_a_queue_at_the_limit_does_not_block_lending() -> None:
+    result = checked(
+        plan(serving_nodes(3), target=2, queue=10.0, pool_policy=policy(queue_limit=10.0))
+    )
+
+    assert len(stepped(result, LEND)) == 2
+
+
+def test_a_stale_queue_sample_is_ignored() -> None:
+    result = checked(
+        plan(serving_nodes(3), target=2, queue=50.0, queue_age=3 * MINUTE, pool_policy=policy())
+    )
+
+    assert len(stepped(result, LEND)) == 2
+
+
+def test_a_queue_blocks_lending_but_takes_nothing_back() -> None:
+    result = checked(plan([*serving_nodes(3), *lent_nodes(2)], target=2, queue=50.0))
+
+    assert result.steps == ()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -459,6 +511,15 @@ def test_a_node_that_is_not_ready_is_not_lent() -> None:
 
     assert result.steps == ()
     assert refusals(result) == {Reason.NOT_READY: 1}
+
+
+def test_a_not_ready_serving_node_carries_no_load_for_the_headroom_rule() -> None:
+    nodes = [serving("down", ready=False), *serving_nodes(3)]
+    # 20 rps need 2 nodes of 10 rps: of the 3 ready nodes, only 1 may be lent.
+    result = checked(plan(nodes, target=4, rps=20.0, pool_policy=policy(min_serving=0)))
+
+    assert [s.node for s in result.steps] == ["s-00"]
+    assert refusals(result) == {Reason.NOT_READY: 3}
 
 
 def test_when_no_serving_node_is_left_the_refusal_says_so() -> None:
@@ -567,6 +628,25 @@ def test_lend_now_keeps_a_lent_node_lent_outside_its_window() -> None:
     result = checked(plan([serving("s"), node], pool_policy=policy(window=windows.NEVER)))
 
     assert result.steps == ()
+
+
+def test_a_strategy_does_not_take_back_a_node_an_operator_lent_with_lend_now() -> None:
+    # Taken back, the node would be lent again as soon as it returned (lend=now skips the
+    # cooldown), preempting its training every few minutes.
+    pinned = with_overrides(lend(serving("pinned"), T0 - HOUR), lend="now")
+
+    result = checked(plan([serving("s"), pinned, *lent_nodes(1)], target=0))
+
+    assert stepped(result, RECLAIM) == ["l-00"]
+    assert refusals(result) == {Reason.OPERATOR_LEND_NOW: 1}
+
+
+def test_safety_reclaims_still_take_a_node_lent_with_lend_now() -> None:
+    pinned = with_overrides(lend(serving("pinned"), T0 - HOUR), lend="now")
+
+    result = checked(plan([serving("s"), pinned], rps=None))
+
+    assert stepped(result, RECLAIM) == ["pinned"]
 
 
 def test_lend_never_reclaims_a_lent_node() -> None:
@@ -726,3 +806,47 @@ def test_safety_reclaims_also_take_the_cheapest_nodes_first() -> None:
     result = checked(plan(nodes, rps=15.0))
 
     assert stepped(result, RECLAIM) == ["b"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Node values planned more than once (the planner caches what it decodes on them)
+
+
+def test_a_node_derived_with_dataclasses_replace_is_read_afresh() -> None:
+    idle = serving("n")
+    assert stepped(plan([idle], target=1, pool_policy=policy(min_serving=0))) == ["n"]
+
+    # A value made with ``replace`` must not reuse the parse of the value it came from.
+    busy = dataclasses.replace(idle, pods=(inference_pod(),))
+    never = dataclasses.replace(idle, annotations={KEYS.lend: "never"})
+
+    assert refusals(plan([busy], target=1, pool_policy=policy(min_serving=0))) == {
+        Reason.NOT_IDLE: 1
+    }
+    assert refusals(plan([never], target=1, pool_policy=policy(min_serving=0))) == {
+        Reason.LEND_NEVER: 1
+    }
+
+
+def test_an_override_that_expires_between_ticks_lapses_on_the_same_node_value() -> None:
+    node = with_overrides(
+        lend(serving("n"), T0 - HOUR), paused="true", override_until="2026-03-02T13:00:00Z"
+    )
+    nodes = [serving("s"), node]
+
+    before = checked(plan(nodes, target=0))
+    after = checked(plan(nodes, target=0, now=T0 + 2 * HOUR))
+
+    assert refusals(before) == {Reason.NODE_PAUSED: 1}
+    assert stepped(after, RECLAIM) == ["n"]
+
+
+def test_the_same_node_values_see_the_window_as_it_is_at_each_tick() -> None:
+    nodes = serving_nodes(3)
+    nights = policy(window=window(NIGHTS))
+
+    noon = checked(plan(nodes, target=1, pool_policy=nights))
+    night = checked(plan(nodes, target=1, pool_policy=nights, now=T0 + 11 * HOUR))
+    next_noon = checked(plan(nodes, target=1, pool_policy=nights, now=T0 + 24 * HOUR))
+
+    assert (len(noon.steps), len(night.steps), len(next_noon.steps)) == (0, 1, 0)

@@ -7,6 +7,7 @@ that is fresh, stale, lost or missing, random policies and any strategy target.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -15,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rebalancer.core import model, nodestate, overrides, planning, windows
-from rebalancer.core.model import Action, NodeName, PodRole
+from rebalancer.core.model import Action, NodeName, Origin, PodRole
 from rebalancer.core.policy import PoolPolicy
 
 from .factories import (
@@ -57,19 +58,31 @@ class Scenario:
     policy: PoolPolicy
     target: int | None
 
+    queue: model.Sample | None = None
+
     def plan(self, paused: bool = False) -> model.PoolPlan:
-        snapshot = model.Snapshot(
-            now=self.now,
-            pools={POOL: model.PoolSnapshot(nodes=self.nodes, demand=self.sample)},
-            paused=paused,
-        )
+        pool = model.PoolSnapshot(nodes=self.nodes, demand=self.sample, queue=self.queue)
+        snapshot = model.Snapshot(now=self.now, pools={POOL: pool}, paused=paused)
         proposals = {} if self.target is None else {POOL: proposal(self.target)}
         return planning.make_plan(snapshot, proposals, {POOL: self.policy}, KEYS).pools[POOL]
 
+    def demand(self) -> float | None:
+        """The demand the planner may read: a finite rate >= 0, else unknown."""
+        if self.sample is None or not math.isfinite(self.sample.value) or self.sample.value < 0:
+            return None
+        return self.sample.value
+
     def demand_known(self) -> bool:
-        if self.sample is None:
+        if self.sample is None or self.demand() is None:
             return False
         return self.sample.age(self.now) <= self.policy.staleness
+
+    def queue_building(self) -> bool:
+        return (
+            self.queue is not None
+            and self.queue.age(self.now) <= self.policy.staleness
+            and self.queue.value > self.policy.queue_limit
+        )
 
 
 def minutes(low: float, high: float) -> st.SearchStrategy[timedelta]:
@@ -98,6 +111,7 @@ POLICIES = st.builds(
     window=st.sampled_from(WINDOWS).map(parsed_window),
     zone=st.sampled_from(("UTC", "Asia/Tokyo", "America/New_York")),
     lend_spec=st.just(LEND_SPEC),
+    queue_limit=st.sampled_from((0.0, 5.0, 100.0)),
     guarded=st.booleans(),
 )
 JOBS = st.sampled_from((None, "j1", "j2", "j3"))
@@ -119,6 +133,7 @@ OVERRIDES = st.dictionaries(
     st.sampled_from(sorted(OVERRIDE_VALUES)), st.just(""), max_size=3
 ).flatmap(lambda chosen: st.fixed_dictionaries({key: OVERRIDE_VALUES[key] for key in chosen}))
 SAMPLE_AGES = st.none() | minutes(0, 30)
+RATES = st.floats(0.0, 1000.0) | st.sampled_from((math.nan, math.inf, -math.inf, -1.0, -0.0))
 TARGETS = st.none() | st.integers(-5, 15) | st.integers(-(10**12), 10**12)
 
 
@@ -162,8 +177,10 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     count = draw(st.integers(0, 12))
     pool = tuple(draw(nodes(f"n-{i:02d}", now)) for i in range(count))
     age = draw(SAMPLE_AGES)
-    sample = None if age is None else model.Sample(value=draw(st.floats(0.0, 1000.0)), at=now - age)
-    return Scenario(now, pool, sample, draw(POLICIES), draw(TARGETS))
+    sample = None if age is None else model.Sample(value=draw(RATES), at=now - age)
+    queue_age = draw(SAMPLE_AGES)
+    queue = None if queue_age is None else model.Sample(draw(st.floats(0, 50)), now - queue_age)
+    return Scenario(now, pool, sample, draw(POLICIES), draw(TARGETS), queue)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -183,7 +200,7 @@ def by_name(pool: Sequence[model.NodeView]) -> dict[NodeName, model.NodeView]:
     return {n.name: n for n in pool}
 
 
-SETTINGS = settings(max_examples=3000, deadline=None)
+SETTINGS = settings(max_examples=100, deadline=None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,14 +238,19 @@ def test_only_idle_ready_unpaused_serving_nodes_are_lent(scenario: Scenario) -> 
 
 @SETTINGS
 @given(scenarios())
-def test_only_lent_unpaused_nodes_are_reclaimed(scenario: Scenario) -> None:
+def test_only_lent_unpaused_nodes_are_reclaimed_and_never_against_lend_now(
+    scenario: Scenario,
+) -> None:
     result = scenario.plan()
     pool = by_name(scenario.nodes)
 
     for step in result.steps:
         if step.action is Action.RECLAIM:
-            assert phase_of(pool[step.node]) is nodestate.Phase.LENT
-            assert not active_overrides(pool[step.node], scenario).paused
+            node = pool[step.node]
+            assert phase_of(node) is nodestate.Phase.LENT
+            assert not active_overrides(node, scenario).paused
+            if step.intent.origin is Origin.STRATEGY:
+                assert active_overrides(node, scenario).lend is not overrides.LendMode.NOW
 
 
 @SETTINGS
@@ -237,6 +259,15 @@ def test_nothing_is_lent_while_demand_is_unknown_or_stale(scenario: Scenario) ->
     result = scenario.plan()
 
     if scenario.policy.guarded and not scenario.demand_known():
+        assert [s for s in result.steps if s.action is Action.LEND] == []
+
+
+@SETTINGS
+@given(scenarios())
+def test_nothing_is_lent_while_requests_queue_beyond_the_limit(scenario: Scenario) -> None:
+    result = scenario.plan()
+
+    if scenario.policy.guarded and scenario.queue_building():
         assert [s for s in result.steps if s.action is Action.LEND] == []
 
 
@@ -261,13 +292,14 @@ def test_no_node_appears_in_two_steps(scenario: Scenario) -> None:
 @SETTINGS
 @given(scenarios())
 def test_lending_leaves_what_demand_needs_with_headroom(scenario: Scenario) -> None:
-    if not scenario.policy.guarded or scenario.sample is None:
+    rps = scenario.demand()
+    if not scenario.policy.guarded or rps is None:
         return
     result = scenario.plan()
     after = apply_plan(scenario.nodes, result, scenario.now, scenario.policy)
     before_lent, after_lent = count_in(scenario.nodes, LENDS), count_in(after, LENDS)
 
-    limit = len(scenario.nodes) - scenario.policy.need(scenario.sample.value)
+    limit = len(scenario.nodes) - scenario.policy.need(rps)
     assert after_lent <= limit or after_lent <= before_lent
 
 
@@ -286,8 +318,9 @@ def test_nodes_whose_state_cannot_be_read_are_never_touched_and_always_reported(
 
 @SETTINGS
 @given(scenarios())
-def test_a_global_pause_changes_no_node(scenario: Scenario) -> None:
+def test_a_global_pause_changes_no_node_and_refuses_every_intent(scenario: Scenario) -> None:
     result = scenario.plan(paused=True)
 
     assert result.steps == ()
     assert unaccounted(result) == []
+    assert {r.reason for r in result.rejections} <= {model.Reason.PAUSED}

@@ -4,12 +4,14 @@ The machine holds fake nodes that change only as the actuator would change them:
 ``begin_lend`` and ``finish_lend`` applied at once, a reclaim step is ``begin_reclaim``, and a
 later rule finishes each reclaim whose deadline has passed. In between, the clock moves (by
 seconds or by months, across DST changes of the pool's window zone), demand changes or goes
-missing or stale, operators set and clear overrides (valid and garbage), and inference pods
-land on serving nodes.
+missing, stale or not a number, operators pause the controller and set and clear overrides
+(valid and garbage), inference pods land on serving nodes and training on lent ones, nodes turn
+not ready, and a crash leaves a lend half done until the actuator rolls it back.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
@@ -37,6 +39,7 @@ from .factories import (
     borrowed_pods,
     count_in,
     inference_pod,
+    lending,
     names,
     phase_of,
     proposal,
@@ -91,6 +94,7 @@ POLICIES = st.builds(
 )
 CLOCK_STEPS = seconds(1, 600) | seconds(600, 6 * 3600) | seconds(86400, 200 * 86400)
 TARGETS = st.integers(-3, 10) | st.integers(-(10**9), 10**9)
+PIPELINE = ("fresh", "fresh", "fresh", "late", "down")
 
 
 class PlannerMachine(RuleBasedStateMachine):
@@ -102,6 +106,7 @@ class PlannerMachine(RuleBasedStateMachine):
         self.originals: dict[NodeName, TAINTS_AND_LABELS] = {}
         self.demand: float | None = 0.0
         self.sampled_at = START
+        self.paused = False
 
     # -- set-up and helpers -------------------------------------------------------------------
 
@@ -120,6 +125,12 @@ class PlannerMachine(RuleBasedStateMachine):
     def sample(self) -> model.Sample | None:
         return None if self.demand is None else model.Sample(self.demand, self.sampled_at)
 
+    def usable_demand(self) -> float | None:
+        """The demand the planner may read: a finite rate >= 0, else unknown."""
+        if self.demand is None or not math.isfinite(self.demand) or self.demand < 0:
+            return None
+        return self.demand
+
     def in_phase(self, *phases: nodestate.Phase) -> list[model.NodeView]:
         return [n for n in self.nodes.values() if phase_of(n) in phases]
 
@@ -136,6 +147,14 @@ class PlannerMachine(RuleBasedStateMachine):
     @rule()
     def demand_goes_missing(self) -> None:
         self.demand = None
+
+    @rule(value=st.sampled_from((math.nan, math.inf, -1.0)))
+    def the_metric_returns_something_that_is_not_a_rate(self, value: float) -> None:
+        self.demand, self.sampled_at = value, self.now
+
+    @rule(paused=st.booleans())
+    def an_operator_pauses_or_resumes_everything(self, paused: bool) -> None:
+        self.paused = paused
 
     @rule(age=seconds(0, 3600))
     def the_last_sample_is_old(self, age: timedelta) -> None:
@@ -183,6 +202,19 @@ class PlannerMachine(RuleBasedStateMachine):
         node = self.pick(data)
         self.nodes[node.name] = rebuilt(node, ready=ready)
 
+    @precondition(lambda self: bool(self.in_phase(nodestate.Phase.SERVING)))
+    @rule(data=st.data())
+    def a_crash_interrupts_a_lend(self, data: st.DataObject) -> None:
+        candidates = sorted(n.name for n in self.in_phase(nodestate.Phase.SERVING))
+        node = self.nodes[data.draw(st.sampled_from(candidates), label="node")]
+        self.nodes[node.name] = lending(node, self.now, self.policy.lend_spec)
+
+    @rule()
+    def the_actuator_rolls_back_interrupted_lends(self) -> None:
+        for node in self.in_phase(nodestate.Phase.LENDING):
+            rolled_back = nodestate.finish(state_of(node), KEYS, self.now)
+            self.nodes[node.name] = nodestate.apply(node, rolled_back)
+
     @rule()
     def reclaims_past_their_deadline_finish(self) -> None:
         for node in self.in_phase(nodestate.Phase.RECLAIMING):
@@ -195,22 +227,34 @@ class PlannerMachine(RuleBasedStateMachine):
 
     # -- the planner ticks --------------------------------------------------------------------
 
-    @rule(lend_target=TARGETS, elapsed=seconds(0, 300), new_sample=st.booleans())
-    def the_planner_ticks(self, lend_target: int, elapsed: timedelta, new_sample: bool) -> None:
-        """A tick some time after the last rule, usually with a sample the pipeline just took."""
+    @rule(lend_target=TARGETS, elapsed=seconds(0, 300), pipeline=st.sampled_from(PIPELINE))
+    def the_planner_ticks(self, lend_target: int, elapsed: timedelta, pipeline: str) -> None:
+        """A tick some time after the last rule; the metrics pipeline took a new sample (fresh),
+        took none since the last one (late), or lost the series (down)."""
         self.now += elapsed
-        if new_sample and self.demand is not None:
+        if pipeline == "fresh" and self.demand is not None:
             self.sampled_at = self.now
-        before = list(self.nodes.values())
+        elif pipeline == "down":
+            self.demand = None
+        result = self.plan(lend_target)
+        self.nodes = self.checked_outcome(result)
+
+    def plan(self, lend_target: int) -> model.PoolPlan:
         snapshot = model.Snapshot(
             now=self.now,
-            pools={POOL: model.PoolSnapshot(nodes=tuple(before), demand=self.sample())},
+            pools={
+                POOL: model.PoolSnapshot(nodes=tuple(self.nodes.values()), demand=self.sample())
+            },
+            paused=self.paused,
         )
-        plan = planning.make_plan(
-            snapshot, {POOL: proposal(lend_target)}, {POOL: self.policy}, KEYS
-        )
-        result = plan.pools[POOL]
+        proposals = {POOL: proposal(lend_target)}
+        return planning.make_plan(snapshot, proposals, {POOL: self.policy}, KEYS).pools[POOL]
 
+    def checked_outcome(self, result: model.PoolPlan) -> dict[NodeName, model.NodeView]:
+        """The pool once ``result`` is carried out, checked against properties (a) to (f)."""
+        before = self.nodes
+        if self.paused:
+            assert result.steps == ()
         # (e) no node in two steps; (d) every refusal reported.
         stepped = [s.node for s in result.steps]
         assert len(stepped) == len(set(stepped))
@@ -218,36 +262,49 @@ class PlannerMachine(RuleBasedStateMachine):
         lends = [s for s in result.steps if s.action is Action.LEND]
         # (b) only idle, ready, unpaused serving nodes are lent.
         for step in lends:
-            node = self.nodes[step.node]
+            node = before[step.node]
             assert phase_of(node) is nodestate.Phase.SERVING
             assert not any(p.role in (PodRole.INFERENCE, PodRole.OTHER) for p in node.pods)
             assert node.ready
             parsed = overrides.parse(node.annotations, KEYS, self.policy.zone)
             assert not parsed.overrides.active(self.now).paused
         # (c) nothing is lent while demand is unknown or stale.
-        fresh = self.demand is not None and self.now - self.sampled_at <= self.policy.staleness
+        rps = self.usable_demand()
+        fresh = rps is not None and self.now - self.sampled_at <= self.policy.staleness
         if self.policy.guarded and not fresh:
             assert lends == []
 
+        after = dict(before)
         for step in result.steps:
-            self.nodes[step.node] = apply_step(self.nodes[step.node], step, self.now, self.policy)
-        after = list(self.nodes.values())
+            after[step.node] = apply_step(before[step.node], step, self.now, self.policy)
 
         # (a) serving never drops below the minimum because of a plan.
         minimum = self.policy.min_serving
-        assert count_in(after, SERVES) >= minimum or (
-            count_in(before, SERVES) < minimum and not lends
+        assert count_in(after.values(), SERVES) >= minimum or (
+            count_in(before.values(), SERVES) < minimum and not lends
         )
         # (f) what demand needs with headroom stays serving, unless lending only went down.
-        if self.policy.guarded and self.demand is not None:
-            limit = len(after) - self.policy.need(self.demand)
-            assert count_in(after, LENDS) <= max(limit, count_in(before, LENDS))
+        if self.policy.guarded and rps is not None:
+            limit = len(after) - self.policy.need(rps)
+            lent_before, lent_after = (
+                count_in(before.values(), LENDS),
+                count_in(after.values(), LENDS),
+            )
+            assert lent_after <= max(limit, lent_before)
+        return after
 
     # -- what must always hold ----------------------------------------------------------------
 
     @invariant()
+    def a_plan_made_now_would_keep_the_safety_properties(self) -> None:
+        """(a) to (f) after every rule, for the extreme targets, without carrying the plan out."""
+        for lend_target in (-1, 0, len(self.nodes) // 2, 10**9):
+            self.checked_outcome(self.plan(lend_target))
+
+    @invariant()
     def a_lent_node_always_carries_a_readable_original(self) -> None:
-        for node in self.in_phase(nodestate.Phase.LENT, nodestate.Phase.RECLAIMING):
+        lent = (nodestate.Phase.LENDING, nodestate.Phase.LENT, nodestate.Phase.RECLAIMING)
+        for node in self.in_phase(*lent):
             state = nodestate.read(node, KEYS)
             assert isinstance(state, nodestate.NodeState)
             assert state.original is not None
@@ -269,5 +326,5 @@ class PlannerMachine(RuleBasedStateMachine):
         assert all(phase_of(n) is not None for n in self.nodes.values())
 
 
-PlannerMachine.TestCase.settings = settings(max_examples=80, stateful_step_count=100, deadline=None)
+PlannerMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=100, deadline=None)
 TestPlannerMachine = PlannerMachine.TestCase
