@@ -23,6 +23,12 @@ EXIT_USAGE = 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["sandbox"]:
+        # The sandbox has its own parser; argparse would swallow its options here.
+        from rebalancer.sandbox import server
+
+        return server.main(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     try:
@@ -76,6 +82,12 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--out", required=True, type=Path, help="directory for the results")
     sim.add_argument("--quiet", action="store_true", help="no progress bar, no table")
     sim.set_defaults(handler=_simulate)
+
+    # Listed for --help only: main() hands `sandbox ...` to the sandbox's own parser.
+    commands.add_parser(
+        "sandbox",
+        help="serve an emulated Kubernetes API with a small GPU cluster (sandbox --help)",
+    )
     return parser
 
 

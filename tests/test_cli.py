@@ -110,3 +110,10 @@ def test_simulate_names_the_file_and_line_of_a_bad_trace(
     bad.write_text("time,rps\n2025-01-01T00:00:00Z,fast\n")
     assert cli.main(["simulate", "--trace", str(bad), "--out", str(tmp_path)]) == 2
     assert f"{bad}: line 2: rps='fast' is not a number >= 0" in capsys.readouterr().err
+
+
+def test_sandbox_options_reach_the_sandbox_own_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["sandbox", "--help"])
+    assert caught.value.code == 0
+    assert "usage: rebalancer sandbox" in capsys.readouterr().out

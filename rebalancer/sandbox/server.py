@@ -1,0 +1,446 @@
+"""The emulator's HTTP face: kube-apiserver's REST paths over plain HTTP on 127.0.0.1.
+
+``serve(store)`` runs an aiohttp server for the store and yields its URL; ``write_kubeconfig``
+points ``kubernetes_asyncio.config.load_kube_config`` at it (no TLS, no auth); ``main`` is the
+``rebalancer sandbox --port N`` command. Paths, verbs, query parameters, status codes and bodies
+follow the real server: ``/api/v1/...`` and ``/apis/{group}/{version}/...``, lists that carry
+``metadata.resourceVersion`` and items without ``kind``, watches as a chunked stream of JSON
+lines, failures as ``Status`` objects. Boolean query parameters are read the way apimachinery
+converts them (``Convert_Slice_string_To_bool``): absent, ``0`` and ``false`` (any case) are
+false and everything else, ``True`` and the empty string included, is true.
+
+Besides the request handlers, the server runs a ticker that calls ``store.tick`` (so a wall
+clock works without a test driving it) and, when asked, the scheduler on an interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from rebalancer.sandbox import cluster, conversion, resources, selector, status
+from rebalancer.sandbox.faults import FaultInjector, Faults
+from rebalancer.sandbox.resources import PODS, ResourceType
+from rebalancer.sandbox.store import (
+    DeleteOptions,
+    ListRequest,
+    Store,
+    WatchRequest,
+    delete_options,
+)
+from rebalancer.sandbox.watcher import Scope, Watcher
+
+Obj = dict[str, Any]
+
+STORE = web.AppKey("store", Store)
+FAULTS = web.AppKey("faults", FaultInjector)
+_WRITES = ("POST", "PUT", "PATCH", "DELETE")
+_JSON = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    rt: ResourceType
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+
+
+def route(path: str) -> Route | None:
+    parts = [p for p in path.split("/") if p]
+    if parts[:2] == ["api", "v1"]:
+        group, version, rest = "", "v1", parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return None
+    namespace = None
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    if not rest or len(rest) > 3:
+        return None
+    rt = resources.find(group, version, rest[0])
+    if rt is None or (namespace is not None and not rt.namespaced):
+        return None
+    name = rest[1] if len(rest) > 1 else None
+    subresource = rest[2] if len(rest) > 2 else None
+    if subresource not in (None, "status", "eviction") or (
+        subresource == "eviction" and rt is not PODS
+    ):
+        return None
+    if subresource == "status" and not rt.status_subresource:
+        return None
+    return Route(rt, namespace, name, subresource)
+
+
+def flag(query: Any, name: str) -> bool:
+    """``Convert_Slice_string_To_bool``: only absent, ``0`` and ``false`` are false."""
+    if name not in query:
+        return False
+    value = str(query.get(name))
+    return not (value == "0" or value.lower() == "false")
+
+
+def _integer(query: Any, name: str) -> int | None:
+    if name not in query:
+        return None
+    try:
+        return int(query[name])
+    except ValueError:
+        raise status.bad_request(f"invalid value for {name}: {query[name]!r}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Handlers
+
+
+def _respond(payload: Obj, code: int = 200) -> web.Response:
+    headers = {}
+    retry = (payload.get("details") or {}).get("retryAfterSeconds")
+    if payload.get("kind") == "Status" and retry:
+        headers["Retry-After"] = str(retry)
+    return web.Response(
+        body=json.dumps(payload).encode(), status=code, content_type=_JSON, headers=headers
+    )
+
+
+def _failure(error: status.ApiError) -> web.Response:
+    return _respond(error.status, error.code)
+
+
+async def _handle(request: web.Request) -> web.StreamResponse:
+    where = route(request.path)
+    try:
+        if where is None:
+            raise status.no_such_path()
+        return await _dispatch(request, where)
+    except status.ApiError as error:
+        return _failure(error)
+
+
+async def _dispatch(request: web.Request, where: Route) -> web.StreamResponse:
+    store, query, method = request.app[STORE], request.query, request.method
+    rt = where.rt
+    if where.name is None:
+        if method == "GET":
+            if flag(query, "watch"):
+                return await _watch(request, where, None)
+            return _respond(_list(store, where, query))
+        if method == "POST" and (where.namespace is not None or not rt.namespaced):
+            body = await _body(request)
+            created = store.create(
+                rt, where.namespace, conversion.to_storage(rt, body), dry_run=_dry_run(query)
+            )
+            return _respond(conversion.from_storage(rt, created), 201)
+        raise status.method_not_allowed(rt.plural, rt.group, method.lower())
+    if rt.namespaced and where.namespace is None:
+        raise status.no_such_path()
+    return await _item(request, where, method)
+
+
+async def _item(request: web.Request, where: Route, method: str) -> web.StreamResponse:
+    store, query, rt, name = request.app[STORE], request.query, where.rt, str(where.name)
+    if where.subresource == "eviction":
+        if method != "POST":
+            raise status.method_not_allowed("pods/eviction", "", method.lower())
+        return _respond(store.evict(str(where.namespace), name, await _body(request)), 201)
+    if method == "GET":
+        if flag(query, "watch"):
+            return await _watch(request, where, name)
+        return _respond(conversion.from_storage(rt, store.get(rt, where.namespace, name)))
+    if method == "PUT":
+        body = conversion.to_storage(rt, await _body(request))
+        out = store.replace(
+            rt, where.namespace, name, body, subresource=where.subresource, dry_run=_dry_run(query)
+        )
+        return _respond(conversion.from_storage(rt, out))
+    if method == "PATCH":
+        content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
+        out = store.patch(
+            rt,
+            where.namespace,
+            name,
+            content_type,
+            await request.read(),
+            subresource=where.subresource,
+            dry_run=_dry_run(query),
+        )
+        return _respond(conversion.from_storage(rt, out))
+    if method == "DELETE" and where.subresource is None:
+        out = store.delete(rt, where.namespace, name, await _delete_options(request))
+        return _respond(out if out.get("kind") == "Status" else conversion.from_storage(rt, out))
+    raise status.method_not_allowed(rt.plural, rt.group, method.lower())
+
+
+async def _body(request: web.Request) -> Obj:
+    raw = await request.read()
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError as exc:
+        raise status.bad_request(f"the body of the request could not be decoded: {exc}") from None
+    if not isinstance(body, dict):
+        raise status.bad_request("the body of the request is not a JSON object")
+    return body
+
+
+def _dry_run(query: Any) -> bool:
+    return "All" in query.getall("dryRun", [])
+
+
+async def _delete_options(request: web.Request) -> DeleteOptions:
+    """The body when there is one, else the query (the real handler reads only one of them)."""
+    raw = await request.read()
+    if raw.strip():
+        return _parse_delete_body(raw)
+    grace = _integer(request.query, "gracePeriodSeconds")
+    return DeleteOptions(grace_period=grace, dry_run=_dry_run(request.query))
+
+
+def _parse_delete_body(raw: bytes) -> DeleteOptions:
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise status.bad_request(f"the body of the request could not be decoded: {exc}") from None
+    if not isinstance(body, dict):
+        raise status.bad_request("the body of the request is not a JSON object")
+    options = delete_options(body)
+    if "All" in (body.get("dryRun") or []):
+        options = DeleteOptions(options.grace_period, options.uid, options.resource_version, True)
+    return options
+
+
+def _scope(where: Route, query: Any, name: str | None) -> Scope:
+    try:
+        labels = selector.parse_labels(query.get("labelSelector"))
+        fields = selector.parse_fields(query.get("fieldSelector"), frozenset(where.rt.fields))
+    except selector.SelectorError as exc:
+        raise status.bad_request(str(exc)) from None
+    if name is not None:
+        only = selector.FieldRequirement("metadata.name", False, name)
+        fields = selector.FieldSelector((*fields.requirements, only))
+    return Scope(where.rt, where.namespace, labels, fields)
+
+
+def _list(store: Store, where: Route, query: Any) -> Obj:
+    scope = _scope(where, query, None)
+    page = store.list_page(
+        ListRequest(
+            scope,
+            limit=_integer(query, "limit") or 0,
+            continue_token=query.get("continue", ""),
+            resource_version=query.get("resourceVersion", ""),
+        )
+    )
+    metadata: Obj = {"resourceVersion": str(page.resource_version)}
+    if page.continue_token:
+        metadata["continue"] = page.continue_token
+    if page.remaining is not None:
+        metadata["remainingItemCount"] = page.remaining
+    items = []
+    for obj in page.items:
+        item = conversion.from_storage(where.rt, obj)
+        del item["kind"], item["apiVersion"]
+        items.append(item)
+    rt = where.rt
+    return {
+        "kind": rt.list_kind,
+        "apiVersion": rt.api_version,
+        "metadata": metadata,
+        "items": items,
+    }
+
+
+async def _watch(request: web.Request, where: Route, name: str | None) -> web.StreamResponse:
+    store, query = request.app[STORE], request.query
+    timeout = _integer(query, "timeoutSeconds")
+    watcher = store.watch(
+        WatchRequest(
+            _scope(where, query, name),
+            resource_version=query.get("resourceVersion", ""),
+            bookmarks=flag(query, "allowWatchBookmarks"),
+            timeout=float(timeout) if timeout is not None else None,
+            send_initial_events=flag(query, "sendInitialEvents"),
+        )
+    )
+    try:
+        return await _stream(request, watcher)
+    finally:
+        store.forget(watcher)
+
+
+async def _stream(request: web.Request, watcher: Watcher) -> web.StreamResponse:
+    faults = request.app[FAULTS]
+    response = web.StreamResponse(status=200, headers={"Content-Type": _JSON})
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    sent = 0
+    with contextlib.suppress(ConnectionResetError):
+        while True:
+            event = await watcher.queue.get()
+            if event is None:
+                break
+            await response.write(json.dumps(event).encode() + b"\n")
+            sent += 1
+            if faults.drop_watch(sent):
+                break
+        await response.write_eof()
+    return response
+
+
+@web.middleware
+async def _inject(request: web.Request, handler: Any) -> web.StreamResponse:
+    faults = request.app[FAULTS]
+    if faults.faults.latency:
+        await asyncio.sleep(faults.faults.latency)
+    if request.method in _WRITES:
+        where = route(request.path)
+        if where is not None:
+            error = faults.write_fault(where.rt.plural, where.rt.group, where.name or "")
+            if error is not None:
+                return _failure(error)
+    response: web.StreamResponse = await handler(request)
+    return response
+
+
+async def _version(_: web.Request) -> web.Response:
+    return _respond(
+        {
+            "major": "1",
+            "minor": "34",
+            "gitVersion": "v1.34.0-rebalancer-sandbox",
+            "platform": "linux/amd64",
+        }
+    )
+
+
+async def _healthy(_: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+def make_app(store: Store, faults: FaultInjector | None = None) -> web.Application:
+    app = web.Application(middlewares=[_inject], client_max_size=8 * 1024 * 1024)
+    app[STORE] = store
+    app[FAULTS] = faults or FaultInjector()
+    app.router.add_get("/version", _version)
+    for probe in ("/healthz", "/readyz", "/livez"):
+        app.router.add_get(probe, _healthy)
+    app.router.add_route("*", "/{tail:.*}", _handle)
+    return app
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+
+@contextlib.asynccontextmanager
+async def serve(
+    store: Store,
+    port: int = 0,
+    host: str = "127.0.0.1",
+    *,
+    faults: FaultInjector | Faults | None = None,
+    tick: float = 0.2,
+    schedule_every: float | None = None,
+) -> AsyncIterator[str]:
+    """Serve ``store`` until the block ends; yields ``http://host:port``."""
+    injector = FaultInjector(faults) if isinstance(faults, Faults) else faults
+    runner = web.AppRunner(make_app(store, injector), handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = runner.addresses[0][1]
+    tasks = [asyncio.create_task(_every(tick, store.tick))]
+    if schedule_every is not None:
+        tasks.append(asyncio.create_task(_every(schedule_every, store.schedule)))
+    try:
+        yield f"http://{host}:{bound}"
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        store.close_watches()
+        await runner.cleanup()
+
+
+async def _every(seconds: float, action: Any) -> None:
+    while True:
+        await asyncio.sleep(seconds)
+        action()
+
+
+def kubeconfig(url: str, namespace: str = "default") -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "sandbox", "cluster": {"server": url}}],
+        "users": [{"name": "sandbox", "user": {}}],
+        "contexts": [
+            {
+                "name": "sandbox",
+                "context": {"cluster": "sandbox", "user": "sandbox", "namespace": namespace},
+            }
+        ],
+        "current-context": "sandbox",
+        "preferences": {},
+    }
+
+
+def write_kubeconfig(url: str, path: Path, namespace: str = "default") -> Path:
+    """Write a kubeconfig for ``url`` (JSON, which is YAML) and return its path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(kubeconfig(url, namespace), indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``rebalancer sandbox``: serve a default cluster until interrupted."""
+    parser = argparse.ArgumentParser(
+        prog="rebalancer sandbox",
+        description="Serve an emulated Kubernetes API with a small GPU cluster on 127.0.0.1.",
+    )
+    parser.add_argument("--port", type=int, default=0, help="port to listen on (0: any free)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    parser.add_argument("--kubeconfig", type=Path, help="write a kubeconfig for it here")
+    parser.add_argument("--empty", action="store_true", help="start with no nodes or pods")
+    parser.add_argument(
+        "--schedule-every",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="run the scheduler stand-in this often (1.0)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed for uids and faults (0)")
+    args = parser.parse_args(argv)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_run(args))
+    return 0
+
+
+async def _run(args: argparse.Namespace) -> None:
+    store = Store(seed=args.seed)
+    if not args.empty:
+        cluster.seed(store)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    async with serve(store, args.port, args.host, schedule_every=args.schedule_every) as url:
+        print(f"rebalancer sandbox: serving {url}", flush=True)
+        if args.kubeconfig is not None:
+            written = write_kubeconfig(url, args.kubeconfig)
+            print(f"rebalancer sandbox: kubeconfig written to {written}", flush=True)
+        await stop.wait()
+    print("rebalancer sandbox: stopped", file=sys.stderr, flush=True)
