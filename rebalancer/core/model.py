@@ -28,6 +28,7 @@ class Taint:
     key: str
     effect: str
     value: str | None = None
+    time_added: str | None = None  # as the API wrote it (RFC 3339), kept for exact restores
 
     def __str__(self) -> str:
         value = "" if self.value is None else f"={self.value}"

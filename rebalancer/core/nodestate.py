@@ -211,7 +211,10 @@ def decode_original(text: str) -> Original | str:
     for item in taints_doc:
         taint = _taint_from_doc(item)
         if taint is None:
-            return f"taint {item!r} needs string 'key' and 'effect' and an optional 'value'"
+            return (
+                f"taint {item!r} needs string 'key' and 'effect', and optional string 'value' "
+                "and 'timeAdded'"
+            )
         taints.append(taint)
     for key, value in labels_doc.items():
         if not (value is None or isinstance(value, str)):
@@ -223,6 +226,8 @@ def _taint_doc(taint: model.Taint) -> dict[str, str]:
     doc = {"key": taint.key, "effect": taint.effect}
     if taint.value is not None:
         doc["value"] = taint.value
+    if taint.time_added is not None:
+        doc["timeAdded"] = taint.time_added
     return doc
 
 
@@ -230,11 +235,12 @@ def _taint_from_doc(item: Any) -> model.Taint | None:
     if not isinstance(item, dict):
         return None
     key, effect, value = item.get("key"), item.get("effect"), item.get("value")
+    added = item.get("timeAdded")
     if not isinstance(key, str) or not isinstance(effect, str):
         return None
-    if value is not None and not isinstance(value, str):
+    if any(v is not None and not isinstance(v, str) for v in (value, added)):
         return None
-    return model.Taint(key=key, effect=effect, value=value)
+    return model.Taint(key=key, effect=effect, value=value, time_added=added)
 
 
 def serving_labels(node: model.NodeView, state: NodeState) -> Mapping[str, str]:

@@ -344,7 +344,7 @@ GARBAGE = [
         LENT_LABELS,
         {KEYS.original: original_text([{"key": "a", "effect": "NoSchedule", "value": 3}])},
         KEYS.original,
-        "an optional 'value'",
+        "optional string 'value'",
         id="a numeric taint value",
     ),
     pytest.param(
