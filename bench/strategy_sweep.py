@@ -44,7 +44,6 @@ def main() -> None:
         plan = engine.oracle_plan(engine.needs(trace, pool, pool.calibrate(trace)), pool)
         oracle_reclaims = sum(max(0, a - b) for a, b in itertools.pairwise(plan))
         f = run.figures
-        assert f is not None
         print(
             f"{trace.name:38} harvest {f.harvest_ratio:.3f} breach {f.breach_minutes:4d} "
             f"headroom {f.headroom_minutes:4d} reclaims {f.reclaims:4d} (oracle {oracle_reclaims}) "

@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from rebalancer import __version__
 from rebalancer.errors import ConfigError, RebalancerError
+from rebalancer.sim import engine, report, simulate, traces
 from strategies import registry
 
 EXIT_USAGE = 2
@@ -92,9 +93,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from rebalancer.sim import engine, report, simulate, traces
-
-    pool = _pool_model(args, engine)
+    pool = _pool_model(args)
     trace = traces.load(args.trace, args.service)
     strategies = args.strategy or [registry.DEFAULT]
     summary = simulate.simulate(
@@ -111,7 +110,7 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pool_model(args: argparse.Namespace, engine: Any) -> Any:
+def _pool_model(args: argparse.Namespace) -> engine.PoolModel:
     problems = []
     if args.pool_size < 1:
         problems.append(f"--pool-size={args.pool_size}: must be at least 1")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import ClassVar
 
@@ -99,12 +99,12 @@ class Figures:
     short_loans: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class Run:
     strategy: str
     guarded: bool
-    timeline: list[Minute] = field(default_factory=list)
-    figures: Figures | None = None
+    timeline: list[Minute]
+    figures: Figures
 
 
 def needs(trace: Trace, pool: PoolModel, rps_per_node: float) -> list[int | None]:
@@ -150,7 +150,7 @@ def run(
     policy = pool_model.policy(rps_per_node, guarded)
     fake = FakePool(pool_model.size, policy.lend_spec, keys, pool_model.drain, pool_model.warmup)
     need = needs(trace, pool_model, rps_per_node)
-    result = Run(strategy=strategy.name, guarded=guarded)
+    timeline: list[Minute] = []
     queue = 0.0
     reclaims = loans = 0
     for t, demand in enumerate(trace.rps):
@@ -168,11 +168,11 @@ def run(
         serving, lent, returning = fake.counts(now)
         if demand is not None:
             queue = max(0.0, queue + (demand - rps_per_node * serving) * 60.0)
-        result.timeline.append(Minute(now, demand, need[t], serving, lent, returning, queue))
+        timeline.append(Minute(now, demand, need[t], serving, lent, returning, queue))
         if on_minute is not None:
             on_minute()
-    result.figures = score(result.timeline, need, pool_model, rps_per_node, fake, loans, reclaims)
-    return result
+    figures = score(timeline, need, pool_model, rps_per_node, fake.loan_minutes, loans, reclaims)
+    return Run(strategy.name, guarded, timeline, figures)
 
 
 def _observe(
@@ -206,7 +206,7 @@ def score(
     need: list[int | None],
     pool_model: PoolModel,
     rps_per_node: float,
-    fake: FakePool,
+    loan_minutes: list[float],
     loans: int,
     reclaims: int,
 ) -> Figures:
@@ -227,5 +227,5 @@ def score(
         headroom_minutes=sum(1 for m in timeline if m.need is not None and m.serving < m.need),
         reclaims=reclaims,
         loans=loans,
-        short_loans=sum(1 for d in fake.loan_minutes if d < short_threshold),
+        short_loans=sum(1 for d in loan_minutes if d < short_threshold),
     )

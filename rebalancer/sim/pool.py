@@ -9,15 +9,9 @@ cold-starts for ``warmup`` before it serves warm again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from rebalancer.core import model, nodestate
-
-
-@dataclass
-class _Loan:
-    started: datetime
 
 
 class FakePool:
@@ -44,7 +38,7 @@ class FakePool:
         self._view: tuple[model.NodeView, ...] | None = None
         self._warm_at: dict[model.NodeName, datetime] = {}
         self._drained_at: dict[model.NodeName, datetime] = {}
-        self._loans: dict[model.NodeName, _Loan] = {}
+        self._loans: dict[model.NodeName, datetime] = {}  # lent nodes, since when
         self.loan_minutes: list[float] = []  # durations of finished loans
 
     def nodes(self) -> tuple[model.NodeView, ...]:
@@ -84,7 +78,7 @@ class FakePool:
         )
         state = self._state(begun)
         self._set(nodestate.apply(begun, nodestate.finish_lend(self.spec, state, self.keys, now)))
-        self._loans[node.name] = _Loan(now)
+        self._loans[node.name] = now
         # Lent back while still returning: it never got warm, and never will while lent.
         self._warm_at.pop(node.name, None)
 
@@ -95,8 +89,8 @@ class FakePool:
         self._set(nodestate.apply(node, change))
         self._drained_at[node.name] = deadline
         self._warm_at[node.name] = deadline + self.warmup
-        loan = self._loans.pop(node.name)
-        self.loan_minutes.append((now - loan.started) / timedelta(minutes=1))
+        started = self._loans.pop(node.name)
+        self.loan_minutes.append((now - started) / timedelta(minutes=1))
 
     def _state(self, node: model.NodeView) -> nodestate.NodeState:
         state = nodestate.read(node, self.keys)

@@ -35,7 +35,6 @@ def summarise(
 ) -> dict[str, Any]:
     strategies: dict[str, Any] = {}
     for run in runs:
-        assert run.figures is not None, "summarise scored runs only"
         strategies[run.strategy] = {**asdict(run.figures), "guarded": run.guarded}
     return {
         "strategies": strategies,
@@ -177,11 +176,10 @@ def plot(path: Path, trace: Trace, rps_per_node: float, runs: Sequence[Run]) -> 
         title = run.strategy if run.guarded else f"{run.strategy} (baseline)"
         if run.strategy == "oracle":
             title = "oracle (upper bound)"
-        if figures is not None:
-            title += (
-                f": harvest {figures.harvest_ratio:.3f}, {figures.breach_minutes} breach min, "
-                f"{figures.reclaims} reclaims"
-            )
+        title += (
+            f": harvest {figures.harvest_ratio:.3f}, {figures.breach_minutes} breach min, "
+            f"{figures.reclaims} reclaims"
+        )
         ax.set_title(title, fontsize=9, loc="left")
         ax.set_ylabel("nodes", fontsize=8)
         ax.margins(x=0)

@@ -123,5 +123,4 @@ def test_the_forecast_strategy_reclaims_ahead_of_a_ramp_it_saw_yesterday() -> No
     assert breaches_on_day(reactive, 1) > 0, "a ramp nobody foresees breaches"
     assert breaches_on_day(forecast, 1) == 0
     assert breaches_on_day(forecast, 2) == 0
-    assert forecast.figures is not None
     assert forecast.figures.harvest_ratio > 0.5
