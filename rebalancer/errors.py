@@ -3,7 +3,11 @@
 ```
 RebalancerError
 ├── ConfigError        a setting, parameter or command-line value is invalid
-└── TraceError         a trace file cannot be read (names the file, line and field)
+├── TraceError         a trace file cannot be read (names the file, line and field)
+└── WriteError         the API server refused a write or kept failing (adapters.writer)
+    ├── Conflict       409: the object changed since it was read; never retried
+    ├── NotFound       404
+    └── ApiFailure     anything else, or a transient failure that outlasted the retries
 ```
 
 Decisions never raise: a refusal is a ``core.model.Rejection`` value and bad annotations are

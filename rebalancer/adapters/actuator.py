@@ -1,0 +1,339 @@
+"""The actuator: the only code that writes to the cluster (DESIGN section 3).
+
+Where it sits: the planner's steps come here (``lend``, ``reclaim``), each tick drives the node
+transitions in flight (``progress``), and start-up ends whatever a crash left half done
+(``recover``). It reads the node again before every step, computes the writes with the pure
+transitions of ``core.nodestate``, and sends them through a ``NodeWriter``.
+
+Why it is shaped like this:
+- Every node write carries the resourceVersion just read. A 409 means someone else changed the
+  node: the step stops there and says so (``Outcome.CONFLICT``); the planner re-plans on fresh
+  state next tick. A 409 is never retried blindly.
+- The order of writes is chosen so that a crash between any two leaves a node ``recover`` can end:
+  ``begin_lend`` records the originals before anything that changes scheduling, ``begin_reclaim``
+  restores taints and labels before any pod is evicted, and ``finish`` comes only when no borrowed
+  pod is left. See docs/design/actuator.md for each crash point.
+- Only pods whose role is ``BORROWED`` are ever evicted or deleted; evictions go through the
+  Eviction API (PodDisruptionBudgets honoured, 429 means wait), and only past the deadline are the
+  remaining borrowed pods deleted with grace 0.
+- Every call returns an ``ActionResult`` naming each write it made (or, in dry-run mode, would
+  make, with the exact body) so the audit log can record it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from rebalancer.adapters import convert
+from rebalancer.adapters.writer import (
+    Conflict,
+    EvictOutcome,
+    NodeWriter,
+    NotFound,
+    WriteError,
+    delete_body,
+    eviction_body,
+    merge_patch,
+)
+from rebalancer.core import model, nodestate, victims
+from rebalancer.core.nodestate import Keys, LendSpec, NodeChange, NodeState, Phase
+
+Obj = dict[str, Any]
+Clock = Callable[[], datetime]
+
+
+class Outcome(StrEnum):
+    DONE = "done"  # the transition is complete: the node is lent, or serving again
+    WAITING = "waiting"  # a reclaim is under way: pods are draining or a budget says wait
+    NOTHING = "nothing"  # the node needed no write (serving or lent, nothing in flight)
+    REFUSED = "refused"  # the node is not as the step needs it (busy, not serving, bad state)
+    CONFLICT = "conflict"  # 409: the node or a pod changed since it was read; step abandoned
+    GONE = "gone"  # the node no longer exists
+    FAILED = "failed"  # the API refused or kept failing; nothing more was written
+
+
+class WriteKind(StrEnum):
+    BEGIN_LEND = "begin_lend"
+    FINISH_LEND = "finish_lend"
+    BEGIN_RECLAIM = "begin_reclaim"
+    FINISH = "finish"  # ends a reclaim, or rolls back an unfinished lend
+    EVICT = "evict"
+    DELETE = "delete"
+
+
+class WriteOutcome(StrEnum):
+    APPLIED = "applied"
+    EVICTED = "evicted"
+    BLOCKED = "blocked"  # eviction refused by a budget (429): tried again next pass
+    GONE = "gone"  # the pod was already gone
+    PLANNED = "planned"  # dry-run: not sent
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One write: what, to which object, with which body (exactly what is or would be sent)."""
+
+    kind: WriteKind
+    target: str  # "node/NAME" or "pod/NAMESPACE/NAME"
+    body: Mapping[str, Any]
+    outcome: WriteOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class ActionResult:
+    node: str
+    action: str  # "lend", "reclaim", "progress"
+    outcome: Outcome
+    message: str
+    writes: tuple[Write, ...] = ()
+    dry_run: bool = False
+
+    @property
+    def applied(self) -> tuple[Write, ...]:
+        return tuple(w for w in self.writes if w.outcome is not WriteOutcome.PLANNED)
+
+
+@dataclass
+class _Pass:
+    """What one call has written so far, so that an abort still reports it."""
+
+    node: str
+    action: str
+    dry_run: bool
+    writes: list[Write] = field(default_factory=list)
+
+    def result(self, outcome: Outcome, message: str) -> ActionResult:
+        return ActionResult(
+            self.node, self.action, outcome, message, tuple(self.writes), self.dry_run
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Pod:
+    view: model.PodView
+    uid: str
+
+
+class Actuator:
+    def __init__(
+        self,
+        writer: NodeWriter,
+        keys: Keys,
+        spec: LendSpec,
+        rules: convert.PodRules,
+        clock: Clock,
+        dry_run: bool = False,
+    ) -> None:
+        self._writer, self._keys, self._spec, self._rules = writer, keys, spec, rules
+        self._clock, self._dry_run = clock, dry_run
+
+    # -----------------------------------------------------------------------------------------
+    # The public steps: each catches the writer's errors and turns them into a result
+
+    async def lend(self, node: str, decision: str) -> ActionResult:
+        run = _Pass(node, "lend", self._dry_run)
+        return await self._guarded(run, self._lend(run, decision))
+
+    async def reclaim(self, node: str, decision: str, deadline: datetime) -> ActionResult:
+        run = _Pass(node, "reclaim", self._dry_run)
+        return await self._guarded(run, self._reclaim(run, decision, deadline))
+
+    async def progress(self, node: str) -> ActionResult:
+        run = _Pass(node, "progress", self._dry_run)
+        return await self._guarded(run, self._progress(run, None))
+
+    async def recover(self) -> tuple[ActionResult, ...]:
+        """Start-up: roll back every ``lending`` node and drive every ``reclaiming`` one on."""
+        k = self._keys
+        selector = f"{k.state} in ({Phase.LENDING.value},{Phase.RECLAIMING.value})"
+        nodes = await self._writer.list_nodes(selector)
+        names = sorted(str((n.get("metadata") or {}).get("name", "")) for n in nodes)
+        return tuple([await self.progress(name) for name in names])
+
+    async def _guarded(self, run: _Pass, step: Any) -> ActionResult:
+        try:
+            result: ActionResult = await step
+        except Conflict as exc:
+            return run.result(Outcome.CONFLICT, f"{exc}; re-plan on a fresh read")
+        except NotFound as exc:
+            return run.result(Outcome.GONE, str(exc))
+        except WriteError as exc:  # ApiFailure: refused, or retries exhausted
+            return run.result(Outcome.FAILED, str(exc))
+        return result
+
+    # -----------------------------------------------------------------------------------------
+    # Lend: serving -> lending -> lent
+
+    async def _lend(self, run: _Pass, decision: str) -> ActionResult:
+        view, state = await self._observe(run.node)
+        if isinstance(state, nodestate.StateError):
+            return run.result(Outcome.REFUSED, f"unreadable state: {state}")
+        if state.phase is not Phase.SERVING:
+            return run.result(Outcome.REFUSED, f"node is {state.phase.value}, not serving")
+        if not view.idle:
+            return run.result(Outcome.REFUSED, f"node is not idle: {_busy(view)}")
+        now = self._clock()
+        begin = nodestate.begin_lend(view, self._spec, self._keys, now, decision)
+        after = await self._patch(run, WriteKind.BEGIN_LEND, view, begin)
+        lending = nodestate.read(after, self._keys)
+        assert isinstance(lending, NodeState)
+        if not self._dry_run:
+            # A pod may have landed since the first read: the state label changes no scheduling.
+            again = await self._pods(run.node)
+            busy = model.NodeView(after.name, after.labels, after.taints, pods=_views(again))
+            if not busy.idle:
+                back = nodestate.finish(lending, self._keys, now)
+                await self._patch(run, WriteKind.FINISH, after, back)
+                return run.result(Outcome.REFUSED, f"node became busy: {_busy(busy)}; rolled back")
+        finish = nodestate.finish_lend(self._spec, lending, self._keys, now)
+        await self._patch(run, WriteKind.FINISH_LEND, after, finish)
+        return run.result(Outcome.DONE, "lent")
+
+    # -----------------------------------------------------------------------------------------
+    # Reclaim: lent -> reclaiming -> (evict, then after the deadline delete) -> serving
+
+    async def _reclaim(self, run: _Pass, decision: str, deadline: datetime) -> ActionResult:
+        view, state = await self._observe(run.node)
+        if isinstance(state, nodestate.StateError):
+            return run.result(Outcome.REFUSED, f"unreadable state: {state}")
+        if state.phase in (Phase.LENDING, Phase.RECLAIMING):
+            return await self._progress(run, (view, state))  # already on its way
+        if state.phase is not Phase.LENT:
+            return run.result(Outcome.NOTHING, "node is already serving")
+        change = nodestate.begin_reclaim(state, self._keys, self._clock(), deadline, decision)
+        after = await self._patch(run, WriteKind.BEGIN_RECLAIM, view, change)
+        reclaiming = nodestate.read(after, self._keys)
+        assert isinstance(reclaiming, NodeState)
+        return await self._drain(run, after, reclaiming)
+
+    async def _progress(
+        self, run: _Pass, seen: tuple[model.NodeView, NodeState] | None
+    ) -> ActionResult:
+        if seen is None:
+            view, state = await self._observe(run.node)
+            if isinstance(state, nodestate.StateError):
+                return run.result(Outcome.REFUSED, f"unreadable state: {state}")
+        else:
+            view, state = seen
+        if state.phase is Phase.LENDING:
+            # An unfinished lend (a crash, a 409) is rolled back, never finished: the plan that
+            # asked for it is stale, and rolling back only restores what begin_lend recorded.
+            await self._patch(run, WriteKind.FINISH, view, self._finish(state))
+            return run.result(Outcome.DONE, "rolled back an unfinished lend")
+        if state.phase is not Phase.RECLAIMING:
+            return run.result(Outcome.NOTHING, f"node is {state.phase.value}: nothing in flight")
+        return await self._drain(run, view, state)
+
+    async def _drain(self, run: _Pass, view: model.NodeView, state: NodeState) -> ActionResult:
+        """One pass: evict (before the deadline) or delete (after) the borrowed pods; when none
+        is left, finish. A missing deadline counts as passed: fail toward inference."""
+        pods = await self._pods(run.node)
+        borrowed = [p for p in pods if p.view.role is model.PodRole.BORROWED]
+        if borrowed:
+            past = state.deadline is None or self._clock() >= state.deadline
+            blocked = 0
+            if past:
+                await self._delete(run, borrowed)
+            else:
+                blocked = await self._evict(run, borrowed)
+            if self._dry_run:
+                return run.result(Outcome.WAITING, "dry-run: borrowed pods still on the node")
+            # What the writes did: pods deleted at once, or still terminating.
+            pods = await self._pods(run.node)
+            left = [p for p in pods if p.view.role is model.PodRole.BORROWED]
+            if left:
+                why = f"{len(left)} borrowed pod(s) left, {blocked} blocked by a budget"
+                return run.result(Outcome.WAITING, why)
+        await self._patch(run, WriteKind.FINISH, view, self._finish(state))
+        return run.result(Outcome.DONE, "reclaimed: serving again")
+
+    async def _evict(self, run: _Pass, borrowed: Sequence[_Pod]) -> int:
+        """Evict the borrowed pods not yet terminating, cheapest first; how many were blocked."""
+        by_name = {(p.view.namespace, p.view.name): p for p in borrowed}
+        blocked = 0
+        for view in victims.eviction_order(p.view for p in borrowed if not p.view.terminating):
+            pod = by_name[(view.namespace, view.name)]
+            outcome = await self._evict_one(run, pod)
+            blocked += outcome is WriteOutcome.BLOCKED
+        return blocked
+
+    async def _evict_one(self, run: _Pass, pod: _Pod) -> WriteOutcome:
+        assert pod.view.role is model.PodRole.BORROWED  # never evict anything else
+        ns, name = pod.view.namespace, pod.view.name
+        body = eviction_body(ns, name, pod.uid)
+        outcome = WriteOutcome.PLANNED
+        if not self._dry_run:
+            answer = await self._writer.evict(ns, name, pod.uid)
+            outcome = _EVICTED[answer]
+        run.writes.append(Write(WriteKind.EVICT, f"pod/{ns}/{name}", body, outcome))
+        return outcome
+
+    async def _delete(self, run: _Pass, borrowed: Sequence[_Pod]) -> None:
+        """Past the deadline: delete every borrowed pod with grace 0, terminating ones too."""
+        by_name = {(p.view.namespace, p.view.name): p for p in borrowed}
+        for view in victims.eviction_order(p.view for p in borrowed):
+            pod = by_name[(view.namespace, view.name)]
+            assert pod.view.role is model.PodRole.BORROWED  # never delete anything else
+            ns, name = view.namespace, view.name
+            outcome = WriteOutcome.PLANNED
+            if not self._dry_run:
+                deleted = await self._writer.delete_pod(ns, name, pod.uid)
+                outcome = WriteOutcome.APPLIED if deleted else WriteOutcome.GONE
+            body = delete_body(pod.uid)
+            run.writes.append(Write(WriteKind.DELETE, f"pod/{ns}/{name}", body, outcome))
+
+    # -----------------------------------------------------------------------------------------
+    # Reading and writing one node
+
+    async def _observe(self, name: str) -> tuple[model.NodeView, NodeState | nodestate.StateError]:
+        raw = await self._writer.get_node(name)
+        view = convert.node_view(raw, _views(await self._pods(name)))
+        return view, nodestate.read(view, self._keys)
+
+    async def _pods(self, node: str) -> list[_Pod]:
+        raw = await self._writer.list_pods(node)
+        return [
+            _Pod(convert.pod_view(p, self._rules), str((p.get("metadata") or {}).get("uid", "")))
+            for p in raw
+            if not convert.finished(p)
+        ]
+
+    async def _patch(
+        self, run: _Pass, kind: WriteKind, view: model.NodeView, change: NodeChange
+    ) -> model.NodeView:
+        """Send ``change`` locked to the version of ``view``; the node as it is afterwards."""
+        body = merge_patch(change, view.resource_version)
+        if self._dry_run:
+            run.writes.append(Write(kind, f"node/{view.name}", body, WriteOutcome.PLANNED))
+            # What the node would look like; the next write of this pass is shown against it.
+            return nodestate.apply(view, change)
+        raw = await self._writer.patch_node(view.name, change, view.resource_version)
+        run.writes.append(Write(kind, f"node/{view.name}", body, WriteOutcome.APPLIED))
+        return convert.node_view(raw, view.pods)
+
+    def _finish(self, state: NodeState) -> NodeChange:
+        return nodestate.finish(state, self._keys, self._clock())
+
+
+_EVICTED = {
+    EvictOutcome.EVICTED: WriteOutcome.EVICTED,
+    EvictOutcome.BLOCKED: WriteOutcome.BLOCKED,
+    EvictOutcome.GONE: WriteOutcome.GONE,
+}
+
+
+def _views(pods: Sequence[_Pod]) -> tuple[model.PodView, ...]:
+    return tuple(p.view for p in pods)
+
+
+def _busy(view: model.NodeView) -> str:
+    names = [
+        f"{p.namespace}/{p.name} ({p.role.value})"
+        for p in view.pods
+        if p.role not in (model.PodRole.DAEMON, model.PodRole.BORROWED)
+    ]
+    return ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")

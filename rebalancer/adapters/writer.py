@@ -1,0 +1,305 @@
+"""The few Kubernetes calls the actuator makes, behind one small Protocol.
+
+Where it sits: ``actuator`` is the only code that writes to the cluster, and it writes only through
+a ``NodeWriter``: read a node, list the pods on it, patch it with a ``NodeChange`` under an
+optimistic lock, evict a pod, delete a pod at once. ``KubeWriter`` is the implementation on
+kubernetes-asyncio; tests wrap it to count writes or to crash after the k-th one.
+
+Why raw JSON: the actuator works on the API's JSON (``convert`` reads it), and the typed models
+drop what they do not know and turn ``timeAdded`` into a ``datetime``, which would not restore
+byte for byte. So every call asks for ``_preload_content=False`` and reads the body itself.
+
+Why a merge patch: a node patch is ``application/merge-patch+json`` carrying
+``metadata.resourceVersion``. The client would pick a strategic merge patch for a dict body, so
+the content type is forced. In a merge patch a list is replaced whole, which is what the taints
+need (the API treats them as one atomic list), ``null`` deletes a label or an annotation, and the
+resourceVersion makes the server refuse (409) a write based on a stale read.
+
+Retries (tenacity, bounded, short exponential backoff with full jitter, injectable sleep): only
+what cannot have been decided by the server on our data: transport errors, 5xx, and 429 on any
+write but an eviction (there 429 is a PodDisruptionBudget's answer, reported as ``BLOCKED``).
+A 409 is never retried: it is raised as ``Conflict`` and the caller re-plans on a fresh read.
+Retrying a patch is safe because of the lock: if a failed attempt was in fact stored, the next
+attempt carries the old resourceVersion and gets 409 instead of writing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import partial
+from typing import Any, Protocol, TypeVar
+
+import aiohttp
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+
+from rebalancer.core import model
+from rebalancer.core.nodestate import NodeChange
+from rebalancer.errors import RebalancerError
+
+Obj = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+_T = TypeVar("_T")
+
+
+# ---------------------------------------------------------------------------------------------
+# Results and errors
+
+
+class EvictOutcome(StrEnum):
+    EVICTED = "evicted"  # 201: the pod is being deleted with its own grace period
+    BLOCKED = "blocked"  # 429: a PodDisruptionBudget says not now; ask again later
+    GONE = "gone"  # 404: nothing left to evict
+
+
+class WriteError(RebalancerError):
+    """A call the server refused or that kept failing. ``target`` names the object."""
+
+    def __init__(self, target: str, code: int, message: str) -> None:
+        super().__init__(f"{target}: {code} {message}")
+        self.target, self.code, self.message = target, code, message
+
+
+class Conflict(WriteError):
+    """409: the object changed since it was read (or a precondition failed). Never retried."""
+
+
+class NotFound(WriteError):
+    """404: the object does not exist."""
+
+
+class ApiFailure(WriteError):
+    """Any other refusal, or a transient failure that outlasted the retries."""
+
+
+class _Transient(Exception):
+    """A failure worth another attempt: 5xx, or 429 on a write that is not an eviction."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"{code} {message}")
+        self.code, self.message = code, message
+
+
+# ---------------------------------------------------------------------------------------------
+# The seam
+
+
+class NodeWriter(Protocol):
+    async def get_node(self, name: str) -> Obj: ...
+
+    async def list_nodes(self, label_selector: str) -> list[Obj]: ...
+
+    async def list_pods(self, node: str) -> list[Obj]: ...
+
+    async def patch_node(self, name: str, change: NodeChange, resource_version: str) -> Obj: ...
+
+    async def evict(self, namespace: str, name: str, uid: str) -> EvictOutcome: ...
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete with grace 0; False when the pod was already gone."""
+        ...
+
+
+# ---------------------------------------------------------------------------------------------
+# Request bodies: pure, so dry-run reports exactly what would be sent
+
+
+def taint_doc(taint: model.Taint) -> dict[str, str]:
+    doc = {"key": taint.key}
+    if taint.value is not None:
+        doc["value"] = taint.value
+    doc["effect"] = taint.effect
+    if taint.time_added is not None:
+        doc["timeAdded"] = taint.time_added
+    return doc
+
+
+def merge_patch(change: NodeChange, resource_version: str) -> Obj:
+    """The JSON merge patch for ``change``, locked to ``resource_version``."""
+    meta: Obj = {"resourceVersion": resource_version}
+    if change.labels:
+        meta["labels"] = dict(change.labels)
+    if change.annotations:
+        meta["annotations"] = dict(change.annotations)
+    body: Obj = {"metadata": meta}
+    if change.taints is not None:
+        body["spec"] = {"taints": [taint_doc(t) for t in change.taints]}
+    return body
+
+
+def eviction_body(namespace: str, name: str, uid: str) -> Obj:
+    # The uid precondition: a pod re-created under the same name is not the pod we judged.
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+        "deleteOptions": {"preconditions": {"uid": uid}},
+    }
+
+
+def delete_body(uid: str) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "gracePeriodSeconds": 0,
+        "preconditions": {"uid": uid},
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# kubernetes-asyncio
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    attempts: int = 4
+    initial: float = 0.2  # seconds; full jitter up to initial * 2**n, capped at ``maximum``
+    maximum: float = 2.0
+    sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep)
+
+
+_TRANSPORT = (aiohttp.ClientError, TimeoutError, _Transient)
+
+
+class KubeWriter:
+    """``NodeWriter`` over a kubernetes-asyncio ``CoreV1Api``."""
+
+    def __init__(self, core: Any, retry: RetryPolicy | None = None) -> None:
+        self._core = core
+        self._retry = retry or RetryPolicy()
+
+    async def get_node(self, name: str) -> Obj:
+        target = f"node/{name}"
+        return await self._retried(
+            target, lambda: self._json(target, self._core.read_node(name, _preload_content=False))
+        )
+
+    async def list_nodes(self, label_selector: str) -> list[Obj]:
+        items: list[Obj] = []
+        token: str | None = None
+        while True:
+            page = await self._list_page(label_selector, token)
+            items.extend(page.get("items") or ())
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+
+    async def _list_page(self, label_selector: str, token: str | None) -> Obj:
+        extra = {"_continue": token} if token else {}
+        return await self._retried(
+            "nodes",
+            lambda: self._json(
+                "nodes",
+                self._core.list_node(
+                    label_selector=label_selector, limit=500, _preload_content=False, **extra
+                ),
+            ),
+        )
+
+    async def list_pods(self, node: str) -> list[Obj]:
+        # At most a node's pod capacity (110 by default): one page.
+        target = f"pods on node/{node}"
+        call = partial(
+            self._core.list_pod_for_all_namespaces,
+            field_selector=f"spec.nodeName={node}",
+            _preload_content=False,
+        )
+        page = await self._retried(target, lambda: self._json(target, call()))
+        return list(page.get("items") or ())
+
+    async def patch_node(self, name: str, change: NodeChange, resource_version: str) -> Obj:
+        target, body = f"node/{name}", merge_patch(change, resource_version)
+        call = partial(
+            self._core.patch_node, name, body, _content_type=MERGE_PATCH, _preload_content=False
+        )
+        return await self._retried(target, lambda: self._json(target, call()))
+
+    async def evict(self, namespace: str, name: str, uid: str) -> EvictOutcome:
+        target, body = f"pod/{namespace}/{name}", eviction_body(namespace, name, uid)
+        call = partial(
+            self._core.create_namespaced_pod_eviction, name, namespace, body, _preload_content=False
+        )
+        return await self._retried(target, lambda: self._evict_once(target, call()))
+
+    async def _evict_once(self, target: str, pending: Awaitable[Any]) -> EvictOutcome:
+        code, doc = await _read(pending)
+        if code == 429:
+            return EvictOutcome.BLOCKED
+        if code == 404:
+            return EvictOutcome.GONE
+        _check(target, code, doc, throttle_retries=False)
+        return EvictOutcome.EVICTED
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        target = f"pod/{namespace}/{name}"
+        call = partial(
+            self._core.delete_namespaced_pod,
+            name,
+            namespace,
+            body=delete_body(uid),
+            _preload_content=False,
+        )
+        try:
+            await self._retried(target, lambda: self._json(target, call()))
+        except NotFound:
+            return False
+        return True
+
+    async def _json(self, target: str, pending: Awaitable[Any]) -> Obj:
+        code, doc = await _read(pending)
+        _check(target, code, doc, throttle_retries=True)
+        return doc
+
+    async def _retried(self, target: str, attempt: Callable[[], Awaitable[_T]]) -> _T:
+        policy = self._retry
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(policy.attempts),
+            wait=wait_random_exponential(multiplier=policy.initial, max=policy.maximum),
+            retry=retry_if_exception_type(_TRANSPORT),
+            sleep=policy.sleep,
+            reraise=True,
+        )
+        try:
+            async for trial in retrying:
+                with trial:
+                    return await attempt()
+        except _Transient as exc:
+            raise ApiFailure(target, exc.code, exc.message) from exc
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise ApiFailure(target, 0, f"transport error: {exc!r}") from exc
+        raise AssertionError("unreachable: tenacity either returns or re-raises")
+
+
+async def _read(pending: Awaitable[Any]) -> tuple[int, Obj]:
+    response = await pending
+    try:
+        raw = await response.read()
+        code = int(response.status)
+    finally:
+        response.release()
+    try:
+        doc = json.loads(raw) if raw else {}
+    except ValueError:
+        doc = {"message": raw[:200].decode("utf-8", "replace")}
+    return code, doc if isinstance(doc, dict) else {}
+
+
+def _check(target: str, code: int, doc: Mapping[str, Any], *, throttle_retries: bool) -> None:
+    if 200 <= code < 300:
+        return
+    message = str(doc.get("message") or doc.get("reason") or "")
+    if code == 409:
+        raise Conflict(target, code, message)
+    if code == 404:
+        raise NotFound(target, code, message)
+    if code >= 500 or (code == 429 and throttle_retries):
+        raise _Transient(code, message)
+    raise ApiFailure(target, code, message)

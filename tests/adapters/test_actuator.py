@@ -1,0 +1,491 @@
+"""The actuator against the emulator over HTTP, through the real kubernetes-asyncio client.
+
+Also the shared test kit for ``test_actuator_*.py``: a node with several taints in a deliberate
+order (one with ``timeAdded``), its pods, a ``Recorder`` writer that logs every write and can
+crash after the k-th, and ``drive`` which runs progress passes on the emulator's clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from rebalancer.adapters import convert
+from rebalancer.adapters.actuator import (
+    ActionResult,
+    Actuator,
+    Outcome,
+    WriteKind,
+    WriteOutcome,
+)
+from rebalancer.adapters.writer import EvictOutcome, KubeWriter, NodeWriter, RetryPolicy
+from rebalancer.core import model
+from rebalancer.core.nodestate import Keys, LendSpec, NodeChange, lent_taints
+from rebalancer.sandbox import cluster
+from rebalancer.sandbox.resources import NODES, PODS
+from rebalancer.sandbox.store import ListRequest, Store
+from rebalancer.sandbox.watcher import Scope
+from tests.sandbox.conftest import Sandbox, running
+
+Obj = dict[str, Any]
+KEYS = Keys()
+LEND = model.Taint(KEYS.lent_taint, "NoSchedule", "training")
+SERVE = model.Taint("workload", "NoSchedule", "inference")
+SPEC = LendSpec(
+    remove_taints=(SERVE,),
+    add_taints=(LEND,),
+    labels={"gpu-pool": "training", "example.com/lent-to": "training"},
+)
+RULES = convert.PodRules(
+    lend_taints=(LEND,), serving_taints=(SERVE,), inference_selector={"app": "llm-serving"}
+)
+# The inference taint sits between two others, and one taint carries timeAdded: a restore that
+# appends, re-sorts or drops a field shows.
+TAINTS: list[Obj] = [
+    {"key": "example.com/spot", "effect": "PreferNoSchedule"},
+    {"key": "workload", "value": "inference", "effect": "NoSchedule"},
+    {
+        "key": "example.com/maintenance",
+        "value": "planned",
+        "effect": "PreferNoSchedule",
+        "timeAdded": "2026-03-01T08:00:00Z",
+    },
+]
+
+
+async def no_sleep(_: float) -> None:
+    """Retry backoff without waiting on the wall clock."""
+
+
+def gpu_node(name: str) -> Obj:
+    body = cluster.node(name, cluster.INFERENCE)
+    body["spec"]["taints"] = copy.deepcopy(TAINTS)
+    return body
+
+
+def bound(pod: Obj, node: str) -> Obj:
+    pod["spec"]["nodeName"] = node
+    return pod
+
+
+def daemon_pod(node: str) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"gpu-exporter-{node}",
+            "namespace": "kube-system",
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "gpu-exporter", "uid": "d"}
+            ],
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "exporter", "image": "nvidia/dcgm-exporter:3.3"}],
+        },
+    }
+
+
+def training(store: Store, job: str, count: int, node: str, priority: int = 0) -> list[str]:
+    names = []
+    for index in range(count):
+        pod = bound(cluster.training_pod(job, index, gpus=1, priority_class=None), node)
+        pod["spec"]["priority"] = priority
+        names.append(cluster.add(store, pod)["metadata"]["name"])
+    return names
+
+
+def budget(store: Store, job: str, min_available: int) -> None:
+    cluster.add(
+        store,
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": job, "namespace": cluster.TRAINING_NAMESPACE},
+            "spec": {"selector": {"matchLabels": {"job-name": job}}, "minAvailable": min_available},
+        },
+    )
+
+
+def node_obj(store: Store, name: str) -> Obj:
+    return store.get(NODES, None, name)
+
+
+def scheduling_view(store: Store, name: str) -> tuple[Obj, list[Obj]]:
+    """What a restore must give back exactly: the labels and the taint list."""
+    obj = node_obj(store, name)
+    return dict(obj["metadata"].get("labels") or {}), list(obj["spec"].get("taints") or [])
+
+
+def pods_on(store: Store, node: str) -> dict[str, Obj]:
+    """Every pod bound to ``node``, by ``namespace/name``, read from the store directly."""
+    pods = store.list_page(ListRequest(Scope(PODS))).items
+    return {
+        f"{p['metadata']['namespace']}/{p['metadata']['name']}": p
+        for p in pods
+        if p["spec"].get("nodeName") == node
+    }
+
+
+class Crash(Exception):
+    """The controller process dies here (raised by ``Recorder`` after its k-th write)."""
+
+
+@dataclass
+class Recorder:
+    """A ``NodeWriter`` that logs every write the actuator makes, and can crash after the k-th.
+
+    ``states`` holds, per node, the state label each applied node patch wrote (``"serving"`` for
+    its removal): the transitions as the cluster saw them.
+    """
+
+    inner: NodeWriter
+    crash_after: int | None = None
+    writes: list[tuple[str, str]] = field(default_factory=list)  # (kind, target)
+    states: dict[str, list[str]] = field(default_factory=dict)
+
+    async def get_node(self, name: str) -> Obj:
+        return await self.inner.get_node(name)
+
+    async def list_nodes(self, label_selector: str) -> list[Obj]:
+        return await self.inner.list_nodes(label_selector)
+
+    async def list_pods(self, node: str) -> list[Obj]:
+        return await self.inner.list_pods(node)
+
+    async def patch_node(self, name: str, change: NodeChange, resource_version: str) -> Obj:
+        out = await self.inner.patch_node(name, change, resource_version)
+        if KEYS.state in change.labels:
+            self.states.setdefault(name, []).append(change.labels[KEYS.state] or "serving")
+        self._wrote("patch", f"node/{name}")
+        return out
+
+    async def evict(self, namespace: str, name: str, uid: str) -> EvictOutcome:
+        out = await self.inner.evict(namespace, name, uid)
+        self._wrote("evict", f"{namespace}/{name}")
+        return out
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        out = await self.inner.delete_pod(namespace, name, uid)
+        self._wrote("delete", f"{namespace}/{name}")
+        return out
+
+    def _wrote(self, kind: str, target: str) -> None:
+        self.writes.append((kind, target))
+        if self.crash_after is not None and len(self.writes) >= self.crash_after:
+            raise Crash(f"crashed after write {len(self.writes)}: {kind} {target}")
+
+    @property
+    def pod_targets(self) -> set[str]:
+        return {target for kind, target in self.writes if kind in ("evict", "delete")}
+
+
+@dataclass
+class World:
+    box: Sandbox
+
+    @property
+    def store(self) -> Store:
+        return self.box.store
+
+    def writer(self, crash_after: int | None = None) -> Recorder:
+        inner = KubeWriter(self.box.core, RetryPolicy(sleep=no_sleep))
+        return Recorder(inner, crash_after)
+
+    def actuator(self, writer: NodeWriter, dry_run: bool = False) -> Actuator:
+        return Actuator(writer, KEYS, SPEC, RULES, self.box.clock, dry_run=dry_run)
+
+    def now(self) -> datetime:
+        return self.box.clock()
+
+    def add_node(self, name: str) -> None:
+        cluster.add(self.store, gpu_node(name))
+        cluster.add(self.store, daemon_pod(name))
+
+
+@asynccontextmanager
+async def world(*nodes: str) -> AsyncIterator[World]:
+    async with running() as box:
+        made = World(box)
+        for name in nodes:
+            made.add_node(name)
+        yield made
+
+
+async def drive(
+    act: Actuator, node: str, first: ActionResult, w: World, step: float = 30.0
+) -> ActionResult:
+    """Progress passes, the clock moving ``step`` seconds between them, until nothing waits."""
+    result = first
+    for _ in range(40):
+        if result.outcome not in (Outcome.WAITING, Outcome.CONFLICT, Outcome.FAILED):
+            return result
+        w.box.clock.advance(step)
+        result = await act.progress(node)
+    raise AssertionError(f"{node} did not settle: {result}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Tests
+
+
+async def test_a_lend_swaps_taints_in_place_and_a_reclaim_restores_them_byte_for_byte() -> None:
+    async with world("gpu-0") as w:
+        labels, taints = scheduling_view(w.store, "gpu-0")
+        act = w.actuator(w.writer())
+        lent = await act.lend("gpu-0", "audit-1")
+        assert lent.outcome is Outcome.DONE
+        assert [x.kind for x in lent.writes] == [WriteKind.BEGIN_LEND, WriteKind.FINISH_LEND]
+        obj = node_obj(w.store, "gpu-0")
+        assert convert.taints(obj) == lent_taints(
+            convert.taints({"spec": {"taints": taints}}), SPEC
+        )
+        assert obj["metadata"]["labels"][KEYS.state] == "lent"
+        assert obj["metadata"]["labels"]["gpu-pool"] == "training"
+        back = await act.reclaim("gpu-0", "audit-2", w.now() + timedelta(minutes=5))
+        assert back.outcome is Outcome.DONE  # no borrowed pod: finished in the same call
+        assert scheduling_view(w.store, "gpu-0") == (labels, taints)
+        assert KEYS.original not in node_obj(w.store, "gpu-0")["metadata"]["annotations"]
+
+
+async def test_a_node_running_inference_is_refused_and_not_written() -> None:
+    async with world("gpu-0") as w:
+        cluster.add(w.store, cluster.inference_pod(0, node_name="gpu-0"))
+        before = node_obj(w.store, "gpu-0")["metadata"]["resourceVersion"]
+        rec = w.writer()
+        result = await w.actuator(rec).lend("gpu-0", "audit-1")
+        assert result.outcome is Outcome.REFUSED
+        assert "llm-serving" in result.message
+        assert rec.writes == []
+        assert node_obj(w.store, "gpu-0")["metadata"]["resourceVersion"] == before
+
+
+async def test_a_reclaim_restores_taints_first_then_evicts_only_borrowed_pods() -> None:
+    async with world("gpu-0") as w:
+        rec = w.writer()
+        act = w.actuator(rec)
+        await act.lend("gpu-0", "audit-1")
+        borrowed = training(w.store, "job-a", 2, "gpu-0")
+        cluster.add(w.store, cluster.inference_pod(7, node_name="gpu-0"))
+        result = await act.reclaim("gpu-0", "audit-2", w.now() + timedelta(minutes=5))
+        assert result.outcome is Outcome.WAITING  # evicted pods terminate for 60 s
+        kinds = [x.kind for x in result.writes]
+        assert kinds == [WriteKind.BEGIN_RECLAIM, WriteKind.EVICT, WriteKind.EVICT]
+        assert rec.pod_targets == {f"training/{n}" for n in borrowed}
+        assert node_obj(w.store, "gpu-0")["spec"]["taints"] == TAINTS  # nothing new lands
+        done = await drive(act, "gpu-0", result, w)
+        assert done.outcome is Outcome.DONE
+        assert set(pods_on(w.store, "gpu-0")) == {
+            "kube-system/gpu-exporter-gpu-0",
+            "inference/llm-serving-7d9f8c6b5-00007",
+        }
+
+
+async def test_a_budget_delays_the_reclaim_until_the_deadline_then_the_pods_are_deleted() -> None:
+    async with world("gpu-0") as w:
+        act = w.actuator(w.writer())
+        await act.lend("gpu-0", "audit-1")
+        names = training(w.store, "job-a", 2, "gpu-0")
+        budget(w.store, "job-a", min_available=2)
+        deadline = w.now() + timedelta(minutes=5)
+        first = await act.reclaim("gpu-0", "audit-2", deadline)
+        assert first.outcome is Outcome.WAITING
+        assert {x.outcome for x in first.writes[1:]} == {WriteOutcome.BLOCKED}
+        w.box.clock.advance(240)  # four minutes: still before the deadline
+        second = await act.progress("gpu-0")
+        assert second.outcome is Outcome.WAITING
+        assert [x.kind for x in second.writes] == [WriteKind.EVICT, WriteKind.EVICT]
+        assert all(
+            "deletionTimestamp" not in p["metadata"] for p in pods_on(w.store, "gpu-0").values()
+        )
+        w.box.clock.advance(60)  # the deadline
+        last = await act.progress("gpu-0")
+        assert last.outcome is Outcome.DONE
+        assert [x.kind for x in last.writes] == [WriteKind.DELETE] * 2 + [WriteKind.FINISH]
+        assert {x.target for x in last.writes[:2]} == {f"pod/training/{n}" for n in names}
+        assert set(pods_on(w.store, "gpu-0")) == {"kube-system/gpu-exporter-gpu-0"}
+        assert node_obj(w.store, "gpu-0")["spec"]["taints"] == TAINTS
+
+
+async def test_a_conflict_on_the_first_write_aborts_the_lend_and_writes_nothing() -> None:
+    async with world("gpu-0") as w:
+        meddler = Meddler(w.writer(), w.store, before_patch=1)
+        result = await w.actuator(meddler).lend("gpu-0", "audit-1")
+        assert result.outcome is Outcome.CONFLICT
+        assert "409" in result.message
+        assert result.writes == ()
+        assert KEYS.state not in node_obj(w.store, "gpu-0")["metadata"]["labels"]
+
+
+async def test_a_conflict_mid_lend_is_reported_and_recover_rolls_the_node_back() -> None:
+    async with world("gpu-0") as w:
+        labels, taints = scheduling_view(w.store, "gpu-0")
+        meddler = Meddler(w.writer(), w.store, before_patch=2)
+        result = await w.actuator(meddler).lend("gpu-0", "audit-1")
+        assert result.outcome is Outcome.CONFLICT
+        assert [x.kind for x in result.applied] == [WriteKind.BEGIN_LEND]
+        assert node_obj(w.store, "gpu-0")["metadata"]["labels"][KEYS.state] == "lending"
+        recovered = await w.actuator(w.writer()).recover()
+        assert [r.outcome for r in recovered] == [Outcome.DONE]
+        assert scheduling_view(w.store, "gpu-0") == (labels, taints)
+
+
+async def test_a_conflict_mid_reclaim_is_reported_and_the_next_pass_finishes() -> None:
+    async with world("gpu-0") as w:
+        labels, taints = scheduling_view(w.store, "gpu-0")
+        await w.actuator(w.writer()).lend("gpu-0", "audit-1")
+        # The finish write (the second patch of the reclaim) meets a changed node.
+        meddler = Meddler(w.writer(), w.store, before_patch=2)
+        result = await w.actuator(meddler).reclaim("gpu-0", "audit-2", w.now())
+        assert result.outcome is Outcome.CONFLICT
+        assert [x.kind for x in result.applied] == [WriteKind.BEGIN_RECLAIM]
+        assert scheduling_view(w.store, "gpu-0")[1] == taints  # already safe for inference
+        recovered = await w.actuator(w.writer()).recover()
+        assert [r.outcome for r in recovered] == [Outcome.DONE]
+        assert scheduling_view(w.store, "gpu-0") == (labels, taints)
+
+
+async def test_dry_run_writes_nothing_and_reports_the_exact_writes_it_would_make() -> None:
+    async with world("gpu-0") as w:
+        rv = node_obj(w.store, "gpu-0")["metadata"]["resourceVersion"]
+        rec = w.writer()
+        result = await w.actuator(rec, dry_run=True).lend("gpu-0", "audit-1")
+        assert rec.writes == []
+        assert node_obj(w.store, "gpu-0")["metadata"]["resourceVersion"] == rv
+        assert result.dry_run
+        assert result.outcome is Outcome.DONE
+        assert [(x.kind, x.outcome) for x in result.writes] == [
+            (WriteKind.BEGIN_LEND, WriteOutcome.PLANNED),
+            (WriteKind.FINISH_LEND, WriteOutcome.PLANNED),
+        ]
+        begin, finish = (x.body for x in result.writes)
+        assert begin["metadata"]["resourceVersion"] == rv
+        assert begin["metadata"]["labels"] == {KEYS.state: "lending"}
+        assert "spec" not in begin  # begin_lend changes nothing that schedules
+        lend_taint = {"key": LEND.key, "value": "training", "effect": "NoSchedule"}
+        assert finish["spec"]["taints"] == [TAINTS[0], TAINTS[2], lend_taint]
+
+
+async def test_dry_run_of_a_reclaim_lists_the_evictions_without_sending_them() -> None:
+    async with world("gpu-0") as w:
+        await w.actuator(w.writer()).lend("gpu-0", "audit-1")
+        names = training(w.store, "job-a", 2, "gpu-0")
+        rv = node_obj(w.store, "gpu-0")["metadata"]["resourceVersion"]
+        rec = w.writer()
+        deadline = w.now() + timedelta(minutes=5)
+        result = await w.actuator(rec, dry_run=True).reclaim("gpu-0", "audit-2", deadline)
+        assert rec.writes == []
+        assert node_obj(w.store, "gpu-0")["metadata"]["resourceVersion"] == rv
+        assert [x.kind for x in result.writes] == [WriteKind.BEGIN_RECLAIM] + [WriteKind.EVICT] * 2
+        assert {x.target for x in result.writes[1:]} == {f"pod/training/{n}" for n in names}
+        assert result.writes[1].body["kind"] == "Eviction"
+
+
+@dataclass
+class Meddler:
+    """Someone else writes the node just before the actuator's ``before_patch``-th patch."""
+
+    inner: Recorder
+    store: Store
+    before_patch: int
+    patches: int = 0
+
+    async def get_node(self, name: str) -> Obj:
+        return await self.inner.get_node(name)
+
+    async def list_nodes(self, label_selector: str) -> list[Obj]:
+        return await self.inner.list_nodes(label_selector)
+
+    async def list_pods(self, node: str) -> list[Obj]:
+        return await self.inner.list_pods(node)
+
+    async def patch_node(self, name: str, change: NodeChange, resource_version: str) -> Obj:
+        self.patches += 1
+        if self.patches == self.before_patch:
+            body = b'{"metadata": {"annotations": {"example.com/owner": "someone-else"}}}'
+            self.store.patch(NODES, None, name, "application/merge-patch+json", body)
+        return await self.inner.patch_node(name, change, resource_version)
+
+    async def evict(self, namespace: str, name: str, uid: str) -> EvictOutcome:
+        return await self.inner.evict(namespace, name, uid)
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        return await self.inner.delete_pod(namespace, name, uid)
+
+
+async def test_recover_touches_only_nodes_in_flight_and_leaves_lent_and_serving_ones_alone() -> (
+    None
+):
+    async with world("gpu-0", "gpu-1", "gpu-2", "gpu-3") as w:
+        setup = w.actuator(w.writer())
+        await setup.lend("gpu-1", "audit-1")  # lent: a stable state
+        await setup.lend("gpu-2", "audit-2")
+        await setup.lend("gpu-3", "audit-3")
+        training(w.store, "job-a", 1, "gpu-3")
+        await setup.reclaim("gpu-3", "audit-4", w.now() + timedelta(minutes=5))  # reclaiming
+        crashing = w.writer(crash_after=1)
+        with contextlib.suppress(Crash):
+            await w.actuator(crashing).lend("gpu-0", "audit-5")  # left lending
+        rec = w.writer()
+        results = await w.actuator(rec).recover()
+        assert [(r.node, r.outcome) for r in results] == [
+            ("gpu-0", Outcome.DONE),
+            ("gpu-3", Outcome.WAITING),
+        ]
+        assert {target for _, target in rec.writes} == {"node/gpu-0"}
+        phases = {
+            n: node_obj(w.store, n)["metadata"]["labels"].get(KEYS.state)
+            for n in ("gpu-0", "gpu-1", "gpu-2", "gpu-3")
+        }
+        assert phases == {"gpu-0": None, "gpu-1": "lent", "gpu-2": "lent", "gpu-3": "reclaiming"}
+
+
+@dataclass
+class Arrival:
+    """An inference pod is bound to the node right after the actuator's first look at its pods."""
+
+    inner: Recorder
+    store: Store
+    lists: int = 0
+
+    async def get_node(self, name: str) -> Obj:
+        return await self.inner.get_node(name)
+
+    async def list_nodes(self, label_selector: str) -> list[Obj]:
+        return await self.inner.list_nodes(label_selector)
+
+    async def list_pods(self, node: str) -> list[Obj]:
+        out = await self.inner.list_pods(node)
+        self.lists += 1
+        if self.lists == 1:
+            cluster.add(self.store, cluster.inference_pod(3, node_name=node))
+        return out
+
+    async def patch_node(self, name: str, change: NodeChange, resource_version: str) -> Obj:
+        return await self.inner.patch_node(name, change, resource_version)
+
+    async def evict(self, namespace: str, name: str, uid: str) -> EvictOutcome:
+        return await self.inner.evict(namespace, name, uid)
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        return await self.inner.delete_pod(namespace, name, uid)
+
+
+async def test_a_node_that_becomes_busy_during_the_lend_is_rolled_back_before_any_taint_moves() -> (
+    None
+):
+    async with world("gpu-0") as w:
+        labels, taints = scheduling_view(w.store, "gpu-0")
+        rec = w.writer()
+        result = await w.actuator(Arrival(rec, w.store)).lend("gpu-0", "audit-1")
+        assert result.outcome is Outcome.REFUSED
+        assert "became busy" in result.message
+        assert [x.kind for x in result.applied] == [WriteKind.BEGIN_LEND, WriteKind.FINISH]
+        assert rec.states == {"gpu-0": ["lending", "serving"]}
+        assert scheduling_view(w.store, "gpu-0") == (labels, taints)
+        assert rec.pod_targets == set()  # the inference pod is left alone

@@ -1,0 +1,123 @@
+"""Hundreds of lend/reclaim transitions on several nodes through an API server that answers a
+seeded share of writes with 409, 429 or 500 and drops watch streams: the cluster converges and no
+transition is applied twice."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+
+from rebalancer.adapters.actuator import ActionResult, Outcome, WriteKind
+from rebalancer.sandbox.faults import Faults
+from rebalancer.sandbox.resources import NODES as NODE_RESOURCE
+from rebalancer.sandbox.store import WatchRequest
+from rebalancer.sandbox.watcher import Scope, Watcher
+from tests.adapters.test_actuator import (
+    KEYS,
+    Recorder,
+    World,
+    drive,
+    node_obj,
+    pods_on,
+    scheduling_view,
+    training,
+    world,
+)
+
+NODES = ("gpu-0", "gpu-1", "gpu-2", "gpu-3")
+TRANSITIONS = 300  # applied state changes, across the nodes
+# The edges of the state machine (nodestate): anything else, such as lending -> lending, would be
+# a transition applied twice.
+EDGES = {
+    ("serving", "lending"),
+    ("lending", "lent"),
+    ("lending", "serving"),  # a rolled-back lend
+    ("lent", "reclaiming"),
+    ("reclaiming", "serving"),
+}
+STATE_OF_WRITE = {
+    WriteKind.BEGIN_LEND: "lending",
+    WriteKind.FINISH_LEND: "lent",
+    WriteKind.BEGIN_RECLAIM: "reclaiming",
+    WriteKind.FINISH: "serving",
+}
+
+
+def stored_states(server: Watcher) -> dict[str, list[str]]:
+    states: dict[str, list[str]] = {}
+    while not server.queue.empty():
+        event = server.queue.get_nowait()
+        assert event is not None
+        assert event["type"] == "MODIFIED"
+        meta = event["object"]["metadata"]
+        states.setdefault(meta["name"], []).append(meta["labels"].get(KEYS.state, "serving"))
+    return states
+
+
+async def tick(w: World, rec: Recorder, node: str, jobs: Counter[str]) -> ActionResult:
+    """What the planner would ask of ``node`` now: lend it if serving, take it back if lent,
+    else drive what is in flight."""
+    act = w.actuator(rec)
+    phase = node_obj(w.store, node)["metadata"]["labels"].get(KEYS.state)
+    if phase is None:
+        result = await act.lend(node, f"audit-{node}-{sum(jobs.values())}")
+        if result.outcome is Outcome.DONE:
+            jobs[node] += 1  # training lands on the lent node
+            training(w.store, f"job-{node}-{jobs[node]}", 2, node)
+        return result
+    if phase == "lent":
+        return await act.reclaim(node, "audit-r", w.now() + timedelta(seconds=90))
+    return await act.progress(node)
+
+
+async def test_faulty_writes_never_apply_a_transition_twice_and_the_cluster_converges() -> None:
+    async with world(*NODES) as w:
+        originals = {n: scheduling_view(w.store, n) for n in NODES}
+        # The server's own record of every node write, in process (no HTTP, no dropped stream).
+        since = str(w.store.resource_version)
+        server = w.store.watch(
+            WatchRequest(Scope(NODE_RESOURCE), resource_version=since, timeout=1e9)
+        )
+        w.box.faults.configure(
+            Faults(
+                conflict_rate=0.1, throttle_rate=0.1, error_rate=0.1, drop_watch_rate=0.1, seed=11
+            )
+        )
+        rec, jobs = w.writer(), Counter[str]()
+        results: list[ActionResult] = []
+        while sum(len(s) for s in rec.states.values()) < TRANSITIONS:
+            for node in NODES:
+                results.append(await tick(w, rec, node, jobs))
+            w.box.clock.advance(20)
+        outcomes = Counter(r.outcome for r in results)
+        assert outcomes[Outcome.CONFLICT] > 0  # the faults did bite
+        assert outcomes[Outcome.DONE] > 0
+
+        # Every applied state write follows an edge from the state before it.
+        for node, states in rec.states.items():
+            for before, after in zip(["serving", *states], states, strict=False):
+                assert (before, after) in EDGES, (node, before, after)
+        # Every write the cluster took is reported exactly once by the call that made it.
+        reported = [
+            STATE_OF_WRITE[x.kind] for r in results for x in r.applied if x.kind in STATE_OF_WRITE
+        ]
+        assert len(reported) == sum(len(s) for s in rec.states.values())
+        assert Counter(reported) == Counter(s for v in rec.states.values() for s in v)
+        # No call wrote the same transition twice.
+        for result in results:
+            kinds = Counter(x.kind for x in result.applied if x.kind in STATE_OF_WRITE)
+            assert all(n == 1 for n in kinds.values()), result
+        # The server stored exactly the node writes the actuator saw succeed, in that order.
+        assert stored_states(server) == rec.states
+
+        # The faults stop; a restart ends what is in flight and every lent node is taken back.
+        w.box.faults.configure(Faults())
+        act = w.actuator(w.writer())
+        for result in await act.recover():
+            await drive(act, result.node, result, w)
+        for node in NODES:
+            if node_obj(w.store, node)["metadata"]["labels"].get(KEYS.state) == "lent":
+                await drive(act, node, await act.reclaim(node, "audit-end", w.now()), w)
+        for node in NODES:
+            assert scheduling_view(w.store, node) == originals[node]
+            assert set(pods_on(w.store, node)) == {f"kube-system/gpu-exporter-{node}"}

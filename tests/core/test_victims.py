@@ -1,0 +1,109 @@
+"""Reclaim victims, least cost first: whole jobs together, lowest priority, youngest first."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from rebalancer.core.model import PodRole, PodView
+from rebalancer.core.victims import eviction_order, job_key, jobs, pick_jobs
+
+T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+
+
+def pod(
+    name: str,
+    job: str | None = None,
+    priority: int = 0,
+    age_min: int = 0,
+    role: PodRole = PodRole.BORROWED,
+) -> PodView:
+    return PodView(
+        namespace="training",
+        name=name,
+        role=role,
+        priority=priority,
+        job=job,
+        created=T0 - timedelta(minutes=age_min),
+    )
+
+
+def names(pods: tuple[PodView, ...]) -> list[str]:
+    return [p.name for p in pods]
+
+
+def test_only_borrowed_pods_are_ever_candidates() -> None:
+    pods = [
+        pod("serve", role=PodRole.INFERENCE),
+        pod("exporter", role=PodRole.DAEMON),
+        pod("misc", role=PodRole.OTHER),
+        pod("train", job="j"),
+    ]
+    assert names(eviction_order(pods)) == ["train"]
+
+
+def test_a_jobs_pods_go_out_together_before_the_next_job() -> None:
+    pods = [pod("a-0", "a", age_min=5), pod("b-0", "b", age_min=1), pod("a-1", "a", age_min=4)]
+    # b started later (younger), so it goes first; then a's pods, youngest first.
+    assert names(eviction_order(pods)) == ["b-0", "a-1", "a-0"]
+
+
+@pytest.mark.parametrize(
+    ("pods", "expected"),
+    [
+        # lowest priority first, whatever the age
+        (
+            [pod("hi", "h", priority=10, age_min=0), pod("lo", "l", priority=1, age_min=60)],
+            ["lo", "hi"],
+        ),
+        # same priority: youngest job first (least work lost)
+        ([pod("old", "o", age_min=60), pod("new", "n", age_min=1)], ["new", "old"]),
+        # a job is as important as its most important pod
+        (
+            [pod("m-0", "m", priority=0), pod("m-1", "m", priority=9), pod("s", "s", priority=5)],
+            ["s", "m-0", "m-1"],
+        ),
+        # same priority and age: the smaller job first, then by name
+        ([pod("g-0", "g"), pod("g-1", "g"), pod("k-0", "k")], ["k-0", "g-0", "g-1"]),
+        # a pod without a job is a job of its own
+        ([pod("lone-b"), pod("lone-a")], ["lone-a", "lone-b"]),
+    ],
+)
+def test_eviction_order_is_least_cost_first(pods: list[PodView], expected: list[str]) -> None:
+    assert names(eviction_order(pods)) == expected
+
+
+def test_a_pod_without_a_job_is_keyed_by_its_own_name() -> None:
+    assert job_key(pod("x")) == "pod:training/x"
+    assert [j.key for j in jobs([pod("x"), pod("y", "j")])] == ["j", "pod:training/x"]
+
+
+GANG = [pod(f"gang-{i}", "gang", age_min=30) for i in range(4)]
+SMALL = [pod(f"small-{i}", "small", age_min=1) for i in range(2)]
+SOLO = [pod("solo-0", "solo", priority=5)]
+
+
+@pytest.mark.parametrize(
+    ("needed", "expected"),
+    [
+        (0, []),
+        (1, ["small"]),  # one job suffices: the cheapest that does
+        (2, ["small"]),
+        (3, ["gang"]),  # only the gang frees three pods as one job
+        (4, ["gang"]),
+        (5, ["small", "gang"]),  # two jobs are needed: the cheapest pair that frees enough
+        (7, ["small", "gang", "solo"]),
+        (99, ["small", "gang", "solo"]),  # not enough: everything
+    ],
+)
+def test_pick_jobs_preempts_the_fewest_jobs_then_the_cheapest(
+    needed: int, expected: list[str]
+) -> None:
+    assert [j.key for j in pick_jobs(GANG + SMALL + SOLO, needed)] == expected
+
+
+def test_pick_jobs_can_count_gpus_instead_of_pods() -> None:
+    gpus = {"gang": 1, "small": 8, "solo": 8}
+    chosen = pick_jobs(GANG + SMALL + SOLO, 8, size=lambda p: gpus[p.job or ""])
+    assert [j.key for j in chosen] == ["small"]
