@@ -1,0 +1,271 @@
+"""The informer against the emulator over HTTP: one list per resource, then watches only."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from rebalancer.adapters import convert, kubeclient
+from rebalancer.adapters.informer import Backoff, Informer, WatchSettings
+from rebalancer.core.model import NodeView, PodRole, Taint
+from rebalancer.errors import ConfigError
+from rebalancer.sandbox import cluster
+from rebalancer.sandbox.faults import Faults
+from rebalancer.sandbox.resources import NODES
+from rebalancer.sandbox.server import write_kubeconfig
+from rebalancer.sandbox.store import DeleteOptions
+from tests.adapters.conftest import Emulator, Pulse, emulated, stop
+
+RULES = convert.PodRules(
+    lend_taints=(Taint("rebalancer.io/lent", "NoSchedule", "training"),),
+    serving_taints=(Taint("workload", "NoSchedule", "inference"),),
+)
+TIMEOUT = 300  # the informer's watch timeoutSeconds, on the emulator's clock
+
+
+class Gate:
+    """An injectable sleep that returns at once while open and holds the caller while shut."""
+
+    def __init__(self, pulse: Pulse) -> None:
+        self.open = asyncio.Event()
+        self.open.set()
+        self.delays: list[float] = []
+        self.waiting = 0
+        self._pulse = pulse
+
+    async def sleep(self, seconds: float) -> None:
+        self.delays.append(seconds)
+        self.waiting += 1
+        self._pulse()
+        try:
+            await self.open.wait()
+        finally:
+            self.waiting -= 1
+
+
+class Running:
+    def __init__(self, informer: Informer, gate: Gate, pulse: Pulse) -> None:
+        self.informer, self.gate, self.pulse = informer, gate, pulse
+        self.changes: list[tuple[str, str]] = []  # what on_change reported: (node, why)
+
+    def has(self, name: str) -> bool:
+        return any(v.name == name for v in self.informer.node_views(RULES))
+
+    def view(self, name: str) -> NodeView:
+        found = [v for v in self.informer.node_views(RULES) if v.name == name]
+        assert found, f"no node {name} in the cache"
+        return found[0]
+
+    async def until(self, check: Callable[[], object]) -> None:
+        await self.pulse.until(lambda: bool(check()))
+
+
+@asynccontextmanager
+async def informing(box: Emulator) -> AsyncIterator[Running]:
+    pulse = box.store.pulse
+    gate = Gate(pulse)
+
+    def record(node: str, why: str) -> None:
+        running.changes.append((node, why))
+        pulse()
+
+    informer = Informer(
+        box.api,
+        settings=WatchSettings(timeout_seconds=TIMEOUT),
+        sleep=gate.sleep,
+        on_change=record,
+    )
+    running = Running(informer, gate, pulse)
+    task = asyncio.create_task(informer.run())
+    try:
+        await asyncio.wait_for(informer.synced.wait(), 5)
+        yield running
+    finally:
+        await stop(task)
+
+
+def _bind(box: Emulator, pod: dict[str, Any], node: str) -> None:
+    pod["spec"]["nodeName"] = node
+    cluster.add(box.store, pod)
+
+
+async def test_the_first_sync_holds_every_node_with_its_running_pods(
+    emulator: Emulator,
+) -> None:
+    _bind(emulator, cluster.inference_pod(0), "inference-0")
+    _bind(emulator, cluster.training_pod("bert", 0), "inference-1")
+    cluster.add(emulator.store, cluster.training_pod("pending", 0))  # never scheduled
+    _bind(emulator, cluster.training_pod("done", 0), "inference-2")
+    emulator.store.finish("training", "done-0")
+
+    async with informing(emulator) as run:
+        views = run.informer.node_views(RULES)
+
+    assert [v.name for v in views] == sorted(
+        [f"inference-{i}" for i in range(8)] + [f"training-{i}" for i in range(4)]
+    )
+    by_name = {str(v.name): v for v in views}
+    assert [(p.name, p.role) for p in by_name["inference-0"].pods] == [
+        ("llm-serving-7d9f8c6b5-00000", PodRole.INFERENCE)
+    ]
+    assert [(p.name, p.role) for p in by_name["inference-1"].pods] == [("bert-0", PodRole.BORROWED)]
+    assert by_name["inference-2"].pods == ()  # finished: dropped
+    assert sum(len(v.pods) for v in views) == 2  # the pending pod is on no node
+    assert emulator.store.lists_of("nodes") == 1
+    assert emulator.store.lists_of("pods") == 1
+
+
+async def test_annotation_and_label_changes_and_a_landing_pod_show_up_with_no_new_list(
+    emulator: Emulator,
+) -> None:
+    async with informing(emulator) as run:
+        emulator.store.annotate("inference-3", {"rebalancer.io/lend": "never"})
+        await run.until(lambda: run.view("inference-3").annotations.get("rebalancer.io/lend"))
+        emulator.store.label("inference-4", {"rebalancer.io/state": "lent"})
+        await run.until(lambda: "rebalancer.io/state" in run.view("inference-4").labels)
+        _bind(emulator, cluster.training_pod("gpt", 1), "inference-5")
+        await run.until(lambda: len(run.view("inference-5").pods) == 1)
+        # A watch stream that times out is resumed, not re-listed.
+        emulator.clock.advance(TIMEOUT)
+        await run.until(lambda: len(emulator.store.watches_of("nodes")) >= 2)
+
+        assert ("inference-3", "node annotations changed") in run.changes
+        assert ("inference-4", "node labels changed") in run.changes
+        assert ("inference-5", "pod training/gpt-1 landed") in run.changes
+        assert run.informer.changed.is_set()
+        assert emulator.store.lists_of("nodes") == 1
+        assert emulator.store.lists_of("pods") == 1
+        assert all(w.bookmarks and w.timeout == TIMEOUT for w in emulator.store.watches)
+
+
+async def test_a_pod_that_finishes_or_is_deleted_leaves_its_node(emulator: Emulator) -> None:
+    _bind(emulator, cluster.training_pod("a", 0), "inference-6")
+    _bind(emulator, cluster.training_pod("b", 0), "inference-7")
+    async with informing(emulator) as run:
+        emulator.store.finish("training", "a-0")
+        core = client.CoreV1Api(emulator.api)
+        await core.delete_namespaced_pod("b-0", "training", grace_period_seconds=0)
+        await run.until(
+            lambda: not run.view("inference-6").pods and not run.view("inference-7").pods
+        )
+        assert ("inference-6", "pod training/a-0 left") in run.changes
+        assert ("inference-7", "pod training/b-0 left") in run.changes
+
+
+async def test_unchanged_nodes_give_back_the_identical_view(emulator: Emulator) -> None:
+    async with informing(emulator) as run:
+        before = {str(v.name): v for v in run.informer.node_views(RULES)}
+        assert run.informer.node_views(RULES) == tuple(before[n] for n in sorted(before))
+        emulator.store.annotate("training-0", {"rebalancer.io/paused": "true"})
+        await run.until(lambda: run.view("training-0") is not before["training-0"])
+        after = {str(v.name): v for v in run.informer.node_views(RULES)}
+
+    assert after["training-0"].annotations == {"rebalancer.io/paused": "true"}
+    assert all(after[n] is before[n] for n in before if n != "training-0")
+
+
+async def test_a_dropped_watch_resumes_from_the_last_version_without_listing(
+    emulator: Emulator,
+) -> None:
+    async with informing(emulator) as run:
+        emulator.faults.configure(Faults(drop_watch_after=1))  # every stream ends after 1 event
+        first = emulator.store.annotate("inference-0", {"rebalancer.io/lend": "never"})
+        await run.until(lambda: len(emulator.store.watches_of("nodes")) >= 2)
+        second = emulator.store.annotate("inference-0", {"rebalancer.io/lend": "now"})
+        await run.until(lambda: run.view("inference-0").annotations["rebalancer.io/lend"] == "now")
+
+        versions = [w.resource_version for w in emulator.store.watches_of("nodes")]
+        assert versions[1] == first
+        assert run.informer.nodes.resource_version == second
+        assert emulator.store.lists_of("nodes") == 1
+        assert emulator.store.lists_of("pods") == 1
+
+
+async def test_a_bookmark_moves_the_version_a_watch_resumes_from(emulator: Emulator) -> None:
+    store = emulator.store
+    async with informing(emulator) as run:
+        await run.until(lambda: store.watches_of("nodes") and store.watches_of("pods"))
+        _bind(emulator, cluster.training_pod("t", 0), "training-0")  # no node changes
+        await run.until(lambda: run.view("training-0").pods)
+        latest = str(store.resource_version)
+        assert run.informer.nodes.resource_version != latest
+        emulator.clock.advance(60)  # the emulator's bookmark interval
+        await run.until(lambda: run.informer.nodes.resource_version == latest)
+        emulator.clock.advance(TIMEOUT)
+        await run.until(lambda: len(store.watches_of("nodes")) >= 2)
+        assert store.watches_of("nodes")[1].resource_version == latest
+        assert store.lists_of("nodes") == 1
+
+
+async def test_a_too_old_version_lists_again_and_the_cache_ends_right() -> None:
+    async with emulated(history=3) as box:
+        _bind(box, cluster.training_pod("kept", 0), "inference-1")
+        async with informing(box) as run:
+            await _relist_after_expiry(box, run)
+
+
+async def _relist_after_expiry(box: Emulator, run: Running) -> None:
+    store = box.store
+    await run.until(lambda: store.watches_of("nodes") and store.watches_of("pods"))
+    run.gate.open.clear()
+    box.clock.advance(TIMEOUT)  # both streams end empty; the informer waits at the gate
+    await run.until(lambda: run.gate.waiting == 2)
+    # While it is away, more node changes than the server keeps.
+    box.store.delete(NODES, None, "training-3", DeleteOptions())
+    for i in range(4):
+        box.store.annotate("inference-0", {"rebalancer.io/note": str(i)})
+    cluster.add(box.store, cluster.node("inference-8", cluster.INFERENCE))
+    run.changes.clear()
+    run.gate.open.set()
+    await run.until(lambda: box.store.lists_of("nodes") == 2 and run.has("inference-8"))
+
+    views = {str(v.name): v for v in run.informer.node_views(RULES)}
+    assert "training-3" not in views
+    assert views["inference-0"].annotations == {"rebalancer.io/note": "3"}
+    assert [p.name for p in views["inference-1"].pods] == ["kept-0"]
+    assert ("training-3", "node removed") in run.changes
+    assert ("inference-8", "node appeared") in run.changes
+    assert ("inference-0", "node annotations changed") in run.changes
+    assert box.store.lists_of("pods") == 1  # the pods' history still held its version
+
+
+async def test_transport_errors_back_off_exponentially_and_never_end_the_loop() -> None:
+    pulse = Pulse()
+    gate = Gate(pulse)
+    async with client.ApiClient(client.Configuration(host="http://127.0.0.1:1")) as api:
+        settings = WatchSettings(backoff=Backoff(initial=0.5, factor=2.0, maximum=4.0))
+        informer = Informer(api, settings=settings, sleep=gate.sleep)
+        task = asyncio.create_task(informer.run())
+        try:
+            await pulse.until(lambda: len(gate.delays) >= 12)
+        finally:
+            await stop(task)
+    assert not informer.synced.is_set()
+    per_resource = sorted(gate.delays)[::2]  # both reflectors back off the same way
+    assert per_resource[:6] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+
+
+async def test_an_informer_on_a_client_from_a_kubeconfig_file_syncs(
+    emulator: Emulator, tmp_path: Path
+) -> None:
+    path = write_kubeconfig(emulator.url, tmp_path / "kubeconfig")
+    async with kubeclient.api_client(path) as api:
+        informer = Informer(api)
+        task = asyncio.create_task(informer.run())
+        try:
+            await asyncio.wait_for(informer.synced.wait(), 5)
+        finally:
+            await stop(task)
+        assert len(informer.node_views(RULES)) == 12
+
+
+async def test_a_missing_kubeconfig_is_a_configuration_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot configure the Kubernetes client"):
+        async with kubeclient.api_client(tmp_path / "absent"):
+            pass

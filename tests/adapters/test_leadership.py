@@ -1,0 +1,254 @@
+"""Leader election: two candidates against one emulator, on the emulator's manual clock.
+
+The candidates are stepped one attempt at a time (what ``run`` does every ``retry_period``) while
+the test moves the shared ``ManualClock``, so "at any instant" is checked at every step without
+waiting on the wall clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from rebalancer.adapters.leadership import LeaderElector, Sleep, Term, Timings
+from rebalancer.sandbox.faults import Faults
+from rebalancer.sandbox.resources import LEASES
+from tests.adapters.conftest import Emulator, stop
+
+TIMINGS = Timings(lease_duration=15, renew_deadline=10, retry_period=2)
+LEASE, NS = "rebalancer", "kube-system"
+
+
+@dataclass
+class Candidate:
+    elector: LeaderElector
+    started: list[Term] = field(default_factory=list)
+    stopped: list[tuple[Term, str]] = field(default_factory=list)
+
+    def may_write(self, box: Emulator) -> bool:
+        return self.elector.may_write(box.clock())
+
+
+@asynccontextmanager
+async def candidates(box: Emulator) -> AsyncIterator[tuple[Candidate, Candidate]]:
+    """Two candidates, each with its own client (as two replicas would have)."""
+    async with client.ApiClient(client.Configuration(host=box.url)) as other:
+        yield _candidate(box, box.api, "replica-a"), _candidate(box, other, "replica-b")
+
+
+def _candidate(
+    box: Emulator,
+    api: Any,
+    identity: str,
+    sleep: Sleep = asyncio.sleep,
+) -> Candidate:
+    started: list[Term] = []
+    stopped: list[tuple[Term, str]] = []
+    elector = LeaderElector(
+        api,
+        name=LEASE,
+        namespace=NS,
+        identity=identity,
+        timings=TIMINGS,
+        clock=box.clock,
+        sleep=sleep,
+        on_started=started.append,
+        on_stopped=lambda term, why: stopped.append((term, why)),
+    )
+    return Candidate(elector, started, stopped)
+
+
+def lease(box: Emulator) -> dict[str, Any]:
+    spec: dict[str, Any] = box.store.get(LEASES, NS, LEASE)["spec"]
+    return spec
+
+
+def check_one_writer(box: Emulator, a: Candidate, b: Candidate) -> None:
+    writers = [c for c in (a, b) if c.may_write(box)]
+    assert len(writers) <= 1
+    for writer in writers:
+        assert lease(box)["holderIdentity"] == writer.elector.identity
+
+
+async def failing_writes(box: Emulator, candidate: Candidate) -> bool:
+    """One attempt whose lease writes the emulator answers with 500 InternalError."""
+    box.faults.configure(Faults(error_rate=1.0))
+    try:
+        return await candidate.elector.step()
+    finally:
+        box.faults.configure(Faults())
+
+
+async def test_the_first_candidate_creates_the_lease_and_the_other_follows(
+    emulator: Emulator,
+) -> None:
+    async with candidates(emulator) as (a, b):
+        assert await a.elector.step()
+        assert not await b.elector.step()
+        check_one_writer(emulator, a, b)
+        assert a.started == [Term("replica-a", 0, emulator.clock())]
+        assert a.elector.elected.is_set()
+        assert not b.elector.elected.is_set()
+        assert b.elector.holder == "replica-a"
+        spec = lease(emulator)
+        assert spec["holderIdentity"] == "replica-a"
+        assert spec["leaseDurationSeconds"] == 15
+        assert spec["leaseTransitions"] == 0
+        for _ in range(20):  # a healthy holder keeps it
+            emulator.clock.advance(TIMINGS.retry_period)
+            assert await a.elector.step()
+            assert not await b.elector.step()
+            check_one_writer(emulator, a, b)
+        assert a.stopped == []
+        assert b.started == []
+
+
+async def test_a_holder_that_cannot_renew_stops_writing_before_the_other_takes_over(
+    emulator: Emulator,
+) -> None:
+    async with candidates(emulator) as (a, b):
+        await a.elector.step()
+        await b.elector.step()
+        renewed = emulator.clock()
+        stopped_at = taken_at = None
+        while taken_at is None:
+            emulator.clock.advance(1)
+            await failing_writes(emulator, a)
+            check_one_writer(emulator, a, b)
+            if stopped_at is None and not a.may_write(emulator):
+                stopped_at = emulator.clock()
+            if await b.elector.step():
+                taken_at = emulator.clock()
+            check_one_writer(emulator, a, b)
+
+        assert stopped_at is not None
+        assert (stopped_at - renewed).total_seconds() == TIMINGS.renew_deadline
+        assert (taken_at - renewed).total_seconds() == TIMINGS.lease_duration
+        assert [why for _, why in a.stopped] == ["not renewed within renew_deadline (10s)"]
+        assert b.started == [Term("replica-b", 1, taken_at)]
+        assert lease(emulator)["holderIdentity"] == "replica-b"
+        # The old holder, back in touch, sees the new one and does not write.
+        emulator.clock.advance(1)
+        assert not await a.elector.step()
+        assert a.elector.holder == "replica-b"
+        check_one_writer(emulator, a, b)
+
+
+async def test_a_holder_whose_renewals_fail_for_a_while_keeps_the_lease(
+    emulator: Emulator,
+) -> None:
+    async with candidates(emulator) as (a, b):
+        await a.elector.step()
+        await b.elector.step()
+        for _ in range(4):  # 8 s of failures: inside the renew deadline
+            emulator.clock.advance(TIMINGS.retry_period)
+            assert await failing_writes(emulator, a)
+            assert not await b.elector.step()
+            check_one_writer(emulator, a, b)
+        emulator.clock.advance(TIMINGS.retry_period)
+        assert await a.elector.step()
+        assert a.may_write(emulator)
+        assert a.stopped == []
+        assert a.elector.term == Term("replica-a", 0, a.started[0].acquired)
+
+
+async def test_a_paused_holder_stops_writing_and_the_other_waits_for_expiry(
+    emulator: Emulator,
+) -> None:
+    async with candidates(emulator) as (a, b):
+        await a.elector.step()
+        await b.elector.step()
+        for second in range(1, 16):
+            emulator.clock.advance(1)  # a is paused: it takes no step at all
+            assert a.may_write(emulator) == (second < TIMINGS.renew_deadline)
+            assert await b.elector.step() == (second >= TIMINGS.lease_duration)
+            check_one_writer(emulator, a, b)
+        assert lease(emulator)["holderIdentity"] == "replica-b"
+        assert lease(emulator)["leaseTransitions"] == 1
+
+
+async def test_a_graceful_release_hands_over_at_once(emulator: Emulator) -> None:
+    async with candidates(emulator) as (a, b):
+        await a.elector.step()
+        await b.elector.step()
+        emulator.clock.advance(1)
+        assert await a.elector.release()
+        assert not a.may_write(emulator)
+        assert a.stopped[-1][1] == "released"
+        assert lease(emulator)["holderIdentity"] == ""
+        assert await b.elector.step()  # at the same instant
+        check_one_writer(emulator, a, b)
+        assert b.elector.term is not None
+        assert b.elector.term.number == 1
+
+
+async def test_of_two_candidates_racing_for_an_expired_lease_only_one_wins(
+    emulator: Emulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    emulator.store.create(LEASES, NS, _lease_held_by("crashed-replica"))
+    async with candidates(emulator) as (a, b):
+        assert not await a.elector.step()
+        assert not await b.elector.step()
+        emulator.clock.advance(TIMINGS.lease_duration)  # expired for both
+        leases = b.elector._leases  # the typed API the elector writes through
+        replace = leases.replace_namespaced_lease
+
+        async def a_writes_between_read_and_write(*args: Any, **kwargs: Any) -> Any:
+            assert await a.elector.step()
+            return await replace(*args, **kwargs)
+
+        monkeypatch.setattr(leases, "replace_namespaced_lease", a_writes_between_read_and_write)
+        assert not await b.elector.step()  # its update carried a stale resourceVersion: 409
+        check_one_writer(emulator, a, b)
+        assert lease(emulator)["holderIdentity"] == "replica-a"
+        assert lease(emulator)["leaseTransitions"] == 4
+
+
+def _lease_held_by(holder: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": LEASE, "namespace": NS},
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": 15,
+            "acquireTime": "2026-03-02T11:00:00.000000Z",
+            "renewTime": "2026-03-02T11:59:59.000000Z",
+            "leaseTransitions": 3,
+        },
+    }
+
+
+async def test_cancelling_run_releases_the_lease(emulator: Emulator) -> None:
+    parked = asyncio.Event()
+
+    async def park(_: float) -> None:
+        await parked.wait()  # never set: run waits here until cancelled
+
+    a = _candidate(emulator, emulator.api, "replica-a", sleep=park)
+    task = asyncio.create_task(a.elector.run())
+    await asyncio.wait_for(a.elector.elected.wait(), 5)
+    await stop(task)
+    assert lease(emulator)["holderIdentity"] == ""
+    assert not a.elector.elected.is_set()
+
+
+async def test_a_holder_that_finds_another_name_in_the_lease_stops_at_once(
+    emulator: Emulator,
+) -> None:
+    async with candidates(emulator) as (a, _):
+        await a.elector.step()
+        current = emulator.store.get(LEASES, NS, LEASE)
+        current["spec"]["holderIdentity"] = "intruder"
+        emulator.store.replace(LEASES, NS, LEASE, current)
+        emulator.clock.advance(TIMINGS.retry_period)
+        assert not await a.elector.step()
+        assert not a.may_write(emulator)
+        assert [why for _, why in a.stopped] == ["lease taken by intruder"]
+        assert lease(emulator)["holderIdentity"] == "intruder"
