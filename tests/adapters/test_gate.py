@@ -1,0 +1,146 @@
+"""Two controllers with leader election against one emulator: only one ever writes.
+
+Both replicas run the whole write path (elector, leader gate, actuator, Kubernetes writer) and
+both try to lend and reclaim the same nodes every second. Replica A leads until its renewals stop
+(its elector is wedged, as when a partition or a hung request cuts it off) while its actuator
+keeps trying to write: the gate must stop it at ``renew_deadline``, before B can take over when
+the lease expires. Every write that reaches the server is recorded with the replica and the time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from rebalancer.adapters import convert
+from rebalancer.adapters.actuator import Actuator
+from rebalancer.adapters.gate import LeaderGatedWriter, NotLeader
+from rebalancer.adapters.leadership import LeaderElector, Timings
+from rebalancer.adapters.writer import EvictOutcome, KubeWriter, NodeWriter, Obj
+from rebalancer.core import model, nodestate, policy
+from rebalancer.core.nodestate import NodeChange
+from rebalancer.sandbox.resources import NODES as NODES_RESOURCE
+from tests.adapters.conftest import Emulator, emulated
+
+KEYS = nodestate.Keys()
+TIMINGS = Timings(lease_duration=15, renew_deadline=10, retry_period=2)
+RULES = convert.PodRules(
+    lend_taints=(model.Taint(KEYS.lent_taint, "NoSchedule", "training"),),
+    serving_taints=(model.Taint("workload", "NoSchedule", "inference"),),
+)
+NODES = ("inference-0", "inference-1", "inference-2")
+
+
+@dataclass
+class Recorded:
+    """A writer that notes every write the server accepted: who, when, what."""
+
+    inner: NodeWriter
+    identity: str
+    clock: Any
+    log: list[tuple[str, datetime, str]]
+
+    async def get_node(self, name: str) -> Obj:
+        return await self.inner.get_node(name)
+
+    async def list_nodes(self, label_selector: str) -> list[Obj]:
+        return await self.inner.list_nodes(label_selector)
+
+    async def list_pods(self, node: str) -> list[Obj]:
+        return await self.inner.list_pods(node)
+
+    async def patch_node(self, name: str, change: NodeChange, resource_version: str) -> Obj:
+        result = await self.inner.patch_node(name, change, resource_version)
+        self.log.append((self.identity, self.clock(), f"patch node/{name}"))
+        return result
+
+    async def evict(self, namespace: str, name: str, uid: str) -> EvictOutcome:
+        result = await self.inner.evict(namespace, name, uid)
+        self.log.append((self.identity, self.clock(), f"evict pod/{namespace}/{name}"))
+        return result
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        result = await self.inner.delete_pod(namespace, name, uid)
+        self.log.append((self.identity, self.clock(), f"delete pod/{namespace}/{name}"))
+        return result
+
+
+@dataclass
+class Replica:
+    identity: str
+    elector: LeaderElector
+    actuator: Actuator
+    refused: list[datetime] = field(default_factory=list)
+
+    async def work(self, box: Emulator, tick: int) -> None:
+        """What a replica's reconcile loop would do: move one node along its cycle."""
+        name = NODES[tick % len(NODES)]
+        state = nodestate.read(convert.node_view(box.store.get(NODES_RESOURCE, None, name)), KEYS)
+        assert isinstance(state, nodestate.NodeState)
+        try:
+            if state.phase is nodestate.Phase.SERVING:
+                result = await self.actuator.lend(name, f"{self.identity}-{tick}")
+            elif state.phase is nodestate.Phase.LENT:
+                deadline = box.clock() + timedelta(minutes=2)
+                result = await self.actuator.reclaim(name, f"{self.identity}-{tick}", deadline)
+            else:
+                result = await self.actuator.progress(name)
+        except NotLeader:
+            self.refused.append(box.clock())
+            return
+        if "does not hold the lease" in result.message:
+            self.refused.append(box.clock())
+
+
+def replica(box: Emulator, api: Any, identity: str, log: list[Any]) -> Replica:
+    elector = LeaderElector(
+        api,
+        name="rebalancer",
+        namespace="kube-system",
+        identity=identity,
+        timings=TIMINGS,
+        clock=box.clock,
+    )
+    kube = KubeWriter(client.CoreV1Api(api))
+    gated = LeaderGatedWriter(
+        Recorded(kube, identity, box.clock, log), elector.may_write, box.clock, identity
+    )
+    spec = policy.default_lend_spec(KEYS)
+    actuator = Actuator(gated, KEYS, spec, RULES, box.clock)
+    return Replica(identity, elector, actuator)
+
+
+async def test_two_replicas_never_write_at_the_same_time_even_when_the_leader_is_cut_off() -> None:
+    log: list[tuple[str, datetime, str]] = []
+    async with (
+        emulated() as box,
+        client.ApiClient(client.Configuration(host=box.url)) as other_api,
+    ):
+        a = replica(box, box.api, "replica-a", log)
+        b = replica(box, other_api, "replica-b", log)
+        wedged_at = box.clock() + timedelta(seconds=30)
+        for tick in range(90):
+            now = box.clock()
+            if now < wedged_at:
+                await a.elector.step()  # after this, A's renewals never happen again
+            await b.elector.step()
+            for r in (a, b):
+                await r.work(box, tick)
+            box.clock.advance(1)
+
+    by_a = [when for who, when, _ in log if who == "replica-a"]
+    by_b = [when for who, when, _ in log if who == "replica-b"]
+    assert by_a, "the first leader wrote"
+    assert by_b, "the second leader wrote after taking over"
+    assert max(by_a) < min(by_b), "the two replicas' writes never interleave"
+    # A stopped writing within renew_deadline of its last renewal (at most 2 s before wedging).
+    assert max(by_a) < wedged_at + timedelta(seconds=TIMINGS.renew_deadline)
+    # B wrote only once the lease had expired: lease_duration after A's last renewal.
+    assert min(by_b) >= wedged_at - timedelta(seconds=TIMINGS.retry_period) + timedelta(
+        seconds=TIMINGS.lease_duration
+    )
+    assert a.refused, "the cut-off leader's actuator kept trying and was refused locally"
+    assert any(when < wedged_at for when in b.refused), "the follower was refused while A led"
