@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -146,8 +146,10 @@ class Recorder:
 
     inner: NodeWriter
     crash_after: int | None = None
+    clock: Callable[[], datetime] | None = None  # when given, ``times`` has each write's time
     writes: list[tuple[str, str]] = field(default_factory=list)  # (kind, target)
     states: dict[str, list[str]] = field(default_factory=dict)
+    times: list[datetime] = field(default_factory=list)
 
     async def get_node(self, name: str) -> Obj:
         return await self.inner.get_node(name)
@@ -177,6 +179,8 @@ class Recorder:
 
     def _wrote(self, kind: str, target: str) -> None:
         self.writes.append((kind, target))
+        if self.clock is not None:
+            self.times.append(self.clock())
         if self.crash_after is not None and len(self.writes) >= self.crash_after:
             raise Crash(f"crashed after write {len(self.writes)}: {kind} {target}")
 

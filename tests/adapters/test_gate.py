@@ -4,7 +4,7 @@ Both replicas run the whole write path (elector, leader gate, actuator, Kubernet
 both try to lend and reclaim the same nodes every second. Replica A leads until its renewals stop
 (its elector is wedged, as when a partition or a hung request cuts it off) while its actuator
 keeps trying to write: the gate must stop it at ``renew_deadline``, before B can take over when
-the lease expires. Every write that reaches the server is recorded with the replica and the time.
+the lease expires. Every write that reaches the server is recorded with its time.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from rebalancer.adapters import convert
 from rebalancer.adapters.actuator import Actuator
 from rebalancer.adapters.gate import LeaderGatedWriter, NotLeader
 from rebalancer.adapters.leadership import LeaderElector, Timings
-from rebalancer.adapters.writer import EvictOutcome, KubeWriter, NodeWriter, Obj
+from rebalancer.adapters.writer import KubeWriter
 from rebalancer.core import model, nodestate, policy
-from rebalancer.core.nodestate import NodeChange
 from rebalancer.sandbox.resources import NODES as NODES_RESOURCE
 from tests.adapters.conftest import Emulator, emulated
+from tests.adapters.test_actuator import Recorder
 
 KEYS = nodestate.Keys()
 TIMINGS = Timings(lease_duration=15, renew_deadline=10, retry_period=2)
@@ -35,44 +35,11 @@ NODES = ("inference-0", "inference-1", "inference-2")
 
 
 @dataclass
-class Recorded:
-    """A writer that notes every write the server accepted: who, when, what."""
-
-    inner: NodeWriter
-    identity: str
-    clock: Any
-    log: list[tuple[str, datetime, str]]
-
-    async def get_node(self, name: str) -> Obj:
-        return await self.inner.get_node(name)
-
-    async def list_nodes(self, label_selector: str) -> list[Obj]:
-        return await self.inner.list_nodes(label_selector)
-
-    async def list_pods(self, node: str) -> list[Obj]:
-        return await self.inner.list_pods(node)
-
-    async def patch_node(self, name: str, change: NodeChange, resource_version: str) -> Obj:
-        result = await self.inner.patch_node(name, change, resource_version)
-        self.log.append((self.identity, self.clock(), f"patch node/{name}"))
-        return result
-
-    async def evict(self, namespace: str, name: str, uid: str) -> EvictOutcome:
-        result = await self.inner.evict(namespace, name, uid)
-        self.log.append((self.identity, self.clock(), f"evict pod/{namespace}/{name}"))
-        return result
-
-    async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
-        result = await self.inner.delete_pod(namespace, name, uid)
-        self.log.append((self.identity, self.clock(), f"delete pod/{namespace}/{name}"))
-        return result
-
-
-@dataclass
 class Replica:
     identity: str
     elector: LeaderElector
     actuator: Actuator
+    written: Recorder  # every write the server accepted from this replica, with its time
     refused: list[datetime] = field(default_factory=list)
 
     async def work(self, box: Emulator, tick: int) -> None:
@@ -95,7 +62,7 @@ class Replica:
             self.refused.append(box.clock())
 
 
-def replica(box: Emulator, api: Any, identity: str, log: list[Any]) -> Replica:
+def replica(box: Emulator, api: Any, identity: str) -> Replica:
     elector = LeaderElector(
         api,
         name="rebalancer",
@@ -104,23 +71,19 @@ def replica(box: Emulator, api: Any, identity: str, log: list[Any]) -> Replica:
         timings=TIMINGS,
         clock=box.clock,
     )
-    kube = KubeWriter(client.CoreV1Api(api))
-    gated = LeaderGatedWriter(
-        Recorded(kube, identity, box.clock, log), elector.may_write, box.clock, identity
-    )
-    spec = policy.default_lend_spec(KEYS)
-    actuator = Actuator(gated, KEYS, spec, RULES, box.clock)
-    return Replica(identity, elector, actuator)
+    written = Recorder(KubeWriter(client.CoreV1Api(api)), clock=box.clock)
+    gated = LeaderGatedWriter(written, elector.may_write, box.clock, identity)
+    actuator = Actuator(gated, KEYS, policy.default_lend_spec(KEYS), RULES, box.clock)
+    return Replica(identity, elector, actuator, written)
 
 
 async def test_two_replicas_never_write_at_the_same_time_even_when_the_leader_is_cut_off() -> None:
-    log: list[tuple[str, datetime, str]] = []
     async with (
         emulated() as box,
         client.ApiClient(client.Configuration(host=box.url)) as other_api,
     ):
-        a = replica(box, box.api, "replica-a", log)
-        b = replica(box, other_api, "replica-b", log)
+        a = replica(box, box.api, "replica-a")
+        b = replica(box, other_api, "replica-b")
         wedged_at = box.clock() + timedelta(seconds=30)
         for tick in range(90):
             now = box.clock()
@@ -131,8 +94,7 @@ async def test_two_replicas_never_write_at_the_same_time_even_when_the_leader_is
                 await r.work(box, tick)
             box.clock.advance(1)
 
-    by_a = [when for who, when, _ in log if who == "replica-a"]
-    by_b = [when for who, when, _ in log if who == "replica-b"]
+    by_a, by_b = a.written.times, b.written.times
     assert by_a, "the first leader wrote"
     assert by_b, "the second leader wrote after taking over"
     assert max(by_a) < min(by_b), "the two replicas' writes never interleave"
