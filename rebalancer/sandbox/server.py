@@ -412,7 +412,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--port", type=int, default=0, help="port to listen on (0: any free)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    parser.add_argument("--kubeconfig", type=Path, help="write a kubeconfig for it here")
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=Path("sandbox.kubeconfig"),
+        help="write a kubeconfig for it here (sandbox.kubeconfig)",
+    )
     parser.add_argument("--empty", action="store_true", help="start with no nodes or pods")
     parser.add_argument(
         "--schedule-every",
@@ -439,8 +444,7 @@ async def _run(args: argparse.Namespace) -> None:
             loop.add_signal_handler(sig, stop.set)
     async with serve(store, args.port, args.host, schedule_every=args.schedule_every) as url:
         print(f"rebalancer sandbox: serving {url}", flush=True)
-        if args.kubeconfig is not None:
-            written = write_kubeconfig(url, args.kubeconfig)
-            print(f"rebalancer sandbox: kubeconfig written to {written}", flush=True)
+        written = write_kubeconfig(url, args.kubeconfig)
+        print(f"rebalancer sandbox: kubeconfig written to {written}", flush=True)
         await stop.wait()
     print("rebalancer sandbox: stopped", file=sys.stderr, flush=True)
