@@ -33,12 +33,14 @@ NONE = Faults()
 
 class FaultInjector:
     def __init__(self, faults: Faults = NONE) -> None:
-        self.faults = faults
-        self._random = random.Random(faults.seed)
+        self.configure(faults)
 
     def configure(self, faults: Faults) -> None:
         self.faults = faults
+        # One generator per kind of fault: watch streams draw in whatever order the event loop
+        # serves them, which must not shift the sequence of write faults a test relies on.
         self._random = random.Random(faults.seed)
+        self._drops = random.Random(f"{faults.seed}/watch")
 
     def write_fault(self, resource: str, group: str, name: str) -> status.ApiError | None:
         faults = self.faults
@@ -61,4 +63,4 @@ class FaultInjector:
         faults = self.faults
         if faults.drop_watch_after is not None and sent >= faults.drop_watch_after:
             return True
-        return bool(faults.drop_watch_rate) and self._random.random() < faults.drop_watch_rate
+        return bool(faults.drop_watch_rate) and self._drops.random() < faults.drop_watch_rate

@@ -1,6 +1,7 @@
 """Hundreds of lend/reclaim transitions on several nodes through an API server that answers a
-seeded share of writes with 409, 429 or 500 and drops watch streams: the cluster converges and no
-transition is applied twice."""
+seeded share of writes with 409, 429 or 500: the cluster converges and no transition is applied
+twice. The actuator opens no watch; dropped watch streams are exercised, with the informer in
+the loop, by test_convergence.py."""
 
 from __future__ import annotations
 
