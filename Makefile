@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-dev
 OUT    ?= out
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint typecheck imports pytest bench clean
+.PHONY: demo test lint typecheck imports system-deps pytest bench clean
 
 # A fresh Debian has python3 but not always its venv module: install it when missing.
 $(STAMP): pyproject.toml
@@ -22,7 +22,14 @@ demo: $(STAMP)
 	$(BIN)/rebalancer simulate --trace examples/traces/azure_llm_2024_week_per_minute.csv \
 		--service code --tz America/Los_Angeles --out $(OUT)/demo
 
-test: lint typecheck imports pytest
+test: lint typecheck imports system-deps pytest
+
+# The tests start a real Prometheus (Debian's package brings prometheus and promtool).
+system-deps:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
+		echo "installing prometheus (Debian)"; \
+		$(SUDO) apt-get update -q && \
+		$(SUDO) apt-get install -y -q --no-install-recommends prometheus; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

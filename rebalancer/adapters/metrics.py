@@ -1,0 +1,472 @@
+"""Per-pool load from Prometheus: demand (rps), queue depth, running requests, GPU busy per node.
+
+Where it sits: each tick the runtime calls ``Metrics.read(pool, nodes)`` and puts the answer's
+``demand`` and ``queue`` into the pool's ``core.model.PoolSnapshot``; the forecast strategy's
+history comes from ``Metrics.history``. Nothing here decides anything.
+
+Unknown is never zero. An empty result, a NaN or infinite value, a refused or failed query are
+all "no sample" (``None``), never ``0``. A series that stopped is not unknown at once, though:
+the planner keeps no memory between ticks (docs/design/safety-rules.md, section Metrics), so
+this adapter hands over the LAST sample within ``lookback`` together with the time Prometheus
+stamped on it, and the planner's staleness limit and grace period age it. How (see
+docs/design/metrics.md):
+
+1. ``at``: the newest raw sample time of the pool's series,
+   ``max(max_over_time((<sampled>)[lookback:resolution]))``, where ``<sampled>`` is
+   ``timestamp(<raw selector>)`` scoped to the pool. ``timestamp()`` of a plain selector is the
+   scrape time, not the evaluation time, so a ``rate()`` that keeps answering for minutes after
+   its targets went away cannot look fresh.
+2. ``value``: the metric's expression evaluated AT ``at`` (``/api/v1/query?time=at``). It is the
+   value the last sample gave, not a ``rate()`` tail computed from fewer and fewer samples.
+
+Pool scoping: a pool is the set of its node names (the informer knows them). Templates use
+``$scope``, which expands to ``max by (namespace, pod, node) (kube_pod_info{node=~"<names>"})``
+(one series per pod on the pool's nodes; ``max by`` folds duplicate kube-state-metrics
+replicas and uid changes), and metrics are joined to it ``on (namespace, pod)``.
+
+I/O: ``prometheus_api_client.PrometheusConnect`` is synchronous, so every request runs in
+``asyncio.to_thread`` with a timeout of its own. There is exactly ONE retry layer: tenacity,
+bounded in attempts and in total time, on transport errors and HTTP 5xx only. The library's own
+retries (a urllib3 ``Retry`` with 3 attempts and backoff that it mounts on its session by
+default) are switched off by passing ``retry=Retry(total=0, ...)`` with no status to retry on.
+A 4xx (a bad query, a refusal) is never retried. Errors never escape as exceptions: they become
+``MetricError`` values naming the pool, the query and the reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import json
+import logging
+import math
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from string import Template
+from typing import Any, TypeVar
+
+import requests
+import urllib3
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
+from tenacity import (
+    AsyncRetrying,
+    RetryError,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
+from urllib3.util.retry import Retry
+
+from rebalancer.core.model import DemandHistory, NodeName, PoolName, Sample
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# A Kubernetes node name is a DNS subdomain: nothing in it needs more than escaping the dot.
+_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_STATUS = re.compile(r"HTTP Status Code (\d{3})")
+
+DEFAULT_SCOPE = 'max by (namespace, pod, node) (kube_pod_info{node=~"$nodes"})'
+
+
+@dataclass(frozen=True)
+class MetricQuery:
+    """A metric as two PromQL templates (``$scope``, ``$nodes`` and ``$pool`` are substituted).
+
+    ``value`` must give at most one series (for per-node metrics: one per ``node`` label);
+    ``sampled`` gives the raw sample times (``timestamp(<selector>)``) of the series that feed it,
+    scoped to the pool, and is reduced with ``max``: the newest sample the pool has.
+    """
+
+    value: str
+    sampled: str
+
+
+VLLM_DEMAND = MetricQuery(
+    value=(
+        "sum(rate(vllm:request_success_total[5m]) * on (namespace, pod) group_left (node) $scope)"
+    ),
+    sampled="timestamp(vllm:request_success_total) and on (namespace, pod) $scope",
+)
+VLLM_QUEUE = MetricQuery(
+    value="sum(vllm:num_requests_waiting * on (namespace, pod) group_left (node) $scope)",
+    sampled="timestamp(vllm:num_requests_waiting) and on (namespace, pod) $scope",
+)
+VLLM_RUNNING = MetricQuery(
+    value="sum(vllm:num_requests_running * on (namespace, pod) group_left (node) $scope)",
+    sampled="timestamp(vllm:num_requests_running) and on (namespace, pod) $scope",
+)
+# Per-node GPU busy from NVIDIA's dcgm-exporter (``Hostname`` is the node name); not a default.
+DCGM_GPU_BUSY = MetricQuery(
+    value='max by (node) (label_replace(DCGM_FI_DEV_GPU_UTIL{Hostname=~"$nodes"},'
+    ' "node", "$$1", "Hostname", "(.*)"))',
+    sampled='max by (node) (label_replace(timestamp(DCGM_FI_DEV_GPU_UTIL{Hostname=~"$nodes"}),'
+    ' "node", "$$1", "Hostname", "(.*)"))',
+)
+
+
+@dataclass(frozen=True)
+class Queries:
+    demand: MetricQuery = VLLM_DEMAND
+    queue: MetricQuery = VLLM_QUEUE
+    running: MetricQuery | None = VLLM_RUNNING
+    gpu_busy: MetricQuery | None = None  # e.g. DCGM_GPU_BUSY
+    # A demand expression for ``history``: ``$window`` is the grid step as a PromQL duration.
+    history: str = (
+        "sum(rate(vllm:request_success_total[$window])"
+        " * on (namespace, pod) group_left (node) $scope)"
+    )
+    scope: str = DEFAULT_SCOPE
+
+
+@dataclass(frozen=True)
+class Settings:
+    url: str = "http://127.0.0.1:9090"
+    timeout: float = 5.0  # seconds, per HTTP request (connect and read)
+    attempts: int = 3  # in all, first try included
+    retry_budget: float = 10.0  # seconds: no new attempt starts after this
+    backoff: float = 0.2  # seconds before the first retry, doubled each time
+    lookback: timedelta = timedelta(minutes=10)  # no sample older than this is handed over
+    resolution: timedelta = timedelta(seconds=15)  # subquery step when looking for the last sample
+    queries: Queries = Queries()
+
+
+@dataclass(frozen=True)
+class MetricError:
+    """Why a metric of a pool is unknown: a failed or refused query. Never raised."""
+
+    pool: str
+    metric: str
+    query: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"pool {self.pool}: {self.metric} unknown: {self.reason} (query: {self.query})"
+
+
+@dataclass(frozen=True)
+class PoolMetrics:
+    """One pool's load. ``None`` is unknown (see ``errors`` for why, when it was an error)."""
+
+    pool: PoolName
+    demand: Sample | None
+    queue: Sample | None
+    running: Sample | None = None
+    gpu_busy: Mapping[NodeName, Sample] = field(default_factory=dict)
+    errors: tuple[MetricError, ...] = ()
+
+
+@dataclass(frozen=True)
+class HistoryResult:
+    history: DemandHistory
+    error: MetricError | None = None
+
+
+class QueryFailed(Exception):
+    """A request failed for good (after retries, or at once for a refusal)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _transient(exc: BaseException) -> bool:
+    """Transport errors and 5xx are worth another attempt; 4xx (a bad query) never is."""
+    if isinstance(exc, requests.exceptions.RequestException | urllib3.exceptions.HTTPError):
+        return True
+    if isinstance(exc, PrometheusApiClientException):
+        m = _STATUS.search(str(exc))
+        return m is not None and m.group(1).startswith("5")
+    return False
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, requests.exceptions.Timeout):
+        return f"timed out ({type(exc).__name__})"
+    if isinstance(exc, requests.exceptions.ConnectionError):
+        return f"cannot reach Prometheus ({type(exc).__name__})"
+    if isinstance(exc, PrometheusApiClientException):
+        text = str(exc)
+        m = _STATUS.search(text)
+        if m is not None:
+            return f"Prometheus answered HTTP {m.group(1)}: {_error_text(text[m.end() :])}"
+        return text[:300]
+    if isinstance(exc, ValueError):  # from _vector, or a body that is not JSON
+        return str(exc)[:300]
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _error_text(rest: str) -> str:
+    """Prometheus' ``error`` field from the library's ``" (b'<json body>')"`` message tail."""
+    rest = rest.strip()
+    if rest.startswith("(") and rest.endswith(")"):
+        rest = rest[1:-1]
+    try:
+        body = ast.literal_eval(rest)
+        error = json.loads(body)["error"]
+    except (ValueError, SyntaxError, TypeError, KeyError, MemoryError, RecursionError):
+        return rest[:300]
+    return str(error)[:300]
+
+
+def node_regex(nodes: Iterable[str]) -> str:
+    """An RE2 alternation matching exactly these node names, escaped for a PromQL string."""
+    names = sorted(set(nodes))
+    bad = [n for n in names if not _NODE_NAME.match(n)]
+    if bad:
+        raise ValueError(f"not a node name: {bad[0]!r}")
+    # In a PromQL double-quoted string a backslash is written twice.
+    return "|".join(n.replace(".", "\\\\.") for n in names)
+
+
+def render(template: str, pool: str, nodes: Iterable[str], scope: str, **extra: str) -> str:
+    regex = node_regex(nodes)
+    scope_expr = Template(scope).substitute(nodes=regex, pool=pool)
+    return Template(template).substitute(scope=scope_expr, nodes=regex, pool=pool, **extra)
+
+
+def _duration(d: timedelta) -> str:
+    seconds = int(d.total_seconds())
+    if seconds <= 0 or d.total_seconds() != seconds:
+        raise ValueError(f"a duration must be whole seconds > 0, not {d}")
+    return f"{seconds}s"
+
+
+def _finite(raw: object) -> float | None:
+    if not isinstance(raw, str | int | float):
+        return None  # Prometheus sends sample values as strings; anything else is garbage
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def _vector(result: object, key: str = "value") -> list[dict[str, Any]]:
+    """The result as a list of series, or ``ValueError`` (a scalar or string query, say)."""
+    if not isinstance(result, list) or not all(
+        isinstance(r, dict) and isinstance(r.get("metric"), dict) and key in r for r in result
+    ):
+        raise ValueError(f"unexpected answer (not an instant or range vector): {result!r:.200}")
+    return result
+
+
+def _utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=UTC)
+
+
+class Metrics:
+    """The Prometheus adapter. One instance per controller; safe to share between tasks."""
+
+    def __init__(self, settings: Settings, *, client: PrometheusConnect | None = None) -> None:
+        self.settings = settings
+        # The library mounts ``Retry(total=3, backoff_factor=1, status_forcelist=[408, 429, 5xx])``
+        # unless given one. Give it what requests itself uses when nobody asks for retries
+        # (``Retry(0, read=False)``, no status list): nothing is repeated below tenacity, and a
+        # read timeout stays a ``ReadTimeout``.
+        no_retry = Retry(total=0, read=False, status_forcelist=())
+        self._client = client or PrometheusConnect(
+            url=settings.url, retry=no_retry, timeout=settings.timeout
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    async def _call(self, fn: Callable[[], T]) -> T:
+        """``fn`` off the event loop, retried on transient failures; raises ``QueryFailed``."""
+        s = self.settings
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(max(1, s.attempts)) | stop_after_delay(s.retry_budget),
+            wait=wait_exponential(multiplier=s.backoff, max=max(s.backoff, 2.0)),
+            retry=retry_if_exception(_transient),
+            reraise=False,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await asyncio.to_thread(fn)
+        except RetryError as exc:
+            last = exc.last_attempt.exception()
+            tries = exc.last_attempt.attempt_number
+            reason = _describe(last) if last is not None else "failed"
+            raise QueryFailed(f"{reason}; gave up after {tries} attempts") from None
+        except Exception as exc:  # a refusal (4xx) or a malformed answer: not retried
+            raise QueryFailed(_describe(exc)) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _instant(self, query: str, at: datetime | None) -> list[dict[str, Any]]:
+        params = {} if at is None else {"time": f"{at.timestamp():.3f}"}
+        timeout = self.settings.timeout
+
+        def run() -> list[dict[str, Any]]:
+            return _vector(self._client.custom_query(query, params=params, timeout=timeout))
+
+        return await self._call(run)
+
+    async def _range(
+        self, query: str, start: datetime, end: datetime, step: timedelta
+    ) -> list[dict[str, Any]]:
+        timeout = self.settings.timeout
+        step_s = _duration(step)
+
+        def run() -> list[dict[str, Any]]:
+            return _vector(
+                self._client.custom_query_range(
+                    query, start_time=start, end_time=end, step=step_s, timeout=timeout
+                ),
+                key="values",
+            )
+
+        return await self._call(run)
+
+    async def _last(
+        self,
+        pool: PoolName,
+        metric: str,
+        q: MetricQuery,
+        nodes: Sequence[str],
+        now: datetime | None,
+        by: str | None,
+    ) -> tuple[dict[str, Sample], list[MetricError]]:
+        """Last sample(s) within the lookback, keyed by the ``by`` label ("" when not per-node)."""
+        s = self.settings
+        errors: list[MetricError] = []
+        try:
+            sampled = render(q.sampled, pool, nodes, s.queries.scope)
+            value_q = render(q.value, pool, nodes, s.queries.scope)
+            window = f"[{_duration(s.lookback)}:{_duration(s.resolution)}]"
+        except (ValueError, KeyError) as exc:
+            return {}, [MetricError(pool, metric, q.value, f"cannot build the query: {exc}")]
+        group = f" by ({by})" if by else ""
+        at_q = f"max{group} (max_over_time(({sampled}){window}))"
+        try:
+            times = await self._instant(at_q, now)
+        except QueryFailed as exc:
+            return {}, [MetricError(pool, metric, at_q, exc.reason)]
+        found: dict[str, Sample] = {}
+        for series in times:
+            key = str(series.get("metric", {}).get(by, "")) if by else ""
+            ts = _finite(series["value"][1])
+            if ts is None or (by and not key):
+                continue
+            at = _utc(ts)
+            try:
+                values = await self._instant(value_q, at)
+            except QueryFailed as exc:
+                errors.append(MetricError(pool, metric, value_q, exc.reason))
+                continue
+            if by:
+                values = [v for v in values if v.get("metric", {}).get(by) == key]
+            if len(values) > 1:
+                errors.append(
+                    MetricError(
+                        pool,
+                        metric,
+                        value_q,
+                        f"{len(values)} series where one was expected; aggregate it (sum)",
+                    )
+                )
+                continue
+            if not values:
+                continue  # the sample exists but the expression has no value: unknown
+            raw = values[0]["value"][1]
+            value = _finite(raw)
+            if value is None:
+                reason = f"the value is {raw}, not a finite number >= 0"
+                errors.append(MetricError(pool, metric, value_q, reason))
+                continue
+            found[key] = Sample(value=value, at=at)
+        return found, errors
+
+    async def read(
+        self, pool: PoolName, nodes: Iterable[NodeName], now: datetime | None = None
+    ) -> PoolMetrics:
+        """The pool's last samples at ``now`` (Prometheus' own clock when ``None``)."""
+        q = self.settings.queries
+        names = sorted(set(nodes))
+        errors: list[MetricError] = []
+        if not names:
+            return PoolMetrics(pool=pool, demand=None, queue=None)
+
+        async def one(
+            metric: str, mq: MetricQuery | None, by: str | None = None
+        ) -> dict[str, Sample]:
+            if mq is None:
+                return {}
+            found, errs = await self._last(pool, metric, mq, names, now, by)
+            errors.extend(errs)
+            return found
+
+        demand, queue, running, busy = await asyncio.gather(
+            one("demand", q.demand),
+            one("queue", q.queue),
+            one("running", q.running),
+            one("gpu_busy", q.gpu_busy, by="node"),
+        )
+        for e in errors:
+            log.warning("%s", e)
+        return PoolMetrics(
+            pool=pool,
+            demand=demand.get(""),
+            queue=queue.get(""),
+            running=running.get(""),
+            gpu_busy={NodeName(k): v for k, v in busy.items()},
+            errors=tuple(errors),
+        )
+
+    async def history(
+        self,
+        pool: PoolName,
+        nodes: Iterable[NodeName],
+        since: datetime,
+        until: datetime,
+        step: timedelta,
+    ) -> HistoryResult:
+        """Demand on the grid ``since + i*step`` for ``[since, until)``; gaps are ``None``.
+
+        ``values[i]`` is the history expression evaluated at the END of bucket ``i``
+        (``since + (i+1)*step``) with ``$window`` = ``step``: the rate over that bucket.
+        """
+        n = math.floor((until - since) / step)
+        empty = DemandHistory(start=since, step=step, values=[None] * max(n, 0), end_index=0)
+        names = sorted(set(nodes))
+        if n <= 0 or not names:
+            return HistoryResult(DemandHistory(since, step, [None] * max(n, 0), max(n, 0)))
+        try:
+            query = render(
+                self.settings.queries.history,
+                pool,
+                names,
+                self.settings.queries.scope,
+                window=_duration(step),
+            )
+        except (ValueError, KeyError) as exc:
+            err = MetricError(pool, "history", self.settings.queries.history, str(exc))
+            return HistoryResult(empty, err)
+        try:
+            result = await self._range(query, since + step, since + step * n, step)
+        except QueryFailed as exc:
+            return HistoryResult(empty, MetricError(pool, "history", query, exc.reason))
+        if len(result) > 1:
+            err = MetricError(pool, "history", query, f"{len(result)} series; aggregate it (sum)")
+            return HistoryResult(empty, err)
+        values: list[float | None] = [None] * n
+        for ts, raw in result[0]["values"] if result else []:
+            i = round((float(ts) - since.timestamp()) / step.total_seconds()) - 1
+            if 0 <= i < n:
+                values[i] = _finite(raw)
+        return HistoryResult(DemandHistory(start=since, step=step, values=values, end_index=n))
+
+
+async def gather_pools(
+    metrics: Metrics, pools: Mapping[PoolName, Iterable[NodeName]], now: datetime | None = None
+) -> dict[PoolName, PoolMetrics]:
+    """``read`` for every pool at once."""
+    names = list(pools)
+    reads: list[Awaitable[PoolMetrics]] = [metrics.read(p, pools[p], now) for p in names]
+    return dict(zip(names, await asyncio.gather(*reads), strict=True))
