@@ -24,12 +24,19 @@ demo: $(STAMP)
 
 test: lint typecheck imports system-deps pytest
 
-# The tests start a real Prometheus (Debian's package brings prometheus and promtool).
+# The tests start a real Prometheus (Debian's prometheus brings promtool too) and a throwaway
+# PostgreSQL (initdb and pg_ctl, run as an unprivileged user through setpriv when root).
 system-deps:
-	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
-		echo "installing prometheus (Debian)"; \
+	@missing=""; \
+	command -v prometheus >/dev/null && command -v promtool >/dev/null || missing="prometheus"; \
+	{ command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } \
+		|| missing="$$missing postgresql"; \
+	command -v setpriv >/dev/null || missing="$$missing util-linux"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
 		$(SUDO) apt-get update -q && \
-		$(SUDO) apt-get install -y -q --no-install-recommends prometheus; }
+		$(SUDO) apt-get install -y -q --no-install-recommends $$missing; \
+	fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

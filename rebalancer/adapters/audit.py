@@ -1,0 +1,580 @@
+"""The audit log's storage: SQLite or PostgreSQL through SQLAlchemy 2 async, and stdout.
+
+Where it sits: each tick the runtime builds the tick's records with ``core.audit.build_tick`` and
+hands them to ``AuditLog.tick`` *before* it calls the actuator; the id of each intent record goes
+into the node's ``decision`` annotation. When a step returns, ``AuditLog.outcome`` appends what
+came of it. Refusals, findings and summaries pass through the ``Deduper`` so that a steady state
+writes nothing per tick (docs/audit.md).
+
+Why it is shaped like this:
+- Append only. An outcome is a new row naming its intent (``intent_id``); no row is ever updated,
+  so a crash at any point leaves every committed record readable, and an intent without an
+  outcome says exactly "decided, then nothing known" (``pending_intents``; at start-up the
+  runtime closes them as ``superseded`` with ``AuditLog.supersede_pending``, since ``recover()``
+  rolls back or finishes whatever the crash left).
+- The store commits before ``tick``/``outcome`` return: the intent is durable before the
+  actuator writes (SQLite in WAL mode with ``synchronous=FULL``; PostgreSQL's commit).
+- One schema on both databases, created and migrated by the program (``MIGRATIONS``, recorded in
+  ``audit_schema_version``); structured fields are JSON columns (JSONB on PostgreSQL).
+- Readers page with a keyset on ``(time, id)``: ids are ULID-like and increase within a process,
+  so records of one tick (which share its time) come back in the order they were written.
+- Each stored record is also written as one JSON line to a sink (stdout by default), after the
+  commit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from rebalancer.adapters.actuator import ActionResult, Outcome, WriteKind, WriteOutcome
+from rebalancer.core import audit
+from rebalancer.core.audit import AuditRecord, Context, Deduper, Kind, NewId, Result
+
+Sink = Callable[[str], None]
+Clock = Callable[[], datetime]
+
+DEFAULT_URL = "sqlite+aiosqlite:///rebalancer-audit.sqlite3"
+
+
+# ---------------------------------------------------------------------------------------------
+# Ids: ULID-like, 26 Crockford base32 characters, time first, increasing within a process
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def _encode(value: int, length: int) -> str:
+    out = []
+    for _ in range(length):
+        value, digit = divmod(value, 32)
+        out.append(_CROCKFORD[digit])
+    return "".join(reversed(out))
+
+
+class UlidFactory:
+    """48 bits of milliseconds then 80 random bits; within one millisecond (or if the clock
+    steps back) the previous id plus one, so ids sort in the order they were made."""
+
+    def __init__(
+        self,
+        clock: Clock = lambda: datetime.now(UTC),
+        random: Callable[[int], bytes] = os.urandom,
+    ) -> None:
+        self._clock, self._random = clock, random
+        self._last = (0, 0)
+        self._lock = threading.Lock()
+
+    def __call__(self) -> str:
+        ms = int(self._clock().timestamp() * 1000)
+        with self._lock:
+            last_ms, last_rand = self._last
+            if ms <= last_ms:
+                ms, rand = last_ms, last_rand + 1
+                if rand >= 1 << 80:
+                    ms, rand = ms + 1, 0
+            else:
+                rand = int.from_bytes(self._random(10), "big")
+            self._last = (ms, rand)
+        return _encode(ms, 10) + _encode(rand, 16)
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema and migrations
+
+
+class UTCDateTime(sa.TypeDecorator[datetime]):
+    """Aware UTC datetimes on both databases (SQLite keeps naive UTC text that sorts by time)."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: audit times must be aware")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+JSONDoc = sa.JSON().with_variant(JSONB(), "postgresql")
+
+metadata = sa.MetaData()
+
+schema_version = sa.Table(
+    "audit_schema_version",
+    metadata,
+    sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("description", sa.Text, nullable=False),
+    sa.Column("applied_at", UTCDateTime, nullable=False),
+)
+
+records = sa.Table(
+    "audit_records",
+    metadata,
+    sa.Column("id", sa.String(26), primary_key=True),
+    sa.Column("time", UTCDateTime, nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("controller", sa.String(253), nullable=False),
+    sa.Column("term", sa.Integer, nullable=True),
+    sa.Column("pool", sa.String(253), nullable=False),
+    sa.Column("node", sa.String(253), nullable=True),
+    sa.Column("action", sa.String(16), nullable=True),
+    sa.Column("origin", sa.String(16), nullable=True),
+    sa.Column("reason", sa.String(64), nullable=False),
+    sa.Column("message", sa.Text, nullable=False),
+    sa.Column("count", sa.Integer, nullable=False),
+    sa.Column("strategy", sa.String(64), nullable=True),
+    sa.Column("params", JSONDoc, nullable=False),
+    sa.Column("inputs", JSONDoc, nullable=False),
+    sa.Column("before", JSONDoc, nullable=True),
+    sa.Column("after", JSONDoc, nullable=True),
+    sa.Column("pods", JSONDoc, nullable=False),
+    sa.Column("dry_run", sa.Boolean, nullable=False),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("outcome", sa.String(16), nullable=True),
+    sa.Column("intent_id", sa.String(26), nullable=True),
+    sa.Column("detail", JSONDoc, nullable=False),
+)
+
+_INDEXES = (
+    sa.Index("audit_records_time", records.c.time, records.c.id),
+    sa.Index("audit_records_pool", records.c.pool, records.c.time, records.c.id),
+    sa.Index("audit_records_node", records.c.node, records.c.time, records.c.id),
+    sa.Index("audit_records_intent", records.c.intent_id),
+)
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    apply: Callable[[Connection], None]
+
+
+def _v1(conn: Connection) -> None:
+    # The tables as of version 1. A later version adds a migration with its own DDL (ALTER
+    # TABLE ...) and changes ``records`` to match; this one must keep creating version 1.
+    records.create(conn)  # with the indexes in _INDEXES, which are attached to it
+
+
+MIGRATIONS: tuple[Migration, ...] = (Migration(1, "audit_records and its indexes", _v1),)
+SCHEMA_VERSION = MIGRATIONS[-1].version
+
+
+def migrate(conn: Connection, now: datetime) -> list[int]:
+    """Apply, in order, every migration newer than the database; returns those applied.
+
+    Runs in the caller's transaction. On PostgreSQL a transaction-scoped advisory lock makes
+    replicas starting together migrate one after the other; DDL is transactional on both
+    databases, so a failed migration leaves the previous version intact.
+    """
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(7267117164031)"))
+    schema_version.create(conn, checkfirst=True)
+    current = conn.execute(sa.select(sa.func.max(schema_version.c.version))).scalar() or 0
+    if current > SCHEMA_VERSION:
+        raise RuntimeError(
+            f"the audit database is at schema version {current}, newer than this program's "
+            f"{SCHEMA_VERSION}: upgrade the controller"
+        )
+    applied = []
+    for migration in MIGRATIONS:
+        if migration.version <= current:
+            continue
+        migration.apply(conn)
+        conn.execute(
+            schema_version.insert().values(
+                version=migration.version, description=migration.description, applied_at=now
+            )
+        )
+        applied.append(migration.version)
+    return applied
+
+
+# ---------------------------------------------------------------------------------------------
+# Queries
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """Where a page ended: the (time, id) of its last record. ``token`` is its text form."""
+
+    time: datetime
+    id: str
+
+    @property
+    def token(self) -> str:
+        return f"{self.time.astimezone(UTC).isoformat()}|{self.id}"
+
+    @staticmethod
+    def parse(token: str) -> Cursor:
+        when, _, ident = token.partition("|")
+        return Cursor(datetime.fromisoformat(when), ident)
+
+
+@dataclass(frozen=True)
+class AuditQuery:
+    since: datetime | None = None  # inclusive
+    until: datetime | None = None  # exclusive
+    pool: str | None = None
+    node: str | None = None
+    action: str | None = None
+    kinds: tuple[Kind, ...] = ()  # empty: every kind
+    after: Cursor | None = None  # the previous page's ``next``
+    limit: int = 100
+    newest_first: bool = False
+
+    def matches(self, r: AuditRecord) -> bool:
+        """The same filter in Python (the in-memory store; the SQL below must agree)."""
+        key = (r.time, r.id)
+        if self.after is not None:
+            mark = (self.after.time, self.after.id)
+            if (key <= mark) if not self.newest_first else (key >= mark):
+                return False
+        return (
+            (self.since is None or r.time >= self.since)
+            and (self.until is None or r.time < self.until)
+            and (self.pool is None or r.pool == self.pool)
+            and (self.node is None or r.node == self.node)
+            and (self.action is None or r.action == self.action)
+            and (not self.kinds or r.kind in self.kinds)
+        )
+
+
+@dataclass(frozen=True)
+class AuditPage:
+    records: tuple[AuditRecord, ...]
+    next: Cursor | None  # None: there is nothing after this page
+
+
+def _page(found: Sequence[AuditRecord], limit: int) -> AuditPage:
+    rows = tuple(found[:limit])
+    more = len(found) > limit
+    return AuditPage(rows, Cursor(rows[-1].time, rows[-1].id) if more and rows else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Stores
+
+
+class AuditStore(Protocol):
+    async def append(self, batch: Sequence[AuditRecord]) -> None:
+        """Store ``batch`` in one transaction; return only once it is durable."""
+
+    async def get(self, record_id: str) -> AuditRecord | None: ...
+
+    async def query(self, query: AuditQuery) -> AuditPage: ...
+
+    async def pending_intents(self) -> tuple[AuditRecord, ...]:
+        """Intents no outcome names yet, oldest first."""
+
+    async def close(self) -> None: ...
+
+
+class MemoryAuditStore:
+    """An ``AuditStore`` in a list, for the runtime's unit tests."""
+
+    def __init__(self) -> None:
+        self.records: list[AuditRecord] = []
+        self.fail_next: Exception | None = None  # raised (once) by the next append
+
+    async def append(self, batch: Sequence[AuditRecord]) -> None:
+        if self.fail_next is not None:
+            error, self.fail_next = self.fail_next, None
+            raise error
+        ids = {r.id for r in self.records}
+        for record in batch:
+            if record.id in ids:
+                raise ValueError(f"duplicate audit record id {record.id}")
+            ids.add(record.id)
+        self.records.extend(batch)
+
+    async def get(self, record_id: str) -> AuditRecord | None:
+        return next((r for r in self.records if r.id == record_id), None)
+
+    async def query(self, query: AuditQuery) -> AuditPage:
+        found = sorted(
+            (r for r in self.records if query.matches(r)),
+            key=lambda r: (r.time, r.id),
+            reverse=query.newest_first,
+        )
+        return _page(found, query.limit)
+
+    async def pending_intents(self) -> tuple[AuditRecord, ...]:
+        closed = {r.intent_id for r in self.records if r.kind is Kind.OUTCOME}
+        found = [r for r in self.records if r.kind is Kind.INTENT and r.id not in closed]
+        return tuple(sorted(found, key=lambda r: (r.time, r.id)))
+
+    async def close(self) -> None:
+        return None
+
+
+class SqlAuditStore:
+    """The audit log in SQLite (one file, the default) or PostgreSQL, by SQLAlchemy URL."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    @classmethod
+    async def open(
+        cls, url: str = DEFAULT_URL, *, now: Clock = lambda: datetime.now(UTC)
+    ) -> SqlAuditStore:
+        """Connect and bring the schema up to date (idempotent: opening twice changes nothing)."""
+        made = sa.make_url(url)
+        kwargs: dict[str, Any] = {}
+        if made.get_backend_name() == "sqlite":
+            if made.database and made.database != ":memory:":
+                Path(made.database).parent.mkdir(parents=True, exist_ok=True)
+            kwargs["connect_args"] = {"timeout": 30}
+        engine = create_async_engine(made, **kwargs)
+        if made.get_backend_name() == "sqlite":
+            sa.event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        try:
+            async with engine.begin() as conn:
+                await conn.run_sync(migrate, now())
+        except BaseException:
+            await engine.dispose()
+            raise
+        return cls(engine)
+
+    async def schema_versions(self) -> list[int]:
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(
+                sa.select(schema_version.c.version).order_by(schema_version.c.version)
+            )
+            return [int(v) for v in rows.scalars()]
+
+    async def append(self, batch: Sequence[AuditRecord]) -> None:
+        if not batch:
+            return
+        async with self.engine.begin() as conn:
+            await conn.execute(records.insert(), [_row(r) for r in batch])
+
+    async def get(self, record_id: str) -> AuditRecord | None:
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(records.select().where(records.c.id == record_id))).first()
+        return None if row is None else _record(row._mapping)
+
+    async def query(self, query: AuditQuery) -> AuditPage:
+        c = records.c
+        where: list[sa.ColumnElement[bool]] = []
+        if query.since is not None:
+            where.append(c.time >= query.since)
+        if query.until is not None:
+            where.append(c.time < query.until)
+        for column, value in ((c.pool, query.pool), (c.node, query.node), (c.action, query.action)):
+            if value is not None:
+                where.append(column == value)
+        if query.kinds:
+            where.append(c.kind.in_([k.value for k in query.kinds]))
+        if query.after is not None:
+            t, i = query.after.time, query.after.id
+            if query.newest_first:
+                where.append(sa.or_(c.time < t, sa.and_(c.time == t, c.id < i)))
+            else:
+                where.append(sa.or_(c.time > t, sa.and_(c.time == t, c.id > i)))
+        order = (c.time.desc(), c.id.desc()) if query.newest_first else (c.time, c.id)
+        stmt = records.select().where(*where).order_by(*order).limit(query.limit + 1)
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return _page([_record(r._mapping) for r in rows], query.limit)
+
+    async def pending_intents(self) -> tuple[AuditRecord, ...]:
+        outcome = records.alias("outcome")
+        closed = sa.select(outcome.c.id).where(outcome.c.intent_id == records.c.id).exists()
+        stmt = (
+            records.select()
+            .where(records.c.kind == Kind.INTENT.value, ~closed)
+            .order_by(records.c.time, records.c.id)
+        )
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return tuple(_record(r._mapping) for r in rows)
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")  # readers do not block the writer
+    cursor.execute("PRAGMA synchronous=FULL")  # a commit is on disk when it returns
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def _row(r: AuditRecord) -> dict[str, Any]:
+    doc = audit.to_json(r)
+    doc["time"] = r.time
+    return doc
+
+
+def _record(row: sa.RowMapping) -> AuditRecord:
+    return AuditRecord(
+        id=row["id"],
+        time=row["time"],
+        kind=Kind(row["kind"]),
+        controller=row["controller"],
+        term=row["term"],
+        pool=row["pool"],
+        node=row["node"],
+        action=row["action"],
+        origin=row["origin"],
+        reason=row["reason"],
+        message=row["message"],
+        count=row["count"],
+        strategy=row["strategy"],
+        params=row["params"],
+        inputs=row["inputs"],
+        before=row["before"],
+        after=row["after"],
+        pods=tuple(row["pods"]),
+        dry_run=bool(row["dry_run"]),
+        error=row["error"],
+        outcome=row["outcome"],
+        intent_id=row["intent_id"],
+        detail=row["detail"],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The log the runtime writes through
+
+
+def stdout_sink(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def json_line(record: AuditRecord) -> str:
+    return json.dumps(audit.to_json(record), sort_keys=True, separators=(",", ":"))
+
+
+_RESULTS = {
+    Outcome.DONE: Result.APPLIED,
+    Outcome.WAITING: Result.IN_PROGRESS,
+    Outcome.NOTHING: Result.NOTHING,
+    Outcome.REFUSED: Result.REFUSED,
+    Outcome.CONFLICT: Result.CONFLICT,
+    Outcome.GONE: Result.GONE,
+    Outcome.FAILED: Result.FAILED,
+}
+_ERRORS = frozenset({Outcome.REFUSED, Outcome.CONFLICT, Outcome.GONE, Outcome.FAILED})
+_POD_GONE = frozenset({WriteOutcome.EVICTED, WriteOutcome.GONE, WriteOutcome.APPLIED})
+
+
+class AuditLog:
+    """Store first, then the JSON line: a record on stdout is always a stored one."""
+
+    def __init__(
+        self,
+        store: AuditStore,
+        sink: Sink | None = stdout_sink,
+        deduper: Deduper | None = None,
+        new_id: NewId | None = None,
+    ) -> None:
+        self.store, self.sink = store, sink
+        self.deduper = deduper if deduper is not None else Deduper()
+        self.new_id: NewId = new_id if new_id is not None else UlidFactory()
+
+    async def tick(self, batch: Iterable[AuditRecord]) -> tuple[AuditRecord, ...]:
+        """Write a tick's records (``core.audit.build_tick``), steady-state repeats left out.
+
+        Returns what was written. Raises if the store fails: the runtime must then not act.
+        """
+        everything = list(batch)
+        chosen = self.deduper.select(everything)
+        await self._write(chosen)
+        self.deduper.commit(everything, chosen)
+        return tuple(chosen)
+
+    async def outcome(
+        self,
+        intent: AuditRecord,
+        result: ActionResult,
+        now: datetime,
+        ctx: Context | None = None,
+    ) -> AuditRecord:
+        """Append what the actuator did for ``intent`` (a step, or a later ``progress`` pass)."""
+        before = intent.before or {"taints": [], "labels": {}}
+        after: Mapping[str, Any] = before
+        pods = []
+        for write in result.writes:
+            if write.kind in (WriteKind.EVICT, WriteKind.DELETE):
+                if write.outcome in _POD_GONE or write.outcome is WriteOutcome.PLANNED:
+                    pods.append(write.target.removeprefix("pod/"))
+            elif write.outcome in (WriteOutcome.APPLIED, WriteOutcome.PLANNED):
+                after = audit.apply_node_patch(after, write.body)
+        detail = {
+            "call": result.action,
+            "actuator_outcome": result.outcome.value,
+            "writes": [
+                {
+                    "kind": w.kind.value,
+                    "target": w.target,
+                    "outcome": w.outcome.value,
+                    "body": w.body,
+                }
+                for w in result.writes
+            ],
+        }
+        record = audit.outcome_record(
+            intent,
+            self.new_id,
+            now,
+            _RESULTS[result.outcome],
+            result.message,
+            after=after,
+            pods=pods,
+            error=result.message if result.outcome in _ERRORS else None,
+            detail=detail,
+            ctx=ctx,
+        )
+        record = replace(record, dry_run=result.dry_run or intent.dry_run)
+        await self._write([record])
+        return record
+
+    async def supersede(
+        self, intent: AuditRecord, now: datetime, why: str, ctx: Context | None = None
+    ) -> AuditRecord:
+        record = audit.outcome_record(intent, self.new_id, now, Result.SUPERSEDED, why, ctx=ctx)
+        await self._write([record])
+        return record
+
+    async def supersede_pending(
+        self, now: datetime, why: str, ctx: Context | None = None
+    ) -> tuple[AuditRecord, ...]:
+        """Start-up: close every intent a previous run left without an outcome."""
+        pending = await self.store.pending_intents()
+        closed = [
+            audit.outcome_record(i, self.new_id, now, Result.SUPERSEDED, why, ctx=ctx)
+            for i in pending
+        ]
+        await self._write(closed)
+        return tuple(closed)
+
+    async def _write(self, batch: Sequence[AuditRecord]) -> None:
+        if not batch:
+            return
+        await self.store.append(batch)
+        if self.sink is not None:
+            for record in batch:
+                self.sink(json_line(record))

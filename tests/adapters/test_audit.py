@@ -1,0 +1,519 @@
+"""The audit log against real databases: SQLite in a temp file and a PostgreSQL started here.
+
+Every store test runs on both backends. PostgreSQL comes from ``tests/adapters/postgres.py``
+(initdb + pg_ctl in a temporary directory, one server per session, a fresh database per test);
+when it cannot be started the tests fail and say what is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from rebalancer.adapters import writer
+from rebalancer.adapters.actuator import ActionResult, Outcome, Write, WriteKind, WriteOutcome
+from rebalancer.adapters.audit import (
+    AuditLog,
+    AuditQuery,
+    AuditStore,
+    Cursor,
+    MemoryAuditStore,
+    SqlAuditStore,
+    UlidFactory,
+    json_line,
+    schema_version,
+)
+from rebalancer.core import audit, model, nodestate, planning
+from rebalancer.core.audit import AuditRecord, Context, Deduper, Kind, Result
+from tests.adapters.postgres import PostgresServer, postgres_server
+from tests.core import factories as f
+
+__all__ = ["postgres_server"]  # the session fixture, imported so that pytest finds it
+
+CTX = Context(controller="rebalancer-0", term=3, strategy="forecast", params={"safety": 0.15})
+POLICY = f.policy()
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixtures
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path / 'audit' / 'audit.sqlite3'}"
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return await server.create_database(f"audit_{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+async def store(db_url: str) -> AsyncIterator[SqlAuditStore]:
+    opened = await SqlAuditStore.open(db_url)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+class Lines:
+    """A sink that keeps the JSON lines."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, line: str) -> None:
+        self.lines.append(line)
+
+    @property
+    def docs(self) -> list[dict[str, object]]:
+        return [json.loads(line) for line in self.lines]
+
+
+def tick(
+    nodes: Sequence[model.NodeView],
+    *,
+    target: int | None,
+    rps: float | None = 0.0,
+    age: timedelta = timedelta(seconds=30),
+    now: datetime = f.T0,
+    ids: UlidFactory | None = None,
+) -> tuple[model.Snapshot, audit.Tick]:
+    sample = None if rps is None else f.demand(rps, age, now)
+    snapshot = model.Snapshot(now=now, pools={f.POOL: f.pool_snapshot(nodes, sample)})
+    proposals = {} if target is None else {f.POOL: f.proposal(target)}
+    plan = planning.make_plan(snapshot, proposals, {f.POOL: POLICY}, f.KEYS)
+    built = audit.build_tick(
+        plan, snapshot, CTX, ids or UlidFactory(), proposals, {f.POOL: POLICY}, f.KEYS
+    )
+    return snapshot, built
+
+
+def lend_result(node: model.NodeView, decision: str) -> ActionResult:
+    """What the actuator reports for a complete lend, with the exact bodies it would send."""
+    begin = nodestate.begin_lend(node, f.LEND_SPEC, f.KEYS, f.T0, decision)
+    lending = nodestate.apply(node, begin)
+    state = nodestate.read(lending, f.KEYS)
+    assert isinstance(state, nodestate.NodeState)
+    finish = nodestate.finish_lend(f.LEND_SPEC, state, f.KEYS, f.T0)
+    target = f"node/{node.name}"
+    return ActionResult(
+        node=str(node.name),
+        action="lend",
+        outcome=Outcome.DONE,
+        message="lent",
+        writes=(
+            Write(
+                WriteKind.BEGIN_LEND, target, writer.merge_patch(begin, "7"), WriteOutcome.APPLIED
+            ),
+            Write(
+                WriteKind.FINISH_LEND, target, writer.merge_patch(finish, "8"), WriteOutcome.APPLIED
+            ),
+        ),
+    )
+
+
+def record(
+    ident: str,
+    when: datetime,
+    *,
+    pool: str = "gpu",
+    node: str | None = None,
+    action: str | None = "lend",
+    kind: Kind = Kind.REFUSAL,
+) -> AuditRecord:
+    return AuditRecord(
+        id=ident,
+        time=when,
+        kind=kind,
+        pool=pool,
+        controller="rebalancer-0",
+        reason="cooldown",
+        message=f"record {ident}",
+        node=node,
+        action=action,
+        inputs={"demand": {"value": 1.5, "at": "2026-03-02T11:59:30Z"}},
+        before={"taints": [{"key": "a", "effect": "NoSchedule"}], "labels": {"x": "y"}},
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Intent, then outcome
+
+
+async def test_intent_is_stored_before_the_outcome_and_both_are_readable(
+    store: SqlAuditStore,
+) -> None:
+    nodes = f.serving_nodes(3)
+    _, built = tick(nodes, target=1, rps=5.0)
+    lines = Lines()
+    log = AuditLog(store, sink=lines)
+    written = await log.tick(built.records)
+    (intent,) = [r for r in written if r.kind is Kind.INTENT]
+    assert (intent.pool, intent.node, intent.action, intent.reason) == (
+        "gpu",
+        "s-00",
+        "lend",
+        "strategy",
+    )
+    assert await store.pending_intents() == (intent,)
+    stored = await store.get(intent.id)
+    assert stored == intent  # every field survives the round trip, times stay aware UTC
+    assert stored.time.tzinfo is not None
+    assert stored.inputs["demand"] == {"value": 5.0, "at": "2026-03-02T11:59:30Z"}
+    assert stored.inputs["proposal"]["lend_target"] == 1
+    assert stored.inputs["window"] == {"text": "always", "open": True}
+    assert stored.inputs["overrides"]["lend"] == "auto"
+    assert stored.before == audit.node_doc(nodes[0])
+    assert (stored.controller, stored.term, stored.strategy) == ("rebalancer-0", 3, "forecast")
+    assert stored.params == {"safety": 0.15}
+
+    result = lend_result(nodes[0], intent.id)
+    outcome = await log.outcome(intent, result, f.T0 + timedelta(seconds=2))
+    assert outcome.kind is Kind.OUTCOME
+    assert outcome.outcome == Result.APPLIED
+    assert outcome.intent_id == intent.id
+    assert outcome.error is None
+    after = await store.get(outcome.id)
+    assert after is not None
+    assert after.after is not None
+    lent = f.lend(nodes[0])
+    assert after.after == audit.node_doc(lent)  # taints and labels as the lend left them
+    assert after.detail["writes"][0]["kind"] == "begin_lend"
+    assert await store.pending_intents() == ()
+
+    page = await store.query(AuditQuery(node="s-00"))
+    assert [r.kind for r in page.records] == [Kind.INTENT, Kind.OUTCOME]
+    assert [json.loads(line)["id"] for line in lines.lines] == [r.id for r in (*written, outcome)]
+
+
+async def test_failed_reclaim_records_the_error_and_the_pods(store: SqlAuditStore) -> None:
+    node = f.lend(f.serving("n1"), pods=f.borrowed_pods("bert", "bert"))
+    _, built = tick([node, *f.serving_nodes(2)], target=0, rps=5.0)
+    log = AuditLog(store, sink=None)
+    await log.tick(built.records)
+    intent = built.intents[("gpu", "n1", "reclaim")]
+    result = ActionResult(
+        node="n1",
+        action="reclaim",
+        outcome=Outcome.FAILED,
+        message="API kept failing: 503",
+        writes=(
+            Write(WriteKind.BEGIN_RECLAIM, "node/n1", {"metadata": {}}, WriteOutcome.APPLIED),
+            Write(WriteKind.EVICT, "pod/ns/bert-worker-0", {}, WriteOutcome.EVICTED),
+            Write(WriteKind.EVICT, "pod/ns/bert-worker-1", {}, WriteOutcome.BLOCKED),
+        ),
+    )
+    outcome = await log.outcome(intent, result, f.T0 + timedelta(seconds=5))
+    stored = await store.get(outcome.id)
+    assert stored is not None
+    assert (stored.outcome, stored.error) == ("failed", "API kept failing: 503")
+    assert stored.pods == ("ns/bert-worker-0",)  # the blocked one was not evicted
+    assert [w["outcome"] for w in stored.detail["writes"]] == ["applied", "evicted", "blocked"]
+
+
+# ---------------------------------------------------------------------------------------------
+# A crash between the intent and the outcome
+
+_CRASHING_CONTROLLER = """
+import asyncio, os, sys
+from datetime import UTC, datetime
+from rebalancer.adapters.audit import AuditLog, SqlAuditStore
+from rebalancer.core.audit import AuditRecord, Kind
+
+async def main() -> None:
+    store = await SqlAuditStore.open(sys.argv[1])
+    intent = AuditRecord(
+        id=sys.argv[2], time=datetime(2026, 3, 2, 12, tzinfo=UTC), kind=Kind.INTENT, pool="gpu",
+        controller="rebalancer-0", reason="strategy", message="lend 1 node", node="s0",
+        action="lend", term=4,
+    )
+    await AuditLog(store).tick([intent])
+    os._exit(9)  # the controller dies before the actuator acts: no close, no dispose, no outcome
+
+asyncio.run(main())
+"""
+
+
+async def test_an_intent_survives_a_crash_before_its_outcome(db_url: str) -> None:
+    ident = UlidFactory()()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _CRASHING_CONTROLLER,
+        db_url,
+        ident,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 9, err.decode()
+    assert json.loads(out.decode().strip())["id"] == ident  # its stdout line went out too
+
+    store = await SqlAuditStore.open(db_url)
+    try:
+        intent = await store.get(ident)
+        assert intent is not None
+        assert (intent.kind, intent.node, intent.term, intent.outcome) == (
+            Kind.INTENT,
+            "s0",
+            4,
+            None,
+        )
+        assert await store.pending_intents() == (intent,)
+        log = AuditLog(store, sink=None)
+        closed = await log.supersede_pending(
+            f.T0 + timedelta(minutes=1), "controller restarted; recover() rolled the node back"
+        )
+        assert [(c.intent_id, c.outcome) for c in closed] == [(ident, Result.SUPERSEDED)]
+        assert await store.pending_intents() == ()
+    finally:
+        await store.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Migrations
+
+
+async def test_migrations_are_idempotent(db_url: str) -> None:
+    first = await SqlAuditStore.open(db_url)
+    try:
+        assert await first.schema_versions() == [1]
+        await first.append([record("01A", f.T0)])
+        if db_url.startswith("postgresql"):
+            async with first.engine.connect() as conn:
+                types = await conn.execute(
+                    sa.text(
+                        "SELECT column_name, data_type FROM information_schema.columns "
+                        "WHERE table_name = 'audit_records' AND data_type IN "
+                        "('jsonb', 'timestamp with time zone')"
+                    )
+                )
+                found: dict[str, str] = {str(k): str(v) for k, v in types.all()}
+            assert found == {
+                **dict.fromkeys(["params", "inputs", "before", "after", "pods", "detail"], "jsonb"),
+                "time": "timestamp with time zone",
+            }
+    finally:
+        await first.close()
+    for _ in range(2):
+        again = await SqlAuditStore.open(db_url)
+        try:
+            assert await again.schema_versions() == [1]
+            page = await again.query(AuditQuery())
+            assert [r.id for r in page.records] == ["01A"]
+        finally:
+            await again.close()
+
+
+async def test_a_newer_schema_is_refused(store: SqlAuditStore, db_url: str) -> None:
+    async with store.engine.begin() as conn:
+        await conn.execute(
+            schema_version.insert().values(version=99, description="future", applied_at=f.T0)
+        )
+    with pytest.raises(RuntimeError, match="schema version 99"):
+        await SqlAuditStore.open(db_url)
+
+
+async def test_replicas_starting_together_migrate_once(postgres_server: PostgresServer) -> None:
+    # One controller per SQLite file; several replicas share a PostgreSQL: the advisory lock
+    # makes them migrate one after the other.
+    url = await postgres_server.create_database(f"audit_{uuid.uuid4().hex[:12]}")
+    stores = await asyncio.gather(*(SqlAuditStore.open(url) for _ in range(4)))
+    try:
+        assert await stores[0].schema_versions() == [1]
+    finally:
+        for s in stores:
+            await s.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Queries
+
+
+def _corpus() -> list[AuditRecord]:
+    """30 records: two pools, three nodes, two actions, several sharing a time."""
+    ids = UlidFactory(clock=lambda: f.T0)
+    out = []
+    for i in range(30):
+        when = f.T0 + timedelta(minutes=i // 3)  # three records per minute: ties broken by id
+        out.append(
+            record(
+                ids(),
+                when,
+                pool="gpu" if i % 2 == 0 else "cpu",
+                node=f"n{i % 3}",
+                action="lend" if i % 5 else "reclaim",
+                kind=Kind.INTENT if i % 4 == 0 else Kind.REFUSAL,
+            )
+        )
+    return out
+
+
+async def _all_pages(s: AuditStore, query: AuditQuery) -> list[AuditRecord]:
+    found: list[AuditRecord] = []
+    cursor: Cursor | None = None
+    while True:
+        page = await s.query(replace(query, after=cursor))
+        assert len(page.records) <= query.limit
+        found.extend(page.records)
+        if page.next is None:
+            return found
+        cursor = Cursor.parse(page.next.token)  # the text form a reader would pass back
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        AuditQuery(limit=4),
+        AuditQuery(limit=7, newest_first=True),
+        AuditQuery(pool="cpu", limit=3),
+        AuditQuery(node="n1", action="lend", limit=2),
+        AuditQuery(action="reclaim", limit=100),
+        AuditQuery(kinds=(Kind.INTENT,), pool="gpu", limit=1),
+        AuditQuery(since=f.T0 + timedelta(minutes=2), until=f.T0 + timedelta(minutes=5), limit=4),
+    ],
+    ids=["all", "newest-first", "pool", "node-action", "action", "kind", "time-range"],
+)
+async def test_filters_and_keyset_pages(store: SqlAuditStore, query: AuditQuery) -> None:
+    corpus = _corpus()
+    await store.append(corpus[:13])
+    await store.append(corpus[13:])
+    expected = sorted(
+        (r for r in corpus if query.matches(r)),
+        key=lambda r: (r.time, r.id),
+        reverse=query.newest_first,
+    )
+    assert expected, "the query should match something"
+    got = await _all_pages(store, query)
+    assert [r.id for r in got] == [r.id for r in expected]
+    assert got == expected  # whole records, not only ids
+    fake = MemoryAuditStore()
+    await fake.append(corpus)
+    assert [r.id for r in await _all_pages(fake, query)] == [r.id for r in expected]
+
+
+def test_ids_sort_by_time_then_by_creation() -> None:
+    now = [f.T0]
+    ids = UlidFactory(clock=lambda: now[0])
+    same_ms = [ids() for _ in range(50)]
+    assert same_ms == sorted(same_ms)
+    assert len(set(same_ms)) == 50
+    now[0] = f.T0 + timedelta(milliseconds=1)
+    later = ids()
+    now[0] = f.T0 - timedelta(seconds=1)  # the clock steps back: still increasing
+    stepped_back = ids()
+    assert same_ms[-1] < later < stepped_back
+    assert all(len(i) == 26 for i in (*same_ms, later))
+    assert UlidFactory(clock=lambda: f.T0)() < UlidFactory(clock=lambda: f.T0 + timedelta(1))()
+
+
+# ---------------------------------------------------------------------------------------------
+# Dedupe of a steady state
+
+
+async def test_a_steady_refusal_is_written_once_until_something_changes(
+    store: SqlAuditStore,
+) -> None:
+    ids = UlidFactory()
+    log = AuditLog(store, sink=None, deduper=Deduper(repeat_after=timedelta(hours=1)), new_id=ids)
+    nodes = f.serving_nodes(4)
+    stale = timedelta(minutes=3)  # past staleness, within the grace: no lending, no reclaim
+
+    async def run(minute: int, target: int | None, age: timedelta = stale) -> list[str]:
+        now = f.T0 + timedelta(minutes=minute)
+        _, built = tick(nodes, target=target, rps=5.0, age=age + timedelta(seconds=minute), now=now)
+        return [f"{r.kind}:{r.reason}:{r.count}" for r in await log.tick(built.records)]
+
+    first = await run(0, target=2)
+    assert first == ["refusal:metrics_stale:2", "summary:metrics_stale:0"]
+    # Ten more ticks: the messages differ (the sample's age moves), the decision does not.
+    for minute in range(1, 11):
+        assert await run(minute, target=2) == []
+    # Something changes: the strategy wants 3. The refusal is new, and so is the summary.
+    assert await run(11, target=3) == ["refusal:metrics_stale:3", "summary:metrics_stale:0"]
+    assert await run(12, target=3) == []
+    # The refusal goes away for a tick (no proposal), then comes back: written again.
+    assert await run(13, target=None) == ["summary:steady:0"]
+    assert await run(14, target=3) == ["refusal:metrics_stale:3", "summary:metrics_stale:0"]
+    # A steady state still leaves one record per key per hour.
+    assert await run(14 + 59, target=3) == []
+    assert await run(14 + 60, target=3) == ["refusal:metrics_stale:3", "summary:metrics_stale:0"]
+    # A decision for the pool (fresh metrics: one lend) resets what was remembered.
+    acted = await run(75, target=1, age=timedelta(seconds=0))
+    assert [a.split(":")[0] for a in acted] == ["intent"]
+    assert await run(76, target=3) == ["refusal:metrics_stale:3", "summary:metrics_stale:0"]
+
+    page = await store.query(AuditQuery(kinds=(Kind.REFUSAL,), limit=100))
+    assert len(page.records) == 5  # out of 17 ticks that refused
+
+
+def test_two_refusals_under_one_key_do_not_flap() -> None:
+    deduper = Deduper()
+    a = replace(record("A", f.T0), count=1, origin="strategy")
+    b = replace(record("B", f.T0), count=2, origin="operator")  # same kind, pool, node, reason
+    assert deduper.select([a, b]) == [a, b]
+    deduper.commit([a, b], [a, b])
+    # The strategy's sentence in the refused intent carries live numbers: it is no change.
+    a = replace(a, detail={"intent": {"count": 1, "message": "forecast 12.5 rps"}})
+    assert deduper.select([a]) == [a]
+    deduper.commit([a, b], [a])
+    a = replace(a, detail={"intent": {"count": 1, "message": "forecast 13.1 rps"}})
+    for minute in range(1, 4):
+        later = [
+            replace(r, id=f"{r.id}{minute}", time=f.T0 + timedelta(minutes=minute)) for r in (a, b)
+        ]
+        assert deduper.select(later) == []
+        deduper.commit(later, [])
+
+
+# ---------------------------------------------------------------------------------------------
+# One JSON line per record on stdout
+
+
+async def test_one_json_line_per_stored_record_on_stdout(
+    store: SqlAuditStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, built = tick(f.serving_nodes(3), target=1, rps=5.0)
+    written = await AuditLog(store).tick(built.records)  # the default sink: stdout
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(written) == 1 + 0  # one intent, no refusal, no summary
+    docs = [json.loads(line) for line in lines]
+    assert docs == [audit.to_json(r) for r in written]
+    assert set(docs[0]) == {
+        "id", "time", "kind", "controller", "term", "pool", "node", "action", "origin",
+        "reason", "message", "count", "strategy", "params", "inputs", "before", "after",
+        "pods", "dry_run", "error", "outcome", "intent_id", "detail",
+    }  # fmt: skip
+    assert docs[0]["time"] == "2026-03-02T12:00:00Z"
+    stored = await store.get(written[0].id)
+    assert stored is not None
+    assert json_line(stored) == lines[0]
+
+
+async def test_nothing_reaches_stdout_when_the_store_fails() -> None:
+    fake = MemoryAuditStore()
+    fake.fail_next = OSError("disk full")
+    lines = Lines()
+    log = AuditLog(fake, sink=lines)
+    _, built = tick(f.serving_nodes(3), target=1, rps=5.0)
+    with pytest.raises(OSError, match="disk full"):
+        await log.tick(built.records)
+    assert lines.lines == []
+    assert fake.records == []
+    # The dedupe memory did not move either: the next attempt writes everything.
+    assert len(await log.tick(built.records)) == len(built.records)
+    assert len(lines.docs) == len(built.records)
+
+
+def test_times_are_aware_utc() -> None:
+    when = datetime(2026, 3, 2, 13, 0, tzinfo=UTC)
+    assert audit.to_json(record("X", when))["time"] == "2026-03-02T13:00:00Z"
