@@ -1,0 +1,768 @@
+"""The controller's settings: a YAML file (the Helm chart's ConfigMap) and ``REBALANCER_*`` env.
+
+Where it sits: ``rebalancer run`` calls ``load(path)`` once at start-up and builds every core and
+adapter value from the result (``Settings.keys()``, ``PoolSettings.policy(keys)``, ...). Nothing
+else reads the environment or the config file.
+
+Sources, later wins:
+
+1. the defaults below;
+2. the YAML file (``--config PATH`` or ``REBALANCER_CONFIG``), a mapping of the fields below;
+3. environment variables ``REBALANCER_<FIELD>``, nested with ``__``
+   (``REBALANCER_PROMETHEUS__URL``); a list or mapping is written as JSON
+   (``REBALANCER_POOLS='[...]'`` replaces the whole list of pools).
+
+Every invalid value becomes ONE line naming the field path, the value and why, e.g.
+``pools[0].window='Mon-Fry 22:00-06:00': has days 'Mon-Fry'; write e.g. Mon-Fri, ...``. All lines
+are collected into one ``InvalidSettings`` (a ``ConfigError``; ``lines`` holds them) so that an
+operator sees every problem at once; nothing here lets a traceback through for bad input.
+Strategies are built once at load time so that their parameters are validated before anything
+runs.
+
+Reference for every setting: docs/configuration.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import pydantic
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import PydanticCustomError
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
+
+from rebalancer.core import model, nodestate, windows
+from rebalancer.core.policy import PoolPolicy
+from rebalancer.errors import ConfigError
+from strategies import registry
+
+if TYPE_CHECKING:
+    from rebalancer.adapters import convert, leadership, metrics
+    from strategies.base import Strategy
+
+ENV_PREFIX = "REBALANCER_"
+CONFIG_ENV = ENV_PREFIX + "CONFIG"  # the config file's path, when --config is not given
+# Same as rebalancer.adapters.audit.DEFAULT_URL (a test holds them equal); not imported, so that
+# loading the settings does not load SQLAlchemy.
+DEFAULT_AUDIT_URL = "sqlite+aiosqlite:///rebalancer-audit.sqlite3"
+
+# The vLLM queries of rebalancer.adapters.metrics (a test holds them equal). Written out here so
+# that the settings, and docs/configuration.md, show the PromQL an operator would change.
+_VLLM_DEMAND_VALUE = (
+    "sum(rate(vllm:request_success_total[5m]) * on (namespace, pod) group_left (node) $scope)"
+)
+_VLLM_DEMAND_SAMPLED = "timestamp(vllm:request_success_total) and on (namespace, pod) $scope"
+_VLLM_QUEUE_VALUE = "sum(vllm:num_requests_waiting * on (namespace, pod) group_left (node) $scope)"
+_VLLM_QUEUE_SAMPLED = "timestamp(vllm:num_requests_waiting) and on (namespace, pod) $scope"
+_VLLM_RUNNING_VALUE = (
+    "sum(vllm:num_requests_running * on (namespace, pod) group_left (node) $scope)"
+)
+_VLLM_RUNNING_SAMPLED = "timestamp(vllm:num_requests_running) and on (namespace, pod) $scope"
+_VLLM_HISTORY = (
+    "sum(rate(vllm:request_success_total[$window]) * on (namespace, pod) group_left (node) $scope)"
+)
+_DEFAULT_SCOPE = 'max by (namespace, pod, node) (kube_pod_info{node=~"$nodes"})'
+
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
+_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+# ---------------------------------------------------------------------------------------------
+# Value types
+
+
+def _to_duration(value: object) -> object:
+    """``90s``, ``15m``, ``1h30m``, ``0`` or a number of seconds; anything else is refused."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, bool):
+        raise PydanticCustomError("duration", "write a duration such as 90s, 15m or 2h")
+    elif isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        match = _DURATION.fullmatch(text)
+        if text in ("0", "0.0"):
+            seconds = 0.0
+        elif text and match and any(match.groups()):
+            hours, minutes, secs = (float(g) if g else 0.0 for g in match.groups())
+            seconds = hours * 3600 + minutes * 60 + secs
+        else:
+            try:
+                seconds = float(text)  # a bare number from an environment variable
+            except ValueError:
+                raise PydanticCustomError(
+                    "duration", "write a duration such as 90s, 15m or 2h"
+                ) from None
+    else:
+        raise PydanticCustomError("duration", "write a duration such as 90s, 15m or 2h")
+    if not math.isfinite(seconds):
+        raise PydanticCustomError("duration", "write a duration such as 90s, 15m or 2h")
+    if seconds < 0:
+        raise PydanticCustomError("duration", "must not be negative")
+    return timedelta(seconds=seconds)
+
+
+Duration = Annotated[timedelta, pydantic.BeforeValidator(_to_duration)]
+
+
+def _positive(value: timedelta) -> timedelta:
+    if value <= timedelta(0):
+        raise PydanticCustomError("duration", "must be longer than 0s")
+    return value
+
+
+PositiveDuration = Annotated[Duration, pydantic.AfterValidator(_positive)]
+
+
+def _whole_seconds(value: timedelta) -> timedelta:
+    if value <= timedelta(0) or value.total_seconds() != int(value.total_seconds()):
+        raise PydanticCustomError("duration", "must be a whole number of seconds > 0")
+    return value
+
+
+WholeSeconds = Annotated[Duration, pydantic.AfterValidator(_whole_seconds)]
+
+
+def _check_zone(value: str) -> str:
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        # OSError: a directory of the zone database ("America") is not a zone.
+        raise PydanticCustomError(
+            "zone", "unknown time zone; use an IANA name such as Asia/Shanghai or UTC"
+        ) from None
+    return value
+
+
+Zone = Annotated[str, pydantic.AfterValidator(_check_zone)]
+
+
+class _Model(BaseModel):
+    """Every settings block: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TaintSettings(_Model):
+    """A taint, as a mapping or as ``key=value:Effect`` (``key:Effect`` without a value)."""
+
+    key: str = Field(min_length=1)
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, data: Any) -> Any:
+        if not isinstance(data, str):
+            return data
+        head, sep, effect = data.rpartition(":")
+        if not sep or effect not in _EFFECTS or not head:
+            raise PydanticCustomError(
+                "taint",
+                "write a taint as key=value:Effect or key:Effect, Effect one of {effects}",
+                {"effects": ", ".join(_EFFECTS)},
+            )
+        key, eq, value = head.partition("=")
+        return {"key": key, "value": value if eq else None, "effect": effect}
+
+    def taint(self) -> model.Taint:
+        return model.Taint(key=self.key, value=self.value, effect=self.effect)
+
+
+def _default_serving_taints() -> tuple[TaintSettings, ...]:
+    return (TaintSettings(key="workload", value="inference", effect="NoSchedule"),)
+
+
+class MetricQuerySettings(_Model):
+    """One metric as two PromQL templates; see rebalancer/adapters/metrics.py ``MetricQuery``."""
+
+    value: str = Field(min_length=1)
+    sampled: str = Field(min_length=1)
+
+    def query(self) -> metrics.MetricQuery:
+        from rebalancer.adapters import metrics
+
+        return metrics.MetricQuery(value=self.value, sampled=self.sampled)
+
+
+class MetricsSettings(_Model):
+    """A pool's PromQL. The defaults read vLLM's metrics (``rebalancer.adapters.metrics``)."""
+
+    demand: MetricQuerySettings = MetricQuerySettings(
+        value=_VLLM_DEMAND_VALUE, sampled=_VLLM_DEMAND_SAMPLED
+    )
+    queue: MetricQuerySettings = MetricQuerySettings(
+        value=_VLLM_QUEUE_VALUE, sampled=_VLLM_QUEUE_SAMPLED
+    )
+    running: MetricQuerySettings | None = MetricQuerySettings(
+        value=_VLLM_RUNNING_VALUE, sampled=_VLLM_RUNNING_SAMPLED
+    )
+    gpu_busy: MetricQuerySettings | None = None
+    history: str = Field(default=_VLLM_HISTORY, min_length=1)
+    scope: str = Field(default=_DEFAULT_SCOPE, min_length=1)
+
+    def queries(self) -> metrics.Queries:
+        from rebalancer.adapters import metrics
+
+        return metrics.Queries(
+            demand=self.demand.query(),
+            queue=self.queue.query(),
+            running=None if self.running is None else self.running.query(),
+            gpu_busy=None if self.gpu_busy is None else self.gpu_busy.query(),
+            history=self.history,
+            scope=self.scope,
+        )
+
+
+class LimitSettings(_Model):
+    """The safety limits of ``core.policy.PoolPolicy``; defaults as docs/design/safety-rules.md."""
+
+    min_serving: int = Field(default=2, ge=0)
+    headroom: float = Field(default=0.2, ge=0, allow_inf_nan=False)
+    max_lent_fraction: float = Field(default=1.0, ge=0, le=1)
+    min_loan: Duration = timedelta(0)
+    cooldown: Duration = timedelta(minutes=15)
+    max_step_fraction: float = Field(default=0.25, gt=0, le=1)
+    staleness: PositiveDuration = timedelta(minutes=2)
+    stale_grace: Duration = timedelta(minutes=5)
+    queue_limit: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    reclaim_deadline: Duration = timedelta(minutes=2)
+    warmup: Duration = timedelta(minutes=5)
+
+
+class StrategySettings(_Model):
+    name: str = registry.DEFAULT
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, data: Any) -> Any:
+        return {"name": data} if isinstance(data, str) else data  # ``strategy: forecast``
+
+    @pydantic.field_validator("name")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in registry.names():
+            raise PydanticCustomError(
+                "strategy",
+                "unknown strategy; choose one of {names}",
+                {"names": ", ".join(registry.names())},
+            )
+        return value
+
+    @pydantic.model_validator(mode="after")
+    def _params_validate(self) -> StrategySettings:
+        try:
+            registry.build(self.name, self.params)
+        except registry.ParameterError as exc:
+            # One line per bad parameter; ``_lines`` expands them under ``.params``.
+            raise PydanticCustomError(
+                "strategy_params",
+                "{problems}",
+                {"problems": "; ".join(exc.problems), "lines": tuple(exc.problems)},
+            ) from None
+        return self
+
+    def build(self) -> Strategy:
+        return registry.build(self.name, self.params)
+
+
+class PoolSettings(_Model):
+    name: str = Field(min_length=1, max_length=63)
+    node_selector: dict[str, str]
+    serving_taints: tuple[TaintSettings, ...] = Field(default_factory=_default_serving_taints)
+    serving_labels: dict[str, str] = Field(default_factory=dict)
+    lent_taints: tuple[TaintSettings, ...] | None = None  # None: <prefix>lent=training:NoSchedule
+    lent_labels: dict[str, str] = Field(default_factory=dict)
+    inference_selector: dict[str, str] = Field(default_factory=dict)
+    zone: Zone = "UTC"
+    window: str = "always"
+    strategy: StrategySettings = StrategySettings()
+    rps_per_node: float = Field(gt=0, allow_inf_nan=False)
+    limits: LimitSettings = LimitSettings()
+    metrics: MetricsSettings = MetricsSettings()
+
+    @pydantic.field_validator("name")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        if not _NAME.fullmatch(value):
+            raise PydanticCustomError(
+                "pool_name", "a pool name is lower-case letters, digits and '-', e.g. l20-serving"
+            )
+        return value
+
+    @pydantic.field_validator("node_selector")
+    @classmethod
+    def _selects(cls, value: dict[str, str]) -> dict[str, str]:
+        if not value:
+            raise PydanticCustomError(
+                "selector", "a pool needs at least one label to select its nodes"
+            )
+        return value
+
+    @pydantic.field_validator("window")
+    @classmethod
+    def _window_parses(cls, value: str, info: pydantic.ValidationInfo) -> str:
+        zone = info.data.get("zone", "UTC")  # absent when the zone itself was refused
+        parsed = windows.parse(value, zone)
+        if isinstance(parsed, windows.WindowError):
+            why = parsed.why
+            # The parser names the span; with one span that is the whole value, said already.
+            lead = f"{' '.join(value.split())!r} "
+            if why.startswith(lead):
+                why = why[len(lead) :]
+            raise PydanticCustomError("window", "{why}", {"why": why})
+        return value
+
+    # -- builders ------------------------------------------------------------------------------
+
+    def parsed_window(self) -> windows.Window:
+        parsed = windows.parse(self.window, self.zone)
+        assert isinstance(parsed, windows.Window), "validated at load"
+        return parsed
+
+    def lend_spec(self, keys: nodestate.Keys) -> nodestate.LendSpec:
+        """Serving taints out, lent taints in; serving labels removed, lent labels set."""
+        if self.lent_taints is None:
+            add: tuple[model.Taint, ...] = (
+                model.Taint(key=keys.lent_taint, value="training", effect="NoSchedule"),
+            )
+        else:
+            add = tuple(t.taint() for t in self.lent_taints)
+        labels: dict[str, str | None] = dict.fromkeys(self.serving_labels)
+        labels.update(self.lent_labels)
+        return nodestate.LendSpec(
+            remove_taints=tuple(t.taint() for t in self.serving_taints),
+            add_taints=add,
+            labels=labels,
+        )
+
+    def policy(self, keys: nodestate.Keys) -> PoolPolicy:
+        lim = self.limits
+        return PoolPolicy(
+            rps_per_node=self.rps_per_node,
+            min_serving=lim.min_serving,
+            headroom=lim.headroom,
+            max_lent_fraction=lim.max_lent_fraction,
+            min_loan=lim.min_loan,
+            cooldown=lim.cooldown,
+            max_step_fraction=lim.max_step_fraction,
+            staleness=lim.staleness,
+            stale_grace=lim.stale_grace,
+            queue_limit=lim.queue_limit,
+            reclaim_deadline=lim.reclaim_deadline,
+            warmup=lim.warmup,
+            window=self.parsed_window(),
+            zone=self.zone,
+            lend_spec=self.lend_spec(keys),
+        )
+
+    def pod_rules(self, keys: nodestate.Keys) -> convert.PodRules:
+        from rebalancer.adapters import convert
+
+        return convert.PodRules(
+            lend_taints=self.lend_spec(keys).add_taints,
+            serving_taints=tuple(t.taint() for t in self.serving_taints),
+            inference_selector=dict(self.inference_selector),
+        )
+
+    def build_strategy(self) -> Strategy:
+        return self.strategy.build()
+
+
+class LeaderElectionSettings(_Model):
+    enabled: bool = True
+    lease_name: str = Field(default="rebalancer", min_length=1)
+    lease_namespace: str = Field(default="default", min_length=1)
+    lease_duration: PositiveDuration = timedelta(seconds=15)
+    renew_deadline: PositiveDuration = timedelta(seconds=10)
+    retry_period: PositiveDuration = timedelta(seconds=2)
+
+    @pydantic.model_validator(mode="after")
+    def _ordered(self) -> LeaderElectionSettings:
+        if not self.retry_period < self.renew_deadline < self.lease_duration:
+            raise PydanticCustomError(
+                "timings",
+                "needs retry_period < renew_deadline < lease_duration, got {got}",
+                {
+                    "got": ", ".join(
+                        f"{t.total_seconds():g}s"
+                        for t in (self.retry_period, self.renew_deadline, self.lease_duration)
+                    )
+                },
+            )
+        return self
+
+
+class PrometheusSettings(_Model):
+    url: str = "http://127.0.0.1:9090"
+    timeout: PositiveDuration = timedelta(seconds=5)
+    attempts: int = Field(default=3, ge=1)
+    retry_budget: PositiveDuration = timedelta(seconds=10)
+    backoff: Duration = timedelta(seconds=0.2)
+    lookback: WholeSeconds = timedelta(minutes=10)
+    resolution: WholeSeconds = timedelta(seconds=15)
+
+    @pydantic.field_validator("url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+            raise PydanticCustomError(
+                "url", "write an http:// or https:// URL, e.g. http://prometheus:9090"
+            )
+        return value
+
+
+class AuditSettings(_Model):
+    url: str = Field(default=DEFAULT_AUDIT_URL, min_length=1)
+
+
+class HttpSettings(_Model):
+    host: str = Field(default="0.0.0.0", min_length=1)  # all interfaces: it serves in a pod
+    port: int = Field(default=8080, ge=1, le=65535)
+
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+
+
+def _upper(value: object) -> object:
+    return value.upper() if isinstance(value, str) else value
+
+
+class Settings(_Model):
+    """Everything ``rebalancer run`` is configured with. Made by ``load``."""
+
+    key_prefix: str = "rebalancer.io/"
+    dry_run: bool = False
+    paused: bool = False
+    tick_interval: PositiveDuration = timedelta(seconds=30)
+    log_level: Annotated[LogLevel, pydantic.BeforeValidator(_upper)] = "INFO"
+    leader_election: LeaderElectionSettings = LeaderElectionSettings()
+    prometheus: PrometheusSettings = PrometheusSettings()
+    audit: AuditSettings = AuditSettings()
+    http: HttpSettings = HttpSettings()
+    pools: tuple[PoolSettings, ...] = ()
+
+    @pydantic.field_validator("key_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        try:
+            nodestate.Keys(prefix=value)
+        except ValueError:
+            raise PydanticCustomError(
+                "prefix", "must be a DNS subdomain followed by '/', e.g. 'rebalancer.io/'"
+            ) from None
+        return value
+
+    # -- builders ------------------------------------------------------------------------------
+
+    def keys(self) -> nodestate.Keys:
+        return nodestate.Keys(prefix=self.key_prefix)
+
+    def pool(self, name: str) -> PoolSettings:
+        for pool in self.pools:
+            if pool.name == name:
+                return pool
+        raise KeyError(name)
+
+    def policies(self) -> dict[str, PoolPolicy]:
+        keys = self.keys()
+        return {pool.name: pool.policy(keys) for pool in self.pools}
+
+    def timings(self) -> leadership.Timings:
+        from rebalancer.adapters import leadership
+
+        le = self.leader_election
+        return leadership.Timings(
+            lease_duration=le.lease_duration.total_seconds(),
+            renew_deadline=le.renew_deadline.total_seconds(),
+            retry_period=le.retry_period.total_seconds(),
+        )
+
+    def metrics_settings(self, pool: PoolSettings | None = None) -> metrics.Settings:
+        """The metrics adapter's settings, with ``pool``'s queries (the defaults without one)."""
+        from rebalancer.adapters import metrics
+
+        p = self.prometheus
+        return metrics.Settings(
+            url=p.url,
+            timeout=p.timeout.total_seconds(),
+            attempts=p.attempts,
+            retry_budget=p.retry_budget.total_seconds(),
+            backoff=p.backoff.total_seconds(),
+            lookback=p.lookback,
+            resolution=p.resolution,
+            queries=(pool.metrics if pool is not None else MetricsSettings()).queries(),
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+class _EnvShape(BaseSettings, Settings):
+    """``Settings`` as pydantic-settings sees it, to read ``REBALANCER_*`` variables.
+
+    Only its environment source is used (``_MappingEnvSource``); it is never instantiated.
+    ``Settings`` itself is a plain model so that validating it reads nothing from the process.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        case_sensitive=False,
+        extra="forbid",
+        frozen=True,
+    )
+
+
+class _MappingEnvSource(EnvSettingsSource):
+    """pydantic-settings' environment source, reading a given mapping instead of os.environ."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {k.lower(): v for k, v in self._environ.items()}
+
+
+def config_path(arg: Path | None, env: Mapping[str, str] | None = None) -> Path | None:
+    """The config file: ``--config`` if given, else ``REBALANCER_CONFIG``, else none."""
+    if arg is not None:
+        return arg
+    environ = os.environ if env is None else env
+    value = environ.get(CONFIG_ENV, "").strip()
+    return Path(value) if value else None
+
+
+def load(path: Path | None, env: Mapping[str, str] | None = None) -> Settings:
+    """Settings from ``path`` (None: defaults only) with ``env`` over it (None: os.environ).
+
+    ``path`` is taken as given: the CLI resolves ``--config`` / ``REBALANCER_CONFIG`` with
+    ``config_path``. Raises ``InvalidSettings`` (a ``ConfigError``) with one line per problem
+    (``exc.lines``), and nothing else, for bad input.
+    """
+    environ: Mapping[str, str] = os.environ if env is None else env
+    lines: list[str] = []
+    data: dict[str, Any] = {}
+    if path is not None:
+        file_data = _read_yaml(path)
+        if isinstance(file_data, str):
+            lines.append(file_data)
+        else:
+            data = file_data
+    env_data, env_lines = _read_env(environ)
+    lines.extend(env_lines)
+    merged = _merge(data, env_data)
+    lines.extend(_duplicate_pools(merged.get("pools")))
+    settings: Settings | None = None
+    try:
+        settings = Settings.model_validate(merged)
+    except pydantic.ValidationError as exc:
+        lines.extend(_lines(exc))
+    if lines or settings is None:
+        raise InvalidSettings(lines)
+    return settings
+
+
+class InvalidSettings(ConfigError):
+    """Every problem found in the settings, one line each (``lines``), the CLI prints them."""
+
+    def __init__(self, lines: Sequence[str]) -> None:
+        self.lines = list(lines)
+        super().__init__("\n".join(self.lines))
+
+
+def _read_yaml(path: Path) -> dict[str, Any] | str:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return f"config file {str(path)!r}: does not exist"
+    except IsADirectoryError:
+        return f"config file {str(path)!r}: is a directory, not a file"
+    except PermissionError:
+        return f"config file {str(path)!r}: cannot be read (permission denied)"
+    except UnicodeDecodeError:
+        return f"config file {str(path)!r}: is not UTF-8 text"
+    except OSError as exc:
+        return f"config file {str(path)!r}: cannot be read ({exc.strerror or exc})"
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "cannot be parsed"
+        return f"config file {str(path)!r}: not valid YAML{where}: {problem}"
+    if doc is None:
+        return {}  # an empty file: every default
+    if not isinstance(doc, dict):
+        return (
+            f"config file {str(path)!r}: must be a mapping of settings (key: value), "
+            f"not a {_yaml_kind(doc)}"
+        )
+    bad_keys = [k for k in doc if not isinstance(k, str)]
+    if bad_keys:
+        return f"config file {str(path)!r}: setting names must be text, not {bad_keys[0]!r}"
+    return doc
+
+
+def _yaml_kind(doc: object) -> str:
+    if isinstance(doc, list):
+        return "list"
+    if isinstance(doc, str):
+        return "string"
+    return type(doc).__name__
+
+
+_COMPOUND = ("leader_election", "prometheus", "audit", "http", "pools")
+
+
+def _read_env(environ: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
+    fields = set(Settings.model_fields)
+    lines: list[str] = []
+    unreadable = False
+    for name, value in sorted(environ.items()):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper == CONFIG_ENV:
+            continue
+        rest = upper[len(ENV_PREFIX) :]
+        top = rest.split("__", 1)[0].lower()
+        if top not in fields:
+            lines.append(
+                f"{upper}={value!r}: unknown setting; known: "
+                + ", ".join(ENV_PREFIX + f.upper() for f in Settings.model_fields)
+            )
+        elif top in _COMPOUND and "__" not in rest:
+            try:
+                json.loads(value)
+            except ValueError as exc:
+                lines.append(f"{upper}={value!r}: not JSON ({exc}); write this setting as JSON")
+                unreadable = True
+    if unreadable:
+        return {}, lines
+    try:
+        data = _MappingEnvSource(_EnvShape, environ)()
+    except SettingsError as exc:
+        cause = exc.__cause__
+        lines.append(f"environment: {exc}" + (f" ({cause})" if cause else ""))
+        return {}, lines
+    return data, lines
+
+
+def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` on ``base``; mappings merge key by key, anything else (lists too) replaces."""
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _duplicate_pools(pools: object) -> list[str]:
+    if not isinstance(pools, list | tuple):
+        return []
+    first: dict[str, int] = {}
+    lines = []
+    for index, pool in enumerate(pools):
+        name = pool.get("name") if isinstance(pool, Mapping) else None
+        if not isinstance(name, str):
+            continue
+        if name in first:
+            lines.append(
+                f"pools[{index}].name={name!r}: duplicate pool name; pools[{first[name]}] "
+                "has it already"
+            )
+        else:
+            first[name] = index
+    return lines
+
+
+def _path(loc: Sequence[int | str]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out or "(settings)"
+
+
+def _model_at(loc: Sequence[int | str]) -> type[BaseModel] | None:
+    """The settings model that holds the field at ``loc`` (for listing its known keys)."""
+    current: Any = Settings
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        field = current.model_fields.get(part)
+        if field is None:
+            return None
+        current = _model_in(field.annotation)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _model_in(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _lines(exc: pydantic.ValidationError) -> list[str]:
+    lines: list[str] = []
+    for error in exc.errors(include_url=False):
+        loc = list(error["loc"])
+        kind = error["type"]
+        value = error.get("input")
+        ctx = error.get("ctx") or {}
+        if kind == "strategy_params":
+            base = _path(loc)
+            lines.extend(f"{base}.params.{problem}" for problem in ctx.get("lines", ()))
+            continue
+        path = _path(loc)
+        if kind == "timings":
+            lines.append(f"{path}: {error['msg']}")
+        elif kind == "missing":
+            lines.append(f"{path}: is required")
+        elif kind == "extra_forbidden":
+            holder = _model_at(loc[:-1])
+            known = ", ".join(holder.model_fields) if holder is not None else ""
+            lines.append(
+                f"{path}={value!r}: unknown setting" + (f"; known: {known}" if known else "")
+            )
+        elif kind == "model_type":
+            lines.append(f"{path}={value!r}: must be a mapping of settings (key: value)")
+        elif kind == "string_type" and isinstance(value, bool | int | float):
+            lines.append(f"{path}={value!r}: must be text; quote it in YAML: '{json.dumps(value)}'")
+        else:
+            # Lists are kept as tuples (settings are immutable); a YAML user writes a list.
+            msg = error["msg"].removeprefix("Value error, ").replace("valid tuple", "valid list")
+            lines.append(f"{path}={value!r}: {msg}")
+    return _dedupe(lines)
+
+
+def _dedupe(lines: list[str]) -> list[str]:
+    return list(dict.fromkeys(lines))

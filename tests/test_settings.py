@@ -1,0 +1,525 @@
+"""Settings: defaults, the example file, env over file, one clear line per bad field, builders."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml  # type: ignore[import-untyped, unused-ignore]
+
+from rebalancer import settings
+from rebalancer.adapters import convert, leadership, metrics
+from rebalancer.core import model, nodestate, windows
+from rebalancer.core.policy import PoolPolicy, default_lend_spec
+from rebalancer.errors import ConfigError
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "config.yaml"
+
+POOL: dict[str, Any] = {"name": "l20", "node_selector": {"gpu": "l20"}, "rps_per_node": 10}
+
+
+def write(tmp_path: Path, doc: object) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(doc if isinstance(doc, str) else yaml.safe_dump(doc), encoding="utf-8")
+    return path
+
+
+def errors(path: Path | None, env: dict[str, str] | None = None) -> list[str]:
+    with pytest.raises(settings.InvalidSettings) as info:
+        settings.load(path, env or {})
+    assert isinstance(info.value, ConfigError)
+    assert str(info.value) == "\n".join(info.value.lines)
+    return info.value.lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def test_defaults_load_without_a_file() -> None:
+    s = settings.load(None, {})
+    assert s.pools == ()
+    assert s.key_prefix == "rebalancer.io/"
+    assert (s.dry_run, s.paused, s.log_level) == (False, False, "INFO")
+    assert s.tick_interval == timedelta(seconds=30)
+    assert s.leader_election.enabled
+    assert s.prometheus.url == "http://127.0.0.1:9090"
+    assert s.http.port == 8080
+    assert s.audit.url == settings.DEFAULT_AUDIT_URL
+
+
+def test_default_audit_url_is_the_audit_stores() -> None:
+    from rebalancer.adapters import audit
+
+    assert settings.DEFAULT_AUDIT_URL == audit.DEFAULT_URL
+
+
+def test_process_environment_is_not_read_when_env_is_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("REBALANCER_DRY_RUN", "true")
+    assert settings.load(None, {}).dry_run is False
+    assert settings.load(None).dry_run is True  # env=None: the process environment
+
+
+def test_empty_file_is_every_default(tmp_path: Path) -> None:
+    assert settings.load(write(tmp_path, ""), {}) == settings.load(None, {})
+
+
+def test_example_file_loads() -> None:
+    s = settings.load(EXAMPLE, {})
+    assert [p.name for p in s.pools] == ["l20-chat", "a100-rerank"]
+    l20, a100 = s.pools
+    assert l20.zone == "Asia/Shanghai"
+    assert l20.strategy.name == "forecast"
+    assert l20.strategy.params == {"safety": 0.25}
+    assert l20.build_strategy().name == "forecast"
+    assert a100.policy(s.keys()).window == windows.NEVER
+    # Every pool builds every value the runtime needs.
+    for pool in s.pools:
+        pool.policy(s.keys())
+        pool.pod_rules(s.keys())
+        s.metrics_settings(pool)
+    assert s.metrics_settings(l20).queries.gpu_busy == metrics.DCGM_GPU_BUSY
+
+
+def test_env_overrides_file(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        {
+            "dry_run": False,
+            "prometheus": {"url": "http://file:9090", "attempts": 5},
+            "pools": [POOL],
+        },
+    )
+    env = {
+        "REBALANCER_DRY_RUN": "true",
+        "rebalancer_log_level": "debug",  # names and levels are case-insensitive
+        "REBALANCER_PROMETHEUS__URL": "http://env:9090",
+        "REBALANCER_LEADER_ELECTION__LEASE_NAMESPACE": "ml-platform",
+        "REBALANCER_TICK_INTERVAL": "1m",
+        "REBALANCER_CONFIG": "/ignored/here",  # the path, read by config_path, not a setting
+        "OTHER_VARIABLE": "x",
+    }
+    s = settings.load(path, env)
+    assert s.dry_run is True
+    assert s.log_level == "DEBUG"
+    assert s.prometheus.url == "http://env:9090"
+    assert s.prometheus.attempts == 5  # the file's value, merged key by key
+    assert s.leader_election.lease_namespace == "ml-platform"
+    assert s.tick_interval == timedelta(minutes=1)
+    assert [p.name for p in s.pools] == ["l20"]
+
+
+def test_env_replaces_the_pool_list_as_json(tmp_path: Path) -> None:
+    path = write(tmp_path, {"pools": [POOL]})
+    other = {**POOL, "name": "a100", "limits": {"headroom": 0.5}}
+    s = settings.load(path, {"REBALANCER_POOLS": json.dumps([other])})
+    assert [(p.name, p.limits.headroom) for p in s.pools] == [("a100", 0.5)]
+
+
+def test_config_path() -> None:
+    assert settings.config_path(Path("a.yaml"), {"REBALANCER_CONFIG": "b.yaml"}) == Path("a.yaml")
+    assert settings.config_path(None, {"REBALANCER_CONFIG": "b.yaml"}) == Path("b.yaml")
+    assert settings.config_path(None, {}) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("90s", 90), ("15m", 900), ("1h30m", 5400), ("2h", 7200), ("0", 0), (45, 45), ("1.5", 1.5)],
+)
+def test_durations(text: object, expected: float) -> None:
+    loaded = settings.Settings.model_validate({"pools": [{**POOL, "limits": {"cooldown": text}}]})
+    assert loaded.pools[0].limits.cooldown == timedelta(seconds=expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# One line per bad field
+
+
+def pool(**changes: Any) -> dict[str, Any]:
+    return {"pools": [{**POOL, **changes}]}
+
+
+BAD: list[tuple[str, object, str]] = [
+    (
+        "bad window",
+        pool(window="Mon-Fry 22:00-06:00"),
+        "pools[0].window='Mon-Fry 22:00-06:00': has days 'Mon-Fry'; "
+        "write e.g. Mon-Fri, Sat,Sun, Fri-Mon or daily",
+    ),
+    (
+        "unknown zone",
+        pool(zone="Asia/Shangai"),
+        "pools[0].zone='Asia/Shangai': unknown time zone; "
+        "use an IANA name such as Asia/Shanghai or UTC",
+    ),
+    (
+        "zone that is a directory",
+        pool(zone="America"),
+        "pools[0].zone='America': unknown time zone; use an IANA name such as Asia/Shanghai or UTC",
+    ),
+    (
+        "unknown strategy",
+        pool(strategy={"name": "magic"}),
+        "pools[0].strategy.name='magic': unknown strategy; "
+        "choose one of cron, forecast, reactive, static, watermark, window",
+    ),
+    (
+        "bad strategy parameter",
+        pool(strategy={"name": "forecast", "params": {"safety": -1}}),
+        "pools[0].strategy.params.safety=-1: Input should be greater than or equal to 0",
+    ),
+    (
+        "unknown strategy parameter",
+        pool(strategy={"name": "watermark", "params": {"lowe": 0.3}}),
+        "pools[0].strategy.params.lowe=0.3: Extra inputs are not permitted",
+    ),
+    (
+        "negative headroom",
+        pool(limits={"headroom": -0.1}),
+        "pools[0].limits.headroom=-0.1: Input should be greater than or equal to 0",
+    ),
+    (
+        "max lent fraction above 1",
+        pool(limits={"max_lent_fraction": 1.5}),
+        "pools[0].limits.max_lent_fraction=1.5: Input should be less than or equal to 1",
+    ),
+    (
+        "bad duration",
+        pool(limits={"cooldown": "15 minutes"}),
+        "pools[0].limits.cooldown='15 minutes': write a duration such as 90s, 15m or 2h",
+    ),
+    (
+        "negative duration",
+        pool(limits={"warmup": -5}),
+        "pools[0].limits.warmup=-5: must not be negative",
+    ),
+    (
+        "zero rps per node",
+        pool(rps_per_node=0),
+        "pools[0].rps_per_node=0: Input should be greater than 0",
+    ),
+    (
+        "missing rps per node",
+        {"pools": [{"name": "l20", "node_selector": {"gpu": "l20"}}]},
+        "pools[0].rps_per_node: is required",
+    ),
+    (
+        "empty node selector",
+        pool(node_selector={}),
+        "pools[0].node_selector={}: a pool needs at least one label to select its nodes",
+    ),
+    (
+        "bad pool name",
+        pool(name="L20 Pool"),
+        "pools[0].name='L20 Pool': a pool name is lower-case letters, digits and '-', "
+        "e.g. l20-serving",
+    ),
+    (
+        "bad taint",
+        pool(serving_taints=["workload=inference"]),
+        "pools[0].serving_taints[0]='workload=inference': write a taint as key=value:Effect "
+        "or key:Effect, Effect one of NoSchedule, PreferNoSchedule, NoExecute",
+    ),
+    (
+        "unquoted YAML boolean as a label value",
+        "pools:\n- {name: l20, rps_per_node: 1, node_selector: {inference: true}}\n",
+        "pools[0].node_selector.inference=True: must be text; quote it in YAML: 'true'",
+    ),
+    (
+        "limits not a mapping",
+        pool(limits=5),
+        "pools[0].limits=5: must be a mapping of settings (key: value)",
+    ),
+    (
+        "duplicate pool",
+        {"pools": [POOL, {**POOL, "rps_per_node": 5}]},
+        "pools[1].name='l20': duplicate pool name; pools[0] has it already",
+    ),
+    (
+        "unknown pool key",
+        pool(lend="never"),
+        "pools[0].lend='never': unknown setting; known: name, node_selector, serving_taints, "
+        "serving_labels, lent_taints, lent_labels, inference_selector, zone, window, strategy, "
+        "rps_per_node, limits, metrics",
+    ),
+    (
+        "unknown top-level key",
+        {"dryrun": True},
+        "dryrun=True: unknown setting; known: key_prefix, dry_run, paused, tick_interval, "
+        "log_level, leader_election, prometheus, audit, http, pools",
+    ),
+    (
+        "bad key prefix",
+        {"key_prefix": "Rebalancer"},
+        "key_prefix='Rebalancer': must be a DNS subdomain followed by '/', e.g. 'rebalancer.io/'",
+    ),
+    (
+        "leader election timings out of order",
+        {"leader_election": {"renew_deadline": "20s"}},
+        "leader_election: needs retry_period < renew_deadline < lease_duration, got 2s, 20s, 15s",
+    ),
+    (
+        "prometheus url",
+        {"prometheus": {"url": "prometheus:9090"}},
+        "prometheus.url='prometheus:9090': write an http:// or https:// URL, "
+        "e.g. http://prometheus:9090",
+    ),
+    (
+        "lookback not in whole seconds",
+        {"prometheus": {"lookback": "1.5s"}},
+        "prometheus.lookback='1.5s': must be a whole number of seconds > 0",
+    ),
+    (
+        "port",
+        {"http": {"port": 70000}},
+        "http.port=70000: Input should be less than or equal to 65535",
+    ),
+    (
+        "log level",
+        {"log_level": "loud"},
+        "log_level='LOUD': Input should be 'DEBUG', 'INFO', 'WARNING' or 'ERROR'",
+    ),
+    (
+        "pools not a list",
+        {"pools": {"name": "l20"}},
+        "pools={'name': 'l20'}: Input should be a valid list",
+    ),
+    (
+        "non-mapping YAML",
+        "- name: l20\n",
+        "config file '{path}': must be a mapping of settings (key: value), not a list",
+    ),
+    (
+        "YAML that does not parse",
+        "pools: [\n",
+        "config file '{path}': not valid YAML at line 2, column 1: "
+        "expected the node content, but found '<stream end>'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("doc", "expected"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_value_gives_one_line(tmp_path: Path, doc: object, expected: str) -> None:
+    path = write(tmp_path, doc)
+    assert errors(path) == [expected.replace("{path}", str(path))]
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope.yaml"
+    assert errors(path) == [f"config file '{path}': does not exist"]
+
+
+def test_directory_instead_of_file(tmp_path: Path) -> None:
+    assert errors(tmp_path) == [f"config file '{tmp_path}': is a directory, not a file"]
+
+
+BAD_ENV: list[tuple[str, dict[str, str], str]] = [
+    (
+        "unknown variable",
+        {"REBALANCER_DRYRUN": "1"},
+        "REBALANCER_DRYRUN='1': unknown setting; known: REBALANCER_KEY_PREFIX, "
+        "REBALANCER_DRY_RUN, REBALANCER_PAUSED, REBALANCER_TICK_INTERVAL, REBALANCER_LOG_LEVEL, "
+        "REBALANCER_LEADER_ELECTION, REBALANCER_PROMETHEUS, REBALANCER_AUDIT, REBALANCER_HTTP, "
+        "REBALANCER_POOLS",
+    ),
+    (
+        "pools not JSON",
+        {"REBALANCER_POOLS": "l20"},
+        "REBALANCER_POOLS='l20': not JSON (Expecting value: line 1 column 1 (char 0)); "
+        "write this setting as JSON",
+    ),
+    (
+        "bad boolean",
+        {"REBALANCER_DRY_RUN": "maybe"},
+        "dry_run='maybe': Input should be a valid boolean, unable to interpret input",
+    ),
+    (
+        "unknown nested key",
+        {"REBALANCER_PROMETHEUS__URI": "http://p:9090"},
+        "prometheus.uri='http://p:9090': unknown setting; known: url, timeout, attempts, "
+        "retry_budget, backoff, lookback, resolution",
+    ),
+]
+
+
+@pytest.mark.parametrize(("env", "expected"), [b[1:] for b in BAD_ENV], ids=[b[0] for b in BAD_ENV])
+def test_bad_environment_gives_one_line(env: dict[str, str], expected: str) -> None:
+    assert errors(None, env) == [expected]
+
+
+def test_every_error_is_reported_at_once(tmp_path: Path) -> None:
+    doc = {
+        "dry_run": "perhaps",
+        "bogus": 1,
+        "pools": [
+            {
+                **POOL,
+                "window": "Mon-Fry 22:00-06:00",
+                "zone": "Mars/Olympus",
+                "strategy": {"name": "forecast", "params": {"safety": -1, "fit_minutes": 1}},
+                "limits": {"headroom": -1, "min_serving": -2},
+            },
+            {**POOL, "strategy": {"name": "nope"}},
+        ],
+    }
+    lines = errors(write(tmp_path, doc), {"REBALANCER_HTTP__PORT": "0"})
+    assert sorted(lines) == sorted(
+        [
+            "pools[1].name='l20': duplicate pool name; pools[0] has it already",
+            "dry_run='perhaps': Input should be a valid boolean, unable to interpret input",
+            "http.port='0': Input should be greater than or equal to 1",
+            "pools[0].zone='Mars/Olympus': unknown time zone; "
+            "use an IANA name such as Asia/Shanghai or UTC",
+            "pools[0].window='Mon-Fry 22:00-06:00': has days 'Mon-Fry'; "
+            "write e.g. Mon-Fri, Sat,Sun, Fri-Mon or daily",
+            "pools[0].strategy.params.fit_minutes=1: Input should be greater than or equal to 10",
+            "pools[0].strategy.params.safety=-1: Input should be greater than or equal to 0",
+            "pools[0].limits.min_serving=-2: Input should be greater than or equal to 0",
+            "pools[0].limits.headroom=-1: Input should be greater than or equal to 0",
+            "pools[1].strategy.name='nope': unknown strategy; "
+            "choose one of cron, forecast, reactive, static, watermark, window",
+            "bogus=1: unknown setting; known: key_prefix, dry_run, paused, tick_interval, "
+            "log_level, leader_election, prometheus, audit, http, pools",
+        ]
+    )
+
+
+def test_a_window_without_zone_takes_the_pools_zone() -> None:
+    s = settings.Settings.model_validate(pool(window="daily 22:00-06:00", zone="Asia/Shanghai"))
+    (span,) = s.pools[0].parsed_window().spans
+    assert str(span.zone) == "Asia/Shanghai"
+
+
+# ---------------------------------------------------------------------------------------------
+# Builders
+
+
+def test_default_pool_builds_the_documented_values() -> None:
+    s = settings.load(None, {"REBALANCER_POOLS": json.dumps([POOL])})
+    keys = s.keys()
+    assert keys == nodestate.Keys()
+    (p,) = s.pools
+    assert p.lend_spec(keys) == default_lend_spec(keys)
+    assert p.policy(keys) == PoolPolicy(rps_per_node=10.0)
+    assert p.pod_rules(keys) == convert.PodRules(
+        lend_taints=(model.Taint(key="rebalancer.io/lent", value="training", effect="NoSchedule"),),
+        serving_taints=(model.Taint(key="workload", value="inference", effect="NoSchedule"),),
+    )
+    assert s.metrics_settings(p) == metrics.Settings()
+    assert s.metrics_settings() == metrics.Settings()
+    assert s.timings() == leadership.Timings()
+
+
+def test_custom_pool_builds_its_values() -> None:
+    doc = {
+        "key_prefix": "gpu.example.com/",
+        "prometheus": {"url": "http://p:9090", "timeout": "2s", "lookback": "5m"},
+        "leader_election": {"lease_duration": "30s", "renew_deadline": "20s", "retry_period": 4},
+        "pools": [
+            {
+                "name": "l20",
+                "node_selector": {"gpu": "l20"},
+                "serving_taints": [
+                    "dedicated=vllm:NoSchedule",
+                    {"key": "gpu", "effect": "NoExecute"},
+                ],
+                "serving_labels": {"role": "inference"},
+                "lent_taints": ["spot:NoSchedule"],
+                "lent_labels": {"role": "training", "pool": "borrowed"},
+                "inference_selector": {"app": "vllm"},
+                "zone": "Asia/Shanghai",
+                "window": "Mon-Fri 22:00-06:00",
+                "rps_per_node": 12.5,
+                "limits": {
+                    "min_serving": 3,
+                    "headroom": 0.3,
+                    "max_lent_fraction": 0.5,
+                    "min_loan": "30m",
+                    "cooldown": "10m",
+                    "max_step_fraction": 0.5,
+                    "staleness": "90s",
+                    "stale_grace": "3m",
+                    "queue_limit": 4,
+                    "reclaim_deadline": "1m",
+                    "warmup": "8m",
+                },
+                "metrics": {
+                    "queue": {"value": "sum(q)", "sampled": "timestamp(q)"},
+                    "running": None,
+                },
+            }
+        ],
+    }
+    s = settings.Settings.model_validate(doc)
+    keys = s.keys()
+    assert keys == nodestate.Keys(prefix="gpu.example.com/")
+    (p,) = s.pools
+    spec = nodestate.LendSpec(
+        remove_taints=(
+            model.Taint(key="dedicated", value="vllm", effect="NoSchedule"),
+            model.Taint(key="gpu", effect="NoExecute"),
+        ),
+        add_taints=(model.Taint(key="spot", effect="NoSchedule"),),
+        labels={"role": "training", "pool": "borrowed"},
+    )
+    assert p.lend_spec(keys) == spec
+    window = windows.parse("Mon-Fri 22:00-06:00", "Asia/Shanghai")
+    assert isinstance(window, windows.Window)
+    assert p.policy(keys) == PoolPolicy(
+        rps_per_node=12.5,
+        min_serving=3,
+        headroom=0.3,
+        max_lent_fraction=0.5,
+        min_loan=timedelta(minutes=30),
+        cooldown=timedelta(minutes=10),
+        max_step_fraction=0.5,
+        staleness=timedelta(seconds=90),
+        stale_grace=timedelta(minutes=3),
+        queue_limit=4.0,
+        reclaim_deadline=timedelta(minutes=1),
+        warmup=timedelta(minutes=8),
+        window=window,
+        zone="Asia/Shanghai",
+        lend_spec=spec,
+    )
+    assert p.pod_rules(keys) == convert.PodRules(
+        lend_taints=spec.add_taints,
+        serving_taints=spec.remove_taints,
+        inference_selector={"app": "vllm"},
+    )
+    assert s.metrics_settings(p) == metrics.Settings(
+        url="http://p:9090",
+        timeout=2.0,
+        lookback=timedelta(minutes=5),
+        queries=metrics.Queries(
+            queue=metrics.MetricQuery(value="sum(q)", sampled="timestamp(q)"), running=None
+        ),
+    )
+    assert s.timings() == leadership.Timings(
+        lease_duration=30.0, renew_deadline=20.0, retry_period=4.0
+    )
+    # A serving label that lending does not set again is removed while lent.
+    only_serving = settings.Settings.model_validate(pool(serving_labels={"role": "inference"}))
+    assert only_serving.pools[0].lend_spec(keys).labels == {"role": None}
+
+
+def test_lent_taint_follows_the_key_prefix() -> None:
+    s = settings.Settings.model_validate({"key_prefix": "gpu.example.com/", **pool()})
+    spec = s.pools[0].lend_spec(s.keys())
+    assert spec.add_taints == (
+        model.Taint(key="gpu.example.com/lent", value="training", effect="NoSchedule"),
+    )
+
+
+def test_metric_defaults_are_the_adapters() -> None:
+    assert settings.MetricsSettings().queries() == metrics.Queries()
+
+
+def test_strategy_may_be_given_by_name_alone() -> None:
+    s = settings.Settings.model_validate(pool(strategy="watermark"))
+    assert s.pools[0].strategy == settings.StrategySettings(name="watermark")
