@@ -1,0 +1,328 @@
+"""The controller's HTTP endpoints: metrics, probes and a read-only audit API (plain aiohttp).
+
+- ``GET /metrics``: ``Telemetry.exposed`` (its registry) in the Prometheus text format
+  (OpenMetrics if the scraper's ``Accept`` asks for it).
+- ``GET /healthz``: 200 whenever the event loop runs the handler (the process is alive).
+- ``GET /readyz``: 200 once the ``ready`` callable says so (caches synced and, with leader
+  election, the lease holder known, whoever it is), else 503 with the reason.
+- ``GET /api/v1/decisions``: a page of audit records (``AuditStore.query``), oldest first
+  unless ``order=desc``, with the store's keyset cursor as ``next``.
+
+Errors are JSON, never a traceback: a bad parameter is a 400 naming the parameter, its value
+and why; a store that raises or does not answer within ``query_timeout`` is a 503 (the
+exception itself goes to the log, not to the client: it may carry SQL or a database URL).
+
+The server is an async context manager: ``async with HttpServer(...) as server`` binds
+``host:port`` (port 0: a free port, then ``server.port``) and serves until the block ends.
+See docs/http.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, TypeVar
+
+from aiohttp import web
+from prometheus_client.exposition import choose_encoder
+
+from rebalancer.adapters.audit import AuditQuery, AuditStore, Cursor
+from rebalancer.core import audit
+from rebalancer.core.audit import Kind
+from rebalancer.core.model import Action
+from rebalancer.runtime.telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DEFAULT_HOST = "0.0.0.0"  # probes and scrapes come from outside the Pod
+DEFAULT_PORT = 8081
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+
+PARAMETERS = frozenset(
+    {"since", "until", "pool", "node", "action", "kind", "limit", "cursor", "order"}
+)
+
+# RFC 3339 section 5.6 date-time: a full date, a full time, and an offset (Z or +hh:mm).
+_RFC3339 = re.compile(
+    r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?P<frac>\.\d+)?(?P<tz>[Zz]|[+-]\d{2}:\d{2})"
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Readiness
+
+
+@dataclass(frozen=True)
+class Readiness:
+    ready: bool
+    reason: str  # why not, or what is ready
+
+
+ReadyCheck = Callable[[], Readiness]
+
+
+def readiness(synced: bool, election: bool, holder: str) -> Readiness:
+    """The controller's readiness: caches synced, and with leader election a holder known.
+
+    ``holder`` is the identity the Lease names ('' when not read yet or released): being a
+    follower is ready (the replica serves metrics and the audit API), not knowing is not.
+    """
+    if not synced:
+        return Readiness(False, "the informer caches are not synced yet")
+    if election and not holder:
+        return Readiness(False, "leader election has not settled: no lease holder known yet")
+    if election:
+        return Readiness(True, f"caches synced; the leader is {holder}")
+    return Readiness(True, "caches synced")
+
+
+# ---------------------------------------------------------------------------------------------
+# The decisions query
+
+
+class BadParameter(Exception):
+    def __init__(self, parameter: str, value: str, message: str) -> None:
+        super().__init__(f"{parameter}={value!r}: {message}")
+        self.parameter, self.value, self.message = parameter, value, message
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": "bad_parameter",
+            "parameter": self.parameter,
+            "value": self.value,
+            "message": self.message,
+        }
+
+
+def parse_time(name: str, text: str) -> datetime:
+    """An RFC 3339 date-time with its offset, as an aware UTC datetime."""
+    # A '+hh:mm' offset sent unencoded in a URL arrives as ' hh:mm'.
+    found = _RFC3339.fullmatch(re.sub(r" (\d{2}:\d{2})$", r"+\1", text))
+    if found is None:
+        raise BadParameter(
+            name, text, "must be an RFC 3339 date-time with an offset, e.g. 2026-03-02T12:00:00Z"
+        )
+    frac = found["frac"] or ""
+    # Python parses at most microseconds; RFC 3339 allows any number of digits.
+    given = found.string
+    normal = given[: found.start("frac")] if frac else given[: found.start("tz")]
+    normal = normal.replace("t", "T").replace(" ", "T") + frac[:7]
+    tz = found["tz"]
+    normal += "+00:00" if tz in ("Z", "z") else tz
+    try:
+        return datetime.fromisoformat(normal).astimezone(UTC)
+    except ValueError as e:
+        raise BadParameter(name, text, f"is not a valid date-time: {e}") from None
+
+
+def parse_query(params: Mapping[str, list[str]]) -> AuditQuery:
+    """The ``AuditQuery`` a request's parameters ask for; ``BadParameter`` names what is wrong.
+
+    ``params`` maps each parameter to every value it was given (repeats kept), in order.
+    """
+    for name in sorted(params):
+        if name not in PARAMETERS:
+            raise BadParameter(
+                name, params[name][0], f"unknown parameter; known: {', '.join(sorted(PARAMETERS))}"
+            )
+        if name != "kind" and len(params[name]) > 1:
+            raise BadParameter(name, params[name][1], "given more than once")
+
+    def one(name: str) -> str | None:
+        values = params.get(name)
+        return values[0] if values else None
+
+    since = _maybe(one("since"), lambda t: parse_time("since", t))
+    until = _maybe(one("until"), lambda t: parse_time("until", t))
+    if since is not None and until is not None and until <= since:
+        raise BadParameter("until", one("until") or "", "must be after since")
+
+    names: dict[str, str | None] = {}
+    for name in ("pool", "node"):
+        value = one(name)
+        if value is not None and not value.strip():
+            raise BadParameter(name, value, "must not be empty")
+        names[name] = value
+
+    action = one("action")
+    if action is not None and action not in {a.value for a in Action}:
+        raise BadParameter("action", action, _one_of(a.value for a in Action))
+
+    kinds: list[Kind] = []
+    for given in params.get("kind", []):
+        for part in given.split(","):
+            if part not in {k.value for k in Kind}:
+                raise BadParameter("kind", given, _one_of(k.value for k in Kind))
+            if Kind(part) not in kinds:
+                kinds.append(Kind(part))
+
+    limit = DEFAULT_LIMIT
+    text = one("limit")
+    if text is not None:
+        if not re.fullmatch(r"\d{1,7}", text) or not 1 <= int(text) <= MAX_LIMIT:
+            raise BadParameter("limit", text, f"must be an integer from 1 to {MAX_LIMIT}")
+        limit = int(text)
+
+    after = _maybe(one("cursor"), parse_cursor)
+
+    order = one("order") or "asc"
+    if order not in ("asc", "desc"):
+        raise BadParameter("order", order, _one_of(("asc", "desc")))
+
+    return AuditQuery(
+        since=since,
+        until=until,
+        pool=names["pool"],
+        node=names["node"],
+        action=action,
+        kinds=tuple(kinds),
+        after=after,
+        limit=limit,
+        newest_first=order == "desc",
+    )
+
+
+def parse_cursor(token: str) -> Cursor:
+    """A page's ``next`` token back (``Cursor.token``: ``<time>|<id>``)."""
+    why = "is not a cursor this API returned (pass a page's next unchanged, URL-encoded)"
+    # A '+' of the offset sent unencoded arrives as a space; the time part has no other space.
+    repaired = token.replace(" ", "+")
+    _, bar, ident = repaired.partition("|")
+    if not bar or not re.fullmatch(r"[0-9A-Za-z]{1,64}", ident):
+        raise BadParameter("cursor", token, why)
+    try:
+        cursor = Cursor.parse(repaired)
+    except ValueError:
+        raise BadParameter("cursor", token, why) from None
+    if cursor.time.tzinfo is None:  # our tokens always carry +00:00
+        raise BadParameter("cursor", token, why)
+    return cursor
+
+
+def _maybe(text: str | None, parse: Callable[[str], T]) -> T | None:
+    return None if text is None else parse(text)
+
+
+def _one_of(values: Any) -> str:
+    return "must be one of " + ", ".join(values)
+
+
+# ---------------------------------------------------------------------------------------------
+# The server
+
+
+class HttpServer:
+    """aiohttp on ``host:port`` with the endpoints above; ``async with`` starts and stops it."""
+
+    def __init__(
+        self,
+        *,
+        telemetry: Telemetry,
+        store: AuditStore,
+        ready: ReadyCheck,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        query_timeout: float = 10.0,
+    ) -> None:
+        self.telemetry, self.store, self.ready = telemetry, store, ready
+        self.host, self.port = host, port
+        self.query_timeout = query_timeout
+        self.app = web.Application()
+        self.app.router.add_get("/metrics", self._metrics)
+        self.app.router.add_get("/healthz", self._healthz)
+        self.app.router.add_get("/readyz", self._readyz)
+        self.app.router.add_get("/api/v1/decisions", self._decisions)
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> None:
+        # No access log: probes and scrapes come every few seconds.
+        runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, self.host, self.port)
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        if self.port == 0:
+            self.port = int(runner.addresses[0][1])
+        log.info("http: serving on %s", self.url)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+    async def __aenter__(self) -> HttpServer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # -----------------------------------------------------------------------------------------
+    # Handlers
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        # The client library's own negotiation: OpenMetrics when the scraper asks for it, else
+        # the classic text format (version 0.0.4, which every Prometheus reads).
+        encode, content_type = choose_encoder(request.headers.get("Accept", ""))
+        body = encode(self.telemetry.exposed)
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        state = self.ready()
+        return web.json_response(
+            {"ready": state.ready, "reason": state.reason}, status=200 if state.ready else 503
+        )
+
+    async def _decisions(self, request: web.Request) -> web.Response:
+        params: dict[str, list[str]] = {}
+        for name, value in request.query.items():
+            params.setdefault(name, []).append(value)
+        try:
+            query = parse_query(params)
+        except BadParameter as e:
+            return web.json_response(e.body(), status=400)
+        try:
+            async with asyncio.timeout(self.query_timeout):
+                page = await self.store.query(query)
+        except Exception as e:
+            self.telemetry.observe_audit_failure("query")
+            log.warning("http: the audit store failed a query: %r", e, exc_info=True)
+            why = (
+                f"did not answer within {self.query_timeout:g} s"
+                if isinstance(e, TimeoutError)
+                else f"failed ({type(e).__name__}; the controller log has the details)"
+            )
+            return web.json_response(
+                {"error": "audit_store_unavailable", "message": f"the audit store {why}"},
+                status=503,
+            )
+        return web.json_response(
+            {
+                "items": [audit.to_json(r) for r in page.records],
+                "next": None if page.next is None else page.next.token,
+            }
+        )

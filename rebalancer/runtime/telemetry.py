@@ -1,0 +1,178 @@
+"""The controller's own Prometheus metrics, on a registry of their own.
+
+The runtime owns one ``Telemetry`` and calls its ``observe_*`` methods as things happen; the
+HTTP server (``runtime.http``) serves ``telemetry.registry`` on ``GET /metrics``. Every value,
+every time included, is passed in: nothing here reads a clock, so a test (or the simulator) can
+drive it with any times it likes.
+
+The registry is a dedicated ``CollectorRegistry``, not prometheus-client's global one: two
+controllers in one process (the tests) do not share counters, and the exposition carries only the
+controller's metrics (no process or platform collectors, which a Pod's cAdvisor already covers).
+``/metrics`` serves ``exposed``: the registry without the library's ``_created`` series.
+
+Metrics (docs/http.md has the table):
+- ``rebalancer_nodes_lent{pool}``: nodes lent or being lent, as the last snapshot saw them.
+- ``rebalancer_decisions_total{kind,action,reason}``: plan steps (``kind="step"``) and planner
+  refusals (``kind="refusal"``), by action and reason code (``core.model.Reason``).
+- ``rebalancer_reclaim_duration_seconds{pool}``: from the reclaim decision to the node serving
+  again.
+- ``rebalancer_demand_sample_age_seconds{pool}``: seconds since the last good demand sample
+  (``+Inf`` until this process has seen one).
+- ``rebalancer_leader{identity}``: 1 while this instance leads, else 0.
+- ``rebalancer_audit_store_failures_total{operation}``: audit store calls that raised.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
+
+from rebalancer.core import model
+
+# A reclaim drains borrowed pods (a grace period of seconds to minutes), then the node warms up
+# (image pull, model load): the interesting range is ten seconds to an hour.
+RECLAIM_BUCKETS: tuple[float, ...] = (5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
+
+STEP = "step"
+REFUSAL = "refusal"
+
+
+class Telemetry:
+    """The metric families and the functions the runtime calls to move them."""
+
+    def __init__(self, reclaim_buckets: Sequence[float] = RECLAIM_BUCKETS) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.nodes_lent = Gauge(
+            "rebalancer_nodes_lent",
+            "Nodes of the pool lent to training or being lent, as the last snapshot saw them.",
+            ["pool"],
+            registry=r,
+        )
+        self.decisions = Counter(
+            "rebalancer_decisions",
+            "Plan steps (kind=step) and planner refusals (kind=refusal) by action and reason code.",
+            ["kind", "action", "reason"],
+            registry=r,
+        )
+        self.reclaim_duration = Histogram(
+            "rebalancer_reclaim_duration_seconds",
+            "Seconds from a reclaim decision until the node serves inference again.",
+            ["pool"],
+            buckets=tuple(reclaim_buckets),
+            registry=r,
+        )
+        self.demand_age = Gauge(
+            "rebalancer_demand_sample_age_seconds",
+            "Seconds since the last good (finite) demand sample of the pool; +Inf if none yet.",
+            ["pool"],
+            registry=r,
+        )
+        self.leader = Gauge(
+            "rebalancer_leader",
+            "1 while this instance holds the leader lease (may write), else 0.",
+            ["identity"],
+            registry=r,
+        )
+        self.audit_failures = Counter(
+            "rebalancer_audit_store_failures",
+            "Audit store calls that raised, by operation (tick, outcome, supersede, query).",
+            ["operation"],
+            registry=r,
+        )
+        self._last_demand: dict[str, datetime] = {}  # pool -> time of its last good sample
+        self.exposed = WithoutCreated(self.registry)  # what GET /metrics serves
+
+    # -----------------------------------------------------------------------------------------
+    # What the runtime calls
+
+    def observe_plan(self, plan: model.Plan) -> None:
+        """Count a tick's decisions: one per step and one per refusal, by action and reason."""
+        for step in plan.steps:
+            self.decisions.labels(STEP, step.action.value, step.reason.value).inc()
+        for rejection in plan.rejections:
+            action = rejection.intent.action.value
+            self.decisions.labels(REFUSAL, action, rejection.reason.value).inc()
+
+    def observe_lent(self, lent: Mapping[str, int]) -> None:
+        """Set the nodes lent per pool; a pool no longer given loses its series."""
+        for pool, count in lent.items():
+            self.nodes_lent.labels(pool).set(count)
+        self._forget(self.nodes_lent, set(lent))
+
+    def observe_demand(self, pool: str, sample: model.Sample | None, now: datetime) -> None:
+        """The age at ``now`` of the pool's last good demand sample (a finite value).
+
+        A missing or non-finite sample leaves the last good one in place, so the age keeps
+        growing; a sample time after ``now`` (clock skew) counts as age 0.
+        """
+        if sample is not None and math.isfinite(sample.value):
+            last = self._last_demand.get(pool)
+            if last is None or sample.at > last:
+                self._last_demand[pool] = sample.at
+        last = self._last_demand.get(pool)
+        age = math.inf if last is None else max(0.0, (now - last).total_seconds())
+        self.demand_age.labels(pool).set(age)
+
+    def observe_snapshot(self, snapshot: model.Snapshot) -> None:
+        """``observe_demand`` for every pool of the snapshot, at the snapshot's ``now``."""
+        for pool, snap in snapshot.pools.items():
+            self.observe_demand(str(pool), snap.demand, snapshot.now)
+        pools = {str(p) for p in snapshot.pools}
+        self._forget(self.demand_age, pools)
+        for gone in set(self._last_demand) - pools:
+            del self._last_demand[gone]
+
+    def observe_reclaim_done(self, pool: str, started: datetime, serving: datetime) -> None:
+        """A reclaim decided at ``started`` ended with the node serving again at ``serving``."""
+        seconds = max(0.0, (serving - started).total_seconds())
+        self.reclaim_duration.labels(pool).observe(seconds)
+
+    def observe_leader(self, identity: str, leading: bool) -> None:
+        """Whether this instance (``identity``, the Lease holder identity) leads now."""
+        self.leader.labels(identity).set(1 if leading else 0)
+
+    def observe_audit_failure(self, operation: str) -> None:
+        """An audit store call raised (``tick``, ``outcome``, ``supersede``, ``query``)."""
+        self.audit_failures.labels(operation).inc()
+
+    # -----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _forget(gauge: Gauge, keep: Iterable[str]) -> None:
+        """Drop the pool series of ``gauge`` that are not in ``keep`` (a pool went away)."""
+        wanted = set(keep)
+        for pool in _pool_labels(gauge) - wanted:
+            gauge.remove(pool)
+
+
+class WithoutCreated:
+    """A registry as served: without the counters' and histograms' ``_created`` series.
+
+    prometheus-client stamps each series with the wall-clock time it was created; the classic
+    text format shows that as one more gauge family per counter. The controller exports only
+    values it was given, so those are left out (``registry`` itself still has them).
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterable[Metric]:
+        for family in self.registry.collect():
+            family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+            yield family
+
+
+def _pool_labels(gauge: Gauge) -> set[str]:
+    """The ``pool`` label values a gauge has series for."""
+    found: set[str] = set()
+    for family in gauge.collect():
+        for sample in family.samples:
+            pool = sample.labels.get("pool")
+            if pool is not None:
+                found.add(pool)
+    return found

@@ -1,0 +1,484 @@
+"""The HTTP server over real HTTP on a free loopback port: metrics, probes, the decisions API."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample as PromSample
+
+from rebalancer.adapters.audit import (
+    AuditPage,
+    AuditQuery,
+    AuditStore,
+    MemoryAuditStore,
+    SqlAuditStore,
+)
+from rebalancer.core import audit, model
+from rebalancer.core.audit import AuditRecord, Kind
+from rebalancer.core.model import Action, NodeName, Origin, PoolName, Reason
+from rebalancer.runtime.http import HttpServer, Readiness, readiness
+from rebalancer.runtime.telemetry import Telemetry
+
+T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+
+
+def record(
+    ident: str,
+    minutes: int,
+    *,
+    pool: str = "l20",
+    node: str | None = None,
+    action: str | None = "lend",
+    kind: Kind = Kind.REFUSAL,
+) -> AuditRecord:
+    return AuditRecord(
+        id=ident,
+        time=T0 + timedelta(minutes=minutes),
+        kind=kind,
+        pool=pool,
+        controller="rebalancer-0",
+        reason="cooldown",
+        message=f"record {ident}",
+        node=node,
+        action=action,
+        inputs={"demand": {"value": 1.5, "at": "2026-03-02T11:59:30Z"}},
+        before={"taints": [{"key": "a", "effect": "NoSchedule"}], "labels": {"x": "y"}},
+    )
+
+
+# Three records share minute 1 (one tick): they come back in id order.
+RECORDS = (
+    record("01A", 0, node="n1", kind=Kind.INTENT),
+    record("01B", 1, node="n1", kind=Kind.OUTCOME),
+    record("01C", 1, node="n2", action="reclaim", kind=Kind.INTENT),
+    record("01D", 1, pool="a100", node=None, action=None, kind=Kind.SUMMARY),
+    record("01E", 2, node="n2", action="reclaim", kind=Kind.OUTCOME),
+    record("01F", 3, pool="a100", node="t1", kind=Kind.REFUSAL),
+    record("01G", 4, node="n3", kind=Kind.FINDING, action=None),
+    record("01H", 5, node="n1", action="reclaim", kind=Kind.INTENT),
+    record("01J", 6, node="n1", action="reclaim", kind=Kind.OUTCOME),
+)
+ALL = [r.id for r in RECORDS]
+
+
+@dataclass
+class Flags:
+    synced: bool = False
+    election: bool = True
+    holder: str = ""
+
+    def __call__(self) -> Readiness:
+        return readiness(self.synced, self.election, self.holder)
+
+
+@asynccontextmanager
+async def serve(
+    store: AuditStore,
+    telemetry: Telemetry | None = None,
+    ready: Flags | None = None,
+    query_timeout: float = 10.0,
+) -> AsyncIterator[tuple[HttpServer, aiohttp.ClientSession]]:
+    server = HttpServer(
+        telemetry=telemetry or Telemetry(),
+        store=store,
+        ready=ready or Flags(synced=True, holder="rebalancer-0"),
+        host="127.0.0.1",
+        port=0,
+        query_timeout=query_timeout,
+    )
+    async with server, aiohttp.ClientSession(base_url=server.url) as session:
+        yield server, session
+
+
+async def memory_store() -> MemoryAuditStore:
+    store = MemoryAuditStore()
+    await store.append(RECORDS)
+    return store
+
+
+async def get_json(
+    session: aiohttp.ClientSession, path: str, params: Mapping[str, str] | None = None
+) -> tuple[int, Any]:
+    async with session.get(path, params=params) as resp:
+        assert resp.content_type == "application/json"
+        return resp.status, await resp.json()
+
+
+async def all_pages(
+    session: aiohttp.ClientSession, params: Mapping[str, str]
+) -> tuple[list[str], int]:
+    """Every id the query returns, following ``next``; and how many pages that took."""
+    ids: list[str] = []
+    cursor: str | None = None
+    pages = 0
+    limit = int(params.get("limit", "100"))
+    while True:
+        query = dict(params) if cursor is None else {**params, "cursor": cursor}
+        status, body = await get_json(session, "/api/v1/decisions", query)
+        assert status == 200, body
+        assert len(body["items"]) <= limit
+        ids += [item["id"] for item in body["items"]]
+        pages += 1
+        cursor = body["next"]
+        if cursor is None:
+            return ids, pages
+        assert pages < 50
+
+
+# ---------------------------------------------------------------------------------------------
+# /metrics
+
+
+def scrape_samples(text: str) -> dict[str, list[PromSample]]:
+    """Samples by family name; also checks that every family has HELP and TYPE."""
+    found: dict[str, list[PromSample]] = {}
+    for family in text_string_to_metric_families(text):
+        assert family.documentation, family.name
+        found[family.name] = list(family.samples)
+    return found
+
+
+def value(samples: Sequence[PromSample], name: str, **labels: str) -> float:
+    hits = [s.value for s in samples if s.name == name and s.labels == labels]
+    assert len(hits) == 1, (name, labels, samples)
+    return hits[0]
+
+
+def plan() -> model.Plan:
+    pool = PoolName("l20")
+    lend = model.Intent(pool, Action.LEND, 2, Origin.STRATEGY, Reason.STRATEGY, "idle")
+    reclaim = model.Intent(
+        pool, Action.RECLAIM, 1, Origin.SAFETY, Reason.DEMAND_ABOVE_SERVING, "demand up"
+    )
+    steps = (
+        model.Step(pool, NodeName("n1"), Action.LEND, Reason.STRATEGY, "lend", lend),
+        model.Step(pool, NodeName("n2"), Action.LEND, Reason.STRATEGY, "lend", lend),
+        model.Step(
+            pool, NodeName("n3"), Action.RECLAIM, Reason.DEMAND_ABOVE_SERVING, "back", reclaim
+        ),
+    )
+    refused = (model.Rejection(lend, Reason.COOLDOWN, "cooling down", 1),)
+    return model.Plan(
+        T0, {pool: model.PoolPlan(pool, (lend, reclaim), steps, refused, (), "summary")}
+    )
+
+
+def snapshot(now: datetime, demand: model.Sample | None) -> model.Snapshot:
+    return model.Snapshot(
+        now,
+        {
+            PoolName("l20"): model.PoolSnapshot(nodes=(), demand=demand),
+            PoolName("a100"): model.PoolSnapshot(nodes=()),
+        },
+    )
+
+
+async def test_metrics_expose_every_family_with_its_labels() -> None:
+    t = Telemetry()
+    t.observe_plan(plan())
+    t.observe_plan(plan())
+    t.observe_lent({"l20": 3, "a100": 1})
+    t.observe_lent({"l20": 2})  # a100 went away: its series goes too
+    t.observe_snapshot(snapshot(T0, model.Sample(40.0, T0 - timedelta(seconds=30))))
+    # A later tick with no sample, then one with NaN: the age keeps growing from the last good one.
+    t.observe_snapshot(snapshot(T0 + timedelta(seconds=60), None))
+    nan = model.Sample(math.nan, T0 + timedelta(seconds=100))
+    t.observe_snapshot(snapshot(T0 + timedelta(seconds=120), nan))
+    t.observe_reclaim_done("l20", T0, T0 + timedelta(seconds=42))
+    t.observe_reclaim_done("l20", T0, T0 + timedelta(seconds=700))
+    t.observe_leader("rebalancer-0", leading=True)
+    t.observe_audit_failure("tick")
+    t.observe_audit_failure("tick")
+
+    async with (
+        serve(await memory_store(), telemetry=t) as (_, session),
+        session.get("/metrics") as resp,
+    ):
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        got = scrape_samples(await resp.text())
+
+    assert set(got) == {
+        "rebalancer_nodes_lent",
+        "rebalancer_decisions",
+        "rebalancer_reclaim_duration_seconds",
+        "rebalancer_demand_sample_age_seconds",
+        "rebalancer_leader",
+        "rebalancer_audit_store_failures",
+    }
+    lent = got["rebalancer_nodes_lent"]
+    assert [(s.labels, s.value) for s in lent] == [({"pool": "l20"}, 2.0)]
+
+    decisions = [s for s in got["rebalancer_decisions"] if s.name.endswith("_total")]
+    assert {
+        (s.labels["kind"], s.labels["action"], s.labels["reason"]): s.value for s in decisions
+    } == {
+        ("step", "lend", "strategy"): 4.0,
+        ("step", "reclaim", "demand_above_serving"): 2.0,
+        ("refusal", "lend", "cooldown"): 2.0,
+    }
+
+    reclaim = got["rebalancer_reclaim_duration_seconds"]
+    name = "rebalancer_reclaim_duration_seconds"
+    assert value(reclaim, f"{name}_count", pool="l20") == 2
+    assert value(reclaim, f"{name}_sum", pool="l20") == 742
+    assert value(reclaim, f"{name}_bucket", pool="l20", le="30.0") == 0
+    assert value(reclaim, f"{name}_bucket", pool="l20", le="60.0") == 1
+    assert value(reclaim, f"{name}_bucket", pool="l20", le="600.0") == 1
+    assert value(reclaim, f"{name}_bucket", pool="l20", le="900.0") == 2
+    assert value(reclaim, f"{name}_bucket", pool="l20", le="+Inf") == 2
+
+    age = got["rebalancer_demand_sample_age_seconds"]
+    assert value(age, "rebalancer_demand_sample_age_seconds", pool="l20") == 150
+    assert value(age, "rebalancer_demand_sample_age_seconds", pool="a100") == math.inf
+
+    leader = got["rebalancer_leader"]
+    assert [(s.labels, s.value) for s in leader] == [({"identity": "rebalancer-0"}, 1.0)]
+
+    failures = got["rebalancer_audit_store_failures"]
+    total = "rebalancer_audit_store_failures_total"
+    assert value(failures, total, operation="tick") == 2
+
+
+async def test_metrics_speak_openmetrics_when_asked() -> None:
+    t = Telemetry()
+    t.observe_audit_failure("outcome")
+    async with serve(await memory_store(), telemetry=t) as (_, session):
+        accept = {"Accept": "application/openmetrics-text; version=1.0.0"}
+        async with session.get("/metrics", headers=accept) as resp:
+            assert resp.status == 200
+            assert resp.headers["Content-Type"].startswith("application/openmetrics-text")
+            text = await resp.text()
+    assert text.endswith("# EOF\n")
+    assert 'rebalancer_audit_store_failures_total{operation="outcome"} 1.0' in text
+
+
+async def test_leader_gauge_follows_leadership_and_registries_are_separate() -> None:
+    a, b = Telemetry(), Telemetry()
+    a.observe_leader("rebalancer-0", leading=True)
+    a.observe_leader("rebalancer-0", leading=False)
+    async with (
+        serve(await memory_store(), telemetry=a) as (_, session),
+        session.get("/metrics") as resp,
+    ):
+        got = scrape_samples(await resp.text())
+    assert value(got["rebalancer_leader"], "rebalancer_leader", identity="rebalancer-0") == 0
+    assert b.registry.get_sample_value("rebalancer_leader", {"identity": "rebalancer-0"}) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Probes
+
+
+async def test_healthz_answers() -> None:
+    async with serve(await memory_store(), ready=Flags()) as (_, session):
+        status, body = await get_json(session, "/healthz")
+    assert (status, body) == (200, {"status": "ok"})
+
+
+async def test_readyz_waits_for_caches_and_a_known_leader() -> None:
+    flags = Flags()
+    async with serve(await memory_store(), ready=flags) as (_, session):
+        status, body = await get_json(session, "/readyz")
+        assert status == 503
+        assert body["ready"] is False
+        assert "not synced" in body["reason"]
+
+        flags.synced = True  # caches synced, but no lease holder read yet
+        status, body = await get_json(session, "/readyz")
+        assert status == 503
+        assert "holder" in body["reason"]
+
+        flags.holder = "rebalancer-1"  # someone else leads: a follower is ready
+        status, body = await get_json(session, "/readyz")
+        assert (status, body["ready"]) == (200, True)
+        assert "rebalancer-1" in body["reason"]
+
+        flags.election, flags.holder = False, ""  # no election: synced is enough
+        status, body = await get_json(session, "/readyz")
+        assert status == 200
+
+
+# ---------------------------------------------------------------------------------------------
+# /api/v1/decisions
+
+QUERIES: list[tuple[dict[str, str], list[str]]] = [
+    ({}, ALL),
+    ({"order": "desc"}, ALL[::-1]),
+    ({"pool": "l20"}, ["01A", "01B", "01C", "01E", "01G", "01H", "01J"]),
+    ({"pool": "a100"}, ["01D", "01F"]),
+    ({"node": "n1"}, ["01A", "01B", "01H", "01J"]),
+    ({"node": "n1", "action": "reclaim"}, ["01H", "01J"]),
+    ({"action": "lend"}, ["01A", "01B", "01F"]),
+    ({"kind": "intent"}, ["01A", "01C", "01H"]),
+    ({"kind": "intent,summary"}, ["01A", "01C", "01D", "01H"]),
+    # since inclusive, until exclusive; any offset is read as the instant it names
+    (
+        {"since": "2026-03-02T12:01:00Z", "until": "2026-03-02T13:03:00+01:00"},
+        ["01B", "01C", "01D", "01E"],
+    ),
+    ({"since": "2026-03-02T12:05:00.000Z"}, ["01H", "01J"]),
+    ({"until": "2026-03-02T12:00:59.999999Z"}, ["01A"]),
+    ({"pool": "nope"}, []),
+]
+
+
+@pytest.mark.parametrize(("params", "expected"), QUERIES)
+async def test_decisions_filter_and_page_in_order(
+    params: dict[str, str], expected: list[str]
+) -> None:
+    async with serve(await memory_store()) as (_, session):
+        assert (await all_pages(session, params))[0] == expected
+        ids, pages = await all_pages(session, {**params, "limit": "2"})
+        assert ids == expected
+        assert pages == max(1, math.ceil(len(expected) / 2))
+
+
+async def test_decisions_items_are_the_records_json() -> None:
+    async with serve(await memory_store()) as (_, session):
+        status, body = await get_json(session, "/api/v1/decisions", {"limit": "3"})
+        assert status == 200
+        assert body["items"] == [audit.to_json(r) for r in RECORDS[:3]]
+        assert body["next"] == f"{RECORDS[2].time.isoformat()}|{RECORDS[2].id}"
+        # the last page says there is nothing after it
+        status, body = await get_json(session, "/api/v1/decisions", {"cursor": body["next"]})
+        assert [i["id"] for i in body["items"]] == ALL[3:]
+        assert body["next"] is None
+        # the default page size is 100
+        status, body = await get_json(session, "/api/v1/decisions")
+        assert len(body["items"]) == len(RECORDS)
+
+
+async def test_decisions_on_a_sqlite_store(tmp_path: Path) -> None:
+    store = await SqlAuditStore.open(f"sqlite+aiosqlite:///{tmp_path / 'audit.sqlite3'}")
+    try:
+        await store.append(RECORDS)
+        async with serve(store) as (_, session):
+            for params, expected in QUERIES:
+                ids, _ = await all_pages(session, {**params, "limit": "2"})
+                assert ids == expected, params
+            _, body = await get_json(session, "/api/v1/decisions", {"node": "n2"})
+        assert body["items"] == [audit.to_json(r) for r in RECORDS if r.node == "n2"]
+    finally:
+        await store.close()
+
+
+BAD: list[tuple[str, str, str]] = [  # raw query string, the parameter named, its value
+    ("since=yesterday", "since", "yesterday"),
+    ("since=2026-03-02T12:00:00", "since", "2026-03-02T12:00:00"),  # no offset
+    ("since=2026-03-02", "since", "2026-03-02"),
+    ("since=2026-02-30T12:00:00Z", "since", "2026-02-30T12:00:00Z"),
+    ("until=2026-03-02T25:00:00Z", "until", "2026-03-02T25:00:00Z"),
+    ("since=2026-03-02T12:00:00Z&until=2026-03-02T12:00:00Z", "until", "2026-03-02T12:00:00Z"),
+    ("pool=", "pool", ""),
+    ("node=%20", "node", " "),
+    ("action=borrow", "action", "borrow"),
+    ("kind=decision", "kind", "decision"),
+    ("kind=intent,", "kind", "intent,"),
+    ("limit=0", "limit", "0"),
+    ("limit=1001", "limit", "1001"),
+    ("limit=ten", "limit", "ten"),
+    ("limit=-5", "limit", "-5"),
+    ("limit=99999999999999999999", "limit", "99999999999999999999"),
+    ("cursor=abc", "cursor", "abc"),
+    ("cursor=2026-03-02T12:00:00Z", "cursor", "2026-03-02T12:00:00Z"),
+    ("cursor=notatime%7C01A", "cursor", "notatime|01A"),
+    ("cursor=2026-03-02T12:00:00%7C01A", "cursor", "2026-03-02T12:00:00|01A"),  # naive
+    ("cursor=2026-03-02T12:00:00%2B00:00%7C", "cursor", "2026-03-02T12:00:00+00:00|"),
+    ("order=newest", "order", "newest"),
+    ("pool=a&pool=b", "pool", "b"),
+    ("pools=l20", "pools", "l20"),
+]
+
+
+@pytest.mark.parametrize(("query", "parameter", "given"), BAD)
+async def test_a_bad_parameter_is_a_400_naming_it(query: str, parameter: str, given: str) -> None:
+    async with (
+        serve(await memory_store()) as (server, session),
+        session.get(f"{server.url}/api/v1/decisions?{query}") as resp,
+    ):
+        assert resp.status == 400
+        assert resp.content_type == "application/json"
+        body = await resp.json()
+    assert body["error"] == "bad_parameter"
+    assert body["parameter"] == parameter
+    assert body["value"] == given
+    assert body["message"]
+    assert "Traceback" not in body["message"]
+
+
+async def test_an_unencoded_plus_still_works() -> None:
+    async with serve(await memory_store()) as (server, session):
+        raw = "cursor=2026-03-02T12:01:00+00:00|01C"  # '+' arrives as a space
+        async with session.get(f"{server.url}/api/v1/decisions?{raw}") as resp:
+            assert resp.status == 200
+            body = await resp.json()
+    assert [i["id"] for i in body["items"]] == ALL[3:]
+    async with serve(await memory_store()) as (server, session):
+        raw = "since=2026-03-02T13:05:00+01:00"  # the same for an offset
+        async with session.get(f"{server.url}/api/v1/decisions?{raw}") as resp:
+            assert resp.status == 200
+            body = await resp.json()
+    assert [i["id"] for i in body["items"]] == ["01H", "01J"]
+
+
+class BrokenStore(MemoryAuditStore):
+    def __init__(self, error: Exception | None = None, delay: float = 0.0) -> None:
+        super().__init__()
+        self.error, self.delay = error, delay
+
+    async def query(self, query: AuditQuery) -> AuditPage:
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.error is not None:
+            raise self.error
+        return await super().query(query)
+
+
+async def test_a_store_failure_is_a_503_and_counted() -> None:
+    t = Telemetry()
+    secret = "postgresql+asyncpg://rebalancer:hunter2@db/audit"
+    store = BrokenStore(ConnectionRefusedError(f"cannot reach {secret}"))
+    async with (
+        serve(store, telemetry=t) as (_, session),
+        session.get("/api/v1/decisions", params={"pool": "l20"}) as resp,
+    ):
+        assert resp.status == 503
+        assert resp.content_type == "application/json"
+        text = await resp.text()
+        body = await resp.json()
+    assert body["error"] == "audit_store_unavailable"
+    assert "ConnectionRefusedError" in body["message"]
+    assert "hunter2" not in text
+    assert "Traceback" not in text
+    total = t.registry.get_sample_value(
+        "rebalancer_audit_store_failures_total", {"operation": "query"}
+    )
+    assert total == 1
+
+
+async def test_a_store_that_hangs_is_a_503() -> None:
+    async with serve(BrokenStore(delay=5), query_timeout=0.05) as (_, session):
+        status, body = await get_json(session, "/api/v1/decisions")
+    assert status == 503
+    assert "did not answer within 0.05 s" in body["message"]
+
+
+async def test_the_port_is_released_when_the_block_ends() -> None:
+    async with serve(await memory_store()) as (server, session):
+        status, _ = await get_json(session, "/healthz")
+        assert status == 200
+        url = server.url
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await session.get(f"{url}/healthz")
