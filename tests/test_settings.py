@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml  # type: ignore[import-untyped, unused-ignore]
+import yaml
 
 from rebalancer import settings
 from rebalancer.adapters import convert, leadership, metrics

@@ -29,6 +29,7 @@ async def configuration(kubeconfig: Path | None = None, context: str | None = No
     try:
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
             # Re-reads the projected service-account token as it rotates.
+            # kubernetes-asyncio ships no annotations for this loader.
             config.load_incluster_config(  # type: ignore[no-untyped-call]
                 client_configuration=settings, try_refresh_token=True
             )

@@ -182,7 +182,7 @@ def scripted(*statuses: int | type[Exception]) -> tuple[KubeWriter, Scripted, Sl
     )
 
 
-PATCH: Callable[[KubeWriter], Any] = lambda w: w.patch_node("n", change(), "1")  # noqa: E731
+PATCH: Callable[[KubeWriter], Any] = lambda w: w.patch_node("n", change(), "1")  # noqa: E731  # a table entry
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,315 @@
+"""The reconcile loop: an APScheduler 3.x interval job that runs the reconcile step, never two at
+once, woken early by window edges and by informer changes (debounced), and a clean shutdown.
+
+- One job, ``max_instances=1`` and ``coalesce=True``: APScheduler never starts a second run while
+  one is in flight, and runs missed while busy collapse into one. ``_run`` keeps its own flag too,
+  and a wake-up that arrives during a run is not dropped: it becomes one run right after.
+- ``wake`` (and ``on_change``, the informer's callback) moves the job's next run to
+  ``now + debounce`` unless a run is due sooner already (``debounced``): a burst of changes (a
+  drain's dozen pod events) collapses into one run at the first event plus the delay. After a run
+  the interval starts again from it (the trigger counts from the last fire time).
+- After each run the next window edge (``edges(now)``, e.g. ``Reconciler.next_edge``) is
+  compared with the next scheduled run (``edge_wake``); if it comes first the job is moved to
+  just after the edge, so a window that closes is acted on at once, not up to an interval late.
+- ``serve``: runs until SIGTERM/SIGINT (or a given event), then stops scheduling, lets the step
+  in flight finish, releases the lease, and returns 0.
+
+APScheduler reads the wall clock itself; the decisions about WHEN are pure functions here
+(``debounced``, ``edge_wake``) so that tests check them without waiting on any clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+Step = Callable[[], Awaitable[object]]
+Edges = Callable[[datetime], datetime | None]
+
+JOB_ID = "reconcile"
+SETTLE = timedelta(seconds=1)  # run this long after a window edge, safely on its far side
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+# ---------------------------------------------------------------------------------------------
+# When to run: pure
+
+
+def debounced(now: datetime, due: datetime | None, delay: timedelta) -> datetime:
+    """When a wake-up at ``now`` makes the step run: ``now + delay``, unless a run is already
+    due at or before that (then that run serves the wake-up too)."""
+    wanted = now + delay
+    return due if due is not None and due <= wanted else wanted
+
+
+def edge_wake(
+    due: datetime | None, edge: datetime | None, settle: timedelta = SETTLE
+) -> datetime | None:
+    """The earlier run time the edge asks for, or ``None`` when the scheduled run comes first."""
+    if edge is None:
+        return None
+    wanted = edge + settle
+    return wanted if due is None or wanted < due else None
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class ReconcileLoop:
+    def __init__(
+        self,
+        step: Step,
+        *,
+        interval: timedelta = timedelta(seconds=30),
+        debounce: timedelta = timedelta(seconds=2),
+        edges: Edges = lambda _now: None,
+        clock: Clock = _utc_now,
+        scheduler: AsyncIOScheduler | None = None,
+    ) -> None:
+        self.step, self.interval, self.debounce = step, interval, debounce
+        self.edges, self.clock = edges, clock
+        self.scheduler = scheduler or AsyncIOScheduler(timezone=UTC)
+        self.runs = 0
+        self._running = False
+        self._again = False  # a wake-up came during a run
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._stopping = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Schedule the job (first run at once) and start the scheduler."""
+        self.scheduler.add_job(
+            self._run,
+            IntervalTrigger(seconds=self.interval.total_seconds(), timezone=UTC),
+            id=JOB_ID,
+            name="reconcile",
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=None,  # late is better than never
+            next_run_time=self.clock(),
+        )
+        if not self.scheduler.running:
+            self.scheduler.start()
+
+    async def stop(self) -> None:
+        """No new run starts; the one in flight finishes; then the scheduler shuts down."""
+        self._stopping = True
+        with contextlib.suppress(Exception):
+            self.scheduler.remove_job(JOB_ID)
+        await self._idle.wait()
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=False)
+
+    # -- wake-ups -----------------------------------------------------------------------------
+
+    def due(self) -> datetime | None:
+        job = self.scheduler.get_job(JOB_ID)
+        when: datetime | None = None if job is None else job.next_run_time
+        return when
+
+    def wake(self, why: str = "") -> None:
+        """Run soon (debounced). Safe to call from the informer's callbacks."""
+        if self._stopping:
+            return
+        if self._running:
+            self._again = True
+            return
+        due = self.due()
+        if due is None:  # not started yet: the first run comes at once anyway
+            return
+        when = debounced(self.clock(), due, self.debounce)
+        if when != due:
+            log.debug("wake-up at %s: %s", when.isoformat(), why)
+            self.scheduler.modify_job(JOB_ID, next_run_time=when)
+
+    def on_change(self, node: str, why: str) -> None:
+        """``Informer(on_change=...)``: the informer calls it only for changes that matter."""
+        self.wake(f"node {node}: {why}")
+
+    # -- the job ------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        if self._running or self._stopping:  # belt and braces: max_instances=1 already
+            return
+        self._running, self._again = True, False
+        self._idle.clear()
+        try:
+            self.runs += 1
+            await self.step()
+        except Exception:
+            log.exception("reconcile step failed; the next run starts from the cluster again")
+        finally:
+            self._running = False
+            self._idle.set()
+        if self._stopping:
+            return
+        if self._again:
+            self._again = False
+            self.wake("changes during the last run")
+            return
+        edge = self.edges(self.clock())
+        when = edge_wake(self.due(), edge)
+        if when is not None:
+            log.info("window edge at %s: next run moved to %s", edge, when.isoformat())
+            self.scheduler.modify_job(JOB_ID, next_run_time=when)
+
+
+# ---------------------------------------------------------------------------------------------
+# The process: until a signal, then a clean exit
+
+
+async def serve(
+    loop: ReconcileLoop,
+    *,
+    release: Callable[[], Awaitable[object]] | None = None,
+    stop: asyncio.Event | None = None,
+    signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT),
+) -> int:
+    """Run ``loop`` until one of ``signals`` (or ``stop`` is set); finish the step in flight,
+    release the lease, return the exit status (0)."""
+    stop = stop or asyncio.Event()
+    running = asyncio.get_running_loop()
+    for sig in signals:
+        running.add_signal_handler(sig, stop.set)
+    try:
+        loop.start()
+        await stop.wait()
+        log.info("stopping: finishing the step in flight")
+    finally:
+        for sig in signals:
+            running.remove_signal_handler(sig)
+        await loop.stop()
+        if release is not None:
+            try:
+                await release()
+            except Exception:
+                log.exception("releasing the lease failed; it expires by itself")
+    log.info("stopped")
+    return 0
+
+
+class Source(Protocol):
+    """``adapters.informer.Informer``: runs for ever, says when it has listed and when a change
+    that matters came in."""
+
+    synced: asyncio.Event
+    changed: asyncio.Event
+
+    async def run(self) -> None: ...
+
+
+class Candidate(Protocol):
+    """``adapters.leadership.LeaderElector``: cancelling ``run`` releases the lease."""
+
+    async def run(self) -> None: ...
+
+
+async def run_controller(
+    step: Step,
+    *,
+    informer: Source,
+    elector: Candidate | None = None,
+    edges: Edges = lambda _now: None,
+    interval: timedelta = timedelta(seconds=30),
+    debounce: timedelta = timedelta(seconds=2),
+    stop: asyncio.Event | None = None,
+    signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT),
+) -> int:
+    """The controller process: informer and election in the background; once the informer has
+    listed, the loop (``step`` is ``Reconciler.tick``; the reconciler runs its start-up on the
+    first tick of each stretch of leadership). On a signal: the step in flight finishes, the
+    election is cancelled (which releases the lease), the informer stops; 0 is returned."""
+    background: list[asyncio.Task[None]] = [
+        asyncio.create_task(informer.run(), name="informer"),
+    ]
+    campaign = asyncio.create_task(elector.run(), name="election") if elector else None
+    loop = ReconcileLoop(step, interval=interval, debounce=debounce, edges=edges)
+    stop = stop or asyncio.Event()
+
+    async def forward_changes() -> None:
+        while True:
+            await informer.changed.wait()
+            informer.changed.clear()
+            loop.wake("informer change")
+
+    async def release() -> None:
+        if campaign is not None:
+            campaign.cancel()  # LeaderElector.run releases the lease on cancellation
+            with contextlib.suppress(asyncio.CancelledError):
+                await campaign
+
+    running = asyncio.get_running_loop()
+    for sig in signals:  # from the start: a signal while listing ends the process cleanly too
+        running.add_signal_handler(sig, stop.set)
+    try:
+        synced = asyncio.create_task(informer.synced.wait())
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait((synced, stopped), return_when=asyncio.FIRST_COMPLETED)
+        synced.cancel()
+        stopped.cancel()
+        if stop.is_set():
+            await release()
+            return 0
+        background.append(asyncio.create_task(forward_changes(), name="wake-ups"))
+        return await serve(loop, release=release, stop=stop, signals=())
+    finally:
+        for sig in signals:
+            running.remove_signal_handler(sig)
+        await release()
+        for task in background:
+            task.cancel()
+        for task in background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+# ---------------------------------------------------------------------------------------------
+# Structured logs
+
+
+_STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time (UTC, RFC 3339), level, logger, message, any ``extra``
+    fields, and the exception text when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in _STANDARD and not key.startswith("_"):
+                doc[key] = value
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
+        return json.dumps(doc, default=str, separators=(",", ":"))
+
+
+def json_logging(level: int = logging.INFO) -> None:
+    """Send every log record to stderr as a JSON line."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)

@@ -1,0 +1,571 @@
+"""The reconcile step against the Kubernetes API emulator over HTTP, with the real informer and
+actuator, a scripted metrics source and the in-memory audit store.
+
+A journal records, in the order they happened, every batch the audit store took and every node
+write the emulator's store took (hooked in process, behind the HTTP server), so "the intent was
+committed before the node changed" is checked on the server's own record, not on what the
+client believes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from rebalancer.adapters import convert
+from rebalancer.adapters.actuator import Actuator, Outcome
+from rebalancer.adapters.audit import AuditLog, MemoryAuditStore, UlidFactory
+from rebalancer.adapters.gate import LeaderGatedWriter
+from rebalancer.adapters.informer import Informer, WatchSettings
+from rebalancer.adapters.leadership import Term
+from rebalancer.adapters.metrics import HistoryResult, PoolMetrics
+from rebalancer.adapters.writer import KubeWriter, NodeWriter, RetryPolicy
+from rebalancer.core import model
+from rebalancer.core.audit import AuditRecord, Kind, Result
+from rebalancer.core.nodestate import Keys
+from rebalancer.core.policy import PoolPolicy, default_lend_spec
+from rebalancer.runtime.loop import run_controller
+from rebalancer.runtime.reconcile import PoolConfig, Reconciler, TickReport
+from rebalancer.sandbox import cluster
+from rebalancer.sandbox.resources import NODES, PODS
+from rebalancer.sandbox.store import ListRequest, Store
+from rebalancer.sandbox.watcher import Scope
+from strategies import registry
+from tests.adapters.conftest import Emulator, Pulse, emulated, stop
+from tests.adapters.test_actuator import Crash, Recorder, daemon_pod
+
+Obj = dict[str, Any]
+KEYS = Keys()
+SPEC = default_lend_spec(KEYS)
+RULES = convert.PodRules(
+    lend_taints=SPEC.add_taints,
+    serving_taints=SPEC.remove_taints,
+    inference_selector={"app": "llm-serving"},
+)
+POOL = model.PoolName("inference")
+POLICY = PoolPolicy(
+    rps_per_node=100.0,
+    min_serving=2,
+    cooldown=timedelta(0),
+    min_loan=timedelta(0),
+    max_step_fraction=1.0,
+    reclaim_deadline=timedelta(seconds=60),
+    lend_spec=SPEC,
+)
+CONFIG = PoolConfig(
+    name=POOL,
+    node_selector={"gpu-pool": "inference"},
+    policy=POLICY,
+    rules=RULES,
+    strategy=registry.build("reactive"),
+    strategy_name="reactive",
+)
+BUSY = ("inference-0", "inference-1")  # run inference replicas: never lent
+IDLE = tuple(f"inference-{i}" for i in range(2, cluster.INFERENCE.size))
+LOW, HIGH = 150.0, 900.0  # rps: need 2 nodes (lend the 6 idle ones), then more than 8
+
+
+async def no_sleep(_: float) -> None:
+    """Retry backoff without waiting on the wall clock."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Fakes and the journal
+
+
+@dataclass
+class ScriptedMetrics:
+    """Demand as the test says; ``at`` None: sampled at the moment of the read."""
+
+    box: Emulator
+    demand: float = LOW
+    at: datetime | None = None
+    reads: int = 0
+
+    async def read(
+        self, pool: model.PoolName, nodes: Iterable[model.NodeName], now: datetime | None = None
+    ) -> PoolMetrics:
+        self.reads += 1
+        at = self.at if self.at is not None else self.box.clock()
+        return PoolMetrics(pool, model.Sample(self.demand, at), model.Sample(0.0, at))
+
+    async def history(
+        self,
+        pool: model.PoolName,
+        nodes: Iterable[model.NodeName],
+        since: datetime,
+        until: datetime,
+        step: timedelta,
+    ) -> HistoryResult:
+        return HistoryResult(model.DemandHistory.empty(since))
+
+
+@dataclass
+class Lead:
+    """Leadership as the test scripts it: ``answers`` first, then ``leading``."""
+
+    box: Emulator
+    leading: bool = True
+    answers: deque[bool] = field(default_factory=deque)
+    identity: str = "replica-a"
+    term: Term | None = None
+
+    @property
+    def now(self) -> Any:
+        return self.box.clock
+
+    def may_write(self, now: datetime) -> bool:
+        return self.answers.popleft() if self.answers else self.leading
+
+
+@dataclass
+class Seen:
+    """An ``Observer`` that remembers what it was told."""
+
+    leader: list[bool] = field(default_factory=list)
+    lent: list[dict[str, int]] = field(default_factory=list)
+    steps: int = 0
+    audit_failures: list[str] = field(default_factory=list)
+    reclaims: list[tuple[str, datetime, datetime]] = field(default_factory=list)
+
+    def observe_snapshot(self, snapshot: model.Snapshot) -> None:
+        pass
+
+    def observe_lent(self, lent: Mapping[str, int]) -> None:
+        self.lent.append(dict(lent))
+
+    def observe_plan(self, plan: model.Plan) -> None:
+        self.steps += len(plan.steps)
+
+    def observe_leader(self, identity: str, leading: bool) -> None:
+        self.leader.append(leading)
+
+    def observe_audit_failure(self, operation: str) -> None:
+        self.audit_failures.append(operation)
+
+    def observe_reclaim_done(self, pool: str, started: datetime, serving: datetime) -> None:
+        self.reclaims.append((pool, started, serving))
+
+
+Entry = tuple[str, str, str, str]  # ("audit", kind, id, node) or ("node", name, decision, state)
+
+
+class JournalStore(MemoryAuditStore):
+    def __init__(self, journal: list[Entry]) -> None:
+        super().__init__()
+        self.journal = journal
+
+    async def append(self, batch: Sequence[AuditRecord]) -> None:
+        await super().append(batch)
+        for r in batch:
+            self.journal.append(("audit", r.kind.value, r.id, r.node or ""))
+
+
+def hook_node_writes(store: Store, journal: list[Entry], monkeypatch: pytest.MonkeyPatch) -> None:
+    patch = store.patch
+
+    def recorded(*args: Any, **kwargs: Any) -> Obj:
+        out = patch(*args, **kwargs)
+        if args[0] is NODES and not kwargs.get("dry_run"):
+            meta = out["metadata"]
+            decision = (meta.get("annotations") or {}).get(KEYS.decision, "")
+            state = (meta.get("labels") or {}).get(KEYS.state, "serving")
+            journal.append(("node", meta["name"], decision, state))
+        return out
+
+    monkeypatch.setattr(store, "patch", recorded)
+
+
+# ---------------------------------------------------------------------------------------------
+# The world
+
+
+def expected_views(store: Store) -> tuple[model.NodeView, ...]:
+    nodes = Store.list_page(store, ListRequest(Scope(NODES))).items
+    on: dict[str, list[Obj]] = {}
+    for pod in Store.list_page(store, ListRequest(Scope(PODS))).items:
+        node = pod["spec"].get("nodeName")
+        if node and not convert.finished(pod):
+            on.setdefault(node, []).append(pod)
+    views = []
+    for node in nodes:
+        name = node["metadata"]["name"]
+        pods = sorted(
+            on.get(name, []), key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])
+        )
+        views.append(convert.node_view(node, [convert.pod_view(p, RULES) for p in pods]))
+    return tuple(sorted(views, key=lambda v: v.name))
+
+
+def scheduling(store: Store, name: str) -> tuple[str, str]:
+    """What a restore must give back byte for byte: labels and taints, as JSON text."""
+    obj = store.get(NODES, None, name)
+    return json.dumps(obj["metadata"].get("labels")), json.dumps(obj["spec"].get("taints"))
+
+
+def state_of(store: Store, name: str) -> str:
+    labels = store.get(NODES, None, name)["metadata"].get("labels") or {}
+    return str(labels.get(KEYS.state, "serving"))
+
+
+@dataclass
+class World:
+    box: Emulator
+    informer: Informer
+    pulse: Pulse
+    metrics: ScriptedMetrics
+    lead: Lead
+    audit: JournalStore
+    journal: list[Entry]
+    reconciler: Reconciler
+    originals: dict[str, tuple[str, str]]
+    writer: NodeWriter
+    seen: Seen
+
+    @property
+    def store(self) -> Store:
+        return self.box.store
+
+    async def caught_up(self) -> None:
+        await self.pulse.until(
+            lambda: self.informer.node_views(RULES) == expected_views(self.store)
+        )
+
+    async def tick(self) -> TickReport:
+        await self.caught_up()
+        report = await self.reconciler.tick()
+        await self.caught_up()
+        return report
+
+    def advance(self, seconds: float) -> None:
+        self.box.clock.advance(seconds)
+        self.store.schedule()
+
+    def node_writes(self) -> list[Entry]:
+        return [e for e in self.journal if e[0] == "node"]
+
+    def records(self, kind: Kind) -> list[AuditRecord]:
+        return [r for r in self.audit.records if r.kind is kind]
+
+
+def make_reconciler(
+    box: Emulator,
+    writer: NodeWriter,
+    informer: Informer,
+    metrics: ScriptedMetrics,
+    lead: Lead,
+    store: MemoryAuditStore,
+    seen: Seen | None = None,
+) -> Reconciler:
+    actuator = Actuator(writer, KEYS, SPEC, RULES, box.clock)
+    return Reconciler(
+        [CONFIG],
+        views=informer,
+        metrics=metrics,
+        clock=box.clock,
+        actuators={POOL: actuator},
+        audit_log=AuditLog(store, sink=None, new_id=UlidFactory(box.clock)),
+        leadership=lead,
+        keys=KEYS,
+        observer=seen,
+    )
+
+
+@asynccontextmanager
+async def world(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[World]:
+    async with emulated() as box:
+        store = box.store
+        for name in (*BUSY, *IDLE):
+            cluster.add(store, daemon_pod(name))
+        for i, name in enumerate(BUSY):
+            cluster.add(store, cluster.inference_pod(i, node_name=name))
+        originals = {name: scheduling(store, name) for name in (*BUSY, *IDLE)}
+        journal: list[Entry] = []
+        hook_node_writes(store, journal, monkeypatch)
+        pulse = Pulse()
+        informer = Informer(
+            box.api, settings=WatchSettings(timeout_seconds=86_400), on_change=pulse
+        )
+        metrics = ScriptedMetrics(box)
+        lead = Lead(box, term=Term("replica-a", 3, box.clock()))
+        kube = KubeWriter(client.CoreV1Api(box.api), RetryPolicy(sleep=no_sleep))
+        writer = LeaderGatedWriter(kube, lead.may_write, box.clock, lead.identity)
+        audit = JournalStore(journal)
+        seen = Seen()
+        reconciler = make_reconciler(box, writer, informer, metrics, lead, audit, seen)
+        task = asyncio.create_task(informer.run())
+        try:
+            await asyncio.wait_for(informer.synced.wait(), 5)
+            yield World(
+                box,
+                informer,
+                pulse,
+                metrics,
+                lead,
+                audit,
+                journal,
+                reconciler,
+                originals,
+                writer,
+                seen,
+            )
+        finally:
+            await stop(task)
+
+
+def add_training(store: Store, jobs: int) -> None:
+    for job in range(jobs):
+        cluster.add(store, cluster.training_pod(f"job-{job}", 0, priority_class=None))
+    store.schedule()
+
+
+def check_audit_order(w: World) -> None:
+    """Every node write names an intent committed before it, and every intent was closed."""
+    position = {e[2]: i for i, e in enumerate(w.journal) if e[0] == "audit"}
+    intents = {r.id: r for r in w.records(Kind.INTENT)}
+    for i, (_, node, decision, _state) in enumerate(w.journal):
+        if _ != "node":
+            continue
+        assert decision in intents, (node, decision)
+        assert intents[decision].node == node
+        assert position[decision] < i, f"{node}: written before its intent {decision}"
+    closed = {r.intent_id for r in w.records(Kind.OUTCOME)}
+    assert set(intents) <= closed, set(intents) - closed
+    for r in w.records(Kind.OUTCOME):
+        assert r.intent_id is not None
+        assert position[r.intent_id] < position[r.id]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_low_demand_lends_idle_nodes_only_and_high_demand_reclaims_them_byte_for_byte(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with world(monkeypatch) as w:
+        assert await w.reconciler.start() == ()
+        w.metrics.demand = LOW
+        report = await w.tick()
+        assert report.leading
+        assert report.error is None
+        lent = sorted(a.node for a in report.steps)
+        assert lent == sorted(IDLE)
+        assert all(a.result and a.result.outcome is Outcome.DONE for a in report.steps)
+        assert {n: state_of(w.store, n) for n in IDLE} == dict.fromkeys(IDLE, "lent")
+        assert {n: state_of(w.store, n) for n in BUSY} == dict.fromkeys(BUSY, "serving")
+        for name in BUSY:
+            assert scheduling(w.store, name) == w.originals[name]
+        # The node's decision annotation is the id of its intent record.
+        for a in report.steps:
+            assert a.intent is not None
+            assert a.outcome is not None
+            ann = w.store.get(NODES, None, a.node)["metadata"]["annotations"]
+            assert ann[KEYS.decision] == a.intent.id
+            assert a.outcome.outcome == Result.APPLIED.value
+
+        # A steady tick: nothing more to do, nothing written to the cluster.
+        before = len(w.node_writes())
+        assert not (await w.tick()).applied
+        assert len(w.node_writes()) == before
+
+        # Training lands on the lent nodes; demand comes back.
+        add_training(w.store, len(IDLE))
+        w.metrics.demand = HIGH
+        report = await w.tick()
+        assert sorted(a.node for a in report.steps) == sorted(IDLE)
+        assert all(a.call == "reclaim" for a in report.steps)
+        for _ in range(6):  # the borrowed pods drain; the deadline passes
+            if all(state_of(w.store, n) == "serving" for n in IDLE):
+                break
+            w.advance(30)
+            report = await w.tick()
+            assert not report.steps
+        assert {n: state_of(w.store, n) for n in IDLE} == dict.fromkeys(IDLE, "serving")
+        for name in (*BUSY, *IDLE):
+            assert scheduling(w.store, name) == w.originals[name], name
+        check_audit_order(w)
+        # Every transition: an intent, then a node write naming it, then an outcome.
+        states = [e[3] for e in w.node_writes()]
+        assert states.count("lent") == len(IDLE)
+        assert states.count("reclaiming") == len(IDLE)
+        progressed = [r for r in w.records(Kind.OUTCOME) if r.detail.get("call") == "progress"]
+        assert progressed, "the drains were driven by progress passes and audited"
+        assert set(w.seen.leader) == {True}
+        assert w.seen.lent[0] == {POOL: 0}
+        assert w.seen.lent[1] == {POOL: len(IDLE)}
+        assert sorted(p for p, _, _ in w.seen.reclaims) == [POOL] * len(IDLE)
+        assert all(started < serving for _, started, serving in w.seen.reclaims)
+
+
+async def test_stale_metrics_stop_lending_and_past_the_grace_the_loans_are_taken_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with world(monkeypatch) as w:
+        await w.reconciler.start()
+        w.metrics.demand = LOW
+        w.metrics.at = w.box.clock() - timedelta(minutes=3)  # older than the 2 min staleness
+        report = await w.tick()
+        assert not report.plan.steps
+        assert {r.reason for r in report.plan.rejections} == {model.Reason.METRICS_STALE}
+        assert not w.node_writes()
+
+        w.metrics.at = None  # fresh again: the idle nodes are lent
+        report = await w.tick()
+        assert len(report.steps) == len(IDLE)
+
+        w.metrics.at = w.box.clock()  # the series stops here
+        w.advance(3 * 60)
+        report = await w.tick()
+        assert not report.plan.steps  # stale: no new lending, loans kept within the grace
+        assert all(state_of(w.store, n) == "lent" for n in IDLE)
+
+        w.advance(5 * 60)  # stale past staleness + grace: every loan comes back
+        report = await w.tick()
+        assert sorted(a.node for a in report.steps) == sorted(IDLE)
+        assert {s.reason for s in report.plan.steps} == {model.Reason.METRICS_LOST}
+        for _ in range(4):
+            if all(state_of(w.store, n) == "serving" for n in IDLE):
+                break
+            w.advance(30)
+            await w.tick()
+        for name in IDLE:
+            assert scheduling(w.store, name) == w.originals[name], name
+        check_audit_order(w)
+
+
+async def test_a_follower_plans_but_writes_nothing_to_the_cluster_or_the_audit_log(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with world(monkeypatch) as w:
+        w.lead.leading = False
+        w.metrics.demand = LOW
+        report = await w.tick()
+        assert not report.leading
+        assert len(report.plan.steps) == len(IDLE)  # it knows what it would do
+        assert not report.applied
+        assert not w.node_writes()
+        assert not w.audit.records
+        assert w.seen.leader == [False]
+
+        # It takes over: the first tick of its term recovers, then carries the plan out.
+        w.lead.leading = True
+        w.lead.term = Term("replica-a", 4, w.box.clock())
+        report = await w.tick()
+        assert sorted(a.node for a in report.steps) == sorted(IDLE)
+        check_audit_order(w)
+
+
+async def test_leadership_lost_after_the_intents_supersedes_them_and_writes_no_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with world(monkeypatch) as w:
+        await w.reconciler.start()
+        w.metrics.demand = LOW
+        w.lead.answers.extend([True])  # leads when the tick begins, then no more
+        w.lead.leading = False
+        report = await w.tick()
+        assert report.leading
+        assert not w.node_writes()
+        intents = w.records(Kind.INTENT)
+        assert len(intents) == len(IDLE)
+        outcomes = w.records(Kind.OUTCOME)
+        assert {r.outcome for r in outcomes} == {Result.SUPERSEDED.value}
+        assert {r.intent_id for r in outcomes} == {r.id for r in intents}
+
+
+async def test_a_failed_audit_store_means_nothing_is_written_this_tick(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with world(monkeypatch) as w:
+        w.metrics.demand = LOW
+        w.audit.fail_next = OSError("disk full")
+        report = await w.tick()
+        assert report.error is not None
+        assert "disk full" in report.error
+        assert w.seen.audit_failures == ["tick"]
+        assert not report.applied
+        assert not w.node_writes()
+        report = await w.tick()  # the store is back: the next tick does it
+        assert len(report.steps) == len(IDLE)
+        check_audit_order(w)
+
+
+async def test_start_up_supersedes_open_intents_and_recover_ends_a_half_done_lend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with world(monkeypatch) as w:
+        w.metrics.demand = LOW
+        # A previous run: its intent is on record, it crashes after the first write of a lend.
+        crashing = Recorder(w.writer, crash_after=1)
+        first = make_reconciler(w.box, crashing, w.informer, w.metrics, w.lead, w.audit)
+        with pytest.raises(Crash):
+            await first.tick()
+        await w.caught_up()
+        half = [n for n in IDLE if state_of(w.store, n) == "lending"]
+        assert len(half) == 1
+        pending = await w.audit.pending_intents()
+        assert len(pending) == len(IDLE)  # committed before the crash, never closed
+
+        results = await w.reconciler.start()
+        assert [(r.node, r.outcome) for r in results] == [(half[0], Outcome.DONE)]
+        assert state_of(w.store, half[0]) == "serving"
+        assert scheduling(w.store, half[0]) == w.originals[half[0]]
+        assert await w.audit.pending_intents() == ()
+        superseded = [r for r in w.records(Kind.OUTCOME) if r.outcome == Result.SUPERSEDED.value]
+        assert {r.intent_id for r in superseded} == {r.id for r in pending}
+
+        report = await w.tick()  # and the new run lends afresh
+        assert sorted(a.node for a in report.steps) == sorted(IDLE)
+        check_audit_order(w)
+
+
+async def test_the_controller_process_lends_on_its_first_tick_and_stops_cleanly() -> None:
+    """``run_controller`` with the real informer and actuator: the informer lists, the first
+    tick (start-up included) lends the idle nodes, our own writes wake it again (debounced),
+    and a stop (what SIGTERM does) ends it with 0 after the step in flight."""
+    async with emulated() as box:
+        store = box.store
+        for i, name in enumerate(BUSY):
+            cluster.add(store, cluster.inference_pod(i, node_name=name))
+        informer = Informer(box.api, settings=WatchSettings(timeout_seconds=86_400))
+        lead = Lead(box, term=Term("replica-a", 1, box.clock()))
+        kube = KubeWriter(client.CoreV1Api(box.api), RetryPolicy(sleep=no_sleep))
+        audit = MemoryAuditStore()
+        reconciler = make_reconciler(box, kube, informer, ScriptedMetrics(box), lead, audit)
+        stop = asyncio.Event()
+        reports: list[TickReport] = []
+        woke = asyncio.Event()
+
+        async def step() -> None:
+            reports.append(await reconciler.tick())
+            if len(reports) >= 2:
+                woke.set()
+                stop.set()
+
+        controller = asyncio.create_task(
+            run_controller(
+                step,
+                informer=informer,
+                edges=reconciler.next_edge,
+                debounce=timedelta(milliseconds=20),
+                interval=timedelta(hours=1),
+                stop=stop,
+                signals=(),
+            )
+        )
+        async with asyncio.timeout(5):
+            await woke.wait()
+            assert await controller == 0
+        assert sorted(a.node for a in reports[0].steps) == sorted(IDLE)
+        assert all(state_of(store, n) == "lent" for n in IDLE)
+        assert not reports[1].steps  # woken by its own writes: nothing more to do
+        assert informer.synced.is_set()
