@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from rebalancer import __version__
 from rebalancer.errors import ConfigError, RebalancerError
+from rebalancer.settings import InvalidSettings, Settings
 from rebalancer.sim import engine, report, simulate, traces
 from strategies import registry
 
@@ -34,6 +35,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         result: int = args.handler(args)
+    except InvalidSettings as exc:
+        for line in exc.lines:
+            print(f"rebalancer: {line}", file=sys.stderr)
+        return EXIT_USAGE
     except registry.ParameterError as exc:
         for problem in exc.problems:
             print(f"rebalancer: strategy {exc.strategy!r}: {problem}", file=sys.stderr)
@@ -83,6 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--out", required=True, type=Path, help="directory for the results")
     sim.add_argument("--quiet", action="store_true", help="no progress bar, no table")
     sim.set_defaults(handler=_simulate)
+
+    _controller_commands(commands)
 
     # Listed for --help only: main() hands `sandbox ...` to the sandbox's own parser.
     commands.add_parser(
@@ -151,6 +158,158 @@ def _strategy_params(items: list[str]) -> dict[str, dict[str, Any]]:
             raise ConfigError(f"--params {item!r}: the JSON must be an object")
         params[name] = value
     return params
+
+
+# ---------------------------------------------------------------------------------------------
+# The controller: run, reclaim, audit
+
+
+def _controller_commands(commands: Any) -> None:
+    def common(p: argparse.ArgumentParser, kube: bool = True) -> None:
+        p.add_argument(
+            "--config", type=Path, help="settings file (default: $REBALANCER_CONFIG, else none)"
+        )
+        if kube:
+            p.add_argument(
+                "--kubeconfig",
+                type=Path,
+                help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)",
+            )
+
+    run = commands.add_parser(
+        "run",
+        help="run the controller until SIGTERM",
+        description="Run the controller: informer, leader election, reconcile loop and the "
+        "HTTP server (metrics, probes, audit API), until SIGTERM or SIGINT.",
+    )
+    common(run)
+    run.set_defaults(handler=_run)
+
+    reclaim = commands.add_parser(
+        "reclaim",
+        help="take lent nodes back now (audited, origin operator)",
+        description="Take loans back now through the audited path: an intent record (origin "
+        "operator), the actuator's reclaim, progress until the node serves again or the "
+        "deadline has passed, an outcome record. Exits 1 if a node could not be restored.",
+    )
+    which = reclaim.add_mutually_exclusive_group(required=True)
+    which.add_argument("--all", action="store_true", help="every node lent or in flight")
+    which.add_argument("--node", action="append", metavar="NAME", help="this node (repeatable)")
+    common(reclaim)
+    reclaim.set_defaults(handler=_reclaim)
+
+    show = commands.add_parser(
+        "audit",
+        help="show audit records",
+        description="Read the audit store named by the settings (audit.url), oldest first.",
+    )
+    common(show, kube=False)
+    show.add_argument("--since", help="RFC 3339 time, e.g. 2026-03-02T12:00:00Z")
+    show.add_argument("--pool", help="only this pool")
+    show.add_argument("--node", help="only this node")
+    show.add_argument("--action", choices=("lend", "reclaim"), help="only this action")
+    show.add_argument("--limit", type=int, default=100, help="at most this many records (100)")
+    show.add_argument("--json", action="store_true", help="one JSON object per line")
+    show.set_defaults(handler=_audit)
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    from rebalancer import settings
+
+    return settings.load(settings.config_path(args.config))
+
+
+def _run(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from rebalancer.runtime import loop, wiring
+
+    config = _settings(args)
+    loop.json_logging(getattr(logging, config.log_level))
+
+    async def go() -> int:
+        async with wiring.Controller.open(config, args.kubeconfig) as controller:
+            return await controller.run()
+
+    return asyncio.run(go())
+
+
+def _reclaim(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from rebalancer.runtime import wiring
+
+    config = _settings(args)
+
+    async def go() -> int:
+        failed = 0
+        async with wiring.Parts.open(config, args.kubeconfig) as parts:
+            nodes = await wiring.lent_nodes(parts) if args.all else list(args.node)
+            if not nodes:
+                print("no node is lent")
+            for node in nodes:
+                done = await wiring.operator_reclaim(parts, node)
+                outcome = done.result.outcome.value if done.result is not None else "error"
+                intent = done.intent.id if done.intent is not None else "-"
+                print(f"{node}\t{outcome}\t{done.message}\t(intent {intent})", flush=True)
+                failed += not done.ok
+        return 1 if failed else 0
+
+    return asyncio.run(go())
+
+
+COLUMNS = ("time", "kind", "pool", "node", "action", "origin", "result", "message")
+
+
+def _audit(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from rebalancer.adapters.audit import AuditQuery, json_line
+    from rebalancer.runtime import http, wiring
+
+    config = _settings(args)
+    since = None
+    if args.since is not None:
+        try:
+            since = http.parse_time("--since", args.since)
+        except http.BadParameter as exc:
+            raise ConfigError(str(exc)) from None
+    if args.limit < 1:
+        raise ConfigError(f"--limit={args.limit}: must be at least 1")
+    query = AuditQuery(
+        since=since, pool=args.pool, node=args.node, action=args.action, limit=args.limit
+    )
+
+    async def go() -> int:
+        store = await wiring.open_audit_store(config)
+        try:
+            page = await store.query(query)
+        finally:
+            await store.close()
+        if args.json:
+            for record in page.records:
+                print(json_line(record))
+            return 0
+        rows = [
+            (
+                r.time.isoformat(timespec="seconds"),
+                r.kind.value,
+                r.pool,
+                r.node or "-",
+                r.action or "-",
+                r.origin or "-",
+                r.outcome or r.reason,
+                r.message,
+            )
+            for r in page.records
+        ]
+        widths = [max([len(c)] + [len(row[i]) for row in rows]) for i, c in enumerate(COLUMNS)]
+        for row in [COLUMNS, *rows]:
+            print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+        return 0
+
+    return asyncio.run(go())
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from typing import Any, Protocol
 from rebalancer.adapters.actuator import ActionResult, Outcome
 from rebalancer.adapters.audit import AuditLog
 from rebalancer.adapters.convert import PodRules
+from rebalancer.adapters.events import EventRecorder, NoEvents
 from rebalancer.adapters.leadership import Term
 from rebalancer.adapters.metrics import HistoryResult, PoolMetrics
 from rebalancer.core import audit, model, nodestate, planning, windows
@@ -261,6 +262,7 @@ class Reconciler:
         paused: Callable[[], bool] = lambda: False,
         dry_run: bool = False,
         observer: Observer | None = None,
+        events: EventRecorder | None = None,
     ) -> None:
         names = [p.name for p in pools]
         if len(set(names)) != len(names):
@@ -275,6 +277,9 @@ class Reconciler:
         self.history_settings = history or HistorySettings()
         self.paused, self.dry_run = paused, dry_run
         self.observer: Observer = observer or _NoObserver()
+        # Transitions are recorded by the actuators (see wiring.RecordingActuator); the refused
+        # overrides are known only here, from the plan.
+        self.events: EventRecorder = events or NoEvents()
         self._started: object = _NOT_STARTED  # the leadership term ``start`` last ran for
         self._histories: dict[PoolName, tuple[datetime, model.DemandHistory]] = {}
         self._warned: set[NodeName] = set()
@@ -351,6 +356,7 @@ class Reconciler:
             log.exception("audit store failed; nothing is written this tick")
             self.observer.observe_audit_failure("tick")
             return replace(report, leading=True, error=f"audit store failed: {exc}")
+        await self.events.findings(plan)
         applied = await self.apply(plan, tick)
         acted = {a.node for a in applied}
         progressed = await self.drive(seen.snapshot, acted)

@@ -1,0 +1,191 @@
+"""Kubernetes Events for what the controller does to a node, and for overrides it refuses.
+
+Where it sits: the reconciler (``runtime.reconcile``) hands the recorder every actuator result
+of a leading tick (``await events.action(result)``) and, once per leading tick, the plan
+(``await events.findings(plan)``). ``kubectl describe node NAME`` then shows the loan's story
+next to the kubelet's own events, and a bad ``rebalancer.io/...`` annotation is reported where
+the operator who wrote it looks.
+
+What is recorded (events.k8s.io/v1, ``reportingController`` ``rebalancer.io/controller``):
+
+- a lend completed (``finish_lend`` applied): Normal ``Lent``, action ``Lend``;
+- a reclaim began (``begin_reclaim`` applied: serving taints and labels back, the drain
+  starts): Normal ``Reclaiming``, action ``Reclaim``;
+- a reclaim finished (the node serves again): Normal ``Restored``, action ``Reclaim``;
+- an unfinished lend was rolled back: Normal ``LendRolledBack``, action ``Lend``;
+- the planner refused an override annotation (a ``core.model.Finding``): Warning
+  ``OverrideRefused``, action ``Refuse``, the note naming the key, the value and why.
+
+Why it is shaped like this:
+- Every Event about a Node is created in the ``default`` namespace with ``regarding`` the Node:
+  a Node is cluster-scoped, and the strict events.k8s.io/v1 validation accepts an Event about a
+  cluster-scoped object only in ``default`` (the emulator enforces it too: its README). As the
+  kubelet does for its node events, ``regarding.uid`` is the node's name.
+- Recording never fails the tick: an API error is logged and counted (``failures``), nothing
+  raises out of ``action`` or ``findings``.
+- A refused override is recorded once per bad value: the key is (node, annotation key, value),
+  remembered for the life of the process, so a bad value seen on every tick makes one Event; a
+  changed value (still bad) makes a new one.
+- Dry-run results (``ActionResult.dry_run``) and results with nothing applied record nothing:
+  an Event says what happened to the node.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from kubernetes_asyncio import client
+
+from rebalancer.adapters.actuator import ActionResult, Outcome, WriteKind, WriteOutcome
+from rebalancer.core import model
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+Clock = Callable[[], datetime]
+
+CONTROLLER = "rebalancer.io/controller"
+NAMESPACE = "default"  # where an Event about a cluster-scoped object lives
+NOTE_LIMIT = 1024
+
+LENT, RECLAIMING, RESTORED, ROLLED_BACK = "Lent", "Reclaiming", "Restored", "LendRolledBack"
+OVERRIDE_REFUSED = "OverrideRefused"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEvent:
+    """One Event to record about a node."""
+
+    node: str
+    type: str  # Normal or Warning
+    reason: str
+    action: str
+    note: str
+
+
+class EventRecorder(Protocol):
+    """The seam the reconciler calls (``KubeEvents``; ``NoEvents`` to record nothing)."""
+
+    async def action(self, result: ActionResult, decision: str | None = None) -> None: ...
+
+    async def findings(self, plan: model.Plan) -> None: ...
+
+
+class NoEvents:
+    async def action(self, result: ActionResult, decision: str | None = None) -> None:
+        pass
+
+    async def findings(self, plan: model.Plan) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
+# What to record: pure
+
+
+def _applied(result: ActionResult, kind: WriteKind) -> bool:
+    return any(w.kind is kind and w.outcome is WriteOutcome.APPLIED for w in result.writes)
+
+
+def transition_events(result: ActionResult, decision: str | None = None) -> list[NodeEvent]:
+    """The Events one actuator call is worth (none for dry-run, a refusal, a conflict, ...)."""
+    if result.dry_run:
+        return []
+    tail = f" (decision {decision})" if decision else ""
+    out: list[NodeEvent] = []
+    node = result.node
+    if _applied(result, WriteKind.FINISH_LEND) and result.outcome is Outcome.DONE:
+        note = f"lent to training: serving taints and labels replaced{tail}"
+        out.append(NodeEvent(node, "Normal", LENT, "Lend", note))
+    if _applied(result, WriteKind.BEGIN_RECLAIM):
+        note = f"reclaim started: serving taints and labels restored, draining borrowed pods{tail}"
+        out.append(NodeEvent(node, "Normal", RECLAIMING, "Reclaim", note))
+    if _applied(result, WriteKind.FINISH) and result.outcome is Outcome.DONE:
+        if result.message.startswith("rolled back"):
+            note = f"unfinished lend rolled back: the node serves as before{tail}"
+            out.append(NodeEvent(node, "Normal", ROLLED_BACK, "Lend", note))
+        elif result.action in ("reclaim", "progress"):
+            note = f"restored: the node serves inference again{tail}"
+            out.append(NodeEvent(node, "Normal", RESTORED, "Reclaim", note))
+    return out
+
+
+def finding_event(finding: model.Finding) -> NodeEvent:
+    note = f"annotation {finding.key}={finding.value!r} refused: {finding.message}"
+    return NodeEvent(str(finding.node), "Warning", OVERRIDE_REFUSED, "Refuse", note)
+
+
+def micro_time(when: datetime) -> str:
+    """A Kubernetes MicroTime: RFC 3339 in UTC with six fractional digits."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def event_body(event: NodeEvent, instance: str, now: datetime) -> Obj:
+    return {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{event.node}.", "namespace": NAMESPACE},
+        "eventTime": micro_time(now),
+        "reportingController": CONTROLLER,
+        "reportingInstance": instance[:128],
+        "action": event.action,
+        "reason": event.reason,
+        "type": event.type,
+        # kubelet's convention for node events: the node's name as its uid
+        "regarding": {"apiVersion": "v1", "kind": "Node", "name": event.node, "uid": event.node},
+        "note": event.note[:NOTE_LIMIT],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The recorder
+
+
+class KubeEvents:
+    """``EventRecorder`` that creates events.k8s.io/v1 Events through the API."""
+
+    def __init__(
+        self,
+        api: Any,
+        *,
+        instance: str,
+        clock: Clock = lambda: datetime.now(UTC),
+    ) -> None:
+        self._events = client.EventsV1Api(api)
+        self.instance, self.clock = instance, clock
+        self._seen: set[tuple[str, str, str]] = set()  # (node, key, value) already reported
+        self.recorded = 0
+        self.failures = 0
+
+    async def action(self, result: ActionResult, decision: str | None = None) -> None:
+        for event in transition_events(result, decision):
+            await self.record(event)
+
+    async def findings(self, plan: model.Plan) -> None:
+        for pool in plan.pools.values():
+            await self.refused(pool.findings)
+
+    async def refused(self, findings: Iterable[model.Finding]) -> None:
+        for finding in findings:
+            key = (str(finding.node), finding.key, finding.value)
+            if key in self._seen:
+                continue
+            if await self.record(finding_event(finding)):
+                self._seen.add(key)  # a failed create is tried again next tick
+
+    async def record(self, event: NodeEvent) -> bool:
+        """Create the Event; whether it was stored. Never raises."""
+        body = event_body(event, self.instance, self.clock())
+        create: Any = self._events.create_namespaced_event  # a plain dict body is sent as is
+        try:
+            await create(NAMESPACE, body)
+        except Exception as exc:
+            self.failures += 1
+            log.warning("event %s on node %s not recorded: %r", event.reason, event.node, exc)
+            return False
+        self.recorded += 1
+        return True

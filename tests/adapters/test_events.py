@@ -1,0 +1,129 @@
+"""Kubernetes Events for node transitions and refused overrides, against the API emulator."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from rebalancer.adapters import convert, events
+from rebalancer.adapters.actuator import ActionResult, Actuator, Outcome
+from rebalancer.adapters.events import KubeEvents
+from rebalancer.adapters.writer import KubeWriter
+from rebalancer.core import model
+from rebalancer.core.nodestate import Keys
+from rebalancer.core.policy import default_lend_spec
+from tests.adapters.conftest import T0, Emulator
+
+KEYS = Keys()
+SPEC = default_lend_spec(KEYS)
+RULES = convert.PodRules(
+    lend_taints=SPEC.add_taints,
+    serving_taints=SPEC.remove_taints,
+    inference_selector={"app": "llm-serving"},
+)
+NODE = "inference-5"  # idle
+
+
+async def listed(box: Emulator) -> list[Any]:
+    """The Events in ``default``, in the order they were created."""
+    found = await client.EventsV1Api(box.api).list_namespaced_event(events.NAMESPACE)
+    return sorted(found.items, key=lambda e: int(e.metadata.resource_version))
+
+
+def recorder(box: Emulator) -> KubeEvents:
+    return KubeEvents(box.api, instance="replica-a", clock=box.clock)
+
+
+async def test_lend_reclaim_restored_events(emulator: Emulator) -> None:
+    box = emulator
+    actuator = Actuator(KubeWriter(client.CoreV1Api(box.api)), KEYS, SPEC, RULES, box.clock)
+    rec = recorder(box)
+    lent = await actuator.lend(NODE, "D1")
+    assert lent.outcome is Outcome.DONE
+    await rec.action(lent, "D1")
+    back = await actuator.reclaim(NODE, "D2", box.clock() + timedelta(minutes=2))
+    assert back.outcome is Outcome.DONE
+    await rec.action(back, "D2")
+
+    items = await listed(box)
+    assert [e.reason for e in items] == [events.LENT, events.RECLAIMING, events.RESTORED]
+    for e in items:
+        assert e.type == "Normal"
+        assert e.metadata.namespace == "default"
+        assert (e.regarding.kind, e.regarding.name, e.regarding.api_version) == (
+            "Node",
+            NODE,
+            "v1",
+        )
+        assert e.reporting_controller == events.CONTROLLER
+        assert e.reporting_instance == "replica-a"
+    assert [e.action for e in items] == ["Lend", "Reclaim", "Reclaim"]
+    assert "(decision D1)" in items[0].note
+    assert "(decision D2)" in items[2].note
+    assert "serves inference again" in items[2].note
+    assert rec.failures == 0
+
+
+async def test_nothing_recorded_for_refusals_and_dry_run(emulator: Emulator) -> None:
+    rec = recorder(emulator)
+    await rec.action(ActionResult(NODE, "lend", Outcome.REFUSED, "node is lent, not serving"))
+    await rec.action(ActionResult(NODE, "reclaim", Outcome.NOTHING, "node is already serving"))
+    dry = Actuator(
+        KubeWriter(client.CoreV1Api(emulator.api)), KEYS, SPEC, RULES, emulator.clock, True
+    )
+    planned = await dry.lend(NODE, "D3")
+    assert planned.dry_run
+    await rec.action(planned)
+    assert await listed(emulator) == []
+
+
+def plan_with(*findings: model.Finding) -> model.Plan:
+    pool = model.PoolName("inference")
+    pool_plan = model.PoolPlan(pool, (), (), (), tuple(findings), "")
+    return model.Plan(now=T0, pools={pool: pool_plan})
+
+
+async def test_refused_override_recorded_once_per_bad_value(emulator: Emulator) -> None:
+    rec = recorder(emulator)
+    bad = model.Finding(
+        model.NodeName(NODE),
+        KEYS.prefix + "lend",
+        "sometimes",
+        model.Reason.BAD_OVERRIDE,
+        "must be one of never, auto, now",
+    )
+    for _ in range(5):  # five ticks see the same bad value
+        await rec.findings(plan_with(bad))
+    items = await listed(emulator)
+    assert len(items) == 1
+    (event,) = items
+    assert event.type == "Warning"
+    assert event.reason == events.OVERRIDE_REFUSED
+    assert event.regarding.name == NODE
+    assert event.regarding.kind == "Node"
+    assert event.note == (
+        f"annotation {KEYS.prefix}lend='sometimes' refused: must be one of never, auto, now"
+    )
+    # Another bad value for the same key is a new problem: one more Event, once.
+    worse = model.Finding(
+        model.NodeName(NODE), KEYS.prefix + "lend", "maybe", model.Reason.BAD_OVERRIDE, "bad"
+    )
+    for _ in range(3):
+        await rec.findings(plan_with(bad, worse))
+    assert len(await listed(emulator)) == 2
+
+
+async def test_a_failed_create_is_tried_again(emulator: Emulator) -> None:
+    rec = KubeEvents(emulator.api, instance="", clock=emulator.clock)  # invalid: no instance
+    bad = model.Finding(
+        model.NodeName(NODE), KEYS.prefix + "paused", "yes", model.Reason.BAD_OVERRIDE, "bad"
+    )
+    await rec.findings(plan_with(bad))
+    assert rec.failures == 1
+    assert await listed(emulator) == []
+    rec.instance = "replica-a"
+    await rec.findings(plan_with(bad))
+    await rec.findings(plan_with(bad))
+    assert len(await listed(emulator)) == 1

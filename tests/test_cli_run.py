@@ -1,0 +1,291 @@
+"""``rebalancer run``, ``reclaim`` and ``audit`` as processes, against the API emulator over HTTP.
+
+The emulator is served in the test's event loop on the wall clock (the process under test reads
+the wall clock too); the command runs as ``python -m rebalancer ...`` with a kubeconfig written by
+``write_kubeconfig``, leader election off, Prometheus pointed at a closed port (metrics unknown:
+nothing is lent) and the audit log in a temporary SQLite file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from kubernetes_asyncio import client
+
+from rebalancer import cli
+from rebalancer import settings as settings_mod
+from rebalancer.adapters.actuator import Actuator, Outcome
+from rebalancer.adapters.writer import KubeWriter
+from rebalancer.core.nodestate import Phase
+from rebalancer.runtime import wiring
+from rebalancer.sandbox import cluster
+from rebalancer.sandbox.server import serve, write_kubeconfig
+from rebalancer.sandbox.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+NODE = "inference-5"  # idle: no inference replica runs on it
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Setup:
+    store: Store
+    url: str
+    api: Any
+    kubeconfig: Path
+    config: Path
+    audit_db: Path
+    http_port: int
+
+
+def config_text(audit_db: Path, http_port: int, election: bool = False) -> str:
+    return f"""
+tick_interval: 2s
+leader_election: {{enabled: {str(election).lower()}}}
+prometheus:
+  url: http://127.0.0.1:{free_port()}
+  timeout: 1s
+  attempts: 1
+  retry_budget: 1s
+audit: {{url: "sqlite+aiosqlite:///{audit_db}"}}
+http: {{host: 127.0.0.1, port: {http_port}}}
+pools:
+  - name: inference
+    node_selector: {{gpu-pool: inference}}
+    inference_selector: {{app: llm-serving}}
+    rps_per_node: 100
+    strategy: reactive
+"""
+
+
+@contextlib.asynccontextmanager
+async def setup(tmp_path: Path, election: bool = False) -> AsyncIterator[Setup]:
+    store = Store(seed=1)
+    cluster.seed(store)
+    async with serve(store) as url, client.ApiClient(client.Configuration(host=url)) as api:
+        kubeconfig = write_kubeconfig(url, tmp_path / "kubeconfig")
+        audit_db = tmp_path / "audit.sqlite3"
+        port = free_port()
+        config = tmp_path / "config.yaml"
+        config.write_text(config_text(audit_db, port, election), encoding="utf-8")
+        yield Setup(store, url, api, kubeconfig, config, audit_db, port)
+
+
+def child_env() -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.upper().startswith("REBALANCER_") and k != "KUBERNETES_SERVICE_HOST"
+    }
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+async def start(*args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rebalancer",
+        *args,
+        cwd=ROOT,
+        env=child_env(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def run_cli(*args: str, within: float = 20.0) -> tuple[int, str, str]:
+    proc = await start(*args)
+    async with asyncio.timeout(within):
+        out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def get(url: str) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        return response.status, await response.json()
+
+
+async def poll(
+    url: str, within: float = 15.0, proc: asyncio.subprocess.Process | None = None
+) -> Any:
+    async with asyncio.timeout(within):
+        while True:
+            assert proc is None or proc.returncode is None, "the controller exited early"
+            with contextlib.suppress(aiohttp.ClientError):
+                status, body = await get(url)
+                if status == 200:
+                    return body
+            await asyncio.sleep(0.1)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("election", [False, True], ids=["no-election", "election"])
+async def test_run_serves_healthz_and_stops_on_sigterm(tmp_path: Path, election: bool) -> None:
+    async with setup(tmp_path, election) as box:
+        proc = await start("run", "--config", str(box.config), "--kubeconfig", str(box.kubeconfig))
+        try:
+            base = f"http://127.0.0.1:{box.http_port}"
+            assert await poll(f"{base}/healthz", proc=proc) == {"status": "ok"}
+            ready = await poll(f"{base}/readyz", proc=proc)
+            assert ready["ready"] is True
+            # At least one tick has been audited (a summary: metrics unknown, nothing lent).
+            page = await poll(f"{base}/api/v1/decisions?kind=summary", proc=proc)
+            async with asyncio.timeout(15):
+                while not page["items"]:
+                    await asyncio.sleep(0.2)
+                    page = await poll(f"{base}/api/v1/decisions?kind=summary", proc=proc)
+            proc.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(15):
+                out, err = await proc.communicate()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        assert proc.returncode == 0, err.decode()
+        if election:  # the lease was taken, then released on the way out
+            lease = await client.CoordinationV1Api(box.api).read_namespaced_lease(
+                "rebalancer", "default"
+            )
+            assert not lease.spec.holder_identity
+        errors = err.decode()
+        assert "Traceback" not in errors
+        lines = [json.loads(line) for line in errors.splitlines() if line.strip()]
+        assert lines
+        assert all({"time", "level", "logger", "message"} <= set(d) for d in lines)
+        assert any(d["message"] == "stopped" for d in lines)
+        # Metrics unknown: no node was lent.
+        core = client.CoreV1Api(box.api)
+        listed = await core.list_node(label_selector="rebalancer.io/state")
+        assert listed.items == []
+        assert out.decode().strip(), "the audit JSON lines go to stdout"
+
+
+async def test_bad_config_exits_2_one_line_per_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "tick_interval: -5s\n"
+        "http: {port: 0}\n"
+        "pools:\n"
+        "  - {name: BAD, node_selector: {gpu-pool: inference}, rps_per_node: 1}\n",
+        encoding="utf-8",
+    )
+    expected = []
+    try:
+        settings_mod.load(bad, env={})
+    except settings_mod.InvalidSettings as exc:
+        expected = exc.lines
+    assert len(expected) == 3
+    code, _out, err = await run_cli("run", "--config", str(bad))
+    assert code == 2
+    assert "Traceback" not in err
+    assert err.splitlines() == [f"rebalancer: {line}" for line in expected]
+
+
+async def test_reclaim_node_restores_it_and_audits(tmp_path: Path) -> None:
+    async with setup(tmp_path) as box:
+        config = settings_mod.load(box.config, env={})
+        (pool,) = wiring.pool_configs(config)
+        core = client.CoreV1Api(box.api)
+        writer = KubeWriter(core)
+        before = await writer.get_node(NODE)
+        actuator = Actuator(writer, config.keys(), pool.lend_spec, pool.rules, wiring.utc_now)
+        lent = await actuator.lend(NODE, "test-lend")
+        assert lent.outcome is Outcome.DONE, lent.message
+        mid = await core.read_node(NODE)
+        assert mid.metadata.labels[config.keys().state] == Phase.LENT.value
+
+        code, out, err = await run_cli(
+            "reclaim",
+            "--node",
+            NODE,
+            "--config",
+            str(box.config),
+            "--kubeconfig",
+            str(box.kubeconfig),
+        )
+        assert code == 0, err
+        assert out.startswith(f"{NODE}\tdone\t"), out
+
+        after = await writer.get_node(NODE)
+        assert json.dumps(after["spec"], sort_keys=True) == json.dumps(
+            before["spec"], sort_keys=True
+        )
+        assert after["metadata"]["labels"] == before["metadata"]["labels"]
+        prefix = config.key_prefix
+        kept = {
+            k: v
+            for k, v in (after["metadata"].get("annotations") or {}).items()
+            if not k.startswith(prefix)
+        }
+        assert kept == (before["metadata"].get("annotations") or {})
+
+        found = await client.EventsV1Api(box.api).list_namespaced_event("default")
+        reasons = sorted(e.reason for e in found.items if e.regarding.name == NODE)
+        assert reasons == ["Reclaiming", "Restored"]
+
+        code, out, err = await run_cli("audit", "--json", "--config", str(box.config))
+        assert code == 0, err
+        rows = [json.loads(line) for line in out.splitlines()]
+        intents = [r for r in rows if r["kind"] == "intent"]
+        outcomes = [r for r in rows if r["kind"] == "outcome"]
+        assert len(intents) == 1, rows
+        assert len(outcomes) == 1, rows
+        (intent,), (outcome,) = intents, outcomes
+        assert intent["origin"] == "operator"
+        assert intent["action"] == "reclaim"
+        assert intent["node"] == NODE
+        assert intent["reason"] == "operator_reclaim_now"
+        assert outcome["intent_id"] == intent["id"]
+        assert outcome["outcome"] == "applied"
+
+        code, table, err = await run_cli("audit", "--node", NODE, "--config", str(box.config))
+        assert code == 0, err
+        assert table.splitlines()[0].split() == list(cli.COLUMNS)
+        assert len(table.splitlines()) == 3
+
+
+async def test_reclaim_all_and_a_node_that_cannot_be_restored(tmp_path: Path) -> None:
+    async with setup(tmp_path) as box:
+        config = settings_mod.load(box.config, env={})
+        (pool,) = wiring.pool_configs(config)
+        writer = KubeWriter(client.CoreV1Api(box.api))
+        actuator = Actuator(writer, config.keys(), pool.lend_spec, pool.rules, wiring.utc_now)
+        for node in ("inference-6", "inference-7"):
+            assert (await actuator.lend(node, "test-lend")).outcome is Outcome.DONE
+        args = ("--config", str(box.config), "--kubeconfig", str(box.kubeconfig))
+
+        code, out, err = await run_cli("reclaim", "--all", *args)
+        assert code == 0, err
+        assert [line.split("\t")[:2] for line in out.splitlines()] == [
+            ["inference-6", "done"],
+            ["inference-7", "done"],
+        ]
+        code, out, err = await run_cli("reclaim", "--all", *args)
+        assert (code, out) == (0, "no node is lent\n")
+
+        code, out, err = await run_cli("reclaim", "--node", "no-such-node", *args)
+        assert code == 1
+        assert out.startswith("no-such-node\terror\tcannot read the node")
+        assert "Traceback" not in err
