@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-dev
 OUT    ?= out
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint typecheck imports system-deps pytest bench clean
+.PHONY: demo simulate test lint typecheck imports system-deps pytest bench clean
 
 # A fresh Debian has python3 but not always its venv module: install it when missing.
 $(STAMP): pyproject.toml
@@ -18,9 +18,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
+# The controller, for real, against the embedded emulated cluster: a day of traffic in a minute.
 demo: $(STAMP)
+	$(BIN)/rebalancer demo --report $(OUT)/demo
+
+# The what-if simulator on the same trace: a week, every strategy and baseline.
+simulate: $(STAMP)
 	$(BIN)/rebalancer simulate --trace examples/traces/azure_llm_2024_week_per_minute.csv \
-		--service code --tz America/Los_Angeles --out $(OUT)/demo
+		--service code --tz America/Los_Angeles --out $(OUT)/simulate
 
 test: lint typecheck imports system-deps pytest
 

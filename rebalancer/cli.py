@@ -26,11 +26,15 @@ EXIT_USAGE = 2
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # The sandbox and the demo have parsers of their own; argparse would swallow their options.
     if argv[:1] == ["sandbox"]:
-        # The sandbox has its own parser; argparse would swallow its options here.
         from rebalancer.sandbox import server
 
         return server.main(argv[1:])
+    if argv[:1] == ["demo"]:
+        from rebalancer import demo
+
+        return demo.main(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     try:
@@ -91,10 +95,14 @@ def _parser() -> argparse.ArgumentParser:
 
     _controller_commands(commands)
 
-    # Listed for --help only: main() hands `sandbox ...` to the sandbox's own parser.
+    # Listed for --help only: main() hands these to their own parsers.
     commands.add_parser(
         "sandbox",
         help="serve an emulated Kubernetes API with a small GPU cluster (sandbox --help)",
+    )
+    commands.add_parser(
+        "demo",
+        help="run the controller on an emulated cluster, replaying a real day (demo --help)",
     )
     return parser
 

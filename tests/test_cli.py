@@ -117,3 +117,10 @@ def test_sandbox_options_reach_the_sandbox_own_parser(capsys: pytest.CaptureFixt
         cli.main(["sandbox", "--help"])
     assert caught.value.code == 0
     assert "usage: rebalancer sandbox" in capsys.readouterr().out
+
+
+def test_demo_options_reach_the_demo_own_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["demo", "--help"])
+    assert caught.value.code == 0
+    assert "usage: rebalancer demo" in capsys.readouterr().out

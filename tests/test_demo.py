@@ -1,0 +1,129 @@
+"""``rebalancer demo``: the real controller against the emulator on a replayed trace.
+
+One short run (4 hours of the bundled Azure ``code`` trace from 10:00 UTC, when load is low and
+then rises, as fast as it runs) is shared by the tests below: it must lend at low load, take
+nodes back as load rises, put every node back byte for byte, write demo.json and exit 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rebalancer import demo
+from rebalancer.sim import traces
+from strategies import registry
+
+ARGS = ["--hours", "4", "--start", "10", "--pace", "0"]
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict[str, Any]]:
+    out = tmp_path_factory.mktemp("demo")
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        code = demo.main([*ARGS, "--report", str(out)])
+    doc = json.loads((out / "demo.json").read_text())
+    return code, text.getvalue(), doc
+
+
+def _time(record: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(str(record["time"]).replace("Z", "+00:00"))
+
+
+def test_defaults_are_the_documented_ones() -> None:
+    opts = demo.parse([])
+    assert opts.trace == demo.DEFAULT_TRACE
+    assert opts.trace.is_file()
+    assert (opts.service, opts.hours, opts.start, opts.speed) == ("code", 24.0, 0.0, 1)
+    assert opts.strategy == registry.DEFAULT
+    assert opts.report is None
+    assert not opts.quiet
+
+
+def test_short_run_exits_zero_and_prints_decisions_and_summary(
+    short_run: tuple[int, str, dict[str, Any]],
+) -> None:
+    code, text, _ = short_run
+    assert code == 0
+    assert " lend " in text
+    assert " reclaim " in text
+    for label in (
+        "GPU-hours lent",
+        "loans",
+        "reclaims",
+        "breach minutes",
+        "audit rows",
+        "nodes restored      yes",
+    ):
+        assert label in text, label
+
+
+def test_lends_at_low_load_and_reclaims_as_load_rises(
+    short_run: tuple[int, str, dict[str, Any]],
+) -> None:
+    _, _, doc = short_run
+    records = doc["audit"]
+    intents = [r for r in records if r["kind"] == "intent"]
+    lends = [r for r in intents if r["action"] == "lend"]
+    taken = [r for r in intents if r["action"] == "reclaim" and r["origin"] != "operator"]
+    assert lends, "nothing was lent at low load"
+    assert taken, "nothing was taken back as load rose"
+    assert min(map(_time, lends)) < min(map(_time, taken))
+    # The load the controller saw: the trace's last half hour before each decision.
+    trace = traces.load(demo.DEFAULT_TRACE, "code")
+
+    def load_before(when: datetime) -> float:
+        end = (when - trace.start) // timedelta(minutes=1)
+        values = [v for v in trace.rps[max(0, end - 30) : end] if v is not None]
+        return sum(values) / len(values)
+
+    first_lend = min(map(_time, lends))
+    first_take = min(map(_time, taken))
+    assert load_before(first_lend) < load_before(first_take)
+    # Every lend and reclaim intent was closed by an applied outcome on the same node.
+    outcomes = {r["intent_id"]: r for r in records if r["kind"] == "outcome"}
+    for intent in intents:
+        assert intent["id"] in outcomes, intent
+        assert outcomes[intent["id"]]["node"] == intent["node"]
+    applied = [r for r in records if r["kind"] == "outcome" and r["outcome"] == "applied"]
+    assert {r["intent_id"] for r in applied} >= {r["id"] for r in lends}
+    # At the end the operator took back every node still lent, through the same audited path.
+    operator = [r for r in intents if r["origin"] == "operator"]
+    assert operator
+    assert all(r["reason"] == "operator_reclaim_now" for r in operator)
+    summary = doc["summary"]
+    assert summary["loans"] == len(lends)
+    assert summary["reclaims"] + summary["operator_reclaims"] == len(taken) + len(operator)
+    assert summary["audit_rows"] == len(records)
+    assert summary["lent_gpu_hours"] > 0
+
+
+def test_every_node_ends_exactly_as_it_started(short_run: tuple[int, str, dict[str, Any]]) -> None:
+    _, _, doc = short_run
+    assert list(doc) == list(demo.REPORT_KEYS)
+    assert doc["summary"]["restored"] is True
+    nodes = doc["nodes"]
+    assert len(nodes) == 12
+    lent = {r["node"] for r in doc["audit"] if r["kind"] == "intent" and r["action"] == "lend"}
+    assert lent <= set(nodes)
+    for name, entry in nodes.items():
+        assert set(entry) == {"start", "end", "same"}
+        assert set(entry["start"]) == {"labels", "taints"}
+        assert entry["same"] is True, name
+        assert json.dumps(entry["start"]) == json.dumps(entry["end"]), name
+    for name in demo.BUSY:  # nodes running inference are never lent
+        assert name not in lent
+
+
+def test_a_missing_trace_is_an_error_not_a_crash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert demo.main(["--trace", str(tmp_path / "none.csv"), "--quiet"]) == 2
+    assert "cannot read the trace" in capsys.readouterr().err
