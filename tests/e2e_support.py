@@ -1,0 +1,146 @@
+"""What the end-to-end test runs beside the controller: a fake vLLM exporter and a real Prometheus.
+
+``Exporter`` serves, on 127.0.0.1, what vLLM and kube-state-metrics would: per inference pod
+``vllm:request_success_total`` (a counter advanced on the wall clock at ``rps`` requests per
+second in all, split evenly over the pods), ``vllm:num_requests_waiting`` (``waiting`` in all),
+``vllm:num_requests_running``, and ``kube_pod_info`` joining each pod to its node, with the
+``namespace``/``pod``/``node`` labels the default queries of ``rebalancer.adapters.metrics``
+join on. ``prometheus`` starts Debian's ``prometheus`` scraping it every second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from tests.test_cli_run import free_port
+
+
+@dataclass
+class Exporter:
+    """The fake exporter's state; change ``rps`` and ``waiting`` while it runs."""
+
+    pods: Mapping[str, str]  # "namespace/pod" -> node
+    rps: float = 0.0
+    waiting: int = 0
+    total: float = 0.0  # requests completed so far, all pods together
+    scrapes: int = 0
+    _at: float = field(default_factory=time.monotonic)
+
+    def advance(self) -> None:
+        now = time.monotonic()
+        self.total += self.rps * (now - self._at)
+        self._at = now
+
+    def set_load(self, rps: float, waiting: int) -> None:
+        self.advance()  # the old rate holds up to now
+        self.rps, self.waiting = rps, waiting
+
+    def text(self) -> str:
+        self.advance()
+        self.scrapes += 1
+        n = len(self.pods)
+        families: dict[str, tuple[str, list[str]]] = {
+            "vllm:request_success_total": ("counter", []),
+            "vllm:num_requests_waiting": ("gauge", []),
+            "vllm:num_requests_running": ("gauge", []),
+            "kube_pod_info": ("gauge", []),
+        }
+        running = min(self.rps, 64.0)
+        for i, (key, node) in enumerate(sorted(self.pods.items())):
+            namespace, pod = key.split("/")
+            who = f'namespace="{namespace}",pod="{pod}"'
+            vllm = f'{who},model_name="llm"'
+            share = self.waiting // n + (1 if i < self.waiting % n else 0)
+            families["vllm:request_success_total"][1].append(f"{{{vllm}}} {self.total / n:.3f}")
+            families["vllm:num_requests_waiting"][1].append(f"{{{vllm}}} {share}")
+            families["vllm:num_requests_running"][1].append(f"{{{vllm}}} {running / n:.3f}")
+            families["kube_pod_info"][1].append(f'{{{who},node="{node}",uid="uid-{pod}"}} 1')
+        lines = []
+        for name, (kind, series) in families.items():
+            lines.append(f"# TYPE {name} {kind}")
+            lines.extend(name + s for s in series)
+        return "\n".join(lines) + "\n"
+
+
+@contextlib.asynccontextmanager
+async def serve_exporter(exporter: Exporter) -> AsyncIterator[str]:
+    """Serve ``/metrics`` until the block ends; yields ``host:port``."""
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(text=exporter.text(), content_type="text/plain", charset="utf-8")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+async def _ready(url: str, proc: asyncio.subprocess.Process, log: Path, within: float) -> None:
+    async with aiohttp.ClientSession() as session:
+        deadline = time.monotonic() + within
+        while True:
+            if proc.returncode is not None:
+                pytest.fail(f"prometheus exited ({proc.returncode}):\n{log.read_text()[-2000:]}")
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.get(f"{url}/-/ready") as r:
+                    if r.status == 200:
+                        return
+            if time.monotonic() > deadline:
+                pytest.fail(f"prometheus not ready in {within} s:\n{log.read_text()[-2000:]}")
+            await asyncio.sleep(0.1)
+
+
+@contextlib.asynccontextmanager
+async def prometheus(workdir: Path, target: str) -> AsyncIterator[str]:
+    """A real Prometheus scraping ``target`` every second; yields its URL, stops it on exit."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("`prometheus` is not installed (Debian: apt-get install prometheus)")
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = workdir / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        f"  - job_name: vllm\n    static_configs: [{{targets: ['{target}']}}]\n",
+        encoding="utf-8",
+    )
+    port = free_port()
+    log = workdir / "prometheus.log"
+    with log.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        await _ready(url, proc, log, within=20)
+        yield url
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            try:
+                async with asyncio.timeout(10):
+                    await proc.wait()
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()

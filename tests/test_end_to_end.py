@@ -1,0 +1,294 @@
+"""End to end: the controller PROCESS against the API emulator and a real, scraping Prometheus.
+
+Everything runs on the wall clock. The test serves the emulator (8 ``gpu-pool=inference`` nodes,
+two of them running an inference replica, 4 training nodes, 10 preemptible training pods of which
+6 cannot fit until inference nodes are lent; its scheduler runs every 0.5 s) and a fake vLLM
+exporter that a real ``prometheus`` scrapes every second, then starts ``python -m rebalancer run``
+(strategy ``window`` with window ``always``, leader election off, audit in a temporary SQLite
+file, a 1 s tick).
+
+1. Low load (5 rps for a pool of 8 nodes at 10 rps each, nothing queued): the planner allows
+   8 - min_serving 2 = 6 loans and the 6 idle nodes are lent (4 per tick, the per-tick limit),
+   never the two running inference; training pods are scheduled onto them.
+2. Load rises to 20000 rps (see ``HIGH_RPS``) and 50 requests queue: demand needs every node,
+   the safety rule reclaims all 6, the borrowed pods are evicted (1 s grace), the nodes serve
+   again, and the queue keeps the strategy from lending anything more.
+3. SIGTERM: exit 0. Then every inference node's taints and labels are the originals byte for
+   byte, every transition has its intent before its outcome in the audit store, and an Event
+   on the node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from rebalancer.adapters.audit import AuditQuery, SqlAuditStore
+from rebalancer.core.audit import AuditRecord, Kind, Result
+from rebalancer.core.model import Reason
+from rebalancer.sandbox import cluster
+from rebalancer.sandbox.server import serve, write_kubeconfig
+from rebalancer.sandbox.store import Store
+from tests.e2e_support import Exporter, prometheus, serve_exporter
+from tests.test_cli_run import free_port, start
+
+POOL = "inference"
+INFERENCE = [f"inference-{i}" for i in range(cluster.INFERENCE.size)]
+BUSY = ("inference-0", "inference-1")  # each runs an inference replica: never lent
+IDLE = [n for n in INFERENCE if n not in BUSY]
+STATE = "rebalancer.io/state"
+RPS_PER_NODE = 10
+# The default demand query is ``rate(vllm:request_success_total[5m])``. With less than 5 minutes
+# of samples Prometheus divides the increase it has seen by the whole 300 s range, so in a test
+# that lasts seconds the demand reads about (seconds scraped / 300) of the true rate: 5 rps reads
+# well under one node's worth, and the high load is 20000 rps so that demand needs all 8 nodes
+# after a second or two of scrapes (at 1000 rps it took ~20 s, one node at a time).
+LOW_RPS, HIGH_RPS, HIGH_QUEUE = 5.0, 20000.0, 50
+TRAINING_PODS = 10  # 4 fit on the training nodes (8 GPUs each, 8 per pod); 6 wait for loans
+
+
+def config_text(prom: str, audit_db: Path, http_port: int) -> str:
+    return f"""
+tick_interval: 1s
+leader_election: {{enabled: false}}
+prometheus:
+  url: {prom}
+  timeout: 2s
+  attempts: 1
+  retry_budget: 2s
+  lookback: 1m
+  resolution: 1s
+audit: {{url: "sqlite+aiosqlite:///{audit_db}"}}
+http: {{host: 127.0.0.1, port: {http_port}}}
+pools:
+  - name: {POOL}
+    node_selector: {{gpu-pool: inference}}
+    inference_selector: {{app: llm-serving}}
+    rps_per_node: {RPS_PER_NODE}
+    strategy: {{name: window, params: {{window: always, lead_minutes: 0}}}}
+    limits:
+      min_serving: 2
+      headroom: 0.2
+      cooldown: 10m
+      max_step_fraction: 0.5
+      staleness: 30s
+      stale_grace: 1m
+      queue_limit: 10
+      reclaim_deadline: 5s
+      warmup: 0s
+"""
+
+
+@dataclass
+class Box:
+    store: Store
+    url: str
+    session: aiohttp.ClientSession
+
+    async def get(self, path: str) -> Any:
+        async with self.session.get(self.url + path) as r:
+            assert r.status == 200, await r.text()
+            return await r.json()
+
+    async def nodes(self) -> dict[str, Any]:
+        listed = await self.get("/api/v1/nodes")
+        return {n["metadata"]["name"]: n for n in listed["items"]}
+
+    async def pods(self) -> list[Any]:
+        listed = await self.get("/api/v1/pods")
+        items: list[Any] = listed["items"]
+        return items
+
+
+def scheduling(node: Any) -> tuple[str, str]:
+    """A node's taints and labels as the API serves them (JSON text, keys in served order)."""
+    return json.dumps(node["spec"].get("taints")), json.dumps(node["metadata"].get("labels"))
+
+
+@contextlib.asynccontextmanager
+async def emulator() -> AsyncIterator[Box]:
+    store = Store(seed=1)
+    cluster.seed(store)
+    for i, name in enumerate(BUSY):
+        cluster.add(store, cluster.inference_pod(i, node_name=name))
+    for i in range(TRAINING_PODS):
+        pod = cluster.training_pod(f"train-{i:02d}", 0, priority_class=None)
+        pod["spec"]["terminationGracePeriodSeconds"] = 1  # evicted pods go in a second
+        cluster.add(store, pod)
+    store.schedule()
+    async with (
+        serve(store, schedule_every=0.5) as url,
+        aiohttp.ClientSession() as session,
+    ):
+        yield Box(store, url, session)
+
+
+async def until(what: str, check: Any, proc: asyncio.subprocess.Process, within: float) -> float:
+    """Poll ``check()`` (async, truthy when done) every 0.2 s; returns the seconds it took."""
+    began = time.monotonic()
+    try:
+        async with asyncio.timeout(within):
+            while not await check():
+                assert proc.returncode is None, f"the controller exited early while {what}"
+                await asyncio.sleep(0.2)
+    except TimeoutError:
+        raise AssertionError(f"not done in {within} s: {what}") from None
+    return time.monotonic() - began
+
+
+async def read_audit(url: str) -> list[AuditRecord]:
+    store = await SqlAuditStore.open(url)
+    try:
+        out: list[AuditRecord] = []
+        query = AuditQuery(limit=500)
+        while True:
+            page = await store.query(query)
+            out.extend(page.records)
+            if page.next is None:
+                return out
+            query = AuditQuery(limit=500, after=page.next)
+    finally:
+        await store.close()
+
+
+async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(tmp_path: Path) -> None:
+    began = time.monotonic()
+    exporter = Exporter(
+        pods={
+            f"{cluster.INFERENCE_NAMESPACE}/llm-serving-7d9f8c6b5-{i:05d}": n
+            for i, n in enumerate(BUSY)
+        },
+        rps=LOW_RPS,
+    )
+    audit_url = f"sqlite+aiosqlite:///{tmp_path / 'audit.sqlite3'}"
+    async with (
+        serve_exporter(exporter) as target,
+        prometheus(tmp_path / "prometheus", target) as prom,
+        emulator() as box,
+    ):
+        originals = {name: scheduling(n) for name, n in (await box.nodes()).items()}
+        kubeconfig = write_kubeconfig(box.url, tmp_path / "kubeconfig")
+        config = tmp_path / "config.yaml"
+        http_port = free_port()
+        decisions = f"http://127.0.0.1:{http_port}/api/v1/decisions"
+        config.write_text(config_text(prom, tmp_path / "audit.sqlite3", http_port))
+        proc = await start("run", "--config", str(config), "--kubeconfig", str(kubeconfig))
+        try:
+            lent_seen: set[str] = set()
+            borrowed: set[str] = set()
+
+            async def all_idle_lent() -> bool:
+                nodes = await box.nodes()
+                lent = {n for n in INFERENCE if nodes[n]["metadata"]["labels"].get(STATE)}
+                lent_seen.update(lent)
+                borrowed.update(
+                    p["spec"]["nodeName"]
+                    for p in await box.pods()
+                    if p["metadata"]["namespace"] == cluster.TRAINING_NAMESPACE
+                    and p["spec"].get("nodeName") in INFERENCE
+                    and p["status"].get("phase") == "Running"
+                )
+                states = {nodes[n]["metadata"]["labels"].get(STATE) for n in IDLE}
+                return states == {"lent"} and borrowed == set(IDLE)
+
+            lend_time = await until("lending the idle nodes", all_idle_lent, proc, within=25)
+            assert lent_seen == set(IDLE), "only idle nodes are lent"
+
+            exporter.set_load(HIGH_RPS, HIGH_QUEUE)
+            raised = time.monotonic()
+
+            async def all_serving() -> bool:
+                nodes = await box.nodes()
+                return all(scheduling(nodes[n]) == originals[n] for n in INFERENCE)
+
+            reclaim_time = await until("reclaiming every lent node", all_serving, proc, within=25)
+            # A little more of high load: the strategy still wants to lend, the queue says no.
+            refused = await until(
+                "refusing to lend while the queue builds",
+                lambda: _has_queue_refusal(box.session, decisions),
+                proc,
+                within=10,
+            )
+            proc.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(15):
+                out, err = await proc.communicate()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        assert proc.returncode == 0, err.decode()[-3000:]
+        assert "Traceback" not in err.decode()
+        assert out.decode().strip(), "the audit JSON lines go to stdout"
+
+        nodes = await box.nodes()
+        for name in INFERENCE:
+            assert scheduling(nodes[name]) == originals[name], name
+        events = await box.get("/apis/events.k8s.io/v1/namespaces/default/events")
+        training_left = [
+            p
+            for p in await box.pods()
+            if p["spec"].get("nodeName") in INFERENCE
+            and p["metadata"]["namespace"] == cluster.TRAINING_NAMESPACE
+        ]
+        assert training_left == [], "borrowed pods are gone from reclaimed nodes"
+        scrapes = exporter.scrapes
+
+    records = await read_audit(audit_url)
+    by_id = {r.id: r for r in records}
+    intents = [r for r in records if r.kind is Kind.INTENT]
+    outcomes = [r for r in records if r.kind is Kind.OUTCOME]
+    lends = [r for r in intents if r.action == "lend"]
+    reclaims = [r for r in intents if r.action == "reclaim"]
+    assert sorted(str(r.node) for r in lends) == IDLE
+    assert sorted(str(r.node) for r in reclaims) == IDLE
+    assert {r.reason for r in reclaims} == {Reason.DEMAND_ABOVE_SERVING.value}
+    assert {r.origin for r in reclaims} == {"safety"}
+    for outcome in outcomes:  # intent before outcome, always
+        assert outcome.intent_id in by_id, outcome
+        intent = by_id[outcome.intent_id]
+        assert (intent.time, intent.id) < (outcome.time, outcome.id)
+    for intent in lends + reclaims:
+        mine = [o for o in outcomes if o.intent_id == intent.id]
+        assert [o.outcome for o in mine][-1] == Result.APPLIED.value, (intent, mine)
+        assert all(o.outcome in (Result.APPLIED, Result.IN_PROGRESS) for o in mine), mine
+    drained = [p for o in outcomes for p in o.pods]
+    assert len(drained) == len(IDLE), drained  # one borrowed training pod per lent node
+
+    reasons: dict[str, list[str]] = {}
+    for e in events["items"]:
+        assert e["metadata"]["namespace"] == "default"
+        assert e["regarding"]["kind"] == "Node"
+        reasons.setdefault(e["regarding"]["name"], []).append(e["reason"])
+    assert {n: sorted(r) for n, r in reasons.items()} == {
+        n: ["Lent", "Reclaiming", "Restored"] for n in IDLE
+    }
+
+    total = time.monotonic() - began
+    print(
+        f"\ne2e: lent {len(IDLE)} nodes in {lend_time:.1f}s, reclaimed all in {reclaim_time:.1f}s "
+        f"after the load rose ({time.monotonic() - raised:.1f}s to stop), queue refusal seen "
+        f"{refused:.1f}s later; {len(records)} audit rows, {len(events['items'])} events, "
+        f"{scrapes} scrapes; {total:.1f}s in all"
+    )
+    assert total < timedelta(seconds=90).total_seconds()
+
+
+async def _has_queue_refusal(session: aiohttp.ClientSession, decisions: str) -> bool:
+    """Through the controller's own audit API while it runs (``kind=refusal``, newest first)."""
+    with contextlib.suppress(aiohttp.ClientError):
+        query = {"kind": "refusal", "order": "desc", "limit": "50"}
+        async with session.get(decisions, params=query) as r:
+            if r.status == 200:
+                body = await r.json()
+                return any(i["reason"] == Reason.QUEUE_BUILDING.value for i in body["items"])
+    return False
