@@ -44,9 +44,8 @@ the least ``safety`` that covers it; each 0.01 above costs ``conv`` about 1.3 % 
 (0.753 at the default 0.22, 0.835 at 0 with that one breach minute). Neither Azure week ever
 misses by more than ``safety``, so the learned margin costs them nothing. On the ServeGen
 traces (10-minute steps whose level jumps 1.5-3x out of calm stretches) the jumpiness and
-learned margins cut breach minutes on m-large/m-mid/m-small from 62/73/80 to 21/25/44 (27/27/45
-since the planner also takes nodes back for a queue, see docs/strategies.md). The rest are
-first-of-a-kind jumps: no breach at all takes ``safety`` 1.5 (m-small) or 2
+learned margins cut breach minutes on m-large/m-mid/m-small from 62/73/80 to 21/25/44. The
+rest are first-of-a-kind jumps: no breach at all takes ``safety`` 1.5 (m-small) or 2
 (m-large), where ``conv`` keeps 7 % and 1 % of its harvest, and m-mid still breaches at 3
 (two hours of near-zero demand, then full load).
 

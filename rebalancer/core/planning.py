@@ -11,7 +11,7 @@ The rules (DESIGN section 4, decisions in ``docs/design/safety-rules.md``):
 - pause: a global or pool pause, or a node's ``paused`` override, freezes the node(s) as they are;
 - metrics: a missing or stale demand sample stops all lending; past the grace period every lent
   node is reclaimed. A missing sample is never read as zero load. Requests queueing beyond
-  ``queue_limit`` stop lending and take nodes back: serving is already short;
+  ``queue_limit`` stop lending too: serving is already short;
 - capacity: never lend below ``min_serving``, below what demand needs with ``headroom``, or above
   ``max_lent_fraction`` of the pool; when demand rises above what serves, reclaim at once;
 - only idle, ready nodes are lent: no inference pods, nothing but DaemonSets and borrowed pods;
@@ -20,9 +20,8 @@ The rules (DESIGN section 4, decisions in ``docs/design/safety-rules.md``):
 - churn: a node is not lent again within ``cooldown`` of coming back; a strategy may not take a
   node back within ``min_loan``; strategy lends and reclaims are limited per tick.
 
-Reclaims that protect inference (demand above serving, requests queueing, metrics lost,
-operator ``reclaim=now``, window closed) ignore ``min_loan`` and the per-tick limit: inference
-comes first.
+Reclaims that protect inference (demand above serving, metrics lost, operator ``reclaim=now``,
+window closed) ignore ``min_loan`` and the per-tick limit: inference comes first.
 """
 
 from __future__ import annotations
@@ -366,15 +365,11 @@ def _safety_intents(work: _Pool) -> None:
             )
             _grant_reclaims(work, intent, limited=False)
         return
-    if work.need is not None:
-        _reclaim_for_demand(work, work.need)
-    _reclaim_for_queue(work)
-
-
-def _reclaim_for_demand(work: _Pool, need: int) -> None:
+    if work.need is None:
+        return
     # Nodes already on their way back count: they will serve again.
     returning = work.count(nodestate.Phase.RECLAIMING) + work.reclaims
-    shortfall = need - (work.serving_count + returning)
+    shortfall = work.need - (work.serving_count + returning)
     if shortfall > 0 and work.lent_count > 0:
         intent = work.intend(
             Intent(
@@ -383,36 +378,11 @@ def _reclaim_for_demand(work: _Pool, need: int) -> None:
                 min(shortfall, work.lent_count),
                 Origin.SAFETY,
                 Reason.DEMAND_ABOVE_SERVING,
-                f"demand needs {need} serving nodes, {work.serving_count + returning} "
+                f"demand needs {work.need} serving nodes, {work.serving_count + returning} "
                 "serve or are returning",
             )
         )
         _grant_reclaims(work, intent, limited=False)
-
-
-def _reclaim_for_queue(work: _Pool) -> None:
-    """Requests waiting beyond the limit: serving is short now, whatever the rate says (a rate
-    lags, and under-reads a series younger than its window). Take back enough nodes to clear
-    the backlog within a minute, counting those already on their way back."""
-    queue, limit = work.queue, work.policy.queue_limit
-    if queue is None or queue <= limit or work.lent_count <= 0:
-        return
-    backlog = max(1, math.ceil(queue / (work.policy.rps_per_node * 60)))
-    returning = work.count(nodestate.Phase.RECLAIMING) + work.reclaims
-    count = min(backlog - returning, work.lent_count)
-    if count <= 0:
-        return
-    intent = work.intend(
-        Intent(
-            work.name,
-            Action.RECLAIM,
-            count,
-            Origin.SAFETY,
-            Reason.QUEUE_BUILDING,
-            f"{queue:.0f} requests wait (limit {limit:.0f}): serving is short now",
-        )
-    )
-    _grant_reclaims(work, intent, limited=False)
 
 
 def _strategy_intent(work: _Pool, proposal: model.Proposal | None) -> None:
