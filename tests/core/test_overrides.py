@@ -279,7 +279,7 @@ _VALUES = st.one_of(
 _WHEN = st.one_of(
     st.datetimes(),
     st.datetimes(max_value=datetime(1, 1, 1, 23, 59)),  # noqa: DTZ001  # naive, then offset
-    st.datetimes(min_value=datetime(9999, 12, 31)),  # noqa: DTZ001
+    st.datetimes(min_value=datetime(9999, 12, 31)),  # noqa: DTZ001  # naive, then offset
 )
 _OFFSET = st.timedeltas(
     min_value=timedelta(hours=-23, minutes=-59), max_value=timedelta(hours=23, minutes=59)

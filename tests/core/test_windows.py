@@ -501,7 +501,7 @@ _EDGE_WINDOWS = [
     text=st.sampled_from(_EDGE_WINDOWS),
     now=st.datetimes(
         min_value=datetime(2026, 1, 1),  # noqa: DTZ001  # naive bounds, as hypothesis wants
-        max_value=datetime(2026, 12, 31),  # noqa: DTZ001
+        max_value=datetime(2026, 12, 31),  # noqa: DTZ001  # naive bounds, as hypothesis wants
         timezones=st.just(UTC),
     ),
 )
