@@ -161,6 +161,8 @@ class Observer(Protocol):
 
     def observe_lent(self, lent: Mapping[str, int]) -> None: ...
 
+    def observe_overdue(self, overdue: Mapping[str, int]) -> None: ...
+
     def observe_plan(self, plan: model.Plan) -> None: ...
 
     def observe_leader(self, identity: str, leading: bool) -> None: ...
@@ -175,6 +177,9 @@ class _NoObserver:
         pass
 
     def observe_lent(self, lent: Mapping[str, int]) -> None:
+        pass
+
+    def observe_overdue(self, overdue: Mapping[str, int]) -> None:
         pass
 
     def observe_plan(self, plan: model.Plan) -> None:
@@ -335,10 +340,17 @@ class Reconciler:
         leading = self._leading()
         self.observer.observe_leader(self.leadership.identity, leading)
         self.observer.observe_snapshot(seen.snapshot)
+        pools = seen.snapshot.pools.items()
         self.observer.observe_lent(
             {
                 str(name): sum(1 for v in pool.nodes if _phase(v, self.keys) in _LENT_PHASES)
-                for name, pool in seen.snapshot.pools.items()
+                for name, pool in pools
+            }
+        )
+        self.observer.observe_overdue(
+            {
+                str(name): sum(1 for v in pool.nodes if _overdue(v, self.keys, now))
+                for name, pool in pools
             }
         )
         if not leading:
@@ -605,6 +617,14 @@ _LENT_PHASES = (Phase.LENDING, Phase.LENT)
 def _phase(view: NodeView, keys: Keys) -> Phase | None:
     state = nodestate.read(view, keys)
     return None if isinstance(state, nodestate.StateError) else state.phase
+
+
+def _overdue(view: NodeView, keys: Keys, now: datetime) -> bool:
+    """A reclaim still open after its deadline (the drain should have been forced by then)."""
+    state = nodestate.read(view, keys)
+    if isinstance(state, nodestate.StateError) or state.phase is not Phase.RECLAIMING:
+        return False
+    return state.deadline is not None and state.deadline < now
 
 
 def _floor(when: datetime, step: timedelta) -> datetime:

@@ -14,6 +14,8 @@ Metrics (docs/http.md has the table):
 - ``rebalancer_nodes_lent{pool}``: nodes lent or being lent, as the last snapshot saw them.
 - ``rebalancer_decisions_total{kind,action,reason}``: plan steps (``kind="step"``) and planner
   refusals (``kind="refusal"``), by action and reason code (``core.model.Reason``).
+- ``rebalancer_reclaims_overdue{pool}``: nodes whose reclaim is past its deadline and not done
+  (the drain is forced at the deadline, so a value that stays above 0 means a stuck reclaim).
 - ``rebalancer_reclaim_duration_seconds{pool}``: from the reclaim decision to the node serving
   again.
 - ``rebalancer_demand_sample_age_seconds{pool}``: seconds since the last good demand sample
@@ -57,6 +59,12 @@ class Telemetry:
             "rebalancer_decisions",
             "Plan steps (kind=step) and planner refusals (kind=refusal) by action and reason code.",
             ["kind", "action", "reason"],
+            registry=r,
+        )
+        self.reclaims_overdue = Gauge(
+            "rebalancer_reclaims_overdue",
+            "Nodes of the pool whose reclaim is past its deadline and has not finished.",
+            ["pool"],
             registry=r,
         )
         self.reclaim_duration = Histogram(
@@ -103,6 +111,12 @@ class Telemetry:
         for pool, count in lent.items():
             self.nodes_lent.labels(pool).set(count)
         self._forget(self.nodes_lent, set(lent))
+
+    def observe_overdue(self, overdue: Mapping[str, int]) -> None:
+        """Nodes per pool whose reclaim is past its deadline; pools not given lose their series."""
+        for pool, count in overdue.items():
+            self.reclaims_overdue.labels(pool).set(count)
+        self._forget(self.reclaims_overdue, set(overdue))
 
     def observe_demand(self, pool: str, sample: model.Sample | None, now: datetime) -> None:
         """The age at ``now`` of the pool's last good demand sample (a finite value).

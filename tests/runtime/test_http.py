@@ -189,6 +189,8 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
     t.observe_plan(plan())
     t.observe_lent({"l20": 3, "a100": 1})
     t.observe_lent({"l20": 2})  # a100 went away: its series goes too
+    t.observe_overdue({"l20": 0, "a100": 1})
+    t.observe_overdue({"l20": 1})
     t.observe_snapshot(snapshot(T0, model.Sample(40.0, T0 - timedelta(seconds=30))))
     # A later tick with no sample, then one with NaN: the age keeps growing from the last good one.
     t.observe_snapshot(snapshot(T0 + timedelta(seconds=60), None))
@@ -215,9 +217,12 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
         "rebalancer_demand_sample_age_seconds",
         "rebalancer_leader",
         "rebalancer_audit_store_failures",
+        "rebalancer_reclaims_overdue",
     }
     lent = got["rebalancer_nodes_lent"]
     assert [(s.labels, s.value) for s in lent] == [({"pool": "l20"}, 2.0)]
+    overdue = got["rebalancer_reclaims_overdue"]
+    assert [(s.labels, s.value) for s in overdue] == [({"pool": "l20"}, 1.0)]
 
     decisions = [s for s in got["rebalancer_decisions"] if s.name.endswith("_total")]
     assert {

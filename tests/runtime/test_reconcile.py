@@ -29,7 +29,7 @@ from rebalancer.adapters.informer import Informer, WatchSettings
 from rebalancer.adapters.leadership import Term
 from rebalancer.adapters.metrics import HistoryResult, PoolMetrics
 from rebalancer.adapters.writer import KubeWriter, NodeWriter, RetryPolicy
-from rebalancer.core import model
+from rebalancer.core import model, nodestate
 from rebalancer.core.audit import AuditRecord, Kind, Result
 from rebalancer.core.nodestate import Keys
 from rebalancer.core.policy import PoolPolicy, default_lend_spec
@@ -133,6 +133,7 @@ class Seen:
 
     leader: list[bool] = field(default_factory=list)
     lent: list[dict[str, int]] = field(default_factory=list)
+    overdue: list[dict[str, int]] = field(default_factory=list)
     steps: int = 0
     audit_failures: list[str] = field(default_factory=list)
     reclaims: list[tuple[str, datetime, datetime]] = field(default_factory=list)
@@ -142,6 +143,9 @@ class Seen:
 
     def observe_lent(self, lent: Mapping[str, int]) -> None:
         self.lent.append(dict(lent))
+
+    def observe_overdue(self, overdue: Mapping[str, int]) -> None:
+        self.overdue.append(dict(overdue))
 
     def observe_plan(self, plan: model.Plan) -> None:
         self.steps += len(plan.steps)
@@ -569,3 +573,38 @@ async def test_the_controller_process_lends_on_its_first_tick_and_stops_cleanly(
         assert all(state_of(store, n) == "lent" for n in IDLE)
         assert not reports[1].steps  # woken by its own writes: nothing more to do
         assert informer.synced.is_set()
+
+
+async def test_a_reclaim_past_its_deadline_is_reported_overdue_until_it_finishes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with world(monkeypatch) as w:
+        await w.reconciler.start()
+        w.metrics.demand = LOW
+        await w.tick()
+        assert all(state_of(w.store, n) == "lent" for n in IDLE)
+        assert w.seen.overdue[-1] == {POOL: 0}
+        # A reclaim another leader began, whose deadline passed a minute ago, seen by a follower.
+        w.lead.leading = False
+        late = nodestate.format_time(w.box.clock() - timedelta(minutes=1))
+        body = {
+            "metadata": {
+                "labels": {KEYS.state: "reclaiming"},
+                "annotations": {KEYS.deadline: late},
+            }
+        }
+        w.store.patch(
+            NODES, None, IDLE[0], "application/merge-patch+json", json.dumps(body).encode()
+        )
+        await w.tick()
+        assert w.seen.overdue[-1] == {POOL: 1}
+        # Leading again (and demand back, so nothing is lent anew): the reclaim is driven to
+        # its end and the count falls back to 0.
+        w.lead.leading = True
+        w.metrics.demand = HIGH
+        for _ in range(4):
+            await w.tick()
+            w.advance(30)
+        assert state_of(w.store, IDLE[0]) == "serving"
+        await w.tick()
+        assert w.seen.overdue[-1] == {POOL: 0}
