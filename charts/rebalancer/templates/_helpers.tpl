@@ -1,0 +1,70 @@
+{{/* Names and labels shared by every template. */}}
+
+{{- define "rebalancer.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "rebalancer.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "rebalancer.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "rebalancer.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "rebalancer.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "rebalancer.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: controller
+{{- end -}}
+
+{{- define "rebalancer.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "rebalancer.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "rebalancer.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The audit store URL for SQLite: a file on the data volume. */}}
+{{- define "rebalancer.sqliteUrl" -}}
+sqlite+aiosqlite:////var/lib/rebalancer/audit.sqlite3
+{{- end -}}
+
+{{/* Combinations the schema cannot express well, refused at render time with a reason. */}}
+{{- define "rebalancer.validate" -}}
+{{- if and (gt (int .Values.replicaCount) 1) (ne .Values.audit.store "postgresql") -}}
+{{- fail (printf "replicaCount=%d: more than one replica needs audit.store=postgresql (a SQLite file cannot be shared between pods); got audit.store=%s" (int .Values.replicaCount) .Values.audit.store) -}}
+{{- end -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) -}}
+{{- fail (printf "replicaCount=%d: more than one replica needs leaderElection.enabled=true (two writers would fight over the same nodes)" (int .Values.replicaCount)) -}}
+{{- end -}}
+{{- if and (eq .Values.audit.store "postgresql") (not .Values.audit.postgresql.existingSecret) -}}
+{{- fail "audit.postgresql.existingSecret: required when audit.store=postgresql (the Secret holding the database URL)" -}}
+{{- end -}}
+{{- range $key := list "leader_election" "audit" "http" -}}
+{{- if hasKey $.Values.config $key -}}
+{{- fail (printf "config.%s: set by the chart (use the chart's leaderElection, audit and service values)" $key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,54 @@
+"""Render the Helm chart with Helm's own engine (helm-python-sdk embeds Helm v4, offline).
+
+``render(values)`` gives the manifests of one install as parsed documents, in the order Helm
+would print them (by template path); ``rendered(values)`` the raw text per template, for the
+tests that look at what Helm prints (NOTES.txt) or feed a file to another tool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import helm_python
+import yaml
+
+CHART = Path(__file__).resolve().parents[2] / "charts" / "rebalancer"
+RELEASE = "rebalancer"
+NAMESPACE = "rebalancer"
+
+Doc = dict[str, Any]
+
+
+def rendered(
+    values: Mapping[str, Any] | None = None, *, name: str = RELEASE, namespace: str = NAMESPACE
+) -> dict[str, str]:
+    """Template path -> rendered text, for an install of ``name`` into ``namespace``."""
+    with helm_python.Chart.load(CHART) as chart:
+        return chart.render(
+            dict(values or {}), name=name, namespace=namespace, is_install=True, revision=1
+        )
+
+
+def render(
+    values: Mapping[str, Any] | None = None, *, name: str = RELEASE, namespace: str = NAMESPACE
+) -> list[Doc]:
+    """Every Kubernetes object of the install, parsed (NOTES.txt and empty templates left out)."""
+    docs: list[Doc] = []
+    for path, text in sorted(rendered(values, name=name, namespace=namespace).items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        docs.extend(d for d in yaml.safe_load_all(text) if d)
+    return docs
+
+
+def of_kind(docs: list[Doc], kind: str) -> Iterator[Doc]:
+    return (d for d in docs if d.get("kind") == kind)
+
+
+def one(docs: list[Doc], kind: str) -> Doc:
+    """The single object of ``kind``; fails the test if there is none or more than one."""
+    found = list(of_kind(docs, kind))
+    assert len(found) == 1, f"expected one {kind}, rendered {len(found)}"
+    return found[0]

@@ -1,0 +1,336 @@
+"""The Helm chart, rendered by Helm's own engine: combinations, lint, schema, manifests, config.
+
+Every combination the chart documents renders, lints clean in strict mode, and each object it
+renders validates in strict mode against the Kubernetes OpenAPI schemas of 1.28 (the oldest
+supported, ``kubeVersion`` in Chart.yaml) and 1.37 (``kubernetes-validate``). The settings file
+the ConfigMap carries is loaded by the controller's own loader, so a chart value that the
+controller would refuse at start-up fails here. Bad values are refused with a message naming the
+field, by the values schema or by a template ``fail``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import helm_python
+import kubernetes_validate
+import pytest
+import yaml
+
+from rebalancer import settings
+from tests.chart.support import CHART, Doc, of_kind, one, render, rendered
+
+ROOT = CHART.parents[1]
+KUBE_VERSIONS = ("1.28.0", "1.37.0")
+CRD_GROUPS = ("monitoring.coreos.com/",)  # not Kubernetes' own kinds: tested in test_monitoring
+
+POSTGRES: dict[str, Any] = {
+    "replicaCount": 2,
+    "audit": {"store": "postgresql", "postgresql": {"existingSecret": "rebalancer-db"}},
+}
+MONITORING: dict[str, Any] = {
+    "monitoring": {
+        "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+        "prometheusRule": {"enabled": True},
+        "dashboard": {"enabled": True},
+    }
+}
+
+
+def example_pools() -> list[dict[str, Any]]:
+    """The pools of examples/config.yaml: the documented example, as a user would pass them."""
+    data = yaml.safe_load((ROOT / "examples" / "config.yaml").read_text())
+    pools: list[dict[str, Any]] = data["pools"]
+    return pools
+
+
+COMBINATIONS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "postgresql-two-replicas": POSTGRES,
+    "monitoring": MONITORING,
+    "monitoring-postgresql": {**POSTGRES, **MONITORING},
+    "custom-pools": {
+        "config": {"pools": example_pools(), "tick_interval": "15s", "log_level": "DEBUG"},
+        "image": {"repository": "registry.example.com/rebalancer", "tag": "0.1.0-rc1"},
+    },
+    "dry-run": {"config": {"dry_run": True, "pools": example_pools()}},
+    "minimal": {
+        "serviceAccount": {"create": False, "name": "existing"},
+        "rbac": {"create": False},
+        "networkPolicy": {"enabled": False},
+        "podDisruptionBudget": {"enabled": False},
+        "leaderElection": {"enabled": False},
+        "audit": {"sqlite": {"persistence": {"enabled": False}}},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def renders() -> dict[str, list[Doc]]:
+    return {name: render(values) for name, values in COMBINATIONS.items()}
+
+
+def config_of(docs: list[Doc]) -> dict[str, Any]:
+    text = one(docs, "ConfigMap")["data"]["config.yaml"]
+    loaded: dict[str, Any] = yaml.safe_load(text)
+    return loaded
+
+
+def container(docs: list[Doc]) -> dict[str, Any]:
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    (only,) = pod["containers"]
+    c: dict[str, Any] = only
+    return c
+
+
+def env_of(docs: list[Doc]) -> dict[str, Any]:
+    return {e["name"]: e for e in container(docs)["env"]}
+
+
+# ---------------------------------------------------------------------------------------------
+# Render, lint, validate
+
+
+@pytest.mark.parametrize("name", list(COMBINATIONS))
+def test_every_combination_lints_clean_in_strict_mode(name: str) -> None:
+    report = helm_python.lint(CHART, COMBINATIONS[name], strict=True, namespace="rebalancer")
+    problems = [m for m in report["messages"] if m["severity"] >= 2]  # 2 warning, 3 error
+    assert not report["errors"], report
+    assert not problems, problems
+
+
+@pytest.mark.parametrize("version", KUBE_VERSIONS)
+@pytest.mark.parametrize("name", list(COMBINATIONS))
+def test_every_manifest_validates_strictly_against_kubernetes(
+    renders: dict[str, list[Doc]], name: str, version: str
+) -> None:
+    checked = 0
+    for doc in renders[name]:
+        if doc["apiVersion"].startswith(CRD_GROUPS):
+            continue
+        label = f"{doc['kind']}/{doc['metadata']['name']}"
+        try:
+            kubernetes_validate.validate(doc, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{name}: {label} is invalid for Kubernetes {version}: {exc.message}")
+        checked += 1
+    assert checked >= 3  # ConfigMap, Deployment and Service at the least
+
+
+def test_strict_validation_would_catch_a_misspelt_field() -> None:
+    """The check above can fail: an unknown field in a rendered object is refused."""
+    deployment = one(render(), "Deployment")
+    deployment["spec"]["template"]["spec"]["containers"][0]["readOnlyRootFileSystem"] = True
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, "1.37.0", strict=True)
+
+
+def test_the_kinds_rendered_by_default(renders: dict[str, list[Doc]]) -> None:
+    kinds = sorted(d["kind"] for d in renders["defaults"])
+    assert kinds == sorted(
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "Deployment",
+            "NetworkPolicy",
+            "PersistentVolumeClaim",
+            "PodDisruptionBudget",
+            "Role",
+            "Role",
+            "RoleBinding",
+            "RoleBinding",
+            "Service",
+            "ServiceAccount",
+        ]
+    )
+    assert not list(of_kind(renders["defaults"], "Secret"))
+
+
+# ---------------------------------------------------------------------------------------------
+# The settings file the controller reads
+
+
+@pytest.mark.parametrize("name", list(COMBINATIONS))
+def test_the_configmap_is_a_settings_file_the_controller_accepts(
+    renders: dict[str, list[Doc]], name: str, tmp_path: Path
+) -> None:
+    docs = renders[name]
+    path = tmp_path / "config.yaml"
+    path.write_text(one(docs, "ConfigMap")["data"]["config.yaml"])
+    env = {k: "postgresql+asyncpg://u:p@db:5432/audit" for k in env_of(docs) if "AUDIT" in k}
+    loaded = settings.load(path, env=env)
+    values = COMBINATIONS[name]
+    assert len(loaded.pools) == len(values.get("config", {}).get("pools", []))
+    assert loaded.dry_run is bool(values.get("config", {}).get("dry_run", False))
+    assert loaded.http.port == container(docs)["ports"][0]["containerPort"]
+
+
+def test_custom_pools_arrive_in_the_settings_as_given(renders: dict[str, list[Doc]]) -> None:
+    config = config_of(renders["custom-pools"])
+    assert config["pools"] == example_pools()
+    assert config["tick_interval"] == "15s"
+
+
+def test_the_lease_the_controller_uses_is_the_one_its_role_may_renew(
+    renders: dict[str, list[Doc]],
+) -> None:
+    docs = renders["defaults"]
+    election = config_of(docs)["leader_election"]
+    lease_roles = [r for r in of_kind(docs, "Role") if r["metadata"]["namespace"] == "rebalancer"]
+    (role,) = lease_roles
+    named = [rule for rule in role["rules"] if rule.get("resourceNames")]
+    assert named == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [election["lease_name"]],
+            "verbs": ["get", "update"],
+        }
+    ]
+    assert election["lease_namespace"] == "rebalancer"
+    lease_ns = env_of(docs)["REBALANCER_LEADER_ELECTION__LEASE_NAMESPACE"]
+    assert lease_ns["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env_of(docs)["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
+# ---------------------------------------------------------------------------------------------
+# The pod
+
+
+def test_the_pod_runs_locked_down(renders: dict[str, list[Doc]]) -> None:
+    for name, docs in renders.items():
+        pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+        c = container(docs)
+        assert pod["securityContext"]["runAsNonRoot"] is True, name
+        assert pod["securityContext"]["runAsUser"] != 0, name
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        sc = c["securityContext"]
+        assert sc["readOnlyRootFilesystem"] is True, name
+        assert sc["allowPrivilegeEscalation"] is False, name
+        assert sc["capabilities"] == {"drop": ["ALL"]}, name
+        assert {"cpu", "memory"} <= set(c["resources"]["requests"]), name
+        assert "memory" in c["resources"]["limits"], name
+        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}, name
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}, name
+        # Every path it writes is a volume: /tmp, and the SQLite directory when there is one.
+        writable = {m["mountPath"] for m in c["volumeMounts"] if not m.get("readOnly")}
+        assert "/tmp" in writable, name
+
+
+def test_sqlite_gets_a_kept_volume_and_one_pod_at_a_time(renders: dict[str, list[Doc]]) -> None:
+    docs = renders["defaults"]
+    deployment = one(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    claim = one(docs, "PersistentVolumeClaim")
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["data"]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    assert config_of(docs)["audit"]["url"].startswith("sqlite+aiosqlite:////var/lib/rebalancer/")
+    mounts = {m["mountPath"] for m in container(docs)["volumeMounts"]}
+    assert "/var/lib/rebalancer" in mounts
+    # Persistence off: an emptyDir, no claim.
+    minimal = renders["minimal"]
+    assert not list(of_kind(minimal, "PersistentVolumeClaim"))
+    data = one(minimal, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "data", "emptyDir": {}} in data
+
+
+def test_postgresql_reads_its_url_from_a_secret_and_rolls(renders: dict[str, list[Doc]]) -> None:
+    docs = renders["postgresql-two-replicas"]
+    deployment = one(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    url = env_of(docs)["REBALANCER_AUDIT__URL"]["valueFrom"]["secretKeyRef"]
+    assert url == {"name": "rebalancer-db", "key": "url"}
+    assert "audit" not in config_of(docs)  # no URL, no password, in the ConfigMap
+    assert not list(of_kind(docs, "PersistentVolumeClaim"))
+    egress = one(docs, "NetworkPolicy")["spec"]["egress"]
+    assert {"port": 5432, "protocol": "TCP"} in [p for rule in egress for p in rule["ports"]]
+    assert one(docs, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+
+
+def test_a_changed_config_rolls_the_pods() -> None:
+    def checksum(values: Mapping[str, Any]) -> str:
+        pod = one(render(values), "Deployment")["spec"]["template"]
+        return str(pod["metadata"]["annotations"]["checksum/config"])
+
+    assert checksum({}) != checksum({"config": {"paused": True}})
+    assert checksum({}) == checksum({"podLabels": {"team": "ml"}})
+
+
+def test_the_network_policy_lets_in_only_the_http_port(renders: dict[str, list[Doc]]) -> None:
+    policy = one(renders["defaults"], "NetworkPolicy")["spec"]
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["ingress"] == [{"ports": [{"port": "http", "protocol": "TCP"}]}]
+    ports = [p["port"] for rule in policy["egress"] for p in rule["ports"]]
+    assert ports == [53, 53, 443, 6443, 9090]
+    assert not list(of_kind(renders["minimal"], "NetworkPolicy"))
+
+
+def test_dry_run_grants_no_write_on_nodes_or_pods(renders: dict[str, list[Doc]]) -> None:
+    rules = one(renders["dry-run"], "ClusterRole")["rules"]
+    verbs = {(r["resources"][0], v) for r in rules for v in r["verbs"]}
+    assert verbs == {(res, v) for res in ("nodes", "pods") for v in ("get", "list", "watch")}
+    assert config_of(renders["dry-run"])["dry_run"] is True
+
+
+def test_notes_say_how_to_check_on_it_and_warn_without_pools() -> None:
+    notes = rendered()["rebalancer/templates/NOTES.txt"]
+    assert "config.pools is empty" in notes
+    assert "get lease rebalancer" in notes
+    notes = rendered(COMBINATIONS["custom-pools"])["rebalancer/templates/NOTES.txt"]
+    assert "config.pools is empty" not in notes
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad values
+
+
+BAD_VALUES: list[tuple[dict[str, Any], str]] = [
+    ({"replicaCount": 2}, "/audit/store"),
+    ({"replicaCount": 0}, "/replicaCount"),
+    ({"replicaCont": 2}, "'replicaCont' not allowed"),
+    ({"config": {"pools": [{"name": "l20"}]}}, "'node_selector', 'rps_per_node'"),
+    ({"config": {"pools": [{"name": "l20", "node_selector": {}, "rps_per_node": 4}]}}, "/0/node"),
+    ({"config": {"audit": {"url": "sqlite://"}}}, "'audit' not allowed"),
+    ({"config": {"tick_interval": "soon"}}, "/config/tick_interval"),
+    ({"audit": {"store": "mysql"}}, "/audit/store"),
+    ({"audit": {"store": "postgresql"}}, "/audit/postgresql/existingSecret"),
+    ({"securityContext": {"readOnlyRootFilesystem": False}}, "/securityContext"),
+    ({"podSecurityContext": {"runAsNonRoot": False}}, "/podSecurityContext/runAsNonRoot"),
+    ({"image": {"digest": "latest"}}, "/image/digest"),
+    ({"service": {"port": 70000}}, "/service/port"),
+]
+
+
+@pytest.mark.parametrize(("values", "names"), BAD_VALUES)
+def test_bad_values_are_refused_naming_the_field(values: dict[str, Any], names: str) -> None:
+    with pytest.raises(helm_python.HelmError) as caught:
+        render(values)
+    assert names in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("values", "says"),
+    [
+        ({"replicaCount": 2}, "more than one replica needs audit.store=postgresql"),
+        ({**POSTGRES, "leaderElection": {"enabled": False}}, "needs leaderElection.enabled"),
+        ({"audit": {"store": "postgresql"}}, "audit.postgresql.existingSecret: required"),
+        ({"config": {"http": {"port": 1}}}, "config.http: set by the chart"),
+    ],
+)
+def test_without_the_schema_the_templates_still_refuse(
+    values: dict[str, Any], says: str, tmp_path: Path
+) -> None:
+    """``helm install --skip-schema-validation`` meets the same refusals, from the templates."""
+    copy = tmp_path / "rebalancer"
+    shutil.copytree(CHART, copy)
+    (copy / "values.schema.json").unlink()
+    with helm_python.Chart.load(copy) as chart, pytest.raises(helm_python.HelmError) as caught:
+        chart.render(values, name="rebalancer", namespace="rebalancer")
+    assert says in str(caught.value)
