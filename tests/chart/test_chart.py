@@ -10,6 +10,7 @@ field, by the values schema or by a template ``fail``.
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -52,6 +53,7 @@ COMBINATIONS: dict[str, dict[str, Any]] = {
     "postgresql-two-replicas": POSTGRES,
     "monitoring": MONITORING,
     "monitoring-postgresql": {**POSTGRES, **MONITORING},
+    "example-values": yaml.safe_load((ROOT / "examples" / "helm-values.yaml").read_text()),
     "custom-pools": {
         "config": {"pools": example_pools(), "tick_interval": "15s", "log_level": "DEBUG"},
         "image": {"repository": "registry.example.com/rebalancer", "tag": "0.1.0-rc1"},
@@ -73,9 +75,16 @@ def renders() -> dict[str, list[Doc]]:
     return {name: render(values) for name, values in COMBINATIONS.items()}
 
 
+def settings_text(docs: list[Doc]) -> str:
+    """The settings file of the controller's ConfigMap (the dashboard has a ConfigMap too)."""
+    (text,) = [
+        d["data"]["config.yaml"] for d in of_kind(docs, "ConfigMap") if "config.yaml" in d["data"]
+    ]
+    return str(text)
+
+
 def config_of(docs: list[Doc]) -> dict[str, Any]:
-    text = one(docs, "ConfigMap")["data"]["config.yaml"]
-    loaded: dict[str, Any] = yaml.safe_load(text)
+    loaded: dict[str, Any] = yaml.safe_load(settings_text(docs))
     return loaded
 
 
@@ -160,7 +169,7 @@ def test_the_configmap_is_a_settings_file_the_controller_accepts(
 ) -> None:
     docs = renders[name]
     path = tmp_path / "config.yaml"
-    path.write_text(one(docs, "ConfigMap")["data"]["config.yaml"])
+    path.write_text(settings_text(docs))
     env = {k: "postgresql+asyncpg://u:p@db:5432/audit" for k in env_of(docs) if "AUDIT" in k}
     loaded = settings.load(path, env=env)
     values = COMBINATIONS[name]
@@ -173,6 +182,8 @@ def test_custom_pools_arrive_in_the_settings_as_given(renders: dict[str, list[Do
     config = config_of(renders["custom-pools"])
     assert config["pools"] == example_pools()
     assert config["tick_interval"] == "15s"
+    # The example values file carries the same pools as the example settings file.
+    assert config_of(renders["example-values"])["pools"] == example_pools()
 
 
 def test_the_lease_the_controller_uses_is_the_one_its_role_may_renew(
@@ -334,3 +345,30 @@ def test_without_the_schema_the_templates_still_refuse(
     with helm_python.Chart.load(copy) as chart, pytest.raises(helm_python.HelmError) as caught:
         chart.render(values, name="rebalancer", namespace="rebalancer")
     assert says in str(caught.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The chart README lists every value
+
+
+def leaf_paths(values: Mapping[str, Any], prefix: str = "") -> list[str]:
+    out: list[str] = []
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.extend(leaf_paths(value, path + "."))
+        else:
+            out.append(path)
+    return out
+
+
+def test_the_chart_readme_lists_every_value_and_only_real_ones() -> None:
+    readme = (CHART / "README.md").read_text()
+    documented = set(re.findall(r"^\| `([^`]+)` \|", readme, flags=re.MULTILINE))
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    paths = leaf_paths(values)
+    # A value is listed by its own row or by a row for the object it sits in.
+    missing = [p for p in paths if not any(p == d or p.startswith(d + ".") for d in documented)]
+    assert not missing, f"values not in charts/rebalancer/README.md: {missing}"
+    stale = [d for d in documented if not any(p == d or p.startswith(d + ".") for p in paths)]
+    assert not stale, f"README rows for values that do not exist: {stale}"
