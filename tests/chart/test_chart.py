@@ -316,6 +316,8 @@ BAD_VALUES: list[tuple[dict[str, Any], str]] = [
     ({"podSecurityContext": {"runAsNonRoot": False}}, "/podSecurityContext/runAsNonRoot"),
     ({"image": {"digest": "latest"}}, "/image/digest"),
     ({"service": {"port": 70000}}, "/service/port"),
+    ({"monitoring": {"serviceMonitor": {"interval": "30 s"}}}, "/serviceMonitor/interval"),
+    ({"monitoring": {"dashbord": {"enabled": True}}}, "'dashbord' not allowed"),
 ]
 
 

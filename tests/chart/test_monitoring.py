@@ -1,0 +1,1054 @@
+"""The chart's monitoring, proven with the real tools: promtool, Prometheus and PostgreSQL.
+
+- The ServiceMonitor selects the chart's Service and its ``http`` port; it and the
+  PrometheusRule validate, strictly, against the operator's documented fields
+  (``OPERATOR_SCHEMAS``).
+- The PrometheusRule passes ``promtool check rules``, and ``promtool test rules`` runs cases for
+  every alert, each with firing and quiet evaluations (``CASES``; an alert without both fails).
+  The expected annotations are the rendered ones with the labels and value filled in, so the
+  alert texts are executed too.
+- The Grafana dashboard (with and without the PostgreSQL table) is valid JSON with unique panel
+  ids, a datasource on every panel and target and an expression on every target; every PromQL
+  expression and variable query of it runs on a real Prometheus (``tests/adapters/prometheus.py``)
+  holding series exported by the controller's own ``Telemetry``, and returns data.
+- The decisions SQL of the PostgreSQL panel runs on a real PostgreSQL whose schema the audit
+  store's own migrations made, and returns the expected records in the expected order.
+- Every ``rebalancer_*`` name in the alerts and the dashboard is one ``Telemetry`` exports.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import helm_python
+import jsonschema
+import pytest
+import yaml
+
+from rebalancer.adapters.audit import SqlAuditStore
+from rebalancer.core import model
+from rebalancer.core.audit import AuditRecord, Kind
+from rebalancer.runtime.telemetry import Telemetry
+from tests.adapters import prometheus as prom
+from tests.adapters.postgres import PostgresServer, postgres_server
+from tests.chart.support import Doc, of_kind, one, render
+
+__all__ = ["postgres_server"]  # the session fixture, imported so that pytest finds it
+
+ON: dict[str, Any] = {
+    "monitoring": {
+        "serviceMonitor": {"enabled": True},
+        "prometheusRule": {"enabled": True},
+        "dashboard": {"enabled": True},
+    }
+}
+POSTGRES: dict[str, Any] = {
+    **ON,
+    "audit": {"store": "postgresql", "postgresql": {"existingSecret": "rebalancer-db"}},
+}
+JOB = 'job="rebalancer", namespace="rebalancer"'  # what the default install's targets carry
+METRIC = re.compile(r"\brebalancer_[a-z_]+\b")
+
+
+def dashboard(values: Mapping[str, Any]) -> dict[str, Any]:
+    cm = next(
+        d
+        for d in of_kind(render(values), "ConfigMap")
+        if d["metadata"]["name"].endswith("-dashboard")
+    )
+    data: dict[str, Any] = json.loads(cm["data"]["rebalancer.json"])
+    return data
+
+
+def rules(values: Mapping[str, Any] = ON) -> dict[str, Doc]:
+    """Alert name -> its rule, from the rendered PrometheusRule."""
+    spec = one(render(values), "PrometheusRule")["spec"]
+    return {r["alert"]: r for g in spec["groups"] for r in g["rules"]}
+
+
+def targets(dash: Mapping[str, Any]) -> Iterator[tuple[Doc, Doc]]:
+    for panel in dash["panels"]:
+        for target in panel["targets"]:
+            yield panel, target
+
+
+# ---------------------------------------------------------------------------------------------
+# What is rendered
+
+
+def test_nothing_is_rendered_unless_enabled() -> None:
+    docs = render({})
+    assert not list(of_kind(docs, "ServiceMonitor"))
+    assert not list(of_kind(docs, "PrometheusRule"))
+    assert not [d for d in docs if d["metadata"]["name"].endswith("-dashboard")]
+
+
+def test_servicemonitor_scrapes_the_services_http_port() -> None:
+    values = {
+        "monitoring": {
+            "serviceMonitor": {
+                "enabled": True,
+                "labels": {"release": "kps"},
+                "interval": "15s",
+                "scrapeTimeout": "5s",
+            }
+        }
+    }
+    docs = render(values)
+    sm, service = one(docs, "ServiceMonitor"), one(docs, "Service")
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["metadata"]["namespace"] == service["metadata"]["namespace"] == "rebalancer"
+    assert sm["metadata"]["labels"]["release"] == "kps"
+    wanted = sm["spec"]["selector"]["matchLabels"]
+    assert wanted == service["spec"]["selector"]  # the chart's selector labels
+    assert wanted.items() <= service["metadata"]["labels"].items()
+    assert sm["spec"]["namespaceSelector"] == {"matchNames": ["rebalancer"]}
+    [endpoint] = sm["spec"]["endpoints"]
+    assert endpoint["port"] in [p["name"] for p in service["spec"]["ports"]]
+    assert endpoint == {
+        "port": "http",
+        "path": "/metrics",
+        "scheme": "http",
+        "interval": "15s",
+        "scrapeTimeout": "5s",
+    }
+
+
+def test_rules_select_the_servicemonitors_job() -> None:
+    """prometheus-operator names the job after the Service: the rules must select that."""
+    docs = render(ON, name="prod", namespace="gpu")
+    service = one(docs, "Service")["metadata"]
+    selector = f'job="{service["name"]}", namespace="{service["namespace"]}"'
+    assert service["name"] == "prod-rebalancer"
+    rule = one(docs, "PrometheusRule")
+    for r in (r for g in rule["spec"]["groups"] for r in g["rules"]):
+        names = METRIC.findall(r["expr"]) + re.findall(r"\bup\b", r["expr"])
+        assert r["expr"].count(selector) == len(names), r["expr"]
+
+
+def test_the_rule_needs_the_servicemonitor() -> None:
+    with pytest.raises(helm_python.HelmError, match=r"needs monitoring\.serviceMonitor\.enabled"):
+        render({"monitoring": {"prometheusRule": {"enabled": True}}})
+
+
+def test_rule_values() -> None:
+    values = {
+        "monitoring": {
+            "serviceMonitor": {"enabled": True},
+            "prometheusRule": {
+                "enabled": True,
+                "labels": {"release": "kps"},
+                "ruleLabels": {"team": "ml-infra", "severity": "ignored"},
+                "runbookBaseUrl": "https://runbooks.example.com/rebalancer",
+                "demandStaleSeconds": 300,
+            },
+        }
+    }
+    rule = one(render(values), "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "kps"
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    for name, r in alerts.items():
+        assert r["labels"]["team"] == "ml-infra"
+        assert r["labels"]["severity"] in ("critical", "warning")  # the chart's, not the value
+        assert r["annotations"]["runbook_url"] == (
+            f"https://runbooks.example.com/rebalancer#{name.lower()}"
+        )
+    assert "rebalancer_demand_sample_age_seconds{" in alerts["RebalancerDemandStale"]["expr"]
+    assert "} > 300)" in alerts["RebalancerDemandStale"]["expr"]
+
+
+def test_runbook_anchors_exist() -> None:
+    """Each alert's runbook_url names a section of docs/design/monitoring.md."""
+    doc = (Path(__file__).parents[2] / "docs" / "design" / "monitoring.md").read_text()
+    anchors = {
+        re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
+        for h in re.findall(r"^#+ (.*)$", doc, re.MULTILINE)
+    }
+    for name, r in rules().items():
+        base, _, anchor = r["annotations"]["runbook_url"].partition("#")
+        assert base == "docs/design/monitoring.md"
+        assert anchor in anchors, f"{name}: no section #{anchor} in docs/design/monitoring.md"
+
+
+# The two prometheus-operator kinds are not in Kubernetes' schemas. These are their fields as the
+# operator's API reference (monitoring.coreos.com/v1) documents them, the ones a chart like this
+# one may set, written out here and strict: a misspelt or misplaced field is an error.
+DURATION = {
+    "type": "string",
+    "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?"
+    "(([0-9]+)ms)?)$",
+}
+STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
+METADATA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name"],
+    "properties": {
+        "name": {"type": "string"},
+        "namespace": {"type": "string"},
+        "labels": STRINGS,
+        "annotations": STRINGS,
+    },
+}
+SELECTOR = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"matchLabels": STRINGS, "matchExpressions": {"type": "array"}},
+}
+
+
+def kind_schema(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {
+            "apiVersion": {"const": "monitoring.coreos.com/v1"},
+            "kind": {"const": kind},
+            "metadata": METADATA,
+            "spec": spec,
+        },
+    }
+
+
+OPERATOR_SCHEMAS: dict[str, dict[str, Any]] = {
+    "ServiceMonitor": kind_schema(
+        "ServiceMonitor",
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["selector"],
+            "properties": {
+                "jobLabel": {"type": "string"},
+                "targetLabels": {"type": "array", "items": {"type": "string"}},
+                "podTargetLabels": {"type": "array", "items": {"type": "string"}},
+                "selector": SELECTOR,
+                "namespaceSelector": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "any": {"type": "boolean"},
+                        "matchNames": {"type": "array", "items": {"type": "string"}},
+                    },
+                },
+                "sampleLimit": {"type": "integer", "minimum": 0},
+                "endpoints": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "port": {"type": "string"},
+                            "targetPort": {"type": ["string", "integer"]},
+                            "path": {"type": "string"},
+                            "scheme": {"enum": ["http", "https", "HTTP", "HTTPS"]},
+                            "interval": DURATION,
+                            "scrapeTimeout": DURATION,
+                            "honorLabels": {"type": "boolean"},
+                            "honorTimestamps": {"type": "boolean"},
+                            "relabelings": {"type": "array"},
+                            "metricRelabelings": {"type": "array"},
+                            "params": {"type": "object"},
+                        },
+                    },
+                },
+            },
+        },
+    ),
+    "PrometheusRule": kind_schema(
+        "PrometheusRule",
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "groups": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["name"],
+                        "properties": {
+                            "name": {"type": "string", "minLength": 1},
+                            "interval": DURATION,
+                            "limit": {"type": "integer"},
+                            "labels": STRINGS,
+                            "rules": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "additionalProperties": False,
+                                    "required": ["expr"],
+                                    "properties": {
+                                        "record": {"type": "string"},
+                                        "alert": {"type": "string"},
+                                        "expr": {"type": ["string", "integer"]},
+                                        "for": DURATION,
+                                        "keep_firing_for": DURATION,
+                                        "labels": STRINGS,
+                                        "annotations": STRINGS,
+                                    },
+                                },
+                            },
+                        },
+                    },
+                }
+            },
+        },
+    ),
+}
+
+
+def operator_errors(doc: Doc) -> list[str]:
+    assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+    validator = jsonschema.Draft7Validator(OPERATOR_SCHEMAS[doc["kind"]])
+    return [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)
+    ]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        ON,
+        {
+            "monitoring": {
+                "serviceMonitor": {
+                    "enabled": True,
+                    "labels": {"release": "kps"},
+                    "interval": "1m",
+                    "scrapeTimeout": "",
+                },
+                "prometheusRule": {
+                    "enabled": True,
+                    "labels": {"release": "kps"},
+                    "ruleLabels": {"team": "ml"},
+                    "demandStaleSeconds": 300,
+                },
+            }
+        },
+    ],
+    ids=["defaults", "custom"],
+)
+def test_objects_match_the_operators_documented_fields(values: Mapping[str, Any]) -> None:
+    docs = render(values)
+    for kind in ("ServiceMonitor", "PrometheusRule"):
+        assert operator_errors(one(docs, kind)) == [], kind
+
+
+def test_the_operator_field_check_bites() -> None:
+    sm = one(render(ON), "ServiceMonitor")
+    sm["spec"]["endpoints"][0]["scrapeTimeout"] = "10 seconds"
+    sm["spec"]["endpoint"] = []
+    errors = operator_errors(sm)
+    assert len(errors) == 2, errors
+    assert "spec: Additional properties are not allowed ('endpoint' was unexpected)" in errors
+    assert any(
+        e.startswith("spec/endpoints/0/scrapeTimeout: '10 seconds' does not match") for e in errors
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The alerts: promtool check rules, and promtool test rules with cases for each
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [prom.require("promtool"), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+
+
+def write_rules(directory: Path, values: Mapping[str, Any] = ON) -> Path:
+    spec = one(render(values), "PrometheusRule")["spec"]
+    path = directory / "rules.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        ON,
+        {
+            "monitoring": {
+                **ON["monitoring"],
+                "prometheusRule": {
+                    "enabled": True,
+                    "ruleLabels": {"team": "x"},
+                    "demandStaleSeconds": 90.5,
+                },
+            }
+        },
+    ],
+    ids=["defaults", "custom"],
+)
+def test_rules_pass_promtool_check(tmp_path: Path, values: Mapping[str, Any]) -> None:
+    done = promtool("check", "rules", str(write_rules(tmp_path, values)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"SUCCESS: {len(rules(values))} rules found" in done.stdout
+
+
+@dataclass(frozen=True)
+class Fire:
+    """One firing alert: its labels (severity comes from the rule) and ``$value`` as printed."""
+
+    labels: Mapping[str, str]
+    value: str = ""
+    humanized: str = ""  # ``$value | humanizeDuration``
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    series: Mapping[str, str]  # series -> promtool expanding notation, one sample a minute
+    checks: tuple[tuple[str, tuple[Fire, ...]], ...]  # (eval time, the alerts firing then)
+
+
+def s(name: str, **labels: str) -> str:
+    """A series of the default install's job."""
+    extra = "".join(f', {k}="{v}"' for k, v in labels.items())
+    return f"{name}{{{JOB}{extra}}}"
+
+
+TARGET = {"job": "rebalancer", "namespace": "rebalancer"}
+POOL = {**TARGET, "pool": "l20"}
+
+
+def up(a: str, b: str) -> dict[str, str]:
+    return {s("up", pod="rebalancer-0"): a, s("up", pod="rebalancer-1"): b}
+
+
+def leader(a: str, b: str) -> dict[str, str]:
+    return {
+        s("rebalancer_leader", pod="rebalancer-0", identity="rebalancer-0"): a,
+        s("rebalancer_leader", pod="rebalancer-1", identity="rebalancer-1"): b,
+    }
+
+
+def age(pod: str, values: str, pool: str = "l20") -> dict[str, str]:
+    return {s("rebalancer_demand_sample_age_seconds", pod=pod, pool=pool): values}
+
+
+def failures(op: str, values: str) -> dict[str, str]:
+    return {s("rebalancer_audit_store_failures_total", pod="rebalancer-0", operation=op): values}
+
+
+def lent(l20: str, h100: str = "0x15") -> dict[str, str]:
+    return {
+        s("rebalancer_nodes_lent", pod=p, pool=pool): v
+        for p in ("rebalancer-0", "rebalancer-1")
+        for pool, v in (("l20", l20), ("h100", h100))
+    }
+
+
+QUIET: tuple[Fire, ...] = ()
+STALE_LEADER = {**POOL, "pod": "rebalancer-0"}
+
+CASES: dict[str, list[Case]] = {
+    "RebalancerDown": [
+        Case("two replicas up", up("1x15", "1x15"), (("10m", QUIET),)),
+        Case(
+            "the follower alone is up: still running",
+            up("1 1 stale", "1x15"),
+            (("10m", QUIET),),
+        ),
+        Case(
+            "every scrape fails: down after 5 minutes",
+            up("0x15", "0x15"),
+            (("4m", QUIET), ("5m", (Fire(TARGET),)), ("10m", (Fire(TARGET),))),
+        ),
+        Case(
+            "the targets are gone (scaled to zero, not ready): down after 5 minutes",
+            up("1 1 1 stale", "1 1 1 stale"),
+            (("2m", QUIET), ("7m", QUIET), ("8m", (Fire(TARGET),))),
+        ),
+    ],
+    "RebalancerNoLeader": [
+        Case("a leader and a follower", leader("1x15", "0x15"), (("10m", QUIET),)),
+        Case(
+            "a handover with 2 minutes without a leader",
+            leader("1 1 1 0 0 0 0 0 0 0 0", "0 0 0 0 0 1 1 1 1 1 1"),
+            (("4m", QUIET), ("10m", QUIET)),
+        ),
+        Case(
+            "replicas run, none leads: after 5 minutes",
+            leader("0x15", "0x15"),
+            (("4m", QUIET), ("5m", (Fire(TARGET),))),
+        ),
+        Case("nothing scraped: RebalancerDown's business", up("0x15", "0x15"), (("10m", QUIET),)),
+    ],
+    "RebalancerSeveralLeaders": [
+        Case("one leader", leader("0x15", "1x15"), (("10m", QUIET),)),
+        Case(
+            "a deposed leader says so one tick late",
+            leader("1 1 1 1 1 0 0 0 0 0 0", "0 0 0 0 1 1 1 1 1 1 1"),
+            (("4m", QUIET), ("10m", QUIET)),
+        ),
+        Case(
+            "two leaders for 5 minutes",
+            leader("1x15", "1x15"),
+            (("4m", QUIET), ("5m", (Fire(TARGET, value="2"),))),
+        ),
+    ],
+    "RebalancerDemandStale": [
+        Case(
+            "fresh samples",
+            {**leader("1x15", "0x15"), **age("rebalancer-0", "30x15")},
+            (("10m", QUIET),),
+        ),
+        Case(
+            "at the threshold, not above it",
+            {**leader("1x15", "0x15"), **age("rebalancer-0", "120x15")},
+            (("10m", QUIET),),
+        ),
+        Case(
+            "the age grows 30 s a minute: above 120 s at 5m, firing from 6m",
+            {**leader("1x15", "0x15"), **age("rebalancer-0", "0+30x15")},
+            (
+                ("5m", QUIET),
+                ("6m", (Fire(STALE_LEADER, value="180", humanized="3m 0s"),)),
+            ),
+        ),
+        Case(
+            "no sample since the start (+Inf)",
+            {**leader("1x15", "0x15"), **age("rebalancer-0", "Inf Inf Inf Inf Inf")},
+            (("0m", QUIET), ("1m", (Fire(STALE_LEADER, value="+Inf", humanized="+Inf"),))),
+        ),
+        Case(
+            "a stale follower next to a fresh leader",
+            {
+                **leader("1x15", "0x15"),
+                **age("rebalancer-0", "30x15"),
+                **age("rebalancer-1", "0+60x15"),
+            },
+            (("10m", QUIET),),
+        ),
+        Case(
+            "the stale one leads",
+            {
+                **leader("0x15", "1x15"),
+                **age("rebalancer-0", "30x15"),
+                **age("rebalancer-1", "600x15"),
+            },
+            (("1m", (Fire({**POOL, "pod": "rebalancer-1"}, "600", "10m 0s"),)),),
+        ),
+    ],
+    "RebalancerReclaimOverdue": [
+        Case(
+            "nothing overdue",
+            {s("rebalancer_reclaims_overdue", pod="rebalancer-0", pool="l20"): "0x15"},
+            (("10m", QUIET),),
+        ),
+        Case(
+            "overdue for 3 minutes, then done",
+            {s("rebalancer_reclaims_overdue", pod="rebalancer-0", pool="l20"): "0 1 1 1 0x10"},
+            (("3m", QUIET), ("10m", QUIET)),
+        ),
+        Case(
+            "two nodes stuck, seen by both replicas: one alert after 5 minutes",
+            {
+                s("rebalancer_reclaims_overdue", pod=p, pool=pool): v
+                for p in ("rebalancer-0", "rebalancer-1")
+                for pool, v in (("l20", "2x15"), ("h100", "0x15"))
+            },
+            (("4m", QUIET), ("5m", (Fire(POOL, value="2"),))),
+        ),
+    ],
+    "RebalancerAuditStoreFailingWhileLent": [
+        Case(
+            "ticks fail while l20 has nodes lent: firing 3 minutes after the second failure",
+            {**lent("2x15"), **failures("tick", "1+1x15")},
+            (("3m", QUIET), ("4m", (Fire(POOL, value="2"),))),
+        ),
+        Case(
+            "ticks fail, nothing lent",
+            {**lent("0x15"), **failures("tick", "1+1x15")},
+            (("10m", QUIET),),
+        ),
+        Case(
+            "only the API's reads fail",
+            {**lent("2x15"), **failures("query", "1+1x15")},
+            (("10m", QUIET),),
+        ),
+        Case(
+            "nodes lent, an old failure count that does not grow",
+            {**lent("2x15"), **failures("outcome", "4x15")},
+            (("10m", QUIET),),
+        ),
+        Case(
+            "the store recovers at 3m: the alert ends once 5 minutes pass without failures",
+            {**lent("2x15"), **failures("supersede", "1 2 3 4x12")},
+            (("4m", (Fire(POOL, value="2"),)), ("8m", QUIET)),
+        ),
+    ],
+}
+
+
+def expected_annotations(rule: Doc, fire: Fire) -> dict[str, str]:
+    """The rule's annotations as Prometheus prints them for ``fire``."""
+    out: dict[str, str] = {}
+    for key, template in rule["annotations"].items():
+        text = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: fire.labels[m[1]], template)
+        text = text.replace("{{ $value | humanizeDuration }}", fire.humanized)
+        text = text.replace("{{ $value }}", fire.value)
+        assert "{{" not in text, f"a template this test does not fill in: {text}"
+        out[key] = text
+    return out
+
+
+def unit_tests(alert: str, rule: Doc) -> dict[str, Any]:
+    tests = []
+    for case in CASES[alert]:
+        checks = []
+        for at, fires in case.checks:
+            exp = [
+                {
+                    "exp_labels": {**f.labels, "severity": rule["labels"]["severity"]},
+                    "exp_annotations": expected_annotations(rule, f),
+                }
+                for f in fires
+            ]
+            checks.append({"eval_time": at, "alertname": alert, "exp_alerts": exp})
+        tests.append(
+            {
+                "name": f"{alert}: {case.name}",
+                "interval": "1m",
+                "input_series": [{"series": k, "values": v} for k, v in case.series.items()],
+                "alert_rule_test": checks,
+            }
+        )
+    return {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}
+
+
+def test_every_alert_has_firing_and_quiet_cases() -> None:
+    assert set(CASES) == set(rules())
+    for alert, cases in CASES.items():
+        checks = [fires for case in cases for _, fires in case.checks]
+        assert any(checks), f"{alert}: no case where it fires"
+        assert not all(checks), f"{alert}: no case where it stays quiet"
+
+
+@pytest.mark.parametrize("alert", sorted(CASES))
+def test_alert_with_promtool(tmp_path: Path, alert: str) -> None:
+    write_rules(tmp_path)
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(unit_tests(alert, rules()[alert])))
+    done = promtool("test", "rules", str(tmp_path / "tests.yaml"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout
+
+
+def test_promtool_test_catches_a_wrong_expectation(tmp_path: Path) -> None:
+    """The harness can fail: the same cases with the firing time one minute early do."""
+    write_rules(tmp_path)
+    doc = unit_tests("RebalancerReclaimOverdue", rules()["RebalancerReclaimOverdue"])
+    for test in doc["tests"]:
+        for check in test["alert_rule_test"]:
+            if check["exp_alerts"]:
+                check["eval_time"] = "4m"
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(doc))
+    done = promtool("test", "rules", str(tmp_path / "tests.yaml"))
+    assert done.returncode != 0
+    assert "FAILED" in done.stdout + done.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Metric names
+
+
+def exported_names() -> set[str]:
+    """Every series name the controller's Telemetry exports."""
+    names: set[str] = set()
+    for family in Telemetry().registry.collect():
+        if family.type == "counter":
+            names.add(family.name + "_total")
+        elif family.type == "histogram":
+            names.update(family.name + s for s in ("_bucket", "_count", "_sum"))
+        else:
+            names.add(family.name)
+    return names
+
+
+def test_every_metric_name_used_is_exported() -> None:
+    exported = exported_names()
+    used_in_rules = {n for r in rules().values() for n in METRIC.findall(r["expr"])}
+    dash = dashboard(POSTGRES)
+    used_in_dash = {n for _, t in targets(dash) for n in METRIC.findall(t.get("expr", ""))}
+    used_in_dash |= {
+        n for v in dash["templating"]["list"] for n in METRIC.findall(v.get("definition", ""))
+    }
+    assert used_in_rules - exported == set()
+    assert used_in_dash - exported == set()
+    assert used_in_rules >= {
+        "rebalancer_leader",
+        "rebalancer_demand_sample_age_seconds",
+        "rebalancer_reclaims_overdue",
+        "rebalancer_nodes_lent",
+        "rebalancer_audit_store_failures_total",
+    }
+    # every family is on the dashboard
+    assert {n.removesuffix("_bucket").removesuffix("_count") for n in used_in_dash} >= {
+        n for n in exported if not n.endswith(("_sum", "_count", "_bucket"))
+    } | {"rebalancer_reclaim_duration_seconds"}
+
+
+# ---------------------------------------------------------------------------------------------
+# The dashboard's structure
+
+
+def test_dashboard_configmap() -> None:
+    values = {
+        "monitoring": {
+            "dashboard": {
+                "enabled": True,
+                "labels": {"grafana_dashboard": "1", "team": "ml"},
+                "annotations": {"grafana_folder": "GPU"},
+                "namespace": "monitoring",
+            }
+        }
+    }
+    docs = render(values, name="prod", namespace="gpu")
+    [cm] = [
+        d
+        for d in of_kind(docs, "ConfigMap")
+        if d["metadata"]["name"] == "prod-rebalancer-dashboard"
+    ]
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["labels"]["team"] == "ml"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "GPU"}
+    assert list(cm["data"]) == ["rebalancer.json"]
+    dash = json.loads(cm["data"]["rebalancer.json"])
+    assert dash["title"] == "Rebalancer (gpu/prod-rebalancer)"
+    assert len(dash["uid"]) <= 40
+    current = {v["name"]: v["current"] for v in dash["templating"]["list"]}
+    assert current["namespace"] == {"text": "gpu", "value": "gpu"}
+    assert current["job"] == {"text": "prod-rebalancer", "value": "prod-rebalancer"}
+    # another release gets another uid; the default sidecar label and the release's namespace
+    other = render({"monitoring": {"dashboard": {"enabled": True}}}, name="b", namespace="gpu")
+    [cm2] = [d for d in of_kind(other, "ConfigMap") if d["metadata"]["name"].endswith("-dashboard")]
+    assert cm2["metadata"]["namespace"] == "gpu"
+    assert cm2["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(cm2["data"]["rebalancer.json"])["uid"] != dash["uid"]
+
+
+@pytest.mark.parametrize("threshold", [None, 300])
+def test_the_age_panel_draws_the_alerts_threshold(threshold: int | None) -> None:
+    values: dict[str, Any] = {"monitoring": {**ON["monitoring"]}}
+    if threshold is not None:
+        values["monitoring"]["prometheusRule"] = {"enabled": True, "demandStaleSeconds": threshold}
+    expr = rules(values)["RebalancerDemandStale"]["expr"]
+    [alert_threshold] = re.findall(r"\} > ([0-9.]+)\)", expr)
+    [panel] = [p for p in dashboard(values)["panels"] if p["title"].startswith("Demand sample age")]
+    steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert steps[-1]["value"] == float(alert_threshold) == (threshold or 120)
+
+
+@pytest.mark.parametrize("values", [ON, POSTGRES], ids=["sqlite", "postgresql"])
+def test_dashboard_is_valid(values: Mapping[str, Any]) -> None:
+    dash = dashboard(values)
+    panels = dash["panels"]
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids)), f"duplicate panel ids: {ids}"
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    assert len(variables) == len(dash["templating"]["list"])
+    kinds = {"prometheus": "datasource", "grafana-postgresql-datasource": "audit_datasource"}
+    for panel in panels:
+        assert panel["title"], panel["id"]
+        assert panel["description"], panel["title"]
+        ds = panel["datasource"]
+        assert ds["uid"] == "${" + kinds[ds["type"]] + "}", panel["title"]
+        assert variables[kinds[ds["type"]]]["type"] == "datasource"
+        assert variables[kinds[ds["type"]]]["query"] == ds["type"]
+        assert panel["targets"], panel["title"]
+        refs = [t["refId"] for t in panel["targets"]]
+        assert len(refs) == len(set(refs))
+        for t in panel["targets"]:
+            assert t["datasource"] == ds, panel["title"]
+            text = t["expr"] if ds["type"] == "prometheus" else t["rawSql"]
+            assert text.strip(), panel["title"]
+            for var in re.findall(r"\$(?!__)\{?(\w+)", text):
+                assert var in variables, f"{panel['title']}: ${var} is not a variable"
+    # no two panels overlap on the 24-column grid
+    cells: set[tuple[int, int]] = set()
+    for panel in panels:
+        g = panel["gridPos"]
+        assert g["x"] + g["w"] <= 24
+        mine = {
+            (x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])
+        }
+        assert not cells & mine, f"{panel['title']} overlaps another panel"
+        cells |= mine
+
+
+def test_the_audit_table_only_with_postgresql() -> None:
+    def sql_panels(dash: Mapping[str, Any]) -> list[str]:
+        return [p["title"] for p in dash["panels"] if "rawSql" in p["targets"][0]]
+
+    sqlite, postgres = dashboard(ON), dashboard(POSTGRES)
+    assert sql_panels(sqlite) == []
+    assert "audit_datasource" not in {v["name"] for v in sqlite["templating"]["list"]}
+    assert sql_panels(postgres) == ["Recent decisions (audit store)"]
+    assert "audit_datasource" in {v["name"] for v in postgres["templating"]["list"]}
+    assert len(postgres["panels"]) == len(sqlite["panels"]) + 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The dashboard's PromQL on a real Prometheus, over series the real Telemetry exported
+
+PODS = ("rebalancer-0", "rebalancer-1")  # rebalancer-0 leads
+POOLS = ("l20", "h100")
+AT = prom.scrape_time(prom.MINUTES - 10)  # where the expressions are evaluated
+GRAFANA = {  # Grafana's variables and macros as a panel over the whole window would have them
+    "$__rate_interval": "4m",  # 4 scrape intervals of 1 m
+    "$__interval": "1m",
+    "$__range": "3h",
+    "$namespace": "rebalancer",
+    "$job": "rebalancer",
+    "$pool": "(l20|h100)",  # a multi-value variable in a regex matcher
+}
+
+
+Family = tuple[str, str, list[tuple[str, dict[str, str], float]]]  # name, type, samples
+
+
+def telemetry_series() -> str:
+    """OpenMetrics of two replicas' ``Telemetry`` (their /metrics), one scrape a minute."""
+    exported = {pod: Telemetry() for pod in PODS}
+    families: dict[str, tuple[str, dict[tuple[tuple[str, str], ...], list[str]]]] = {}
+
+    def scrape(pod: str, when: datetime) -> None:
+        ts = int(when.timestamp())
+        up: Family = ("up", "gauge", [("up", {}, 1.0)])
+        collected: list[Family] = [
+            (f.name, f.type, [(x.name, x.labels, x.value) for x in f.samples])
+            for f in exported[pod].exposed.collect()
+        ]
+        for name, kind, samples in [up, *collected]:
+            _, series = families.setdefault(name, (kind, {}))
+            for sample, labels, value in samples:
+                full = {"job": "rebalancer", "namespace": "rebalancer", "pod": pod, **labels}
+                key = tuple(sorted((k, v) for k, v in full.items() if k != "le"))
+                text = ",".join(f'{k}="{v}"' for k, v in full.items())
+                number = "+Inf" if value == math.inf else repr(value)
+                series.setdefault(key, []).append(f"{sample}{{{text}}} {number} {ts}")
+
+    for k in range(prom.MINUTES):
+        now = prom.scrape_time(k)
+        for pod, t in exported.items():
+            leading = pod == PODS[0]
+            t.observe_leader(pod, leading)
+            t.observe_lent({"l20": (k // 20) % 4, "h100": 1 if k >= 60 else 0})
+            t.observe_overdue({"l20": 1 if 100 <= k < 110 else 0, "h100": 0})
+            t.observe_demand("l20", model.Sample(float(k), now - timedelta(seconds=40)), now)
+            sampled = min(k, 150)  # h100's demand stops at minute 150: its age grows
+            h100 = model.Sample(2.0, prom.scrape_time(sampled) - timedelta(seconds=40))
+            t.observe_demand("h100", h100, now)
+            if leading:
+                t.decisions.labels("step", "lend", "strategy").inc()
+                if k % 3 == 0:
+                    t.decisions.labels("refusal", "lend", "cooldown").inc()
+                if k % 10 == 5:
+                    pool = POOLS[(k // 10) % 2]
+                    t.observe_reclaim_done(pool, now - timedelta(seconds=20 + 9 * k), now)
+                if 120 <= k < 130:
+                    t.observe_audit_failure("tick")
+            elif k == 50:
+                t.observe_audit_failure("query")
+            scrape(pod, now)
+
+    lines = []
+    for name, (kind, series) in families.items():
+        lines.append(f"# TYPE {name} {kind}")
+        for samples in series.values():
+            lines.extend(samples)
+    lines.append("# EOF")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """tests/adapters/prometheus.py's Prometheus, its backfill extended with our series."""
+    ours = telemetry_series()
+    trace = prom.openmetrics
+
+    def both(data: prom.Data) -> str:
+        return trace(data).removesuffix("# EOF\n") + ours
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(prom, "openmetrics", both)
+        with prom.running(tmp_path_factory.mktemp("prometheus")) as server:
+            patch.undo()
+            yield server.url
+
+
+def api(url: str, path: str, **params: str) -> Any:
+    with urllib.request.urlopen(f"{url}{path}?{urllib.parse.urlencode(params)}") as r:
+        body = json.loads(r.read())
+    assert body["status"] == "success", body
+    return body["data"]
+
+
+def promql(expr: str) -> str:
+    for var in sorted(GRAFANA, key=len, reverse=True):
+        expr = expr.replace(var, GRAFANA[var])
+    assert "$" not in expr, f"a Grafana variable this test does not substitute: {expr}"
+    return expr
+
+
+def test_promql_substitution_is_complete() -> None:
+    with pytest.raises(AssertionError, match="does not substitute"):
+        promql('up{x="$unknown"}')
+
+
+def test_every_dashboard_expression_runs_and_returns_data(prometheus: str) -> None:
+    dash = dashboard(POSTGRES)
+    checked = 0
+    for panel, target in targets(dash):
+        if "expr" not in target:
+            continue
+        expr = promql(target["expr"])
+        data = api(prometheus, "/api/v1/query", query=expr, time=AT.isoformat())
+        assert data["resultType"] == "vector", (panel["title"], expr)
+        assert data["result"], f"{panel['title']}: no data for {expr}"
+        checked += 1
+    assert checked == sum(1 for _, t in targets(dash) if "expr" in t) >= 10
+
+
+def test_dashboard_values_are_the_exported_ones(prometheus: str) -> None:
+    """A few panels' values, checked against what the Telemetry was told."""
+    dash = dashboard(ON)
+    by_title = {p["title"]: p["targets"] for p in dash["panels"]}
+
+    def query(title: str, ref: str = "A") -> dict[str, float]:
+        [target] = [t for t in by_title[title] if t["refId"] == ref]
+        data = api(prometheus, "/api/v1/query", query=promql(target["expr"]), time=AT.isoformat())
+        out: dict[str, float] = {}
+        for r in data["result"]:
+            key = ",".join(f"{k}={v}" for k, v in sorted(r["metric"].items()))
+            out[key] = float(r["value"][1])
+        return out
+
+    minute = prom.MINUTES - 10
+    assert query("Nodes lent per pool") == {"pool=l20": (minute // 20) % 4, "pool=h100": 1}
+    assert query("Leader") == {
+        "identity=rebalancer-0,pod=rebalancer-0": 1,
+        "identity=rebalancer-1,pod=rebalancer-1": 0,
+    }
+    assert query("Replicas up") == {"": 2}
+    ages = query("Demand sample age (leader)")
+    assert ages["pool=l20"] == 40
+    assert ages["pool=h100"] == 40 + 60 * (minute - 150)
+    decisions = query("Decisions by reason")
+    assert decisions["action=lend,kind=step,reason=strategy"] == pytest.approx(1 / 60)
+    assert set(decisions) == {
+        "action=lend,kind=step,reason=strategy",
+        "action=lend,kind=refusal,reason=cooldown",
+    }
+
+
+def test_dashboard_variables_run(prometheus: str) -> None:
+    window = {"start": prom.START.isoformat(), "end": AT.isoformat()}
+    found = {}
+    for var in dashboard(ON)["templating"]["list"]:
+        if var["type"] != "query":
+            continue
+        m = re.fullmatch(r"label_values\((.+), (\w+)\)", var["query"]["query"])
+        assert m, var["query"]
+        selector, label = promql(m[1]), m[2]
+        found[var["name"]] = sorted(
+            api(prometheus, f"/api/v1/label/{label}/values", **{"match[]": selector}, **window)
+        )
+    assert found == {
+        "namespace": ["rebalancer"],
+        "job": ["rebalancer"],
+        "pool": ["h100", "l20"],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The audit table's SQL on a real PostgreSQL with the schema of the audit store's migrations
+
+T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+
+
+def grafana_sql(sql: str, start: datetime, end: datetime, pools: list[str]) -> str:
+    """Grafana's PostgreSQL macros and a multi-value variable, as Grafana expands them."""
+    fmt = "%Y-%m-%dT%H:%M:%SZ"
+    frm, to = start.strftime(fmt), end.strftime(fmt)
+    sql = re.sub(r"\$__timeFilter\(([^)]+)\)", rf"\1 BETWEEN '{frm}' AND '{to}'", sql)
+    sql = sql.replace("$__timeFrom()", f"'{frm}'").replace("$__timeTo()", f"'{to}'")
+    sql = sql.replace("$pool", ",".join(f"'{p}'" for p in pools))
+    assert "$" not in sql, f"a Grafana macro this test does not expand: {sql}"
+    return sql
+
+
+def record(n: int, minutes: int, kind: Kind, pool: str = "l20", **extra: Any) -> AuditRecord:
+    return AuditRecord(
+        id=f"01J{n:023d}",
+        time=T0 + timedelta(minutes=minutes),
+        kind=kind,
+        pool=pool,
+        controller="rebalancer-0",
+        reason=extra.pop("reason", "strategy"),
+        message=f"record {n}",
+        **extra,
+    )
+
+
+RECORDS = [
+    record(1, 1, Kind.INTENT, node="gpu-1", action="lend", origin="strategy", term=3),
+    record(
+        2, 2, Kind.OUTCOME, node="gpu-1", action="lend", outcome="applied", intent_id=f"01J{1:023d}"
+    ),
+    record(3, 3, Kind.REFUSAL, pool="h100", action="lend", reason="cooldown", count=2),
+    record(4, 4, Kind.SUMMARY, reason="steady", count=0),  # not a decision
+    record(5, 5, Kind.FINDING, node="gpu-2", reason="bad_annotation"),  # not a decision
+    record(6, 6, Kind.INTENT, pool="a100", node="gpu-9", action="lend"),  # pool not selected
+    record(7, -120, Kind.INTENT, node="gpu-1", action="reclaim"),  # before the range
+    record(8, 120, Kind.INTENT, node="gpu-1", action="reclaim"),  # after the range
+    record(9, 3, Kind.OUTCOME, node="gpu-1", action="lend", outcome="failed", error="boom"),
+]
+
+
+async def test_decisions_sql_on_postgresql(postgres_server: PostgresServer) -> None:
+    [panel] = [p for p in dashboard(POSTGRES)["panels"] if "rawSql" in p["targets"][0]]
+    assert panel["targets"][0]["format"] == "table"
+    url = await postgres_server.create_database(f"dash_{uuid.uuid4().hex[:12]}")
+    store = await SqlAuditStore.open(url)  # the program's own migrations make the schema
+    try:
+        await store.append(RECORDS)
+        sql = grafana_sql(
+            panel["targets"][0]["rawSql"], T0, T0 + timedelta(hours=1), ["l20", "h100"]
+        )
+        async with store.engine.connect() as conn:
+            result = await conn.exec_driver_sql(sql)
+            columns = list(result.keys())
+            rows = [dict(zip(columns, row, strict=True)) for row in result.all()]
+    finally:
+        await store.close()
+    assert columns[0] == "time"
+    assert {"kind", "pool", "node", "action", "reason", "outcome", "message"} <= set(columns)
+    assert [r["id"] for r in rows] == [f"01J{n:023d}" for n in (9, 3, 2, 1)]  # newest first
+    assert rows[0]["time"] == T0 + timedelta(minutes=3)
+    assert (rows[0]["outcome"], rows[0]["error"]) == ("failed", "boom")
+    assert (rows[1]["kind"], rows[1]["pool"], rows[1]["reason"]) == ("refusal", "h100", "cooldown")
+    assert rows[1]["nodes"] == 2
+    assert (rows[3]["kind"], rows[3]["node"], rows[3]["term"]) == ("intent", "gpu-1", 3)
+
+
+def test_sql_macros_are_expanded_or_refused() -> None:
+    sql = grafana_sql("WHERE $__timeFilter(t) AND p IN ($pool)", T0, T0, ["a", "b"])
+    assert sql == (
+        "WHERE t BETWEEN '2026-03-02T12:00:00Z' AND '2026-03-02T12:00:00Z' AND p IN ('a','b')"
+    )
+    with pytest.raises(AssertionError, match="does not expand"):
+        grafana_sql("WHERE $__unixEpochFilter(t)", T0, T0, [])
