@@ -3,7 +3,8 @@
 ``store`` keeps the objects (one resourceVersion counter, bounded watch history) and plays the
 cluster's other actors (kubelet, scheduler on demand, node lifecycle and disruption
 controllers); ``server`` serves it over real HTTP on 127.0.0.1 as kube-apiserver's REST API, so
-the real ``kubernetes_asyncio`` client drives it; ``cluster`` builds the default two-pool GPU
+the real ``kubernetes_asyncio`` client drives it, optionally enforcing bearer tokens and RBAC
+(``auth.Access``, ``rbac``); ``cluster`` builds the default two-pool GPU
 cluster and its pods. Time comes from an injectable clock (``clock.ManualClock`` in tests).
 
 What it emulates, how closely, and where it differs from kube-apiserver: ``README.md`` here.

@@ -6,7 +6,9 @@ endpoint ignores status changes), whether it counts ``metadata.generation``, whe
 graceful (pods), what DELETE answers (pods return the object, others a ``Status``), whether PUT
 may create or may omit ``resourceVersion`` (Leases may not), and which fields a
 ``fieldSelector`` may name. ``core/v1`` Events and ``events.k8s.io/v1`` Events are two views of
-one stored collection, as in the real server: ``storage`` names the collection.
+one stored collection, as in the real server: ``storage`` names the collection. ServiceAccounts
+and the four ``rbac.authorization.k8s.io/v1`` kinds are stored like any other object; ``rbac.py``
+reads them to authorize requests.
 """
 
 from __future__ import annotations
@@ -163,7 +165,37 @@ EVENTS = ResourceType(
     fields=_V1_EVENT_FIELDS,
 )
 
-ALL = (NODES, PODS, PDBS, LEASES, CORE_EVENTS, EVENTS)
+SERVICEACCOUNTS = ResourceType(
+    group="",
+    version="v1",
+    plural="serviceaccounts",
+    kind="ServiceAccount",
+    namespaced=True,
+    storage="serviceaccounts",
+    fields=_META,
+)
+
+
+def _rbac(plural: str, kind: str, namespaced: bool) -> ResourceType:
+    return ResourceType(
+        group=RBAC_GROUP,
+        version="v1",
+        plural=plural,
+        kind=kind,
+        namespaced=namespaced,
+        storage=plural,
+        fields=_META,
+    )
+
+
+RBAC_GROUP = "rbac.authorization.k8s.io"
+CLUSTERROLES = _rbac("clusterroles", "ClusterRole", namespaced=False)
+CLUSTERROLEBINDINGS = _rbac("clusterrolebindings", "ClusterRoleBinding", namespaced=False)
+ROLES = _rbac("roles", "Role", namespaced=True)
+ROLEBINDINGS = _rbac("rolebindings", "RoleBinding", namespaced=True)
+RBAC = (CLUSTERROLES, CLUSTERROLEBINDINGS, ROLES, ROLEBINDINGS)
+
+ALL = (NODES, PODS, PDBS, LEASES, CORE_EVENTS, EVENTS, SERVICEACCOUNTS, *RBAC)
 BY_PATH = {(rt.group, rt.version, rt.plural): rt for rt in ALL}
 
 

@@ -1,7 +1,8 @@
 """The emulator's HTTP face: kube-apiserver's REST paths over plain HTTP on 127.0.0.1.
 
 ``serve(store)`` runs an aiohttp server for the store and yields its URL; ``write_kubeconfig``
-points ``kubernetes_asyncio.config.load_kube_config`` at it (no TLS, no auth); ``main`` is the
+points ``kubernetes_asyncio.config.load_kube_config`` at it (no TLS; a bearer token when the
+server enforces ``auth.Access``: tokens and RBAC, off by default); ``main`` is the
 ``rebalancer sandbox --port N`` command. Paths, verbs, query parameters, status codes and bodies
 follow the real server: ``/api/v1/...`` and ``/apis/{group}/{version}/...``, lists that carry
 ``metadata.resourceVersion`` and items without ``kind``, watches as a chunked stream of JSON
@@ -28,7 +29,8 @@ from typing import Any
 
 from aiohttp import web
 
-from rebalancer.sandbox import cluster, conversion, resources, selector, status
+from rebalancer.sandbox import cluster, conversion, rbac, resources, selector, status
+from rebalancer.sandbox.auth import Access
 from rebalancer.sandbox.faults import FaultInjector, Faults
 from rebalancer.sandbox.resources import PODS, ResourceType
 from rebalancer.sandbox.store import (
@@ -44,6 +46,7 @@ Obj = dict[str, Any]
 
 STORE = web.AppKey("store", Store)
 FAULTS = web.AppKey("faults", FaultInjector)
+ACCESS = web.AppKey("access", Access)
 _WRITES = ("POST", "PUT", "PATCH", "DELETE")
 _JSON = "application/json"
 
@@ -298,6 +301,21 @@ async def _stream(request: web.Request, watcher: Watcher) -> web.StreamResponse:
 
 
 @web.middleware
+async def _authorize(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Authentication, then authorization, before anything else (as the real filter chain)."""
+    access = request.app.get(ACCESS)
+    if access is not None:
+        user = access.authenticate(request.headers.get("Authorization"))
+        if user is None:
+            return _failure(status.unauthorized())
+        attrs = rbac.attributes(request.method, request.path, request.query)
+        if not access.authorize(request.app[STORE], user, attrs):
+            return _failure(rbac.forbidden(user, attrs))
+    response: web.StreamResponse = await handler(request)
+    return response
+
+
+@web.middleware
 async def _inject(request: web.Request, handler: Any) -> web.StreamResponse:
     faults = request.app[FAULTS]
     if faults.faults.latency:
@@ -327,10 +345,14 @@ async def _healthy(_: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-def make_app(store: Store, faults: FaultInjector | None = None) -> web.Application:
-    app = web.Application(middlewares=[_inject], client_max_size=8 * 1024 * 1024)
+def make_app(
+    store: Store, faults: FaultInjector | None = None, access: Access | None = None
+) -> web.Application:
+    app = web.Application(middlewares=[_authorize, _inject], client_max_size=8 * 1024 * 1024)
     app[STORE] = store
     app[FAULTS] = faults or FaultInjector()
+    if access is not None:
+        app[ACCESS] = access
     app.router.add_get("/version", _version)
     for probe in ("/healthz", "/readyz", "/livez"):
         app.router.add_get(probe, _healthy)
@@ -351,10 +373,12 @@ async def serve(
     faults: FaultInjector | Faults | None = None,
     tick: float = 0.2,
     schedule_every: float | None = None,
+    access: Access | None = None,
 ) -> AsyncIterator[str]:
-    """Serve ``store`` until the block ends; yields ``http://host:port``."""
+    """Serve ``store`` until the block ends; yields ``http://host:port``. With ``access``,
+    requests are authenticated and authorized (``auth.Access``); without, all are allowed."""
     injector = FaultInjector(faults) if isinstance(faults, Faults) else faults
-    runner = web.AppRunner(make_app(store, injector), handler_cancellation=True)
+    runner = web.AppRunner(make_app(store, injector, access), handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
@@ -380,12 +404,12 @@ async def _every(seconds: float, action: Any) -> None:
         action()
 
 
-def kubeconfig(url: str, namespace: str = "default") -> Obj:
+def kubeconfig(url: str, namespace: str = "default", token: str | None = None) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "sandbox", "cluster": {"server": url}}],
-        "users": [{"name": "sandbox", "user": {}}],
+        "users": [{"name": "sandbox", "user": {"token": token} if token else {}}],
         "contexts": [
             {
                 "name": "sandbox",
@@ -397,10 +421,14 @@ def kubeconfig(url: str, namespace: str = "default") -> Obj:
     }
 
 
-def write_kubeconfig(url: str, path: Path, namespace: str = "default") -> Path:
-    """Write a kubeconfig for ``url`` (JSON, which is YAML) and return its path."""
+def write_kubeconfig(
+    url: str, path: Path, namespace: str = "default", token: str | None = None
+) -> Path:
+    """Write a kubeconfig for ``url`` (JSON, which is YAML) and return its path; with
+    ``token`` the client sends it as a bearer token (see ``auth.Access``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(kubeconfig(url, namespace), indent=2) + "\n", encoding="utf-8")
+    text = json.dumps(kubeconfig(url, namespace, token), indent=2) + "\n"
+    path.write_text(text, encoding="utf-8")
     return path
 
 

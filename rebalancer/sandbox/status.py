@@ -163,6 +163,23 @@ def expired(message: str) -> ApiError:
     return ApiError(_status(410, "Expired", message))
 
 
+def unauthorized() -> ApiError:
+    """What a request without valid credentials gets (``responsewriters.Unauthorized``)."""
+    return ApiError(_status(401, "Unauthorized", "Unauthorized"))
+
+
+def denied(resource: str, group: str, name: str, why: str) -> ApiError:
+    """``apierrors.NewForbidden`` as the authorization filter calls it: ``resource`` is the
+    request's resource without its subresource, and an unnamed request names no object."""
+    if not resource:
+        message = f"forbidden: {why}"
+    elif name:
+        message = f'{qualified(resource, group)} "{name}" is forbidden: {why}'
+    else:
+        message = f"{qualified(resource, group)} is forbidden: {why}"
+    return ApiError(_status(403, "Forbidden", message, _details(name, resource, group)))
+
+
 def forbidden(resource: str, group: str, name: str, why: str) -> ApiError:
     message = f'{qualified(resource, group)} "{name}" is forbidden: {why}'
     return ApiError(_status(403, "Forbidden", message, _details(name, resource, group)))

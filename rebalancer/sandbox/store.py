@@ -137,6 +137,11 @@ class Store:
             raise status.not_found(rt.plural, rt.group, name)
         return copy.deepcopy(obj)
 
+    def peek(self, rt: ResourceType) -> list[Obj]:
+        """The stored objects of ``rt`` themselves, not copies: for reading only (the authorizer
+        reads the RBAC objects on every request, and copying them each time would be waste)."""
+        return list(self._collection(rt).values())
+
     def list_page(self, request: ListRequest) -> Page:
         self._check_read_version(request.resource_version)
         if request.continue_token:

@@ -20,7 +20,19 @@ from typing import Any
 
 from rebalancer.sandbox import validation
 from rebalancer.sandbox.clock import rfc3339
-from rebalancer.sandbox.resources import CORE_EVENTS, EVENTS, NODES, PDBS, PODS, ResourceType
+from rebalancer.sandbox.resources import (
+    CLUSTERROLEBINDINGS,
+    CLUSTERROLES,
+    CORE_EVENTS,
+    EVENTS,
+    NODES,
+    PDBS,
+    PODS,
+    RBAC,
+    ROLEBINDINGS,
+    ROLES,
+    ResourceType,
+)
 from rebalancer.sandbox.status import Cause
 
 Obj = dict[str, Any]
@@ -103,6 +115,8 @@ def validate_create(rt: ResourceType, obj: Obj) -> list[Cause]:
         return validation.event(obj, strict=False) + causes
     if rt is EVENTS:
         return validation.event(obj, strict=True) + causes
+    if rt in RBAC:
+        return validation.path_segment_name(meta) + causes + _kind_rules(rt, obj)
     causes = validation.name(meta) + causes
     return causes + _kind_rules(rt, obj)
 
@@ -116,6 +130,8 @@ def validate_update(rt: ResourceType, new: Obj, old: Obj) -> list[Cause]:
     causes += _kind_rules(rt, new)
     if rt is PODS:
         causes += validation.pod_spec_update(new.get("spec") or {}, old.get("spec") or {})
+    if rt in (CLUSTERROLEBINDINGS, ROLEBINDINGS):
+        causes += validation.role_ref_update(new, old)
     return causes
 
 
@@ -127,6 +143,10 @@ def _kind_rules(rt: ResourceType, obj: Obj) -> list[Cause]:
         return validation.pod_spec(spec)
     if rt is PDBS:
         return validation.budget(spec)
+    if rt in (CLUSTERROLES, ROLES):
+        return validation.policy_rules(obj.get("rules"), namespaced=rt is ROLES)
+    if rt in (CLUSTERROLEBINDINGS, ROLEBINDINGS):
+        return validation.binding(obj, cluster=rt is CLUSTERROLEBINDINGS)
     return []
 
 

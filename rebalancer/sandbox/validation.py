@@ -314,3 +314,94 @@ def _legacy_event(obj: Obj) -> list[Cause]:
     if len(obj.get("message") or "") > 1024:
         causes.append(invalid("message", "", "can have at most 1024 characters"))
     return causes
+
+
+# ---------------------------------------------------------------------------------------------
+# RBAC (k8s.io/kubernetes/pkg/apis/rbac/validation)
+
+
+def path_segment_name(meta: Obj) -> list[Cause]:
+    """RBAC names are path segments (``system:controller:x`` is valid), not subdomains."""
+    value = meta.get("name")
+    if not value:
+        return [required("metadata.name", "name or generateName is required")]
+    for bad in (".", ".."):
+        if value == bad:
+            return [invalid("metadata.name", value, f"may not be '{bad}'")]
+    for bad in ("/", "%"):
+        if bad in value:
+            return [invalid("metadata.name", value, f"may not contain '{bad}'")]
+    return []
+
+
+def policy_rules(rules: Any, namespaced: bool) -> list[Cause]:
+    causes: list[Cause] = []
+    for i, rule in enumerate(rules or []):
+        at = f"rules[{i}]"
+        if not isinstance(rule, dict):
+            causes.append(invalid(at, rule, "must be an object"))
+            continue
+        if not rule.get("verbs"):
+            causes.append(required(f"{at}.verbs", "verbs must contain at least one value"))
+        urls = rule.get("nonResourceURLs")
+        if urls:
+            if namespaced:
+                causes.append(
+                    invalid(
+                        f"{at}.nonResourceURLs",
+                        urls,
+                        "namespaced rules cannot apply to non-resource URLs",
+                    )
+                )
+            if rule.get("apiGroups") or rule.get("resources") or rule.get("resourceNames"):
+                causes.append(
+                    invalid(
+                        f"{at}.nonResourceURLs",
+                        urls,
+                        "rules cannot apply to both regular resources and non-resource URLs",
+                    )
+                )
+            continue
+        if not rule.get("apiGroups"):
+            causes.append(
+                required(f"{at}.apiGroups", "resource rules must supply at least one api group")
+            )
+        if not rule.get("resources"):
+            causes.append(
+                required(f"{at}.resources", "resource rules must supply at least one resource")
+            )
+    return causes
+
+
+_SUBJECT_KINDS = ("ServiceAccount", "User", "Group")
+
+
+def binding(obj: Obj, cluster: bool) -> list[Cause]:
+    causes: list[Cause] = []
+    ref = obj.get("roleRef") or {}
+    kinds = ("ClusterRole",) if cluster else ("Role", "ClusterRole")
+    if ref.get("apiGroup", "") != "rbac.authorization.k8s.io":
+        causes.append(
+            unsupported("roleRef.apiGroup", ref.get("apiGroup", ""), ("rbac.authorization.k8s.io",))
+        )
+    if ref.get("kind") not in kinds:
+        causes.append(unsupported("roleRef.kind", ref.get("kind", ""), kinds))
+    if not ref.get("name"):
+        causes.append(required("roleRef.name"))
+    for i, subject in enumerate(obj.get("subjects") or []):
+        at = f"subjects[{i}]"
+        kind = subject.get("kind", "") if isinstance(subject, dict) else ""
+        if kind not in _SUBJECT_KINDS:
+            causes.append(unsupported(f"{at}.kind", kind, _SUBJECT_KINDS))
+            continue
+        if not subject.get("name"):
+            causes.append(required(f"{at}.name"))
+        if kind == "ServiceAccount" and cluster and not subject.get("namespace"):
+            causes.append(required(f"{at}.namespace"))
+    return causes
+
+
+def role_ref_update(new: Obj, old: Obj) -> list[Cause]:
+    if new.get("roleRef") != old.get("roleRef"):
+        return [invalid("roleRef", new.get("roleRef"), "cannot change roleRef")]
+    return []
