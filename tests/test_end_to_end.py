@@ -4,8 +4,13 @@ Everything runs on the wall clock. The test serves the emulator (8 ``gpu-pool=in
 two of them running an inference replica, 4 training nodes, 10 preemptible training pods of which
 6 cannot fit until inference nodes are lent; its scheduler runs every 0.5 s) and a fake vLLM
 exporter that a real ``prometheus`` scrapes every second, then starts ``python -m rebalancer run``
-(strategy ``window`` with window ``always``, leader election off, audit in a temporary SQLite
-file, a 1 s tick).
+(strategy ``window`` with window ``always``, audit in a temporary SQLite file, a 1 s tick).
+
+RBAC is proven, not asserted: the emulator enforces tokens and RBAC, the Helm chart is rendered
+(``tests.chart.support.render``) and its ServiceAccount, ClusterRole, Roles and bindings are
+created through the API as an admin, and the controller authenticates as the chart's service
+account (``system:serviceaccount:rebalancer:rebalancer``), with leader election on the chart's
+Lease (``rebalancer/rebalancer``).
 
 1. Low load (5 rps for a pool of 8 nodes at 10 rps each, nothing queued): the planner allows
    8 - min_serving 2 = 6 loans and the 6 idle nodes are lent (4 per tick, the per-tick limit),
@@ -16,6 +21,9 @@ file, a 1 s tick).
 3. SIGTERM: exit 0. Then every inference node's taints and labels are the originals byte for
    byte, every transition has its intent before its outcome in the audit store, and an Event
    on the node.
+4. From the emulator's authorization record: no request of the controller was refused, and the
+   grants of the rendered roles that the scenario never used are exactly ``UNUSED`` (least
+   privilege says they should go; a grant becoming used, or a new unused one, fails the test).
 """
 
 from __future__ import annotations
@@ -37,9 +45,24 @@ from rebalancer.adapters.audit import AuditQuery, SqlAuditStore
 from rebalancer.core.audit import AuditRecord, Kind, Result
 from rebalancer.core.model import Reason
 from rebalancer.sandbox import cluster
+from rebalancer.sandbox.auth import Access
 from rebalancer.sandbox.server import serve, write_kubeconfig
 from rebalancer.sandbox.store import Store
-from tests.e2e_support import Exporter, prometheus, serve_exporter
+from tests.chart.support import NAMESPACE, RELEASE, render
+from tests.e2e_support import (
+    CONTROLLER_TOKEN,
+    Exporter,
+    Grant,
+    admin_headers,
+    apply_rbac,
+    chart_access,
+    grants,
+    prometheus,
+    serve_exporter,
+    service_account_of,
+    unused,
+    used,
+)
 from tests.test_cli_run import free_port, start
 
 POOL = "inference"
@@ -55,12 +78,13 @@ RPS_PER_NODE = 10
 # after a second or two of scrapes (at 1000 rps it took ~20 s, one node at a time).
 LOW_RPS, HIGH_RPS, HIGH_QUEUE = 5.0, 20000.0, 50
 TRAINING_PODS = 10  # 4 fit on the training nodes (8 GPUs each, 8 per pod); 6 wait for loans
+LEASE = (NAMESPACE, RELEASE)  # the chart's lease: namespace and name (its Role names it)
 
 
 def config_text(prom: str, audit_db: Path, http_port: int) -> str:
     return f"""
 tick_interval: 1s
-leader_election: {{enabled: false}}
+leader_election: {{enabled: true, lease_namespace: {LEASE[0]}, lease_name: {LEASE[1]}}}
 prometheus:
   url: {prom}
   timeout: 2s
@@ -92,8 +116,9 @@ pools:
 @dataclass
 class Box:
     store: Store
+    access: Access
     url: str
-    session: aiohttp.ClientSession
+    session: aiohttp.ClientSession  # as the admin
 
     async def get(self, path: str) -> Any:
         async with self.session.get(self.url + path) as r:
@@ -116,7 +141,8 @@ def scheduling(node: Any) -> tuple[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def emulator() -> AsyncIterator[Box]:
+async def emulator(docs: list[Any]) -> AsyncIterator[Box]:
+    """The cluster, served with tokens and RBAC, the chart's RBAC objects ``docs`` applied."""
     store = Store(seed=1)
     cluster.seed(store)
     for i, name in enumerate(BUSY):
@@ -126,11 +152,13 @@ async def emulator() -> AsyncIterator[Box]:
         pod["spec"]["terminationGracePeriodSeconds"] = 1  # evicted pods go in a second
         cluster.add(store, pod)
     store.schedule()
+    access = chart_access(docs)
     async with (
-        serve(store, schedule_every=0.5) as url,
-        aiohttp.ClientSession() as session,
+        serve(store, schedule_every=0.5, access=access) as url,
+        aiohttp.ClientSession(headers=admin_headers()) as session,
     ):
-        yield Box(store, url, session)
+        await apply_rbac(url, docs)
+        yield Box(store, access, url, session)
 
 
 async def until(what: str, check: Any, proc: asyncio.subprocess.Process, within: float) -> float:
@@ -171,13 +199,14 @@ async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(tmp_path:
         rps=LOW_RPS,
     )
     audit_url = f"sqlite+aiosqlite:///{tmp_path / 'audit.sqlite3'}"
+    docs = render({})
     async with (
         serve_exporter(exporter) as target,
         prometheus(tmp_path / "prometheus", target) as prom,
-        emulator() as box,
+        emulator(docs) as box,
     ):
         originals = {name: scheduling(n) for name, n in (await box.nodes()).items()}
-        kubeconfig = write_kubeconfig(box.url, tmp_path / "kubeconfig")
+        kubeconfig = write_kubeconfig(box.url, tmp_path / "kubeconfig", token=CONTROLLER_TOKEN)
         config = tmp_path / "config.yaml"
         http_port = free_port()
         decisions = f"http://127.0.0.1:{http_port}/api/v1/decisions"
@@ -241,7 +270,19 @@ async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(tmp_path:
             and p["metadata"]["namespace"] == cluster.TRAINING_NAMESPACE
         ]
         assert training_left == [], "borrowed pods are gone from reclaimed nodes"
+        lease = await box.get(
+            f"/apis/coordination.k8s.io/v1/namespaces/{LEASE[0]}/leases/{LEASE[1]}"
+        )
+        assert not lease["spec"].get("holderIdentity"), "released on the way out"
         scrapes = exporter.scrapes
+
+    controller = box.access.of(service_account_of(docs).name)
+    denied = [d for d in controller if not d.allowed]
+    assert denied == [], denied
+    print(f"\ne2e: the controller used {sorted(used(controller))}")
+    # Pods are deleted only when an eviction has not emptied a node by the reclaim deadline,
+    # which a slow run may reach: that grant may be used or not.
+    assert unused(grants(docs), controller) in (UNUSED, UNUSED - {Grant("delete", "", "pods")})
 
     records = await read_audit(audit_url)
     by_id = {r.id: r for r in records}
@@ -281,6 +322,12 @@ async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(tmp_path:
         f"{scrapes} scrapes; {total:.1f}s in all"
     )
     assert total < timedelta(seconds=90).total_seconds()
+
+
+# What the rendered roles grant that the scenario does not use: a pod is read only through lists
+# and watches, Events are only ever created, and pods are deleted only when an eviction has not
+# emptied a node by the reclaim deadline (``tests/chart/test_rbac.py`` proves that one).
+UNUSED = {Grant("delete", "", "pods")}
 
 
 async def _has_queue_refusal(session: aiohttp.ClientSession, decisions: str) -> bool:

@@ -286,7 +286,10 @@ def test_the_network_policy_lets_in_only_the_http_port(renders: dict[str, list[D
 def test_dry_run_grants_no_write_on_nodes_or_pods(renders: dict[str, list[Doc]]) -> None:
     rules = one(renders["dry-run"], "ClusterRole")["rules"]
     verbs = {(r["resources"][0], v) for r in rules for v in r["verbs"]}
-    assert verbs == {(res, v) for res in ("nodes", "pods") for v in ("get", "list", "watch")}
+    assert verbs == {("nodes", "get"), ("nodes", "list"), ("nodes", "watch")} | {
+        ("pods", "list"),
+        ("pods", "watch"),
+    }
     assert config_of(renders["dry-run"])["dry_run"] is True
 
 

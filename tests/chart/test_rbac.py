@@ -1,0 +1,274 @@
+"""The chart's RBAC, proven against the emulator's RBAC authorizer rather than read.
+
+Fast checks of the rendered roles (no ``*``, no Secrets, read-only on a dry run), then the
+controller's own adapters, in process, as the chart's service account against an emulator that
+holds exactly the rendered ServiceAccount, roles and bindings: every operation the controller
+performs succeeds under them, and removing the one rule an operation needs makes it fail with a
+403 for exactly that verb and resource. (The whole controller runs under the rendered RBAC in
+``tests/test_end_to_end.py``, which also compares what it used with what it was granted.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from rebalancer import settings as settings_mod
+from rebalancer.adapters.actuator import Actuator, Outcome
+from rebalancer.adapters.events import KubeEvents, NodeEvent
+from rebalancer.adapters.leadership import LeaderElector
+from rebalancer.adapters.writer import KubeWriter
+from rebalancer.runtime import wiring
+from rebalancer.sandbox import cluster
+from rebalancer.sandbox.auth import Access
+from rebalancer.sandbox.clock import ManualClock
+from rebalancer.sandbox.resources import PODS
+from rebalancer.sandbox.server import serve
+from rebalancer.sandbox.store import Store
+from tests.chart.support import NAMESPACE, RELEASE, Doc, of_kind, one, render
+from tests.e2e_support import (
+    ADMIN_TOKEN,
+    CONTROLLER_TOKEN,
+    apply_rbac,
+    chart_access,
+    grants,
+    service_account_of,
+)
+from tests.test_cli_run import config_text, free_port
+
+SA = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
+SERVING, LENT, LENT_TOO = "inference-5", "inference-6", "inference-7"
+
+
+# ---------------------------------------------------------------------------------------------
+# What is rendered
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["writes", "dry-run"])
+def test_the_cluster_role_has_no_wildcard_and_no_secrets(dry_run: bool) -> None:
+    docs = render({"config": {"dry_run": dry_run}})
+    for role in [*of_kind(docs, "ClusterRole"), *of_kind(docs, "Role")]:
+        for rule in role["rules"]:
+            for key in ("verbs", "apiGroups", "resources", "resourceNames", "nonResourceURLs"):
+                assert not any("*" in item for item in rule.get(key) or ()), (role, rule)
+            assert not {"secrets", "configmaps"} & set(rule["resources"]), rule
+
+
+def test_every_binding_binds_a_rendered_role_to_the_chart_service_account() -> None:
+    docs = render({})
+    account = one(docs, "ServiceAccount")["metadata"]
+    assert service_account_of(docs).name == SA
+    roles = {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]) for d in docs}
+    bindings = [*of_kind(docs, "ClusterRoleBinding"), *of_kind(docs, "RoleBinding")]
+    assert len(bindings) == 3
+    for binding in bindings:
+        ref = binding["roleRef"]
+        namespace = binding["metadata"].get("namespace", "") if ref["kind"] == "Role" else ""
+        assert (ref["kind"], namespace, ref["name"]) in roles, binding
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
+        ]
+
+
+def test_a_dry_run_cluster_role_only_reads_nodes_and_pods() -> None:
+    role = one(render({"config": {"dry_run": True}}), "ClusterRole")
+    assert {(g.verb, g.resource) for g in grants([role])} == {
+        ("get", "nodes"),
+        ("list", "nodes"),
+        ("watch", "nodes"),
+        ("list", "pods"),
+        ("watch", "pods"),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Proven: the controller's operations under the rendered RBAC
+
+
+@dataclass
+class Cluster:
+    """An emulator holding the chart's RBAC, and the controller's adapters as its account."""
+
+    store: Store
+    access: Access
+    admin: Any  # ApiClient as a system:masters user
+    controller: Any  # ApiClient as the chart's service account
+    actuator: Actuator  # as the controller
+
+    def denied(self) -> set[tuple[str, str, str]]:
+        """(verb, group, resource[/subresource]) of every refused request of the controller."""
+        return {
+            (d.verb, d.group, d.resource + (f"/{d.subresource}" if d.subresource else ""))
+            for d in self.access.of(SA)
+            if not d.allowed
+        }
+
+
+def _api(url: str, token: str) -> Any:
+    configuration = client.Configuration(host=url)
+    configuration.api_key = {"BearerToken": f"Bearer {token}"}
+    return client.ApiClient(configuration)
+
+
+@contextlib.asynccontextmanager
+async def running(docs: list[Doc], tmp_path: Path, dry_run: bool = False) -> AsyncIterator[Cluster]:
+    """The default cluster with ``docs`` applied; ``LENT`` and ``LENT_TOO`` lent (by the admin)
+    and each running one borrowed training pod."""
+    store = Store(ManualClock(datetime(2026, 3, 2, 12, tzinfo=UTC)), seed=1)
+    cluster.seed(store)
+    access = chart_access(docs)
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(config_text(tmp_path / "audit.sqlite3", free_port()), encoding="utf-8")
+    config = settings_mod.load(config_path, env={})
+    (pool,) = wiring.pool_configs(config)
+
+    def actuator(api: Any, dry: bool = False) -> Actuator:
+        writer = KubeWriter(client.CoreV1Api(api))
+        return Actuator(writer, config.keys(), pool.lend_spec, pool.rules, wiring.utc_now, dry)
+
+    async with (
+        serve(store, access=access) as url,
+        _api(url, ADMIN_TOKEN) as admin,
+        _api(url, CONTROLLER_TOKEN) as controller,
+    ):
+        await apply_rbac(url, docs)
+        for i, node in enumerate((LENT, LENT_TOO)):
+            assert (await actuator(admin).lend(node, "setup")).outcome is Outcome.DONE
+            pod = cluster.training_pod(f"borrowed-{i}", 0, priority_class=None)
+            pod["spec"]["nodeName"] = node
+            cluster.add(store, pod)
+        yield Cluster(store, access, admin, controller, actuator(controller, dry_run))
+
+
+Operation = Callable[[Cluster], Awaitable[bool]]
+
+
+async def lend(c: Cluster) -> bool:
+    """Lend an idle node: read it and its pods, then patch it twice."""
+    return (await c.actuator.lend(SERVING, "test")).outcome is Outcome.DONE
+
+
+async def reclaim_by_eviction(c: Cluster) -> bool:
+    """Reclaim before the deadline: the borrowed pod is evicted, so the node waits for it."""
+    deadline = datetime.now(UTC) + timedelta(hours=1)
+    result = await c.actuator.reclaim(LENT, "test", deadline)
+    return result.outcome is Outcome.WAITING and _terminating(c, "borrowed-0-0")
+
+
+async def reclaim_by_deletion(c: Cluster) -> bool:
+    """Reclaim past the deadline: the borrowed pod is deleted."""
+    deadline = datetime.now(UTC) - timedelta(seconds=1)
+    result = await c.actuator.reclaim(LENT_TOO, "test", deadline)
+    return result.outcome in (Outcome.DONE, Outcome.WAITING) and _terminating(c, "borrowed-1-0")
+
+
+async def take_a_new_lease(c: Cluster) -> bool:
+    """No Lease yet: read (404), then create it."""
+    return await _elector(c).step()
+
+
+async def take_a_released_lease(c: Cluster) -> bool:
+    """A released Lease: read it, then update it."""
+    leases: Any = client.CoordinationV1Api(c.admin)
+    await leases.create_namespaced_lease(
+        NAMESPACE, {"metadata": {"name": RELEASE}, "spec": {"leaseTransitions": 3}}
+    )
+    return await _elector(c).step()
+
+
+async def record_an_event(c: Cluster) -> bool:
+    events = KubeEvents(c.controller, instance="test")
+    return await events.record(NodeEvent(SERVING, "Normal", "Lent", "Lend", "lent for a test"))
+
+
+def _elector(c: Cluster) -> LeaderElector:
+    return LeaderElector(c.controller, name=RELEASE, namespace=NAMESPACE, identity="test")
+
+
+def _terminating(c: Cluster, pod: str) -> bool:
+    found = [p for p in c.store.peek(PODS) if p["metadata"]["name"] == pod]
+    return not found or bool(found[0]["metadata"].get("deletionTimestamp"))
+
+
+OPERATIONS: dict[str, Operation] = {
+    "lend": lend,
+    "reclaim-by-eviction": reclaim_by_eviction,
+    "reclaim-by-deletion": reclaim_by_deletion,
+    "take-a-new-lease": take_a_new_lease,
+    "take-a-released-lease": take_a_released_lease,
+    "record-an-event": record_an_event,
+}
+
+
+@pytest.mark.parametrize("operation", list(OPERATIONS))
+async def test_the_controller_operations_succeed_under_the_rendered_rbac(
+    operation: str, tmp_path: Path
+) -> None:
+    async with running(render({}), tmp_path) as c:
+        assert await OPERATIONS[operation](c)
+        assert c.denied() == set()
+        assert c.access.of(SA), "the operation was authorized as the service account"
+
+
+def without(docs: list[Doc], verb: str, group: str, resource: str) -> list[Doc]:
+    """``docs`` with ``verb`` taken out of every role rule on ``group``/``resource``."""
+    out = copy.deepcopy(docs)
+    for doc in out:
+        if doc.get("kind") not in ("ClusterRole", "Role"):
+            continue
+        rules = []
+        for rule in doc["rules"]:
+            if group in rule["apiGroups"] and resource in rule["resources"]:
+                rule["verbs"] = [v for v in rule["verbs"] if v != verb]
+            if rule["verbs"]:
+                rules.append(rule)
+        doc["rules"] = rules
+    assert grants(out) < grants(docs), f"nothing grants {verb} on {resource}"
+    return out
+
+
+@pytest.mark.parametrize(
+    ("verb", "group", "resource", "operation"),
+    [
+        ("patch", "", "nodes", "lend"),
+        ("get", "", "nodes", "lend"),
+        ("list", "", "pods", "lend"),
+        ("create", "", "pods/eviction", "reclaim-by-eviction"),
+        ("delete", "", "pods", "reclaim-by-deletion"),
+        ("create", "coordination.k8s.io", "leases", "take-a-new-lease"),
+        ("get", "coordination.k8s.io", "leases", "take-a-released-lease"),
+        ("update", "coordination.k8s.io", "leases", "take-a-released-lease"),
+        ("create", "events.k8s.io", "events", "record-an-event"),
+    ],
+)
+async def test_removing_the_rule_an_operation_needs_makes_it_fail_with_403(
+    verb: str, group: str, resource: str, operation: str, tmp_path: Path
+) -> None:
+    async with running(without(render({}), verb, group, resource), tmp_path) as c:
+        assert not await OPERATIONS[operation](c)
+        assert c.denied() == {(verb, group, resource)}
+
+
+async def test_a_dry_run_controller_works_under_the_dry_run_role(tmp_path: Path) -> None:
+    docs = render({"config": {"dry_run": True}})
+    async with running(docs, tmp_path, dry_run=True) as c:
+        before = c.store.resource_version
+        assert (await c.actuator.lend(SERVING, "test")).outcome is Outcome.DONE
+        deadline = datetime.now(UTC) + timedelta(hours=1)
+        assert (await c.actuator.reclaim(LENT, "test", deadline)).outcome is Outcome.WAITING
+        past = datetime.now(UTC) - timedelta(seconds=1)
+        assert (await c.actuator.reclaim(LENT_TOO, "test", past)).outcome is Outcome.WAITING
+        assert await take_a_new_lease(c)
+        assert await record_an_event(c)
+        assert c.denied() == set()
+        assert {(d.verb, d.resource) for d in c.access.of(SA)} >= {("get", "nodes")}
+        # nothing but the Lease and the Event was written
+        assert c.store.resource_version == before + 2
