@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import shutil
+import sys
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -30,7 +32,7 @@ from aiohttp import web
 
 from rebalancer.sandbox.auth import Access, Decision, admin, service_account
 from rebalancer.sandbox.rbac import User
-from tests.test_cli_run import free_port
+from tests.test_cli_run import child_env, free_port
 
 ADMIN_TOKEN = "admin-token"  # a system:masters user: the test itself, applying manifests
 CONTROLLER_TOKEN = "controller-token"  # the chart's service account: the controller
@@ -250,3 +252,92 @@ async def prometheus(workdir: Path, target: str) -> AsyncIterator[str]:
             except TimeoutError:
                 proc.kill()
                 await proc.wait()
+
+
+# ---------------------------------------------------------------------------------------------
+# The chart's Deployment, run as a local process
+
+
+@dataclass(frozen=True)
+class Pod:
+    """The chart's controller container as a local process: what ``start_pod`` runs.
+
+    ``argv`` and ``env`` are the container's ``args`` and ``env`` as the kubelet would give them
+    (downward API fields resolved, mount paths moved under ``root``); ``port`` its ``http`` port;
+    ``liveness`` and ``readiness`` its probes' paths.
+    """
+
+    root: Path
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    port: int
+    liveness: str
+    readiness: str
+
+
+def as_pod(docs: Iterable[Doc], root: Path, *, name: str, namespace: str) -> Pod:
+    """Lay out the rendered Deployment's volumes under ``root`` and resolve its container.
+
+    Every volume is a directory ``root/<mountPath>``; a ConfigMap volume gets the rendered
+    ConfigMap's files. Any text naming a mount path (an env value, a settings file) names the
+    directory under ``root`` instead, like a chroot. The service account token mount is not
+    emulated: the test gives the process a kubeconfig with the account's token.
+    """
+    docs = list(docs)
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    configmaps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
+
+    # One pass, longest path first, whole path segments only: "/tmp" is not in "/tmpfoo".
+    any_mount = re.compile(
+        "(?:"
+        + "|".join(re.escape(p) for p in sorted(mounts, key=len, reverse=True))
+        + ")(?=/|$|[^\\w.-])",
+        re.MULTILINE,
+    )
+
+    def moved(text: str) -> str:
+        return any_mount.sub(lambda m: str(root) + m.group(0), text)
+
+    for path, volume in mounts.items():
+        directory = root / path.lstrip("/")
+        directory.mkdir(parents=True, exist_ok=True)
+        if "configMap" in volume:
+            data = configmaps[volume["configMap"]["name"]]["data"]
+            for key, text in data.items():
+                (directory / key).write_text(moved(text))
+    fields = {"metadata.name": name, "metadata.namespace": namespace}
+    env: dict[str, str] = {}
+    for var in container.get("env", []):
+        if "value" in var:
+            env[var["name"]] = moved(var["value"])
+        else:
+            env[var["name"]] = fields[var["valueFrom"]["fieldRef"]["fieldPath"]]
+    (port,) = [p["containerPort"] for p in container["ports"] if p["name"] == "http"]
+    return Pod(
+        root=root,
+        argv=tuple(container["args"]),
+        env=env,
+        port=port,
+        liveness=container["livenessProbe"]["httpGet"]["path"],
+        readiness=container["readinessProbe"]["httpGet"]["path"],
+    )
+
+
+async def start_pod(pod: Pod, kubeconfig: Path) -> asyncio.subprocess.Process:
+    """``rebalancer <args>`` with the container's environment (and ``KUBECONFIG``, standing in
+    for the in-cluster service account), the way the image's entrypoint runs it."""
+    env = {**child_env(), **pod.env, "KUBECONFIG": str(kubeconfig)}
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rebalancer",
+        *pod.argv,
+        cwd=pod.root,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )

@@ -3,8 +3,13 @@
 Everything runs on the wall clock. The test serves the emulator (8 ``gpu-pool=inference`` nodes,
 two of them running an inference replica, 4 training nodes, 10 preemptible training pods of which
 6 cannot fit until inference nodes are lent; its scheduler runs every 0.5 s) and a fake vLLM
-exporter that a real ``prometheus`` scrapes every second, then starts ``python -m rebalancer run``
-(strategy ``window`` with window ``always``, audit in a temporary SQLite file, a 1 s tick).
+exporter that a real ``prometheus`` scrapes every second, then runs the controller as the Helm
+chart deploys it: the chart is rendered with this cluster's values (``chart_values``: strategy
+``window`` with window ``always``, a 1 s tick), and the rendered Deployment's container runs as a
+local process (``e2e_support.as_pod``): its args, its environment with the downward API resolved
+(``POD_NAME`` becomes the Lease holder and the audit records' identity), the rendered ConfigMap
+as its settings file and its volumes (the SQLite audit file) under a directory of the test's.
+Its readiness and liveness probe paths must answer before the scenario starts.
 
 RBAC is proven, not asserted: the emulator enforces tokens and RBAC, the Helm chart is rendered
 (``tests.chart.support.render``) and its ServiceAccount, ClusterRole, Roles and bindings are
@@ -55,15 +60,17 @@ from tests.e2e_support import (
     Grant,
     admin_headers,
     apply_rbac,
+    as_pod,
     chart_access,
     grants,
     prometheus,
     serve_exporter,
     service_account_of,
+    start_pod,
     unused,
     used,
 )
-from tests.test_cli_run import free_port, start
+from tests.test_cli_run import free_port
 
 POOL = "inference"
 INFERENCE = [f"inference-{i}" for i in range(cluster.INFERENCE.size)]
@@ -79,38 +86,48 @@ RPS_PER_NODE = 10
 LOW_RPS, HIGH_RPS, HIGH_QUEUE = 5.0, 20000.0, 50
 TRAINING_PODS = 10  # 4 fit on the training nodes (8 GPUs each, 8 per pod); 6 wait for loans
 LEASE = (NAMESPACE, RELEASE)  # the chart's lease: namespace and name (its Role names it)
+POD_NAME = "rebalancer-6f7c9d8b4-x2k9q"  # what the downward API gives the container
 
 
-def config_text(prom: str, audit_db: Path, http_port: int) -> str:
-    return f"""
-tick_interval: 1s
-leader_election: {{enabled: true, lease_namespace: {LEASE[0]}, lease_name: {LEASE[1]}}}
-prometheus:
-  url: {prom}
-  timeout: 2s
-  attempts: 1
-  retry_budget: 2s
-  lookback: 1m
-  resolution: 1s
-audit: {{url: "sqlite+aiosqlite:///{audit_db}"}}
-http: {{host: 127.0.0.1, port: {http_port}}}
-pools:
-  - name: {POOL}
-    node_selector: {{gpu-pool: inference}}
-    inference_selector: {{app: llm-serving}}
-    rps_per_node: {RPS_PER_NODE}
-    strategy: {{name: window, params: {{window: always, lead_minutes: 0}}}}
-    limits:
-      min_serving: 2
-      headroom: 0.2
-      cooldown: 10m
-      max_step_fraction: 0.5
-      staleness: 30s
-      stale_grace: 1m
-      queue_limit: 10
-      reclaim_deadline: 5s
-      warmup: 0s
-"""
+def chart_values(prom: str, http_port: int) -> dict[str, Any]:
+    """The chart's values for this cluster: what a user would put in their values file."""
+    return {
+        "service": {"port": http_port},
+        "config": {
+            "tick_interval": "1s",
+            "prometheus": {
+                "url": prom,
+                "timeout": "2s",
+                "attempts": 1,
+                "retry_budget": "2s",
+                "lookback": "1m",
+                "resolution": "1s",
+            },
+            "pools": [
+                {
+                    "name": POOL,
+                    "node_selector": {"gpu-pool": "inference"},
+                    "inference_selector": {"app": "llm-serving"},
+                    "rps_per_node": RPS_PER_NODE,
+                    "strategy": {
+                        "name": "window",
+                        "params": {"window": "always", "lead_minutes": 0},
+                    },
+                    "limits": {
+                        "min_serving": 2,
+                        "headroom": 0.2,
+                        "cooldown": "10m",
+                        "max_step_fraction": 0.5,
+                        "staleness": "30s",
+                        "stale_grace": "1m",
+                        "queue_limit": 10,
+                        "reclaim_deadline": "5s",
+                        "warmup": "0s",
+                    },
+                }
+            ],
+        },
+    }
 
 
 @dataclass
@@ -198,7 +215,6 @@ async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(tmp_path:
         },
         rps=LOW_RPS,
     )
-    audit_url = f"sqlite+aiosqlite:///{tmp_path / 'audit.sqlite3'}"
     docs = render({})
     async with (
         serve_exporter(exporter) as target,
@@ -207,12 +223,20 @@ async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(tmp_path:
     ):
         originals = {name: scheduling(n) for name, n in (await box.nodes()).items()}
         kubeconfig = write_kubeconfig(box.url, tmp_path / "kubeconfig", token=CONTROLLER_TOKEN)
-        config = tmp_path / "config.yaml"
-        http_port = free_port()
-        decisions = f"http://127.0.0.1:{http_port}/api/v1/decisions"
-        config.write_text(config_text(prom, tmp_path / "audit.sqlite3", http_port))
-        proc = await start("run", "--config", str(config), "--kubeconfig", str(kubeconfig))
+        # The controller runs as the chart deploys it: the rendered Deployment's args and env,
+        # its ConfigMap as the settings file, its volumes under a directory of the test's.
+        installed = render(chart_values(prom, free_port()))
+        assert rbac_of(installed) == rbac_of(docs), "the roles enforced are the ones installed"
+        pod = as_pod(installed, tmp_path / "pod", name=POD_NAME, namespace=NAMESPACE)
+        audit_url = f"sqlite+aiosqlite:///{pod.root}/var/lib/rebalancer/audit.sqlite3"
+        base = f"http://127.0.0.1:{pod.port}"
+        decisions = f"{base}/api/v1/decisions"
+        proc = await start_pod(pod, kubeconfig)
         try:
+            await until(
+                "the readiness probe", lambda: _ok(box.session, base + pod.readiness), proc, 20
+            )
+            assert await _ok(box.session, base + pod.liveness)
             lent_seen: set[str] = set()
             borrowed: set[str] = set()
 
@@ -288,6 +312,7 @@ async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(tmp_path:
     by_id = {r.id: r for r in records}
     intents = [r for r in records if r.kind is Kind.INTENT]
     outcomes = [r for r in records if r.kind is Kind.OUTCOME]
+    assert {r.controller for r in records} == {POD_NAME}, "the pod's name is its identity"
     lends = [r for r in intents if r.action == "lend"]
     reclaims = [r for r in intents if r.action == "reclaim"]
     assert sorted(str(r.node) for r in lends) == IDLE
@@ -328,6 +353,19 @@ async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(tmp_path:
 # and watches, Events are only ever created, and pods are deleted only when an eviction has not
 # emptied a node by the reclaim deadline (``tests/chart/test_rbac.py`` proves that one).
 UNUSED = {Grant("delete", "", "pods")}
+
+
+def rbac_of(docs: list[Any]) -> list[Any]:
+    kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+    return [d for d in docs if d["kind"] in kinds]
+
+
+async def _ok(session: aiohttp.ClientSession, url: str) -> bool:
+    """A probe as the kubelet sends it: any status from 200 to 399 is success."""
+    with contextlib.suppress(aiohttp.ClientError):
+        async with session.get(url) as response:
+            return 200 <= response.status < 400
+    return False
 
 
 async def _has_queue_refusal(session: aiohttp.ClientSession, decisions: str) -> bool:
