@@ -275,13 +275,21 @@ class Pod:
     readiness: str
 
 
-def as_pod(docs: Iterable[Doc], root: Path, *, name: str, namespace: str) -> Pod:
+def as_pod(
+    docs: Iterable[Doc],
+    root: Path,
+    *,
+    name: str,
+    namespace: str,
+    secrets: Mapping[tuple[str, str], str] | None = None,
+) -> Pod:
     """Lay out the rendered Deployment's volumes under ``root`` and resolve its container.
 
     Every volume is a directory ``root/<mountPath>``; a ConfigMap volume gets the rendered
     ConfigMap's files. Any text naming a mount path (an env value, a settings file) names the
     directory under ``root`` instead, like a chroot. The service account token mount is not
-    emulated: the test gives the process a kubeconfig with the account's token.
+    emulated: the test gives the process a kubeconfig with the account's token. ``secrets``
+    holds what ``secretKeyRef`` variables read: (Secret name, key) -> value.
     """
     docs = list(docs)
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
@@ -312,10 +320,14 @@ def as_pod(docs: Iterable[Doc], root: Path, *, name: str, namespace: str) -> Pod
     fields = {"metadata.name": name, "metadata.namespace": namespace}
     env: dict[str, str] = {}
     for var in container.get("env", []):
+        source = var.get("valueFrom", {})
         if "value" in var:
             env[var["name"]] = moved(var["value"])
+        elif "fieldRef" in source:
+            env[var["name"]] = fields[source["fieldRef"]["fieldPath"]]
         else:
-            env[var["name"]] = fields[var["valueFrom"]["fieldRef"]["fieldPath"]]
+            ref = source["secretKeyRef"]
+            env[var["name"]] = (secrets or {})[ref["name"], ref["key"]]
     (port,) = [p["containerPort"] for p in container["ports"] if p["name"] == "http"]
     return Pod(
         root=root,

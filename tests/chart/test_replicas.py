@@ -1,0 +1,187 @@
+"""Two replicas on the PostgreSQL audit store, run as the chart deploys them.
+
+The chart's "PostgreSQL + 2 replicas" values are rendered, and two pods of the rendered
+Deployment run as local processes (``tests.e2e_support.as_pod``: the container's args and
+environment, the audit URL read from the Secret through ``secretKeyRef``, the ConfigMap as the
+settings file) against the emulator enforcing the chart's RBAC and a real PostgreSQL. Both
+become ready, exactly one holds the Lease and says so on ``/metrics``, both use the one
+database; when the leader is stopped (SIGTERM) it releases the Lease and the other takes over
+at once, without waiting out the lease duration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from rebalancer.sandbox import cluster
+from rebalancer.sandbox.server import serve, write_kubeconfig
+from rebalancer.sandbox.store import Store
+from tests.adapters.postgres import PostgresServer, postgres_server
+from tests.chart.support import NAMESPACE, RELEASE, render
+from tests.e2e_support import (
+    CONTROLLER_TOKEN,
+    Pod,
+    admin_headers,
+    apply_rbac,
+    as_pod,
+    chart_access,
+    start_pod,
+)
+from tests.test_cli_run import free_port
+
+__all__ = ["postgres_server"]  # the session fixture, imported so that pytest finds it
+
+SECRET = "rebalancer-db"
+LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{RELEASE}"
+
+
+def values(port: int) -> dict[str, Any]:
+    return {
+        "replicaCount": 2,
+        "audit": {"store": "postgresql", "postgresql": {"existingSecret": SECRET}},
+        "service": {"port": port},
+        "config": {
+            "tick_interval": "1s",
+            # No Prometheus answers here: the planner refuses to lend, which is all this needs.
+            "prometheus": {"url": f"http://127.0.0.1:{free_port()}", "attempts": 1},
+            "pools": [
+                {
+                    "name": "inference",
+                    "node_selector": {"gpu-pool": "inference"},
+                    "rps_per_node": 10,
+                }
+            ],
+        },
+    }
+
+
+async def poll(what: str, check: Callable[[], Awaitable[bool]], within: float) -> float:
+    began = time.monotonic()
+    try:
+        async with asyncio.timeout(within):
+            while not await check():
+                await asyncio.sleep(0.1)
+    except TimeoutError:
+        raise AssertionError(f"not within {within} s: {what}") from None
+    return time.monotonic() - began
+
+
+async def status(session: aiohttp.ClientSession, url: str) -> int:
+    with contextlib.suppress(aiohttp.ClientError):
+        async with session.get(url) as response:
+            return response.status
+    return 0
+
+
+async def leader_metric(session: aiohttp.ClientSession, url: str) -> str:
+    async with session.get(url) as response:
+        lines = (await response.text()).splitlines()
+    return next(line for line in lines if line.startswith("rebalancer_leader{"))
+
+
+@contextlib.asynccontextmanager
+async def running(pod: Pod, kubeconfig: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+    proc = await start_pod(pod, kubeconfig)
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_two_replicas_share_the_database_and_hand_over_the_lease(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    database = await postgres_server.create_database("replicas")
+    store = Store(seed=1)
+    cluster.seed(store)
+    ports = (free_port(), free_port())
+    # The two pods differ only in their name (and, here on one machine, their port).
+    pods = [
+        as_pod(
+            render(values(port)),
+            tmp_path / name,
+            name=name,
+            namespace=NAMESPACE,
+            secrets={(SECRET, "url"): database},
+        )
+        for name, port in zip(
+            ("rebalancer-7c4b9-aaaaa", "rebalancer-7c4b9-bbbbb"), ports, strict=True
+        )
+    ]
+    docs = render(values(ports[0]))
+    async with (
+        serve(store, access=chart_access(docs)) as url,
+        aiohttp.ClientSession(headers=admin_headers()) as admin,
+        aiohttp.ClientSession() as http,
+    ):
+        await apply_rbac(url, docs)
+        kubeconfig = write_kubeconfig(url, tmp_path / "kubeconfig", token=CONTROLLER_TOKEN)
+        base = {pod.env["POD_NAME"]: f"http://127.0.0.1:{pod.port}" for pod in pods}
+
+        async def holder() -> str:
+            async with admin.get(url + LEASE) as response:
+                if response.status != 200:
+                    return ""
+                return str((await response.json())["spec"].get("holderIdentity") or "")
+
+        async with running(pods[0], kubeconfig) as a, running(pods[1], kubeconfig) as b:
+            procs = {pods[0].env["POD_NAME"]: a, pods[1].env["POD_NAME"]: b}
+
+            async def both_ready() -> bool:
+                codes = [await status(http, u + pods[0].readiness) for u in base.values()]
+                return codes == [200, 200] and await holder() in procs
+
+            await poll("both replicas ready, one leading", both_ready, within=30)
+            first = await holder()
+            (second,) = set(procs) - {first}
+            assert await leader_metric(http, base[first] + "/metrics") == (
+                f'rebalancer_leader{{identity="{first}"}} 1.0'
+            )
+            assert await leader_metric(http, base[second] + "/metrics") == (
+                f'rebalancer_leader{{identity="{second}"}} 0.0'
+            )
+
+            procs[first].send_signal(signal.SIGTERM)
+            async with asyncio.timeout(15):
+                await procs[first].wait()
+            assert procs[first].returncode == 0
+
+            async def taken_over() -> bool:
+                return await holder() == second
+
+            took = await poll("the follower taking over", taken_over, within=10)
+            assert took < 15, "the lease was released, not waited out"
+            await poll(
+                "the new leader saying so",
+                lambda: _says_leader(http, base[second], second),
+                within=10,
+            )
+            print(f"\nreplicas: {second} took over {took:.1f}s after {first} stopped")
+
+    # One database, migrated once, written by both leaders in turn.
+    engine = create_async_engine(database)
+    try:
+        async with engine.connect() as conn:
+            rows = await conn.execute(text("SELECT DISTINCT controller FROM audit_records"))
+            writers = {r[0] for r in rows}
+    finally:
+        await engine.dispose()
+    assert writers <= {first, second}
+    assert first in writers
+
+
+async def _says_leader(http: aiohttp.ClientSession, base: str, identity: str) -> bool:
+    line = await leader_metric(http, base + "/metrics")
+    return line == f'rebalancer_leader{{identity="{identity}"}} 1.0'
