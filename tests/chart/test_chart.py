@@ -263,6 +263,11 @@ def test_postgresql_reads_its_url_from_a_secret_and_rolls(renders: dict[str, lis
     egress = one(docs, "NetworkPolicy")["spec"]["egress"]
     assert {"port": 5432, "protocol": "TCP"} in [p for rule in egress for p in rule["ports"]]
     assert one(docs, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+    (spread,) = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    single = one(renders["defaults"], "Deployment")["spec"]["template"]["spec"]
+    assert "topologySpreadConstraints" not in single
 
 
 def test_a_changed_config_rolls_the_pods() -> None:
