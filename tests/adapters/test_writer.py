@@ -4,7 +4,6 @@ and which failures it retries (transport, 5xx, 429 on non-eviction writes; never
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -182,7 +181,9 @@ def scripted(*statuses: int | type[Exception]) -> tuple[KubeWriter, Scripted, Sl
     )
 
 
-PATCH: Callable[[KubeWriter], Any] = lambda w: w.patch_node("n", change(), "1")  # noqa: E731  # a table entry
+async def patch_n(writer: KubeWriter) -> Any:
+    """The one node write these tests retry: a patch of node ``n`` at resourceVersion 1."""
+    return await writer.patch_node("n", change(), "1")
 
 
 @pytest.mark.parametrize(
@@ -193,7 +194,7 @@ async def test_transport_errors_5xx_and_throttling_are_retried_with_short_backof
     statuses: tuple[int | type[Exception], ...],
 ) -> None:
     writer, core, sleeps = scripted(*statuses)
-    assert (await PATCH(writer))["metadata"]["name"] == "n"
+    assert (await patch_n(writer))["metadata"]["name"] == "n"
     assert core.calls == len(statuses)
     assert len(sleeps.waits) == len(statuses) - 1
     assert all(0 <= s <= 2.0 for s in sleeps.waits)
@@ -202,14 +203,14 @@ async def test_transport_errors_5xx_and_throttling_are_retried_with_short_backof
 async def test_a_conflict_is_never_retried() -> None:
     writer, core, sleeps = scripted(409, 200)
     with pytest.raises(Conflict):
-        await PATCH(writer)
+        await patch_n(writer)
     assert (core.calls, sleeps.waits) == (1, [])
 
 
 async def test_retries_are_bounded_and_end_in_an_api_failure() -> None:
     writer, core, sleeps = scripted(500)
     with pytest.raises(ApiFailure, match="500"):
-        await PATCH(writer)
+        await patch_n(writer)
     assert core.calls == 4
     assert len(sleeps.waits) == 3
 
@@ -217,7 +218,7 @@ async def test_retries_are_bounded_and_end_in_an_api_failure() -> None:
 async def test_a_refusal_such_as_422_is_not_retried() -> None:
     writer, core, _ = scripted(422, 200)
     with pytest.raises(ApiFailure, match="422"):
-        await PATCH(writer)
+        await patch_n(writer)
     assert core.calls == 1
 
 

@@ -278,8 +278,8 @@ _VALUES = st.one_of(
 # overflow once converted to UTC.
 _WHEN = st.one_of(
     st.datetimes(),
-    st.datetimes(max_value=datetime(1, 1, 1, 23, 59)),  # noqa: DTZ001  # naive, then offset
-    st.datetimes(min_value=datetime(9999, 12, 31)),  # noqa: DTZ001  # naive, then offset
+    st.datetimes(max_value=datetime(1, 1, 1, 23, 59)),  # noqa: DTZ001  # st.datetimes bounds must be naive; _OFFSET adds the zone
+    st.datetimes(min_value=datetime(9999, 12, 31)),  # noqa: DTZ001  # st.datetimes bounds must be naive; _OFFSET adds the zone
 )
 _OFFSET = st.timedeltas(
     min_value=timedelta(hours=-23, minutes=-59), max_value=timedelta(hours=23, minutes=59)

@@ -500,8 +500,8 @@ _EDGE_WINDOWS = [
 @given(
     text=st.sampled_from(_EDGE_WINDOWS),
     now=st.datetimes(
-        min_value=datetime(2026, 1, 1),  # noqa: DTZ001  # naive bounds, as hypothesis wants
-        max_value=datetime(2026, 12, 31),  # noqa: DTZ001  # naive bounds, as hypothesis wants
+        min_value=datetime(2026, 1, 1),  # noqa: DTZ001  # st.datetimes refuses aware bounds; timezones= sets UTC
+        max_value=datetime(2026, 12, 31),  # noqa: DTZ001  # st.datetimes refuses aware bounds; timezones= sets UTC
         timezones=st.just(UTC),
     ),
 )
