@@ -21,7 +21,7 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -353,3 +353,35 @@ async def start_pod(pod: Pod, kubeconfig: Path) -> asyncio.subprocess.Process:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Waiting on processes and probes
+
+
+async def until(
+    what: str,
+    check: Callable[[], Awaitable[bool]],
+    proc: asyncio.subprocess.Process | None,
+    within: float,
+) -> float:
+    """Poll ``check()`` every 0.2 s until it is true; returns the seconds it took. Fails if
+    ``proc`` (the process being waited on, if one) exits first, or after ``within`` seconds."""
+    began = time.monotonic()
+    try:
+        async with asyncio.timeout(within):
+            while not await check():
+                if proc is not None:
+                    assert proc.returncode is None, f"the controller exited early while {what}"
+                await asyncio.sleep(0.2)
+    except TimeoutError:
+        raise AssertionError(f"not done in {within} s: {what}") from None
+    return time.monotonic() - began
+
+
+async def probe(session: aiohttp.ClientSession, url: str) -> bool:
+    """An HTTP probe as the kubelet sends it: any status from 200 to 399 is success."""
+    with contextlib.suppress(aiohttp.ClientError):
+        async with session.get(url) as response:
+            return 200 <= response.status < 400
+    return False

@@ -63,10 +63,12 @@ from tests.e2e_support import (
     as_pod,
     chart_access,
     grants,
+    probe,
     prometheus,
     serve_exporter,
     service_account_of,
     start_pod,
+    until,
     unused,
     used,
 )
@@ -178,19 +180,6 @@ async def emulator(docs: list[Any]) -> AsyncIterator[Box]:
         yield Box(store, access, url, session)
 
 
-async def until(what: str, check: Any, proc: asyncio.subprocess.Process, within: float) -> float:
-    """Poll ``check()`` (async, truthy when done) every 0.2 s; returns the seconds it took."""
-    began = time.monotonic()
-    try:
-        async with asyncio.timeout(within):
-            while not await check():
-                assert proc.returncode is None, f"the controller exited early while {what}"
-                await asyncio.sleep(0.2)
-    except TimeoutError:
-        raise AssertionError(f"not done in {within} s: {what}") from None
-    return time.monotonic() - began
-
-
 async def read_audit(url: str) -> list[AuditRecord]:
     store = await SqlAuditStore.open(url)
     try:
@@ -234,9 +223,9 @@ async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(tmp_path:
         proc = await start_pod(pod, kubeconfig)
         try:
             await until(
-                "the readiness probe", lambda: _ok(box.session, base + pod.readiness), proc, 20
+                "the readiness probe", lambda: probe(box.session, base + pod.readiness), proc, 20
             )
-            assert await _ok(box.session, base + pod.liveness)
+            assert await probe(box.session, base + pod.liveness)
             lent_seen: set[str] = set()
             borrowed: set[str] = set()
 
@@ -358,14 +347,6 @@ UNUSED = {Grant("delete", "", "pods")}
 def rbac_of(docs: list[Any]) -> list[Any]:
     kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
     return [d for d in docs if d["kind"] in kinds]
-
-
-async def _ok(session: aiohttp.ClientSession, url: str) -> bool:
-    """A probe as the kubelet sends it: any status from 200 to 399 is success."""
-    with contextlib.suppress(aiohttp.ClientError):
-        async with session.get(url) as response:
-            return 200 <= response.status < 400
-    return False
 
 
 async def _has_queue_refusal(session: aiohttp.ClientSession, decisions: str) -> bool:
