@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from rebalancer.adapters import convert
 from rebalancer.adapters.actuator import Actuator, Outcome
 from rebalancer.adapters.audit import AuditLog, MemoryAuditStore, UlidFactory
 from rebalancer.adapters.gate import LeaderGatedWriter
@@ -31,36 +30,19 @@ from rebalancer.adapters.metrics import HistoryResult, PoolMetrics
 from rebalancer.adapters.writer import KubeWriter, NodeWriter, RetryPolicy
 from rebalancer.core import model, nodestate
 from rebalancer.core.audit import AuditRecord, Kind, Result
-from rebalancer.core.nodestate import Keys
-from rebalancer.core.policy import PoolPolicy, default_lend_spec
 from rebalancer.runtime.loop import run_controller
 from rebalancer.runtime.reconcile import PoolConfig, Reconciler, TickReport
 from rebalancer.sandbox import cluster
-from rebalancer.sandbox.resources import NODES, PODS
-from rebalancer.sandbox.store import ListRequest, Store
-from rebalancer.sandbox.watcher import Scope
+from rebalancer.sandbox.resources import NODES
+from rebalancer.sandbox.store import Store
 from strategies import registry
 from tests.adapters.conftest import Emulator, Pulse, emulated, stop
 from tests.adapters.test_actuator import Crash, Recorder, daemon_pod
 
+# The same pool, policy and pod rules as the convergence test, and its view of the store.
+from tests.adapters.test_convergence import KEYS, POLICY, POOL, RULES, SPEC, expected_views
+
 Obj = dict[str, Any]
-KEYS = Keys()
-SPEC = default_lend_spec(KEYS)
-RULES = convert.PodRules(
-    lend_taints=SPEC.add_taints,
-    serving_taints=SPEC.remove_taints,
-    inference_selector={"app": "llm-serving"},
-)
-POOL = model.PoolName("inference")
-POLICY = PoolPolicy(
-    rps_per_node=100.0,
-    min_serving=2,
-    cooldown=timedelta(0),
-    min_loan=timedelta(0),
-    max_step_fraction=1.0,
-    reclaim_deadline=timedelta(seconds=60),
-    lend_spec=SPEC,
-)
 CONFIG = PoolConfig(
     name=POOL,
     node_selector={"gpu-pool": "inference"},
@@ -191,23 +173,6 @@ def hook_node_writes(store: Store, journal: list[Entry], monkeypatch: pytest.Mon
 
 # ---------------------------------------------------------------------------------------------
 # The world
-
-
-def expected_views(store: Store) -> tuple[model.NodeView, ...]:
-    nodes = Store.list_page(store, ListRequest(Scope(NODES))).items
-    on: dict[str, list[Obj]] = {}
-    for pod in Store.list_page(store, ListRequest(Scope(PODS))).items:
-        node = pod["spec"].get("nodeName")
-        if node and not convert.finished(pod):
-            on.setdefault(node, []).append(pod)
-    views = []
-    for node in nodes:
-        name = node["metadata"]["name"]
-        pods = sorted(
-            on.get(name, []), key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])
-        )
-        views.append(convert.node_view(node, [convert.pod_view(p, RULES) for p in pods]))
-    return tuple(sorted(views, key=lambda v: v.name))
 
 
 def scheduling(store: Store, name: str) -> tuple[str, str]:
