@@ -53,6 +53,7 @@ class PodView:
     job: str | None = None  # the training job the pod belongs to, if any
     created: datetime | None = None
     terminating: bool = False
+    ready: bool = True  # the pod's Ready condition: an inference pod serves only when Ready
 
 
 @dataclass(frozen=True)
@@ -158,12 +159,34 @@ def nodes_needed(rps: float, rps_per_node: float, headroom: float, min_serving: 
     return max(min_serving, math.ceil(raw - 1e-9))
 
 
+@dataclass(frozen=True, slots=True)
+class DropHeld:
+    """A fall of demand too fast to be believed yet (``core.demand``): the planner plans with
+    the level before it and lends nothing until it persists or recovers."""
+
+    level: Sample  # the last believed sample, before the fall
+    seen: Sample  # the newest sample, the one not believed
+    since: datetime  # when the fall was first seen
+
+
 @dataclass(frozen=True)
 class PoolSnapshot:
+    """One pool at ``Snapshot.now``.
+
+    ``demand`` is the sample to plan with: the newest one that was believed, with the time it
+    was sampled. When this tick's read gave nothing usable (Prometheus unreachable, an empty
+    result, NaN) ``demand_known`` is False and ``demand`` is the last good sample, so demand is
+    unknown since that sample; with no sample at all it is unknown since ``unknown_since``
+    (the controller's start). ``held`` is set while an implausibly fast fall is not believed.
+    """
+
     nodes: tuple[NodeView, ...]
     demand: Sample | None = None
     queue: Sample | None = None
     history: DemandHistory | None = None
+    demand_known: bool = True
+    unknown_since: datetime | None = None
+    held: DropHeld | None = None
 
 
 @dataclass(frozen=True)
@@ -172,7 +195,8 @@ class Snapshot:
 
     now: datetime
     pools: Mapping[PoolName, PoolSnapshot]
-    paused: bool = False  # the global pause
+    paused: bool = False  # the global pause: no lending, safety reclaims still happen
+    frozen: bool = False  # the global freeze: nothing moves at all
 
 
 class Action(StrEnum):
@@ -199,12 +223,16 @@ class Reason(StrEnum):
     OPERATOR_NEVER = "operator_lend_never"
     WINDOW_CLOSED = "window_closed"
     DEMAND_ABOVE_SERVING = "demand_above_serving"
+    QUEUE_ABOVE_LIMIT = "queue_above_limit"
     METRICS_LOST = "metrics_lost"
+    BAD_OVERRIDE_RECLAIM = "bad_override_reclaim"
     # why something is refused
     PAUSED = "paused"
+    FROZEN = "frozen"
     NODE_PAUSED = "node_paused"
     METRICS_STALE = "metrics_stale"
     METRICS_MISSING = "metrics_missing"
+    DEMAND_DROP_HELD = "demand_drop_held"
     QUEUE_BUILDING = "queue_building"
     MIN_SERVING = "min_serving"
     HEADROOM = "headroom"
@@ -215,11 +243,17 @@ class Reason(StrEnum):
     OUTSIDE_WINDOW = "outside_window"
     NOT_IDLE = "not_idle"
     NOT_READY = "not_ready"
+    WARMING = "warming"
     LEND_NEVER = "lend_never"
     NO_CANDIDATE = "no_candidate"
     BAD_STATE = "bad_state"
     BAD_OVERRIDE = "bad_override"
     IN_FLIGHT = "in_flight"
+    # why a pool was planned with the safety-only proposal, and when that ended
+    STRATEGY_FAILED = "strategy_failed"
+    PLANNER_FAILED = "planner_failed"
+    RECOVERED = "recovered"
+    UNREADABLE_OBJECT = "unreadable_object"
 
 
 @dataclass(frozen=True, slots=True)

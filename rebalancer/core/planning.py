@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 
-from rebalancer.core import model, nodestate, overrides, windows
+from rebalancer.core import demand as demand_module
+from rebalancer.core import model, nodestate, overrides, warmth, windows
 from rebalancer.core.model import Action, Intent, Origin, Reason
 from rebalancer.core.policy import PoolPolicy
 
@@ -44,8 +45,9 @@ def make_plan(
     policies: Mapping[model.PoolName, PoolPolicy],
     keys: nodestate.Keys,
     paused_pools: Iterable[model.PoolName] = (),
+    frozen_pools: Iterable[model.PoolName] = (),
 ) -> model.Plan:
-    paused = set(paused_pools)
+    paused, frozen = set(paused_pools), set(frozen_pools)
     plans = {}
     for name, pool in snapshot.pools.items():
         proposal = proposals.get(name)
@@ -57,6 +59,7 @@ def make_plan(
             policy=policies[name],
             keys=keys,
             paused=snapshot.paused or name in paused,
+            frozen=snapshot.frozen or name in frozen,
         )
     return model.Plan(now=snapshot.now, pools=plans)
 
@@ -77,6 +80,7 @@ class _Node:
     phase: nodestate.Phase
     overrides: overrides.Overrides
     window: windows.Window | None  # the node's own window override; None: the pool's
+    unreadable: bool = False  # an override could not be read: fail closed, never lend it
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,18 +100,22 @@ class _Pool:
     by_phase: dict[nodestate.Phase, list[_Node]]
     unreadable: int  # nodes whose state could not be read: neither serving nor lendable
     not_ready: int  # serving nodes that are NotReady: no capacity, not lendable
+    warming: frozenset[model.NodeName]  # serving, Ready, not warm yet: capacity soon, not now
     findings: list[model.Finding]
     health: Health
     health_note: str
     need: int | None  # nodes demand needs now; None when demand is unknown
     queue: float | None  # requests waiting, from a fresh sample; None when unknown
+    held: model.DropHeld | None = None  # an implausible fall of demand, not believed yet
     intents: list[Intent] = field(default_factory=list)
     steps: list[model.Step] = field(default_factory=list)
     rejections: list[model.Rejection] = field(default_factory=list)
     changed: set[model.NodeName] = field(default_factory=set)
     budget: int = 0
-    paused: bool = False  # a global or pool pause: every intent is refused
+    paused: bool = False  # a global or pool pause: lending and non-safety moves are refused
+    frozen: bool = False  # a global or pool freeze: every intent is refused
     lends: int = 0
+    cold_lends: int = 0  # lends of warming nodes: they took no warm capacity away
     reclaims: int = 0
     _open: dict[int, bool] = field(default_factory=dict)
 
@@ -131,8 +139,16 @@ class _Pool:
 
     @property
     def serving_count(self) -> int:
-        """Ready serving nodes after the steps decided so far: a NotReady node serves nothing."""
-        return self.count(nodestate.Phase.SERVING) - self.not_ready - self.lends
+        """Warm serving nodes after the steps decided so far: a NotReady node serves nothing,
+        and a node back from a loan serves once its inference is warm (``core.warmth``)."""
+        warm = self.count(nodestate.Phase.SERVING) - self.not_ready - len(self.warming)
+        return warm - (self.lends - self.cold_lends)
+
+    @property
+    def returning(self) -> int:
+        """Nodes on their way back to serving: reclaiming, warming up, or reclaimed this tick."""
+        warming = len(self.warming) - self.cold_lends
+        return self.count(nodestate.Phase.RECLAIMING) + warming + self.reclaims
 
     def window_of(self, node: _Node) -> windows.Window:
         return node.window or self.policy.window
@@ -163,13 +179,26 @@ class _Pool:
         self.changed.add(node.name)
         if intent.action is Action.LEND:
             self.lends += 1
+            self.cold_lends += node.name in self.warming
         else:
             self.reclaims += 1
 
     def refuse_if_paused(self, intent: Intent) -> bool:
-        if self.paused:
+        """A freeze refuses everything. A pause refuses lending and the moves that are not
+        about keeping inference served: a safety reclaim, or one an operator asked for on a
+        node, still happens."""
+        if self.frozen:
+            why = "the pool is frozen: nothing moves, not even safety reclaims"
+            self.reject(intent, Reason.FROZEN, why, intent.count, intent.node)
+            return True
+        protects = intent.action is Action.RECLAIM and intent.origin in (
+            Origin.SAFETY,
+            Origin.OPERATOR,
+        )
+        if self.paused and not protects:
             self.reject(intent, Reason.PAUSED, "the pool is paused", intent.count, intent.node)
-        return self.paused
+            return True
+        return False
 
     def reject(
         self,
@@ -191,9 +220,11 @@ def plan_pool(
     policy: PoolPolicy,
     keys: nodestate.Keys,
     paused: bool = False,
+    frozen: bool = False,
 ) -> model.PoolPlan:
     work = _observe(now, name, pool, policy, keys)
-    work.paused = paused  # every intent is still formed, and refused: nothing is silent
+    # Every intent is still formed, and refused: nothing is silent.
+    work.paused, work.frozen = paused, frozen
     _operator_intents(work)
     _safety_intents(work)
     _strategy_intent(work, proposal)
@@ -239,15 +270,19 @@ def _observe(
         by_phase[node.phase].append(node)
     # A rate that is not a finite number >= 0 is no sample: never read as a load, and never
     # handed to ``need``, which cannot round NaN or infinity.
-    demand = pool.demand
-    if demand is not None and not (math.isfinite(demand.value) and demand.value >= 0):
-        demand = None
-    health, note = _health(now, demand, policy)
+    demand = demand_module.usable(pool.demand)
+    health, note = _health(now, pool, demand, policy)
     if demand is None and pool.demand is not None:
         note = f"demand sample {pool.demand.value} is not a rate"
     need = policy.need(demand.value) if demand is not None else None
     queue = pool.queue.value if pool.queue and pool.queue.age(now) <= policy.staleness else None
-    not_ready = sum(1 for n in by_phase[nodestate.Phase.SERVING] if not n.view.ready)
+    serving = by_phase[nodestate.Phase.SERVING]
+    not_ready = sum(1 for n in serving if not n.view.ready)
+    warming = frozenset(
+        n.name
+        for n in serving
+        if n.view.ready and not warmth.is_warm(n.view, n.state, now, policy.warmup)
+    )
     work = _Pool(
         name,
         now,
@@ -256,11 +291,13 @@ def _observe(
         by_phase,
         unreadable,
         not_ready,
+        warming,
         findings,
         health,
         note,
         need,
         queue,
+        held=pool.held if policy.guarded else None,
     )
     work.budget = policy.step_budget(work.size)
     return work
@@ -286,22 +323,31 @@ def _decode(view: model.NodeView, keys: nodestate.Keys, zone: str) -> _Decoded:
         )
         return _Decoded(None, tuple(findings))
     ov = parsed.overrides
-    node = _Node(view, view.name, state, state.phase, ov, ov.window)
+    # Fail closed: an override that cannot be read may have been meant to protect the node.
+    node = _Node(view, view.name, state, state.phase, ov, ov.window, bool(parsed.problems))
     return _Decoded(node, tuple(findings))
 
 
-def _health(now: datetime, demand: model.Sample | None, policy: PoolPolicy) -> tuple[Health, str]:
+def _health(
+    now: datetime, pool: model.PoolSnapshot, demand: model.Sample | None, policy: PoolPolicy
+) -> tuple[Health, str]:
+    """Unreachable, empty, NaN and old all mean one thing: demand is unknown since the last
+    good sample (or since the controller started, before any). No lending at once; past
+    ``staleness + stale_grace`` since then, everything lent is reclaimed."""
     if not policy.guarded:
         return Health.FRESH, "metrics not checked"
-    if demand is None:
+    since = demand.at if demand is not None else pool.unknown_since
+    if since is None:
         return Health.LOST, "no demand sample"
-    age = demand.age(now)
-    if age <= policy.staleness:
-        return Health.FRESH, f"demand sample {age.total_seconds():.0f}s old"
+    age = now - since
     seconds = age.total_seconds()
+    what = "the last good demand sample" if demand is not None else "the start, with no sample"
+    if pool.demand_known and demand is not None and age <= policy.staleness:
+        return Health.FRESH, f"demand sample {seconds:.0f}s old"
     if age <= policy.staleness + policy.stale_grace:
-        return Health.STALE, f"demand sample {seconds:.0f}s old (limit {policy.staleness})"
-    return Health.LOST, f"demand sample {seconds:.0f}s old, past the grace period"
+        unknown = "unknown now" if not pool.demand_known else f"older than {policy.staleness}"
+        return Health.STALE, f"demand {unknown}; {seconds:.0f}s since {what}"
+    return Health.LOST, f"demand unknown {seconds:.0f}s since {what}, past the grace period"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,16 +359,19 @@ def _operator_intents(work: _Pool) -> None:
     pool_open = work.is_open(work.policy.window)
     for node in work.in_phase(nodestate.Phase.LENT):
         ov = node.overrides
-        if ov is overrides.NONE and pool_open:
+        if ov is overrides.NONE and pool_open and not node.unreadable:
             continue  # the common case, decided without looking further
         window = work.window_of(node)
         if ov.reclaim_now or ov.lend is overrides.LendMode.NEVER:
             reason = Reason.OPERATOR_RECLAIM_NOW if ov.reclaim_now else Reason.OPERATOR_NEVER
             _reclaim_node(work, node, Origin.OPERATOR, reason, "an operator asked for it")
+        elif node.unreadable:
+            why = "an override on the node cannot be read; it may have meant to keep it serving"
+            _reclaim_node(work, node, Origin.OPERATOR, Reason.BAD_OVERRIDE_RECLAIM, why)
         elif ov.lend is not overrides.LendMode.NOW and not work.is_open(window):
             _reclaim_node(work, node, Origin.SCHEDULE, Reason.WINDOW_CLOSED, f"window {window}")
     for node in work.in_phase(nodestate.Phase.SERVING):
-        if node.overrides.lend is overrides.LendMode.NOW:
+        if node.overrides.lend is overrides.LendMode.NOW and not node.unreadable:
             intent = work.intend(
                 Intent(
                     work.name,
@@ -365,11 +414,16 @@ def _safety_intents(work: _Pool) -> None:
             )
             _grant_reclaims(work, intent, limited=False)
         return
-    if work.need is None:
-        return
+    if work.need is not None:
+        _reclaim_for_demand(work, work.need)
+    if work.policy.queue_reclaims:
+        _reclaim_for_queue(work)
+
+
+def _reclaim_for_demand(work: _Pool, need: int) -> None:
     # Nodes already on their way back count: they will serve again.
-    returning = work.count(nodestate.Phase.RECLAIMING) + work.reclaims
-    shortfall = work.need - (work.serving_count + returning)
+    covered = work.serving_count + work.returning
+    shortfall = need - covered
     if shortfall > 0 and work.lent_count > 0:
         intent = work.intend(
             Intent(
@@ -378,11 +432,36 @@ def _safety_intents(work: _Pool) -> None:
                 min(shortfall, work.lent_count),
                 Origin.SAFETY,
                 Reason.DEMAND_ABOVE_SERVING,
-                f"demand needs {work.need} serving nodes, {work.serving_count + returning} "
-                "serve or are returning",
+                f"demand needs {need} serving nodes, {covered} serve or are returning",
             )
         )
         _grant_reclaims(work, intent, limited=False)
+
+
+def _reclaim_for_queue(work: _Pool) -> None:
+    """Requests waiting beyond the limit: serving is short now, whatever the rate says (a rate
+    lags, and under-reads a series younger than its window; a queue does not). Take back
+    enough nodes to clear the backlog within a minute, counting those already on their way
+    back, warming ones included."""
+    queue, limit = work.queue, work.policy.queue_limit
+    if queue is None or queue <= limit or work.lent_count <= 0:
+        return
+    backlog = max(1, math.ceil(queue / (work.policy.rps_per_node * 60)))
+    count = min(backlog - work.returning, work.lent_count)
+    if count <= 0:
+        return
+    intent = work.intend(
+        Intent(
+            work.name,
+            Action.RECLAIM,
+            count,
+            Origin.SAFETY,
+            Reason.QUEUE_ABOVE_LIMIT,
+            f"{queue:.0f} requests wait (limit {limit:.0f}): {backlog} nodes clear them within "
+            f"a minute, {work.returning} are on their way back",
+        )
+    )
+    _grant_reclaims(work, intent, limited=False)
 
 
 def _strategy_intent(work: _Pool, proposal: model.Proposal | None) -> None:
@@ -466,6 +545,14 @@ def _lend_blocked(work: _Pool) -> tuple[Reason, str] | None:
     if work.health is not Health.FRESH:
         reason = Reason.METRICS_STALE if work.health is Health.STALE else Reason.METRICS_MISSING
         return reason, f"no lending while demand is unknown ({work.health_note})"
+    if work.held is not None:
+        held = work.held
+        return (
+            Reason.DEMAND_DROP_HELD,
+            f"demand fell from {held.level.value:.4g} to {held.seen.value:.4g} rps faster than "
+            f"traffic falls; not believed until it lasts {work.policy.drop_hold} "
+            f"(since {held.since.isoformat()})",
+        )
     if work.policy.guarded and work.queue is not None and work.queue > work.policy.queue_limit:
         return (
             Reason.QUEUE_BUILDING,
@@ -476,34 +563,44 @@ def _lend_blocked(work: _Pool) -> tuple[Reason, str] | None:
 
 
 def _lend_room(work: _Pool) -> tuple[int, Reason, str]:
-    """How many more nodes may be lent, and the rule that sets that number."""
+    """How many more nodes may be lent, and the rule that sets that number.
+
+    Only warm serving nodes are capacity to lend from: a node still reclaiming or warming up
+    will serve soon but does not now, and lending against it is how a rise breaches (the
+    node lent in its place leaves serving short until the returning one is warm)."""
     size, policy = work.size, work.policy
-    # Nodes whose state cannot be read, and NotReady serving nodes, carry no load.
-    usable = len(work.nodes) - work.not_ready
-    lent = work.lent_count
-    limits = [(usable - policy.min_serving, Reason.MIN_SERVING, f"{policy.min_serving} must serve")]
+    serving = work.serving_count
+    limits = [
+        (serving - policy.min_serving, Reason.MIN_SERVING, f"{policy.min_serving} must serve")
+    ]
     if policy.guarded:
         limits.append(
             (
-                math.floor(policy.max_lent_fraction * size + 1e-9),
+                math.floor(policy.max_lent_fraction * size + 1e-9) - work.lent_count,
                 Reason.MAX_FRACTION,
                 f"at most {policy.max_lent_fraction:.0%} of {size} nodes may be lent",
             )
         )
         if work.need is not None:
-            # Reclaiming nodes will serve again soon: they count as serving capacity.
             limits.append(
                 (
-                    usable - work.need,
+                    serving - work.need,
                     Reason.HEADROOM,
                     f"demand needs {work.need} of {size} nodes with {policy.headroom:.0%} headroom",
                 )
             )
-    cap, reason, note = min(limits, key=lambda item: item[0])
-    if work.not_ready and reason in (Reason.MIN_SERVING, Reason.HEADROOM):
-        reason = Reason.NOT_READY
-        note = f"{work.not_ready} serving nodes are not ready and carry no load; {note}"
-    return max(0, cap - lent), reason, note
+    room, reason, note = min(limits, key=lambda item: item[0])
+    if reason in (Reason.MIN_SERVING, Reason.HEADROOM):
+        cold = []
+        if work.not_ready:
+            cold.append(f"{work.not_ready} serving nodes are not ready")
+        returning = work.count(nodestate.Phase.RECLAIMING) + len(work.warming)
+        if returning:
+            cold.append(f"{returning} are on their way back and not warm yet")
+        if cold:
+            reason = Reason.NOT_READY if work.not_ready else Reason.WARMING
+            note = f"{'; '.join(cold)}, so they carry no load; {note}"
+    return max(0, room), reason, note
 
 
 def _eligible(
@@ -513,10 +610,14 @@ def _eligible(
     eligible, excluded = [], Counter[Reason]()
     cooldown = work.policy.cooldown
     for node in candidates:
-        if node.overrides.paused:
+        if node.unreadable:
+            excluded[Reason.BAD_OVERRIDE] += 1
+        elif node.overrides.paused:
             excluded[Reason.NODE_PAUSED] += 1
         elif node.overrides.lend is overrides.LendMode.NEVER:
             excluded[Reason.LEND_NEVER] += 1
+        elif node.overrides.reclaim_now:
+            excluded[Reason.OPERATOR_RECLAIM_NOW] += 1
         elif not node.view.ready:
             excluded[Reason.NOT_READY] += 1
         elif not node.view.idle:
@@ -531,6 +632,8 @@ def _eligible(
 
 
 _EXCLUSION_WORDS = {
+    Reason.BAD_OVERRIDE: "with an override that cannot be read",
+    Reason.OPERATOR_RECLAIM_NOW: "marked reclaim=now",
     Reason.NODE_PAUSED: "paused",
     Reason.LEND_NEVER: "marked lend=never",
     Reason.NOT_READY: "not ready",

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from rebalancer.core import model, nodestate, windows
+from rebalancer.core import demand, model, nodestate, windows
 
 
 def default_lend_spec(keys: nodestate.Keys) -> nodestate.LendSpec:
@@ -33,6 +33,9 @@ class PoolPolicy:
     staleness: timedelta = timedelta(minutes=2)  # older demand samples are unknown
     stale_grace: timedelta = timedelta(minutes=5)  # unknown this long past staleness: reclaim
     queue_limit: float = 0.0  # requests waiting above which nothing more is lent
+    queue_reclaims: bool = True  # requests waiting above the limit also take nodes back
+    drop_floor: float = 1 / 3  # demand keeps at least this share of its level per minute ...
+    drop_hold: timedelta = timedelta(minutes=10)  # ... or the fall is held this long
     reclaim_deadline: timedelta = timedelta(minutes=2)  # then borrowed pods are deleted
     warmup: timedelta = timedelta(minutes=5)  # an inference replica's cold start on a returned node
     window: windows.Window = windows.ALWAYS
@@ -55,8 +58,17 @@ class PoolPolicy:
             problems.append(f"max_lent_fraction must be in [0, 1], got {self.max_lent_fraction}")
         if not 0 < self.max_step_fraction <= 1:
             problems.append(f"max_step_fraction must be in (0, 1], got {self.max_step_fraction}")
+        if not 0 <= self.drop_floor <= 1:
+            problems.append(f"drop_floor must be in [0, 1], got {self.drop_floor}")
         if problems:
             raise ValueError("; ".join(problems))
+
+    @property
+    def drop_rule(self) -> demand.DropRule:
+        """How fast this pool's demand may fall before a fall is held (``core.demand``)."""
+        return demand.DropRule(
+            floor=self.drop_floor, hold=self.drop_hold, rps_per_node=self.rps_per_node
+        )
 
     def step_budget(self, size: int) -> int:
         return max(1, math.ceil(self.max_step_fraction * size))

@@ -225,6 +225,7 @@ def plan(
     now: datetime = T0,
     paused: bool = False,
     paused_pools: Iterable[PoolName] = (),
+    frozen: bool = False,
 ) -> model.PoolPlan:
     """Plan one pool with demand ``rps`` sampled ``age`` ago (``rps=None``: no sample at all).
 
@@ -233,7 +234,7 @@ def plan(
     actual = None if rps is None else demand(rps, age, now)
     waiting = None if queue is None else demand(queue, queue_age, now)
     pools = {POOL: pool_snapshot(nodes, actual, waiting)}
-    snapshot = model.Snapshot(now=now, pools=pools, paused=paused)
+    snapshot = model.Snapshot(now=now, pools=pools, paused=paused, frozen=frozen)
     proposals = {} if target is None else {POOL: proposal(target)}
     result = planning.make_plan(
         snapshot, proposals, {POOL: pool_policy or policy()}, KEYS, paused_pools

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import pytest
 
-from rebalancer.core import model, planning, windows
+from rebalancer.core import model, nodestate, planning, windows
 from rebalancer.core.model import Action, Origin, PodRole, PoolName, Reason
 
 from .factories import (
@@ -84,13 +84,52 @@ def test_a_pool_already_below_the_minimum_lends_nothing() -> None:
     assert refusals(result) == {Reason.MIN_SERVING: 1}
 
 
-def test_reclaiming_nodes_count_as_serving_for_the_minimum() -> None:
+def test_a_reclaiming_node_is_no_capacity_to_lend_from() -> None:
     back = begin_reclaim(lend(serving("r-00"), T0 - HOUR), T0 - MINUTE)
     nodes = [*serving_nodes(2), back]
 
     result = checked(plan(nodes, target=5, pool_policy=policy(min_serving=2)))
 
-    assert len(stepped(result, LEND)) == 1
+    assert stepped(result, LEND) == []
+    assert refusals(result) == {Reason.WARMING: 5}
+
+
+def test_a_node_back_from_a_loan_is_no_capacity_until_its_warm_up_has_passed() -> None:
+    back = returned("back", lent_at=T0 - HOUR, back_at=T0 - 4 * MINUTE)
+    nodes = [*serving_nodes(2), back]
+    warming = policy(min_serving=2, warmup=5 * MINUTE)
+
+    assert stepped(checked(plan(nodes, target=1, pool_policy=warming)), LEND) == []
+    later = checked(plan(nodes, target=1, pool_policy=warming, now=T0 + 2 * MINUTE))
+    assert len(stepped(later, LEND)) == 1
+
+
+def test_a_node_whose_inference_pods_are_ready_is_warm_before_its_warm_up_ends() -> None:
+    back = returned("back", lent_at=T0 - HOUR, back_at=T0 - MINUTE)
+    starting = rebuilt(back, pods=(model.PodView("ns", "llm", PodRole.INFERENCE, ready=False),))
+    ready = rebuilt(back, pods=(model.PodView("ns", "llm", PodRole.INFERENCE, ready=True),))
+    warming = policy(min_serving=2, warmup=HOUR)
+
+    # Two serving nodes and the returned one: only a warm third one leaves a node to lend.
+    cold = checked(plan([*serving_nodes(2), starting], target=1, pool_policy=warming))
+    warm = checked(plan([*serving_nodes(2), ready], target=1, pool_policy=warming))
+
+    assert stepped(cold, LEND) == []
+    assert refusals(cold) == {Reason.WARMING: 1}
+    assert len(stepped(warm, LEND)) == 1
+
+
+def test_a_serving_node_whose_inference_pod_is_not_ready_carries_no_load() -> None:
+    starting = serving("busy", pods=[model.PodView("ns", "llm", PodRole.INFERENCE, ready=False)])
+    nodes = [starting, *lent_nodes(1)]
+
+    # It counts as on its way (it will serve), not as serving: 5 rps need one node, covered by
+    # it; 15 rps need two, and only a lent node can be the second.
+    calm = checked(plan(nodes, rps=5.0, target=1, pool_policy=policy(min_serving=1)))
+    short = checked(plan(nodes, rps=15.0, target=1, pool_policy=policy(min_serving=1)))
+
+    assert calm.steps == ()
+    assert stepped(short, RECLAIM) == ["l-00"]
 
 
 def test_lending_keeps_enough_nodes_for_demand_plus_headroom() -> None:
@@ -192,10 +231,9 @@ def test_a_node_is_not_lent_again_within_cooldown_of_coming_back() -> None:
 
 def test_a_rolled_back_lend_also_starts_the_cooldown() -> None:
     rolled_back = finish(lending(serving("n"), T0 - 2 * MINUTE), T0 - MINUTE)
+    limits = policy(cooldown=15 * MINUTE, min_serving=0, warmup=timedelta(0))
 
-    result = checked(
-        plan([rolled_back], target=1, pool_policy=policy(cooldown=15 * MINUTE, min_serving=0))
-    )
+    result = checked(plan([rolled_back], target=1, pool_policy=limits))
 
     assert refusals(result) == {Reason.COOLDOWN: 1}
 
@@ -246,11 +284,11 @@ def test_operator_lends_are_not_rate_limited() -> None:
 # Pauses
 
 
-def test_a_global_pause_freezes_the_pool_and_reports_every_refusal() -> None:
+def test_a_global_freeze_moves_nothing_and_reports_every_refusal() -> None:
     asked = with_overrides(lent_nodes(1, prefix="x")[0], reclaim="now")
     nodes = [*serving_nodes(3), *lent_nodes(2), asked]
 
-    result = checked(plan(nodes, target=5, rps=None, paused=True))
+    result = checked(plan(nodes, target=5, rps=None, frozen=True))
 
     assert result.steps == ()
     # The operator's reclaim, the metrics-lost reclaim of the three lent nodes and the strategy's
@@ -260,7 +298,30 @@ def test_a_global_pause_freezes_the_pool_and_reports_every_refusal() -> None:
         (Origin.SAFETY, 3),
         (Origin.STRATEGY, 2),
     ]
-    assert refusals(result) == {Reason.PAUSED: 6}
+    assert refusals(result) == {Reason.FROZEN: 6}
+
+
+def test_a_global_pause_stops_lending_and_strategy_moves_but_not_safety_reclaims() -> None:
+    nodes = [*serving_nodes(2), *lent_nodes(3)]
+
+    # 25 rps need 3 serving nodes at 10 rps each; 2 serve: one lent node comes back.
+    short = checked(plan(nodes, target=0, rps=25.0, paused=True))
+    calm = checked(plan(nodes, target=0, rps=5.0, paused=True))
+    lending = checked(plan([*serving_nodes(4)], target=2, rps=5.0, paused=True))
+
+    assert [(s.node, s.reason) for s in short.steps] == [("l-00", Reason.DEMAND_ABOVE_SERVING)]
+    assert calm.steps == ()  # the strategy's reclaims wait for the pause to end
+    assert refusals(calm) == {Reason.PAUSED: 3}
+    assert lending.steps == ()
+    assert refusals(lending) == {Reason.PAUSED: 2}
+
+
+def test_a_global_pause_still_takes_back_a_node_an_operator_asked_for() -> None:
+    asked = with_overrides(lent_nodes(1, prefix="x")[0], reclaim="now")
+
+    result = checked(plan([*serving_nodes(2), asked], paused=True))
+
+    assert [(s.node, s.reason) for s in result.steps] == [("x-00", Reason.OPERATOR_RECLAIM_NOW)]
 
 
 def test_a_global_pause_refuses_an_operator_lend_now() -> None:
@@ -292,12 +353,15 @@ def test_a_pool_pause_freezes_only_that_pool() -> None:
     assert len(stepped(result.pools[other], LEND)) == 2
 
 
-def test_a_paused_pool_without_a_proposal_still_reports_what_safety_would_do() -> None:
+def test_a_paused_pool_without_a_proposal_still_takes_its_nodes_back_when_metrics_are_lost() -> (
+    None
+):
     result = checked(plan(lent_nodes(2), rps=None, paused_pools=[POOL]))
 
-    assert result.steps == ()
-    assert [(i.reason, i.count) for i in result.intents] == [(Reason.METRICS_LOST, 2)]
-    assert refusals(result) == {Reason.PAUSED: 2}
+    assert [(s.node, s.reason) for s in result.steps] == [
+        ("l-00", Reason.METRICS_LOST),
+        ("l-01", Reason.METRICS_LOST),
+    ]
 
 
 def test_a_paused_node_is_not_lent() -> None:
@@ -468,10 +532,28 @@ def test_a_stale_queue_sample_is_ignored() -> None:
     assert len(stepped(result, LEND)) == 2
 
 
-def test_a_queue_blocks_lending_but_takes_nothing_back() -> None:
-    result = checked(plan([*serving_nodes(3), *lent_nodes(2)], target=2, queue=50.0))
+def test_a_queue_blocks_lending_and_takes_nothing_back_when_queue_reclaims_are_off() -> None:
+    limits = policy(queue_reclaims=False)
+
+    result = checked(
+        plan([*serving_nodes(3), *lent_nodes(2)], target=2, queue=50.0, pool_policy=limits)
+    )
 
     assert result.steps == ()
+
+
+def test_requests_queueing_above_the_limit_take_back_enough_nodes_to_clear_them() -> None:
+    # 1,300 requests wait; a node serves 10 rps, 600 a minute: 3 nodes clear them in a minute,
+    # one is already on its way back, so two more come back.
+    back = begin_reclaim(lend(serving("r"), T0 - HOUR), T0 - MINUTE)
+    nodes = [*serving_nodes(3), *lent_nodes(3), back]
+
+    result = checked(plan(nodes, target=3, queue=1300.0))
+
+    assert [(s.node, s.reason, s.urgent) for s in result.steps] == [
+        ("l-00", Reason.QUEUE_ABOVE_LIMIT, True),
+        ("l-01", Reason.QUEUE_ABOVE_LIMIT, True),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -528,7 +610,8 @@ def test_when_no_serving_node_is_left_the_refusal_says_so() -> None:
     result = checked(plan([back], target=1, pool_policy=policy(min_serving=0)))
 
     assert result.steps == ()
-    assert refusals(result) == {Reason.NO_CANDIDATE: 1}
+    assert refusals(result) == {Reason.WARMING: 1}
+    assert "on their way back and not warm yet" in result.rejections[0].message
 
 
 # ---------------------------------------------------------------------------------------------
@@ -543,7 +626,9 @@ def test_a_closed_pool_window_reclaims_lent_nodes_and_lends_none() -> None:
     assert stepped(result) == ["l-00", "l-01"]
     assert all(s.reason is Reason.WINDOW_CLOSED and s.urgent for s in result.steps)
     assert {s.intent.origin for s in result.steps} == {Origin.SCHEDULE}
-    assert refusals(result) == {Reason.OUTSIDE_WINDOW: 4}
+    # The two taken back are no capacity yet: of the 3 warm ones, 2 could be lent but for
+    # the window, and the minimum of one serving node refuses the rest.
+    assert refusals(result) == {Reason.MIN_SERVING: 2, Reason.OUTSIDE_WINDOW: 2}
 
 
 def test_an_open_pool_window_lends() -> None:
@@ -617,9 +702,19 @@ def test_lend_now_ignores_the_cooldown() -> None:
     back = returned("back", lent_at=T0 - HOUR, back_at=T0 - MINUTE)
     node = with_overrides(back, lend="now")
 
-    result = checked(plan([serving("s"), node], pool_policy=policy(cooldown=HOUR)))
+    result = checked(plan([serving("s"), node], pool_policy=policy(cooldown=HOUR, warmup=0 * HOUR)))
 
     assert stepped(result, LEND) == ["back"]
+
+
+def test_lend_now_of_a_node_still_warming_up_leaves_the_warm_capacity_as_it_was() -> None:
+    back = with_overrides(returned("back", lent_at=T0 - HOUR, back_at=T0 - MINUTE), lend="now")
+    nodes = [*serving_nodes(3), back]
+
+    # 3 warm nodes, minimum 1: the strategy may lend 2 of them besides the operator's node.
+    result = checked(plan(nodes, target=4, pool_policy=policy(min_serving=1)))
+
+    assert stepped(result, LEND) == ["back", "s-00", "s-01"]
 
 
 def test_lend_now_keeps_a_lent_node_lent_outside_its_window() -> None:
@@ -691,25 +786,53 @@ def test_reclaim_now_wins_over_lend_now() -> None:
     assert [f.key for f in result.findings] == [KEYS.lend]
 
 
-def test_a_bad_override_is_reported_and_ignored() -> None:
-    node = with_overrides(serving("n"), lend="sometimes", paused="yes")
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        {"lend": "no"},
+        {"lend": "nevr"},
+        {"lend": "sometimes", "paused": "yes"},
+        {"lend": "never", "override_until": "tomorrow"},
+        {"reclaim": "later"},
+        {"window": "Mon-Fri 25:00-06:00"},
+    ],
+)
+def test_a_node_whose_overrides_cannot_be_read_is_kept_serving_and_reported(
+    annotations: dict[str, str],
+) -> None:
+    node = with_overrides(serving("n"), **annotations)
+
+    result = checked(plan([node, serving("s")], target=1, pool_policy=policy(min_serving=0)))
+
+    assert stepped(result, LEND) == ["s"]
+    assert {f.reason for f in result.findings} == {Reason.BAD_OVERRIDE}
+    assert len(result.findings) == len(annotations) - ("override_until" in annotations)
+
+
+def test_a_lent_node_whose_overrides_cannot_be_read_is_taken_back() -> None:
+    node = with_overrides(lend(serving("n"), T0 - HOUR), lend="nevr")
+
+    result = checked(plan([serving("s"), node]))
+
+    assert [(s.node, s.reason) for s in result.steps] == [("n", Reason.BAD_OVERRIDE_RECLAIM)]
+
+
+def test_unreadable_overrides_lapse_with_a_readable_expiry() -> None:
+    until = nodestate.format_time(T0 - MINUTE)
+    node = with_overrides(serving("n"), lend="nevr", override_until=until)
 
     result = checked(plan([node], target=1, pool_policy=policy(min_serving=0)))
 
     assert stepped(result, LEND) == ["n"]
-    assert {(f.key, f.value, f.reason) for f in result.findings} == {
-        (KEYS.lend, "sometimes", Reason.BAD_OVERRIDE),
-        (KEYS.paused, "yes", Reason.BAD_OVERRIDE),
-    }
 
 
-def test_a_bad_override_expiry_voids_every_override_of_the_node() -> None:
-    node = with_overrides(serving("n"), lend="never", override_until="tomorrow")
+def test_reclaim_now_keeps_a_node_serving_while_it_is_there() -> None:
+    node = with_overrides(serving("n"), reclaim="now")
 
-    result = checked(plan([node], target=1, pool_policy=policy(min_serving=0)))
+    result = checked(plan([node, serving("s")], target=2, pool_policy=policy(min_serving=0)))
 
-    assert stepped(result, LEND) == ["n"]
-    assert [f.key for f in result.findings] == [KEYS.override_until]
+    assert stepped(result, LEND) == ["s"]
+    assert refusals(result) == {Reason.OPERATOR_RECLAIM_NOW: 1}
 
 
 def test_a_bad_window_override_falls_back_to_the_pool_window() -> None:

@@ -60,9 +60,9 @@ class Scenario:
 
     queue: model.Sample | None = None
 
-    def plan(self, paused: bool = False) -> model.PoolPlan:
+    def plan(self, paused: bool = False, frozen: bool = False) -> model.PoolPlan:
         pool = model.PoolSnapshot(nodes=self.nodes, demand=self.sample, queue=self.queue)
-        snapshot = model.Snapshot(now=self.now, pools={POOL: pool}, paused=paused)
+        snapshot = model.Snapshot(now=self.now, pools={POOL: pool}, paused=paused, frozen=frozen)
         proposals = {} if self.target is None else {POOL: proposal(self.target)}
         return planning.make_plan(snapshot, proposals, {POOL: self.policy}, KEYS).pools[POOL]
 
@@ -318,9 +318,21 @@ def test_nodes_whose_state_cannot_be_read_are_never_touched_and_always_reported(
 
 @SETTINGS
 @given(scenarios())
-def test_a_global_pause_changes_no_node_and_refuses_every_intent(scenario: Scenario) -> None:
-    result = scenario.plan(paused=True)
+def test_a_global_freeze_changes_no_node_and_refuses_every_intent(scenario: Scenario) -> None:
+    result = scenario.plan(frozen=True)
 
     assert result.steps == ()
     assert unaccounted(result) == []
-    assert {r.reason for r in result.rejections} <= {model.Reason.PAUSED}
+    assert {r.reason for r in result.rejections} <= {model.Reason.FROZEN}
+
+
+@SETTINGS
+@given(scenarios())
+def test_a_global_pause_lends_nothing_and_moves_only_to_keep_inference_served(
+    scenario: Scenario,
+) -> None:
+    result = scenario.plan(paused=True)
+
+    assert unaccounted(result) == []
+    assert all(s.action is model.Action.RECLAIM for s in result.steps)
+    assert {s.intent.origin for s in result.steps} <= {model.Origin.SAFETY, model.Origin.OPERATOR}

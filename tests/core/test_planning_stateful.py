@@ -26,7 +26,7 @@ from hypothesis.stateful import (
 )
 
 from rebalancer.core import model, nodestate, overrides, planning, windows
-from rebalancer.core.model import Action, NodeName, PodRole
+from rebalancer.core.model import Action, NodeName, Origin, PodRole
 from rebalancer.core.policy import PoolPolicy
 
 from .factories import (
@@ -253,8 +253,9 @@ class PlannerMachine(RuleBasedStateMachine):
     def checked_outcome(self, result: model.PoolPlan) -> dict[NodeName, model.NodeView]:
         """The pool once ``result`` is carried out, checked against properties (a) to (f)."""
         before = self.nodes
-        if self.paused:
-            assert result.steps == ()
+        if self.paused:  # only the reclaims that keep inference served still happen
+            assert all(s.action is Action.RECLAIM for s in result.steps)
+            assert {s.intent.origin for s in result.steps} <= {Origin.SAFETY, Origin.OPERATOR}
         # (e) no node in two steps; (d) every refusal reported.
         stepped = [s.node for s in result.steps]
         assert len(stepped) == len(set(stepped))
@@ -268,6 +269,10 @@ class PlannerMachine(RuleBasedStateMachine):
             assert node.ready
             parsed = overrides.parse(node.annotations, KEYS, self.policy.zone)
             assert not parsed.overrides.active(self.now).paused
+            # Overrides fail closed: a node with one that cannot be read is never lent.
+            assert (
+                parsed.problems == () or parsed.overrides.active(self.now) is not parsed.overrides
+            )
         # (c) nothing is lent while demand is unknown or stale.
         rps = self.usable_demand()
         fresh = rps is not None and self.now - self.sampled_at <= self.policy.staleness
