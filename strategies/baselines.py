@@ -60,7 +60,9 @@ class Cron:
             assert isinstance(parsed, windows.Window), "hours were validated with the parameters"
             window = self._windows[pool.zone] = parsed
         if window.is_open(pool.now):
-            return model.Proposal(pool.size - pool.min_serving, f"cron: inside {window}")
+            # A minimum above the pool's size (a pool shrunk under its policy) lends nothing.
+            lendable = max(0, pool.size - pool.min_serving)
+            return model.Proposal(lendable, f"cron: inside {window}")
         return model.Proposal(0, f"cron: outside {window}")
 
 
