@@ -23,7 +23,9 @@ margin is the largest of three:
 - ``safety``, a floor for loads that have not shown how jumpy they are yet;
 - jumpiness: ``jumpiness_z`` times the root mean square of the log change from one horizon's
   mean demand to the next, over the last ``jumpiness_minutes``. It is measured at the scale
-  that matters (one horizon), where minute noise has averaged out but level shifts have not;
+  that matters (one horizon), where minute noise has averaged out but level shifts have not.
+  Zero after zero is no change; a rise out of exactly zero is one no ratio can size, so the
+  margin is unbounded (the whole pool serves) until that rise leaves the span;
 - learned: for every minute of the last ``memory_minutes``, the smallest margin that would
   have kept capacity above demand over that minute's horizon, given what was kept then. A
   load that has outrun its estimate recently keeps room for as large a miss, for a day.
@@ -178,7 +180,7 @@ class Forecast:
             "slope_rps_per_minute": tick.slope * (MINUTE / history.step),
             "seasonal_rps": tick.seasonal,
             "margin": tick.margin if math.isfinite(tick.margin) else "unbounded",
-            "jumpiness_margin": tick.jumpiness,
+            "jumpiness_margin": tick.jumpiness if math.isfinite(tick.jumpiness) else "unbounded",
             "learned_margin": tick.learned if math.isfinite(tick.learned) else "unbounded",
         }
         if tick.estimate is not None:
@@ -242,7 +244,9 @@ class Forecast:
         if seasonal > 0:
             floor = max(floor, pool.need(seasonal))
         learned = memo.misses[0][1] if memo.misses else 0.0
-        jumps = self.params.jumpiness_z * self._jumpiness(memo, pool, index, horizon)
+        jumps = self._jumpiness(memo, pool, index, horizon)
+        # z = 0 turns the margin off, even after a rise out of zero (0 * inf would be nan).
+        jumps = self.params.jumpiness_z * jumps if self.params.jumpiness_z else 0.0
         margin = max(self.params.safety, learned, jumps)
         keep = None
         if estimate is not None:
@@ -287,9 +291,11 @@ class Forecast:
             later = _known(values, index - horizon, index, index)
             earlier = _known(values, index - 2 * horizon, index - horizon, index)
             if later and earlier:
-                ratio = (math.fsum(later) / len(later)) / (math.fsum(earlier) / len(earlier))
-                if ratio > 0:
-                    changes.append((index, math.log(ratio) ** 2))
+                change = _squared_log_change(
+                    math.fsum(earlier) / len(earlier), math.fsum(later) / len(later)
+                )
+                if change is not None:
+                    changes.append((index, change))
         if len(changes) < horizon:
             return 0.0
         return math.sqrt(math.fsum(c for _, c in changes) / len(changes))
@@ -373,6 +379,20 @@ def _margin_text(margin: float) -> str:
 
 def _figures(pool: model.PoolView) -> tuple[float, float, int, int, timedelta]:
     return (pool.rps_per_node, pool.headroom, pool.min_serving, pool.size, pool.return_time)
+
+
+def _squared_log_change(before: float, after: float) -> float | None:
+    """The squared log change from one horizon's mean demand, ``before``, to the next.
+
+    Zero after zero is no change. A rise out of zero is larger than any ratio: infinite, so
+    the margin is unbounded until it leaves the jumpiness span, as the learned margin is after
+    a miss on an estimate of zero; nothing can size such a rise, so it never counts as calm.
+    A fall to zero is not measured (None): the rise out of it will be.
+    """
+    if before > 0:
+        ratio = after / before
+        return math.log(ratio) ** 2 if ratio > 0 else None
+    return 0.0 if after <= 0 else math.inf
 
 
 def _known(values: Sequence[float | None], lo: int, hi: int, end: int) -> list[float]:
