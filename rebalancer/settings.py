@@ -63,7 +63,11 @@ DEFAULT_AUDIT_URL = "sqlite+aiosqlite:///rebalancer-audit.sqlite3"
 # The vLLM queries of rebalancer.adapters.metrics (a test holds them equal). Written out here so
 # that the settings, and docs/configuration.md, show the PromQL an operator would change.
 _VLLM_DEMAND_VALUE = (
-    "sum(rate(vllm:request_success_total[5m]) * on (namespace, pod) group_left (node) $scope)"
+    "sum((((rate(vllm:request_success_total[5m]) and vllm:request_success_total offset 5m)"
+    " or (deriv(vllm:request_success_total[5m]) and resets(vllm:request_success_total[5m]) == 0)"
+    " or rate(vllm:request_success_total[5m]))"
+    " and vllm:request_success_total)"
+    " * on (namespace, pod) group_left (node) $scope)"
 )
 _VLLM_DEMAND_SAMPLED = "timestamp(vllm:request_success_total) and on (namespace, pod) $scope"
 _VLLM_QUEUE_VALUE = "sum(vllm:num_requests_waiting * on (namespace, pod) group_left (node) $scope)"
@@ -73,7 +77,13 @@ _VLLM_RUNNING_VALUE = (
 )
 _VLLM_RUNNING_SAMPLED = "timestamp(vllm:num_requests_running) and on (namespace, pod) $scope"
 _VLLM_HISTORY = (
-    "sum(rate(vllm:request_success_total[$window]) * on (namespace, pod) group_left (node) $scope)"
+    "sum((((rate(vllm:request_success_total[$window])"
+    " and vllm:request_success_total offset $window)"
+    " or (deriv(vllm:request_success_total[$window])"
+    " and resets(vllm:request_success_total[$window]) == 0)"
+    " or rate(vllm:request_success_total[$window]))"
+    " and vllm:request_success_total)"
+    " * on (namespace, pod) group_left (node) $scope)"
 )
 _DEFAULT_SCOPE = 'max by (namespace, pod, node) (kube_pod_info{node=~"$nodes"})'
 
@@ -242,6 +252,9 @@ class LimitSettings(_Model):
     staleness: PositiveDuration = timedelta(minutes=2)
     stale_grace: Duration = timedelta(minutes=5)
     queue_limit: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    queue_reclaims: bool = True
+    drop_floor: float = Field(default=1 / 3, ge=0, le=1)
+    drop_hold: Duration = timedelta(minutes=10)
     reclaim_deadline: Duration = timedelta(minutes=2)
     warmup: Duration = timedelta(minutes=5)
 
@@ -294,6 +307,8 @@ class PoolSettings(_Model):
     zone: Zone = "UTC"
     window: str = "always"
     strategy: StrategySettings = StrategySettings()
+    paused: bool = False  # no lending; the reclaims that keep inference served still happen
+    frozen: bool = False  # nothing moves at all, not even safety reclaims (alerted under pressure)
     rps_per_node: float = Field(gt=0, allow_inf_nan=False)
     limits: LimitSettings = LimitSettings()
     metrics: MetricsSettings = MetricsSettings()
@@ -366,6 +381,9 @@ class PoolSettings(_Model):
             staleness=lim.staleness,
             stale_grace=lim.stale_grace,
             queue_limit=lim.queue_limit,
+            queue_reclaims=lim.queue_reclaims,
+            drop_floor=lim.drop_floor,
+            drop_hold=lim.drop_hold,
             reclaim_deadline=lim.reclaim_deadline,
             warmup=lim.warmup,
             window=self.parsed_window(),
@@ -450,8 +468,10 @@ class Settings(_Model):
 
     key_prefix: str = "rebalancer.io/"
     dry_run: bool = False
-    paused: bool = False
+    paused: bool = False  # every pool: no lending; safety reclaims still happen
+    frozen: bool = False  # every pool: nothing moves at all, not even safety reclaims
     tick_interval: PositiveDuration = timedelta(seconds=30)
+    strategy_timeout: PositiveDuration = timedelta(seconds=10)
     log_level: Annotated[LogLevel, pydantic.BeforeValidator(_upper)] = "INFO"
     leader_election: LeaderElectionSettings = LeaderElectionSettings()
     prometheus: PrometheusSettings = PrometheusSettings()

@@ -70,13 +70,9 @@ def node_view(node: Object, pods: Sequence[model.PodView] = ()) -> model.NodeVie
 
 
 def _ready(node: Object) -> bool:
-    spec, status = node.get("spec") or {}, node.get("status") or {}
-    if spec.get("unschedulable"):
+    if (node.get("spec") or {}).get("unschedulable"):
         return False
-    for condition in status.get("conditions") or ():
-        if condition.get("type") == "Ready":
-            return bool(condition.get("status") == "True")
-    return False  # a node that never reported Ready is not a node to lend
+    return _condition(node, "Ready")  # a node that never reported Ready is not one to lend
 
 
 def finished(pod: Object) -> bool:
@@ -93,7 +89,16 @@ def pod_view(pod: Object, rules: PodRules) -> model.PodView:
         job=job_of(pod),
         created=_time(meta.get("creationTimestamp")),
         terminating=meta.get("deletionTimestamp") is not None,
+        ready=_condition(pod, "Ready"),
     )
+
+
+def _condition(obj: Object, kind: str) -> bool:
+    """Whether the object's ``status.conditions`` say ``kind`` is True (absent: False)."""
+    for condition in (obj.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == kind:
+            return bool(condition.get("status") == "True")
+    return False
 
 
 def role(pod: Object, rules: PodRules) -> model.PodRole:

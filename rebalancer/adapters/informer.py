@@ -206,7 +206,12 @@ class Reflector:
             raise ApiException(status=obj.get("code"), reason=message)
         version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
         if kind in ("ADDED", "MODIFIED", "DELETED"):
-            self._apply(str(kind), obj)
+            try:
+                self._apply(str(kind), obj)
+            except (KeyError, TypeError, AttributeError) as exc:
+                # An object without the identity the cache keys on: skip it, keep the stream
+                # (raising here would relist for ever on the same object).
+                log.error("%s: skipping an unreadable %s event: %s", self.resource, kind, exc)
         elif kind != "BOOKMARK":
             log.warning("%s: ignoring a watch event of type %r", self.resource, kind)
             return
@@ -248,6 +253,7 @@ class Informer:
         self._pods_on: dict[str, dict[Key, Obj]] = {}
         self._dirty: set[str] = set()  # nodes whose node or pods changed since node_views
         self._views: dict[str, NodeView] = {}
+        self._unreadable: dict[str, str] = {}  # "node/<name>" or "pod/<node>/<ns>/<name>" -> why
         self._rules: convert.PodRules | None = None
         node_query = {"label_selector": node_selector} if node_selector else {}
         self.nodes = Reflector(
@@ -295,13 +301,37 @@ class Informer:
         self._dirty.clear()
         return tuple(self._views[name] for name in sorted(self._views))
 
+    def unreadable(self) -> dict[str, str]:
+        """Objects that could not be turned into views, and why: their node is left out of
+        every view (so nothing decides about it) until they can be read again."""
+        return dict(self._unreadable)
+
     def _rebuild(self, name: str, rules: convert.PodRules) -> None:
         raw = self._nodes.get(name)
+        self._unreadable = {
+            k: v
+            for k, v in self._unreadable.items()
+            if k != f"node/{name}" and not k.startswith(f"pod/{name}/")
+        }
         if raw is None:
             self._views.pop(name, None)
             return
-        pods = sorted(self._pods_on.get(name, {}).items())
-        view = convert.node_view(raw, [convert.pod_view(pod, rules) for _, pod in pods])
+        pods = []
+        for (namespace, pod_name), pod in sorted(self._pods_on.get(name, {}).items()):
+            try:
+                pods.append(convert.pod_view(pod, rules))
+            except Exception as exc:  # one bad object must not take the others with it
+                why = f"{type(exc).__name__}: {exc}; its node {name} is left alone"
+                self._unreadable[f"pod/{name}/{namespace}/{pod_name}"] = why
+        try:
+            view = convert.node_view(raw, pods)
+        except Exception as exc:
+            self._unreadable[f"node/{name}"] = f"{type(exc).__name__}: {exc}"
+            self._views.pop(name, None)
+            return
+        if any(k.startswith(f"pod/{name}/") for k in self._unreadable):
+            self._views.pop(name, None)  # a node whose pods cannot be read cannot be judged
+            return
         old = self._views.get(name)
         self._views[name] = old if old is not None and old == view else view
 

@@ -226,6 +226,35 @@ class _Stamp:
         )
 
 
+def episode_record(
+    ctx: Context,
+    new_id: NewId,
+    now: datetime,
+    pool: str,
+    reason: model.Reason,
+    message: str,
+    detail: Mapping[str, Any],
+) -> AuditRecord:
+    """A pool-wide finding that starts or ends an episode (a strategy or the planner failing,
+    and its recovery). Written once when the episode starts and once when it ends, never per
+    tick: the runtime tracks the episode, this only builds the record."""
+    return AuditRecord(
+        id=new_id(),
+        time=now,
+        kind=Kind.FINDING,
+        pool=pool,
+        controller=ctx.controller,
+        term=ctx.term,
+        strategy=ctx.strategy,
+        params=jsonable(ctx.params),
+        dry_run=ctx.dry_run,
+        reason=reason.value,
+        message=message,
+        count=0,
+        detail=jsonable(detail),
+    )
+
+
 def outcome_record(
     intent: AuditRecord,
     new_id: NewId,
@@ -270,6 +299,16 @@ def pool_inputs(
         "nodes": len(pool.nodes),
         "history_end": None if pool.history is None else _time(pool.history.end),
     }
+    if not pool.demand_known:  # the sample above is the last good one, or there is none
+        doc["demand_unknown"] = {
+            "since": _time(pool.demand.at if pool.demand else pool.unknown_since or now)
+        }
+    if pool.held is not None:  # the evidence of a fall not believed yet
+        doc["demand_held"] = {
+            "level": _sample(pool.held.level),
+            "seen": _sample(pool.held.seen),
+            "since": _time(pool.held.since),
+        }
     if proposal is not None:
         doc["proposal"] = {
             "lend_target": proposal.lend_target,

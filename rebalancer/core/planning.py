@@ -64,6 +64,28 @@ def make_plan(
     return model.Plan(now=snapshot.now, pools=plans)
 
 
+def safety_only(lent: int, why: str) -> model.Proposal:
+    """What a pool is planned with when its strategy failed: hold what is lent. No new loan;
+    every safety rule (demand above serving, queue, metrics lost, windows, operators) still
+    reclaims."""
+    return model.Proposal(lend_target=lent, reason=f"safety only: {why}")
+
+
+def invalid_proposal(proposal: object, size: int) -> str | None:
+    """Why ``proposal`` cannot be planned with (a strategy's answer is checked, never trusted),
+    or None when it can."""
+    if not isinstance(proposal, model.Proposal):
+        return f"answered {type(proposal).__name__}, not a Proposal"
+    target = proposal.lend_target
+    if isinstance(target, bool) or not isinstance(target, int):
+        return f"lend_target {target!r} is not a whole number"
+    if not 0 <= target <= size:
+        return f"lend_target {target} is outside 0..{size}, the pool's size"
+    if not isinstance(proposal.reason, str):
+        return f"reason {proposal.reason!r} is not text"
+    return None
+
+
 class Health(Enum):
     FRESH = "fresh"
     STALE = "stale"  # no new lending
@@ -626,6 +648,8 @@ def _eligible(
             excluded[Reason.OUTSIDE_WINDOW] += 1
         elif not operator and node.state.since and work.now - node.state.since < cooldown:
             excluded[Reason.COOLDOWN] += 1
+        elif not operator and node.name in work.warming:
+            excluded[Reason.WARMING] += 1  # on its way back: lending it again is churn
         else:
             eligible.append(node)
     return eligible, excluded
@@ -640,6 +664,7 @@ _EXCLUSION_WORDS = {
     Reason.NOT_IDLE: "running inference or other pods",
     Reason.OUTSIDE_WINDOW: "outside their window",
     Reason.COOLDOWN: "in cooldown after a reclaim",
+    Reason.WARMING: "warming up after a reclaim",
 }
 
 

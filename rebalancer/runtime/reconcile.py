@@ -13,8 +13,15 @@ The order inside a tick (docs/design/runtime.md):
    *original* labels select, ``nodestate.serving_labels``), the last demand and queue samples
    with their sample times, and the demand history for strategies that want one, refreshed at
    most every ``history_refresh``;
-2. decide: each pool's strategy turns its ``PoolView`` into a ``Proposal``;
-3. plan: ``planning.make_plan`` with the pools' policies and pauses;
+   Each pool's demand goes through its ``core.demand`` belief: unknown since the last good
+   sample, and an implausible fall held (docs/design/safety-rules.md);
+2. decide: each pool's strategy turns its ``PoolView`` into a ``Proposal``, in a thread of its
+   own with a time limit. A strategy that raises, answers garbage or overruns is replaced, for
+   that pool and tick only, by the safety-only proposal (hold what is lent; the planner's
+   safety rules still reclaim): one pool's strategy never stops another pool, nor its own
+   pool's safety rules (docs/design/fault-isolation.md);
+3. plan: ``planning.plan_pool`` per pool with its policy, pause and freeze; a planner failure
+   in one pool is isolated the same way;
 4. audit: the tick's records (intents first of all) are committed through ``AuditLog.tick``
    BEFORE anything is written; if the store fails, nothing is written this tick;
 5. apply: each step through its pool's actuator (whose writer is leader-gated), the intent id as
@@ -31,7 +38,10 @@ audit record either, so a shared audit store holds only the leader's decisions.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -43,7 +53,7 @@ from rebalancer.adapters.convert import PodRules
 from rebalancer.adapters.events import EventRecorder, NoEvents
 from rebalancer.adapters.leadership import Term
 from rebalancer.adapters.metrics import HistoryResult, PoolMetrics
-from rebalancer.core import audit, model, nodestate, planning, windows
+from rebalancer.core import audit, demand, model, nodestate, planning, windows
 from rebalancer.core.audit import AuditRecord, Context
 from rebalancer.core.model import NodeName, NodeView, PoolName
 from rebalancer.core.nodestate import Keys, Phase
@@ -70,7 +80,8 @@ class PoolConfig:
     strategy: Strategy
     strategy_name: str
     strategy_params: Mapping[str, Any] = field(default_factory=dict)
-    paused: bool = False  # the pool's pause: nodes frozen as they are
+    paused: bool = False  # the pool's pause: no lending, safety reclaims still happen
+    frozen: bool = False  # the pool's freeze: nothing moves, not even safety reclaims
     wants_history: bool | None = None  # None: only the forecast strategy reads history
 
     @property
@@ -108,6 +119,10 @@ class ViewSource(Protocol):
     """``adapters.informer.Informer``: the cached nodes with their pods."""
 
     def node_views(self, rules: PodRules) -> tuple[NodeView, ...]: ...
+
+    def unreadable(self) -> Mapping[str, str]:
+        """Objects left out of the views because they could not be read: key -> why."""
+        ...
 
 
 class MetricsSource(Protocol):
@@ -171,8 +186,22 @@ class Observer(Protocol):
 
     def observe_reclaim_done(self, pool: str, started: datetime, serving: datetime) -> None: ...
 
+    def observe_strategy_failure(self, pool: str, strategy: str, kind: str) -> None: ...
 
-class _NoObserver:
+    def observe_planner_failure(self, pool: str) -> None: ...
+
+    def observe_safety_only(self, states: Mapping[str, bool]) -> None: ...
+
+    def observe_unreadable(self, counts: Mapping[str, int]) -> None: ...
+
+    def observe_frozen_under_pressure(self, states: Mapping[str, bool]) -> None: ...
+
+    def observe_demand_held(self, states: Mapping[str, bool]) -> None: ...
+
+
+class NoObserver:
+    """An ``Observer`` that ignores everything; test observers extend it."""
+
     def observe_snapshot(self, snapshot: model.Snapshot) -> None:
         pass
 
@@ -192,6 +221,24 @@ class _NoObserver:
         pass
 
     def observe_reclaim_done(self, pool: str, started: datetime, serving: datetime) -> None:
+        pass
+
+    def observe_strategy_failure(self, pool: str, strategy: str, kind: str) -> None:
+        pass
+
+    def observe_planner_failure(self, pool: str) -> None:
+        pass
+
+    def observe_safety_only(self, states: Mapping[str, bool]) -> None:
+        pass
+
+    def observe_unreadable(self, counts: Mapping[str, int]) -> None:
+        pass
+
+    def observe_frozen_under_pressure(self, states: Mapping[str, bool]) -> None:
+        pass
+
+    def observe_demand_held(self, states: Mapping[str, bool]) -> None:
         pass
 
 
@@ -265,9 +312,11 @@ class Reconciler:
         keys: Keys | None = None,
         history: HistorySettings | None = None,
         paused: Callable[[], bool] = lambda: False,
+        frozen: Callable[[], bool] = lambda: False,
         dry_run: bool = False,
         observer: Observer | None = None,
         events: EventRecorder | None = None,
+        strategy_timeout: timedelta = timedelta(seconds=10),
     ) -> None:
         names = [p.name for p in pools]
         if len(set(names)) != len(names):
@@ -280,14 +329,19 @@ class Reconciler:
         self.actuators, self.audit_log, self.leadership = actuators, audit_log, leadership
         self.keys = keys or Keys()
         self.history_settings = history or HistorySettings()
-        self.paused, self.dry_run = paused, dry_run
-        self.observer: Observer = observer or _NoObserver()
+        self.paused, self.frozen, self.dry_run = paused, frozen, dry_run
+        self.strategy_timeout = strategy_timeout
+        self.observer: Observer = observer or NoObserver()
         # Transitions are recorded by the actuators (see wiring.RecordingActuator); the refused
         # overrides are known only here, from the plan.
         self.events: EventRecorder = events or NoEvents()
         self._started: object = _NOT_STARTED  # the leadership term ``start`` last ran for
         self._histories: dict[PoolName, tuple[datetime, model.DemandHistory]] = {}
         self._warned: set[NodeName] = set()
+        self._beliefs: dict[PoolName, demand.Belief] = {}
+        self._episodes = _Episodes()
+        self._running: dict[PoolName, asyncio.Future[object]] = {}  # strategy calls in threads
+        self._unreadable: dict[str, str] = {}  # what was last reported unreadable
         self.last: model.Snapshot | None = None  # the last tick's snapshot (for wake-ups)
 
     # -----------------------------------------------------------------------------------------
@@ -332,14 +386,14 @@ class Reconciler:
         now = self.clock()
         seen = await self.observe(now)
         self.last = seen.snapshot
-        proposals = self.decide(seen.snapshot)
+        proposals = await self.decide(seen.snapshot)
         plan = self.plan(seen.snapshot, proposals)
         report = TickReport(now, seen.snapshot, proposals, plan, leading=False)
         for line in (p.summary for p in plan.pools.values()):
             log.info("plan: %s", line)
         leading = self._leading()
         self.observer.observe_leader(self.leadership.identity, leading)
-        self.observer.observe_snapshot(seen.snapshot)
+        self._observe_health(seen.snapshot, plan)
         pools = seen.snapshot.pools.items()
         self.observer.observe_lent(
             {
@@ -405,17 +459,62 @@ class Reconciler:
         pools: dict[PoolName, model.PoolSnapshot] = {}
         read: dict[PoolName, PoolMetrics] = {}
         members = self._members()
+        self._report_unreadable()
         for pool in self.pools:
             views = members[pool.name]
             names = [v.name for v in views]
             metrics = await self._read(pool.name, names, now)
             read[pool.name] = metrics
+            reading = self._believe(pool, metrics.demand, now)
             history = await self._history(pool, names, now) if pool.needs_history else None
             pools[pool.name] = model.PoolSnapshot(
-                nodes=views, demand=metrics.demand, queue=metrics.queue, history=history
+                nodes=views,
+                demand=reading.demand,
+                queue=metrics.queue,
+                history=history,
+                demand_known=reading.known,
+                unknown_since=reading.unknown_since,
+                held=reading.held,
             )
-        snapshot = model.Snapshot(now=now, pools=pools, paused=self.paused())
+        snapshot = model.Snapshot(now=now, pools=pools, paused=self.paused(), frozen=self.frozen())
         return Observation(snapshot, read)
+
+    def _believe(
+        self, pool: PoolConfig, seen: model.Sample | None, now: datetime
+    ) -> demand.Reading:
+        before = self._beliefs.get(pool.name) or demand.start(now)
+        belief, reading = demand.judge(before, seen, now, pool.policy.drop_rule)
+        self._beliefs[pool.name] = belief
+        if reading.held is not None and before.held is None:
+            held = reading.held
+            log.warning(
+                "pool %s: demand fell from %.4g to %.4g rps faster than traffic falls; held at "
+                "%.4g for up to %s",
+                pool.name,
+                held.level.value,
+                held.seen.value,
+                held.level.value,
+                pool.policy.drop_hold,
+            )
+        elif before.held is not None and reading.held is None:
+            log.info("pool %s: demand fall no longer held", pool.name)
+        return reading
+
+    def _report_unreadable(self) -> None:
+        """Objects the informer could not read are left out of every view (their node is left
+        alone); each is logged once per reason, and counted in ``/metrics`` every tick."""
+        found = dict(self.views.unreadable())
+        for key, why in found.items():
+            if self._unreadable.get(key) != why:
+                log.error("%s cannot be read and is left alone: %s", key, why)
+        for key in self._unreadable.keys() - found.keys():
+            log.info("%s can be read again", key)
+        self._unreadable = found
+        counts = {"node": 0, "pod": 0}
+        for key in found:
+            kind = key.split("/", 1)[0]
+            counts[kind] = counts.get(kind, 0) + 1
+        self.observer.observe_unreadable(counts)
 
     async def _read(self, pool: PoolName, nodes: Sequence[NodeName], now: datetime) -> PoolMetrics:
         try:
@@ -449,24 +548,105 @@ class Reconciler:
 
     # -- decide, plan -------------------------------------------------------------------------
 
-    def decide(self, snapshot: model.Snapshot) -> dict[PoolName, model.Proposal]:
+    async def decide(self, snapshot: model.Snapshot) -> dict[PoolName, model.Proposal]:
+        """Each pool's proposal; the safety-only one for a pool whose strategy failed."""
         proposals = {}
         for pool in self.pools:
             seen = snapshot.pools[pool.name]
             lent = sum(1 for v in seen.nodes if _phase(v, self.keys) in _LENT_PHASES)
             view = pool.policy.view(pool.name, snapshot.now, seen, lent)
-            proposals[pool.name] = pool.strategy.decide(view)
+            proposal, failure = await self._propose(pool, view)
+            if failure is None:
+                assert proposal is not None
+                self._episodes.fine(pool.name, _STRATEGY)
+                proposals[pool.name] = proposal
+                continue
+            self.observer.observe_strategy_failure(pool.name, pool.strategy_name, failure.kind)
+            if self._episodes.failed(pool.name, _STRATEGY, failure, snapshot.now):
+                log.error("pool %s: strategy %s failed: %s", pool.name, pool.strategy_name, failure)
+            else:
+                log.warning("pool %s: strategy still failing: %s", pool.name, failure.message)
+            proposals[pool.name] = planning.safety_only(lent, f"the strategy failed ({failure})")
         return proposals
+
+    async def _propose(
+        self, pool: PoolConfig, view: model.PoolView
+    ) -> tuple[model.Proposal | None, Failure | None]:
+        """The strategy's answer, run in a thread of its own (a strategy is plain code that
+        may loop or block), within ``strategy_timeout``, and checked before it is used."""
+        running = self._running.get(pool.name)
+        limit = self.strategy_timeout
+        if running is not None and not running.done():
+            return None, Failure("timeout", f"a call is still running, past {limit}")
+        call = _in_thread(pool.strategy.decide, view, f"strategy-{pool.name}")
+        self._running[pool.name] = call
+        try:
+            answer = await asyncio.wait_for(asyncio.shield(call), limit.total_seconds())
+        except TimeoutError:
+            return None, Failure("timeout", f"no answer within {limit}")
+        except Exception as exc:
+            log.debug("pool %s: the strategy raised", pool.name, exc_info=True)
+            return None, Failure("raised", f"{type(exc).__name__}: {exc}", type(exc).__name__)
+        why = planning.invalid_proposal(answer, view.size)
+        if why is not None:
+            return None, Failure("invalid", why)
+        assert isinstance(answer, model.Proposal)
+        return answer, None
 
     def plan(
         self, snapshot: model.Snapshot, proposals: Mapping[PoolName, model.Proposal]
     ) -> model.Plan:
-        return planning.make_plan(
-            snapshot,
-            proposals,
-            {p.name: p.policy for p in self.pools},
-            self.keys,
-            paused_pools=[p.name for p in self.pools if p.paused],
+        """Each pool planned on its own: a planner failure in one pool is that pool's only.
+        It is planned again with the safety-only proposal; if that fails too, nothing of the
+        pool moves this tick (in-flight transitions are still driven)."""
+        plans: dict[PoolName, model.PoolPlan] = {}
+        for pool in self.pools:
+            seen = snapshot.pools[pool.name]
+            proposal = proposals.get(pool.name)
+            try:
+                plans[pool.name] = self._plan_pool(snapshot, pool, proposal)
+                self._episodes.fine(pool.name, _PLANNER)
+                continue
+            except Exception as exc:
+                failure = Failure("raised", f"{type(exc).__name__}: {exc}", type(exc).__name__)
+                if self._episodes.failed(pool.name, _PLANNER, failure, snapshot.now):
+                    log.exception("pool %s: the planner failed", pool.name)
+                self.observer.observe_planner_failure(pool.name)
+            lent = sum(1 for v in seen.nodes if _phase(v, self.keys) in _LENT_PHASES)
+            fallback = planning.safety_only(lent, f"the planner failed ({failure})")
+            try:
+                plans[pool.name] = self._plan_pool(snapshot, pool, fallback)
+            except Exception:
+                log.exception("pool %s: the planner failed on the safety-only proposal", pool.name)
+                summary = f"pool {pool.name}: the planner failed ({failure}); nothing moves"
+                plans[pool.name] = model.PoolPlan(pool.name, (), (), (), (), summary)
+        return model.Plan(now=snapshot.now, pools=plans)
+
+    def _plan_pool(
+        self, snapshot: model.Snapshot, pool: PoolConfig, proposal: model.Proposal | None
+    ) -> model.PoolPlan:
+        return planning.plan_pool(
+            now=snapshot.now,
+            name=pool.name,
+            pool=snapshot.pools[pool.name],
+            proposal=proposal,
+            policy=pool.policy,
+            keys=self.keys,
+            paused=snapshot.paused or pool.paused,
+            frozen=snapshot.frozen or pool.frozen,
+        )
+
+    def _observe_health(self, snapshot: model.Snapshot, plan: model.Plan) -> None:
+        """The gauges that say a pool is not planned as usual."""
+        self.observer.observe_snapshot(snapshot)
+        names = [str(p.name) for p in self.pools]
+        failing = self._episodes.failing()
+        self.observer.observe_safety_only({n: PoolName(n) in failing for n in names})
+        self.observer.observe_demand_held(
+            {str(n): p.held is not None for n, p in snapshot.pools.items()}
+        )
+        self.observer.observe_frozen_under_pressure(
+            {str(n): _frozen_under_pressure(p) for n, p in plan.pools.items()}
         )
 
     # -- audit, apply, outcomes ---------------------------------------------------------------
@@ -481,6 +661,20 @@ class Reconciler:
         Raises if the store fails."""
         records: list[AuditRecord] = []
         intents: dict[tuple[str, str, str], AuditRecord] = {}
+        by_name = {p.name: p for p in self.pools}
+        episodes = self._episodes.to_announce()
+        for name, stage, episode, ended in episodes:
+            records.append(
+                _episode_record(
+                    self._context(by_name[name]),
+                    self.audit_log.new_id,
+                    plan.now,
+                    name,
+                    stage,
+                    episode,
+                    ended,
+                )
+            )
         for pool in self.pools:
             one = model.Plan(now=plan.now, pools={pool.name: plan.pools[pool.name]})
             built = audit.build_tick(
@@ -495,6 +689,7 @@ class Reconciler:
             records.extend(built.records)
             intents.update(built.intents)
         written = await self.audit_log.tick(records)
+        self._episodes.announced(episodes)
         return audit.Tick(records=tuple(records), intents=intents), written
 
     async def apply(self, plan: model.Plan, tick: audit.Tick) -> tuple[Applied, ...]:
@@ -612,6 +807,138 @@ class Reconciler:
 _NOT_STARTED = object()
 _IN_FLIGHT = (Phase.LENDING, Phase.RECLAIMING)
 _LENT_PHASES = (Phase.LENDING, Phase.LENT)
+_STRATEGY, _PLANNER = "strategy", "planner"
+
+
+# ---------------------------------------------------------------------------------------------
+# Failure episodes: what failed, audited once when it starts and once when it ends
+
+
+@dataclass(frozen=True)
+class Failure:
+    kind: str  # raised, invalid, timeout
+    message: str
+    error: str = ""  # the exception's type, when it raised
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
+@dataclass
+class _Episode:
+    failure: Failure
+    since: datetime
+    announced: bool = False
+
+
+Announcement = tuple[PoolName, str, _Episode, bool]  # pool, stage, episode, ended
+
+
+class _Episodes:
+    """Per pool and stage (strategy, planner), the failure going on, if any.
+
+    An episode is one failure that persists: it starts when a call fails after working (or at
+    the first call), and a different kind or exception type starts a new one. Its start and its
+    end (``recovered``) are each audited once, by the leader; a follower remembers them until
+    it leads, so no episode goes unrecorded and none is recorded per tick."""
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[PoolName, str], _Episode] = {}
+        self._ended: list[tuple[PoolName, str, _Episode]] = []
+
+    def failed(self, pool: PoolName, stage: str, failure: Failure, now: datetime) -> bool:
+        """Record a failure; True when it starts a new episode."""
+        current = self._open.get((pool, stage))
+        if current is not None and (current.failure.kind, current.failure.error) == (
+            failure.kind,
+            failure.error,
+        ):
+            return False
+        if current is not None:
+            self.fine(pool, stage)
+        self._open[(pool, stage)] = _Episode(failure, now)
+        return True
+
+    def fine(self, pool: PoolName, stage: str) -> None:
+        episode = self._open.pop((pool, stage), None)
+        if episode is not None and episode.announced:
+            self._ended.append((pool, stage, episode))
+
+    def failing(self) -> set[PoolName]:
+        return {pool for pool, _ in self._open}
+
+    def to_announce(self) -> list[Announcement]:
+        started = [(p, s, e, False) for (p, s), e in self._open.items() if not e.announced]
+        return [*((p, s, e, True) for p, s, e in self._ended), *started]
+
+    def announced(self, done: Sequence[Announcement]) -> None:
+        for _, _, episode, _ in done:
+            episode.announced = True
+        ended_ids = {id(e) for _, _, e, ended in done if ended}
+        self._ended = [item for item in self._ended if id(item[2]) not in ended_ids]
+
+
+def _episode_record(
+    ctx: Context,
+    new_id: audit.NewId,
+    now: datetime,
+    pool: PoolName,
+    stage: str,
+    episode: _Episode,
+    ended: bool,
+) -> AuditRecord:
+    failure = episode.failure
+    detail = {
+        "stage": stage,
+        "kind": failure.kind,
+        "error": failure.error or None,
+        "failure": failure.message,
+        "since": nodestate.format_time(episode.since),
+    }
+    if ended:
+        reason = model.Reason.RECOVERED
+        message = f"the {stage} works again; the pool is planned as usual"
+    else:
+        reason = model.Reason.STRATEGY_FAILED if stage == _STRATEGY else model.Reason.PLANNER_FAILED
+        message = (
+            f"the {stage} failed ({failure}); the pool is planned with the safety-only "
+            "proposal: no new loans, safety reclaims still happen"
+        )
+    return audit.episode_record(ctx, new_id, now, str(pool), reason, message, detail)
+
+
+def _in_thread(fn: Callable[[Any], object], arg: object, name: str) -> asyncio.Future[object]:
+    """``fn(arg)`` in a daemon thread: a call that never returns neither blocks the loop nor
+    keeps the process from exiting (a pool executor's threads are joined at exit)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[object] = loop.create_future()
+
+    def settle(result: object, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def work() -> None:
+        try:
+            result, error = fn(arg), None
+        except Exception as exc:
+            result, error = None, exc
+        # The loop may be gone (shutdown): then nobody waits for the answer.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=work, name=name, daemon=True).start()
+    return future
+
+
+def _frozen_under_pressure(plan: model.PoolPlan) -> bool:
+    """A freeze (or an operator's node pause) refused a reclaim that would keep inference
+    served: lent nodes are held while demand needs them."""
+    held = (model.Reason.FROZEN, model.Reason.NODE_PAUSED)
+    return any(r.reason in held and r.intent.origin is model.Origin.SAFETY for r in plan.rejections)
 
 
 def _phase(view: NodeView, keys: Keys) -> Phase | None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import ClassVar
 
+from rebalancer.core import demand as demand_belief
 from rebalancer.core import model, nodestate, planning
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.sim.pool import FakePool
@@ -153,10 +154,13 @@ def run(
     timeline: list[Minute] = []
     queue = 0.0
     reclaims = loans = 0
+    belief = demand_belief.start(trace.start)
     for t, demand in enumerate(trace.rps):
         now = trace.start + MINUTE * t
         fake.advance(now)
-        snapshot = _observe(trace, t, now, fake, queue, pool_model.sample_age)
+        snapshot, belief = _observe(
+            trace, t, now, fake, queue, pool_model.sample_age, belief, policy
+        )
         lent_now = fake.counts(now)[1]
         view = policy.view(POOL, now, snapshot.pools[POOL], lent_now)
         proposal = strategy.decide(view)
@@ -176,29 +180,35 @@ def run(
 
 
 def _observe(
-    trace: Trace, t: int, now: datetime, fake: FakePool, queue: float, age: timedelta
-) -> model.Snapshot:
-    """What the metric pipeline shows at minute ``t``: only minutes before ``t``, aged.
+    trace: Trace,
+    t: int,
+    now: datetime,
+    fake: FakePool,
+    queue: float,
+    age: timedelta,
+    belief: demand_belief.Belief,
+    policy: PoolPolicy,
+) -> tuple[model.Snapshot, demand_belief.Belief]:
+    """What the metric pipeline shows at minute ``t``: only minutes before ``t``, aged, judged
+    by the controller's own demand belief (``core.demand``).
 
-    In a gap the last known sample is shown with its own (growing) age, as Prometheus would
-    return it, so the planner's staleness rules see time pass rather than an instant outage.
+    A gap in the trace is a metrics outage: no sample, so demand is unknown since the last good
+    one, exactly as when the controller's read fails.
     """
-    last = t - 1
-    while last >= 0 and trace.rps[last] is None:
-        last -= 1
     history = model.DemandHistory(start=trace.start, step=MINUTE, values=trace.rps, end_index=t)
-    demand = None
-    if last >= 0:
-        value = trace.rps[last]
-        assert value is not None
-        demand = model.Sample(value, trace.start + MINUTE * (last + 1) - age)
+    value = trace.rps[t - 1] if t > 0 else None
+    seen = None if value is None else model.Sample(value, now - age)
+    belief, reading = demand_belief.judge(belief, seen, now, policy.drop_rule)
     pool = model.PoolSnapshot(
         nodes=fake.nodes(),
-        demand=demand,
+        demand=reading.demand,
         queue=model.Sample(queue, now - age),
         history=history,
+        demand_known=reading.known,
+        unknown_since=reading.unknown_since,
+        held=reading.held,
     )
-    return model.Snapshot(now=now, pools={POOL: pool})
+    return model.Snapshot(now=now, pools={POOL: pool}), belief
 
 
 def score(

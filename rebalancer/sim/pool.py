@@ -4,14 +4,16 @@ Each step of a plan is carried out with the node-state codec's own transitions
 (``nodestate.begin_lend`` and so on), so the nodes the planner reads back carry exactly the
 labels, taints and annotations a real cluster would. What the fake adds is physics that no
 Kubernetes object shows: a reclaimed node drains for ``drain``, then its inference replica
-cold-starts for ``warmup`` before it serves warm again.
+cold-starts for ``warmup`` before it serves warm again. Whether a node serves warm is decided by
+the planner's own rule (``core.warmth.is_warm``), so the minutes scored are the capacity the
+planner counted.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from rebalancer.core import model, nodestate
+from rebalancer.core import model, nodestate, warmth
 
 
 class FakePool:
@@ -36,10 +38,10 @@ class FakePool:
             for i in range(size)
         }
         self._view: tuple[model.NodeView, ...] | None = None
-        self._warm_at: dict[model.NodeName, datetime] = {}
         self._drained_at: dict[model.NodeName, datetime] = {}
         self._loans: dict[model.NodeName, datetime] = {}  # lent nodes, since when
         self.loan_minutes: list[float] = []  # durations of finished loans
+        self._warming: set[model.NodeName] = set()  # back from a loan, maybe not warm yet
 
     def nodes(self) -> tuple[model.NodeView, ...]:
         if self._view is None:
@@ -62,14 +64,16 @@ class FakePool:
                 state = self._state(node)
                 self._set(nodestate.apply(node, nodestate.finish(state, self.keys, drained)))
                 del self._drained_at[name]
-        for name, warm in list(self._warm_at.items()):
-            if warm <= now:
-                del self._warm_at[name]
+                self._warming.add(name)
 
     def counts(self, now: datetime) -> tuple[int, int, int]:
         """(serving warm, lent, returning) at ``now``."""
         lent = len(self._loans)
-        returning = sum(1 for warm in self._warm_at.values() if warm > now)  # few: cleaned up
+        for name in list(self._warming):  # few: only nodes back from a loan are looked at
+            node = self._nodes[name]
+            if warmth.is_warm(node, self._state(node), now, self.warmup):
+                self._warming.discard(name)
+        returning = len(self._drained_at) + len(self._warming)
         return len(self._nodes) - lent - returning, lent, returning
 
     def _lend(self, node: model.NodeView, now: datetime, decision: str) -> None:
@@ -80,7 +84,7 @@ class FakePool:
         self._set(nodestate.apply(begun, nodestate.finish_lend(self.spec, state, self.keys, now)))
         self._loans[node.name] = now
         # Lent back while still returning: it never got warm, and never will while lent.
-        self._warm_at.pop(node.name, None)
+        self._warming.discard(node.name)
 
     def _reclaim(self, node: model.NodeView, now: datetime, decision: str) -> None:
         state = self._state(node)
@@ -88,7 +92,6 @@ class FakePool:
         change = nodestate.begin_reclaim(state, self.keys, now, deadline, decision)
         self._set(nodestate.apply(node, change))
         self._drained_at[node.name] = deadline
-        self._warm_at[node.name] = deadline + self.warmup
         started = self._loans.pop(node.name)
         self.loan_minutes.append((now - started) / timedelta(minutes=1))
 

@@ -65,6 +65,9 @@ POLICY = PoolPolicy(
     min_serving=2,
     cooldown=timedelta(0),
     min_loan=timedelta(0),
+    # As much churn as the faults can hit: no cooldown, and a returned node is lendable again
+    # at once (warm capacity has tests of its own).
+    warmup=timedelta(0),
     max_step_fraction=1.0,
     reclaim_deadline=timedelta(seconds=60),
     lend_spec=SPEC,

@@ -31,7 +31,7 @@ from rebalancer.adapters.writer import KubeWriter, NodeWriter, RetryPolicy
 from rebalancer.core import model, nodestate
 from rebalancer.core.audit import AuditRecord, Kind, Result
 from rebalancer.runtime.loop import run_controller
-from rebalancer.runtime.reconcile import PoolConfig, Reconciler, TickReport
+from rebalancer.runtime.reconcile import NoObserver, PoolConfig, Reconciler, TickReport
 from rebalancer.sandbox import cluster
 from rebalancer.sandbox.resources import NODES
 from rebalancer.sandbox.store import Store
@@ -110,7 +110,7 @@ class Lead:
 
 
 @dataclass
-class Seen:
+class Seen(NoObserver):
     """An ``Observer`` that remembers what it was told."""
 
     leader: list[bool] = field(default_factory=list)
@@ -119,9 +119,26 @@ class Seen:
     steps: int = 0
     audit_failures: list[str] = field(default_factory=list)
     reclaims: list[tuple[str, datetime, datetime]] = field(default_factory=list)
+    strategy_failures: list[tuple[str, str, str]] = field(default_factory=list)
+    planner_failures: list[str] = field(default_factory=list)
+    safety_only: list[dict[str, bool]] = field(default_factory=list)
+    pressure: list[dict[str, bool]] = field(default_factory=list)
+    unreadable: list[dict[str, int]] = field(default_factory=list)
 
-    def observe_snapshot(self, snapshot: model.Snapshot) -> None:
-        pass
+    def observe_strategy_failure(self, pool: str, strategy: str, kind: str) -> None:
+        self.strategy_failures.append((pool, strategy, kind))
+
+    def observe_planner_failure(self, pool: str) -> None:
+        self.planner_failures.append(pool)
+
+    def observe_safety_only(self, states: Mapping[str, bool]) -> None:
+        self.safety_only.append(dict(states))
+
+    def observe_frozen_under_pressure(self, states: Mapping[str, bool]) -> None:
+        self.pressure.append(dict(states))
+
+    def observe_unreadable(self, counts: Mapping[str, int]) -> None:
+        self.unreadable.append(dict(counts))
 
     def observe_lent(self, lent: Mapping[str, int]) -> None:
         self.lent.append(dict(lent))

@@ -95,8 +95,11 @@ def test_a_strategy_sees_only_minutes_before_now_with_the_pipeline_age() -> None
         assert view.history.window(view.now, view.now + timedelta(hours=1)) == []
         if t == 0:
             assert view.demand is None
-        else:
-            assert view.demand == model.Sample(BURST.rps[t - 1] or 0.0, view.now - POOL.sample_age)
+            continue
+        # The burst ends at minute 70 by falling to a seventh in a minute: that fall is held at
+        # the level before it for the 10-minute hold, then believed.
+        value = 144.0 if 71 <= t <= 80 else BURST.rps[t - 1]
+        assert view.demand == model.Sample(value or 0.0, view.now - POOL.sample_age)
 
 
 def test_lending_stops_when_samples_go_missing_and_loans_return_after_the_grace() -> None:

@@ -1,0 +1,321 @@
+"""One pool's failure is that pool's only: the Reconciler with two pools and in-memory fakes.
+
+A strategy that raises, answers garbage or overruns its time, a planner that raises, and an
+object the informer cannot read: each leaves the other pool planned as usual and its own pool
+under the safety rules (docs/design/fault-isolation.md). The fakes are plain objects passed in;
+a tick here touches no network.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
+
+import pytest
+
+from rebalancer.adapters.actuator import ActionResult, Outcome
+from rebalancer.adapters.audit import AuditLog, MemoryAuditStore
+from rebalancer.adapters.convert import PodRules
+from rebalancer.adapters.metrics import HistoryResult, PoolMetrics
+from rebalancer.core import model
+from rebalancer.core.audit import Kind
+from rebalancer.core.model import NodeName, PoolName, Reason
+from rebalancer.core.policy import PoolPolicy
+from rebalancer.runtime.reconcile import AlwaysLeader, NoObserver, PoolConfig, Reconciler
+from strategies import registry
+from tests.core.factories import KEYS, LEND_SPEC, T0, lend, serving
+
+A, B = PoolName("a"), PoolName("b")
+RULES = PodRules(lend_taints=LEND_SPEC.add_taints, serving_taints=LEND_SPEC.remove_taints)
+POLICY = PoolPolicy(
+    rps_per_node=10.0, min_serving=1, headroom=0.0, cooldown=timedelta(0), max_step_fraction=1.0
+)
+
+
+def node(pool: PoolName, i: int, lent: bool = False) -> model.NodeView:
+    view = serving(f"{pool}-{i}")
+    view = dataclasses.replace(view, labels={**view.labels, "pool": str(pool)})
+    return lend(view, T0 - timedelta(hours=1)) if lent else view
+
+
+@dataclass
+class Views:
+    nodes: list[model.NodeView]
+    broken: dict[str, str] = field(default_factory=dict)
+
+    def node_views(self, rules: PodRules) -> tuple[model.NodeView, ...]:
+        return tuple(self.nodes)
+
+    def unreadable(self) -> Mapping[str, str]:
+        return self.broken
+
+
+@dataclass
+class Demand:
+    rps: dict[PoolName, float]
+    now: datetime = T0
+
+    async def read(
+        self, pool: PoolName, nodes: Iterable[NodeName], now: datetime | None = None
+    ) -> PoolMetrics:
+        at = now or self.now
+        return PoolMetrics(pool, model.Sample(self.rps[pool], at), model.Sample(0.0, at))
+
+    async def history(
+        self,
+        pool: PoolName,
+        nodes: Iterable[NodeName],
+        since: datetime,
+        until: datetime,
+        step: timedelta,
+    ) -> HistoryResult:
+        return HistoryResult(model.DemandHistory.empty(since))
+
+
+@dataclass
+class Calls:
+    """A ``NodeActuator`` that does what it is asked and remembers it."""
+
+    made: list[tuple[str, str]] = field(default_factory=list)
+
+    async def lend(self, node: str, decision: str) -> ActionResult:
+        self.made.append(("lend", node))
+        return ActionResult(node, "lend", Outcome.DONE, "lent")
+
+    async def reclaim(self, node: str, decision: str, deadline: datetime) -> ActionResult:
+        self.made.append(("reclaim", node))
+        return ActionResult(node, "reclaim", Outcome.DONE, "serving")
+
+    async def progress(self, node: str) -> ActionResult:
+        return ActionResult(node, "progress", Outcome.NOTHING, "")
+
+    async def recover(self) -> tuple[ActionResult, ...]:
+        return ()
+
+
+@dataclass
+class Seen(NoObserver):
+    strategy_failures: list[tuple[str, str, str]] = field(default_factory=list)
+    planner_failures: list[str] = field(default_factory=list)
+    safety_only: list[dict[str, bool]] = field(default_factory=list)
+    unreadable: list[dict[str, int]] = field(default_factory=list)
+
+    def observe_strategy_failure(self, pool: str, strategy: str, kind: str) -> None:
+        self.strategy_failures.append((pool, strategy, kind))
+
+    def observe_planner_failure(self, pool: str) -> None:
+        self.planner_failures.append(pool)
+
+    def observe_safety_only(self, states: Mapping[str, bool]) -> None:
+        self.safety_only.append(dict(states))
+
+    def observe_unreadable(self, counts: Mapping[str, int]) -> None:
+        self.unreadable.append(dict(counts))
+
+
+class Scripted:
+    """A strategy whose answer (or failure) the test sets; ``gate`` makes it block."""
+
+    name: ClassVar[str] = "scripted"
+
+    def __init__(self, answer: Any = None, gate: threading.Event | None = None) -> None:
+        self.answer, self.gate, self.calls = answer, gate, 0
+
+    def decide(self, pool: model.PoolView) -> model.Proposal:
+        self.calls += 1
+        if self.gate is not None:
+            self.gate.wait(timeout=30)
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        if self.answer is None:
+            return model.Proposal(pool.size, "lend everything")
+        answer: model.Proposal = self.answer
+        return answer
+
+
+class BrokenPlanning(PoolPolicy):
+    """A policy whose arithmetic raises: stands in for a bug inside the planner."""
+
+    def need(self, rps: float) -> int:
+        raise ArithmeticError("need() is broken")
+
+
+def pool(name: PoolName, strategy: Any, policy: PoolPolicy = POLICY) -> PoolConfig:
+    return PoolConfig(
+        name=name,
+        node_selector={"pool": str(name)},
+        policy=policy,
+        rules=RULES,
+        strategy=strategy,
+        strategy_name=getattr(strategy, "name", "scripted"),
+    )
+
+
+@dataclass
+class World:
+    reconciler: Reconciler
+    views: Views
+    demand: Demand
+    calls: dict[PoolName, Calls]
+    store: MemoryAuditStore
+    seen: Seen
+
+    def findings(self, reason: Reason) -> list[Any]:
+        return [r for r in self.store.records if r.kind is Kind.FINDING and r.reason == reason]
+
+
+async def world(
+    strategy_a: Any,
+    *,
+    lent_a: int = 0,
+    policy_a: PoolPolicy = POLICY,
+    demand_a: float = 5.0,
+    timeout: timedelta = timedelta(seconds=10),
+) -> World:
+    nodes = [node(A, i, lent=i < lent_a) for i in range(4)] + [node(B, i) for i in range(4)]
+    views = Views(nodes)
+    demand = Demand({A: demand_a, B: 5.0})
+    calls = {A: Calls(), B: Calls()}
+    store = MemoryAuditStore()
+    seen = Seen()
+    reconciler = Reconciler(
+        [pool(A, strategy_a, policy_a), pool(B, registry.build("reactive"))],
+        views=views,
+        metrics=demand,
+        clock=lambda: demand.now,
+        actuators=calls,
+        audit_log=AuditLog(store, sink=None),
+        leadership=AlwaysLeader(now=lambda: demand.now),
+        keys=KEYS,
+        observer=seen,
+        strategy_timeout=timeout,
+    )
+    await reconciler.start()  # what the first tick of a leader does before it plans
+    return World(reconciler, views, demand, calls, store, seen)
+
+
+def lends(calls: Calls) -> list[str]:
+    return [n for what, n in calls.made if what == "lend"]
+
+
+def reclaims(calls: Calls) -> list[str]:
+    return [n for what, n in calls.made if what == "reclaim"]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_a_strategy_that_raises_leaves_the_other_pool_planned_as_usual() -> None:
+    w = await world(Scripted(ZeroDivisionError("float division by zero")))
+
+    report = await w.reconciler.tick()
+
+    assert lends(w.calls[A]) == []  # safety only: no new loans
+    assert len(lends(w.calls[B])) == 3  # 5 rps need one node of four: three lent
+    assert report.proposals[A].reason.startswith("safety only: the strategy failed (raised")
+    assert w.seen.strategy_failures == [("a", "scripted", "raised")]
+    assert w.seen.safety_only[-1] == {"a": True, "b": False}
+
+
+async def test_a_failing_strategy_still_lets_the_safety_rules_take_nodes_back() -> None:
+    w = await world(Scripted(RuntimeError("boom")), lent_a=3, demand_a=35.0)
+
+    await w.reconciler.tick()
+
+    # 35 rps need 4 nodes at 10 rps; one serves: the three lent ones come back at once.
+    assert sorted(reclaims(w.calls[A])) == ["a-0", "a-1", "a-2"]
+
+
+async def test_a_failure_is_audited_once_per_episode_and_its_end_once() -> None:
+    strategy = Scripted(ZeroDivisionError("float division by zero"))
+    w = await world(strategy)
+
+    for _ in range(5):
+        await w.reconciler.tick()
+    strategy.answer = model.Proposal(0, "works again")
+    await w.reconciler.tick()
+    await w.reconciler.tick()
+
+    [failed] = w.findings(Reason.STRATEGY_FAILED)
+    assert failed.pool == "a"
+    assert failed.detail["kind"] == "raised"
+    assert failed.detail["error"] == "ZeroDivisionError"
+    assert failed.detail["failure"] == "ZeroDivisionError: float division by zero"
+    [recovered] = w.findings(Reason.RECOVERED)
+    assert recovered.detail["since"] == failed.detail["since"]
+    assert len(w.seen.strategy_failures) == 5  # counted every tick, audited once
+    assert w.seen.safety_only[-1] == {"a": False, "b": False}
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        (model.Proposal(-1, "negative"), "lend_target -1 is outside 0..4"),
+        (model.Proposal(99, "too many"), "lend_target 99 is outside 0..4"),
+        (model.Proposal(math.nan, "nan"), "lend_target nan is not a whole number"),  # type: ignore[arg-type]  # garbage on purpose
+        (model.Proposal(True, "bool"), "lend_target True is not a whole number"),
+        ("lend three", "answered str, not a Proposal"),
+    ],
+)
+async def test_a_strategy_that_answers_garbage_is_planned_safety_only(
+    answer: object, why: str
+) -> None:
+    w = await world(Scripted(answer))
+
+    report = await w.reconciler.tick()
+
+    assert lends(w.calls[A]) == []
+    assert why in report.proposals[A].reason
+    assert w.seen.strategy_failures == [("a", "scripted", "invalid")]
+    assert len(lends(w.calls[B])) == 3
+
+
+async def test_a_strategy_that_overruns_is_not_called_again_until_it_returns() -> None:
+    gate = threading.Event()
+    strategy = Scripted(gate=gate)
+    w = await world(strategy, timeout=timedelta(milliseconds=50))
+
+    try:
+        first = await w.reconciler.tick()
+        assert len(lends(w.calls[B])) == 3
+        second = await w.reconciler.tick()
+        assert strategy.calls == 1  # the stuck call is not piled on
+        assert "no answer within" in first.proposals[A].reason
+        assert "still running" in second.proposals[A].reason
+    finally:
+        gate.set()
+    await w.reconciler._running[A]  # let the released call finish before the next tick
+    strategy.gate = None
+
+    third = await w.reconciler.tick()
+    assert third.proposals[A].reason == "lend everything"
+    assert [k for _, _, k in w.seen.strategy_failures] == ["timeout", "timeout"]
+
+
+async def test_a_planner_failure_in_one_pool_leaves_the_other_pool_planned() -> None:
+    broken = BrokenPlanning(**{f.name: getattr(POLICY, f.name) for f in dataclasses.fields(POLICY)})
+    w = await world(Scripted(), policy_a=broken)
+
+    report = await w.reconciler.tick()
+    assert len(lends(w.calls[B])) == 3
+    await w.reconciler.tick()
+
+    assert lends(w.calls[A]) == []
+    assert "the planner failed" in report.plan.pools[A].summary
+    assert w.seen.planner_failures == ["a", "a"]
+    assert len(w.findings(Reason.PLANNER_FAILED)) == 1
+
+
+async def test_an_unreadable_object_is_counted_and_the_rest_is_planned() -> None:
+    w = await world(Scripted())
+    w.views.broken = {"pod/a-3/ns/bad": "ValueError: invalid literal for int()"}
+
+    await w.reconciler.tick()
+
+    assert w.seen.unreadable[-1] == {"node": 0, "pod": 1}
+    assert len(lends(w.calls[A])) == 3
