@@ -22,6 +22,15 @@ Metrics (docs/http.md has the table):
   (``+Inf`` until this process has seen one).
 - ``rebalancer_leader{identity}``: 1 while this instance leads, else 0.
 - ``rebalancer_audit_store_failures_total{operation}``: audit store calls that raised.
+- ``rebalancer_strategy_failures_total{pool,strategy,kind}``: strategy calls that raised,
+  answered garbage or overran (``kind`` ``raised``, ``invalid``, ``timeout``).
+- ``rebalancer_planner_failures_total{pool}``: planner runs for the pool that raised.
+- ``rebalancer_pool_safety_only{pool}``: 1 while the pool is planned with the safety-only
+  proposal because its strategy or planner fails.
+- ``rebalancer_objects_unreadable{kind}``: Nodes and Pods in the cache that cannot be read.
+- ``rebalancer_frozen_under_pressure{pool}``: 1 while a freeze (or paused nodes) holds lent nodes
+  that demand needs.
+- ``rebalancer_demand_held{pool}``: 1 while an implausibly fast fall of demand is held.
 """
 
 from __future__ import annotations
@@ -92,6 +101,43 @@ class Telemetry:
             ["operation"],
             registry=r,
         )
+        self.strategy_failures = Counter(
+            "rebalancer_strategy_failures",
+            "Strategy calls that raised, answered garbage or overran (kind), by pool.",
+            ["pool", "strategy", "kind"],
+            registry=r,
+        )
+        self.planner_failures = Counter(
+            "rebalancer_planner_failures",
+            "Planner runs for the pool that raised.",
+            ["pool"],
+            registry=r,
+        )
+        self.safety_only = Gauge(
+            "rebalancer_pool_safety_only",
+            "1 while the pool is planned with the safety-only proposal (strategy or planner "
+            "failing): no new loans, safety reclaims still happen.",
+            ["pool"],
+            registry=r,
+        )
+        self.unreadable = Gauge(
+            "rebalancer_objects_unreadable",
+            "Nodes and Pods in the cache that cannot be read; their nodes are left alone.",
+            ["kind"],
+            registry=r,
+        )
+        self.frozen_under_pressure = Gauge(
+            "rebalancer_frozen_under_pressure",
+            "1 while a freeze (or paused nodes) holds lent nodes that demand needs.",
+            ["pool"],
+            registry=r,
+        )
+        self.demand_held = Gauge(
+            "rebalancer_demand_held",
+            "1 while an implausibly fast fall of the pool's demand is held, not yet believed.",
+            ["pool"],
+            registry=r,
+        )
         self._last_demand: dict[str, datetime] = {}  # pool -> time of its last good sample
         self.exposed = WithoutCreated(self.registry)  # what GET /metrics serves
 
@@ -154,7 +200,33 @@ class Telemetry:
         """An audit store call raised (``tick``, ``outcome``, ``supersede``, ``query``)."""
         self.audit_failures.labels(operation).inc()
 
+    def observe_strategy_failure(self, pool: str, strategy: str, kind: str) -> None:
+        """A strategy call failed (``raised``, ``invalid``, ``timeout``)."""
+        self.strategy_failures.labels(pool, strategy, kind).inc()
+
+    def observe_planner_failure(self, pool: str) -> None:
+        self.planner_failures.labels(pool).inc()
+
+    def observe_safety_only(self, states: Mapping[str, bool]) -> None:
+        self._flags(self.safety_only, states)
+
+    def observe_unreadable(self, counts: Mapping[str, int]) -> None:
+        for kind, count in counts.items():
+            self.unreadable.labels(kind).set(count)
+
+    def observe_frozen_under_pressure(self, states: Mapping[str, bool]) -> None:
+        self._flags(self.frozen_under_pressure, states)
+
+    def observe_demand_held(self, states: Mapping[str, bool]) -> None:
+        self._flags(self.demand_held, states)
+
     # -----------------------------------------------------------------------------------------
+
+    def _flags(self, gauge: Gauge, states: Mapping[str, bool]) -> None:
+        """One 0/1 series per pool given; pools not given lose theirs."""
+        for pool, on in states.items():
+            gauge.labels(pool).set(1 if on else 0)
+        self._forget(gauge, set(states))
 
     @staticmethod
     def _forget(gauge: Gauge, keep: Iterable[str]) -> None:

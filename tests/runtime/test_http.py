@@ -201,6 +201,15 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
     t.observe_leader("rebalancer-0", leading=True)
     t.observe_audit_failure("tick")
     t.observe_audit_failure("tick")
+    t.observe_strategy_failure("l20", "forecast", "raised")
+    t.observe_strategy_failure("l20", "forecast", "raised")
+    t.observe_strategy_failure("l20", "forecast", "timeout")
+    t.observe_planner_failure("a100")
+    t.observe_safety_only({"l20": True, "a100": False})
+    t.observe_safety_only({"l20": True})  # a100 went away
+    t.observe_unreadable({"node": 0, "pod": 2})
+    t.observe_frozen_under_pressure({"l20": False, "a100": True})
+    t.observe_demand_held({"l20": True})
 
     async with (
         serve(await memory_store(), telemetry=t) as (_, session),
@@ -218,6 +227,12 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
         "rebalancer_leader",
         "rebalancer_audit_store_failures",
         "rebalancer_reclaims_overdue",
+        "rebalancer_strategy_failures",
+        "rebalancer_planner_failures",
+        "rebalancer_pool_safety_only",
+        "rebalancer_objects_unreadable",
+        "rebalancer_frozen_under_pressure",
+        "rebalancer_demand_held",
     }
     lent = got["rebalancer_nodes_lent"]
     assert [(s.labels, s.value) for s in lent] == [({"pool": "l20"}, 2.0)]
@@ -253,6 +268,28 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
     failures = got["rebalancer_audit_store_failures"]
     total = "rebalancer_audit_store_failures_total"
     assert value(failures, total, operation="tick") == 2
+
+    strategy = got["rebalancer_strategy_failures"]
+    total = "rebalancer_strategy_failures_total"
+    assert value(strategy, total, pool="l20", strategy="forecast", kind="raised") == 2
+    assert value(strategy, total, pool="l20", strategy="forecast", kind="timeout") == 1
+    planner = got["rebalancer_planner_failures"]
+    assert value(planner, "rebalancer_planner_failures_total", pool="a100") == 1
+    flags = {
+        name: [(s.labels, s.value) for s in got[name]]
+        for name in (
+            "rebalancer_pool_safety_only",
+            "rebalancer_frozen_under_pressure",
+            "rebalancer_demand_held",
+            "rebalancer_objects_unreadable",
+        )
+    }
+    assert flags == {
+        "rebalancer_pool_safety_only": [({"pool": "l20"}, 1.0)],
+        "rebalancer_frozen_under_pressure": [({"pool": "l20"}, 0.0), ({"pool": "a100"}, 1.0)],
+        "rebalancer_demand_held": [({"pool": "l20"}, 1.0)],
+        "rebalancer_objects_unreadable": [({"kind": "node"}, 0.0), ({"kind": "pod"}, 2.0)],
+    }
 
 
 async def test_metrics_speak_openmetrics_when_asked() -> None:
