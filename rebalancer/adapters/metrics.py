@@ -87,9 +87,26 @@ class MetricQuery:
     sampled: str
 
 
+# Demand is requests per second over the last 5 minutes, per series (docs/design/metrics.md,
+# section Demand), in three branches:
+# - a series that was there 5 minutes ago (``offset 5m``): ``rate()``, Prometheus' own
+#   extrapolation over the window; counter resets (a container restart) are handled by it;
+# - a younger series (a pod that started less than 5 minutes ago): ``deriv()``, the slope of its
+#   own samples. ``rate()`` would divide its few seconds of increase by the whole 300 s (a pod a
+#   minute old reads ~20 % of its load, and a rollout of every pod reads as a collapse);
+# - a younger series whose counter reset (``deriv`` is for gauges: a reset bends the slope):
+#   ``rate()``, low but never negative or garbage.
+# ``and <counter>``: only series with a sample now. A series whose target went away is marked
+# stale at once, and its ``rate()`` tail, which would otherwise be counted for 5 minutes next to
+# its replacement's ``deriv()``, is dropped.
 VLLM_DEMAND = MetricQuery(
     value=(
-        "sum(rate(vllm:request_success_total[5m]) * on (namespace, pod) group_left (node) $scope)"
+        "sum((((rate(vllm:request_success_total[5m]) and vllm:request_success_total offset 5m)"
+        " or (deriv(vllm:request_success_total[5m])"
+        " and resets(vllm:request_success_total[5m]) == 0)"
+        " or rate(vllm:request_success_total[5m]))"
+        " and vllm:request_success_total)"
+        " * on (namespace, pod) group_left (node) $scope)"
     ),
     sampled="timestamp(vllm:request_success_total) and on (namespace, pod) $scope",
 )
@@ -117,8 +134,15 @@ class Queries:
     running: MetricQuery | None = VLLM_RUNNING
     gpu_busy: MetricQuery | None = None  # e.g. DCGM_GPU_BUSY
     # A demand expression for ``history``: ``$window`` is the grid step as a PromQL duration.
+    # The demand query's three branches with ``$window`` for ``5m``: a bucket just after a
+    # rollout is the rate the new pods served, not a fraction of it.
     history: str = (
-        "sum(rate(vllm:request_success_total[$window])"
+        "sum((((rate(vllm:request_success_total[$window])"
+        " and vllm:request_success_total offset $window)"
+        " or (deriv(vllm:request_success_total[$window])"
+        " and resets(vllm:request_success_total[$window]) == 0)"
+        " or rate(vllm:request_success_total[$window]))"
+        " and vllm:request_success_total)"
         " * on (namespace, pod) group_left (node) $scope)"
     )
     scope: str = DEFAULT_SCOPE

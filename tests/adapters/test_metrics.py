@@ -3,25 +3,33 @@
 The data (see ``tests/adapters/prometheus.py``): pool ``code`` (two vLLM pods on two nodes),
 pool ``conv`` (one pod whose vLLM series stop early: a stale series), pool ``idle`` (a pod but no
 vLLM series). Expected values are computed here by hand from the generated counters and gauges.
+
+The default demand query's cases (section "Demand when pods come and go") run on a second
+Prometheus with series made here: pods scraped every 15 s serving a known rate, steady, all
+replaced by a rollout, recreated under their own name, restarted. Each is read with the default
+query and with the old ``rate()`` alone, which a rollout shows reading a fraction of the load.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import socket
+import subprocess
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import replace
-from datetime import timedelta
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from rebalancer.adapters.metrics import (
     DCGM_GPU_BUSY,
+    VLLM_DEMAND,
     MetricQuery,
     Metrics,
     Queries,
@@ -31,7 +39,17 @@ from rebalancer.adapters.metrics import (
     render,
 )
 from rebalancer.core.model import NodeName, PoolName, Sample
-from tests.adapters.prometheus import CONV_LAST, MINUTES, START, Data, Server, running, scrape_time
+from tests.adapters.prometheus import (
+    CONV_LAST,
+    MINUTES,
+    START,
+    Data,
+    Server,
+    free_port,
+    require,
+    running,
+    scrape_time,
+)
 
 CODE = PoolName("code")
 CONV = PoolName("conv")
@@ -380,3 +398,250 @@ def test_backfill_left_a_data_directory(prometheus: Server) -> None:
     assert any(
         p.is_dir() and p.name.startswith("01") for p in Path(prometheus.backfill[-1]).iterdir()
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Demand when pods come and go: a second Prometheus, series every 15 s
+
+
+YOUNG_BASE = datetime(2024, 5, 20, 12, 0, tzinfo=UTC)
+SCRAPE = 15  # s: how often these pods are scraped (a common ServiceMonitor interval)
+LENGTH = 72 * 60  # s of series from YOUNG_BASE
+AT = 3608  # s: the evaluation time of most checks, a scrape of the pods at offset 8 s
+REPLACED = AT - 60  # s: the old pods stop, the new ones start counting from 0
+TOLERANCE = 0.10  # the demand read may be this far (relative) from the rate really served
+# A backfill cannot hold Prometheus' staleness markers (the NaN it writes when a target goes
+# away or a scrape fails; instant selectors stop seeing the series from there on), so this
+# Prometheus looks back 20 s, just over one scrape interval, instead of 5 minutes: a series that
+# stops is gone 20 s later, as a marked one would be. A live series never notices.
+LOOKBACK = "20s"
+# The default demand query before young series were handled: what the tests below show it read.
+OLD_DEMAND = MetricQuery(
+    value=(
+        "sum(rate(vllm:request_success_total[5m]) * on (namespace, pod) group_left (node) $scope)"
+    ),
+    sampled=VLLM_DEMAND.sampled,
+)
+OLD_HISTORY = (
+    "sum(rate(vllm:request_success_total[$window]) * on (namespace, pod) group_left (node) $scope)"
+)
+
+
+@dataclass(frozen=True)
+class Pod:
+    """A vLLM pod serving ``rps`` requests a second while it runs, exactly (no noise)."""
+
+    name: str
+    node: str
+    instance: str  # the scrape target: a pod recreated under its own name gets a new one
+    rps: float
+    offset: int  # s past each 15 s boundary at which it is scraped (targets are spread)
+    start: int = 0  # s: vLLM starts serving, its counter at 0
+    stop: int = LENGTH  # s: no scrape after this
+    restart: float | None = None  # s: its container restarts, the counter starts again at 0
+    listed: int = 0  # s: kube_pod_info from here (the pod exists before vLLM serves)
+
+    def scrapes(self) -> list[int]:
+        return [t for t in range(self.offset, LENGTH, SCRAPE) if self.start <= t <= self.stop]
+
+    def count(self, t: int) -> int:
+        since = self.restart if self.restart is not None and self.restart <= t else self.start
+        return int(self.rps * (t - since))
+
+
+STEADY, ROLLOUT, RECREATED, RESTARTED = (
+    PoolName(p) for p in ("steady", "rollout", "recreated", "restarted")
+)
+PODS: dict[PoolName, list[Pod]] = {
+    STEADY: [
+        Pod("steady-a", "gpu-steady-0", "10.1.0.1:8000", 12, 3),
+        Pod("steady-b", "gpu-steady-1", "10.1.0.2:8000", 8, 8),
+    ],
+    # A Deployment rollout of every pod at once: new names, same nodes, same load.
+    ROLLOUT: [
+        Pod("vllm-old-a", "gpu-rollout-0", "10.1.1.1:8000", 12, 3, stop=REPLACED),
+        Pod("vllm-old-b", "gpu-rollout-1", "10.1.1.2:8000", 8, 8, stop=REPLACED),
+        Pod("vllm-new-a", "gpu-rollout-0", "10.1.1.3:8000", 12, 3, REPLACED, listed=AT - 300),
+        Pod("vllm-new-b", "gpu-rollout-1", "10.1.1.4:8000", 8, 8, REPLACED, listed=AT - 300),
+    ],
+    # A StatefulSet pod recreated under its own name: the old and the new series join the same
+    # kube_pod_info, so only staleness can tell the old one's rate() tail from a serving pod.
+    RECREATED: [
+        Pod("vllm-0", "gpu-recreated-0", "10.1.2.1:8000", 12, 3, stop=REPLACED),
+        Pod("vllm-0", "gpu-recreated-0", "10.1.2.9:8000", 12, 8, REPLACED),
+    ],
+    # A container restart: same pod, same series, the counter back to 0 between two scrapes.
+    RESTARTED: [
+        Pod("vllm-r-a", "gpu-restarted-0", "10.1.3.1:8000", 12, 3, restart=AT - 132.5),
+        Pod("vllm-r-b", "gpu-restarted-1", "10.1.3.2:8000", 8, 8),
+    ],
+}
+SERVED = {pool: sum(p.rps for p in pods if p.stop == LENGTH) for pool, pods in PODS.items()}
+
+
+def young_at(t: float) -> datetime:
+    return YOUNG_BASE + timedelta(seconds=t)
+
+
+def young_series() -> str:
+    """The pods above as OpenMetrics: their counters, and kube_pod_info scraped every 15 s."""
+    base = int(YOUNG_BASE.timestamp())
+    lines = ["# TYPE vllm:request_success counter"]
+    for p in (p for pods in PODS.values() for p in pods):
+        labels = f'namespace="infer",pod="{p.name}",instance="{p.instance}",finished_reason="stop"'
+        lines += [
+            f"vllm:request_success_total{{{labels}}} {p.count(t)} {base + t}" for t in p.scrapes()
+        ]
+    listed: dict[tuple[str, str], tuple[int, int]] = {}  # (pod, node) -> while listed
+    for p in (p for pods in PODS.values() for p in pods):
+        since, until = listed.get((p.name, p.node), (p.listed, p.stop))
+        listed[(p.name, p.node)] = (min(since, p.listed), max(until, p.stop))
+    lines.append("# TYPE kube_pod_info gauge")
+    for (pod, node), (since, until) in listed.items():
+        labels = f'namespace="infer",pod="{pod}",node="{node}"'
+        lines += [
+            f"kube_pod_info{{{labels}}} 1 {base + t}"
+            for t in range(1, LENGTH, SCRAPE)
+            if since <= t <= until
+        ]
+    lines.append("# EOF")
+    return "\n".join(lines) + "\n"
+
+
+@contextlib.contextmanager
+def serving(workdir: Path, series: str, *flags: str) -> Iterator[str]:
+    """Backfill ``series`` (OpenMetrics) and serve it; yields the URL. Stopped on exit.
+
+    Ready when Prometheus logs that it is (read from its stderr as it comes), not after a sleep.
+    """
+    promtool, prometheus = require("promtool"), require("prometheus")
+    source, store = workdir / "series.om", workdir / "data"
+    source.write_text(series)
+    cmd = [promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(store)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    if done.returncode != 0:
+        pytest.fail(f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}", pytrace=False)
+    config = workdir / "prometheus.yml"
+    config.write_text("scrape_configs: []\n")
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            prometheus,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={store}",
+            "--storage.tsdb.retention.time=10y",
+            f"--web.listen-address=127.0.0.1:{port}",
+            *flags,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    stderr = proc.stderr
+    assert stderr is not None
+    logged: list[str] = []
+    ready = threading.Event()
+
+    def read_log() -> None:
+        for line in stderr:
+            logged.append(line)
+            if "Server is ready to receive web requests" in line:
+                ready.set()
+        ready.set()  # it exited: the check below tells ready from gone
+
+    reader = threading.Thread(target=read_log, daemon=True)
+    reader.start()
+    try:
+        if not ready.wait(20) or not any("Server is ready" in line for line in logged):
+            pytest.fail("prometheus did not become ready:\n" + "".join(logged[-20:]), pytrace=False)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        reader.join(timeout=10)
+        stderr.close()
+
+
+@pytest.fixture(scope="session")
+def young(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    workdir = tmp_path_factory.mktemp("prometheus-young")
+    with serving(workdir, young_series(), f"--query.lookback-delta={LOOKBACK}") as url:
+        yield url
+
+
+async def demand(url: str, pool: PoolName, at: int, query: MetricQuery) -> float:
+    """The pool's demand as ``Metrics.read`` gives it when the newest scrape is ``at``."""
+    m = Metrics(Settings(url=url, queries=Queries(demand=query, running=None)))
+    nodes = sorted({NodeName(p.node) for p in PODS[pool]})
+    try:
+        # The adapter finds the newest sample on a 15 s grid: 9 s after a scrape at offset 8 s
+        # is the next grid point plus 2 s, and the scrape it finds is ``at``.
+        got = await m.read(pool, nodes, now=young_at(at + 9))
+    finally:
+        m.close()
+    assert got.errors == ()
+    assert got.demand is not None
+    assert got.demand.at == young_at(at)
+    return got.demand.value
+
+
+async def test_a_steady_pool_reads_the_rate_it_serves_with_the_new_query_as_with_the_old(
+    young: str,
+) -> None:
+    for query in (VLLM_DEMAND, OLD_DEMAND):
+        assert await demand(young, STEADY, AT, query) == pytest.approx(20, rel=TOLERANCE)
+
+
+@pytest.mark.parametrize("age", [60, 120, 240])
+async def test_a_rollout_of_every_pod_reads_the_load_served_where_the_old_query_read_a_fraction(
+    young: str, age: int
+) -> None:
+    at = REPLACED + age
+    assert SERVED[ROLLOUT] == 20
+    assert await demand(young, ROLLOUT, at, VLLM_DEMAND) == pytest.approx(20, rel=TOLERANCE)
+    # The old pods are out of scope (their kube_pod_info is gone), and rate() divides the new
+    # pods' `age` seconds of increase by the whole 300 s: about age/300 of the load.
+    old = await demand(young, ROLLOUT, at, OLD_DEMAND)
+    assert old < (1 - TOLERANCE) * 20
+    assert old <= 20 * (age + SCRAPE) / 300
+
+
+async def test_a_pod_recreated_under_its_own_name_is_counted_once(young: str) -> None:
+    # The old series stopped a minute ago; its rate() tail, ~80 % of the pod's load, would be
+    # counted next to the new series' slope if series without a sample now were not dropped.
+    assert SERVED[RECREATED] == 12
+    for query in (VLLM_DEMAND, OLD_DEMAND):
+        assert await demand(young, RECREATED, AT, query) == pytest.approx(12, rel=TOLERANCE)
+
+
+async def test_a_counter_reset_by_a_container_restart_reads_the_rate_served(young: str) -> None:
+    # rate() counts the increase after a reset from 0; what is lost is the requests between the
+    # last scrape before the restart and the restart (7.5 s of one pod's load in 300 s).
+    assert SERVED[RESTARTED] == 20
+    for query in (VLLM_DEMAND, OLD_DEMAND):
+        assert await demand(young, RESTARTED, AT, query) == pytest.approx(20, rel=TOLERANCE)
+
+
+async def test_history_across_a_rollout_is_the_rate_served_in_every_bucket(young: str) -> None:
+    step = timedelta(minutes=5)
+    since = young_at(50 * 60)
+    nodes = sorted({NodeName(p.node) for p in PODS[ROLLOUT]})
+    read: dict[str, list[float | None]] = {}
+    for name, history in (("new", Queries().history), ("old", OLD_HISTORY)):
+        m = Metrics(Settings(url=young, queries=Queries(history=history)))
+        try:
+            got = await m.history(ROLLOUT, nodes, since, since + timedelta(minutes=20), step)
+        finally:
+            m.close()
+        assert got.error is None
+        read[name] = list(got.history.values)
+    assert read["new"] == [pytest.approx(20, rel=TOLERANCE)] * 4
+    # The bucket ending at minute 60 ends 52 s after the rollout: the old query read a fraction.
+    assert REPLACED < 60 * 60 < REPLACED + 60
+    old = read["old"][1]
+    assert old is not None
+    assert old < (1 - TOLERANCE) * 20
