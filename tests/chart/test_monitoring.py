@@ -450,8 +450,18 @@ def lent(l20: str, h100: str = "0x15") -> dict[str, str]:
     }
 
 
+def leading(name: str, values: str, follower: str = "0x20", **labels: str) -> dict[str, str]:
+    """``name`` as the leader (rebalancer-0) and a follower (rebalancer-1) export it."""
+    return {
+        **leader("1x20", "0x20"),
+        s(name, pod="rebalancer-0", **labels): values,
+        s(name, pod="rebalancer-1", **labels): follower,
+    }
+
+
 QUIET: tuple[Fire, ...] = ()
 STALE_LEADER = {**POOL, "pod": "rebalancer-0"}
+UNREADABLE_PODS = {**TARGET, "kind": "pod"}
 
 CASES: dict[str, list[Case]] = {
     "RebalancerDown": [
@@ -590,6 +600,78 @@ CASES: dict[str, list[Case]] = {
             (("4m", (Fire(POOL, value="2"),)), ("8m", QUIET)),
         ),
     ],
+    "RebalancerStrategyFailing": [
+        Case(
+            "every strategy answers",
+            leading("rebalancer_pool_safety_only", "0x20", pool="l20"),
+            (("10m", QUIET),),
+        ),
+        Case(
+            "safety-only for 3 minutes, then the strategy answers again",
+            leading("rebalancer_pool_safety_only", "0 1 1 1 0x16", pool="l20"),
+            (("3m", QUIET), ("10m", QUIET)),
+        ),
+        Case(
+            "the leader plans l20 safety-only: after 5 minutes",
+            leading("rebalancer_pool_safety_only", "1x20", "1x20", pool="l20"),
+            (("4m", QUIET), ("5m", (Fire(POOL, value="1"),)), ("10m", (Fire(POOL, value="1"),))),
+        ),
+        Case(
+            "only the follower says so (it decides nothing)",
+            leading("rebalancer_pool_safety_only", "0x20", "1x20", pool="l20"),
+            (("10m", QUIET),),
+        ),
+    ],
+    "RebalancerFrozenUnderPressure": [
+        Case(
+            "frozen, but demand does not need the lent nodes",
+            leading("rebalancer_frozen_under_pressure", "0x20", pool="l20"),
+            (("10m", QUIET),),
+        ),
+        Case(
+            "held for a minute, then the freeze is lifted",
+            leading("rebalancer_frozen_under_pressure", "0 1 1 0x17", pool="l20"),
+            (("2m", QUIET), ("3m", QUIET), ("10m", QUIET)),
+        ),
+        Case(
+            "held while demand needs the nodes: after 2 minutes",
+            leading("rebalancer_frozen_under_pressure", "1x20", pool="l20"),
+            (("1m", QUIET), ("2m", (Fire(POOL, value="1"),))),
+        ),
+        Case(
+            "only the follower says so",
+            leading("rebalancer_frozen_under_pressure", "0x20", "1x20", pool="l20"),
+            (("10m", QUIET),),
+        ),
+    ],
+    "RebalancerUnreadableObjects": [
+        Case(
+            "everything reads",
+            {
+                **leading("rebalancer_objects_unreadable", "0x20", kind="node"),
+                **leading("rebalancer_objects_unreadable", "0x20", kind="pod"),
+            },
+            (("16m", QUIET),),
+        ),
+        Case(
+            "a pod unreadable for 10 minutes, then fixed",
+            leading("rebalancer_objects_unreadable", "1x10 0x10", kind="pod"),
+            (("10m", QUIET), ("16m", QUIET)),
+        ),
+        Case(
+            "two pods unreadable: after 15 minutes, one alert for the kind",
+            {
+                **leading("rebalancer_objects_unreadable", "0x20", "0x20", kind="node"),
+                **leading("rebalancer_objects_unreadable", "2x20", "2x20", kind="pod"),
+            },
+            (("14m", QUIET), ("15m", (Fire(UNREADABLE_PODS, value="2"),))),
+        ),
+        Case(
+            "only the follower cannot read them (the leader decides)",
+            leading("rebalancer_objects_unreadable", "0x20", "3x20", kind="pod"),
+            (("16m", QUIET),),
+        ),
+    ],
 }
 
 
@@ -693,6 +775,9 @@ def test_every_metric_name_used_is_exported() -> None:
         "rebalancer_reclaims_overdue",
         "rebalancer_nodes_lent",
         "rebalancer_audit_store_failures_total",
+        "rebalancer_pool_safety_only",
+        "rebalancer_frozen_under_pressure",
+        "rebalancer_objects_unreadable",
     }
     # every family is on the dashboard
     assert {n.removesuffix("_bucket").removesuffix("_count") for n in used_in_dash} >= {
