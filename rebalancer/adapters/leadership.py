@@ -2,8 +2,9 @@
 
 Where it sits: ``rebalancer run`` may start several replicas; each runs a ``LeaderElector``. The
 runtime asks ``may_write(now)`` before every write the actuator makes (and records ``term`` and
-``identity`` in the audit log), and starts or stops its reconcile loop from the ``on_started`` /
-``on_stopped`` callbacks or the ``elected`` event.
+``identity`` in the audit log), and learns of every change of leadership from the ``on_started``
+/ ``on_stopped`` callbacks (the ``rebalancer_leader`` gauge is set from them) or the ``elected``
+event.
 
 Why not kubernetes-asyncio's ``leaderelection`` package (see docs/design/leadership.md): its
 clock is ``time.time()`` and its sleeps ``asyncio.sleep`` (neither injectable), it writes naive
@@ -30,6 +31,12 @@ here is client-go's, kept small:
   writes made under different stretches.
 - On shutdown (``release``, or ``run`` being cancelled) the holder first stops writing, then
   writes an empty holder with a one-second duration so the next candidate takes over at once.
+- ``on_started(term)`` is called once per stretch, right after the write that made this
+  candidate holder succeeded (the Lease already names it, ``may_write`` is already true);
+  ``on_stopped(term, why)`` once when the stretch ends (lost, taken, deadline passed, released),
+  with ``may_write`` already false and, on release, before the Lease is freed. So whatever the
+  runtime shows from them never claims a leadership the Lease does not give. A listener that
+  raises is logged and changes nothing in the election.
 
 Errors never end ``run``: a failed attempt is logged and counts as not renewed.
 """
@@ -250,8 +257,7 @@ class LeaderElector:
             self.identity,
             record.transitions,
         )
-        if self._on_started is not None:
-            self._on_started(self.term)
+        self._tell(self._on_started, self.term)
 
     def _stop(self, why: str) -> None:
         term = self.term
@@ -267,8 +273,17 @@ class LeaderElector:
             term.number,
             why,
         )
-        if self._on_stopped is not None:
-            self._on_stopped(term, why)
+        self._tell(self._on_stopped, term, why)
+
+    def _tell(self, listener: Callable[..., None] | None, *args: object) -> None:
+        """Call a listener. One that raises must not end ``run``, skip the release write, or be
+        taken for a failed renewal: the election goes on as if it had returned."""
+        if listener is None:
+            return
+        try:
+            listener(*args)
+        except Exception:
+            log.exception("lease %s/%s: a leadership listener failed", self.namespace, self.name)
 
     async def release(self) -> bool:
         """Stop writing, then free the lease for the next candidate; whether it was freed."""

@@ -261,22 +261,30 @@ class Controller:
             informer = Informer(api, prefix=settings.key_prefix)
             le = settings.leader_election
             kube = KubeWriter(client.CoreV1Api(api))
+            telemetry = Telemetry()
             elector: LeaderElector | None = None
             leadership: Leadership
             writer: NodeWriter
             if le.enabled:
+                # The gauge follows the Lease as the elector sees it change (set after the write
+                # that won it, cleared before the release write), not the next tick.
                 elector = LeaderElector(
                     api,
                     name=le.lease_name,
                     namespace=le.lease_namespace,
                     identity=me,
                     timings=settings.timings(),
+                    on_started=lambda _term: telemetry.observe_leader(me, True),
+                    on_stopped=lambda _term, _why: telemetry.observe_leader(me, False),
                 )
                 leadership = elector
                 writer = LeaderGatedWriter(kube, elector.may_write, elector.now, me)
             else:
                 leadership = AlwaysLeader(identity=me, now=clock)
                 writer = kube
+            # From the start, not from the first tick: a follower (or a candidate that has not
+            # won yet) says 0 as soon as it serves /metrics.
+            telemetry.observe_leader(me, leadership.may_write(leadership.now()))
             metrics = PoolMetricsRouter(
                 {PoolName(p.name): Metrics(settings.metrics_settings(p)) for p in settings.pools}
             )
@@ -284,7 +292,6 @@ class Controller:
             store = await open_audit_store(settings)
             stack.push_async_callback(store.close)
             audit_log = AuditLog(store, sink=sink)
-            telemetry = Telemetry()
             acts = actuators(pools, writer, keys, clock, settings.dry_run)
             recorder = KubeEvents(api, instance=me, clock=clock)
             recorded = {name: RecordingActuator(a, recorder) for name, a in acts.items()}

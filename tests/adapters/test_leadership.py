@@ -2,7 +2,8 @@
 
 The candidates are stepped one attempt at a time (what ``run`` does every ``retry_period``) while
 the test moves the shared ``ManualClock``, so "at any instant" is checked at every step without
-waiting on the wall clock.
+waiting on the wall clock. A ``Witness`` listener records what the runtime could see at the
+moment ``on_started`` / ``on_stopped`` reach it (the runtime sets ``rebalancer_leader`` there).
 """
 
 from __future__ import annotations
@@ -252,3 +253,142 @@ async def test_a_holder_that_finds_another_name_in_the_lease_stops_at_once(
         assert not a.may_write(emulator)
         assert [why for _, why in a.stopped] == ["lease taken by intruder"]
         assert lease(emulator)["holderIdentity"] == "intruder"
+
+
+# ---------------------------------------------------------------------------------------------
+# The listeners: told of every change of leadership, at the right moment
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One call of a listener: what it was told and what was true at that moment."""
+
+    leading: bool
+    lease_holder: str  # the Lease as the API server had it
+    may_write: bool
+
+
+@dataclass
+class Witness:
+    elector: LeaderElector
+    seen: list[Seen]
+    terms: list[int]  # the term number each on_started was given
+
+
+def witnessed(box: Emulator, api: Any, identity: str, sleep: Sleep = asyncio.sleep) -> Witness:
+    """A candidate whose listeners record what was true at the moment they were called."""
+    seen: list[Seen] = []
+    terms: list[int] = []
+
+    def see(leading: bool) -> None:
+        holder = lease(box)["holderIdentity"]
+        seen.append(Seen(leading, holder, elector.may_write(box.clock())))
+
+    def started(term: Term) -> None:
+        terms.append(term.number)
+        see(leading=True)
+
+    elector = LeaderElector(
+        api,
+        name=LEASE,
+        namespace=NS,
+        identity=identity,
+        timings=TIMINGS,
+        clock=box.clock,
+        sleep=sleep,
+        on_started=started,
+        on_stopped=lambda _term, _why: see(leading=False),
+    )
+    return Witness(elector, seen, terms)
+
+
+async def test_the_listener_hears_of_a_win_once_the_lease_names_the_winner_and_not_of_renewals(
+    emulator: Emulator,
+) -> None:
+    a = witnessed(emulator, emulator.api, "replica-a")
+    assert await a.elector.step()  # creates the Lease
+    assert a.seen == [Seen(leading=True, lease_holder="replica-a", may_write=True)]
+    for _ in range(5):
+        emulator.clock.advance(TIMINGS.retry_period)
+        assert await a.elector.step()
+    assert len(a.seen) == 1
+
+
+async def test_the_listener_hears_of_a_missed_deadline_at_once_and_of_the_lease_won_back(
+    emulator: Emulator,
+) -> None:
+    a = witnessed(emulator, emulator.api, "replica-a")
+    await a.elector.step()
+    renewed = emulator.clock()
+    while len(a.seen) == 1:  # every lease write answered 500
+        emulator.clock.advance(1)
+        emulator.faults.configure(Faults(error_rate=1.0))
+        try:
+            await a.elector.step()
+        finally:
+            emulator.faults.configure(Faults())
+    # Told at the step that found the deadline passed, and by then no longer allowed to write.
+    assert (emulator.clock() - renewed).total_seconds() == TIMINGS.renew_deadline
+    assert a.seen[-1] == Seen(leading=False, lease_holder="replica-a", may_write=False)
+    emulator.clock.advance(1)
+    assert await a.elector.step()  # nobody else came: the same replica leads again
+    assert a.seen[-1] == Seen(leading=True, lease_holder="replica-a", may_write=True)
+    assert a.terms == [0, 1]  # a new stretch, told as one
+
+
+async def test_the_listener_hears_of_a_lease_taken_by_another_at_the_next_step(
+    emulator: Emulator,
+) -> None:
+    async with client.ApiClient(client.Configuration(host=emulator.url)) as other:
+        a = witnessed(emulator, emulator.api, "replica-a")
+        b = witnessed(emulator, other, "replica-b")
+        await a.elector.step()
+        await b.elector.step()  # b sees the record: its expiry counts from here
+        emulator.clock.advance(TIMINGS.lease_duration)  # a is paused; the lease expires for b
+        assert await b.elector.step()
+        assert b.seen == [Seen(leading=True, lease_holder="replica-b", may_write=True)]
+        assert await a.elector.step() is False
+        assert a.seen[-1] == Seen(leading=False, lease_holder="replica-b", may_write=False)
+
+
+async def test_the_listener_hears_of_a_release_before_the_lease_is_freed(
+    emulator: Emulator,
+) -> None:
+    parked = asyncio.Event()
+
+    async def park(_: float) -> None:
+        await parked.wait()  # never set: run waits here until cancelled
+
+    a = witnessed(emulator, emulator.api, "replica-a", sleep=park)
+    task = asyncio.create_task(a.elector.run())
+    await asyncio.wait_for(a.elector.elected.wait(), 5)
+    await stop(task)  # cancelling run releases the lease
+    assert a.seen == [
+        Seen(leading=True, lease_holder="replica-a", may_write=True),
+        Seen(leading=False, lease_holder="replica-a", may_write=False),  # before the release
+    ]
+    assert lease(emulator)["holderIdentity"] == ""
+
+
+async def test_a_listener_that_raises_changes_nothing_in_the_election(
+    emulator: Emulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    def fail(*_: object) -> None:
+        raise RuntimeError("listener broken")
+
+    a = LeaderElector(
+        emulator.api,
+        name=LEASE,
+        namespace=NS,
+        identity="replica-a",
+        timings=TIMINGS,
+        clock=emulator.clock,
+        on_started=fail,
+        on_stopped=fail,
+    )
+    assert await a.step()
+    emulator.clock.advance(TIMINGS.retry_period)
+    assert await a.step()  # renewed: the failed listener did not count as a failed attempt
+    assert await a.release()  # and it did not skip the release write
+    assert lease(emulator)["holderIdentity"] == ""
+    assert caplog.text.count("a leadership listener failed") == 2

@@ -4,9 +4,10 @@ The chart's "PostgreSQL + 2 replicas" values are rendered, and two pods of the r
 Deployment run as local processes (``tests.e2e_support.as_pod``: the container's args and
 environment, the audit URL read from the Secret through ``secretKeyRef``, the ConfigMap as the
 settings file) against the emulator enforcing the chart's RBAC and a real PostgreSQL. Both
-become ready, exactly one holds the Lease and says so on ``/metrics``, both use the one
-database; when the leader is stopped (SIGTERM) it releases the Lease and the other takes over
-at once, without waiting out the lease duration.
+become ready, exactly one holds the Lease and says so on ``/metrics`` (at once: the gauge moves
+when the Lease is won, not at the next tick), both use the one database; when the leader is
+stopped (SIGTERM), once it has written, it releases the Lease and the other takes over at once,
+without waiting out the lease duration.
 """
 
 from __future__ import annotations
@@ -136,6 +137,12 @@ async def test_two_replicas_share_the_database_and_hand_over_the_lease(
                 f'rebalancer_leader{{identity="{second}"}} 0.0'
             )
 
+            # The gauge says 1 from the moment the Lease is won, which can be before the leader's
+            # first tick: let that tick write before stopping it.
+            async def first_wrote() -> bool:
+                return first in await _writers(database)
+
+            await until("the leader writing to the database", first_wrote, procs[first], within=10)
             procs[first].send_signal(signal.SIGTERM)
             async with asyncio.timeout(15):
                 await procs[first].wait()
@@ -155,15 +162,20 @@ async def test_two_replicas_share_the_database_and_hand_over_the_lease(
             print(f"\nreplicas: {second} took over {took:.1f}s after {first} stopped")
 
     # One database, migrated once, written by both leaders in turn.
+    writers = await _writers(database)
+    assert writers <= {first, second}
+    assert first in writers
+
+
+async def _writers(database: str) -> set[str]:
+    """The controllers that have written audit records."""
     engine = create_async_engine(database)
     try:
         async with engine.connect() as conn:
             rows = await conn.execute(text("SELECT DISTINCT controller FROM audit_records"))
-            writers = {r[0] for r in rows}
+            return {r[0] for r in rows}
     finally:
         await engine.dispose()
-    assert writers <= {first, second}
-    assert first in writers
 
 
 async def _says_leader(http: aiohttp.ClientSession, base: str, identity: str) -> bool:
