@@ -16,10 +16,12 @@ Why it exists: the planner keeps no memory between ticks, but two safety rules n
   grace, not on the first tick.
 - **An implausible fall is not believed at once.** Serving traffic does not fall from its daily
   level to nothing in a minute; an exporter restart, a counter reset, a ``rate()`` over a young
-  series or a load-balancer change does. A sample below
-  ``level * drop_floor ** (minutes since the level was sampled)`` and at least one node's worth
-  of requests below the level is *held*: the planner plans with the level before the fall and
-  lends nothing. The hold ends when a sample is back within ``drop_floor`` of the level (the
+  series or a load-balancer change does. The *level* is the highest sample believed over the
+  minute before the new one (or the last believed sample, after a gap). A sample below
+  ``drop_floor`` times the level, and at least one node's worth of requests below it, is
+  *held*: the planner plans with the level and lends nothing. Judging against the minute's
+  highest, not the previous sample, catches a collapse in many small steps as surely as one in
+  a single step. The hold ends when a sample is back within ``drop_floor`` of the level (the
   fall was a blip) or when the fall has lasted ``drop_hold`` (it is real: believed from then
   on). Rises are always believed at once: they can only make the controller reclaim sooner.
 """
@@ -32,15 +34,14 @@ from datetime import datetime, timedelta
 
 from rebalancer.core import model
 
-MINUTE = timedelta(minutes=1)
-GAP_MINUTES = 2.0
+SPAN = timedelta(minutes=1)  # how far back the level of a new sample is looked for
 
 
 @dataclass(frozen=True, slots=True)
 class DropRule:
     """How fast demand may plausibly fall (defaults: docs/design/safety-rules.md)."""
 
-    floor: float = 1 / 3  # the least share of its level demand keeps over one minute
+    floor: float = 1 / 3  # the least share of the last minute's level a sample may fall to
     hold: timedelta = timedelta(minutes=10)  # a fall lasting this long is believed
     rps_per_node: float = 0.0  # falls smaller than one node's worth are always believed
 
@@ -55,6 +56,7 @@ class Belief:
 
     started: datetime  # when the controller began to look: unknown since then, before a sample
     level: model.Sample | None = None  # the newest believed sample
+    recent: tuple[model.Sample, ...] = ()  # believed samples of the last SPAN, oldest first
     held: model.DropHeld | None = None
 
 
@@ -89,29 +91,39 @@ def judge(
         # Unknown since the last good sample (or since the start): the planner ages it.
         reading = Reading(level, False, None if level else belief.started, belief.held)
         return belief, reading
-    if level is None or seen.at < level.at:
-        # First sample, or one older than what is believed (a restarted adapter): take it.
-        fresh = replace(belief, level=seen if level is None else level, held=None)
-        return fresh, Reading(fresh.level, True, None, None)
-    if not _implausible(level, seen, rule, belief.held is not None):
-        fresh = replace(belief, level=seen, held=None)
-        return fresh, Reading(seen, True, None, None)
+    if level is None:
+        return _believed(belief, seen, ()), Reading(seen, True, None, None)
+    if seen.at < level.at:
+        # Older than what is believed (a restarted adapter, clock skew): keep the belief.
+        demand = level if belief.held is None else model.Sample(belief.held.level.value, level.at)
+        return belief, Reading(demand, True, None, belief.held)
+    top = belief.held.level if belief.held is not None else _level(belief, seen)
+    if not _implausible(top, seen, rule):
+        return _believed(belief, seen, belief.recent), Reading(seen, True, None, None)
     since = belief.held.since if belief.held is not None else now
     if now - since >= rule.hold:
-        fresh = replace(belief, level=seen, held=None)  # it lasted: believed from now on
-        return fresh, Reading(seen, True, None, None)
-    held = model.DropHeld(level=level, seen=seen, since=since)
+        # It lasted: believed from now on, and the level before it forgotten.
+        return _believed(belief, seen, ()), Reading(seen, True, None, None)
+    held = model.DropHeld(level=top, seen=seen, since=since)
     # Planned with the level before the fall, sampled now: fresh, so not "unknown" either.
-    return replace(belief, held=held), Reading(model.Sample(level.value, seen.at), True, None, held)
+    return replace(belief, held=held), Reading(model.Sample(top.value, seen.at), True, None, held)
 
 
-def _implausible(level: model.Sample, seen: model.Sample, rule: DropRule, holding: bool) -> bool:
+def _believed(belief: Belief, seen: model.Sample, recent: tuple[model.Sample, ...]) -> Belief:
+    kept = tuple(s for s in recent if s.at >= seen.at - SPAN)
+    return replace(belief, level=seen, recent=(*kept, seen), held=None)
+
+
+def _level(belief: Belief, seen: model.Sample) -> model.Sample:
+    """The highest sample believed over the minute before ``seen``; after a gap longer than
+    that, the last believed one (so a low first sample after an outage is not believed at once)."""
+    assert belief.level is not None
+    window = [s for s in belief.recent if s.at >= seen.at - SPAN]
+    return max(window, key=lambda s: s.value, default=belief.level)
+
+
+def _implausible(level: model.Sample, seen: model.Sample, rule: DropRule) -> bool:
     if level.value - seen.value < max(rule.rps_per_node, 1e-12):
         return False  # not even one node's worth: nothing would be lent on it anyway
-    # While a fall is held the floor does not decay: a low level that merely lasts must wait
-    # for the hold, not slip under a floor that shrinks with time.
-    # A gap between samples hides how fast the fall was: it is judged as at most
-    # ``GAP_MINUTES`` of falling, so a low first sample after an outage is not believed at once.
-    minutes = 1.0 if holding else min(GAP_MINUTES, max(0.0, (seen.at - level.at) / MINUTE))
-    floor: float = level.value * rule.floor**minutes
+    floor: float = level.value * rule.floor
     return seen.value < floor

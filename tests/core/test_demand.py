@@ -78,6 +78,20 @@ def test_a_low_level_that_only_lasts_does_not_slip_under_a_decaying_floor() -> N
     assert all(r.held is not None for r in readings[1:])
 
 
+def test_a_collapse_in_many_small_steps_is_held_like_one_in_a_single_step() -> None:
+    # One sample a second, each under one node's worth (10 rps) below the one before it.
+    belief = demand.start(T0)
+    held = []
+    for i, value in enumerate([25.0, 18.75, 12.5, 6.25, 0.0]):
+        now = T0 + timedelta(seconds=i)
+        belief, reading = demand.judge(belief, sample(value, now), now, RULE)
+        held.append(reading.held is not None)
+
+    assert held == [False, False, False, True, True]
+    assert reading.demand is not None
+    assert reading.demand.value == 25.0
+
+
 def test_a_fall_smaller_than_one_node_is_never_held() -> None:
     readings = feed([9.0, 0.0])
 
