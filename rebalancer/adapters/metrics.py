@@ -71,6 +71,7 @@ T = TypeVar("T")
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _STATUS = re.compile(r"HTTP Status Code (\d{3})")
 
+MAX_POINTS = 10_000  # per range request: under Prometheus' limit of 11,000 points per series
 DEFAULT_SCOPE = 'max by (namespace, pod, node) (kube_pod_info{node=~"$nodes"})'
 
 
@@ -472,18 +473,24 @@ class Metrics:
         except (ValueError, KeyError) as exc:
             err = MetricError(pool, "history", self.settings.queries.history, str(exc))
             return HistoryResult(empty, err)
-        try:
-            result = await self._range(query, since + step, since + step * n, step)
-        except QueryFailed as exc:
-            return HistoryResult(empty, MetricError(pool, "history", query, exc.reason))
-        if len(result) > 1:
-            err = MetricError(pool, "history", query, f"{len(result)} series; aggregate it (sum)")
-            return HistoryResult(empty, err)
         values: list[float | None] = [None] * n
-        for ts, raw in result[0]["values"] if result else []:
-            i = round((float(ts) - since.timestamp()) / step.total_seconds()) - 1
-            if 0 <= i < n:
-                values[i] = _finite(raw)
+        # Prometheus refuses a range query of more than 11,000 points per series (a week and
+        # a day at one-minute steps is 11,520): ask for the grid in pieces it accepts.
+        for first in range(0, n, MAX_POINTS):
+            last = min(n, first + MAX_POINTS) - 1
+            try:
+                result = await self._range(
+                    query, since + step * (first + 1), since + step * (last + 1), step
+                )
+            except QueryFailed as exc:
+                return HistoryResult(empty, MetricError(pool, "history", query, exc.reason))
+            if len(result) > 1:
+                why = f"{len(result)} series; aggregate it (sum)"
+                return HistoryResult(empty, MetricError(pool, "history", query, why))
+            for ts, raw in result[0]["values"] if result else []:
+                i = round((float(ts) - since.timestamp()) / step.total_seconds()) - 1
+                if first <= i <= last:
+                    values[i] = _finite(raw)
         return HistoryResult(DemandHistory(start=since, step=step, values=values, end_index=n))
 
 

@@ -214,6 +214,31 @@ async def test_history_is_the_rate_per_bucket_with_gaps_as_none(
     assert conv.history.window(since, since + timedelta(hours=1)) == list(conv.history.values[:2])
 
 
+async def test_a_history_longer_than_one_request_may_ask_for_is_fetched_in_pieces(
+    prometheus: Server,
+) -> None:
+    # 11,520 one-second buckets: Prometheus refuses more than 11,000 points in one request, so
+    # the default week-and-a-day at one-minute steps would be refused whole.
+    history = (
+        "sum(rate(vllm:request_success_total[5m]) * on (namespace, pod) group_left (node) $scope)"
+    )
+    m = Metrics(Settings(url=prometheus.url, queries=Queries(history=history)))
+    step = timedelta(seconds=1)
+    try:
+        whole = await m.history(CODE, NODES[CODE], START, START + 11_520 * step, step)
+        around = await m.history(
+            CODE, NODES[CODE], START + 9_990 * step, START + 10_010 * step, step
+        )
+    finally:
+        m.close()
+    assert whole.error is None
+    assert len(whole.history.values) == whole.history.end_index == 11_520
+    assert around.error is None
+    # Across the seam between the two requests, the same values as one request gives.
+    assert list(whole.history.values[9_990:10_010]) == list(around.history.values)
+    assert all(v is not None for v in around.history.values)
+
+
 async def test_a_bad_query_is_an_error_value_naming_pool_query_and_reason(
     prometheus: Server,
 ) -> None:
