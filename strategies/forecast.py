@@ -397,7 +397,9 @@ def _squared_log_change(before: float, after: float) -> float | None:
 
 def _known(values: Sequence[float | None], lo: int, hi: int, end: int) -> list[float]:
     """Known values of ``[lo, hi)``, never at or past ``end`` (what the tick could see)."""
-    return [v for v in values[max(0, lo) : min(hi, end)] if v is not None]
+    # Both bounds clipped at 0: a negative ``hi`` would slice from the end of ``values``,
+    # which is the future when the series runs past ``end`` (as the simulator's does).
+    return [v for v in values[max(0, lo) : max(0, min(hi, end))] if v is not None]
 
 
 def _last_known(values: Sequence[float | None], index: int, within: int) -> float | None:

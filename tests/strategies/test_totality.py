@@ -326,31 +326,16 @@ def test_the_forecast_keeps_every_node_after_a_rise_out_of_zero_until_it_leaves_
     assert answers[608].lend_target == 14
 
 
-# Known, not fixed here: for the first horizon of a history (index < horizon steps),
-# ``forecast._jumpiness`` asks ``_known`` for [index - 2 * horizon, index - horizon), whose
-# negative end slices ``values`` from its far end: the future in the simulator's series, the
-# latest samples in a controller's short history. Clipping that end at 0 fixes it but moves
-# the Azure conv week's forecast harvest from 0.753 to 0.757 (docs/strategies.md), so it
-# waits for a decision.
-READS_PAST_THE_END = "forecast._known slices values from the end for a negative hi"
-
-
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=READS_PAST_THE_END)
 def test_the_forecast_ignores_what_the_series_holds_past_the_history_end() -> None:
+    # For its first horizon of history the forecast once sliced ``values`` with a negative
+    # end, which read the far end of the series: the future, in the simulator.
     past, future = stretch(10.0, 60), stretch(1000.0, 100)
     seen = registry.build("forecast").decide(pool_at([*past, *future], 60))
     blind = registry.build("forecast").decide(pool_at(past, 60))
     assert seen == blind
 
 
-def but_the_forecast(reason: str) -> list[Any]:
-    return [
-        pytest.param(name, marks=pytest.mark.skip(reason=reason)) if name == "forecast" else name
-        for name in NAMES
-    ]
-
-
-@pytest.mark.parametrize("name", but_the_forecast(READS_PAST_THE_END))
+@pytest.mark.parametrize("name", NAMES)
 @settings(
     max_examples=10,
     deadline=None,
@@ -376,7 +361,7 @@ def test_no_strategy_reads_the_history_past_its_end(name: str, data: st.DataObje
         )
 
 
-@pytest.mark.parametrize("name", but_the_forecast(READS_PAST_THE_END))
+@pytest.mark.parametrize("name", NAMES)
 @settings(
     max_examples=10,
     deadline=None,
