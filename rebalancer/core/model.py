@@ -155,8 +155,13 @@ class PoolView:
 
 def nodes_needed(rps: float, rps_per_node: float, headroom: float, min_serving: int) -> int:
     raw = rps * (1.0 + headroom) / rps_per_node
+    if not raw < MAX_NODES:  # an absurd rate (or an overflow) needs more than any pool has
+        return max(min_serving, MAX_NODES)
     # A hair of tolerance so that 14.4000000001 from float noise is not a 15th node.
     return max(min_serving, math.ceil(raw - 1e-9))
+
+
+MAX_NODES = 10**9  # more nodes than any pool holds: what an absurd demand "needs"
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from typing import ClassVar
 from rebalancer.core import demand as demand_belief
 from rebalancer.core import model, nodestate, planning
 from rebalancer.core.policy import PoolPolicy
+from rebalancer.errors import TraceError
 from rebalancer.sim.pool import FakePool
 from rebalancer.sim.traces import MINUTE, Trace
 from strategies import base
@@ -53,7 +54,9 @@ class PoolModel:
     def calibrate(self, trace: Trace) -> float:
         """Requests per second one node serves, so that the peak needs ``peak_share`` of it."""
         if trace.peak <= 0:
-            raise ValueError(f"trace {trace.name} has no demand above zero")
+            raise TraceError(
+                f"trace {trace.name} has no demand above zero: nothing to calibrate a node on"
+            )
         return trace.peak / (self.peak_share * self.size)
 
     def policy(self, rps_per_node: float, guarded: bool = True) -> PoolPolicy:

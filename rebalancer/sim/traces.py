@@ -25,6 +25,7 @@ from pathlib import Path
 from rebalancer.errors import TraceError
 
 MINUTE = timedelta(minutes=1)
+MAX_VALUE = 1e12  # requests (or per second): far above any pool, far below float overflow
 
 
 @dataclass(frozen=True)
@@ -170,4 +171,8 @@ def _number(path: Path, number: int, field: str, text: str) -> float:
         value = float("nan")
     if not value >= 0 or value == float("inf"):
         raise TraceError(f"{path}: line {number}: {field}={text!r} is not a number >= 0")
+    if value > MAX_VALUE:
+        raise TraceError(
+            f"{path}: line {number}: {field}={text!r} is above {MAX_VALUE:g}, no load a pool serves"
+        )
     return value

@@ -973,3 +973,10 @@ def test_the_same_node_values_see_the_window_as_it_is_at_each_tick() -> None:
     next_noon = checked(plan(nodes, target=1, pool_policy=nights, now=T0 + 24 * HOUR))
 
     assert (len(noon.steps), len(night.steps), len(next_noon.steps)) == (0, 1, 0)
+
+
+@pytest.mark.parametrize("rps", [1e300, 1.7e308, math.inf])
+def test_an_absurd_demand_needs_the_whole_pool_and_never_overflows(rps: float) -> None:
+    assert model.nodes_needed(rps, 1e-300, 0.2, 2) == model.MAX_NODES
+    result = checked(plan([*serving_nodes(2), *lent_nodes(2)], target=2, rps=rps))
+    assert stepped(result, RECLAIM) == ["l-00", "l-01"]

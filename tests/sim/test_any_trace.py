@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from rebalancer.errors import TraceError
 from rebalancer.sim import engine, simulate
 from rebalancer.sim.traces import MINUTE, Trace
 from strategies import base, registry
@@ -116,7 +117,7 @@ def test_every_strategy_runs_to_the_end_of_any_trace_with_figures_in_range(
 def test_a_trace_without_demand_above_zero_is_refused_before_anything_runs(
     rps: list[float | None], pool: engine.PoolModel, name: str
 ) -> None:
-    with pytest.raises(ValueError, match="has no demand above zero"):
+    with pytest.raises(TraceError, match="has no demand above zero"):
         engine.run(trace_of(rps), registry.build(name), pool)
 
 

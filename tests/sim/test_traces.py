@@ -115,6 +115,12 @@ def test_the_bundled_servegen_traces_have_gaps_only_where_the_release_does() -> 
             "line 2: requests='many' is not a number >= 0",
             id="bad-count",
         ),
+        pytest.param(
+            "time,rps\n2024-05-10T00:00:00Z,1.7e308\n",
+            None,
+            "line 2: rps='1.7e308' is above 1e+12, no load a pool serves",
+            id="absurd-rate",
+        ),
     ],
 )
 def test_a_bad_trace_is_refused_with_the_line_and_field(
