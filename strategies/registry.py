@@ -27,6 +27,7 @@ _ENTRIES: dict[str, Entry] = {
     "reactive": Entry(baselines.NoParams, baselines.Reactive, "lend what current load leaves"),
 }
 
+_BUILT_IN = frozenset(_ENTRIES)
 DEFAULT = "forecast"
 
 
@@ -37,6 +38,19 @@ class ParameterError(ValueError):
         self.strategy = strategy
         self.problems = problems
         super().__init__(f"strategy {strategy!r}: " + "; ".join(problems))
+
+
+def register(
+    name: str,
+    params: type[base.Params],
+    make: Callable[[Any], base.Strategy],
+    summary: str = "",
+) -> None:
+    """Make a strategy of one's own known by ``name`` (before the settings are loaded), e.g.
+    from a wrapper that then calls ``rebalancer.cli.main``. Built-in names cannot be taken."""
+    if name in _BUILT_IN:
+        raise ValueError(f"{name!r} is a built-in strategy and cannot be replaced")
+    _ENTRIES[name] = Entry(params, make, summary)
 
 
 def names() -> list[str]:

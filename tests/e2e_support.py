@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import shutil
+import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -30,10 +32,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from rebalancer.adapters.audit import AuditQuery, SqlAuditStore
+from rebalancer.core.audit import AuditRecord
 from rebalancer.sandbox.auth import Access, Decision, admin, service_account
 from rebalancer.sandbox.rbac import User
-from tests.test_cli_run import child_env, free_port
 
+ROOT = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN = "admin-token"  # a system:masters user: the test itself, applying manifests
 CONTROLLER_TOKEN = "controller-token"  # the chart's service account: the controller
 RBAC_GROUP = "rbac.authorization.k8s.io"
@@ -46,6 +50,23 @@ _COLLECTIONS = {
     "RoleBinding": f"/apis/{RBAC_GROUP}/v1/namespaces/{{ns}}/rolebindings",
 }
 Doc = dict[str, Any]
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def child_env() -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.upper().startswith("REBALANCER_") and k != "KUBERNETES_SERVICE_HOST"
+    }
+    env["PYTHONPATH"] = str(ROOT)
+    return env
 
 
 def service_account_of(docs: Iterable[Doc]) -> User:
@@ -214,44 +235,72 @@ async def _ready(url: str, proc: asyncio.subprocess.Process, log: Path, within: 
             await asyncio.sleep(0.1)
 
 
+@dataclass
+class Prometheus:
+    """A real Prometheus scraping ``target`` every second, on one port and one data directory,
+    that a test can ``stop`` (connection refused, as an outage looks) and ``start`` again."""
+
+    workdir: Path
+    target: str
+    port: int = field(default_factory=free_port)
+    proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        binary = shutil.which("prometheus")
+        if binary is None:
+            pytest.fail("`prometheus` is not installed (Debian: apt-get install prometheus)")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        config = self.workdir / "prometheus.yml"
+        config.write_text(
+            "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
+            "scrape_configs:\n"
+            f"  - job_name: vllm\n    static_configs: [{{targets: ['{self.target}']}}]\n",
+            encoding="utf-8",
+        )
+        log = self.workdir / "prometheus.log"
+        with log.open("ab") as out:
+            self.proc = await asyncio.create_subprocess_exec(
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={self.workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+        await _ready(self.url, self.proc, log, within=20)
+
+    async def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.returncode is not None:
+            return
+        proc.terminate()
+        try:
+            async with asyncio.timeout(10):
+                await proc.wait()
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
 @contextlib.asynccontextmanager
 async def prometheus(workdir: Path, target: str) -> AsyncIterator[str]:
     """A real Prometheus scraping ``target`` every second; yields its URL, stops it on exit."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("`prometheus` is not installed (Debian: apt-get install prometheus)")
-    workdir.mkdir(parents=True, exist_ok=True)
-    config = workdir / "prometheus.yml"
-    config.write_text(
-        "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        f"  - job_name: vllm\n    static_configs: [{{targets: ['{target}']}}]\n",
-        encoding="utf-8",
-    )
-    port = free_port()
-    log = workdir / "prometheus.log"
-    with log.open("wb") as out:
-        proc = await asyncio.create_subprocess_exec(
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            stdout=out,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
+    async with running_prometheus(workdir, target) as server:
+        yield server.url
+
+
+@contextlib.asynccontextmanager
+async def running_prometheus(workdir: Path, target: str) -> AsyncIterator[Prometheus]:
+    server = Prometheus(workdir, target)
+    await server.start()
     try:
-        await _ready(url, proc, log, within=20)
-        yield url
+        yield server
     finally:
-        if proc.returncode is None:
-            proc.terminate()
-            try:
-                async with asyncio.timeout(10):
-                    await proc.wait()
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+        await server.stop()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -385,3 +434,19 @@ async def probe(session: aiohttp.ClientSession, url: str) -> bool:
         async with session.get(url) as response:
             return 200 <= response.status < 400
     return False
+
+
+async def read_audit(url: str) -> list[AuditRecord]:
+    """Every record of the audit store at ``url``, oldest first, page by page."""
+    store = await SqlAuditStore.open(url)
+    try:
+        out: list[AuditRecord] = []
+        query = AuditQuery(limit=500)
+        while True:
+            page = await store.query(query)
+            out.extend(page.records)
+            if page.next is None:
+                return out
+            query = AuditQuery(limit=500, after=page.next)
+    finally:
+        await store.close()

@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -33,16 +31,9 @@ from rebalancer.runtime import wiring
 from rebalancer.sandbox import cluster
 from rebalancer.sandbox.server import serve, write_kubeconfig
 from rebalancer.sandbox.store import Store
+from tests.e2e_support import ROOT, child_env, free_port
 
-ROOT = Path(__file__).resolve().parent.parent
 NODE = "inference-5"  # idle: no inference replica runs on it
-
-
-def free_port() -> int:
-    """A port nothing listens on (bound, then closed)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -87,16 +78,6 @@ async def setup(tmp_path: Path, election: bool = False) -> AsyncIterator[Setup]:
         config = tmp_path / "config.yaml"
         config.write_text(config_text(audit_db, port, election), encoding="utf-8")
         yield Setup(store, url, api, kubeconfig, config, audit_db, port)
-
-
-def child_env() -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.upper().startswith("REBALANCER_") and k != "KUBERNETES_SERVICE_HOST"
-    }
-    env["PYTHONPATH"] = str(ROOT)
-    return env
 
 
 async def start(*args: str) -> asyncio.subprocess.Process:

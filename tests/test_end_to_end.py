@@ -46,8 +46,7 @@ from typing import Any
 
 import aiohttp
 
-from rebalancer.adapters.audit import AuditQuery, SqlAuditStore
-from rebalancer.core.audit import AuditRecord, Kind, Result
+from rebalancer.core.audit import Kind, Result
 from rebalancer.core.model import Reason
 from rebalancer.sandbox import cluster
 from rebalancer.sandbox.auth import Access
@@ -62,9 +61,11 @@ from tests.e2e_support import (
     apply_rbac,
     as_pod,
     chart_access,
+    free_port,
     grants,
     probe,
     prometheus,
+    read_audit,
     serve_exporter,
     service_account_of,
     start_pod,
@@ -72,7 +73,6 @@ from tests.e2e_support import (
     unused,
     used,
 )
-from tests.test_cli_run import free_port
 
 POOL = "inference"
 INFERENCE = [f"inference-{i}" for i in range(cluster.INFERENCE.size)]
@@ -80,11 +80,10 @@ BUSY = ("inference-0", "inference-1")  # each runs an inference replica: never l
 IDLE = [n for n in INFERENCE if n not in BUSY]
 STATE = "rebalancer.io/state"
 RPS_PER_NODE = 10
-# The default demand query is ``rate(vllm:request_success_total[5m])``. With less than 5 minutes
-# of samples Prometheus divides the increase it has seen by the whole 300 s range, so in a test
-# that lasts seconds the demand reads about (seconds scraped / 300) of the true rate: 5 rps reads
-# well under one node's worth, and the high load is 20000 rps so that demand needs all 8 nodes
-# after a second or two of scrapes (at 1000 rps it took ~20 s, one node at a time).
+# The default demand query reads a series younger than its 5-minute window by the slope of its own
+# samples (docs/design/metrics.md), so this test's young series read about their true rate. The
+# slope lags a step change while older samples are in the fit: the high load is far above the
+# pool (20000 rps) so that demand needs all 8 nodes within a scrape or two of the rise.
 LOW_RPS, HIGH_RPS, HIGH_QUEUE = 5.0, 20000.0, 50
 TRAINING_PODS = 10  # 4 fit on the training nodes (8 GPUs each, 8 per pod); 6 wait for loans
 LEASE = (NAMESPACE, RELEASE)  # the chart's lease: namespace and name (its Role names it)
@@ -178,21 +177,6 @@ async def emulator(docs: list[Any]) -> AsyncIterator[Box]:
     ):
         await apply_rbac(url, docs)
         yield Box(store, access, url, session)
-
-
-async def read_audit(url: str) -> list[AuditRecord]:
-    store = await SqlAuditStore.open(url)
-    try:
-        out: list[AuditRecord] = []
-        query = AuditQuery(limit=500)
-        while True:
-            page = await store.query(query)
-            out.extend(page.records)
-            if page.next is None:
-                return out
-            query = AuditQuery(limit=500, after=page.next)
-    finally:
-        await store.close()
 
 
 async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(tmp_path: Path) -> None:

@@ -245,13 +245,14 @@ BAD: list[tuple[str, object, str]] = [
         pool(lend="never"),
         "pools[0].lend='never': unknown setting; known: name, node_selector, serving_taints, "
         "serving_labels, lent_taints, lent_labels, inference_selector, zone, window, strategy, "
-        "rps_per_node, limits, metrics",
+        "paused, frozen, rps_per_node, limits, metrics",
     ),
     (
         "unknown top-level key",
         {"dryrun": True},
-        "dryrun=True: unknown setting; known: key_prefix, dry_run, paused, tick_interval, "
-        "log_level, leader_election, prometheus, audit, http, pools",
+        "dryrun=True: unknown setting; known: key_prefix, dry_run, paused, frozen, "
+        "tick_interval, strategy_timeout, log_level, leader_election, prometheus, audit, "
+        "http, pools",
     ),
     (
         "bad key prefix",
@@ -323,7 +324,8 @@ BAD_ENV: list[tuple[str, dict[str, str], str]] = [
         "unknown variable",
         {"REBALANCER_DRYRUN": "1"},
         "REBALANCER_DRYRUN='1': unknown setting; known: REBALANCER_KEY_PREFIX, "
-        "REBALANCER_DRY_RUN, REBALANCER_PAUSED, REBALANCER_TICK_INTERVAL, REBALANCER_LOG_LEVEL, "
+        "REBALANCER_DRY_RUN, REBALANCER_PAUSED, REBALANCER_FROZEN, REBALANCER_TICK_INTERVAL, "
+        "REBALANCER_STRATEGY_TIMEOUT, REBALANCER_LOG_LEVEL, "
         "REBALANCER_LEADER_ELECTION, REBALANCER_PROMETHEUS, REBALANCER_AUDIT, REBALANCER_HTTP, "
         "REBALANCER_POOLS",
     ),
@@ -383,8 +385,9 @@ def test_every_error_is_reported_at_once(tmp_path: Path) -> None:
             "pools[0].limits.headroom=-1: Input should be greater than or equal to 0",
             "pools[1].strategy.name='nope': unknown strategy; "
             "choose one of cron, forecast, reactive, static, watermark, window",
-            "bogus=1: unknown setting; known: key_prefix, dry_run, paused, tick_interval, "
-            "log_level, leader_election, prometheus, audit, http, pools",
+            "bogus=1: unknown setting; known: key_prefix, dry_run, paused, frozen, "
+            "tick_interval, strategy_timeout, log_level, leader_election, prometheus, audit, "
+            "http, pools",
         ]
     )
 

@@ -89,6 +89,8 @@ def pool_configs(settings: Settings) -> tuple[PoolConfig, ...]:
             strategy=p.build_strategy(),
             strategy_name=p.strategy.name,
             strategy_params=dict(p.strategy.params),
+            paused=p.paused,
+            frozen=p.frozen,
         )
         for p in settings.pools
     )
@@ -306,8 +308,10 @@ class Controller:
                 leadership=leadership,
                 keys=keys,
                 paused=lambda: settings.paused,
+                frozen=lambda: settings.frozen,
                 dry_run=settings.dry_run,
                 observer=telemetry,
+                strategy_timeout=settings.strategy_timeout,
             )
 
             def ready() -> http.Readiness:

@@ -39,10 +39,11 @@ from tests.e2e_support import (
     CONTROLLER_TOKEN,
     apply_rbac,
     chart_access,
+    free_port,
     grants,
     service_account_of,
 )
-from tests.test_cli_run import config_text, free_port
+from tests.test_cli_run import config_text
 
 SA = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
 SERVING, LENT, LENT_TOO = "inference-5", "inference-6", "inference-7"

@@ -35,11 +35,11 @@ from tests.e2e_support import (
     apply_rbac,
     as_pod,
     chart_access,
+    free_port,
     probe,
     start_pod,
     until,
 )
-from tests.test_cli_run import free_port
 
 __all__ = ["postgres_server"]  # the session fixture, imported so that pytest finds it
 

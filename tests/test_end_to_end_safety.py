@@ -1,0 +1,464 @@
+"""End to end: the safety promises kept by the controller PROCESS, on the wall clock.
+
+Each test serves the API emulator (8 ``gpu-pool=inference`` nodes at 10 rps each, two running an
+inference replica, 4 training nodes, preemptible training pods waiting for GPUs), a fake vLLM
+exporter and a real ``prometheus`` scraping it every second, then runs ``rebalancer run`` (as
+``python -m tests.e2e_strategies``, which is the same command with one more strategy,
+``always-raises``, registered) against them. Durations are scaled to seconds so that a stretch
+many times longer than every limit that matters (the drop hold, the metrics grace, the cooldown)
+fits in a test: "an hour" of a real pool is here tens of ticks of one second.
+
+The demand query is the default one with a 4-second rate window instead of five minutes, so a
+load set by the test shows in Prometheus within seconds and zero load reads exactly zero.
+
+What each test shows (docs/design/safety-rules.md, docs/design/fault-isolation.md):
+
+- demand that falls to exactly zero is held, then believed; when it returns every lent node is
+  taken back and serves within the reclaim deadline;
+- a strategy that raises on every call lends nothing, the safety reclaim still happens, and the
+  failure is counted in ``/metrics`` and audited once;
+- Prometheus stopped for less than the grace: no reclaim and no loan; for longer: every lent node
+  is reclaimed after the grace, audited with when demand became unknown;
+- an override that cannot be read keeps its node serving; ``reclaim=now`` left on a node takes
+  it back once and keeps it serving;
+- a pause still reclaims under demand pressure; a freeze does not, and says so in ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from rebalancer.core.audit import AuditRecord, Kind
+from rebalancer.core.model import Reason
+from rebalancer.sandbox import cluster
+from rebalancer.sandbox.server import serve, write_kubeconfig
+from rebalancer.sandbox.store import Store
+from tests.e2e_support import (
+    ROOT,
+    Exporter,
+    Prometheus,
+    child_env,
+    free_port,
+    probe,
+    read_audit,
+    serve_exporter,
+    until,
+)
+
+POOL = "inference"
+INFERENCE = [f"inference-{i}" for i in range(cluster.INFERENCE.size)]
+BUSY = ("inference-0", "inference-1")
+IDLE = [n for n in INFERENCE if n not in BUSY]
+STATE = "rebalancer.io/state"
+RPS_PER_NODE = 10
+LOW = 15.0  # needs 2 serving nodes with 20 % headroom: all 6 idle ones may be lent
+PEAK = 80.0  # needs 10 nodes: more than the pool has, every lent node comes back
+DEMAND = "sum(rate(vllm:request_success_total[4s]) * on (namespace, pod) group_left (node) $scope)"
+DEMAND_SAMPLED = "timestamp(vllm:request_success_total) and on (namespace, pod) $scope"
+LIMITS = {
+    "min_serving": 2,
+    "headroom": 0.2,
+    "cooldown": "2s",
+    "max_step_fraction": 1.0,
+    "staleness": "5s",
+    "stale_grace": "10s",
+    "queue_limit": 10,
+    "reclaim_deadline": "5s",
+    "warmup": "0s",
+    "drop_hold": "6s",
+}
+
+
+@dataclass
+class Controller:
+    proc: asyncio.subprocess.Process
+    base: str
+
+
+@dataclass
+class Harness:
+    store: Store
+    url: str
+    session: aiohttp.ClientSession
+    exporter: Exporter
+    prometheus: Prometheus
+    tmp: Path
+    kubeconfig: Path
+    audit_url: str
+
+    # -- the cluster --------------------------------------------------------------------------
+
+    async def get(self, path: str) -> Any:
+        async with self.session.get(self.url + path) as r:
+            assert r.status == 200, await r.text()
+            return await r.json()
+
+    async def nodes(self) -> dict[str, Any]:
+        listed = await self.get("/api/v1/nodes")
+        return {n["metadata"]["name"]: n for n in listed["items"]}
+
+    async def lent(self) -> set[str]:
+        nodes = await self.nodes()
+        return {n for n in INFERENCE if nodes[n]["metadata"]["labels"].get(STATE) == "lent"}
+
+    async def serving(self) -> set[str]:
+        nodes = await self.nodes()
+        return {n for n in INFERENCE if not nodes[n]["metadata"]["labels"].get(STATE)}
+
+    async def annotate(self, node: str, annotations: Mapping[str, str | None]) -> None:
+        patch = {"metadata": {"annotations": dict(annotations)}}
+        headers = {"Content-Type": "application/merge-patch+json"}
+        async with self.session.patch(
+            f"{self.url}/api/v1/nodes/{node}", data=json.dumps(patch), headers=headers
+        ) as r:
+            assert r.status == 200, await r.text()
+
+    # -- the controller -----------------------------------------------------------------------
+
+    def config(self, strategy: str = "window", **settings: Any) -> Path:
+        limits = {**LIMITS, **settings.pop("limits", {})}
+        pool: dict[str, Any] = {
+            "name": POOL,
+            "node_selector": {"gpu-pool": "inference"},
+            "inference_selector": {"app": "llm-serving"},
+            "rps_per_node": RPS_PER_NODE,
+            "strategy": (
+                {"name": "window", "params": {"window": "always", "lead_minutes": 0}}
+                if strategy == "window"
+                else {"name": strategy}
+            ),
+            "limits": limits,
+            "metrics": {"demand": {"value": DEMAND, "sampled": DEMAND_SAMPLED}},
+            **settings.pop("pool", {}),
+        }
+        doc = {
+            "tick_interval": "1s",
+            "leader_election": {"enabled": False},
+            "prometheus": {
+                "url": self.prometheus.url,
+                "timeout": "1s",
+                "attempts": 1,
+                "retry_budget": "1s",
+                "lookback": "1m",
+                "resolution": "1s",
+            },
+            "audit": {"url": self.audit_url},
+            "http": {"host": "127.0.0.1", "port": free_port()},
+            "pools": [pool],
+            **settings,
+        }
+        path = self.tmp / f"config-{time.monotonic_ns()}.yaml"
+        path.write_text(json.dumps(doc), encoding="utf-8")  # YAML is a superset of JSON
+        return path
+
+    @contextlib.asynccontextmanager
+    async def controller(self, config: Path) -> AsyncIterator[Controller]:
+        port = json.loads(config.read_text())["http"]["port"]
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tests.e2e_strategies",
+            "run",
+            "--config",
+            str(config),
+            "--kubeconfig",
+            str(self.kubeconfig),
+            cwd=ROOT,
+            env=child_env(),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        base = f"http://127.0.0.1:{port}"
+        try:
+            await until(
+                "the controller is ready", lambda: probe(self.session, base + "/readyz"), proc, 20
+            )
+            yield Controller(proc, base)
+            proc.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(15):
+                _, err = await proc.communicate()
+            assert proc.returncode == 0, err.decode()[-3000:]
+            assert "Traceback" not in err.decode()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+    async def metric(self, c: Controller, name: str, **labels: str) -> float | None:
+        """One sample of the controller's ``/metrics``, by name and labels."""
+        async with self.session.get(c.base + "/metrics") as r:
+            text = await r.text()
+        for line in text.splitlines():
+            m = re.fullmatch(r"([a-z_:]+)(?:\{(.*)\})? (\S+)", line)
+            if m is None or m.group(1) != name:
+                continue
+            got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+            if all(got.get(k) == v for k, v in labels.items()):
+                return float(m.group(3))
+        return None
+
+    async def records(self) -> list[AuditRecord]:
+        return await read_audit(self.audit_url)
+
+    async def wait_lent(self, c: Controller, nodes: set[str], within: float = 25) -> float:
+        async def done() -> bool:
+            return await self.lent() == nodes
+
+        return await until(f"lending {sorted(nodes)}", done, c.proc, within)
+
+    async def wait_all_serving(self, c: Controller, within: float = 25) -> float:
+        async def done() -> bool:
+            return await self.serving() == set(INFERENCE)
+
+        return await until("every node serving again", done, c.proc, within)
+
+
+@contextlib.asynccontextmanager
+async def harness(tmp_path: Path, rps: float = LOW) -> AsyncIterator[Harness]:
+    store = Store(seed=1)
+    cluster.seed(store)
+    for i, name in enumerate(BUSY):
+        cluster.add(store, cluster.inference_pod(i, node_name=name))
+    for i in range(10):
+        pod = cluster.training_pod(f"train-{i:02d}", 0, priority_class=None)
+        pod["spec"]["terminationGracePeriodSeconds"] = 1
+        cluster.add(store, pod)
+    store.schedule()
+    exporter = Exporter(
+        pods={
+            f"{cluster.INFERENCE_NAMESPACE}/llm-serving-7d9f8c6b5-{i:05d}": n
+            for i, n in enumerate(BUSY)
+        },
+        rps=rps,
+    )
+    async with (
+        serve(store, schedule_every=0.5) as url,
+        aiohttp.ClientSession() as session,
+        serve_exporter(exporter) as target,
+    ):
+        prom = Prometheus(tmp_path / "prometheus", target)
+        await prom.start()
+        try:
+            yield Harness(
+                store,
+                url,
+                session,
+                exporter,
+                prom,
+                tmp_path,
+                write_kubeconfig(url, tmp_path / "kubeconfig"),
+                f"sqlite+aiosqlite:///{tmp_path / 'audit.sqlite3'}",
+            )
+        finally:
+            await prom.stop()
+
+
+def of(records: list[AuditRecord], kind: Kind, reason: Reason) -> list[AuditRecord]:
+    return [r for r in records if r.kind is kind and r.reason == reason.value]
+
+
+def reclaim_intents(records: list[AuditRecord]) -> list[AuditRecord]:
+    return [r for r in records if r.kind is Kind.INTENT and r.action == "reclaim"]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_demand_at_zero_for_a_long_stretch_then_at_peak_takes_every_node_back(
+    tmp_path: Path,
+) -> None:
+    async with harness(tmp_path, rps=25.0) as h, h.controller(h.config()) as c:
+        # 25 rps need 3 serving nodes: 5 of the 6 idle ones are lent.
+        await until("five nodes lent", lambda: _count_is(h, 5), c.proc, 25)
+        h.exporter.set_load(0.0, 0)
+        zero = time.monotonic()
+        await h.wait_lent(c, set(IDLE), within=30)  # on the way down, the sixth goes too
+        sixth_after = time.monotonic() - zero
+        await asyncio.sleep(20)  # zero for many times the hold, the grace and the cooldown
+        assert await h.lent() == set(IDLE), "nothing came back while demand was zero"
+        h.exporter.set_load(PEAK, 0)
+        rose = time.time()  # wall time: audit records carry it
+        back = await h.wait_all_serving(c, within=30)
+        records = await h.records()
+
+    held = of(records, Kind.REFUSAL, Reason.DEMAND_DROP_HELD)
+    assert held, "the fall to zero was held before it was believed"
+    evidence = held[0].inputs["demand_held"]
+    assert evidence["level"]["value"] > 0
+    assert evidence["seen"]["value"] < evidence["level"]["value"]
+    reclaims = [r for r in reclaim_intents(records) if r.time.timestamp() >= rose - 1]
+    assert sorted(str(r.node) for r in reclaims) == IDLE
+    assert {r.reason for r in reclaims} == {Reason.DEMAND_ABOVE_SERVING.value}
+    closed = {r.intent_id for r in records if r.kind is Kind.OUTCOME and r.outcome == "applied"}
+    assert {r.id for r in reclaims} <= closed
+    # The reclaim deadline is 5 s; Prometheus needs a scrape or two to show the rise.
+    assert back < 5 + 8, back
+    print(
+        f"\nzero demand: sixth node lent {sixth_after:.1f}s into the fall, all 6 back and serving "
+        f"{back:.1f}s after the peak returned; {len(held)} held refusals, {len(reclaims)} "
+        f"reclaim intents, {len(records)} audit rows"
+    )
+
+
+async def test_a_strategy_that_raises_lends_nothing_yet_the_safety_reclaim_happens(
+    tmp_path: Path,
+) -> None:
+    async with harness(tmp_path) as h:
+        async with h.controller(h.config()) as c:
+            await h.wait_lent(c, set(IDLE))
+        lent_by_first = len(await h.records())
+        async with h.controller(h.config(strategy="always-raises")) as c:
+            await until("a failure counted", lambda: _failures(h, c), c.proc, 15)
+            assert await h.metric(c, "rebalancer_pool_safety_only", pool=POOL) == 1.0
+            h.exporter.set_load(PEAK, 0)
+            back = await h.wait_all_serving(c, within=30)
+            h.exporter.set_load(LOW, 0)
+            await asyncio.sleep(6)  # low load again: a working strategy would lend now
+            assert await h.lent() == set(), "no new loan without a working strategy"
+            failures = await h.metric(
+                c, "rebalancer_strategy_failures_total", pool=POOL, kind="raised"
+            )
+        records = (await h.records())[lent_by_first:]
+
+    failed = of(records, Kind.FINDING, Reason.STRATEGY_FAILED)
+    assert len(failed) == 1, "audited once for the whole episode"
+    assert failed[0].detail["error"] == "ZeroDivisionError"
+    assert [r for r in records if r.kind is Kind.INTENT and r.action == "lend"] == []
+    reclaims = reclaim_intents(records)
+    assert sorted(str(r.node) for r in reclaims) == IDLE
+    assert {r.reason for r in reclaims} == {Reason.DEMAND_ABOVE_SERVING.value}
+    assert failures is not None
+    assert failures >= 10
+    print(
+        f"\nraising strategy: all 6 back {back:.1f}s after the peak, {failures:.0f} failed calls "
+        f"counted, 1 audit record of the failure, 0 loans"
+    )
+
+
+async def test_prometheus_down_for_less_than_the_grace_changes_nothing_and_longer_reclaims(
+    tmp_path: Path,
+) -> None:
+    # A longer grace than the other tests: a Prometheus restart takes seconds of its own.
+    limits = {"staleness": "5s", "stale_grace": "20s"}
+    async with harness(tmp_path) as h, h.controller(h.config(limits=limits)) as c:
+        await h.wait_lent(c, set(IDLE))
+        await h.prometheus.stop()
+        await asyncio.sleep(8)  # with the restart, under staleness 5 s + grace 20 s
+        assert await h.lent() == set(IDLE), "a short outage reclaims nothing"
+        await h.prometheus.start()
+        await until("demand known again", lambda: _fresh(h, c), c.proc, 20)
+        await h.prometheus.stop()
+        down = time.monotonic()
+        await h.wait_all_serving(c, within=40)
+        reclaimed_after = time.monotonic() - down
+        records = await h.records()
+
+    lost = [r for r in reclaim_intents(records) if r.reason == Reason.METRICS_LOST.value]
+    assert sorted(str(r.node) for r in lost) == IDLE
+    unknown = lost[0].inputs["demand_unknown"]["since"]
+    assert unknown, "the record says since when demand was unknown"
+    assert len(of(records, Kind.INTENT, Reason.METRICS_LOST)) == len(IDLE)
+    assert 23 <= reclaimed_after <= 40, reclaimed_after
+    stale = of(records, Kind.REFUSAL, Reason.METRICS_STALE) + of(
+        records, Kind.SUMMARY, Reason.METRICS_STALE
+    )
+    assert [r for r in records if r.kind is Kind.INTENT and r.action == "lend"][-1].time < lost[
+        0
+    ].time
+    print(
+        f"\nprometheus down: 8s outage reclaimed nothing; a long one reclaimed all 6 "
+        f"{reclaimed_after:.1f}s after it began (staleness 5s + grace 20s); "
+        f"{len(stale)} metrics_stale records"
+    )
+
+
+async def test_unreadable_protective_overrides_keep_their_nodes_serving(tmp_path: Path) -> None:
+    protected = {
+        "inference-2": {"rebalancer.io/lend": "no"},
+        "inference-3": {"rebalancer.io/lend": "nevr"},
+        "inference-4": {"rebalancer.io/lend": "never", "rebalancer.io/override-until": "tmrw"},
+    }
+    async with harness(tmp_path) as h:
+        for node, annotations in protected.items():
+            await h.annotate(node, annotations)
+        async with h.controller(h.config()) as c:
+            await h.wait_lent(c, set(IDLE) - set(protected))
+            await asyncio.sleep(8)  # many ticks: still not lent
+            assert await h.lent() == set(IDLE) - set(protected)
+        records = await h.records()
+
+    found = {str(r.node) for r in of(records, Kind.FINDING, Reason.BAD_OVERRIDE)}
+    assert found == set(protected)
+
+
+async def test_reclaim_now_left_on_a_node_takes_it_back_once(tmp_path: Path) -> None:
+    async with harness(tmp_path) as h, h.controller(h.config()) as c:
+        await h.wait_lent(c, set(IDLE))
+        await h.annotate("inference-5", {"rebalancer.io/reclaim": "now"})
+        await h.wait_lent(c, set(IDLE) - {"inference-5"})
+        await asyncio.sleep(15)  # fifteen ticks, seven cooldowns: never lent again
+        assert await h.lent() == set(IDLE) - {"inference-5"}
+        records = await h.records()
+
+    mine = [r for r in records if r.kind is Kind.INTENT and r.node == "inference-5"]
+    assert [(r.action, r.reason) for r in mine] == [
+        ("lend", Reason.STRATEGY.value),
+        ("reclaim", Reason.OPERATOR_RECLAIM_NOW.value),
+    ]
+
+
+async def test_a_pause_still_reclaims_under_pressure_and_a_freeze_does_not(
+    tmp_path: Path,
+) -> None:
+    async with harness(tmp_path) as h:
+        async with h.controller(h.config()) as c:
+            await h.wait_lent(c, set(IDLE))
+        h.exporter.set_load(PEAK, 0)
+        async with h.controller(h.config(frozen=True)) as c:
+            await until("pressure reported", lambda: _pressure(h, c), c.proc, 20)
+            await asyncio.sleep(4)
+            assert await h.lent() == set(IDLE), "a freeze moves nothing"
+        async with h.controller(h.config(paused=True)) as c:
+            back = await h.wait_all_serving(c, within=30)
+        records = await h.records()
+
+    frozen = of(records, Kind.REFUSAL, Reason.FROZEN)
+    assert frozen
+    assert {r.origin for r in frozen} >= {"safety"}
+    reclaims = reclaim_intents(records)
+    assert sorted(str(r.node) for r in reclaims) == IDLE
+    assert {r.reason for r in reclaims} == {Reason.DEMAND_ABOVE_SERVING.value}
+    print(f"\npause: all 6 back {back:.1f}s after a paused controller started under pressure")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+async def _count_is(h: Harness, n: int) -> bool:
+    return len(await h.lent()) == n
+
+
+async def _failures(h: Harness, c: Controller) -> bool:
+    value = await h.metric(c, "rebalancer_strategy_failures_total", pool=POOL, kind="raised")
+    return value is not None and value >= 1
+
+
+async def _pressure(h: Harness, c: Controller) -> bool:
+    return await h.metric(c, "rebalancer_frozen_under_pressure", pool=POOL) == 1.0
+
+
+async def _fresh(h: Harness, c: Controller) -> bool:
+    age = await h.metric(c, "rebalancer_demand_sample_age_seconds", pool=POOL)
+    return age is not None and age < 3
