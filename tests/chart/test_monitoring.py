@@ -937,7 +937,15 @@ def telemetry_series() -> str:
             sampled = min(k, 150)  # h100's demand stops at minute 150: its age grows
             h100 = model.Sample(2.0, prom.scrape_time(sampled) - timedelta(seconds=40))
             t.observe_demand("h100", h100, now)
+            t.observe_safety_only({"l20": 30 <= k < 40, "h100": False})
+            t.observe_frozen_under_pressure({"l20": False, "h100": 70 <= k < 75})
+            t.observe_demand_held({"l20": k % 50 == 7, "h100": False})
+            t.observe_unreadable({"node": 0, "pod": 1 if 80 <= k < 90 else 0})
             if leading:
+                if 30 <= k < 40:
+                    t.observe_strategy_failure("l20", "forecast", "raised")
+                if k == 140:
+                    t.observe_planner_failure("h100")
                 t.decisions.labels("step", "lend", "strategy").inc()
                 if k % 3 == 0:
                     t.decisions.labels("refusal", "lend", "cooldown").inc()
