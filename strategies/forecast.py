@@ -43,7 +43,7 @@ the jumpiness margin alone (``safety`` = 0) keeps ``code`` free of breaches and 
 for one minute: 2024-05-16 01:47 UTC, when demand jumps 35 % (9.0 to 12.1 node-capacities,
 then 11.2 and 11.3) with nothing before it, that day or earlier ones, to learn from. 0.21 is
 the least ``safety`` that covers it; each 0.01 above costs ``conv`` about 1.3 % of its harvest
-(0.753 at the default 0.22, 0.835 at 0 with that one breach minute). Neither Azure week ever
+(0.757 at the default 0.22, 0.835 at 0 with that one breach minute). Neither Azure week ever
 misses by more than ``safety``, so the learned margin costs them nothing. On the ServeGen
 traces (10-minute steps whose level jumps 1.5-3x out of calm stretches) the jumpiness and
 learned margins cut breach minutes on m-large/m-mid/m-small from 62/73/80 to 21/25/44. The
