@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -269,3 +270,85 @@ async def test_a_missing_kubeconfig_is_a_configuration_error(tmp_path: Path) -> 
     with pytest.raises(ConfigError, match="cannot configure the Kubernetes client"):
         async with kubeclient.api_client(tmp_path / "absent"):
             pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Objects that cannot be read. The emulator (like kube-apiserver) validates what it stores, so
+# these come from a server of canned answers: what a proxy, a buggy aggregated API or a client
+# version skew could hand over. The real client reads them over HTTP.
+
+
+def _node(name: str, **meta: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "resourceVersion": "1", "labels": {"gpu-pool": "inference"}}
+        | meta,
+        "spec": {},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+@asynccontextmanager
+async def canned_api(
+    nodes: list[dict[str, Any]], pods: list[dict[str, Any]], node_events: list[dict[str, Any]]
+) -> AsyncIterator[str]:
+    from aiohttp import web
+
+    def handler(items: list[dict[str, Any]], events: list[dict[str, Any]]) -> Any:
+        async def answer(request: web.Request) -> web.StreamResponse:
+            if request.query.get("watch") in ("true", "True", "1"):
+                body = "".join(json.dumps(e) + "\n" for e in events)
+                return web.Response(text=body, content_type="application/json")
+            meta = {"resourceVersion": "10"}
+            return web.json_response({"kind": "List", "metadata": meta, "items": items})
+
+        return answer
+
+    app = web.Application()
+    app.router.add_get("/api/v1/nodes", handler(nodes, node_events))
+    app.router.add_get("/api/v1/pods", handler(pods, []))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+async def test_an_object_that_cannot_be_read_leaves_only_its_own_node_out() -> None:
+    nodes = [_node("good-1"), _node("good-2"), _node("bad-1", labels=["not", "a", "map"])]
+    bad_pod = {
+        "metadata": {"namespace": "ns", "name": "odd", "resourceVersion": "2"},
+        "spec": {"nodeName": "good-2", "priority": "high"},
+        "status": {"phase": "Running"},
+    }
+    events = [
+        {"type": "ADDED", "object": {"metadata": {"resourceVersion": "11"}}},  # no name
+        {"type": "ADDED", "object": _node("good-3") | {"metadata": {"name": "good-3"}}},
+    ]
+    pulse = Pulse()
+    forever = asyncio.Event()
+
+    async def parked(_: float) -> None:
+        pulse()
+        await forever.wait()  # after the canned stream ends, the reflector waits here
+
+    async with (
+        canned_api(nodes, [bad_pod], events) as url,
+        client.ApiClient(client.Configuration(host=url)) as api,
+    ):
+        informer = Informer(api, sleep=parked, on_change=lambda *_: pulse())
+        task = asyncio.create_task(informer.run())
+        try:
+            await asyncio.wait_for(informer.synced.wait(), 5)
+            await pulse.until(lambda: any(v.name == "good-3" for v in informer.node_views(RULES)))
+            views = [str(v.name) for v in informer.node_views(RULES)]
+            unreadable = informer.unreadable()
+        finally:
+            await stop(task)
+
+    assert views == ["good-1", "good-3"]
+    assert set(unreadable) == {"node/bad-1", "pod/good-2/ns/odd"}
+    assert "ValueError" in unreadable["node/bad-1"]
+    assert "its node good-2 is left alone" in unreadable["pod/good-2/ns/odd"]
