@@ -155,6 +155,28 @@ def used(decisions: Iterable[Decision]) -> set[tuple[str, str, str, str]]:
 
 
 @dataclass
+class Cluster:
+    """The emulator read through its API, as the test reads it (an admin where RBAC is on)."""
+
+    url: str
+    session: aiohttp.ClientSession
+
+    async def get(self, path: str) -> Any:
+        async with self.session.get(self.url + path) as r:
+            assert r.status == 200, await r.text()
+            return await r.json()
+
+    async def nodes(self) -> dict[str, Any]:
+        listed = await self.get("/api/v1/nodes")
+        return {n["metadata"]["name"]: n for n in listed["items"]}
+
+    async def pods(self) -> list[Any]:
+        listed = await self.get("/api/v1/pods")
+        items: list[Any] = listed["items"]
+        return items
+
+
+@dataclass
 class Exporter:
     """The fake exporter's state; change ``rps`` and ``waiting`` while it runs."""
 

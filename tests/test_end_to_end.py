@@ -39,7 +39,7 @@ import json
 import signal
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ from rebalancer.sandbox.store import Store
 from tests.chart.support import NAMESPACE, RELEASE, render
 from tests.e2e_support import (
     CONTROLLER_TOKEN,
+    Cluster,
     Exporter,
     Grant,
     admin_headers,
@@ -132,25 +133,11 @@ def chart_values(prom: str, http_port: int) -> dict[str, Any]:
 
 
 @dataclass
-class Box:
-    store: Store
-    access: Access
-    url: str
-    session: aiohttp.ClientSession  # as the admin
+class Box(Cluster):
+    """The emulator, read as the admin, and who may do what in it."""
 
-    async def get(self, path: str) -> Any:
-        async with self.session.get(self.url + path) as r:
-            assert r.status == 200, await r.text()
-            return await r.json()
-
-    async def nodes(self) -> dict[str, Any]:
-        listed = await self.get("/api/v1/nodes")
-        return {n["metadata"]["name"]: n for n in listed["items"]}
-
-    async def pods(self) -> list[Any]:
-        listed = await self.get("/api/v1/pods")
-        items: list[Any] = listed["items"]
-        return items
+    store: Store = field(kw_only=True)
+    access: Access = field(kw_only=True)
 
 
 def scheduling(node: Any) -> tuple[str, str]:
@@ -176,7 +163,7 @@ async def emulator(docs: list[Any]) -> AsyncIterator[Box]:
         aiohttp.ClientSession(headers=admin_headers()) as session,
     ):
         await apply_rbac(url, docs)
-        yield Box(store, access, url, session)
+        yield Box(url, session, store=store, access=access)
 
 
 async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(tmp_path: Path) -> None:

@@ -47,6 +47,7 @@ from rebalancer.sandbox.server import serve, write_kubeconfig
 from rebalancer.sandbox.store import Store
 from tests.e2e_support import (
     ROOT,
+    Cluster,
     Exporter,
     Prometheus,
     child_env,
@@ -87,11 +88,9 @@ class Controller:
     base: str
 
 
-@dataclass
-class Harness:
+@dataclass(kw_only=True)
+class Harness(Cluster):
     store: Store
-    url: str
-    session: aiohttp.ClientSession
     exporter: Exporter
     prometheus: Prometheus
     tmp: Path
@@ -99,15 +98,6 @@ class Harness:
     audit_url: str
 
     # -- the cluster --------------------------------------------------------------------------
-
-    async def get(self, path: str) -> Any:
-        async with self.session.get(self.url + path) as r:
-            assert r.status == 200, await r.text()
-            return await r.json()
-
-    async def nodes(self) -> dict[str, Any]:
-        listed = await self.get("/api/v1/nodes")
-        return {n["metadata"]["name"]: n for n in listed["items"]}
 
     async def lent(self) -> set[str]:
         nodes = await self.nodes()
@@ -252,14 +242,14 @@ async def harness(tmp_path: Path, rps: float = LOW) -> AsyncIterator[Harness]:
         await prom.start()
         try:
             yield Harness(
-                store,
-                url,
-                session,
-                exporter,
-                prom,
-                tmp_path,
-                write_kubeconfig(url, tmp_path / "kubeconfig"),
-                f"sqlite+aiosqlite:///{tmp_path / 'audit.sqlite3'}",
+                url=url,
+                session=session,
+                store=store,
+                exporter=exporter,
+                prometheus=prom,
+                tmp=tmp_path,
+                kubeconfig=write_kubeconfig(url, tmp_path / "kubeconfig"),
+                audit_url=f"sqlite+aiosqlite:///{tmp_path / 'audit.sqlite3'}",
             )
         finally:
             await prom.stop()

@@ -423,18 +423,8 @@ def _safety_intents(work: _Pool) -> None:
         return  # a baseline shows its own rule: nothing protects it from itself
     if work.health is Health.LOST:
         count = work.count(nodestate.Phase.LENT) - work.reclaims
-        if count:
-            intent = work.intend(
-                Intent(
-                    work.name,
-                    Action.RECLAIM,
-                    count,
-                    Origin.SAFETY,
-                    Reason.METRICS_LOST,
-                    f"demand is unknown ({work.health_note}): inference comes first",
-                )
-            )
-            _grant_reclaims(work, intent, limited=False)
+        why = f"demand is unknown ({work.health_note}): inference comes first"
+        _safety_reclaim(work, count, Reason.METRICS_LOST, why)
         return
     if work.need is not None:
         _reclaim_for_demand(work, work.need)
@@ -445,19 +435,8 @@ def _safety_intents(work: _Pool) -> None:
 def _reclaim_for_demand(work: _Pool, need: int) -> None:
     # Nodes already on their way back count: they will serve again.
     covered = work.serving_count + work.returning
-    shortfall = need - covered
-    if shortfall > 0 and work.lent_count > 0:
-        intent = work.intend(
-            Intent(
-                work.name,
-                Action.RECLAIM,
-                min(shortfall, work.lent_count),
-                Origin.SAFETY,
-                Reason.DEMAND_ABOVE_SERVING,
-                f"demand needs {need} serving nodes, {covered} serve or are returning",
-            )
-        )
-        _grant_reclaims(work, intent, limited=False)
+    why = f"demand needs {need} serving nodes, {covered} serve or are returning"
+    _safety_reclaim(work, min(need - covered, work.lent_count), Reason.DEMAND_ABOVE_SERVING, why)
 
 
 def _reclaim_for_queue(work: _Pool) -> None:
@@ -469,21 +448,20 @@ def _reclaim_for_queue(work: _Pool) -> None:
     if queue is None or queue <= limit or work.lent_count <= 0:
         return
     backlog = max(1, math.ceil(queue / (work.policy.rps_per_node * 60)))
-    count = min(backlog - work.returning, work.lent_count)
-    if count <= 0:
-        return
-    intent = work.intend(
-        Intent(
-            work.name,
-            Action.RECLAIM,
-            count,
-            Origin.SAFETY,
-            Reason.QUEUE_ABOVE_LIMIT,
-            f"{queue:.0f} requests wait (limit {limit:.0f}): {backlog} nodes clear them within "
-            f"a minute, {work.returning} are on their way back",
-        )
+    why = (
+        f"{queue:.0f} requests wait (limit {limit:.0f}): {backlog} nodes clear them within "
+        f"a minute, {work.returning} are on their way back"
     )
-    _grant_reclaims(work, intent, limited=False)
+    _safety_reclaim(
+        work, min(backlog - work.returning, work.lent_count), Reason.QUEUE_ABOVE_LIMIT, why
+    )
+
+
+def _safety_reclaim(work: _Pool, count: int, reason: Reason, why: str) -> None:
+    """Take ``count`` lent nodes back to keep inference served: no churn limit applies."""
+    if count > 0:
+        intent = work.intend(Intent(work.name, Action.RECLAIM, count, Origin.SAFETY, reason, why))
+        _grant_reclaims(work, intent, limited=False)
 
 
 def _strategy_intent(work: _Pool, proposal: model.Proposal | None) -> None:

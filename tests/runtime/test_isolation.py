@@ -26,9 +26,10 @@ from rebalancer.core import model
 from rebalancer.core.audit import Kind
 from rebalancer.core.model import NodeName, PoolName, Reason
 from rebalancer.core.policy import PoolPolicy
-from rebalancer.runtime.reconcile import AlwaysLeader, NoObserver, PoolConfig, Reconciler
+from rebalancer.runtime.reconcile import AlwaysLeader, PoolConfig, Reconciler
 from strategies import registry
 from tests.core.factories import KEYS, LEND_SPEC, T0, lend, serving
+from tests.runtime.observers import Seen
 
 A, B = PoolName("a"), PoolName("b")
 RULES = PodRules(lend_taints=LEND_SPEC.add_taints, serving_taints=LEND_SPEC.remove_taints)
@@ -96,26 +97,6 @@ class Calls:
 
     async def recover(self) -> tuple[ActionResult, ...]:
         return ()
-
-
-@dataclass
-class Seen(NoObserver):
-    strategy_failures: list[tuple[str, str, str]] = field(default_factory=list)
-    planner_failures: list[str] = field(default_factory=list)
-    safety_only: list[dict[str, bool]] = field(default_factory=list)
-    unreadable: list[dict[str, int]] = field(default_factory=list)
-
-    def observe_strategy_failure(self, pool: str, strategy: str, kind: str) -> None:
-        self.strategy_failures.append((pool, strategy, kind))
-
-    def observe_planner_failure(self, pool: str) -> None:
-        self.planner_failures.append(pool)
-
-    def observe_safety_only(self, states: Mapping[str, bool]) -> None:
-        self.safety_only.append(dict(states))
-
-    def observe_unreadable(self, counts: Mapping[str, int]) -> None:
-        self.unreadable.append(dict(counts))
 
 
 class Scripted:

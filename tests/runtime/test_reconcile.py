@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -31,7 +31,7 @@ from rebalancer.adapters.writer import KubeWriter, NodeWriter, RetryPolicy
 from rebalancer.core import model, nodestate
 from rebalancer.core.audit import AuditRecord, Kind, Result
 from rebalancer.runtime.loop import run_controller
-from rebalancer.runtime.reconcile import NoObserver, PoolConfig, Reconciler, TickReport
+from rebalancer.runtime.reconcile import PoolConfig, Reconciler, TickReport
 from rebalancer.sandbox import cluster
 from rebalancer.sandbox.resources import NODES
 from rebalancer.sandbox.store import Store
@@ -41,6 +41,7 @@ from tests.adapters.test_actuator import Crash, Recorder, daemon_pod
 
 # The same pool, policy and pod rules as the convergence test, and its view of the store.
 from tests.adapters.test_convergence import KEYS, POLICY, POOL, RULES, SPEC, expected_views
+from tests.runtime.observers import Seen
 
 Obj = dict[str, Any]
 CONFIG = PoolConfig(
@@ -107,56 +108,6 @@ class Lead:
 
     def may_write(self, now: datetime) -> bool:
         return self.answers.popleft() if self.answers else self.leading
-
-
-@dataclass
-class Seen(NoObserver):
-    """An ``Observer`` that remembers what it was told."""
-
-    leader: list[bool] = field(default_factory=list)
-    lent: list[dict[str, int]] = field(default_factory=list)
-    overdue: list[dict[str, int]] = field(default_factory=list)
-    steps: int = 0
-    audit_failures: list[str] = field(default_factory=list)
-    reclaims: list[tuple[str, datetime, datetime]] = field(default_factory=list)
-    strategy_failures: list[tuple[str, str, str]] = field(default_factory=list)
-    planner_failures: list[str] = field(default_factory=list)
-    safety_only: list[dict[str, bool]] = field(default_factory=list)
-    pressure: list[dict[str, bool]] = field(default_factory=list)
-    unreadable: list[dict[str, int]] = field(default_factory=list)
-
-    def observe_strategy_failure(self, pool: str, strategy: str, kind: str) -> None:
-        self.strategy_failures.append((pool, strategy, kind))
-
-    def observe_planner_failure(self, pool: str) -> None:
-        self.planner_failures.append(pool)
-
-    def observe_safety_only(self, states: Mapping[str, bool]) -> None:
-        self.safety_only.append(dict(states))
-
-    def observe_frozen_under_pressure(self, states: Mapping[str, bool]) -> None:
-        self.pressure.append(dict(states))
-
-    def observe_unreadable(self, counts: Mapping[str, int]) -> None:
-        self.unreadable.append(dict(counts))
-
-    def observe_lent(self, lent: Mapping[str, int]) -> None:
-        self.lent.append(dict(lent))
-
-    def observe_overdue(self, overdue: Mapping[str, int]) -> None:
-        self.overdue.append(dict(overdue))
-
-    def observe_plan(self, plan: model.Plan) -> None:
-        self.steps += len(plan.steps)
-
-    def observe_leader(self, identity: str, leading: bool) -> None:
-        self.leader.append(leading)
-
-    def observe_audit_failure(self, operation: str) -> None:
-        self.audit_failures.append(operation)
-
-    def observe_reclaim_done(self, pool: str, started: datetime, serving: datetime) -> None:
-        self.reclaims.append((pool, started, serving))
 
 
 Entry = tuple[str, str, str, str]  # ("audit", kind, id, node) or ("node", name, decision, state)
