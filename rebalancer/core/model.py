@@ -81,6 +81,13 @@ class NodeView:
         return all(p.role in (PodRole.DAEMON, PodRole.BORROWED) for p in self.pods)
 
     @cached_property
+    def inference_ready(self) -> bool | None:
+        """Whether every inference pod on the node is Ready; None when it runs none (pods that
+        are terminating do not count). Computed once per node value, not per tick."""
+        inference = [p for p in self.pods if p.role is PodRole.INFERENCE and not p.terminating]
+        return all(p.ready for p in inference) if inference else None
+
+    @cached_property
     def borrowed_pods(self) -> tuple[PodView, ...]:
         return tuple(p for p in self.pods if p.role is PodRole.BORROWED)
 

@@ -29,7 +29,6 @@ def is_warm(
 ) -> bool:
     if state.phase is not nodestate.Phase.SERVING or not view.ready:
         return False
-    inference = [p for p in view.pods if p.role is model.PodRole.INFERENCE and not p.terminating]
-    if inference:
-        return all(p.ready for p in inference)
+    if view.inference_ready is not None:
+        return view.inference_ready
     return state.since is None or now - state.since >= warmup

@@ -238,7 +238,7 @@ async def test_a_failure_is_audited_once_per_episode_and_its_end_once() -> None:
     [
         (model.Proposal(-1, "negative"), "lend_target -1 is outside 0..4"),
         (model.Proposal(99, "too many"), "lend_target 99 is outside 0..4"),
-        (model.Proposal(math.nan, "nan"), "lend_target nan is not a whole number"),  # type: ignore[arg-type]  # garbage on purpose
+        (model.Proposal(math.nan, "nan"), "lend_target nan is not a whole number"),  # type: ignore[arg-type]  # a float where an int belongs, as a buggy strategy could answer
         (model.Proposal(True, "bool"), "lend_target True is not a whole number"),
         ("lend three", "answered str, not a Proposal"),
     ],
