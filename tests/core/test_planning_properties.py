@@ -59,9 +59,18 @@ class Scenario:
     target: int | None
 
     queue: model.Sample | None = None
+    read_failed: bool = False  # this tick's read gave nothing: ``sample`` is the last good one
+    held: model.DropHeld | None = None
 
     def plan(self, paused: bool = False, frozen: bool = False) -> model.PoolPlan:
-        pool = model.PoolSnapshot(nodes=self.nodes, demand=self.sample, queue=self.queue)
+        pool = model.PoolSnapshot(
+            nodes=self.nodes,
+            demand=self.sample,
+            queue=self.queue,
+            demand_known=not self.read_failed,
+            unknown_since=self.now - timedelta(minutes=3) if self.sample is None else None,
+            held=self.held,
+        )
         snapshot = model.Snapshot(now=self.now, pools={POOL: pool}, paused=paused, frozen=frozen)
         proposals = {} if self.target is None else {POOL: proposal(self.target)}
         return planning.make_plan(snapshot, proposals, {POOL: self.policy}, KEYS).pools[POOL]
@@ -73,7 +82,7 @@ class Scenario:
         return self.sample.value
 
     def demand_known(self) -> bool:
-        if self.sample is None or self.demand() is None:
+        if self.sample is None or self.demand() is None or self.read_failed or self.held:
             return False
         return self.sample.age(self.now) <= self.policy.staleness
 
@@ -133,7 +142,11 @@ OVERRIDES = st.dictionaries(
     st.sampled_from(sorted(OVERRIDE_VALUES)), st.just(""), max_size=3
 ).flatmap(lambda chosen: st.fixed_dictionaries({key: OVERRIDE_VALUES[key] for key in chosen}))
 SAMPLE_AGES = st.none() | minutes(0, 30)
-RATES = st.floats(0.0, 1000.0) | st.sampled_from((math.nan, math.inf, -math.inf, -1.0, -0.0))
+RATES = (
+    st.floats(0.0, 1000.0)
+    | st.floats(1e-9, 1e9)
+    | st.sampled_from((0.0, 1e300, math.nan, math.inf, -math.inf, -1.0, -0.0))
+)
 TARGETS = st.none() | st.integers(-5, 15) | st.integers(-(10**12), 10**12)
 
 
@@ -180,7 +193,12 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     sample = None if age is None else model.Sample(value=draw(RATES), at=now - age)
     queue_age = draw(SAMPLE_AGES)
     queue = None if queue_age is None else model.Sample(draw(st.floats(0, 50)), now - queue_age)
-    return Scenario(now, pool, sample, draw(POLICIES), draw(TARGETS), queue)
+    held = None
+    if sample is not None and draw(st.booleans()):
+        seen = model.Sample(draw(RATES), sample.at)
+        held = model.DropHeld(level=sample, seen=seen, since=now - draw(minutes(0, 10)))
+    failed = draw(st.booleans())
+    return Scenario(now, pool, sample, draw(POLICIES), draw(TARGETS), queue, failed, held)
 
 
 # ---------------------------------------------------------------------------------------------
