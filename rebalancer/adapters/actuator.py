@@ -61,6 +61,7 @@ class WriteKind(StrEnum):
     FINISH_LEND = "finish_lend"
     BEGIN_RECLAIM = "begin_reclaim"
     FINISH = "finish"  # ends a reclaim, or rolls back an unfinished lend
+    TAKE_OVER = "take_over"  # a transition in flight now answers to another decision (recovery)
     EVICT = "evict"
     DELETE = "delete"
 
@@ -142,9 +143,11 @@ class Actuator:
         run = _Pass(node, "reclaim", self._dry_run)
         return await self._guarded(run, self._reclaim(run, decision, deadline))
 
-    async def progress(self, node: str) -> ActionResult:
+    async def progress(self, node: str, decision: str | None = None) -> ActionResult:
+        """Drive a node in flight one pass on. With ``decision`` (a recovery's intent), the
+        transition is first taken over by it, so its remaining writes name that record."""
         run = _Pass(node, "progress", self._dry_run)
-        return await self._guarded(run, self._progress(run, None))
+        return await self._guarded(run, self._progress(run, None, decision))
 
     async def recover(self) -> tuple[ActionResult, ...]:
         """Start-up: roll back every ``lending`` node and drive every ``reclaiming`` one on."""
@@ -211,7 +214,10 @@ class Actuator:
         return await self._drain(run, after, reclaiming)
 
     async def _progress(
-        self, run: _Pass, seen: tuple[model.NodeView, NodeState] | None
+        self,
+        run: _Pass,
+        seen: tuple[model.NodeView, NodeState] | None,
+        decision: str | None = None,
     ) -> ActionResult:
         if seen is None:
             view, state = await self._observe(run.node)
@@ -219,6 +225,14 @@ class Actuator:
                 return run.result(Outcome.REFUSED, f"unreadable state: {state}")
         else:
             view, state = seen
+        in_flight = state.phase in (Phase.LENDING, Phase.RECLAIMING)
+        if decision is not None and in_flight and state.decision != decision:
+            view = await self._patch(
+                run, WriteKind.TAKE_OVER, view, nodestate.take_over(self._keys, decision)
+            )
+            taken = nodestate.read(view, self._keys)
+            assert isinstance(taken, NodeState)
+            state = taken
         if state.phase is Phase.LENDING:
             # An unfinished lend (a crash, a 409) is rolled back, never finished: the plan that
             # asked for it is stale, and rolling back only restores what begin_lend recorded.

@@ -10,8 +10,8 @@ Why it is shaped like this:
 - Append only. An outcome is a new row naming its intent (``intent_id``); no row is ever updated,
   so a crash at any point leaves every committed record readable, and an intent without an
   outcome says exactly "decided, then nothing known" (``pending_intents``; at start-up the
-  runtime closes them as ``superseded`` with ``AuditLog.supersede_pending``, since ``recover()``
-  rolls back or finishes whatever the crash left).
+  runtime closes each with what its node shows it came to, ``core.recovery``, and audits the
+  writes that end what a crash left in flight like any other step).
 - The store commits before ``tick``/``outcome`` return: the intent is durable before the
   actuator writes (SQLite in WAL mode with ``synchronous=FULL``; PostgreSQL's commit).
 - One schema on both databases, created and migrated by the program (``MIGRATIONS``, recorded in
@@ -558,18 +558,6 @@ class AuditLog:
         record = audit.outcome_record(intent, self.new_id, now, Result.SUPERSEDED, why, ctx=ctx)
         await self._write([record])
         return record
-
-    async def supersede_pending(
-        self, now: datetime, why: str, ctx: Context | None = None
-    ) -> tuple[AuditRecord, ...]:
-        """Start-up: close every intent a previous run left without an outcome."""
-        pending = await self.store.pending_intents()
-        closed = [
-            audit.outcome_record(i, self.new_id, now, Result.SUPERSEDED, why, ctx=ctx)
-            for i in pending
-        ]
-        await self._write(closed)
-        return tuple(closed)
 
     async def _write(self, batch: Sequence[AuditRecord]) -> None:
         if not batch:

@@ -54,6 +54,7 @@ class Result(enum.StrEnum):
     CONFLICT = "conflict"  # 409: the node changed since it was read; re-planned next tick
     FAILED = "failed"  # the API refused or kept failing
     SUPERSEDED = "superseded"  # never carried out: a restart or a newer decision replaced it
+    INTERRUPTED = "interrupted"  # begun, then the run stopped; a recovery intent takes it over
 
 
 DEDUPED = frozenset({Kind.REFUSAL, Kind.FINDING, Kind.SUMMARY})
@@ -252,6 +253,39 @@ def episode_record(
         message=message,
         count=0,
         detail=jsonable(detail),
+    )
+
+
+def recovery_intent(
+    ctx: Context,
+    new_id: NewId,
+    now: datetime,
+    pool: str,
+    view: model.NodeView,
+    action: str,
+    recovers: str | None,
+    message: str,
+) -> AuditRecord:
+    """The intent of a restarted controller to end a transition a previous run left in flight
+    (``action`` ``rollback`` or ``reclaim``), naming the intent it takes over (``recovers``,
+    None when the node names no record the store holds). Written before any of its writes."""
+    return AuditRecord(
+        id=new_id(),
+        time=now,
+        kind=Kind.INTENT,
+        pool=pool,
+        controller=ctx.controller,
+        term=ctx.term,
+        strategy=ctx.strategy,
+        params=jsonable(ctx.params),
+        dry_run=ctx.dry_run,
+        reason=model.Reason.RECOVERY.value,
+        message=message,
+        node=str(view.name),
+        action=action,
+        origin=model.Origin.RECOVERY.value,
+        before=node_doc(view),
+        detail={"recovers": recovers, "urgent": action == "reclaim"},
     )
 
 

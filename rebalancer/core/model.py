@@ -223,6 +223,7 @@ class Origin(StrEnum):
     OPERATOR = "operator"
     SAFETY = "safety"
     SCHEDULE = "schedule"
+    RECOVERY = "recovery"  # a restarted controller ending what a previous run left in flight
 
 
 class Reason(StrEnum):
@@ -237,6 +238,7 @@ class Reason(StrEnum):
     DEMAND_ABOVE_SERVING = "demand_above_serving"
     QUEUE_ABOVE_LIMIT = "queue_above_limit"
     METRICS_LOST = "metrics_lost"
+    RECOVERY = "recovery"  # a restart ends a transition left in flight
     BAD_OVERRIDE_RECLAIM = "bad_override_reclaim"
     # why something is refused
     PAUSED = "paused"

@@ -315,6 +315,12 @@ def begin_reclaim(
     )
 
 
+def take_over(keys: Keys, decision: str) -> NodeChange:
+    """A transition in flight changes hands: ``decision`` (a recovery's audit record) now names
+    what moves the node, so the writes that end it are traced to the record that made them."""
+    return NodeChange(taints=None, labels={}, annotations={keys.decision: decision})
+
+
 def finish(state: NodeState, keys: Keys, now: datetime) -> NodeChange:
     """reclaiming or lending -> serving: originals restored, every key of ours removed.
 

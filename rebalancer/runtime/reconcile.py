@@ -53,7 +53,7 @@ from rebalancer.adapters.convert import PodRules
 from rebalancer.adapters.events import EventRecorder, NoEvents
 from rebalancer.adapters.leadership import Term
 from rebalancer.adapters.metrics import HistoryResult, PoolMetrics
-from rebalancer.core import audit, demand, model, nodestate, planning, windows
+from rebalancer.core import audit, demand, model, nodestate, planning, recovery, windows
 from rebalancer.core.audit import AuditRecord, Context
 from rebalancer.core.model import NodeName, NodeView, PoolName
 from rebalancer.core.nodestate import Keys, Phase
@@ -149,9 +149,7 @@ class NodeActuator(Protocol):
 
     async def reclaim(self, node: str, decision: str, deadline: datetime) -> ActionResult: ...
 
-    async def progress(self, node: str) -> ActionResult: ...
-
-    async def recover(self) -> tuple[ActionResult, ...]: ...
+    async def progress(self, node: str, decision: str | None = None) -> ActionResult: ...
 
 
 class Leadership(Protocol):
@@ -348,36 +346,105 @@ class Reconciler:
     # Start-up
 
     async def start(self) -> tuple[ActionResult, ...]:
-        """Before the first tick (informer synced, leading): close the intents a previous run
-        left open, then end every transition it left half done.
+        """Before the first tick (informer synced, leading): say what the intents a previous run
+        left open came to, and end every transition it left in flight, audited like any step.
 
-        Each pool's actuator recovers only its own nodes (``progress`` on each ``lending`` or
-        ``reclaiming`` node of the pool, fresh from the API), so a pool's pod rules never judge
-        another pool's pods; with one pool this is exactly ``Actuator.recover()``.
+        Each open intent is judged against its node (``core.recovery``): ``applied`` when its
+        effect is there, ``superseded`` when it never reached the node, ``interrupted`` when the
+        node is caught mid-transition under it. An interrupted one, and a node in flight whose
+        decision names no record at all, gets a recovery intent (origin ``recovery``) written
+        with the verdicts, before any write; its actuator pass then takes the node over (the
+        node's ``decision`` becomes the recovery's id, so its Events and writes name it) and
+        its outcome follows. A reclaim still draining goes on under that intent next tick.
+        Each pool's actuator only touches its own nodes, so a pool's pod rules never judge
+        another pool's pods.
         """
         now = self.clock()
+        members = {
+            view.name: (pool, view) for pool, views in self._members().items() for view in views
+        }
         try:
-            closed = await self.audit_log.supersede_pending(
-                now, "controller restarted; recover() ends what was in flight", self._context(None)
-            )
+            records, takeovers = await self._recovery_records(now, members)
+            await self.audit_log.tick(records)
         except Exception:
-            self.observer.observe_audit_failure("supersede")
+            self.observer.observe_audit_failure("recover")
             raise
         self._started = self._term_key()
-        if closed:
-            log.info("superseded %d intent(s) left open by a previous run", len(closed))
+        closed = sum(1 for r in records if r.kind is audit.Kind.OUTCOME)
+        if records:
+            log.info(
+                "start-up: %d open intent(s) closed, %d transition(s) taken over",
+                closed,
+                len(takeovers),
+            )
         results: list[ActionResult] = []
-        if len(self.pools) == 1:
-            results.extend(await self.actuators[self.pools[0].name].recover())
-        else:
-            for name, views in self._members().items():
-                actuator = self.actuators[name]
-                for view in views:
-                    if _phase(view, self.keys) in (Phase.LENDING, Phase.RECLAIMING):
-                        results.append(await actuator.progress(view.name))
-        for r in results:
-            log.info("recover %s: %s (%s)", r.node, r.outcome.value, r.message)
+        for pool, name, intent in takeovers:
+            result = await self.actuators[pool].progress(name, decision=intent.id)
+            log.info("recover %s: %s (%s)", name, result.outcome.value, result.message)
+            await self._safely(self.audit_log.outcome(intent, result, self.clock()))
+            self._reclaimed(pool, intent, result)
+            results.append(result)
         return tuple(results)
+
+    async def _recovery_records(
+        self, now: datetime, members: Mapping[NodeName, tuple[PoolName, NodeView]]
+    ) -> tuple[list[AuditRecord], list[tuple[PoolName, NodeName, AuditRecord]]]:
+        """The verdicts on the open intents, and the recovery intents, in one batch."""
+        by_name = {p.name: p for p in self.pools}
+        records: list[AuditRecord] = []
+        takeovers: list[tuple[PoolName, NodeName, AuditRecord]] = []
+
+        def take_over(pool: PoolName, view: NodeView, recovers: str | None, why: str) -> str:
+            action = recovery.recovery_action(view, self.keys)
+            intent = audit.recovery_intent(
+                self._context(by_name[pool]),
+                self.audit_log.new_id,
+                now,
+                str(pool),
+                view,
+                action,
+                recovers,
+                why,
+            )
+            records.append(intent)
+            takeovers.append((pool, view.name, intent))
+            return intent.id
+
+        pending = await self.audit_log.store.pending_intents()
+        for intent in pending:
+            member = members.get(NodeName(intent.node or ""))
+            verdict = recovery.judge(intent, member[1] if member else None, self.keys)
+            message, detail = f"controller restarted: {verdict.message}", {}
+            if verdict.take_over and member is not None:
+                why = f"a restart found {intent.action} {intent.id} unfinished: ending it"
+                recovery_id = take_over(member[0], member[1], intent.id, why)
+                message += f"; recovery {recovery_id} takes it over"
+                detail = {"recovered_by": recovery_id}
+            ctx = self._context(by_name.get(PoolName(intent.pool)))
+            records.append(
+                audit.outcome_record(
+                    intent,
+                    self.audit_log.new_id,
+                    now,
+                    verdict.result,
+                    message,
+                    detail=detail,
+                    ctx=ctx,
+                )
+            )
+        known = {i.id for i in pending}
+        taken = {name for _, name, _ in takeovers}
+        for name, (pool, view) in members.items():
+            if name in taken or _phase(view, self.keys) not in _IN_FLIGHT:
+                continue
+            decision = view.annotations.get(self.keys.decision)
+            if decision in known:
+                continue
+            if decision and await self.audit_log.store.get(decision) is not None:
+                continue  # its intent has outcomes already: the ticks drive it on under it
+            why = f"node in flight under decision {decision!r}, which no record names"
+            take_over(pool, view, decision, why)
+        return records, takeovers
 
     # -----------------------------------------------------------------------------------------
     # One tick
@@ -726,7 +793,8 @@ class Reconciler:
                     continue
                 if not self._leading():
                     return tuple(done)
-                result = await self.actuators[pool.name].progress(view.name)
+                decision = view.annotations.get(self.keys.decision)
+                result = await self.actuators[pool.name].progress(view.name, decision)
                 log.info("progress %s: %s (%s)", view.name, result.outcome.value, result.message)
                 intent = await self._intent_of(view)
                 outcome = None

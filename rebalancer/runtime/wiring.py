@@ -154,16 +154,10 @@ class RecordingActuator:
         await self.events.action(result, decision)
         return result
 
-    async def progress(self, node: str) -> ActionResult:
-        result = await self.inner.progress(node)
-        await self.events.action(result)
+    async def progress(self, node: str, decision: str | None = None) -> ActionResult:
+        result = await self.inner.progress(node, decision)
+        await self.events.action(result, decision)
         return result
-
-    async def recover(self) -> tuple[ActionResult, ...]:
-        results = await self.inner.recover()
-        for result in results:
-            await self.events.action(result)
-        return results
 
 
 async def open_audit_store(settings: Settings) -> SqlAuditStore:

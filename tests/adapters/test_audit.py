@@ -270,10 +270,10 @@ async def test_an_intent_survives_a_crash_before_its_outcome(db_url: str) -> Non
         )
         assert await store.pending_intents() == (intent,)
         log = AuditLog(store, sink=None)
-        closed = await log.supersede_pending(
-            f.T0 + timedelta(minutes=1), "controller restarted; recover() rolled the node back"
+        closing = audit.outcome_record(
+            intent, log.new_id, f.T0 + timedelta(minutes=1), Result.SUPERSEDED, "restarted"
         )
-        assert [(c.intent_id, c.outcome) for c in closed] == [(ident, Result.SUPERSEDED)]
+        await log.tick([closing])
         assert await store.pending_intents() == ()
     finally:
         await store.close()

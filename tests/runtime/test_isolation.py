@@ -92,11 +92,8 @@ class Calls:
         self.made.append(("reclaim", node))
         return ActionResult(node, "reclaim", Outcome.DONE, "serving")
 
-    async def progress(self, node: str) -> ActionResult:
+    async def progress(self, node: str, decision: str | None = None) -> ActionResult:
         return ActionResult(node, "progress", Outcome.NOTHING, "")
-
-    async def recover(self) -> tuple[ActionResult, ...]:
-        return ()
 
 
 class Scripted:

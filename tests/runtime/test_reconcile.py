@@ -436,7 +436,7 @@ async def test_a_failed_audit_store_means_nothing_is_written_this_tick(
         check_audit_order(w)
 
 
-async def test_start_up_supersedes_open_intents_and_recover_ends_a_half_done_lend(
+async def test_start_up_closes_open_intents_with_what_happened_and_audits_the_rollback(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     async with world(monkeypatch) as w:
@@ -457,12 +457,74 @@ async def test_start_up_supersedes_open_intents_and_recover_ends_a_half_done_len
         assert state_of(w.store, half[0]) == "serving"
         assert scheduling(w.store, half[0]) == w.originals[half[0]]
         assert await w.audit.pending_intents() == ()
-        superseded = [r for r in w.records(Kind.OUTCOME) if r.outcome == Result.SUPERSEDED.value]
-        assert {r.intent_id for r in superseded} == {r.id for r in pending}
+        closed = {r.intent_id: r for r in w.records(Kind.OUTCOME)}
+        interrupted = next(i for i in pending if i.node == half[0])
+        # The lend that reached the node is not "never carried out": it was interrupted, and a
+        # recovery intent, committed before the rollback, took the node over.
+        verdict = closed[interrupted.id]
+        assert verdict.outcome == Result.INTERRUPTED.value
+        recovery = next(r for r in w.records(Kind.INTENT) if r.origin == "recovery")
+        assert verdict.detail == {"recovered_by": recovery.id}
+        assert (recovery.node, recovery.action, recovery.detail["recovers"]) == (
+            half[0],
+            "rollback",
+            interrupted.id,
+        )
+        assert closed[recovery.id].outcome == Result.APPLIED.value
+        others = [i for i in pending if i.node != half[0]]
+        assert {closed[i.id].outcome for i in others} == {Result.SUPERSEDED.value}
+        # The rollback's write names the recovery: the node's decision is its id.
+        labels_and_decision = w.store.get(NODES, None, half[0])["metadata"]["annotations"]
+        assert labels_and_decision[KEYS.decision] == recovery.id
 
         report = await w.tick()  # and the new run lends afresh
         assert sorted(a.node for a in report.steps) == sorted(IDLE)
         check_audit_order(w)
+
+
+async def test_a_reclaim_interrupted_while_draining_is_finished_under_a_recovery_intent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with world(monkeypatch) as w:
+        await w.tick()  # low demand: the idle nodes are lent
+        add_training(w.store, len(IDLE))
+        w.metrics.demand = HIGH
+        await w.caught_up()
+        # A run that crashes right after its first write: the first reclaim has begun.
+        crashing = Recorder(w.writer, crash_after=1)
+        first = make_reconciler(w.box, crashing, w.informer, w.metrics, w.lead, w.audit)
+        await first.start()
+        with pytest.raises(Crash):
+            await first.tick()
+        await w.caught_up()
+        (half,) = [n for n in IDLE if state_of(w.store, n) == "reclaiming"]
+        (open_intent,) = [i for i in await w.audit.pending_intents() if i.node == half]
+
+        second = make_reconciler(w.box, w.writer, w.informer, w.metrics, w.lead, w.audit)
+        results = await second.start()
+        assert [(r.node, r.outcome) for r in results] == [(half, Outcome.WAITING)]
+        for _ in range(8):  # the borrowed pods drain under the recovery, tick after tick
+            await w.caught_up()
+            if state_of(w.store, half) == "serving":
+                break
+            w.advance(30)
+            await second.tick()
+        assert state_of(w.store, half) == "serving"
+        assert scheduling(w.store, half) == w.originals[half]
+
+    by_intent: dict[str, list[AuditRecord]] = {}
+    for r in w.records(Kind.OUTCOME):
+        by_intent.setdefault(str(r.intent_id), []).append(r)
+    assert [r.outcome for r in by_intent[open_intent.id]] == [Result.INTERRUPTED.value]
+    recovery = next(r for r in w.records(Kind.INTENT) if r.origin == "recovery")
+    assert (recovery.node, recovery.action, recovery.detail["recovers"]) == (
+        half,
+        "reclaim",
+        open_intent.id,
+    )
+    assert by_intent[open_intent.id][0].detail == {"recovered_by": recovery.id}
+    assert [r.outcome for r in by_intent[recovery.id]][-1] == Result.APPLIED.value
+    check_audit_order(w)
 
 
 async def test_the_controller_process_lends_on_its_first_tick_and_stops_cleanly() -> None:

@@ -1,0 +1,70 @@
+"""What a restarted controller makes of what a previous run left: open intents, nodes in flight.
+
+Where it sits: ``Reconciler.start`` (the first tick of a stretch of leadership) reads the
+intents the audit store holds without an outcome and the nodes as the informer sees them, asks
+``judge`` what each intent came to, and writes the verdicts before any write to a node. Pure:
+the records and views are arguments.
+
+Why: the audit log says what really happened. An intent a run wrote before it was killed is
+not "never carried out" just because no outcome follows it: the node says how far it got. Its
+``decision`` annotation names the record of the last transition it went through
+(docs/design/node-state.md), so for an open intent ``X`` on node ``n``:
+
+- ``decision`` is not ``X`` (or ``n`` is gone): ``superseded`` (``gone``), never carried out;
+- a lend ``X`` and ``n`` lent, or a reclaim ``X`` and ``n`` serving: ``applied``, by the run that
+  wrote ``X``;
+- a lend ``X`` and ``n`` serving: ``refused``, begun and then undone by that run (a pod landed);
+- ``n`` lending or reclaiming under ``X``: ``interrupted``, and a recovery intent ``R`` takes
+  ``n`` over: the lend is rolled back, the reclaim finished, each write naming ``R``.
+
+A node in flight whose ``decision`` names no record at all (the audit store was replaced, or
+the annotation was edited) is taken over by a recovery intent too, naming what it found.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rebalancer.core import model, nodestate
+from rebalancer.core.audit import AuditRecord, Result
+from rebalancer.core.nodestate import Phase
+
+LEND, RECLAIM = model.Action.LEND.value, model.Action.RECLAIM.value
+ROLLBACK = "rollback"  # the action of a recovery that undoes an unfinished lend
+
+
+@dataclass(frozen=True)
+class Verdict:
+    intent: AuditRecord
+    result: Result
+    message: str
+    take_over: bool = False  # a recovery intent must end the transition the node is in
+
+
+def judge(intent: AuditRecord, view: model.NodeView | None, keys: nodestate.Keys) -> Verdict:
+    """What ``intent``, left open by a previous run, came to on its node."""
+    if view is None:
+        return Verdict(intent, Result.GONE, "the node no longer exists")
+    state = nodestate.read(view, keys)
+    if isinstance(state, nodestate.StateError):
+        # Nothing can be concluded, and nothing is touched: the planner reports the node.
+        return Verdict(intent, Result.FAILED, f"cannot tell how far it got: {state}")
+    if state.decision != intent.id:
+        return Verdict(intent, Result.SUPERSEDED, "never carried out: the node shows no trace")
+    phase, action = state.phase, intent.action
+    if phase in (Phase.LENDING, Phase.RECLAIMING):
+        return Verdict(intent, Result.INTERRUPTED, f"interrupted with the node {phase}", True)
+    if action == LEND and phase is Phase.LENT:
+        return Verdict(intent, Result.APPLIED, "lent: found done after a restart")
+    if action == RECLAIM and phase is Phase.SERVING:
+        return Verdict(intent, Result.APPLIED, "serving again: found done after a restart")
+    if action == LEND and phase is Phase.SERVING:
+        return Verdict(intent, Result.REFUSED, "begun, then rolled back before a restart")
+    return Verdict(intent, Result.SUPERSEDED, f"never carried out: the node is {phase}")
+
+
+def recovery_action(view: model.NodeView, keys: nodestate.Keys) -> str:
+    """What a recovery does to a node in flight: roll a lend back, or finish a reclaim."""
+    state = nodestate.read(view, keys)
+    lending = isinstance(state, nodestate.NodeState) and state.phase is Phase.LENDING
+    return ROLLBACK if lending else RECLAIM

@@ -1,0 +1,98 @@
+"""What a restart makes of an intent a previous run left open: judged on the node it names."""
+
+from __future__ import annotations
+
+import pytest
+
+from rebalancer.core import model, recovery
+from rebalancer.core.audit import AuditRecord, Kind, Result
+
+from .factories import (
+    KEYS,
+    T0,
+    begin_reclaim,
+    finish,
+    lend,
+    lending,
+    rebuilt,
+    serving,
+)
+
+
+def intent(action: str, ident: str) -> AuditRecord:
+    return AuditRecord(
+        id=ident,
+        time=T0,
+        kind=Kind.INTENT,
+        pool="gpu",
+        controller="rebalancer-a",
+        reason="strategy",
+        message="test",
+        node="n",
+        action=action,
+    )
+
+
+LEND = intent("lend", "test-lend")  # the decision the factories write on a lend
+RECLAIM = intent("reclaim", "test-reclaim")  # and on a reclaim
+
+
+@pytest.mark.parametrize(
+    ("record", "node", "result", "take_over"),
+    [
+        pytest.param(LEND, lend(serving("n")), Result.APPLIED, False, id="lend-done"),
+        pytest.param(LEND, lending(serving("n")), Result.INTERRUPTED, True, id="lend-half"),
+        pytest.param(LEND, finish(lending(serving("n"))), Result.REFUSED, False, id="lend-undone"),
+        pytest.param(LEND, serving("n"), Result.SUPERSEDED, False, id="lend-never"),
+        pytest.param(
+            RECLAIM, begin_reclaim(lend(serving("n"))), Result.INTERRUPTED, True, id="reclaim-half"
+        ),
+        pytest.param(
+            RECLAIM,
+            finish(begin_reclaim(lend(serving("n")))),
+            Result.APPLIED,
+            False,
+            id="reclaim-done",
+        ),
+        # Lent under the lend's decision: the reclaim never reached the node.
+        pytest.param(RECLAIM, lend(serving("n")), Result.SUPERSEDED, False, id="reclaim-never"),
+    ],
+)
+def test_an_open_intent_is_closed_with_what_its_node_shows(
+    record: AuditRecord, node: model.NodeView, result: Result, take_over: bool
+) -> None:
+    verdict = recovery.judge(record, node, KEYS)
+
+    assert (verdict.result, verdict.take_over) == (result, take_over)
+
+
+def test_an_intent_whose_node_is_gone_is_closed_as_gone() -> None:
+    assert recovery.judge(LEND, None, KEYS).result is Result.GONE
+
+
+def test_an_intent_whose_node_cannot_be_read_is_closed_as_failed_and_the_node_left_alone() -> None:
+    node = lend(serving("n"))
+    broken = rebuilt(node, annotations={**node.annotations, KEYS.original: "[]"})
+    verdict = recovery.judge(LEND, broken, KEYS)
+
+    assert (verdict.result, verdict.take_over) == (Result.FAILED, False)
+
+
+def test_a_later_decision_on_the_node_means_the_intent_never_reached_it() -> None:
+    node = lend(serving("n"))
+    later = rebuilt(node, annotations={**node.annotations, KEYS.decision: "another"})
+
+    assert recovery.judge(LEND, later, KEYS).result is Result.SUPERSEDED
+
+
+@pytest.mark.parametrize(
+    ("node", "action"),
+    [
+        (lending(serving("n")), recovery.ROLLBACK),
+        (begin_reclaim(lend(serving("n"))), "reclaim"),
+    ],
+)
+def test_a_recovery_rolls_a_lend_back_and_finishes_a_reclaim(
+    node: model.NodeView, action: str
+) -> None:
+    assert recovery.recovery_action(node, KEYS) == action
