@@ -11,8 +11,8 @@ not "never carried out" just because no outcome follows it: the node says how fa
 (docs/design/node-state.md), so for an open intent ``X`` on node ``n``:
 
 - ``decision`` is not ``X`` (or ``n`` is gone): ``superseded`` (``gone``), never carried out;
-- a lend ``X`` and ``n`` lent, or a reclaim ``X`` and ``n`` serving: ``applied``, by the run that
-  wrote ``X``;
+- a lend ``X`` and ``n`` lent, or a reclaim or a recovery's rollback ``X`` and ``n`` serving:
+  ``applied``, by the run that wrote ``X``;
 - a lend ``X`` and ``n`` serving: ``refused``, begun and then undone by that run (a pod landed);
 - ``n`` lending or reclaiming under ``X``: ``interrupted``, and a recovery intent ``R`` takes
   ``n`` over: the lend is rolled back, the reclaim finished, each write naming ``R``.
@@ -56,7 +56,7 @@ def judge(intent: AuditRecord, view: model.NodeView | None, keys: nodestate.Keys
         return Verdict(intent, Result.INTERRUPTED, f"interrupted with the node {phase}", True)
     if action == LEND and phase is Phase.LENT:
         return Verdict(intent, Result.APPLIED, "lent: found done after a restart")
-    if action == RECLAIM and phase is Phase.SERVING:
+    if action in (RECLAIM, ROLLBACK) and phase is Phase.SERVING:
         return Verdict(intent, Result.APPLIED, "serving again: found done after a restart")
     if action == LEND and phase is Phase.SERVING:
         return Verdict(intent, Result.REFUSED, "begun, then rolled back before a restart")

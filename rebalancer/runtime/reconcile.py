@@ -48,7 +48,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from rebalancer.adapters.actuator import ActionResult, Outcome
-from rebalancer.adapters.audit import AuditLog
+from rebalancer.adapters.audit import AuditLog, AuditQuery
 from rebalancer.adapters.convert import PodRules
 from rebalancer.adapters.events import EventRecorder, NoEvents
 from rebalancer.adapters.leadership import Term
@@ -432,19 +432,48 @@ class Reconciler:
                     ctx=ctx,
                 )
             )
-        known = {i.id for i in pending}
+        # Every other node in flight is taken over too: the run that moved it is gone. Its
+        # intent, when it has no final outcome yet (a reclaim still draining), is interrupted.
         taken = {name for _, name, _ in takeovers}
         for name, (pool, view) in members.items():
             if name in taken or _phase(view, self.keys) not in _IN_FLIGHT:
                 continue
             decision = view.annotations.get(self.keys.decision)
-            if decision in known:
+            found = await self.audit_log.store.get(decision) if decision else None
+            if found is None or found.kind is not audit.Kind.INTENT:
+                why = f"node in flight under decision {decision!r}, which no intent names"
+                take_over(pool, view, decision, why)
                 continue
-            if decision and await self.audit_log.store.get(decision) is not None:
-                continue  # its intent has outcomes already: the ticks drive it on under it
-            why = f"node in flight under decision {decision!r}, which no record names"
-            take_over(pool, view, decision, why)
+            why = f"a restart found {found.action} {found.id} in flight: ending it"
+            recovery_id = take_over(pool, view, found.id, why)
+            if not await self._finished(found):
+                message = (
+                    f"controller restarted: interrupted with the node {_phase(view, self.keys)}"
+                    f"; recovery {recovery_id} takes it over"
+                )
+                records.append(
+                    audit.outcome_record(
+                        found,
+                        self.audit_log.new_id,
+                        now,
+                        audit.Result.INTERRUPTED,
+                        message,
+                        detail={"recovered_by": recovery_id},
+                        ctx=self._context(by_name.get(PoolName(found.pool))),
+                    )
+                )
         return records, takeovers
+
+    async def _finished(self, intent: AuditRecord) -> bool:
+        """Whether ``intent`` has a final outcome (anything but ``in_progress``) on record."""
+        query = AuditQuery(
+            since=intent.time, node=intent.node, kinds=(audit.Kind.OUTCOME,), limit=500
+        )
+        page = await self.audit_log.store.query(query)
+        return any(
+            r.intent_id == intent.id and r.outcome != audit.Result.IN_PROGRESS.value
+            for r in page.records
+        )
 
     # -----------------------------------------------------------------------------------------
     # One tick
@@ -793,6 +822,9 @@ class Reconciler:
                     continue
                 if not self._leading():
                     return tuple(done)
+                if _phase(view, self.keys) is Phase.LENDING:
+                    done.append(await self._roll_back(pool, view, snapshot.now))
+                    continue
                 decision = view.annotations.get(self.keys.decision)
                 result = await self.actuators[pool.name].progress(view.name, decision)
                 log.info("progress %s: %s (%s)", view.name, result.outcome.value, result.message)
@@ -805,6 +837,32 @@ class Reconciler:
                 self._reclaimed(pool.name, intent, result)
                 done.append(Applied(view.name, "progress", result, intent, outcome))
         return tuple(done)
+
+    async def _roll_back(self, pool: PoolConfig, view: NodeView, now: datetime) -> Applied:
+        """A lend left unfinished (its call ended in a conflict or a failure, and its intent is
+        closed with that) is rolled back under an intent of its own, like a restart's."""
+        decision = view.annotations.get(self.keys.decision)
+        why = f"lend {decision} left the node lending: rolling it back"
+        intent = audit.recovery_intent(
+            self._context(pool),
+            self.audit_log.new_id,
+            now,
+            str(pool.name),
+            view,
+            recovery.ROLLBACK,
+            decision,
+            why,
+        )
+        try:
+            await self.audit_log.tick([intent])
+        except Exception:  # no intent on record, no write
+            log.exception("audit store failed; node %s stays lending this tick", view.name)
+            self.observer.observe_audit_failure("tick")
+            return Applied(view.name, "progress", None, None, None)
+        result = await self.actuators[pool.name].progress(view.name, intent.id)
+        log.info("roll back %s: %s (%s)", view.name, result.outcome.value, result.message)
+        outcome = await self._safely(self.audit_log.outcome(intent, result, self.clock()))
+        return Applied(view.name, "progress", result, intent, outcome)
 
     async def _intent_of(self, view: NodeView) -> AuditRecord | None:
         decision = view.annotations.get(self.keys.decision)

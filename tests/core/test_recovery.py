@@ -54,6 +54,20 @@ RECLAIM = intent("reclaim", "test-reclaim")  # and on a reclaim
             False,
             id="reclaim-done",
         ),
+        pytest.param(
+            intent("rollback", "test-lend"),
+            finish(lending(serving("n"))),
+            Result.APPLIED,
+            False,
+            id="rollback-done",
+        ),
+        pytest.param(
+            intent("rollback", "test-lend"),
+            lending(serving("n")),
+            Result.INTERRUPTED,
+            True,
+            id="rollback-half",
+        ),
         # Lent under the lend's decision: the reclaim never reached the node.
         pytest.param(RECLAIM, lend(serving("n")), Result.SUPERSEDED, False, id="reclaim-never"),
     ],
