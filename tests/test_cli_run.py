@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -207,7 +208,11 @@ async def test_reclaim_node_restores_it_and_audits(tmp_path: Path) -> None:
             str(box.kubeconfig),
         )
         assert code == 0, err
-        assert out.startswith(f"{NODE}\tdone\t"), out
+        lines = out.splitlines()
+        assert re.fullmatch(rf"{NODE} serving-tainted \d+\.\ds", lines[0]), out
+        assert re.fullmatch(rf"{NODE} back \d+\.\ds \(reclaimed: serving again\)", lines[1]), out
+        assert lines[2].startswith("1 node: 1 back, 0 not back; last serving taint "), out
+        assert len(lines) == 3, out
 
         after = await writer.get_node(NODE)
         assert json.dumps(after["spec"], sort_keys=True) == json.dumps(
@@ -259,14 +264,102 @@ async def test_reclaim_all_and_a_node_that_cannot_be_restored(tmp_path: Path) ->
 
         code, out, err = await run_cli("reclaim", "--all", *args)
         assert code == 0, err
-        assert [line.split("\t")[:2] for line in out.splitlines()] == [
-            ["inference-6", "done"],
-            ["inference-7", "done"],
+        assert sorted(line.split()[:2] for line in out.splitlines()[:4]) == [
+            ["inference-6", "back"],
+            ["inference-6", "serving-tainted"],
+            ["inference-7", "back"],
+            ["inference-7", "serving-tainted"],
         ]
         code, out, err = await run_cli("reclaim", "--all", *args)
         assert (code, out) == (0, "no node is lent\n")
 
         code, out, err = await run_cli("reclaim", "--node", "no-such-node", *args)
         assert code == 1
-        assert out.startswith("no-such-node\terror\tcannot read the node")
+        lines = out.splitlines()
+        assert re.fullmatch(r"no-such-node failed \d+\.\ds: cannot read the node: .*", lines[0])
+        assert lines[1] == "1 node: 0 back, 1 not back; last serving taint -, last node back -"
+        assert lines[2].startswith("not back: no-such-node: error: cannot read the node")
+        assert lines[3] == "exit 1: 1 node(s) not back"
         assert "Traceback" not in err
+
+
+def train_on(store: Store, node: str, pods: int, grace: int) -> None:
+    """``pods`` training workers bound to ``node``, each taking ``grace`` s to terminate."""
+    for index in range(pods):
+        pod = cluster.training_pod(f"job-{node}", index, gpus=1, priority_class=None)
+        pod["spec"]["nodeName"] = node
+        pod["spec"]["terminationGracePeriodSeconds"] = grace
+        cluster.add(store, pod)
+
+
+async def test_reclaim_all_taints_every_node_before_any_drain_ends_then_drains_them_together(
+    tmp_path: Path,
+) -> None:
+    lent = [f"inference-{i}" for i in range(2, 8)]
+    async with setup(tmp_path) as box:
+        config = settings_mod.load(box.config, env={})
+        (pool,) = wiring.pool_configs(config)
+        writer = KubeWriter(client.CoreV1Api(box.api))
+        actuator = Actuator(writer, config.keys(), pool.lend_spec, pool.rules, wiring.utc_now)
+        for node in lent:
+            assert (await actuator.lend(node, "test-lend")).outcome is Outcome.DONE
+            train_on(box.store, node, pods=2, grace=3)  # evicted pods linger 3 s (wall clock)
+        args = ("--config", str(box.config), "--kubeconfig", str(box.kubeconfig))
+
+        code, out, err = await run_cli("reclaim", "--all", "--concurrency", "4", *args)
+        assert code == 0, err
+        lines = out.splitlines()
+        stages = [line.split()[1] for line in lines[:12]]
+        assert stages == ["serving-tainted"] * 6 + ["back"] * 6, out
+        assert sorted(line.split()[0] for line in lines[:6]) == lent
+        for line in lines[6:12]:
+            assert line.endswith(" (2 pods evicted)"), line
+        # Together: each drain takes about 3 s; one after another they would take 18 s.
+        last_back = max(float(line.split()[2].rstrip("s")) for line in lines[6:12])
+        assert last_back < 12.0, out
+        assert lines[12].startswith("6 nodes: 6 back, 0 not back; last serving taint "), out
+        assert len(lines) == 13, out
+
+        code, out, err = await run_cli("audit", "--json", "--limit", "1000", *args[:2])
+        assert code == 0, err
+        rows = [json.loads(line) for line in out.splitlines()]
+        intents = [r for r in rows if r["kind"] == "intent" and r["origin"] == "operator"]
+        assert sorted(r["node"] for r in intents) == lent
+        for intent in intents:
+            outcomes = [r for r in rows if r.get("intent_id") == intent["id"]]
+            calls = [r["detail"]["call"] for r in outcomes]
+            assert calls == ["reclaim", "progress"], outcomes
+
+
+async def test_reclaim_pool_reports_a_refused_node_and_brings_the_others_back_exit_1(
+    tmp_path: Path,
+) -> None:
+    lent = ["inference-2", "inference-3", "inference-4"]
+    async with setup(tmp_path) as box:
+        config = settings_mod.load(box.config, env={})
+        (pool,) = wiring.pool_configs(config)
+        core = client.CoreV1Api(box.api)
+        actuator = Actuator(
+            KubeWriter(core), config.keys(), pool.lend_spec, pool.rules, wiring.utc_now
+        )
+        for node in lent:
+            assert (await actuator.lend(node, "test-lend")).outcome is Outcome.DONE
+            train_on(box.store, node, pods=1, grace=1)
+        broken = {"metadata": {"annotations": {config.keys().since: "yesterday"}}}
+        await core.patch_node("inference-3", broken)
+        args = ("--config", str(box.config), "--kubeconfig", str(box.kubeconfig))
+
+        code, out, err = await run_cli("reclaim", "--pool", "inference", *args)
+        assert code == 1, err
+        assert "Traceback" not in err
+        lines = out.splitlines()
+        failed = [line for line in lines if line.startswith("inference-3 ")]
+        assert len(failed) == 1, out
+        assert re.fullmatch(
+            r"inference-3 failed \d+\.\ds: refused: unreadable state: .*", failed[0]
+        )
+        for node in ("inference-2", "inference-4"):
+            assert any(re.fullmatch(rf"{node} back .* \(1 pod evicted\)", ln) for ln in lines), out
+        assert "3 nodes: 2 back, 1 not back; last serving taint " in out
+        assert lines[-2].startswith("not back: inference-3: refused: unreadable state")
+        assert lines[-1] == "exit 1: 1 node(s) not back"

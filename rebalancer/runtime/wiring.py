@@ -16,9 +16,11 @@ What is built:
 - ``Telemetry``, the HTTP server, the ``LeaderElector`` (or ``AlwaysLeader``) and the
   ``Reconciler``; ``Controller.run`` is ``runtime.loop.run_controller``.
 
-The operator's ``reclaim`` (``operator_reclaim``) goes through the same audited path as a tick:
-an intent record (origin ``operator``) committed first, the actuator's ``reclaim``, ``progress``
-until the node serves again or the deadline has passed, and an outcome record.
+The operator's ``reclaim`` (``reclaim_wave``; ``operator_reclaim`` for one node) goes through the
+same audited path as a tick: intent records (origin ``operator``) committed first, in one batch,
+then every node's ``reclaim`` (serving taints back everywhere before any node is waited on), then
+``progress`` on all the drains at once until each node serves again or the one deadline has
+passed, and outcome records.
 """
 
 from __future__ import annotations
@@ -26,17 +28,32 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio import client
 
 from rebalancer.adapters import convert, kubeclient
-from rebalancer.adapters.actuator import ActionResult, Actuator, Outcome
+from rebalancer.adapters.actuator import (
+    ActionResult,
+    Actuator,
+    Outcome,
+    WriteKind,
+    WriteOutcome,
+)
 from rebalancer.adapters.audit import AuditLog, Sink, SqlAuditStore, stdout_sink
 from rebalancer.adapters.events import EventRecorder, KubeEvents
 from rebalancer.adapters.gate import LeaderGatedWriter
@@ -48,6 +65,7 @@ from rebalancer.core import audit, model
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import NodeName, PoolName
 from rebalancer.core.nodestate import Keys, Phase
+from rebalancer.errors import RebalancerError
 from rebalancer.runtime import http
 from rebalancer.runtime.loop import run_controller
 from rebalancer.runtime.reconcile import (
@@ -351,6 +369,38 @@ class Controller:
 
 # ---------------------------------------------------------------------------------------------
 # The operator's reclaim
+#
+# Why a wave and not one node after another: the runbook's fix for a controller that is down is
+# ``rebalancer reclaim --all``, and inference needs every serving taint back at once, not node N
+# after the drains of the N-1 before it. So every node gets its first call (the serving taints and
+# labels restored, then the evictions asked for) before any node is waited on; then one pass after
+# another drives every drain still under way, all against the same deadline. Passes rather than a
+# task per node: one sleep per pass, so a test on a manual clock moves time once per pass and the
+# deadline means the same thing for every node.
+
+
+DEFAULT_CONCURRENCY = 8
+MAX_CONCURRENCY = 64
+
+
+class Stage(StrEnum):
+    """What one node's reclaim has come to, as the wave reports it."""
+
+    SERVING_TAINTED = "serving-tainted"  # serving taints and labels back; the drain is under way
+    DRAINING = "draining"  # a later pass: borrowed pods are still on the node
+    BACK = "back"  # the node serves again (or already did)
+    FAILED = "failed"  # not read, no pool, refused, 409, gone, or the API kept failing
+    NOT_BACK = "not-back"  # still draining when the deadline and the grace had passed
+
+
+@dataclass(frozen=True)
+class ReclaimEvent:
+    node: str
+    stage: Stage
+    elapsed: timedelta  # since the wave started
+    message: str
+    evicted: int = 0  # distinct borrowed pods evicted so far
+    deleted: int = 0  # distinct borrowed pods deleted past the deadline so far
 
 
 @dataclass(frozen=True)
@@ -360,6 +410,14 @@ class Reclaimed:
     result: ActionResult | None  # the last actuator call; None: never called
     intent: AuditRecord | None
     message: str
+    # Since the wave started. ``tainted``: when the reclaim call that restored the serving taints
+    # returned (their write is its first, so they were there a little earlier); ``back``: when
+    # the node served again. None: not (yet) reached.
+    tainted: timedelta | None = None
+    back: timedelta | None = None
+    evicted: int = 0
+    deleted: int = 0
+    audit_errors: tuple[str, ...] = ()  # outcome records the store did not take
 
     @property
     def ok(self) -> bool:
@@ -367,15 +425,29 @@ class Reclaimed:
         return self.result is not None and self.result.outcome in (Outcome.DONE, Outcome.NOTHING)
 
 
+class IntentsNotRecorded(RebalancerError):
+    """The audit store did not take the wave's intents: nothing was written to any node."""
+
+
 OPERATOR_MESSAGE = "operator: rebalancer reclaim"
+_BACK = (Outcome.DONE, Outcome.NOTHING)
+_SERVING = (*_BACK, Outcome.WAITING)  # after any of these the serving taints are in place
 
 
-async def lent_nodes(parts: Parts) -> list[str]:
-    """Every node the controller has lent or is moving (any non-serving phase)."""
+async def lent_nodes(parts: Parts, pools: Collection[str] = ()) -> dict[str, dict[str, Any]]:
+    """Every node the controller has lent or is moving (any non-serving phase), by name in name
+    order, as listed: the wave needs no second read of them. With ``pools``, only the nodes one
+    of those pools selects."""
     k = parts.keys
     phases = ",".join(p.value for p in (Phase.LENDING, Phase.LENT, Phase.RECLAIMING))
     found = await parts.writer.list_nodes(f"{k.state} in ({phases})")
-    return sorted(str((n.get("metadata") or {}).get("name", "")) for n in found)
+    chosen = [p for p in parts.pools if str(p.name) in pools]
+    by_name: dict[str, dict[str, Any]] = {}
+    for raw in found:
+        if chosen and not any(p.selects(convert.node_view(raw), k) for p in chosen):
+            continue
+        by_name[str((raw.get("metadata") or {}).get("name", ""))] = raw
+    return dict(sorted(by_name.items()))
 
 
 async def operator_reclaim(
@@ -384,23 +456,207 @@ async def operator_reclaim(
     *,
     poll: float = 1.0,
     grace: timedelta = timedelta(seconds=30),
-    sleep: Callable[[float], Any] = asyncio.sleep,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
 ) -> Reclaimed:
-    """Take ``node`` back now: intent (origin operator), ``reclaim``, ``progress`` until done or
-    past the deadline (plus ``grace`` for the deletions to land), outcome records.
+    """Take ``node`` back now: ``reclaim_wave`` over one node."""
+    (done,) = await reclaim_wave(parts, [node], concurrency=1, poll=poll, grace=grace, sleep=sleep)
+    return done
 
+
+@dataclass
+class _Node:
+    """One node of a wave while it runs."""
+
+    name: str
+    pool: PoolConfig
+    actuator: NodeActuator
+    intent: AuditRecord
+    deadline: datetime
+    result: ActionResult | None = None
+    tainted: timedelta | None = None
+    back: timedelta | None = None
+    evicted: set[str] = field(default_factory=set)
+    deleted: set[str] = field(default_factory=set)
+    audit_errors: list[str] = field(default_factory=list)
+    final: bool = False
+
+    def count(self, result: ActionResult) -> None:
+        for w in result.writes:
+            if w.kind is WriteKind.EVICT and w.outcome is WriteOutcome.EVICTED:
+                self.evicted.add(w.target)
+            elif w.kind is WriteKind.DELETE and w.outcome is WriteOutcome.APPLIED:
+                self.deleted.add(w.target)
+
+    def done(self) -> Reclaimed:
+        assert self.result is not None
+        return Reclaimed(
+            self.name,
+            str(self.pool.name),
+            self.result,
+            self.intent,
+            self.result.message,
+            self.tainted,
+            self.back,
+            len(self.evicted),
+            len(self.deleted),
+            tuple(self.audit_errors),
+        )
+
+
+async def reclaim_wave(
+    parts: Parts,
+    nodes: Sequence[str],
+    *,
+    known: Mapping[str, dict[str, Any]] | None = None,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    poll: float = 1.0,
+    grace: timedelta = timedelta(seconds=30),
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    on_event: Callable[[ReclaimEvent], None] | None = None,
+) -> list[Reclaimed]:
+    """Take ``nodes`` back now, all at once; one ``Reclaimed`` per node, in the order given.
+
+    1. Each node is read (``known`` holds nodes already listed, which are not read again) and its
+       pool found; a node that cannot be read or that no pool selects is reported and left out.
+    2. One intent per node (origin operator), all committed in one batch before the first write;
+       if the store refuses them, ``IntentsNotRecorded`` and nothing is written.
+    3. Every node's ``reclaim`` (serving taints and labels restored, then the evictions asked
+       for), at most ``concurrency`` at once, against one deadline: the wave's start plus the
+       pool's ``reclaim_deadline``. Only when every node has had it does any wait begin.
+    4. Passes of ``progress`` over every node still draining (at most ``concurrency`` at once),
+       ``poll`` seconds apart, until each serves again or its deadline plus ``grace`` (for the
+       deletions after it) has passed.
     An outcome record is written for the first call, for every later pass that wrote something,
-    and for the last pass, so a long drain does not write one row per poll."""
+    and for the last, so a long drain does not write one row per poll. A node whose call fails
+    is reported and the others go on; an outcome the store does not take is reported on its node
+    (the write it describes is done) and the wave goes on.
+    """
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise ValueError(f"concurrency={concurrency}: must be between 1 and {MAX_CONCURRENCY}")
+    wave = _Wave(parts, asyncio.Semaphore(concurrency), parts.clock(), grace, on_event)
+    names = list(dict.fromkeys(nodes))
+    moving = await wave.prepare(names, dict(known or {}))
+    await asyncio.gather(*(wave.first(n) for n in moving))
+    while draining := [n for n in moving if not n.final]:
+        await sleep(poll)
+        await asyncio.gather(*(wave.again(n) for n in draining))
+    done = {n.name: n.done() for n in moving}
+    return [wave.lost[n] if n in wave.lost else done[n] for n in names]
+
+
+@dataclass
+class _Wave:
+    parts: Parts
+    limit: asyncio.Semaphore  # API calls in flight at once
+    start: datetime
+    grace: timedelta
+    on_event: Callable[[ReclaimEvent], None] | None
+    lost: dict[str, Reclaimed] = field(default_factory=dict)  # never called: not read, no pool
+
+    def since(self) -> timedelta:
+        return self.parts.clock() - self.start
+
+    def tell(self, event: ReclaimEvent) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
+
+    async def prepare(self, names: list[str], seen: dict[str, dict[str, Any]]) -> list[_Node]:
+        """Read what is not known yet, find each node's pool, commit every intent at once."""
+        parts = self.parts
+
+        async def read(name: str) -> None:
+            async with self.limit:
+                try:
+                    seen[name] = await parts.writer.get_node(name)
+                except Exception as exc:  # one node's failure is reported on that node only
+                    self.lost[name] = Reclaimed(
+                        name, None, None, None, f"cannot read the node: {exc}"
+                    )
+
+        await asyncio.gather(*(read(n) for n in names if n not in seen))
+        moving: list[_Node] = []
+        for name in names:
+            if name in self.lost:
+                continue
+            view = convert.node_view(seen[name])
+            pool = next((p for p in parts.pools if p.selects(view, parts.keys)), None)
+            if pool is None:
+                why = "no configured pool selects this node"
+                self.lost[name] = Reclaimed(name, None, None, None, why)
+                continue
+            intent = operator_intent(parts, pool, view, parts.clock())
+            deadline = self.start + pool.policy.reclaim_deadline  # one start for every node
+            moving.append(_Node(name, pool, parts.actuators[pool.name], intent, deadline))
+        for name in names:
+            if name in self.lost:
+                self.tell(ReclaimEvent(name, Stage.FAILED, self.since(), self.lost[name].message))
+        if moving:
+            try:
+                await parts.audit_log.tick([n.intent for n in moving])  # durable before any write
+            except Exception as exc:
+                raise IntentsNotRecorded(
+                    f"audit store: the intents were not recorded, no node was touched: {exc}"
+                ) from exc
+        return moving
+
+    async def first(self, node: _Node) -> None:
+        async with self.limit:
+            call = node.actuator.reclaim(node.name, node.intent.id, node.deadline)
+            result = await _guarded(node.name, "reclaim", call)
+        self.settle(node, result)
+        await self.record(node, result)
+
+    async def again(self, node: _Node) -> None:
+        async with self.limit:
+            result = await _guarded(node.name, "progress", node.actuator.progress(node.name))
+        self.settle(node, result)
+        if result.applied or node.final:
+            await self.record(node, result)
+
+    async def record(self, node: _Node, result: ActionResult) -> None:
+        try:
+            await self.parts.audit_log.outcome(node.intent, result, self.parts.clock())
+        except Exception as exc:  # the write it describes is done: the wave goes on
+            node.audit_errors.append(f"outcome of {result.action} not recorded: {exc}")
+
+    def settle(self, node: _Node, result: ActionResult) -> None:
+        """What ``result`` says about ``node``: counts, times, whether it is final; the events."""
+        node.result = result
+        node.count(result)
+        at = self.since()
+        counts = {"evicted": len(node.evicted), "deleted": len(node.deleted)}
+        restored = any(w.kind is WriteKind.BEGIN_RECLAIM for w in result.applied)
+        if node.tainted is None and (result.outcome in _SERVING or restored):
+            node.tainted = at
+            self.tell(ReclaimEvent(node.name, Stage.SERVING_TAINTED, at, result.message, **counts))
+        past = self.parts.clock() >= node.deadline + self.grace
+        node.final = result.outcome is not Outcome.WAITING or past
+        if result.outcome in _BACK:
+            node.back = at
+            self.tell(ReclaimEvent(node.name, Stage.BACK, at, result.message, **counts))
+        elif result.outcome is Outcome.WAITING:
+            stage = Stage.NOT_BACK if past else Stage.DRAINING
+            self.tell(ReclaimEvent(node.name, stage, at, result.message, **counts))
+        else:
+            why = f"{result.outcome.value}: {result.message}"
+            self.tell(ReclaimEvent(node.name, Stage.FAILED, at, why, **counts))
+
+
+async def _guarded(node: str, action: str, call: Awaitable[ActionResult]) -> ActionResult:
+    """The actuator turns the writer's errors into results; anything else it lets through
+    becomes a failed result for this node alone, so the rest of the wave goes on."""
     try:
-        raw = await parts.writer.get_node(node)
+        return await call
     except Exception as exc:
-        return Reclaimed(node, None, None, None, f"cannot read the node: {exc}")
-    view = convert.node_view(raw)
-    pool = next((p for p in parts.pools if p.selects(view, parts.keys)), None)
-    if pool is None:
-        return Reclaimed(node, None, None, None, "no configured pool selects this node")
-    now = parts.clock()
-    intent = AuditRecord(
+        return ActionResult(node, action, Outcome.FAILED, f"unexpected error: {exc!r}")
+
+
+def operator_intent(
+    parts: Parts, pool: PoolConfig, view: model.NodeView, now: datetime
+) -> AuditRecord:
+    """The intent of an operator's reclaim of one node, as ``rebalancer reclaim`` records it."""
+    node = str(view.name)
+    return AuditRecord(
         id=parts.audit_log.new_id(),
         time=now,
         kind=Kind.INTENT,
@@ -427,15 +683,3 @@ async def operator_reclaim(
             },
         },
     )
-    await parts.audit_log.tick([intent])  # durable before any write
-    actuator = parts.actuators[pool.name]
-    deadline = now + pool.policy.reclaim_deadline
-    result = await actuator.reclaim(node, intent.id, deadline)
-    await parts.audit_log.outcome(intent, result, parts.clock())
-    while result.outcome is Outcome.WAITING and parts.clock() < deadline + grace:
-        await sleep(poll)
-        result = await actuator.progress(node)
-        final = result.outcome is not Outcome.WAITING or parts.clock() >= deadline + grace
-        if result.applied or final:
-            await parts.audit_log.outcome(intent, result, parts.clock())
-    return Reclaimed(node, str(pool.name), result, intent, result.message)

@@ -1,0 +1,332 @@
+"""``wiring.reclaim_wave`` (``rebalancer reclaim``) in process, against the API emulator on a
+manual clock.
+
+The emulator serves over HTTP as in ``tests/test_cli_run.py``, but time moves only when the wave
+sleeps between passes (``Sleeper`` advances the emulator's clock, which is also the wave's), so a
+two-minute deadline and pods that take a minute to terminate cost no wall time. The emulator's
+store keeps a journal of the node writes it took, in order, into which the sleeper writes its
+sleeps too: "every serving taint is back before anything is waited on" is read off the server's
+own record. A ``Watched`` actuator (the ``NodeActuator`` protocol, around the real one) checks
+that the audit store holds every intent before the first write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rebalancer import cli
+from rebalancer import settings as settings_mod
+from rebalancer.adapters.actuator import ActionResult, Outcome
+from rebalancer.adapters.audit import AuditLog, AuditQuery, MemoryAuditStore
+from rebalancer.core import nodestate
+from rebalancer.core.audit import AuditRecord, Kind
+from rebalancer.runtime import wiring
+from rebalancer.runtime.reconcile import NodeActuator
+from rebalancer.runtime.wiring import ReclaimEvent, Stage
+from rebalancer.sandbox import cluster
+from rebalancer.sandbox.clock import ManualClock
+from rebalancer.sandbox.resources import NODES
+from rebalancer.sandbox.server import serve, write_kubeconfig
+from rebalancer.sandbox.store import Store
+from tests.adapters.conftest import T0
+from tests.e2e_support import free_port
+
+Obj = dict[str, Any]
+SERVING = {"key": "workload", "value": "inference", "effect": "NoSchedule"}
+LENT = tuple(f"inference-{i}" for i in range(2, 8))  # six nodes, lent
+SPARE = cluster.Pool("spare", 2, "NVIDIA-L20", cluster.INFERENCE_TAINT)  # a second pool
+POLL = 5.0  # seconds of emulator time between passes: few passes, same story
+DEADLINE = timedelta(minutes=2)  # the default limits.reclaim_deadline
+
+
+class JournalStore(Store):
+    """The emulator's store, remembering each node write it took (and the sleeps, see
+    ``Sleeper``) in the order they happened."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.journal: list[tuple[str, str]] = []
+
+    def patch(self, rt: Any, namespace: str | None, name: str, *args: Any, **kwargs: Any) -> Obj:
+        out = super().patch(rt, namespace, name, *args, **kwargs)
+        if rt is NODES:
+            serving = SERVING in ((out.get("spec") or {}).get("taints") or [])
+            self.journal.append(("serving" if serving else "lent", name))
+        return out
+
+
+@dataclass
+class Sleeper:
+    """The wave's ``sleep``: moves the emulator's clock, and says so in the journal."""
+
+    clock: ManualClock
+    store: JournalStore
+    slept: list[float] = field(default_factory=list)
+
+    async def __call__(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.store.journal.append(("sleep", f"{seconds}"))
+        self.clock.advance(seconds)
+
+
+@dataclass
+class Watched:
+    """A ``NodeActuator`` around the real one that checks, at each node's first write, that the
+    audit store already holds every intent of the wave."""
+
+    inner: NodeActuator
+    parts: wiring.Parts
+    expected: int
+    intents_seen: list[int] = field(default_factory=list)
+
+    async def lend(self, node: str, decision: str) -> ActionResult:
+        return await self.inner.lend(node, decision)
+
+    async def reclaim(self, node: str, decision: str, deadline: datetime) -> ActionResult:
+        page = await self.parts.store.query(AuditQuery(kinds=(Kind.INTENT,), limit=1000))
+        self.intents_seen.append(len(page.records))
+        assert any(r.id == decision for r in page.records), "the intent is stored first"
+        return await self.inner.reclaim(node, decision, deadline)
+
+    async def progress(self, node: str, decision: str | None = None) -> ActionResult:
+        return await self.inner.progress(node)
+
+
+class RefusingStore(MemoryAuditStore):
+    """An audit store that takes nothing (a full disk, a database that went away)."""
+
+    async def append(self, batch: Sequence[AuditRecord]) -> None:
+        raise OSError("disk full")
+
+
+@dataclass
+class Box:
+    store: JournalStore
+    clock: ManualClock
+    parts: wiring.Parts
+    sleeper: Sleeper
+    events: list[ReclaimEvent] = field(default_factory=list)
+
+    async def wave(self, nodes: list[str], **options: Any) -> list[wiring.Reclaimed]:
+        return await wiring.reclaim_wave(
+            self.parts,
+            nodes,
+            poll=POLL,
+            sleep=self.sleeper,
+            on_event=self.events.append,
+            **options,
+        )
+
+    def taints(self, node: str) -> list[Obj]:
+        return list(self.store.get(NODES, None, node)["spec"].get("taints") or [])
+
+    async def records(self) -> list[AuditRecord]:
+        return list((await self.parts.store.query(AuditQuery(limit=1000))).records)
+
+
+def config_text(audit_db: Path) -> str:
+    return f"""
+leader_election: {{enabled: false}}
+prometheus: {{url: "http://127.0.0.1:{free_port()}"}}
+audit: {{url: "sqlite+aiosqlite:///{audit_db}"}}
+pools:
+  - name: inference
+    node_selector: {{gpu-pool: inference}}
+    inference_selector: {{app: llm-serving}}
+    rps_per_node: 100
+  - name: spare
+    node_selector: {{gpu-pool: spare}}
+    inference_selector: {{app: llm-serving}}
+    rps_per_node: 100
+"""
+
+
+@contextlib.asynccontextmanager
+async def lent(
+    tmp_path: Path, nodes: tuple[str, ...] = LENT, pods: int = 2, grace: int = 60
+) -> AsyncIterator[Box]:
+    """The default inference pool plus two ``spare`` nodes; ``nodes`` lent, each running
+    ``pods`` training pods that take ``grace`` seconds to terminate once evicted."""
+    clock = ManualClock(T0)
+    store = JournalStore(clock, seed=1)
+    cluster.seed(store, (cluster.INFERENCE, SPARE))
+    async with serve(store) as url:
+        kubeconfig = write_kubeconfig(url, tmp_path / "kubeconfig")
+        path = tmp_path / "config.yaml"
+        path.write_text(config_text(tmp_path / "audit.sqlite3"), encoding="utf-8")
+        config = settings_mod.load(path, env={})
+        async with wiring.Parts.open(config, kubeconfig, name="operator", clock=clock) as parts:
+            pools = {str(p.name): p for p in parts.pools}
+            for node in nodes:
+                pool = pools["spare" if node.startswith("spare") else "inference"]
+                done = await parts.actuators[pool.name].lend(node, "test-lend")
+                assert done.outcome is Outcome.DONE, done.message
+                for index in range(pods):
+                    pod = cluster.training_pod(f"job-{node}", index, gpus=1, priority_class=None)
+                    pod["spec"]["nodeName"] = node
+                    pod["spec"]["terminationGracePeriodSeconds"] = grace
+                    cluster.add(store, pod)
+            store.journal.clear()
+            yield Box(store, clock, parts, Sleeper(clock, store))
+
+
+def back_at(done: list[wiring.Reclaimed]) -> list[float]:
+    return [d.back.total_seconds() for d in done if d.back is not None]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_every_node_gets_its_serving_taints_back_before_any_node_is_waited_on(
+    tmp_path: Path,
+) -> None:
+    async with lent(tmp_path) as box:
+        done = await box.wave(list(LENT))
+        assert all(d.ok for d in done), [d.message for d in done]
+        journal = box.store.journal
+        first_sleep = journal.index(("sleep", f"{POLL}"))
+        restored = [i for i, (what, _node) in enumerate(journal) if what == "serving"]
+        # Each node: its serving taints back (begin reclaim), later its finish, also serving.
+        assert sorted({journal[i][1] for i in restored if i < first_sleep}) == list(LENT)
+        assert all(journal[i][0] != "lent" for i in range(len(journal)))  # no write re-lends
+        # And at that moment no node was back: each still had its pods terminating.
+        assert all(d.tainted == timedelta(0) for d in done)
+        assert all(d.back is not None and d.back > timedelta(0) for d in done)
+        stages = [e.stage for e in box.events]
+        assert stages.index(Stage.BACK) > max(
+            i for i, s in enumerate(stages) if s is Stage.SERVING_TAINTED
+        )
+        for node in LENT:
+            assert SERVING in box.taints(node)
+
+
+async def test_the_drains_run_together_six_minute_long_drains_take_a_minute_not_six(
+    tmp_path: Path,
+) -> None:
+    async with lent(tmp_path, grace=60) as box:
+        done = await box.wave(list(LENT))
+        assert [d.ok for d in done] == [True] * len(LENT)
+        # Evicted at 0 s, gone at 60 s: every node is back on the first pass after that.
+        assert all(60.0 <= t <= 60.0 + POLL for t in back_at(done)), back_at(done)
+        assert sum(box.sleeper.slept) <= 60.0 + POLL  # one node after another: 360 s
+        assert all(d.evicted == 2 and d.deleted == 0 for d in done)
+
+
+async def test_every_deadline_is_counted_from_the_same_start(tmp_path: Path) -> None:
+    # Pods that would take ten minutes: every node is back when the one deadline passes.
+    async with lent(tmp_path, grace=600) as box:
+        done = await box.wave(list(LENT))
+        assert all(d.ok for d in done)
+        limit = DEADLINE.total_seconds()
+        assert all(limit <= t <= limit + POLL for t in back_at(done)), back_at(done)
+        assert all(d.evicted == 2 and d.deleted == 2 for d in done)
+        # One deadline, written on every node by its begin-reclaim write.
+        records = await box.records()
+        written = [
+            w["body"]["metadata"]["annotations"]["rebalancer.io/reclaim-deadline"]
+            for r in records
+            if r.kind is Kind.OUTCOME
+            for w in (r.detail or {}).get("writes", [])
+            if w["kind"] == "begin_reclaim"
+        ]
+        assert len(written) == len(LENT)
+        assert set(written) == {nodestate.format_time(T0 + DEADLINE)}, written
+
+
+async def test_every_node_has_one_intent_stored_before_its_first_write_and_its_outcomes(
+    tmp_path: Path,
+) -> None:
+    async with lent(tmp_path) as box:
+        watched = {
+            name: Watched(a, box.parts, len(LENT)) for name, a in box.parts.actuators.items()
+        }
+        box.parts = dataclasses.replace(box.parts, actuators=watched)
+        done = await box.wave(list(LENT))
+        assert all(d.ok for d in done)
+        # All of them in one batch, before the first node's first write.
+        assert watched[next(iter(watched))].intents_seen[0] == len(LENT)
+        records = await box.records()
+        intents = [r for r in records if r.kind is Kind.INTENT and r.action == "reclaim"]
+        assert sorted(str(r.node) for r in intents) == sorted(LENT)
+        assert len({r.time for r in intents}) == 1
+        assert all(r.origin == "operator" and r.reason == "operator_reclaim_now" for r in intents)
+        for intent in intents:
+            outcomes = [r for r in records if r.kind is Kind.OUTCOME and r.intent_id == intent.id]
+            calls = [
+                ((r.detail or {})["call"], (r.detail or {})["actuator_outcome"]) for r in outcomes
+            ]
+            # The first call (taints back, pods evicted), then the pass that finished: the
+            # passes in between wrote nothing and left no row.
+            assert calls == [("reclaim", "waiting"), ("progress", "done")], calls
+            assert all(r.time >= intent.time for r in outcomes)
+
+
+async def test_a_node_that_cannot_be_reclaimed_is_reported_and_the_others_still_come_back(
+    tmp_path: Path,
+) -> None:
+    async with lent(tmp_path) as box:
+        broken = LENT[2]
+        box.store.patch(
+            NODES,
+            None,
+            broken,
+            "application/merge-patch+json",
+            json.dumps(
+                {"metadata": {"annotations": {"rebalancer.io/since": "yesterday"}}}
+            ).encode(),
+        )
+        done = await box.wave([*LENT, "no-such-node"])
+        by_node = {d.node: d for d in done}
+        assert [d.node for d in done] == [*LENT, "no-such-node"]
+        assert not by_node[broken].ok
+        refused = by_node[broken].result
+        assert refused is not None
+        assert refused.outcome is Outcome.REFUSED
+        assert "unreadable state" in by_node[broken].message
+        assert not by_node["no-such-node"].ok
+        assert by_node["no-such-node"].message.startswith("cannot read the node")
+        assert all(by_node[n].ok for n in LENT if n != broken)
+        failed = {e.node for e in box.events if e.stage is Stage.FAILED}
+        assert failed == {broken, "no-such-node"}
+        lines = cli.reclaim_summary(done)
+        assert lines[0].startswith("7 nodes: 5 back, 2 not back; last serving taint 0.0s")
+        assert f"not back: {broken}: refused: unreadable state" in "\n".join(lines)
+        assert lines[-1] == "exit 1: 2 node(s) not back"
+
+
+async def test_a_pool_takes_back_only_its_own_lent_nodes(tmp_path: Path) -> None:
+    async with lent(tmp_path, nodes=(*LENT[:2], "spare-0", "spare-1"), pods=1) as box:
+        spare = await wiring.lent_nodes(box.parts, ["spare"])
+        assert list(spare) == ["spare-0", "spare-1"]
+        everything = await wiring.lent_nodes(box.parts)
+        assert list(everything) == sorted([*LENT[:2], "spare-0", "spare-1"])
+        done = await box.wave(list(spare), known=spare)
+        assert [(d.node, d.pool, d.ok) for d in done] == [
+            ("spare-0", "spare", True),
+            ("spare-1", "spare", True),
+        ]
+        assert list(await wiring.lent_nodes(box.parts)) == list(LENT[:2])
+
+
+async def test_an_intent_batch_the_store_refuses_leaves_every_node_untouched(
+    tmp_path: Path,
+) -> None:
+    async with lent(tmp_path, pods=0) as box:
+        box.parts = dataclasses.replace(box.parts, audit_log=AuditLog(RefusingStore(), sink=None))
+        with pytest.raises(wiring.IntentsNotRecorded, match="no node was touched"):
+            await box.wave(list(LENT))
+        assert box.store.journal == []
+
+
+def test_the_cli_default_concurrency_is_the_wave_s() -> None:
+    assert cli.RECLAIM_CONCURRENCY == wiring.DEFAULT_CONCURRENCY
+    assert cli.RECLAIM_MAX_CONCURRENCY == wiring.MAX_CONCURRENCY

@@ -1,0 +1,106 @@
+"""``rebalancer reclaim`` in process, without a cluster: its flags, its lines and its live bar.
+
+The bad flags fail before anything is opened (one line on stderr, exit 2). The views are fed
+``ReclaimEvent`` values as the wave would send them: plain lines when stderr is not a terminal,
+a tqdm bar (on a stream that says it is a terminal) when it is.
+"""
+
+from __future__ import annotations
+
+import io
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from rebalancer import cli
+from rebalancer.runtime.wiring import ReclaimEvent, Stage
+from tests.test_cli_run import config_text
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def ev(
+    node: str, stage: Stage, seconds: float, message: str = "", evicted: int = 0
+) -> ReclaimEvent:
+    return ReclaimEvent(node, stage, timedelta(seconds=seconds), message, evicted=evicted)
+
+
+@pytest.mark.parametrize("value", ["0", "65", "-3"])
+def test_a_concurrency_outside_1_to_64_is_one_line_and_exit_2(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["reclaim", "--all", "--concurrency", value]) == cli.EXIT_USAGE
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"rebalancer: --concurrency={value}: must be between 1 and 64\n"
+
+
+def test_an_unknown_pool_is_one_line_naming_the_configured_ones_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(config_text(tmp_path / "audit.sqlite3", 8080), encoding="utf-8")
+    code = cli.main(["reclaim", "--pool", "inference", "--pool", "nope", "--config", str(config)])
+    assert code == cli.EXIT_USAGE
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == "rebalancer: --pool=nope: no configured pool has that name (inference)\n"
+    assert not (tmp_path / "audit.sqlite3").exists()  # nothing was opened
+
+
+def test_plain_lines_say_each_node_event_once_and_leave_the_drain_passes_out() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    view = cli.reclaim_view(["inference-3", "inference-4"], out, err)
+    assert isinstance(view, cli.ReclaimLines)
+    for event in (
+        ev("inference-3", Stage.SERVING_TAINTED, 0.4, "2 borrowed pod(s) left"),
+        ev("inference-3", Stage.DRAINING, 1.4, "2 borrowed pod(s) left", evicted=2),
+        ev("inference-4", Stage.FAILED, 0.5, "refused: unreadable state"),
+        ev("inference-3", Stage.BACK, 12.1, "reclaimed: serving again", evicted=2),
+    ):
+        view.event(event)
+    view.close()
+    assert out.getvalue().splitlines() == [
+        "inference-3 serving-tainted 0.4s",
+        "inference-4 failed 0.5s: refused: unreadable state",
+        "inference-3 back 12.1s (2 pods evicted)",
+    ]
+    assert err.getvalue() == ""
+
+
+def test_pods_deleted_at_the_deadline_are_said_beside_the_evicted_ones() -> None:
+    event = ReclaimEvent(
+        "inference-2", Stage.BACK, timedelta(seconds=121), "reclaimed", evicted=1, deleted=1
+    )
+    assert (
+        cli.reclaim_line(event)
+        == "inference-2 back 121.0s (1 pod evicted, 1 deleted at the deadline)"
+    )
+    waiting = ev("inference-2", Stage.NOT_BACK, 150, "1 borrowed pod(s) left, 1 blocked")
+    assert (
+        cli.reclaim_line(waiting)
+        == "inference-2 not-back 150.0s: 1 borrowed pod(s) left, 1 blocked"
+    )
+
+
+def test_on_a_terminal_a_bar_counts_nodes_back_and_names_the_slowest_drain() -> None:
+    out, err = io.StringIO(), Terminal()
+    view = cli.reclaim_view(["inference-3", "inference-4", "inference-5"], out, err)
+    assert isinstance(view, cli.ReclaimBar)
+    view.event(ev("inference-3", Stage.SERVING_TAINTED, 0.3, "1 borrowed pod(s) left"))
+    view.event(ev("inference-4", Stage.SERVING_TAINTED, 0.4, "3 borrowed pod(s) left"))
+    view.event(ev("inference-4", Stage.DRAINING, 1.4, "3 borrowed pod(s) left", evicted=3))
+    view.event(ev("inference-3", Stage.DRAINING, 1.4, "1 borrowed pod(s) left", evicted=1))
+    drawn = err.getvalue()
+    assert "serving-tainted 2/3, slowest inference-4: 3 borrowed pod(s) left" in drawn
+    view.event(ev("inference-5", Stage.FAILED, 0.5, "refused: unreadable state"))
+    view.event(ev("inference-3", Stage.BACK, 5.0, "reclaimed", evicted=1))
+    view.close()
+    drawn = err.getvalue()
+    assert "inference-5 failed 0.5s: refused: unreadable state\n" in drawn  # above the bar
+    assert "nodes back: 1/3 |" in drawn
+    assert out.getvalue() == ""  # the summary, printed after, is the only thing on stdout
