@@ -286,6 +286,9 @@ class AuditStore(Protocol):
     async def pending_intents(self) -> tuple[AuditRecord, ...]:
         """Intents no outcome names yet, oldest first."""
 
+    async def unfinished_intents(self) -> tuple[AuditRecord, ...]:
+        """Intents with no final outcome (none but ``in_progress``), oldest first."""
+
     async def close(self) -> None: ...
 
 
@@ -319,7 +322,18 @@ class MemoryAuditStore:
         return _page(found, query.limit)
 
     async def pending_intents(self) -> tuple[AuditRecord, ...]:
-        closed = {r.intent_id for r in self.records if r.kind is Kind.OUTCOME}
+        return self._without({r.intent_id for r in self.records if r.kind is Kind.OUTCOME})
+
+    async def unfinished_intents(self) -> tuple[AuditRecord, ...]:
+        return self._without(
+            {
+                r.intent_id
+                for r in self.records
+                if r.kind is Kind.OUTCOME and r.outcome != Result.IN_PROGRESS.value
+            }
+        )
+
+    def _without(self, closed: set[str | None]) -> tuple[AuditRecord, ...]:
         found = [r for r in self.records if r.kind is Kind.INTENT and r.id not in closed]
         return tuple(sorted(found, key=lambda r: (r.time, r.id)))
 
@@ -398,8 +412,18 @@ class SqlAuditStore:
         return _page([_record(r._mapping) for r in rows], query.limit)
 
     async def pending_intents(self) -> tuple[AuditRecord, ...]:
+        return await self._open(final_only=False)
+
+    async def unfinished_intents(self) -> tuple[AuditRecord, ...]:
+        return await self._open(final_only=True)
+
+    async def _open(self, final_only: bool) -> tuple[AuditRecord, ...]:
+        """Intents no outcome closes (``final_only``: no outcome but ``in_progress``)."""
         outcome = records.alias("outcome")
-        closed = sa.select(outcome.c.id).where(outcome.c.intent_id == records.c.id).exists()
+        closes = outcome.c.intent_id == records.c.id
+        if final_only:
+            closes = sa.and_(closes, outcome.c.outcome != Result.IN_PROGRESS.value)
+        closed = sa.select(outcome.c.id).where(closes).exists()
         stmt = (
             records.select()
             .where(records.c.kind == Kind.INTENT.value, ~closed)

@@ -1,7 +1,8 @@
 """What a restarted controller makes of what a previous run left: open intents, nodes in flight.
 
 Where it sits: ``Reconciler.start`` (the first tick of a stretch of leadership) reads the
-intents the audit store holds without an outcome and the nodes as the informer sees them, asks
+intents the audit store holds without a final outcome (none, or only ``in_progress`` passes of
+a drain) and the nodes as the informer sees them, asks
 ``judge`` what each intent came to, and writes the verdicts before any write to a node. Pure:
 the records and views are arguments.
 
@@ -41,8 +42,14 @@ class Verdict:
     take_over: bool = False  # a recovery intent must end the transition the node is in
 
 
-def judge(intent: AuditRecord, view: model.NodeView | None, keys: nodestate.Keys) -> Verdict:
-    """What ``intent``, left open by a previous run, came to on its node."""
+def judge(
+    intent: AuditRecord,
+    view: model.NodeView | None,
+    keys: nodestate.Keys,
+    begun: bool = False,
+) -> Verdict:
+    """What ``intent``, left without a final outcome by a previous run, came to on its node.
+    ``begun``: it has ``in_progress`` outcomes already (a reclaim that was draining)."""
     if view is None:
         return Verdict(intent, Result.GONE, "the node no longer exists")
     state = nodestate.read(view, keys)
@@ -50,6 +57,8 @@ def judge(intent: AuditRecord, view: model.NodeView | None, keys: nodestate.Keys
         # Nothing can be concluded, and nothing is touched: the planner reports the node.
         return Verdict(intent, Result.FAILED, f"cannot tell how far it got: {state}")
     if state.decision != intent.id:
+        if begun:  # it did move the node; another decision has it now
+            return Verdict(intent, Result.INTERRUPTED, "begun, then another decision took over")
         return Verdict(intent, Result.SUPERSEDED, "never carried out: the node shows no trace")
     phase, action = state.phase, intent.action
     if phase in (Phase.LENDING, Phase.RECLAIMING):

@@ -48,7 +48,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from rebalancer.adapters.actuator import ActionResult, Outcome
-from rebalancer.adapters.audit import AuditLog, AuditQuery
+from rebalancer.adapters.audit import AuditLog
 from rebalancer.adapters.convert import PodRules
 from rebalancer.adapters.events import EventRecorder, NoEvents
 from rebalancer.adapters.leadership import Term
@@ -410,10 +410,12 @@ class Reconciler:
             takeovers.append((pool, view.name, intent))
             return intent.id
 
-        pending = await self.audit_log.store.pending_intents()
-        for intent in pending:
+        store = self.audit_log.store
+        untouched = {i.id for i in await store.pending_intents()}
+        for intent in await store.unfinished_intents():
             member = members.get(NodeName(intent.node or ""))
-            verdict = recovery.judge(intent, member[1] if member else None, self.keys)
+            begun = intent.id not in untouched  # it has in_progress outcomes: a drain
+            verdict = recovery.judge(intent, member[1] if member else None, self.keys, begun)
             message, detail = f"controller restarted: {verdict.message}", {}
             if verdict.take_over and member is not None:
                 why = f"a restart found {intent.action} {intent.id} unfinished: ending it"
@@ -432,48 +434,17 @@ class Reconciler:
                     ctx=ctx,
                 )
             )
-        # Every other node in flight is taken over too: the run that moved it is gone. Its
-        # intent, when it has no final outcome yet (a reclaim still draining), is interrupted.
+        # Every other node in flight is taken over too, though its intent is closed (a lend
+        # that ended in a conflict, leaving the node lending): the run that moved it is gone.
         taken = {name for _, name, _ in takeovers}
         for name, (pool, view) in members.items():
             if name in taken or _phase(view, self.keys) not in _IN_FLIGHT:
                 continue
             decision = view.annotations.get(self.keys.decision)
-            found = await self.audit_log.store.get(decision) if decision else None
-            if found is None or found.kind is not audit.Kind.INTENT:
-                why = f"node in flight under decision {decision!r}, which no intent names"
-                take_over(pool, view, decision, why)
-                continue
-            why = f"a restart found {found.action} {found.id} in flight: ending it"
-            recovery_id = take_over(pool, view, found.id, why)
-            if not await self._finished(found):
-                message = (
-                    f"controller restarted: interrupted with the node {_phase(view, self.keys)}"
-                    f"; recovery {recovery_id} takes it over"
-                )
-                records.append(
-                    audit.outcome_record(
-                        found,
-                        self.audit_log.new_id,
-                        now,
-                        audit.Result.INTERRUPTED,
-                        message,
-                        detail={"recovered_by": recovery_id},
-                        ctx=self._context(by_name.get(PoolName(found.pool))),
-                    )
-                )
+            known = decision is not None and await store.get(decision) is not None
+            what = "an intent with its outcome on record" if known else "no intent on record"
+            take_over(pool, view, decision, f"node in flight under {decision!r}, {what}")
         return records, takeovers
-
-    async def _finished(self, intent: AuditRecord) -> bool:
-        """Whether ``intent`` has a final outcome (anything but ``in_progress``) on record."""
-        query = AuditQuery(
-            since=intent.time, node=intent.node, kinds=(audit.Kind.OUTCOME,), limit=500
-        )
-        page = await self.audit_log.store.query(query)
-        return any(
-            r.intent_id == intent.id and r.outcome != audit.Result.IN_PROGRESS.value
-            for r in page.records
-        )
 
     # -----------------------------------------------------------------------------------------
     # One tick

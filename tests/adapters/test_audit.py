@@ -283,6 +283,25 @@ async def test_an_intent_survives_a_crash_before_its_outcome(db_url: str) -> Non
 # Migrations
 
 
+@pytest.mark.parametrize("backend", ["sql", "memory"])
+async def test_unfinished_intents_are_those_with_no_outcome_but_in_progress(
+    store: SqlAuditStore, backend: str
+) -> None:
+    chosen: SqlAuditStore | MemoryAuditStore = store if backend == "sql" else MemoryAuditStore()
+    untouched, draining, done = (
+        record(i, f.T0, node="n", kind=Kind.INTENT) for i in ("01A", "01B", "01C")
+    )
+    passes = [
+        audit.outcome_record(draining, lambda: "02A", f.T0, Result.IN_PROGRESS, "draining"),
+        audit.outcome_record(done, lambda: "02B", f.T0, Result.IN_PROGRESS, "draining"),
+        audit.outcome_record(done, lambda: "02C", f.T0, Result.APPLIED, "serving again"),
+    ]
+    await chosen.append([untouched, draining, done, *passes])
+
+    assert [r.id for r in await chosen.pending_intents()] == ["01A"]
+    assert [r.id for r in await chosen.unfinished_intents()] == ["01A", "01B"]
+
+
 async def test_migrations_are_idempotent(db_url: str) -> None:
     first = await SqlAuditStore.open(db_url)
     try:

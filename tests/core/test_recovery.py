@@ -110,3 +110,11 @@ def test_a_recovery_rolls_a_lend_back_and_finishes_a_reclaim(
     node: model.NodeView, action: str
 ) -> None:
     assert recovery.recovery_action(node, KEYS) == action
+
+
+def test_a_drain_that_had_begun_is_interrupted_not_superseded_when_the_node_moved_on() -> None:
+    node = finish(begin_reclaim(lend(serving("n"))))
+    moved = rebuilt(node, annotations={**node.annotations, KEYS.decision: "a-recovery"})
+
+    assert recovery.judge(RECLAIM, moved, KEYS, begun=True).result is Result.INTERRUPTED
+    assert recovery.judge(RECLAIM, moved, KEYS).result is Result.SUPERSEDED
