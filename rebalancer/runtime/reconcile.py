@@ -315,6 +315,7 @@ class Reconciler:
         observer: Observer | None = None,
         events: EventRecorder | None = None,
         strategy_timeout: timedelta = timedelta(seconds=10),
+        reclaim_concurrency: int = 8,
     ) -> None:
         names = [p.name for p in pools]
         if len(set(names)) != len(names):
@@ -329,6 +330,7 @@ class Reconciler:
         self.history_settings = history or HistorySettings()
         self.paused, self.frozen, self.dry_run = paused, frozen, dry_run
         self.strategy_timeout = strategy_timeout
+        self.reclaim_concurrency = reclaim_concurrency
         self.observer: Observer = observer or NoObserver()
         # Transitions are recorded by the actuators (see wiring.RecordingActuator); the refused
         # overrides are known only here, from the plan.
@@ -760,29 +762,48 @@ class Reconciler:
         return audit.Tick(records=tuple(records), intents=intents), written
 
     async def apply(self, plan: model.Plan, tick: audit.Tick) -> tuple[Applied, ...]:
-        done: list[Applied] = []
-        by_pool = {p.name: p for p in self.pools}
+        """The tick's steps: reclaims first, ``reclaim_concurrency`` at a time and every
+        deadline counted from the same start, so each node of a wave gets its serving taints
+        back without waiting for the others' API calls (and its drain begins); then lends, one
+        at a time (a lend is never urgent). A reclaim that raises cancels the others in flight
+        and ends the tick, as a crash would."""
+        started = self.clock()
+        gate = asyncio.Semaphore(self.reclaim_concurrency)
+
+        async def reclaim(step: model.Step) -> Applied:
+            async with gate:
+                return await self._carry_out(step, tick, started)
+
+        reclaims = [s for s in plan.steps if s.action is model.Action.RECLAIM]
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(reclaim(step)) for step in reclaims]
+        except BaseExceptionGroup as failed:
+            raise failed.exceptions[0] from None
+        done = [task.result() for task in tasks]
         for step in plan.steps:
-            intent = tick.intent_for(step)
-            pool = by_pool[step.pool]
-            if not self._leading():
-                why = "leadership lost before the step was carried out"
-                outcome = await self._safely(self.audit_log.supersede(intent, self.clock(), why))
-                done.append(Applied(step.node, step.action.value, None, intent, outcome))
-                continue
-            actuator = self.actuators[step.pool]
             if step.action is model.Action.LEND:
-                result = await actuator.lend(step.node, intent.id)
-            else:
-                deadline = self.clock() + pool.policy.reclaim_deadline
-                result = await actuator.reclaim(step.node, intent.id, deadline)
-            log.info(
-                "%s %s: %s (%s)", step.action.value, step.node, result.outcome.value, result.message
-            )
-            outcome = await self._safely(self.audit_log.outcome(intent, result, self.clock()))
-            self._reclaimed(step.pool, intent, result)
-            done.append(Applied(step.node, step.action.value, result, intent, outcome))
+                done.append(await self._carry_out(step, tick, started))
         return tuple(done)
+
+    async def _carry_out(self, step: model.Step, tick: audit.Tick, started: datetime) -> Applied:
+        intent = tick.intent_for(step)
+        if not self._leading():
+            why = "leadership lost before the step was carried out"
+            outcome = await self._safely(self.audit_log.supersede(intent, self.clock(), why))
+            return Applied(step.node, step.action.value, None, intent, outcome)
+        actuator = self.actuators[step.pool]
+        if step.action is model.Action.LEND:
+            result = await actuator.lend(step.node, intent.id)
+        else:
+            policy = next(p.policy for p in self.pools if p.name == step.pool)
+            result = await actuator.reclaim(step.node, intent.id, started + policy.reclaim_deadline)
+        log.info(
+            "%s %s: %s (%s)", step.action.value, step.node, result.outcome.value, result.message
+        )
+        outcome = await self._safely(self.audit_log.outcome(intent, result, self.clock()))
+        self._reclaimed(step.pool, intent, result)
+        return Applied(step.node, step.action.value, result, intent, outcome)
 
     async def drive(self, snapshot: model.Snapshot, acted: set[NodeName]) -> tuple[Applied, ...]:
         """``progress`` on every node in flight that got no step this tick."""

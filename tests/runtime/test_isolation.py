@@ -8,6 +8,7 @@ a tick here touches no network.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 import threading
@@ -297,3 +298,33 @@ async def test_an_unreadable_object_is_counted_and_the_rest_is_planned() -> None
 
     assert w.seen.unreadable[-1] == {"node": 0, "pod": 1}
     assert len(lends(w.calls[A])) == 3
+
+
+@dataclass
+class SlowReclaims(Calls):
+    """Reclaims that take their time, counting how many run at once and their deadlines."""
+
+    running: int = 0
+    most: int = 0
+    deadlines: list[datetime] = field(default_factory=list)
+
+    async def reclaim(self, node: str, decision: str, deadline: datetime) -> ActionResult:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        self.deadlines.append(deadline)
+        await asyncio.sleep(0)  # the API calls of one reclaim: others get their turn
+        await asyncio.sleep(0)
+        self.running -= 1
+        return await super().reclaim(node, decision, deadline)
+
+
+async def test_a_reclaim_wave_runs_its_reclaims_together_against_one_deadline() -> None:
+    w = await world(Scripted(RuntimeError("boom")), lent_a=3, demand_a=35.0)
+    slow = SlowReclaims()
+    w.reconciler.actuators = {A: slow, B: w.calls[B]}
+
+    await w.reconciler.tick()
+
+    assert sorted(reclaims(slow)) == ["a-0", "a-1", "a-2"]
+    assert slow.most == 3  # all at once, not one after another
+    assert len(set(slow.deadlines)) == 1  # counted from the same start
