@@ -285,7 +285,7 @@ def _reclaim(args: argparse.Namespace) -> int:
     async def go() -> int:
         async with wiring.Parts.open(config, args.kubeconfig) as parts:
             if args.node:
-                nodes, known = list(args.node), None
+                nodes, known = list(dict.fromkeys(args.node)), None
             else:
                 known = await wiring.lent_nodes(parts, pools)
                 nodes = list(known)
