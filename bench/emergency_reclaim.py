@@ -1,4 +1,4 @@
-"""How long ``rebalancer reclaim --all`` takes to give inference its nodes back (issue 10, item 3).
+"""How long ``rebalancer reclaim --all`` takes to give inference its nodes back.
 
 What it measures, for 6 and 50 lent nodes, each running training pods, against the API emulator
 served over HTTP in this process with 150 ms of real wall-clock latency added to every request
@@ -12,7 +12,7 @@ By default the training pods take longer to terminate than the deadline allows (
 checkpoints for 10 minutes): every node waits for the deadline and its pods are then deleted,
 the worst case. ``--pod-grace 30`` gives pods that leave on their own after 30 s.
 
-``--sequential`` also measures the path before issue 10 (one node after another, the next
+``--sequential`` also measures the former path (one node after another, the next
 started only when the previous is back): it takes about nodes x deadline, so only with few nodes
 or a short ``--deadline``. ``--controller`` measures the controller's own reclaim wave as
 ``Reconciler.apply`` carries it out today (each step's ``reclaim`` and outcome record one after
@@ -167,7 +167,7 @@ async def wave(lab: Lab, concurrency: int) -> Figures:
 
 
 async def sequential(lab: Lab) -> Figures:
-    """Before issue 10: one node at a time, each to the end of its drain."""
+    """The former path: one node at a time, each to the end of its drain."""
     lab.store.arm()
     started = time.perf_counter()
     done: list[wiring.Reclaimed] = []
@@ -287,7 +287,7 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=2, help="training pods per node (2)")
     parser.add_argument("--pod-grace", type=int, default=600, help="their grace period s (600)")
     parser.add_argument("--no-wave", dest="wave", action="store_false", help="skip the command")
-    parser.add_argument("--sequential", action="store_true", help="also the path before issue 10")
+    parser.add_argument("--sequential", action="store_true", help="also the former path")
     parser.add_argument("--controller", action="store_true", help="also Reconciler.apply's wave")
     args = parser.parse_args()
     asyncio.run(run(args))

@@ -261,7 +261,7 @@ def _run(args: argparse.Namespace) -> int:
 
 # Mirrors wiring.DEFAULT_CONCURRENCY and MAX_CONCURRENCY: the parser is built without importing the
 # runtime (the Kubernetes client), which only the commands that talk to a cluster load.
-RECLAIM_CONCURRENCY = 8
+RECLAIM_CONCURRENCY = 32
 RECLAIM_MAX_CONCURRENCY = 64
 
 

