@@ -239,16 +239,12 @@ def episode_record(
     """A pool-wide finding that starts or ends an episode (a strategy or the planner failing,
     and its recovery). Written once when the episode starts and once when it ends, never per
     tick: the runtime tracks the episode, this only builds the record."""
-    return AuditRecord(
-        id=new_id(),
-        time=now,
+    return _stamped(
+        ctx,
+        new_id,
+        now,
+        pool,
         kind=Kind.FINDING,
-        pool=pool,
-        controller=ctx.controller,
-        term=ctx.term,
-        strategy=ctx.strategy,
-        params=jsonable(ctx.params),
-        dry_run=ctx.dry_run,
         reason=reason.value,
         message=message,
         count=0,
@@ -269,16 +265,12 @@ def recovery_intent(
     """The intent of a restarted controller to end a transition a previous run left in flight
     (``action`` ``rollback`` or ``reclaim``), naming the intent it takes over (``recovers``,
     None when the node names no record the store holds). Written before any of its writes."""
-    return AuditRecord(
-        id=new_id(),
-        time=now,
+    return _stamped(
+        ctx,
+        new_id,
+        now,
+        pool,
         kind=Kind.INTENT,
-        pool=pool,
-        controller=ctx.controller,
-        term=ctx.term,
-        strategy=ctx.strategy,
-        params=jsonable(ctx.params),
-        dry_run=ctx.dry_run,
         reason=model.Reason.RECOVERY.value,
         message=message,
         node=str(view.name),
@@ -286,6 +278,21 @@ def recovery_intent(
         origin=model.Origin.RECOVERY.value,
         before=node_doc(view),
         detail={"recovers": recovers, "urgent": action == "reclaim"},
+    )
+
+
+def _stamped(ctx: Context, new_id: NewId, now: datetime, pool: str, **kw: Any) -> AuditRecord:
+    """A record of ``pool`` at ``now`` with who decided and with what (``ctx``) filled in."""
+    return AuditRecord(
+        id=new_id(),
+        time=now,
+        pool=pool,
+        controller=ctx.controller,
+        term=ctx.term,
+        strategy=ctx.strategy,
+        params=jsonable(ctx.params),
+        dry_run=ctx.dry_run,
+        **kw,
     )
 
 
