@@ -14,10 +14,11 @@ the worst case. ``--pod-grace 30`` gives pods that leave on their own after 30 s
 
 ``--sequential`` also measures the former path (one node after another, the next
 started only when the previous is back): it takes about nodes x deadline, so only with few nodes
-or a short ``--deadline``. ``--controller`` measures the controller's own reclaim wave as
-``Reconciler.apply`` carries it out today (each step's ``reclaim`` and outcome record one after
-another) and as a concurrent one would, plus one ``drive`` pass (``progress`` on every node in
-flight) each way; these time only the calls, no drain is waited for.
+or a short ``--deadline``. ``--controller`` measures the controller's own reclaim wave the calls
+``Reconciler.apply`` makes, formerly one after another (each step's ``reclaim`` and outcome
+record) and now together (``reclaim_concurrency`` at once), plus one ``drive`` pass
+(``progress`` on every node in flight) each way; these time only the calls, no drain is waited
+for.
 
     .venv/bin/python bench/emergency_reclaim.py                       # 6 and 50 nodes, ~5 min
     .venv/bin/python bench/emergency_reclaim.py --nodes 6 --deadline 20 --sequential
@@ -185,7 +186,8 @@ async def sequential(lab: Lab) -> Figures:
 
 async def controller(lab: Lab, concurrency: int | None) -> Figures:
     """The controller's reclaim wave as ``Reconciler.apply`` runs it (``concurrency`` None: one
-    step after another, as today) or with the steps run together, then one ``drive`` pass."""
+    step after another, as it formerly did) or with the steps run together, then one ``drive``
+    pass."""
     parts = lab.parts
     (pool,) = parts.pools
     actuator = parts.actuators[pool.name]
@@ -214,7 +216,7 @@ async def controller(lab: Lab, concurrency: int | None) -> Figures:
     started = time.perf_counter()
     await run_all(drive, list(known), together=concurrency is not None)
     driven = time.perf_counter() - started
-    how = "one after another (today)" if concurrency is None else f"together, {concurrency} at once"
+    how = "one after another (former)" if concurrency is None else f"{concurrency} at once"
     return Figures(
         f"controller apply, {how}",
         len(known),
