@@ -420,12 +420,15 @@ class Reconciler:
             member = members.get(NodeName(intent.node or ""))
             begun = intent.id not in untouched  # it has in_progress outcomes: a drain
             verdict = recovery.judge(intent, member[1] if member else None, self.keys, begun)
-            message, detail = f"controller restarted: {verdict.message}", {}
+            message = f"controller restarted: {verdict.message}"
+            # The run that wrote the intent (and made what the node shows); this record is
+            # written by the new one.
+            detail: dict[str, Any] = {"by": intent.controller, "term": intent.term}
             if verdict.take_over and member is not None:
                 why = f"a restart found {intent.action} {intent.id} unfinished: ending it"
                 recovery_id = take_over(member[0], member[1], intent.id, why)
                 message += f"; recovery {recovery_id} takes it over"
-                detail = {"recovered_by": recovery_id}
+                detail["recovered_by"] = recovery_id
             ctx = self._context(by_name.get(PoolName(intent.pool)))
             records.append(
                 audit.outcome_record(

@@ -464,7 +464,7 @@ async def test_start_up_closes_open_intents_with_what_happened_and_audits_the_ro
         verdict = closed[interrupted.id]
         assert verdict.outcome == Result.INTERRUPTED.value
         recovery = next(r for r in w.records(Kind.INTENT) if r.origin == "recovery")
-        assert verdict.detail == {"recovered_by": recovery.id}
+        assert verdict.detail == {"by": "replica-a", "term": 3, "recovered_by": recovery.id}
         assert (recovery.node, recovery.action, recovery.detail["recovers"]) == (
             half[0],
             "rollback",
@@ -525,7 +525,7 @@ async def test_a_reclaim_interrupted_while_draining_is_finished_under_a_recovery
     for name, open_intent in interrupted.items():
         recovery = recoveries[name]
         assert [r.outcome for r in by_intent[open_intent.id]] == [Result.INTERRUPTED.value]
-        assert by_intent[open_intent.id][0].detail == {"recovered_by": recovery.id}
+        assert by_intent[open_intent.id][0].detail["recovered_by"] == recovery.id
         assert (recovery.action, recovery.detail["recovers"]) == ("reclaim", open_intent.id)
         assert [r.outcome for r in by_intent[recovery.id]][-1] == Result.APPLIED.value
     check_audit_order(w)
