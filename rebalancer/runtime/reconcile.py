@@ -457,6 +457,11 @@ class Reconciler:
     # One tick
 
     async def tick(self) -> TickReport:
+        if self._started != self._term_key() and self._leading():
+            # First tick of this stretch of leadership: what a previous leader (or this
+            # process before a restart) left unfinished is closed and ended first, then the
+            # tick observes and plans from what start-up left.
+            await self.start()
         now = self.clock()
         seen = await self.observe(now)
         self.last = seen.snapshot
@@ -485,10 +490,9 @@ class Reconciler:
             log.info("not leading: %d step(s) planned, none carried out", len(plan.steps))
             return report
         if self._started != self._term_key():
-            # First tick of this stretch of leadership: what a previous leader (or this
-            # process before a restart) left open is closed and ended first, then re-plan.
-            await self.start()
-            return await self.tick()
+            # Leadership came between the start-up check and now: start up on the next tick.
+            log.info("leading since this tick began: start-up runs first next tick")
+            return report
         self.observer.observe_plan(plan)
         try:
             tick, written = await self.audit_intents(seen.snapshot, proposals, plan)
