@@ -9,13 +9,13 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 .PHONY: demo simulate test lint typecheck imports system-deps pytest bench clean
 
 # A fresh Debian has python3 but not always its venv module: install it when missing.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml sandbox/pyproject.toml
 	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { \
 		echo "installing python3-venv (Debian)"; \
 		$(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q python3-venv; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' -e ./sandbox
 	touch $@
 
 # The controller, for real, against the embedded emulated cluster: a day of traffic in a minute.

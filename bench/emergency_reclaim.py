@@ -42,11 +42,11 @@ from rebalancer import settings as settings_mod
 from rebalancer.adapters import convert
 from rebalancer.adapters.actuator import Outcome
 from rebalancer.runtime import wiring
-from rebalancer.sandbox import cluster
-from rebalancer.sandbox.faults import FaultInjector, Faults
-from rebalancer.sandbox.resources import NODES
-from rebalancer.sandbox.server import serve, write_kubeconfig
-from rebalancer.sandbox.store import Store
+from sandbox.emulator import cluster
+from sandbox.emulator.faults import FaultInjector, Faults
+from sandbox.emulator.resources import NODES
+from sandbox.emulator.server import serve, write_kubeconfig
+from sandbox.emulator.store import Store
 
 Obj = dict[str, Any]
 SERVING = {"key": "workload", "value": "inference", "effect": "NoSchedule"}

@@ -15,7 +15,7 @@ import statistics
 import time
 from pathlib import Path
 
-from rebalancer.sim import engine, traces
+from sandbox.sim import engine, traces
 from strategies import registry
 
 TRACE = Path(__file__).parents[1] / "examples" / "traces" / "azure_llm_2024_week_per_minute.csv"

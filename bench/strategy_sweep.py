@@ -15,7 +15,7 @@ import json
 import time
 from pathlib import Path
 
-from rebalancer.sim import engine, traces
+from sandbox.sim import engine, traces
 from strategies import registry
 
 EXAMPLES = Path(__file__).parents[1] / "examples" / "traces"

@@ -34,8 +34,8 @@ from aiohttp import web
 
 from rebalancer.adapters.audit import AuditQuery, SqlAuditStore
 from rebalancer.core.audit import AuditRecord
-from rebalancer.sandbox.auth import Access, Decision, admin, service_account
-from rebalancer.sandbox.rbac import User
+from sandbox.emulator.auth import Access, Decision, admin, service_account
+from sandbox.emulator.rbac import User
 
 ROOT = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN = "admin-token"  # a system:masters user: the test itself, applying manifests

@@ -26,10 +26,10 @@ from typing import Any
 import aiohttp
 
 from rebalancer.core.audit import AuditRecord
-from rebalancer.sandbox import cluster
-from rebalancer.sandbox.faults import Faults
-from rebalancer.sandbox.server import serve, write_kubeconfig
-from rebalancer.sandbox.store import Store
+from sandbox.emulator import cluster
+from sandbox.emulator.faults import Faults
+from sandbox.emulator.server import serve, write_kubeconfig
+from sandbox.emulator.store import Store
 from tests.e2e_support import (
     ROOT,
     Cluster,

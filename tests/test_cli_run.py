@@ -29,9 +29,9 @@ from rebalancer.adapters.actuator import Actuator, Outcome
 from rebalancer.adapters.writer import KubeWriter
 from rebalancer.core.nodestate import Phase
 from rebalancer.runtime import wiring
-from rebalancer.sandbox import cluster
-from rebalancer.sandbox.server import serve, write_kubeconfig
-from rebalancer.sandbox.store import Store
+from sandbox.emulator import cluster
+from sandbox.emulator.server import serve, write_kubeconfig
+from sandbox.emulator.store import Store
 from tests.e2e_support import ROOT, child_env, free_port
 
 NODE = "inference-5"  # idle: no inference replica runs on it

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from rebalancer import demo
-from rebalancer.sim import traces
+from sandbox import demo
+from sandbox.sim import traces
 from strategies import registry
 
 ARGS = ["--hours", "4", "--start", "10", "--pace", "0"]

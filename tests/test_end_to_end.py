@@ -48,10 +48,10 @@ import aiohttp
 
 from rebalancer.core.audit import Kind, Result
 from rebalancer.core.model import Reason
-from rebalancer.sandbox import cluster
-from rebalancer.sandbox.auth import Access
-from rebalancer.sandbox.server import serve, write_kubeconfig
-from rebalancer.sandbox.store import Store
+from sandbox.emulator import cluster
+from sandbox.emulator.auth import Access
+from sandbox.emulator.server import serve, write_kubeconfig
+from sandbox.emulator.store import Store
 from tests.chart.support import NAMESPACE, RELEASE, render
 from tests.e2e_support import (
     CONTROLLER_TOKEN,

@@ -29,7 +29,7 @@ from typing import Any
 import aiohttp
 
 from rebalancer.core.audit import AuditRecord, Kind, Result
-from rebalancer.sandbox.faults import Faults
+from sandbox.emulator.faults import Faults
 from tests.e2e_support import until
 from tests.process_support import INFERENCE, LOW, PEAK, STATE, Harness, harness
 

@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from rebalancer.sandbox import cluster
-from rebalancer.sandbox.clock import ManualClock
-from rebalancer.sandbox.faults import FaultInjector
-from rebalancer.sandbox.resources import NODES, PODS
-from rebalancer.sandbox.server import serve
-from rebalancer.sandbox.store import ListRequest, Page, Store, WatchRequest
-from rebalancer.sandbox.watcher import Watcher
+from sandbox.emulator import cluster
+from sandbox.emulator.clock import ManualClock
+from sandbox.emulator.faults import FaultInjector
+from sandbox.emulator.resources import NODES, PODS
+from sandbox.emulator.server import serve
+from sandbox.emulator.store import ListRequest, Page, Store, WatchRequest
+from sandbox.emulator.watcher import Watcher
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)  # a Monday at noon
 

@@ -26,10 +26,10 @@ from rebalancer.adapters.actuator import (
 from rebalancer.adapters.writer import EvictOutcome, KubeWriter, NodeWriter, RetryPolicy
 from rebalancer.core import model
 from rebalancer.core.nodestate import Keys, LendSpec, NodeChange, lent_taints
-from rebalancer.sandbox import cluster
-from rebalancer.sandbox.resources import NODES, PODS
-from rebalancer.sandbox.store import ListRequest, Store
-from rebalancer.sandbox.watcher import Scope
+from sandbox.emulator import cluster
+from sandbox.emulator.resources import NODES, PODS
+from sandbox.emulator.store import ListRequest, Store
+from sandbox.emulator.watcher import Scope
 from tests.sandbox.conftest import Sandbox, running
 
 Obj = dict[str, Any]

@@ -10,7 +10,7 @@ import pytest
 from rebalancer.adapters import convert
 from rebalancer.adapters.actuator import Actuator, Outcome
 from rebalancer.core.nodestate import lent_taints
-from rebalancer.sandbox import cluster
+from sandbox.emulator import cluster
 from tests.adapters.test_actuator import (
     KEYS,
     SPEC,

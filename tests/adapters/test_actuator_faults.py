@@ -9,10 +9,10 @@ from collections import Counter
 from datetime import timedelta
 
 from rebalancer.adapters.actuator import ActionResult, Outcome, WriteKind
-from rebalancer.sandbox.faults import Faults
-from rebalancer.sandbox.resources import NODES as NODE_RESOURCE
-from rebalancer.sandbox.store import WatchRequest
-from rebalancer.sandbox.watcher import Scope, Watcher
+from sandbox.emulator.faults import Faults
+from sandbox.emulator.resources import NODES as NODE_RESOURCE
+from sandbox.emulator.store import WatchRequest
+from sandbox.emulator.watcher import Scope, Watcher
 from tests.adapters.test_actuator import (
     KEYS,
     Recorder,

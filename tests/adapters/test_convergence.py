@@ -42,11 +42,11 @@ from rebalancer.adapters.writer import KubeWriter, RetryPolicy
 from rebalancer.core import model, planning
 from rebalancer.core.nodestate import Keys, Phase
 from rebalancer.core.policy import PoolPolicy, default_lend_spec
-from rebalancer.sandbox import cluster
-from rebalancer.sandbox.faults import Faults
-from rebalancer.sandbox.resources import NODES, PODS, ResourceType
-from rebalancer.sandbox.store import ListRequest, Store, WatchRequest
-from rebalancer.sandbox.watcher import Scope, Watcher
+from sandbox.emulator import cluster
+from sandbox.emulator.faults import Faults
+from sandbox.emulator.resources import NODES, PODS, ResourceType
+from sandbox.emulator.store import ListRequest, Store, WatchRequest
+from sandbox.emulator.watcher import Scope, Watcher
 from tests.adapters.conftest import Emulator, Pulse, emulated, stop
 from tests.adapters.test_actuator import Recorder, daemon_pod
 from tests.adapters.test_actuator_faults import EDGES

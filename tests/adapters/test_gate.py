@@ -21,7 +21,7 @@ from rebalancer.adapters.gate import LeaderGatedWriter, NotLeader
 from rebalancer.adapters.leadership import LeaderElector, Timings
 from rebalancer.adapters.writer import KubeWriter
 from rebalancer.core import model, nodestate, policy
-from rebalancer.sandbox.resources import NODES as NODES_RESOURCE
+from sandbox.emulator.resources import NODES as NODES_RESOURCE
 from tests.adapters.conftest import Emulator, emulated
 from tests.adapters.test_actuator import Recorder
 

@@ -16,11 +16,11 @@ from rebalancer.adapters import convert, kubeclient
 from rebalancer.adapters.informer import Backoff, Informer, WatchSettings
 from rebalancer.core.model import NodeView, PodRole, Taint
 from rebalancer.errors import ConfigError
-from rebalancer.sandbox import cluster
-from rebalancer.sandbox.faults import Faults
-from rebalancer.sandbox.resources import NODES
-from rebalancer.sandbox.server import write_kubeconfig
-from rebalancer.sandbox.store import DeleteOptions
+from sandbox.emulator import cluster
+from sandbox.emulator.faults import Faults
+from sandbox.emulator.resources import NODES
+from sandbox.emulator.server import write_kubeconfig
+from sandbox.emulator.store import DeleteOptions
 from tests.adapters.conftest import Emulator, Pulse, emulated, stop
 
 RULES = convert.PodRules(

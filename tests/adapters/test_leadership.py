@@ -18,8 +18,8 @@ import pytest
 from kubernetes_asyncio import client
 
 from rebalancer.adapters.leadership import LeaderElector, Sleep, Term, Timings
-from rebalancer.sandbox.faults import Faults
-from rebalancer.sandbox.resources import LEASES
+from sandbox.emulator.faults import Faults
+from sandbox.emulator.resources import LEASES
 from tests.adapters.conftest import Emulator, stop
 
 TIMINGS = Timings(lease_duration=15, renew_deadline=10, retry_period=2)

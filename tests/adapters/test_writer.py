@@ -120,7 +120,7 @@ async def test_a_delete_of_a_pod_recreated_under_the_same_name_is_a_conflict() -
 
 
 def _uid(w: Any, name: str) -> str:
-    from rebalancer.sandbox.resources import PODS
+    from sandbox.emulator.resources import PODS
 
     uid: str = w.store.get(PODS, "training", name)["metadata"]["uid"]
     return uid

@@ -27,12 +27,12 @@ from rebalancer.adapters.events import KubeEvents, NodeEvent
 from rebalancer.adapters.leadership import LeaderElector
 from rebalancer.adapters.writer import KubeWriter
 from rebalancer.runtime import wiring
-from rebalancer.sandbox import cluster
-from rebalancer.sandbox.auth import Access
-from rebalancer.sandbox.clock import ManualClock
-from rebalancer.sandbox.resources import PODS
-from rebalancer.sandbox.server import serve
-from rebalancer.sandbox.store import Store
+from sandbox.emulator import cluster
+from sandbox.emulator.auth import Access
+from sandbox.emulator.clock import ManualClock
+from sandbox.emulator.resources import PODS
+from sandbox.emulator.server import serve
+from sandbox.emulator.store import Store
 from tests.chart.support import NAMESPACE, RELEASE, Doc, of_kind, one, render
 from tests.e2e_support import (
     ADMIN_TOKEN,

@@ -23,9 +23,9 @@ import aiohttp
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from rebalancer.sandbox import cluster
-from rebalancer.sandbox.server import serve, write_kubeconfig
-from rebalancer.sandbox.store import Store
+from sandbox.emulator import cluster
+from sandbox.emulator.server import serve, write_kubeconfig
+from sandbox.emulator.store import Store
 from tests.adapters.postgres import PostgresServer, postgres_server
 from tests.chart.support import NAMESPACE, RELEASE, render
 from tests.e2e_support import (

@@ -32,11 +32,11 @@ from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.runtime import wiring
 from rebalancer.runtime.reconcile import NodeActuator
 from rebalancer.runtime.wiring import ReclaimEvent, Stage
-from rebalancer.sandbox import cluster
-from rebalancer.sandbox.clock import ManualClock
-from rebalancer.sandbox.resources import NODES
-from rebalancer.sandbox.server import serve, write_kubeconfig
-from rebalancer.sandbox.store import Store
+from sandbox.emulator import cluster
+from sandbox.emulator.clock import ManualClock
+from sandbox.emulator.resources import NODES
+from sandbox.emulator.server import serve, write_kubeconfig
+from sandbox.emulator.store import Store
 from tests.adapters.conftest import T0
 from tests.e2e_support import free_port
 

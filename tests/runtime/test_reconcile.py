@@ -32,9 +32,9 @@ from rebalancer.core import model, nodestate
 from rebalancer.core.audit import AuditRecord, Kind, Result
 from rebalancer.runtime.loop import run_controller
 from rebalancer.runtime.reconcile import PoolConfig, Reconciler, TickReport
-from rebalancer.sandbox import cluster
-from rebalancer.sandbox.resources import NODES
-from rebalancer.sandbox.store import Store
+from sandbox.emulator import cluster
+from sandbox.emulator.resources import NODES
+from sandbox.emulator.store import Store
 from strategies import registry
 from tests.adapters.conftest import Emulator, Pulse, emulated, stop
 from tests.adapters.test_actuator import Crash, Recorder, daemon_pod

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from rebalancer.sandbox import cluster
-from rebalancer.sandbox.clock import ManualClock
-from rebalancer.sandbox.faults import FaultInjector
-from rebalancer.sandbox.server import serve
-from rebalancer.sandbox.store import Store
+from sandbox.emulator import cluster
+from sandbox.emulator.clock import ManualClock
+from sandbox.emulator.faults import FaultInjector
+from sandbox.emulator.server import serve
+from sandbox.emulator.store import Store
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)  # a Monday at noon
 NS = "inference"

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import ApiException
 
-from rebalancer.sandbox import cluster
+from sandbox.emulator import cluster
 from tests.sandbox.conftest import Sandbox, raw, status_body
 
 NS = cluster.INFERENCE_NAMESPACE

@@ -7,7 +7,7 @@ from collections import Counter
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client import ApiException
 
-from rebalancer.sandbox.faults import Faults
+from sandbox.emulator.faults import Faults
 from tests.sandbox.conftest import NS, Sandbox, next_event, no_more_events, pod, status_body
 
 

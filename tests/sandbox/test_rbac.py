@@ -19,13 +19,13 @@ import pytest
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from rebalancer.sandbox import cluster, rbac
-from rebalancer.sandbox.auth import Access, Decision, admin, service_account
-from rebalancer.sandbox.clock import ManualClock
-from rebalancer.sandbox.rbac import User
-from rebalancer.sandbox.resources import CLUSTERROLES, NODES, PODS, ROLES
-from rebalancer.sandbox.server import serve, write_kubeconfig
-from rebalancer.sandbox.store import Store
+from sandbox.emulator import cluster, rbac
+from sandbox.emulator.auth import Access, Decision, admin, service_account
+from sandbox.emulator.clock import ManualClock
+from sandbox.emulator.rbac import User
+from sandbox.emulator.resources import CLUSTERROLES, NODES, PODS, ROLES
+from sandbox.emulator.server import serve, write_kubeconfig
+from sandbox.emulator.store import Store
 from tests.sandbox.conftest import raw, status_body
 
 SA = "system:serviceaccount:rebalancer:rebalancer"

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client, watch
 
-from rebalancer.sandbox import cluster
-from rebalancer.sandbox.clock import ManualClock
-from rebalancer.sandbox.server import serve
-from rebalancer.sandbox.store import Store
+from sandbox.emulator import cluster
+from sandbox.emulator.clock import ManualClock
+from sandbox.emulator.server import serve
+from sandbox.emulator.store import Store
 from tests.sandbox.conftest import NS, T0, Sandbox, next_event, node, pod, running
 
 TRAINING = cluster.TRAINING_NAMESPACE

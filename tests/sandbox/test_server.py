@@ -15,7 +15,7 @@ from tests.sandbox.conftest import Sandbox, raw
 async def test_a_written_kubeconfig_loads_with_load_kube_config(
     sandbox: Sandbox, tmp_path: Path
 ) -> None:
-    from rebalancer.sandbox.server import write_kubeconfig
+    from sandbox.emulator.server import write_kubeconfig
 
     path = write_kubeconfig(sandbox.url, tmp_path / "kubeconfig")
     configuration = client.Configuration()
@@ -47,7 +47,7 @@ async def test_the_sandbox_command_serves_a_seeded_cluster_until_stopped(tmp_pat
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
-        "import sys; from rebalancer.sandbox.server import main; sys.exit(main(sys.argv[1:]))",
+        "import sys; from sandbox.emulator.server import main; sys.exit(main(sys.argv[1:]))",
         "--port",
         "0",
         "--kubeconfig",

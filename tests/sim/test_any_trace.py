@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from rebalancer.errors import TraceError
-from rebalancer.sim import engine, simulate
-from rebalancer.sim.traces import MINUTE, Trace
+from sandbox.sim import engine, simulate
+from sandbox.sim.traces import MINUTE, Trace
 from strategies import base, registry
 from tests.strategies.test_totality import NAMES, ZONES, demand_series, stretch
 

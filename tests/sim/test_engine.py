@@ -9,8 +9,8 @@ from typing import ClassVar
 import pytest
 
 from rebalancer.core import model
-from rebalancer.sim import engine
-from rebalancer.sim.traces import MINUTE, Trace
+from sandbox.sim import engine
+from sandbox.sim.traces import MINUTE, Trace
 from strategies import registry
 
 START = datetime(2024, 5, 10, tzinfo=UTC)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rebalancer.errors import TraceError
-from rebalancer.sim import traces
+from sandbox.sim import traces
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "traces"
 

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rebalancer.core import model
-from rebalancer.sim import engine
-from rebalancer.sim.traces import MINUTE, Trace
+from sandbox.sim import engine
+from sandbox.sim.traces import MINUTE, Trace
 from strategies import registry
 
 NOW = datetime(2026, 1, 5, 5, 51, tzinfo=UTC)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from rebalancer.sandbox import conversion, selector
-from rebalancer.sandbox.resources import ResourceType
+from sandbox.emulator import conversion, selector
+from sandbox.emulator.resources import ResourceType
 
 Obj = dict[str, Any]
 

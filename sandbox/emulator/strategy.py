@@ -18,9 +18,9 @@ import json
 from datetime import datetime
 from typing import Any
 
-from rebalancer.sandbox import validation
-from rebalancer.sandbox.clock import rfc3339
-from rebalancer.sandbox.resources import (
+from sandbox.emulator import validation
+from sandbox.emulator.clock import rfc3339
+from sandbox.emulator.resources import (
     CLUSTERROLEBINDINGS,
     CLUSTERROLES,
     CORE_EVENTS,
@@ -33,7 +33,7 @@ from rebalancer.sandbox.resources import (
     ROLES,
     ResourceType,
 )
-from rebalancer.sandbox.status import Cause
+from sandbox.emulator.status import Cause
 
 Obj = dict[str, Any]
 

@@ -14,7 +14,7 @@ import copy
 import json
 from typing import Any
 
-from rebalancer.sandbox import status
+from sandbox.emulator import status
 
 
 class PatchFailed(Exception):

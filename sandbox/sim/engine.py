@@ -26,8 +26,8 @@ from rebalancer.core import demand as demand_belief
 from rebalancer.core import model, nodestate, planning
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.errors import TraceError
-from rebalancer.sim.pool import FakePool
-from rebalancer.sim.traces import MINUTE, Trace
+from sandbox.sim.pool import FakePool
+from sandbox.sim.traces import MINUTE, Trace
 from strategies import base
 
 POOL = model.PoolName("sim")

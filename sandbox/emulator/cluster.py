@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rebalancer.sandbox.resources import NODES, PDBS, PODS
-from rebalancer.sandbox.store import Store
+from sandbox.emulator.resources import NODES, PDBS, PODS
+from sandbox.emulator.store import Store
 
 Obj = dict[str, Any]
 

@@ -11,8 +11,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from rebalancer.sim.engine import Minute, PoolModel, Run
-from rebalancer.sim.traces import Trace
+from sandbox.sim.engine import Minute, PoolModel, Run
+from sandbox.sim.traces import Trace
 
 TIMELINE_FIELDS = ("time", "demand_rps", "need", "serving", "lent", "returning", "queue")
 

@@ -25,8 +25,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rebalancer.sandbox import status
-from rebalancer.sandbox.resources import (
+from sandbox.emulator import status
+from sandbox.emulator.resources import (
     CLUSTERROLEBINDINGS,
     CLUSTERROLES,
     ROLEBINDINGS,

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from rebalancer.sandbox import selector, status
-from rebalancer.sandbox.clock import rfc3339
+from sandbox.emulator import selector, status
+from sandbox.emulator.clock import rfc3339
 
 Obj = dict[str, Any]
 EVICTION_REFUSED = "Cannot evict pod as it would violate the pod's disruption budget."

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rebalancer.sandbox import rbac
-from rebalancer.sandbox.rbac import Attributes, User
+from sandbox.emulator import rbac
+from sandbox.emulator.rbac import Attributes, User
 
 MASTERS = "system:masters"
 AUTHENTICATED = "system:authenticated"

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from rebalancer.sandbox import (
+from sandbox.emulator import (
     conversion,
     disruption,
     patch,
@@ -39,10 +39,10 @@ from rebalancer.sandbox import (
     strategic,
     strategy,
 )
-from rebalancer.sandbox.clock import Clock, ManualClock, parse_rfc3339, rfc3339, wall_clock
-from rebalancer.sandbox.resources import NODES, PDBS, PODS, ResourceType
-from rebalancer.sandbox.status import Cause
-from rebalancer.sandbox.watcher import Change, Scope, Watcher
+from sandbox.emulator.clock import Clock, ManualClock, parse_rfc3339, rfc3339, wall_clock
+from sandbox.emulator.resources import NODES, PDBS, PODS, ResourceType
+from sandbox.emulator.status import Cause
+from sandbox.emulator.watcher import Change, Scope, Watcher
 
 Obj = dict[str, Any]
 Key = tuple[str, str]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rebalancer.sandbox.resources import EVENTS, ResourceType
+from sandbox.emulator.resources import EVENTS, ResourceType
 
 Obj = dict[str, Any]
 

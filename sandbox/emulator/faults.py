@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from rebalancer.sandbox import status
+from sandbox.emulator import status
 
 
 @dataclass(frozen=True, slots=True)

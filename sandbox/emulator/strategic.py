@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rebalancer.sandbox import status
+from sandbox.emulator import status
 
 Path = tuple[str, ...]
 ITEM = "*"

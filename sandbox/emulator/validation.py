@@ -14,9 +14,9 @@ import json
 import re
 from typing import Any
 
-from rebalancer.sandbox import quantity
-from rebalancer.sandbox.selector import valid_label_value, valid_qualified_name
-from rebalancer.sandbox.status import Cause
+from sandbox.emulator import quantity
+from sandbox.emulator.selector import valid_label_value, valid_qualified_name
+from sandbox.emulator.status import Cause
 
 Obj = dict[str, Any]
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from rebalancer.sandbox import quantity
+from sandbox.emulator import quantity
 
 Obj = dict[str, Any]
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}

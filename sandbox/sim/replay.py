@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from rebalancer.adapters.metrics import HistoryResult, PoolMetrics
 from rebalancer.core import model
 from rebalancer.core.model import NodeName, PoolName
-from rebalancer.sim.traces import MINUTE, Trace
+from sandbox.sim.traces import MINUTE, Trace
 
 
 @dataclass

@@ -29,18 +29,18 @@ from typing import Any
 
 from aiohttp import web
 
-from rebalancer.sandbox import cluster, conversion, rbac, resources, selector, status
-from rebalancer.sandbox.auth import Access
-from rebalancer.sandbox.faults import FaultInjector, Faults
-from rebalancer.sandbox.resources import PODS, ResourceType
-from rebalancer.sandbox.store import (
+from sandbox.emulator import cluster, conversion, rbac, resources, selector, status
+from sandbox.emulator.auth import Access
+from sandbox.emulator.faults import FaultInjector, Faults
+from sandbox.emulator.resources import PODS, ResourceType
+from sandbox.emulator.store import (
     DeleteOptions,
     ListRequest,
     Store,
     WatchRequest,
     delete_options,
 )
-from rebalancer.sandbox.watcher import Scope, Watcher
+from sandbox.emulator.watcher import Scope, Watcher
 
 Obj = dict[str, Any]
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from rebalancer.sim import engine, report
-from rebalancer.sim.traces import Trace
+from sandbox.sim import engine, report
+from sandbox.sim.traces import Trace
 from strategies import registry
 
 BASELINES = ("static", "cron", "reactive")

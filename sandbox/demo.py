@@ -47,14 +47,14 @@ from rebalancer.core.nodestate import Keys
 from rebalancer.core.policy import PoolPolicy, default_lend_spec
 from rebalancer.errors import TraceError
 from rebalancer.runtime.reconcile import AlwaysLeader, PoolConfig, Reconciler, TickReport
-from rebalancer.sandbox import cluster
-from rebalancer.sandbox.clock import ManualClock
-from rebalancer.sandbox.resources import NODES, PODS
-from rebalancer.sandbox.server import serve
-from rebalancer.sandbox.store import ListRequest, Store
-from rebalancer.sandbox.watcher import Scope
-from rebalancer.sim import traces
-from rebalancer.sim.replay import Replay
+from sandbox.emulator import cluster
+from sandbox.emulator.clock import ManualClock
+from sandbox.emulator.resources import NODES, PODS
+from sandbox.emulator.server import serve
+from sandbox.emulator.store import ListRequest, Store
+from sandbox.emulator.watcher import Scope
+from sandbox.sim import traces
+from sandbox.sim.replay import Replay
 from strategies import registry
 
 Obj = dict[str, Any]
