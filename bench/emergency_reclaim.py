@@ -2,8 +2,9 @@
 
 What it measures, for 6 and 50 lent nodes, each running training pods, against the API emulator
 served over HTTP in this process with 150 ms of real wall-clock latency added to every request
-(``Faults(latency=...)``), through the command's own code (``Parts.open``, ``lent_nodes``,
-``reclaim_wave``: the real client, Events, the audit store in SQLite):
+(``Faults(latency=...)``), through the command's own code (``Controller.open`` in the
+operator's role, ``lent_nodes``, ``reclaim_wave``: the real client, Events, the audit store in
+SQLite):
 - the time to the last serving taint, as the server saw it (the moment the emulator took the
   write that put the node's serving taint back) and as the command reports it (when the node's
   reclaim call returned, which also asked for its evictions);
@@ -40,8 +41,8 @@ from typing import Any
 
 from rebalancer import settings as settings_mod
 from rebalancer.adapters import convert
-from rebalancer.adapters.actuator import Outcome
-from rebalancer.runtime import wiring
+from rebalancer.core.outcomes import Outcome
+from rebalancer.runtime import takeback, wiring
 from sandbox.emulator import cluster
 from sandbox.emulator.faults import FaultInjector, Faults
 from sandbox.emulator.resources import NODES
@@ -92,7 +93,7 @@ pools:
 class Lab:
     store: TimedStore
     faults: FaultInjector
-    parts: wiring.Parts
+    controller: wiring.Controller
     nodes: list[str]
 
 
@@ -113,12 +114,13 @@ async def lab(
             path = Path(tmp) / "config.yaml"
             path.write_text(config_text(Path(tmp) / "audit.sqlite3", deadline), encoding="utf-8")
             config = settings_mod.load(path, env={})
-            async with wiring.Parts.open(config, kubeconfig, name="bench") as parts:
-                (pool,) = parts.pools
+            seams = wiring.Seams(kubeconfig=kubeconfig, name="bench", sink=None)
+            async with wiring.Controller.open(config, seams, wiring.Role.OPERATOR) as controller:
+                (pool,) = controller.pools
                 nodes = [f"inference-{i}" for i in range(2, size + 2)]
                 for node in nodes:
-                    lent = await parts.actuators[pool.name].lend(node, "bench-lend")
-                    assert lent.outcome is Outcome.DONE, lent.message
+                    lent = await controller.reconciler.actuators[pool.name].lend(node, "bench-lend")
+                    assert lent.outcome is Outcome.APPLIED, lent.message
                     for index in range(pods):
                         pod = cluster.training_pod(
                             f"job-{node}", index, gpus=4, priority_class=None
@@ -127,7 +129,7 @@ async def lab(
                         pod["spec"]["terminationGracePeriodSeconds"] = pod_grace
                         cluster.add(store, pod)
                 faults.configure(Faults(latency=latency))
-                yield Lab(store, faults, parts, nodes)
+                yield Lab(store, faults, controller, nodes)
 
 
 @dataclass
@@ -147,13 +149,13 @@ async def wave(lab: Lab, concurrency: int) -> Figures:
     started = time.perf_counter()
     reported: dict[str, float] = {}
 
-    def seen(event: wiring.ReclaimEvent) -> None:
-        if event.stage is wiring.Stage.SERVING_TAINTED:
+    def seen(event: takeback.ReclaimEvent) -> None:
+        if event.stage is takeback.Stage.SERVING_TAINTED:
             reported.setdefault(event.node, time.perf_counter() - started)
 
-    known = await wiring.lent_nodes(lab.parts)
-    done = await wiring.reclaim_wave(
-        lab.parts, list(known), known=known, concurrency=concurrency, on_event=seen
+    known = await takeback.lent_nodes(lab.controller)
+    done = await takeback.reclaim_wave(
+        lab.controller, list(known), known=known, concurrency=concurrency, on_event=seen
     )
     back = time.perf_counter() - started
     return Figures(
@@ -171,9 +173,9 @@ async def sequential(lab: Lab) -> Figures:
     """The former path: one node at a time, each to the end of its drain."""
     lab.store.arm()
     started = time.perf_counter()
-    done: list[wiring.Reclaimed] = []
-    for node in await wiring.lent_nodes(lab.parts):
-        done.extend(await wiring.reclaim_wave(lab.parts, [node], concurrency=1))
+    done: list[takeback.Reclaimed] = []
+    for node in await takeback.lent_nodes(lab.controller):
+        done.extend(await takeback.reclaim_wave(lab.controller, [node], concurrency=1))
     return Figures(
         "one node after another (before)",
         len(done),
@@ -188,22 +190,22 @@ async def controller(lab: Lab, concurrency: int | None) -> Figures:
     """The controller's reclaim wave as ``Reconciler.apply`` runs it (``concurrency`` None: one
     step after another, as it formerly did) or with the steps run together, then one ``drive``
     pass."""
-    parts = lab.parts
-    (pool,) = parts.pools
-    actuator = parts.actuators[pool.name]
-    known = await wiring.lent_nodes(parts)
-    intents = {}
-    for node, raw in known.items():
-        view = convert.node_view(raw)
-        intents[node] = wiring.operator_intent(parts, pool, view, parts.clock())
-    await parts.audit_log.tick(intents.values())  # the tick's intents: before apply, untimed
-    deadline = parts.clock() + pool.policy.reclaim_deadline
+    reconciler = lab.controller.reconciler
+    (pool,) = lab.controller.pools
+    actuator = reconciler.actuators[pool.name]
+    known = await takeback.lent_nodes(lab.controller)
+    views = [convert.node_view(raw) for raw in known.values()]
+    # The intents, committed as a tick's are before apply: untimed.
+    plan, tick = await reconciler.operator_reclaims({pool.name: views}, "bench")
+    intents = {str(s.node): tick.intent_for(s) for s in plan.steps}
+    audit_log, clock = reconciler.audit_log, reconciler.clock
+    deadline = clock() + pool.policy.reclaim_deadline
     limit = asyncio.Semaphore(concurrency or 1)
 
     async def step(node: str) -> None:
         async with limit:
             result = await actuator.reclaim(node, intents[node].id, deadline)
-        await parts.audit_log.outcome(intents[node], result, parts.clock())
+        await audit_log.outcome(intents[node], result, clock())
 
     async def drive(node: str) -> None:
         async with limit:

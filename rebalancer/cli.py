@@ -21,7 +21,7 @@ from rebalancer.settings import InvalidSettings, Settings
 from strategies import registry
 
 if TYPE_CHECKING:  # the runtime is imported by the commands that use it, not at start
-    from rebalancer.runtime.wiring import Reclaimed, ReclaimEvent
+    from rebalancer.runtime.takeback import Reclaimed, ReclaimEvent
 
 EXIT_USAGE = 2
 
@@ -157,14 +157,15 @@ def _run(args: argparse.Namespace) -> int:
     loop.json_logging(getattr(logging, config.log_level))
 
     async def go() -> int:
-        async with wiring.Controller.open(config, args.kubeconfig) as controller:
+        seams = wiring.Seams(kubeconfig=args.kubeconfig)
+        async with wiring.Controller.open(config, seams) as controller:
             return await controller.run()
 
     return asyncio.run(go())
 
 
-# Mirrors wiring.DEFAULT_CONCURRENCY and MAX_CONCURRENCY: the parser is built without importing the
-# runtime (the Kubernetes client), which only the commands that talk to a cluster load.
+# Mirrors takeback.DEFAULT_CONCURRENCY and MAX_CONCURRENCY: the parser is built without importing
+# the runtime (the Kubernetes client), which only the commands that talk to a cluster load.
 RECLAIM_CONCURRENCY = 32
 RECLAIM_MAX_CONCURRENCY = 64
 
@@ -172,7 +173,7 @@ RECLAIM_MAX_CONCURRENCY = 64
 def _reclaim(args: argparse.Namespace) -> int:
     import asyncio
 
-    from rebalancer.runtime import wiring
+    from rebalancer.runtime import takeback, wiring
 
     if not 1 <= args.concurrency <= RECLAIM_MAX_CONCURRENCY:
         raise ConfigError(
@@ -187,19 +188,24 @@ def _reclaim(args: argparse.Namespace) -> int:
             raise ConfigError(f"--pool={name}: no configured pool has that name ({known})")
 
     async def go() -> int:
-        async with wiring.Parts.open(config, args.kubeconfig) as parts:
+        seams = wiring.Seams(kubeconfig=args.kubeconfig, sink=None)
+        async with wiring.Controller.open(config, seams, wiring.Role.OPERATOR) as controller:
             if args.node:
                 nodes, known = list(dict.fromkeys(args.node)), None
             else:
-                known = await wiring.lent_nodes(parts, pools)
+                known = await takeback.lent_nodes(controller, pools)
                 nodes = list(known)
             if not nodes:
                 print("no node is lent")
                 return 0
             view = reclaim_view(nodes, sys.stdout, sys.stderr)
             try:
-                done = await wiring.reclaim_wave(
-                    parts, nodes, known=known, concurrency=args.concurrency, on_event=view.event
+                done = await takeback.reclaim_wave(
+                    controller,
+                    nodes,
+                    known=known,
+                    concurrency=args.concurrency,
+                    on_event=view.event,
                 )
             finally:
                 view.close()
@@ -229,7 +235,7 @@ def _seconds(elapsed: timedelta) -> str:
 def reclaim_line(event: ReclaimEvent) -> str | None:
     """One node event as a line (``inference-3 back 12.1s (2 pods evicted)``); None for the
     passes that only say a drain goes on, which would be one line per node per second."""
-    from rebalancer.runtime.wiring import Stage
+    from rebalancer.runtime.takeback import Stage
 
     head = f"{event.node} {event.stage.value} {_seconds(event.elapsed)}"
     if event.stage is Stage.SERVING_TAINTED:
@@ -280,7 +286,7 @@ class ReclaimBar:
         self._draining: dict[str, ReclaimEvent] = {}  # node -> its last event, while it drains
 
     def event(self, event: ReclaimEvent) -> None:
-        from rebalancer.runtime.wiring import Stage
+        from rebalancer.runtime.takeback import Stage
 
         if event.stage is Stage.SERVING_TAINTED:
             self._tainted.add(event.node)

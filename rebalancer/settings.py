@@ -51,7 +51,7 @@ from rebalancer.errors import ConfigError
 from strategies import registry
 
 if TYPE_CHECKING:
-    from rebalancer.adapters import convert, leadership, metrics
+    from rebalancer.adapters import leadership, metrics
     from strategies.base import Strategy
 
 ENV_PREFIX = "REBALANCER_"
@@ -391,10 +391,9 @@ class PoolSettings(_Model):
             lend_spec=self.lend_spec(keys),
         )
 
-    def pod_rules(self, keys: nodestate.Keys) -> convert.PodRules:
-        from rebalancer.adapters import convert
+    def pod_rules(self, keys: nodestate.Keys) -> model.PodRules:
 
-        return convert.PodRules(
+        return model.PodRules(
             lend_taints=self.lend_spec(keys).add_taints,
             serving_taints=tuple(t.taint() for t in self.serving_taints),
             inference_selector=dict(self.inference_selector),

@@ -36,7 +36,7 @@ from typing import Any, TextIO
 from kubernetes_asyncio import client
 
 from rebalancer.adapters import convert
-from rebalancer.adapters.actuator import Actuator, Outcome
+from rebalancer.adapters.actuator import Actuator
 from rebalancer.adapters.audit import AuditLog, AuditQuery, SqlAuditStore, UlidFactory, json_line
 from rebalancer.adapters.gate import LeaderGatedWriter
 from rebalancer.adapters.informer import Informer, WatchSettings
@@ -44,6 +44,7 @@ from rebalancer.adapters.writer import KubeWriter, RetryPolicy
 from rebalancer.core import model
 from rebalancer.core.audit import AuditRecord
 from rebalancer.core.nodestate import Keys
+from rebalancer.core.outcomes import Outcome
 from rebalancer.core.policy import PoolPolicy, default_lend_spec
 from rebalancer.errors import TraceError
 from rebalancer.runtime.reconcile import AlwaysLeader, PoolConfig, Reconciler, TickReport
@@ -69,7 +70,7 @@ DEFAULT_SPEED = 1  # trace minutes per reconcile tick: a day is 1440 ticks
 DEFAULT_PACE = 60.0  # wall seconds per trace day: a day runs in about a minute
 KEYS = Keys()
 SPEC = default_lend_spec(KEYS)
-RULES = convert.PodRules(
+RULES = model.PodRules(
     lend_taints=SPEC.add_taints,
     serving_taints=SPEC.remove_taints,
     inference_selector={"app": "llm-serving"},
@@ -485,7 +486,7 @@ def _print_tick(report: TickReport, tally: Tally, say: Callable[[str], None]) ->
         intent = a.intent
         outcome = a.result.outcome if a.result is not None else None
         if a.call == "progress":
-            if outcome is not Outcome.DONE:
+            if outcome is not Outcome.APPLIED:
                 continue
             action = "restored" if intent is None or intent.action == "reclaim" else "lent"
             message = a.result.message if a.result is not None else ""
@@ -493,7 +494,7 @@ def _print_tick(report: TickReport, tally: Tally, say: Callable[[str], None]) ->
             continue
         reason = intent.message if intent is not None else ""
         code = intent.reason if intent is not None else ""
-        if outcome is not Outcome.DONE and outcome is not Outcome.WAITING:
+        if outcome is not Outcome.APPLIED and outcome is not Outcome.IN_PROGRESS:
             tally.refused += 1
             say(f"{when:<20} {POOL:<10} {a.node:<12} {a.call + ' ' + str(outcome):<14} {reason}")
             continue

@@ -17,6 +17,9 @@ class Params(pydantic.BaseModel):
 
 class Strategy(Protocol):
     name: ClassVar[str]
+    # Whether ``decide`` reads ``pool.history``: the runtime asks Prometheus for the demand
+    # history (days of it, refreshed every few minutes) only for a strategy that does.
+    reads_history: ClassVar[bool]
 
     def decide(self, pool: model.PoolView) -> model.Proposal:
         """How many nodes of ``pool`` should be lent at ``pool.now``, and why."""

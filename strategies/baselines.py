@@ -38,6 +38,7 @@ class CronParams(base.Params):
 
 class Static:
     name: ClassVar[str] = "static"
+    reads_history: ClassVar[bool] = False
 
     def __init__(self, params: NoParams) -> None:
         self.params = params
@@ -48,6 +49,7 @@ class Static:
 
 class Cron:
     name: ClassVar[str] = "cron"
+    reads_history: ClassVar[bool] = False
 
     def __init__(self, params: CronParams) -> None:
         self.params = params
@@ -68,6 +70,7 @@ class Cron:
 
 class Reactive:
     name: ClassVar[str] = "reactive"
+    reads_history: ClassVar[bool] = False
 
     def __init__(self, params: NoParams) -> None:
         self.params = params

@@ -157,6 +157,7 @@ class _Memory:
 
 class Forecast:
     name: ClassVar[str] = "forecast"
+    reads_history: ClassVar[bool] = True
 
     def __init__(self, params: Params) -> None:
         self.params = params

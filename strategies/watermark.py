@@ -39,6 +39,7 @@ class Params(base.Params):
 
 class Watermark:
     name: ClassVar[str] = "watermark"
+    reads_history: ClassVar[bool] = True
 
     def __init__(self, params: Params) -> None:
         self.params = params

@@ -42,6 +42,7 @@ def _window(text: str, zone: str) -> windows.Window:
 
 class Window:
     name: ClassVar[str] = "window"
+    reads_history: ClassVar[bool] = False
 
     def __init__(self, params: Params) -> None:
         self.params = params

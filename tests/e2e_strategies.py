@@ -17,6 +17,7 @@ from strategies import base, registry
 
 class AlwaysRaises:
     name: ClassVar[str] = "always-raises"
+    reads_history: ClassVar[bool] = False
 
     def __init__(self, params: base.Params) -> None:
         self.params = params

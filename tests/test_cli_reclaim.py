@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rebalancer import cli
-from rebalancer.runtime.wiring import ReclaimEvent, Stage
+from rebalancer.runtime.takeback import ReclaimEvent, Stage
 from tests.test_cli_run import config_text
 
 

@@ -25,9 +25,10 @@ from kubernetes_asyncio import client
 
 from rebalancer import cli
 from rebalancer import settings as settings_mod
-from rebalancer.adapters.actuator import Actuator, Outcome
+from rebalancer.adapters.actuator import Actuator
 from rebalancer.adapters.writer import KubeWriter
 from rebalancer.core.nodestate import Phase
+from rebalancer.core.outcomes import Outcome
 from rebalancer.runtime import wiring
 from sandbox.emulator import cluster
 from sandbox.emulator.server import serve, write_kubeconfig
@@ -194,7 +195,7 @@ async def test_reclaim_node_restores_it_and_audits(tmp_path: Path) -> None:
         before = await writer.get_node(NODE)
         actuator = Actuator(writer, config.keys(), pool.lend_spec, pool.rules, wiring.utc_now)
         lent = await actuator.lend(NODE, "test-lend")
-        assert lent.outcome is Outcome.DONE, lent.message
+        assert lent.outcome is Outcome.APPLIED, lent.message
         mid = await core.read_node(NODE)
         assert mid.metadata.labels[config.keys().state] == Phase.LENT.value
 
@@ -259,7 +260,7 @@ async def test_reclaim_all_and_a_node_that_cannot_be_restored(tmp_path: Path) ->
         writer = KubeWriter(client.CoreV1Api(box.api))
         actuator = Actuator(writer, config.keys(), pool.lend_spec, pool.rules, wiring.utc_now)
         for node in ("inference-6", "inference-7"):
-            assert (await actuator.lend(node, "test-lend")).outcome is Outcome.DONE
+            assert (await actuator.lend(node, "test-lend")).outcome is Outcome.APPLIED
         args = ("--config", str(box.config), "--kubeconfig", str(box.kubeconfig))
 
         code, out, err = await run_cli("reclaim", "--all", *args)
@@ -302,7 +303,7 @@ async def test_reclaim_all_taints_every_node_before_any_drain_ends_then_drains_t
         writer = KubeWriter(client.CoreV1Api(box.api))
         actuator = Actuator(writer, config.keys(), pool.lend_spec, pool.rules, wiring.utc_now)
         for node in lent:
-            assert (await actuator.lend(node, "test-lend")).outcome is Outcome.DONE
+            assert (await actuator.lend(node, "test-lend")).outcome is Outcome.APPLIED
             train_on(box.store, node, pods=2, grace=3)  # evicted pods linger 3 s (wall clock)
         args = ("--config", str(box.config), "--kubeconfig", str(box.kubeconfig))
 
@@ -343,7 +344,7 @@ async def test_reclaim_pool_reports_a_refused_node_and_brings_the_others_back_ex
             KubeWriter(core), config.keys(), pool.lend_spec, pool.rules, wiring.utc_now
         )
         for node in lent:
-            assert (await actuator.lend(node, "test-lend")).outcome is Outcome.DONE
+            assert (await actuator.lend(node, "test-lend")).outcome is Outcome.APPLIED
             train_on(box.store, node, pods=1, grace=1)
         broken = {"metadata": {"annotations": {config.keys().since: "yesterday"}}}
         await core.patch_node("inference-3", broken)

@@ -46,8 +46,9 @@ from typing import Any
 
 import aiohttp
 
-from rebalancer.core.audit import Kind, Result
+from rebalancer.core.audit import Kind
 from rebalancer.core.model import Reason
+from rebalancer.core.outcomes import Outcome
 from sandbox.emulator import cluster
 from sandbox.emulator.auth import Access
 from sandbox.emulator.server import serve, write_kubeconfig
@@ -285,8 +286,8 @@ async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(tmp_path:
         assert (intent.time, intent.id) < (outcome.time, outcome.id)
     for intent in lends + reclaims:
         mine = [o for o in outcomes if o.intent_id == intent.id]
-        assert [o.outcome for o in mine][-1] == Result.APPLIED.value, (intent, mine)
-        assert all(o.outcome in (Result.APPLIED, Result.IN_PROGRESS) for o in mine), mine
+        assert [o.outcome for o in mine][-1] == Outcome.APPLIED.value, (intent, mine)
+        assert all(o.outcome in (Outcome.APPLIED, Outcome.IN_PROGRESS) for o in mine), mine
     drained = [p for o in outcomes for p in o.pods]
     assert len(drained) == len(IDLE), drained  # one borrowed training pod per lent node
 

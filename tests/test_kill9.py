@@ -28,7 +28,8 @@ from typing import Any
 
 import aiohttp
 
-from rebalancer.core.audit import AuditRecord, Kind, Result
+from rebalancer.core.audit import AuditRecord, Kind
+from rebalancer.core.outcomes import Outcome
 from sandbox.emulator.faults import Faults
 from tests.e2e_support import until
 from tests.process_support import INFERENCE, LOW, PEAK, STATE, Harness, harness
@@ -146,7 +147,7 @@ async def test_kill_9_at_random_points_leaves_every_transition_with_one_intent_a
     for r in records:
         if r.kind is Kind.OUTCOME and r.intent_id is not None:
             closed.add(r.intent_id)
-            if r.outcome != Result.IN_PROGRESS.value:
+            if r.outcome != Outcome.IN_PROGRESS.value:
                 finals[r.intent_id].append(r)
     assert set(intents) - closed == set(), "no intent is left open"
     assert set(intents) - set(finals) == set(), "every intent has its final outcome"

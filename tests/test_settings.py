@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from rebalancer import settings
-from rebalancer.adapters import convert, leadership, metrics
+from rebalancer.adapters import leadership, metrics
 from rebalancer.core import model, nodestate, windows
 from rebalancer.core.policy import PoolPolicy, default_lend_spec
 from rebalancer.errors import ConfigError
@@ -409,7 +409,7 @@ def test_default_pool_builds_the_documented_values() -> None:
     (p,) = s.pools
     assert p.lend_spec(keys) == default_lend_spec(keys)
     assert p.policy(keys) == PoolPolicy(rps_per_node=10.0)
-    assert p.pod_rules(keys) == convert.PodRules(
+    assert p.pod_rules(keys) == model.PodRules(
         lend_taints=(model.Taint(key="rebalancer.io/lent", value="training", effect="NoSchedule"),),
         serving_taints=(model.Taint(key="workload", value="inference", effect="NoSchedule"),),
     )
@@ -490,7 +490,7 @@ def test_custom_pool_builds_its_values() -> None:
         zone="Asia/Shanghai",
         lend_spec=spec,
     )
-    assert p.pod_rules(keys) == convert.PodRules(
+    assert p.pod_rules(keys) == model.PodRules(
         lend_taints=spec.add_taints,
         serving_taints=spec.remove_taints,
         inference_selector={"app": "vllm"},

@@ -22,16 +22,14 @@ Why it is shaped like this:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from rebalancer.adapters import convert
 from rebalancer.adapters.writer import (
     Conflict,
-    EvictOutcome,
     NodeWriter,
     NotFound,
     WriteError,
@@ -40,62 +38,11 @@ from rebalancer.adapters.writer import (
     merge_patch,
 )
 from rebalancer.core import model, nodestate, victims
+from rebalancer.core.model import Clock
 from rebalancer.core.nodestate import Keys, LendSpec, NodeChange, NodeState, Phase
+from rebalancer.core.outcomes import ActionResult, Outcome, Write, WriteKind, WriteOutcome
 
 Obj = dict[str, Any]
-Clock = Callable[[], datetime]
-
-
-class Outcome(StrEnum):
-    DONE = "done"  # the transition is complete: the node is lent, or serving again
-    WAITING = "waiting"  # a reclaim is under way: pods are draining or a budget says wait
-    NOTHING = "nothing"  # the node needed no write (serving or lent, nothing in flight)
-    REFUSED = "refused"  # the node is not as the step needs it (busy, not serving, bad state)
-    CONFLICT = "conflict"  # 409: the node or a pod changed since it was read; step abandoned
-    GONE = "gone"  # the node no longer exists
-    FAILED = "failed"  # the API refused or kept failing; nothing more was written
-
-
-class WriteKind(StrEnum):
-    BEGIN_LEND = "begin_lend"
-    FINISH_LEND = "finish_lend"
-    BEGIN_RECLAIM = "begin_reclaim"
-    FINISH = "finish"  # ends a reclaim, or rolls back an unfinished lend
-    TAKE_OVER = "take_over"  # a transition in flight now answers to another decision (recovery)
-    EVICT = "evict"
-    DELETE = "delete"
-
-
-class WriteOutcome(StrEnum):
-    APPLIED = "applied"
-    EVICTED = "evicted"
-    BLOCKED = "blocked"  # eviction refused by a budget (429): tried again next pass
-    GONE = "gone"  # the pod was already gone
-    PLANNED = "planned"  # dry-run: not sent
-
-
-@dataclass(frozen=True, slots=True)
-class Write:
-    """One write: what, to which object, with which body (exactly what is or would be sent)."""
-
-    kind: WriteKind
-    target: str  # "node/NAME" or "pod/NAMESPACE/NAME"
-    body: Mapping[str, Any]
-    outcome: WriteOutcome
-
-
-@dataclass(frozen=True, slots=True)
-class ActionResult:
-    node: str
-    action: str  # "lend", "reclaim", "progress"
-    outcome: Outcome
-    message: str
-    writes: tuple[Write, ...] = ()
-    dry_run: bool = False
-
-    @property
-    def applied(self) -> tuple[Write, ...]:
-        return tuple(w for w in self.writes if w.outcome is not WriteOutcome.PLANNED)
 
 
 @dataclass
@@ -103,7 +50,7 @@ class _Pass:
     """What one call has written so far, so that an abort still reports it."""
 
     node: str
-    action: str
+    action: model.Action
     dry_run: bool
     writes: list[Write] = field(default_factory=list)
 
@@ -125,7 +72,7 @@ class Actuator:
         writer: NodeWriter,
         keys: Keys,
         spec: LendSpec,
-        rules: convert.PodRules,
+        rules: model.PodRules,
         clock: Clock,
         dry_run: bool = False,
     ) -> None:
@@ -136,17 +83,17 @@ class Actuator:
     # The public steps: each catches the writer's errors and turns them into a result
 
     async def lend(self, node: str, decision: str) -> ActionResult:
-        run = _Pass(node, "lend", self._dry_run)
+        run = _Pass(node, model.Action.LEND, self._dry_run)
         return await self._guarded(run, self._lend(run, decision))
 
     async def reclaim(self, node: str, decision: str, deadline: datetime) -> ActionResult:
-        run = _Pass(node, "reclaim", self._dry_run)
+        run = _Pass(node, model.Action.RECLAIM, self._dry_run)
         return await self._guarded(run, self._reclaim(run, decision, deadline))
 
     async def progress(self, node: str, decision: str | None = None) -> ActionResult:
         """Drive a node in flight one pass on. With ``decision`` (a recovery's intent), the
         transition is first taken over by it, so its remaining writes name that record."""
-        run = _Pass(node, "progress", self._dry_run)
+        run = _Pass(node, model.Action.PROGRESS, self._dry_run)
         return await self._guarded(run, self._progress(run, None, decision))
 
     async def recover(self) -> tuple[ActionResult, ...]:
@@ -194,7 +141,7 @@ class Actuator:
                 return run.result(Outcome.REFUSED, f"node became busy: {_busy(busy)}; rolled back")
         finish = nodestate.finish_lend(self._spec, lending, self._keys, now)
         await self._patch(run, WriteKind.FINISH_LEND, after, finish)
-        return run.result(Outcome.DONE, "lent")
+        return run.result(Outcome.APPLIED, "lent")
 
     # -----------------------------------------------------------------------------------------
     # Reclaim: lent -> reclaiming -> (evict, then after the deadline delete) -> serving
@@ -237,7 +184,7 @@ class Actuator:
             # An unfinished lend (a crash, a 409) is rolled back, never finished: the plan that
             # asked for it is stale, and rolling back only restores what begin_lend recorded.
             await self._patch(run, WriteKind.FINISH, view, self._finish(state))
-            return run.result(Outcome.DONE, "rolled back an unfinished lend")
+            return run.result(Outcome.APPLIED, "rolled back an unfinished lend")
         if state.phase is not Phase.RECLAIMING:
             return run.result(Outcome.NOTHING, f"node is {state.phase.value}: nothing in flight")
         return await self._drain(run, view, state)
@@ -255,15 +202,15 @@ class Actuator:
             else:
                 blocked = await self._evict(run, borrowed)
             if self._dry_run:
-                return run.result(Outcome.WAITING, "dry-run: borrowed pods still on the node")
+                return run.result(Outcome.IN_PROGRESS, "dry-run: borrowed pods still on the node")
             # What the writes did: pods deleted at once, or still terminating.
             pods = await self._pods(run.node)
             left = [p for p in pods if p.view.role is model.PodRole.BORROWED]
             if left:
                 why = f"{len(left)} borrowed pod(s) left, {blocked} blocked by a budget"
-                return run.result(Outcome.WAITING, why)
+                return run.result(Outcome.IN_PROGRESS, why)
         await self._patch(run, WriteKind.FINISH, view, self._finish(state))
-        return run.result(Outcome.DONE, "reclaimed: serving again")
+        return run.result(Outcome.APPLIED, "reclaimed: serving again")
 
     async def _evict(self, run: _Pass, borrowed: Sequence[_Pod]) -> int:
         """Evict the borrowed pods not yet terminating, cheapest first; how many were blocked."""
@@ -334,9 +281,9 @@ class Actuator:
 
 
 _EVICTED = {
-    EvictOutcome.EVICTED: WriteOutcome.EVICTED,
-    EvictOutcome.BLOCKED: WriteOutcome.BLOCKED,
-    EvictOutcome.GONE: WriteOutcome.GONE,
+    WriteOutcome.EVICTED: WriteOutcome.EVICTED,
+    WriteOutcome.BLOCKED: WriteOutcome.BLOCKED,
+    WriteOutcome.GONE: WriteOutcome.GONE,
 }
 
 

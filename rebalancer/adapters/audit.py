@@ -31,20 +31,21 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from rebalancer.adapters.actuator import ActionResult, Outcome, WriteKind, WriteOutcome
-from rebalancer.core import audit
-from rebalancer.core.audit import AuditRecord, Context, Deduper, Kind, NewId, Result
+from rebalancer.core import audit, model
+from rebalancer.core.audit import AuditRecord, Context, Deduper, Kind, NewId
+from rebalancer.core.model import Clock
+from rebalancer.core.outcomes import ERRORS, ActionResult, Outcome, WriteKind, WriteOutcome
 
 Sink = Callable[[str], None]
-Clock = Callable[[], datetime]
 
 DEFAULT_URL = "sqlite+aiosqlite:///rebalancer-audit.sqlite3"
 
@@ -329,7 +330,7 @@ class MemoryAuditStore:
             {
                 r.intent_id
                 for r in self.records
-                if r.kind is Kind.OUTCOME and r.outcome != Result.IN_PROGRESS.value
+                if r.kind is Kind.OUTCOME and r.outcome != Outcome.IN_PROGRESS.value
             }
         )
 
@@ -422,7 +423,7 @@ class SqlAuditStore:
         outcome = records.alias("outcome")
         closes = outcome.c.intent_id == records.c.id
         if final_only:
-            closes = sa.and_(closes, outcome.c.outcome != Result.IN_PROGRESS.value)
+            closes = sa.and_(closes, outcome.c.outcome != Outcome.IN_PROGRESS.value)
         closed = sa.select(outcome.c.id).where(closes).exists()
         stmt = (
             records.select()
@@ -451,6 +452,13 @@ def _row(r: AuditRecord) -> dict[str, Any]:
     return doc
 
 
+E = TypeVar("E", bound=StrEnum)
+
+
+def _optional(kind: type[E], value: str | None) -> E | None:
+    return None if value is None else kind(value)
+
+
 def _record(row: sa.RowMapping) -> AuditRecord:
     return AuditRecord(
         id=row["id"],
@@ -460,8 +468,8 @@ def _record(row: sa.RowMapping) -> AuditRecord:
         term=row["term"],
         pool=row["pool"],
         node=row["node"],
-        action=row["action"],
-        origin=row["origin"],
+        action=_optional(model.Action, row["action"]),
+        origin=_optional(model.Origin, row["origin"]),
         reason=row["reason"],
         message=row["message"],
         count=row["count"],
@@ -473,7 +481,7 @@ def _record(row: sa.RowMapping) -> AuditRecord:
         pods=tuple(row["pods"]),
         dry_run=bool(row["dry_run"]),
         error=row["error"],
-        outcome=row["outcome"],
+        outcome=_optional(Outcome, row["outcome"]),
         intent_id=row["intent_id"],
         detail=row["detail"],
     )
@@ -492,16 +500,6 @@ def json_line(record: AuditRecord) -> str:
     return json.dumps(audit.to_json(record), sort_keys=True, separators=(",", ":"))
 
 
-_RESULTS = {
-    Outcome.DONE: Result.APPLIED,
-    Outcome.WAITING: Result.IN_PROGRESS,
-    Outcome.NOTHING: Result.NOTHING,
-    Outcome.REFUSED: Result.REFUSED,
-    Outcome.CONFLICT: Result.CONFLICT,
-    Outcome.GONE: Result.GONE,
-    Outcome.FAILED: Result.FAILED,
-}
-_ERRORS = frozenset({Outcome.REFUSED, Outcome.CONFLICT, Outcome.GONE, Outcome.FAILED})
 _POD_GONE = frozenset({WriteOutcome.EVICTED, WriteOutcome.GONE, WriteOutcome.APPLIED})
 
 
@@ -546,7 +544,7 @@ class AuditLog:
                 if write.outcome in _POD_GONE or write.outcome is WriteOutcome.PLANNED:
                     pods.append(write.target.removeprefix("pod/"))
             elif write.outcome in (WriteOutcome.APPLIED, WriteOutcome.PLANNED):
-                after = audit.apply_node_patch(after, write.body)
+                after = _patched(after, write.body)
         detail = {
             "call": result.action,
             "actuator_outcome": result.outcome.value,
@@ -564,11 +562,11 @@ class AuditLog:
             intent,
             self.new_id,
             now,
-            _RESULTS[result.outcome],
+            result.outcome,
             result.message,
             after=after,
             pods=pods,
-            error=result.message if result.outcome in _ERRORS else None,
+            error=result.message if result.outcome in ERRORS else None,
             detail=detail,
             ctx=ctx,
         )
@@ -579,9 +577,20 @@ class AuditLog:
     async def supersede(
         self, intent: AuditRecord, now: datetime, why: str, ctx: Context | None = None
     ) -> AuditRecord:
-        record = audit.outcome_record(intent, self.new_id, now, Result.SUPERSEDED, why, ctx=ctx)
+        record = audit.outcome_record(intent, self.new_id, now, Outcome.SUPERSEDED, why, ctx=ctx)
         await self._write([record])
         return record
+
+    # What the runtime reads back: the intents a restart must judge, and the one a node names.
+
+    async def get(self, record_id: str) -> AuditRecord | None:
+        return await self.store.get(record_id)
+
+    async def pending_intents(self) -> tuple[AuditRecord, ...]:
+        return await self.store.pending_intents()
+
+    async def unfinished_intents(self) -> tuple[AuditRecord, ...]:
+        return await self.store.unfinished_intents()
 
     async def _write(self, batch: Sequence[AuditRecord]) -> None:
         if not batch:
@@ -590,3 +599,19 @@ class AuditLog:
         if self.sink is not None:
             for record in batch:
                 self.sink(json_line(record))
+
+
+def _patched(before: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """``before`` (a ``core.audit.node_doc``) after the JSON merge patch the writer sent: labels
+    merge, taints swap."""
+    labels = dict(before.get("labels") or {})
+    for key, value in ((patch.get("metadata") or {}).get("labels") or {}).items():
+        if value is None:
+            labels.pop(key, None)
+        else:
+            labels[key] = value
+    taints = list(before.get("taints") or [])
+    spec = patch.get("spec") or {}
+    if "taints" in spec:
+        taints = list(spec["taints"] or [])
+    return {"taints": taints, "labels": dict(sorted(labels.items()))}

@@ -16,7 +16,6 @@ Pods that have finished (``Succeeded``/``Failed``) hold nothing and are left out
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -32,15 +31,6 @@ JOB_LABELS = (
 )
 
 Object = Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class PodRules:
-    """How a pool tells its pods apart (see the module docstring)."""
-
-    lend_taints: tuple[model.Taint, ...]
-    serving_taints: tuple[model.Taint, ...] = ()
-    inference_selector: Mapping[str, str] = field(default_factory=dict)
 
 
 def taints(node: Object) -> tuple[model.Taint, ...]:
@@ -79,7 +69,7 @@ def finished(pod: Object) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
-def pod_view(pod: Object, rules: PodRules) -> model.PodView:
+def pod_view(pod: Object, rules: model.PodRules) -> model.PodView:
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     return model.PodView(
         namespace=str(meta.get("namespace", "")),
@@ -101,7 +91,7 @@ def _condition(obj: Object, kind: str) -> bool:
     return False
 
 
-def role(pod: Object, rules: PodRules) -> model.PodRole:
+def role(pod: Object, rules: model.PodRules) -> model.PodRole:
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     if any(ref.get("kind") == "DaemonSet" for ref in meta.get("ownerReferences") or ()):
         return model.PodRole.DAEMON

@@ -33,20 +33,20 @@ Why it is shaped like this:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from kubernetes_asyncio import client
 
-from rebalancer.adapters.actuator import ActionResult, Outcome, WriteKind, WriteOutcome
 from rebalancer.core import model
+from rebalancer.core.model import Clock
+from rebalancer.core.outcomes import ActionResult, Outcome, WriteKind, WriteOutcome
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-Clock = Callable[[], datetime]
 
 CONTROLLER = "rebalancer.io/controller"
 NAMESPACE = "default"  # where an Event about a cluster-scoped object lives
@@ -67,22 +67,6 @@ class NodeEvent:
     note: str
 
 
-class EventRecorder(Protocol):
-    """The seam the reconciler calls (``KubeEvents``; ``NoEvents`` to record nothing)."""
-
-    async def action(self, result: ActionResult, decision: str | None = None) -> None: ...
-
-    async def findings(self, plan: model.Plan) -> None: ...
-
-
-class NoEvents:
-    async def action(self, result: ActionResult, decision: str | None = None) -> None:
-        pass
-
-    async def findings(self, plan: model.Plan) -> None:
-        pass
-
-
 # ---------------------------------------------------------------------------------------------
 # What to record: pure
 
@@ -98,17 +82,17 @@ def transition_events(result: ActionResult, decision: str | None = None) -> list
     tail = f" (decision {decision})" if decision else ""
     out: list[NodeEvent] = []
     node = result.node
-    if _applied(result, WriteKind.FINISH_LEND) and result.outcome is Outcome.DONE:
+    if _applied(result, WriteKind.FINISH_LEND) and result.outcome is Outcome.APPLIED:
         note = f"lent to training: serving taints and labels replaced{tail}"
         out.append(NodeEvent(node, "Normal", LENT, "Lend", note))
     if _applied(result, WriteKind.BEGIN_RECLAIM):
         note = f"reclaim started: serving taints and labels restored, draining borrowed pods{tail}"
         out.append(NodeEvent(node, "Normal", RECLAIMING, "Reclaim", note))
-    if _applied(result, WriteKind.FINISH) and result.outcome is Outcome.DONE:
+    if _applied(result, WriteKind.FINISH) and result.outcome is Outcome.APPLIED:
         if result.message.startswith("rolled back"):
             note = f"unfinished lend rolled back: the node serves as before{tail}"
             out.append(NodeEvent(node, "Normal", ROLLED_BACK, "Lend", note))
-        elif result.action in ("reclaim", "progress"):
+        elif result.action in (model.Action.RECLAIM, model.Action.PROGRESS):
             note = f"restored: the node serves inference again{tail}"
             out.append(NodeEvent(node, "Normal", RESTORED, "Reclaim", note))
     return out

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from rebalancer.adapters.writer import EvictOutcome, NodeWriter, Obj, WriteError
+from rebalancer.adapters.writer import NodeWriter, Obj, WriteError
 from rebalancer.core.nodestate import NodeChange
+from rebalancer.core.outcomes import WriteOutcome
 
 
 class NotLeader(WriteError):
@@ -47,7 +48,7 @@ class LeaderGatedWriter:
         self._check(f"node/{name}")
         return await self.inner.patch_node(name, change, resource_version)
 
-    async def evict(self, namespace: str, name: str, uid: str) -> EvictOutcome:
+    async def evict(self, namespace: str, name: str, uid: str) -> WriteOutcome:
         self._check(f"pod/{namespace}/{name}")
         return await self.inner.evict(namespace, name, uid)
 

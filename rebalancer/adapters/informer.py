@@ -38,6 +38,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from rebalancer.adapters import convert
+from rebalancer.core import model
 from rebalancer.core.model import NodeName, NodeView
 
 log = logging.getLogger(__name__)
@@ -254,7 +255,7 @@ class Informer:
         self._dirty: set[str] = set()  # nodes whose node or pods changed since node_views
         self._views: dict[str, NodeView] = {}
         self._unreadable: dict[str, str] = {}  # "node/<name>" or "pod/<node>/<ns>/<name>" -> why
-        self._rules: convert.PodRules | None = None
+        self._rules: model.PodRules | None = None
         node_query = {"label_selector": node_selector} if node_selector else {}
         self.nodes = Reflector(
             "nodes",
@@ -288,7 +289,7 @@ class Informer:
     # -----------------------------------------------------------------------------------------
     # Reading
 
-    def node_views(self, rules: convert.PodRules) -> tuple[NodeView, ...]:
+    def node_views(self, rules: model.PodRules) -> tuple[NodeView, ...]:
         """Every cached node with its pods, by name. A node whose node object and pods did not
         change since the last call (under the same rules) is the very same object as then, so
         what the core memoised on it stays valid; a rebuilt view equal to the old one is
@@ -306,7 +307,7 @@ class Informer:
         every view (so nothing decides about it) until they can be read again."""
         return dict(self._unreadable)
 
-    def _rebuild(self, name: str, rules: convert.PodRules) -> None:
+    def _rebuild(self, name: str, rules: model.PodRules) -> None:
         raw = self._nodes.get(name)
         self._unreadable = {
             k: v

@@ -55,12 +55,12 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from rebalancer.core.model import Clock, Term
 from rebalancer.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-Clock = Callable[[], datetime]
 Sleep = Callable[[float], Awaitable[None]]
 
 
@@ -84,15 +84,6 @@ class Timings:
                 "leader election needs 0 < retry_period < renew_deadline < lease_duration, got "
                 f"{self.retry_period}, {self.renew_deadline}, {self.lease_duration}"
             )
-
-
-@dataclass(frozen=True)
-class Term:
-    """One uninterrupted stretch of leadership, as the audit log records it."""
-
-    holder: str
-    number: int  # the lease's leaseTransitions written when the stretch began
-    acquired: datetime
 
 
 @dataclass(frozen=True)

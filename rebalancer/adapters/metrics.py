@@ -42,7 +42,7 @@ import logging
 import math
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from string import Template
 from typing import Any, TypeVar
@@ -61,7 +61,15 @@ from tenacity import (
 )
 from urllib3.util.retry import Retry
 
-from rebalancer.core.model import DemandHistory, NodeName, PoolName, Sample
+from rebalancer.core.model import (
+    DemandHistory,
+    HistoryResult,
+    MetricError,
+    NodeName,
+    PoolMetrics,
+    PoolName,
+    Sample,
+)
 
 log = logging.getLogger(__name__)
 
@@ -159,37 +167,6 @@ class Settings:
     lookback: timedelta = timedelta(minutes=10)  # no sample older than this is handed over
     resolution: timedelta = timedelta(seconds=15)  # subquery step when looking for the last sample
     queries: Queries = Queries()
-
-
-@dataclass(frozen=True)
-class MetricError:
-    """Why a metric of a pool is unknown: a failed or refused query. Never raised."""
-
-    pool: str
-    metric: str
-    query: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"pool {self.pool}: {self.metric} unknown: {self.reason} (query: {self.query})"
-
-
-@dataclass(frozen=True)
-class PoolMetrics:
-    """One pool's load. ``None`` is unknown (see ``errors`` for why, when it was an error)."""
-
-    pool: PoolName
-    demand: Sample | None
-    queue: Sample | None
-    running: Sample | None = None
-    gpu_busy: Mapping[NodeName, Sample] = field(default_factory=dict)
-    errors: tuple[MetricError, ...] = ()
-
-
-@dataclass(frozen=True)
-class HistoryResult:
-    history: DemandHistory
-    error: MetricError | None = None
 
 
 class QueryFailed(Exception):

@@ -29,7 +29,6 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
@@ -41,8 +40,8 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from rebalancer.core import model
 from rebalancer.core.nodestate import NodeChange
+from rebalancer.core.outcomes import WriteOutcome
 from rebalancer.errors import RebalancerError
 
 Obj = dict[str, Any]
@@ -52,12 +51,6 @@ _T = TypeVar("_T")
 
 # ---------------------------------------------------------------------------------------------
 # Results and errors
-
-
-class EvictOutcome(StrEnum):
-    EVICTED = "evicted"  # 201: the pod is being deleted with its own grace period
-    BLOCKED = "blocked"  # 429: a PodDisruptionBudget says not now; ask again later
-    GONE = "gone"  # 404: nothing left to evict
 
 
 class WriteError(RebalancerError):
@@ -101,7 +94,7 @@ class NodeWriter(Protocol):
 
     async def patch_node(self, name: str, change: NodeChange, resource_version: str) -> Obj: ...
 
-    async def evict(self, namespace: str, name: str, uid: str) -> EvictOutcome: ...
+    async def evict(self, namespace: str, name: str, uid: str) -> WriteOutcome: ...
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
         """Delete with grace 0; False when the pod was already gone."""
@@ -110,16 +103,6 @@ class NodeWriter(Protocol):
 
 # ---------------------------------------------------------------------------------------------
 # Request bodies: pure, so dry-run reports exactly what would be sent
-
-
-def taint_doc(taint: model.Taint) -> dict[str, str]:
-    doc = {"key": taint.key}
-    if taint.value is not None:
-        doc["value"] = taint.value
-    doc["effect"] = taint.effect
-    if taint.time_added is not None:
-        doc["timeAdded"] = taint.time_added
-    return doc
 
 
 def merge_patch(change: NodeChange, resource_version: str) -> Obj:
@@ -131,7 +114,7 @@ def merge_patch(change: NodeChange, resource_version: str) -> Obj:
         meta["annotations"] = dict(change.annotations)
     body: Obj = {"metadata": meta}
     if change.taints is not None:
-        body["spec"] = {"taints": [taint_doc(t) for t in change.taints]}
+        body["spec"] = {"taints": [t.to_doc() for t in change.taints]}
     return body
 
 
@@ -222,21 +205,21 @@ class KubeWriter:
         )
         return await self._retried(target, lambda: self._json(target, call()))
 
-    async def evict(self, namespace: str, name: str, uid: str) -> EvictOutcome:
+    async def evict(self, namespace: str, name: str, uid: str) -> WriteOutcome:
         target, body = f"pod/{namespace}/{name}", eviction_body(namespace, name, uid)
         call = partial(
             self._core.create_namespaced_pod_eviction, name, namespace, body, _preload_content=False
         )
         return await self._retried(target, lambda: self._evict_once(target, call()))
 
-    async def _evict_once(self, target: str, pending: Awaitable[Any]) -> EvictOutcome:
+    async def _evict_once(self, target: str, pending: Awaitable[Any]) -> WriteOutcome:
         code, doc = await _read(pending)
         if code == 429:
-            return EvictOutcome.BLOCKED
+            return WriteOutcome.BLOCKED
         if code == 404:
-            return EvictOutcome.GONE
+            return WriteOutcome.GONE
         _check(target, code, doc, throttle_retries=False)
-        return EvictOutcome.EVICTED
+        return WriteOutcome.EVICTED
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
         target = f"pod/{namespace}/{name}"

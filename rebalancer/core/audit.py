@@ -29,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from rebalancer.core import model, nodestate, overrides
+from rebalancer.core.outcomes import Outcome
 from rebalancer.core.policy import PoolPolicy
 
 NewId = Callable[[], str]
@@ -41,20 +42,6 @@ class Kind(enum.StrEnum):
     REFUSAL = "refusal"
     FINDING = "finding"
     SUMMARY = "summary"
-
-
-class Result(enum.StrEnum):
-    """The ``outcome`` of an outcome record."""
-
-    APPLIED = "applied"  # the transition is complete (lent, or serving again)
-    IN_PROGRESS = "in_progress"  # a reclaim is draining; later passes are progress, not decisions
-    NOTHING = "nothing"  # the node needed no write
-    REFUSED = "refused"  # the actuator found the node not as the step needs it
-    GONE = "gone"  # the node no longer exists
-    CONFLICT = "conflict"  # 409: the node changed since it was read; re-planned next tick
-    FAILED = "failed"  # the API refused or kept failing
-    SUPERSEDED = "superseded"  # never carried out: a restart or a newer decision replaced it
-    INTERRUPTED = "interrupted"  # begun, then the run stopped; a recovery intent takes it over
 
 
 DEDUPED = frozenset({Kind.REFUSAL, Kind.FINDING, Kind.SUMMARY})
@@ -82,8 +69,8 @@ class AuditRecord:
     reason: str  # a stable reason code (core.model.Reason, or "steady")
     message: str  # the human sentence
     node: str | None = None
-    action: str | None = None  # "lend", "reclaim" (or "progress" for an actuator pass)
-    origin: str | None = None  # strategy, operator, safety, schedule
+    action: model.Action | None = None
+    origin: model.Origin | None = None
     count: int = 1  # nodes concerned (a refusal may cover several)
     term: int | None = None
     strategy: str | None = None
@@ -94,7 +81,7 @@ class AuditRecord:
     pods: tuple[str, ...] = ()  # "namespace/name" evicted or deleted
     dry_run: bool = False
     error: str | None = None
-    outcome: str | None = None  # a Result, on outcome records
+    outcome: Outcome | None = None  # on outcome records
     intent_id: str | None = None  # on outcome records: the intent they close
     detail: Mapping[str, Any] = field(default_factory=dict)  # e.g. the actuator's writes
 
@@ -142,8 +129,8 @@ def build_tick(
             record = stamp(
                 kind=Kind.INTENT,
                 node=str(step.node),
-                action=step.action.value,
-                origin=step.intent.origin.value,
+                action=step.action,
+                origin=step.intent.origin,
                 reason=step.reason.value,
                 message=step.message,
                 detail={"urgent": step.urgent, "intent": _intent_doc(step.intent)},
@@ -155,8 +142,8 @@ def build_tick(
                 stamp(
                     kind=Kind.REFUSAL,
                     node=None if rej.node is None else str(rej.node),
-                    action=rej.intent.action.value,
-                    origin=rej.intent.origin.value,
+                    action=rej.intent.action,
+                    origin=rej.intent.origin,
                     reason=rej.reason.value,
                     message=rej.message,
                     count=rej.count,
@@ -258,7 +245,7 @@ def recovery_intent(
     now: datetime,
     pool: str,
     view: model.NodeView,
-    action: str,
+    action: model.Action,
     recovers: str | None,
     message: str,
 ) -> AuditRecord:
@@ -275,9 +262,9 @@ def recovery_intent(
         message=message,
         node=str(view.name),
         action=action,
-        origin=model.Origin.RECOVERY.value,
+        origin=model.Origin.RECOVERY,
         before=node_doc(view),
-        detail={"recovers": recovers, "urgent": action == "reclaim"},
+        detail={"recovers": recovers, "urgent": action is model.Action.RECLAIM},
     )
 
 
@@ -300,7 +287,7 @@ def outcome_record(
     intent: AuditRecord,
     new_id: NewId,
     now: datetime,
-    result: Result,
+    result: Outcome,
     message: str,
     *,
     after: Mapping[str, Any] | None = None,
@@ -318,7 +305,7 @@ def outcome_record(
         controller=ctx.controller if ctx else intent.controller,
         term=ctx.term if ctx else intent.term,
         message=message,
-        outcome=result.value,
+        outcome=result,
         intent_id=intent.id,
         after=after,
         pods=tuple(pods),
@@ -386,33 +373,9 @@ def node_overrides(
 def node_doc(view: model.NodeView) -> Json:
     """Taints and labels of a node, in the API's shape (taint order kept)."""
     return {
-        "taints": [taint_doc(t) for t in view.taints],
+        "taints": [t.to_doc() for t in view.taints],
         "labels": dict(sorted(view.labels.items())),
     }
-
-
-def taint_doc(taint: model.Taint) -> Json:
-    doc: Json = {"key": taint.key, "effect": taint.effect}
-    if taint.value is not None:
-        doc["value"] = taint.value
-    if taint.time_added is not None:
-        doc["timeAdded"] = taint.time_added
-    return doc
-
-
-def apply_node_patch(before: Mapping[str, Any], patch: Mapping[str, Any]) -> Json:
-    """``before`` (a ``node_doc``) after a JSON merge patch of a Node: labels merge, taints swap."""
-    labels = dict(before.get("labels") or {})
-    for key, value in ((patch.get("metadata") or {}).get("labels") or {}).items():
-        if value is None:
-            labels.pop(key, None)
-        else:
-            labels[key] = value
-    taints = list(before.get("taints") or [])
-    spec = patch.get("spec") or {}
-    if "taints" in spec:
-        taints = list(spec["taints"] or [])
-    return {"taints": taints, "labels": dict(sorted(labels.items()))}
 
 
 def _intent_doc(intent: model.Intent) -> Json:

@@ -10,7 +10,7 @@ knows about Kubernetes objects or Prometheus responses: adapters translate into 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -19,6 +19,7 @@ from typing import NewType
 
 NodeName = NewType("NodeName", str)
 PoolName = NewType("PoolName", str)
+Clock = Callable[[], datetime]  # the one clock type: every seam that reads time is given one
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,17 @@ class Taint:
     def __str__(self) -> str:
         value = "" if self.value is None else f"={self.value}"
         return f"{self.key}{value}:{self.effect}"
+
+    def to_doc(self) -> dict[str, str]:
+        """The taint as the API writes it, in its field order (a restore gives back the very
+        bytes a node had): absent fields left out, nothing normalised."""
+        doc = {"key": self.key}
+        if self.value is not None:
+            doc["value"] = self.value
+        doc["effect"] = self.effect
+        if self.time_added is not None:
+            doc["timeAdded"] = self.time_added
+        return doc
 
 
 class PodRole(StrEnum):
@@ -54,6 +66,16 @@ class PodView:
     created: datetime | None = None
     terminating: bool = False
     ready: bool = True  # the pod's Ready condition: an inference pod serves only when Ready
+
+
+@dataclass(frozen=True)
+class PodRules:
+    """How a pool tells its pods apart: a pod that tolerates every lend taint is borrowed, one
+    whose labels match ``inference_selector`` serves (``adapters.convert`` reads them so)."""
+
+    lend_taints: tuple[Taint, ...]
+    serving_taints: tuple[Taint, ...] = ()
+    inference_selector: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -212,8 +234,13 @@ class Snapshot:
 
 
 class Action(StrEnum):
+    """What a step, an actuator call or an audit record does to a node. The planner plans only
+    ``LEND`` and ``RECLAIM``; the runtime adds the other two."""
+
     LEND = "lend"
     RECLAIM = "reclaim"
+    PROGRESS = "progress"  # an actuator pass driving a transition in flight
+    ROLLBACK = "rollback"  # a recovery that undoes an unfinished lend
 
 
 class Origin(StrEnum):
@@ -353,3 +380,47 @@ class Plan:
     @property
     def findings(self) -> tuple[Finding, ...]:
         return tuple(f for p in self.pools.values() for f in p.findings)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the metrics and leadership seams answer
+
+
+@dataclass(frozen=True)
+class MetricError:
+    """Why a metric of a pool is unknown: a failed or refused query. Never raised."""
+
+    pool: str
+    metric: str
+    query: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"pool {self.pool}: {self.metric} unknown: {self.reason} (query: {self.query})"
+
+
+@dataclass(frozen=True)
+class PoolMetrics:
+    """One pool's load. ``None`` is unknown (see ``errors`` for why, when it was an error)."""
+
+    pool: PoolName
+    demand: Sample | None
+    queue: Sample | None
+    running: Sample | None = None
+    gpu_busy: Mapping[NodeName, Sample] = field(default_factory=dict)
+    errors: tuple[MetricError, ...] = ()
+
+
+@dataclass(frozen=True)
+class HistoryResult:
+    history: DemandHistory
+    error: MetricError | None = None
+
+
+@dataclass(frozen=True)
+class Term:
+    """One uninterrupted stretch of leadership, as the audit log records it."""
+
+    holder: str
+    number: int  # the lease's leaseTransitions written when the stretch began
+    acquired: datetime

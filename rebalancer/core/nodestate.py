@@ -189,7 +189,7 @@ def _time_or_none(ann: Mapping[str, str], key: str) -> datetime | StateError | N
 def encode_original(original: Original) -> str:
     doc = {
         "v": 1,
-        "taints": [_taint_doc(t) for t in original.taints],
+        "taints": [t.to_doc() for t in original.taints],
         "labels": dict(original.labels),
     }
     return json.dumps(doc, separators=(",", ":"), sort_keys=True)
@@ -220,15 +220,6 @@ def decode_original(text: str) -> Original | str:
         if not (value is None or isinstance(value, str)):
             return f"label {key!r} must map to a string or null, not {value!r}"
     return Original(taints=tuple(taints), labels=dict(labels_doc))
-
-
-def _taint_doc(taint: model.Taint) -> dict[str, str]:
-    doc = {"key": taint.key, "effect": taint.effect}
-    if taint.value is not None:
-        doc["value"] = taint.value
-    if taint.time_added is not None:
-        doc["timeAdded"] = taint.time_added
-    return doc
 
 
 def _taint_from_doc(item: Any) -> model.Taint | None:

@@ -27,17 +27,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rebalancer.core import model, nodestate
-from rebalancer.core.audit import AuditRecord, Result
+from rebalancer.core.audit import AuditRecord
 from rebalancer.core.nodestate import Phase
+from rebalancer.core.outcomes import Outcome
 
-LEND, RECLAIM = model.Action.LEND.value, model.Action.RECLAIM.value
-ROLLBACK = "rollback"  # the action of a recovery that undoes an unfinished lend
+LEND, RECLAIM, ROLLBACK = model.Action.LEND, model.Action.RECLAIM, model.Action.ROLLBACK
 
 
 @dataclass(frozen=True)
 class Verdict:
     intent: AuditRecord
-    result: Result
+    result: Outcome
     message: str
     take_over: bool = False  # a recovery intent must end the transition the node is in
 
@@ -51,28 +51,28 @@ def judge(
     """What ``intent``, left without a final outcome by a previous run, came to on its node.
     ``begun``: it has ``in_progress`` outcomes already (a reclaim that was draining)."""
     if view is None:
-        return Verdict(intent, Result.GONE, "the node no longer exists")
+        return Verdict(intent, Outcome.GONE, "the node no longer exists")
     state = nodestate.read(view, keys)
     if isinstance(state, nodestate.StateError):
         # Nothing can be concluded, and nothing is touched: the planner reports the node.
-        return Verdict(intent, Result.FAILED, f"cannot tell how far it got: {state}")
+        return Verdict(intent, Outcome.FAILED, f"cannot tell how far it got: {state}")
     if state.decision != intent.id:
         if begun:  # it did move the node; another decision has it now
-            return Verdict(intent, Result.INTERRUPTED, "begun, then another decision took over")
-        return Verdict(intent, Result.SUPERSEDED, "never carried out: the node shows no trace")
+            return Verdict(intent, Outcome.INTERRUPTED, "begun, then another decision took over")
+        return Verdict(intent, Outcome.SUPERSEDED, "never carried out: the node shows no trace")
     phase, action = state.phase, intent.action
     if phase in (Phase.LENDING, Phase.RECLAIMING):
-        return Verdict(intent, Result.INTERRUPTED, f"interrupted with the node {phase}", True)
+        return Verdict(intent, Outcome.INTERRUPTED, f"interrupted with the node {phase}", True)
     if action == LEND and phase is Phase.LENT:
-        return Verdict(intent, Result.APPLIED, "lent: found done after a restart")
+        return Verdict(intent, Outcome.APPLIED, "lent: found done after a restart")
     if action in (RECLAIM, ROLLBACK) and phase is Phase.SERVING:
-        return Verdict(intent, Result.APPLIED, "serving again: found done after a restart")
+        return Verdict(intent, Outcome.APPLIED, "serving again: found done after a restart")
     if action == LEND and phase is Phase.SERVING:
-        return Verdict(intent, Result.REFUSED, "begun, then rolled back before a restart")
-    return Verdict(intent, Result.SUPERSEDED, f"never carried out: the node is {phase}")
+        return Verdict(intent, Outcome.REFUSED, "begun, then rolled back before a restart")
+    return Verdict(intent, Outcome.SUPERSEDED, f"never carried out: the node is {phase}")
 
 
-def recovery_action(view: model.NodeView, keys: nodestate.Keys) -> str:
+def recovery_action(view: model.NodeView, keys: nodestate.Keys) -> model.Action:
     """What a recovery does to a node in flight: roll a lend back, or finish a reclaim."""
     state = nodestate.read(view, keys)
     lending = isinstance(state, nodestate.NodeState) and state.phase is Phase.LENDING

@@ -32,9 +32,10 @@ from typing import Any, Protocol
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
+from rebalancer.core.model import Clock
+
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], datetime]
 Step = Callable[[], Awaitable[object]]
 Edges = Callable[[datetime], datetime | None]
 

@@ -47,24 +47,39 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
-from rebalancer.adapters.actuator import ActionResult, Outcome
-from rebalancer.adapters.audit import AuditLog
-from rebalancer.adapters.convert import PodRules
-from rebalancer.adapters.events import EventRecorder, NoEvents
-from rebalancer.adapters.leadership import Term
-from rebalancer.adapters.metrics import HistoryResult, PoolMetrics
-from rebalancer.core import audit, demand, model, nodestate, planning, recovery, windows
+from rebalancer.core import audit, demand, model, nodestate, recovery, windows
 from rebalancer.core.audit import AuditRecord, Context
-from rebalancer.core.model import NodeName, NodeView, PoolName
+from rebalancer.core.model import (
+    Action,
+    Clock,
+    HistoryResult,
+    NodeName,
+    NodeView,
+    PodRules,
+    PoolMetrics,
+    PoolName,
+    Term,
+)
 from rebalancer.core.nodestate import Keys, Phase
+from rebalancer.core.outcomes import ActionResult, Outcome
 from rebalancer.core.policy import PoolPolicy
+from rebalancer.core.tick import (
+    Answer,
+    Decision,
+    Failure,
+    FailureKind,
+    PoolRules,
+    Stage,
+    lent_count,
+    operator_reclaims,
+    phase,
+    plan_tick,
+)
 from strategies.base import Strategy
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
-
-Clock = Callable[[], datetime]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -84,7 +99,7 @@ class PoolConfig:
     strategy_params: Mapping[str, Any] = field(default_factory=dict)
     paused: bool = False  # the pool's pause: no lending, safety reclaims still happen
     frozen: bool = False  # the pool's freeze: nothing moves, not even safety reclaims
-    wants_history: bool | None = None  # None: only the forecast strategy reads history
+    wants_history: bool | None = None  # None: as the strategy says (``reads_history``)
 
     @property
     def lend_spec(self) -> nodestate.LendSpec:
@@ -93,7 +108,7 @@ class PoolConfig:
     @property
     def needs_history(self) -> bool:
         if self.wants_history is None:
-            return self.strategy_name == "forecast"
+            return self.strategy.reads_history
         return self.wants_history
 
     def selects(self, view: NodeView, keys: Keys) -> bool:
@@ -154,6 +169,32 @@ class NodeActuator(Protocol):
     async def progress(self, node: str, decision: str | None = None) -> ActionResult: ...
 
 
+class AuditTrail(Protocol):
+    """``adapters.audit.AuditLog``: every record is stored before what it describes is done."""
+
+    new_id: audit.NewId
+
+    async def tick(self, batch: Iterable[AuditRecord]) -> tuple[AuditRecord, ...]:
+        """Commit a batch (intents first of all); raises if the store fails."""
+        ...
+
+    async def outcome(
+        self, intent: AuditRecord, result: ActionResult, now: datetime
+    ) -> AuditRecord: ...
+
+    async def supersede(self, intent: AuditRecord, now: datetime, why: str) -> AuditRecord: ...
+
+    async def get(self, record_id: str) -> AuditRecord | None: ...
+
+    async def pending_intents(self) -> tuple[AuditRecord, ...]:
+        """Intents with no outcome at all."""
+        ...
+
+    async def unfinished_intents(self) -> tuple[AuditRecord, ...]:
+        """Intents with no final outcome (none, or only ``in_progress`` ones)."""
+        ...
+
+
 class Leadership(Protocol):
     """``adapters.leadership.LeaderElector``: whether this replica may write, on its clock."""
 
@@ -167,6 +208,22 @@ class Leadership(Protocol):
     def now(self) -> Clock: ...
 
     def may_write(self, now: datetime) -> bool: ...
+
+
+class EventRecorder(Protocol):
+    """``adapters.events.KubeEvents``: Kubernetes Events on the nodes (``NoEvents``: none)."""
+
+    async def action(self, result: ActionResult, decision: str | None = None) -> None: ...
+
+    async def findings(self, plan: model.Plan) -> None: ...
+
+
+class NoEvents:
+    async def action(self, result: ActionResult, decision: str | None = None) -> None:
+        pass
+
+    async def findings(self, plan: model.Plan) -> None:
+        pass
 
 
 class Observer(Protocol):
@@ -263,7 +320,7 @@ class Applied:
     """One actuator call of the tick and the audit records around it."""
 
     node: NodeName
-    call: str  # "lend", "reclaim", "progress"
+    call: Action  # lend, reclaim, progress
     result: ActionResult | None  # None: not called (leadership lost before it)
     intent: AuditRecord | None
     outcome: AuditRecord | None
@@ -282,11 +339,11 @@ class TickReport:
 
     @property
     def steps(self) -> tuple[Applied, ...]:
-        return tuple(a for a in self.applied if a.call != "progress")
+        return tuple(a for a in self.applied if a.call is not Action.PROGRESS)
 
     @property
     def progressed(self) -> tuple[Applied, ...]:
-        return tuple(a for a in self.applied if a.call == "progress")
+        return tuple(a for a in self.applied if a.call is Action.PROGRESS)
 
 
 @dataclass(frozen=True)
@@ -307,7 +364,7 @@ class Reconciler:
         metrics: MetricsSource,
         clock: Clock,
         actuators: Mapping[PoolName, NodeActuator],
-        audit_log: AuditLog,
+        audit_log: AuditTrail,
         leadership: Leadership,
         keys: Keys | None = None,
         history: HistorySettings | None = None,
@@ -326,6 +383,7 @@ class Reconciler:
         if missing:
             raise ValueError(f"no actuator for pool(s) {', '.join(missing)}")
         self.pools = tuple(pools)
+        self._rules = {p.name: PoolRules(p.policy, p.paused, p.frozen) for p in pools}
         self.views, self.metrics, self.clock = views, metrics, clock
         self.actuators, self.audit_log, self.leadership = actuators, audit_log, leadership
         self.keys = keys or Keys()
@@ -414,9 +472,9 @@ class Reconciler:
             takeovers.append((pool, view.name, intent))
             return intent.id
 
-        store = self.audit_log.store
-        untouched = {i.id for i in await store.pending_intents()}
-        for intent in await store.unfinished_intents():
+        trail = self.audit_log
+        untouched = {i.id for i in await trail.pending_intents()}
+        for intent in await trail.unfinished_intents():
             member = members.get(NodeName(intent.node or ""))
             begun = intent.id not in untouched  # it has in_progress outcomes: a drain
             verdict = recovery.judge(intent, member[1] if member else None, self.keys, begun)
@@ -445,10 +503,10 @@ class Reconciler:
         # that ended in a conflict, leaving the node lending): the run that moved it is gone.
         taken = {name for _, name, _ in takeovers}
         for name, (pool, view) in members.items():
-            if name in taken or _phase(view, self.keys) not in _IN_FLIGHT:
+            if name in taken or phase(view, self.keys) not in _IN_FLIGHT:
                 continue
             decision = view.annotations.get(self.keys.decision)
-            known = decision is not None and await store.get(decision) is not None
+            known = decision is not None and await trail.get(decision) is not None
             what = "an intent with its outcome on record" if known else "no intent on record"
             take_over(pool, view, decision, f"node in flight under {decision!r}, {what}")
         return records, takeovers
@@ -465,8 +523,8 @@ class Reconciler:
         now = self.clock()
         seen = await self.observe(now)
         self.last = seen.snapshot
-        proposals = await self.decide(seen.snapshot)
-        plan = self.plan(seen.snapshot, proposals)
+        decision = await self.decide(seen.snapshot)
+        proposals, plan = decision.proposals, decision.plan
         report = TickReport(now, seen.snapshot, proposals, plan, leading=False)
         for line in (p.summary for p in plan.pools.values()):
             log.info("plan: %s", line)
@@ -474,12 +532,7 @@ class Reconciler:
         self.observer.observe_leader(self.leadership.identity, leading)
         self._observe_health(seen.snapshot, plan)
         pools = seen.snapshot.pools.items()
-        self.observer.observe_lent(
-            {
-                str(name): sum(1 for v in pool.nodes if _phase(v, self.keys) in _LENT_PHASES)
-                for name, pool in pools
-            }
-        )
+        self.observer.observe_lent({str(name): lent_count(pool, self.keys) for name, pool in pools})
         self.observer.observe_overdue(
             {
                 str(name): sum(1 for v in pool.nodes if _overdue(v, self.keys, now))
@@ -626,93 +679,55 @@ class Reconciler:
 
     # -- decide, plan -------------------------------------------------------------------------
 
-    async def decide(self, snapshot: model.Snapshot) -> dict[PoolName, model.Proposal]:
-        """Each pool's proposal; the safety-only one for a pool whose strategy failed."""
-        proposals = {}
+    async def decide(self, snapshot: model.Snapshot) -> Decision:
+        """Each pool's strategy answers, then ``core.tick.plan_tick`` plans every pool from the
+        answers (a failed or invalid answer, or a failed planner, makes that pool's plan the
+        safety-only one); each failure episode is logged and counted here."""
+        answers: dict[PoolName, Answer] = {}
         for pool in self.pools:
             seen = snapshot.pools[pool.name]
-            lent = sum(1 for v in seen.nodes if _phase(v, self.keys) in _LENT_PHASES)
-            view = pool.policy.view(pool.name, snapshot.now, seen, lent)
-            proposal, failure = await self._propose(pool, view)
-            if failure is None:
-                assert proposal is not None
-                self._episodes.fine(pool.name, _STRATEGY)
-                proposals[pool.name] = proposal
-                continue
+            view = pool.policy.view(pool.name, snapshot.now, seen, lent_count(seen, self.keys))
+            answers[pool.name] = await self._propose(pool, view)
+        decision = plan_tick(snapshot, answers, self._rules, self.keys)
+        for pool in self.pools:
+            for stage in Stage:
+                failure = decision.failures.get((pool.name, stage))
+                if failure is None:
+                    self._episodes.fine(pool.name, stage)
+                else:
+                    self._failed(pool, stage, failure, snapshot.now)
+        return decision
+
+    def _failed(self, pool: PoolConfig, stage: Stage, failure: Failure, now: datetime) -> None:
+        new = self._episodes.failed(pool.name, stage, failure, now)
+        if stage is Stage.STRATEGY:
             self.observer.observe_strategy_failure(pool.name, pool.strategy_name, failure.kind)
-            if self._episodes.failed(pool.name, _STRATEGY, failure, snapshot.now):
+            if new:
                 log.error("pool %s: strategy %s failed: %s", pool.name, pool.strategy_name, failure)
             else:
                 log.warning("pool %s: strategy still failing: %s", pool.name, failure.message)
-            proposals[pool.name] = planning.safety_only(lent, f"the strategy failed ({failure})")
-        return proposals
+        else:
+            self.observer.observe_planner_failure(pool.name)
+            if new:
+                log.error("pool %s: the planner failed: %s", pool.name, failure)
 
-    async def _propose(
-        self, pool: PoolConfig, view: model.PoolView
-    ) -> tuple[model.Proposal | None, Failure | None]:
+    async def _propose(self, pool: PoolConfig, view: model.PoolView) -> Answer:
         """The strategy's answer, run in a thread of its own (a strategy is plain code that
-        may loop or block), within ``strategy_timeout``, and checked before it is used."""
+        may loop or block), within ``strategy_timeout``; ``core.tick`` checks it."""
         running = self._running.get(pool.name)
         limit = self.strategy_timeout
+        timeout = FailureKind.TIMEOUT
         if running is not None and not running.done():
-            return None, Failure("timeout", f"a call is still running, past {limit}")
+            return Failure(timeout, f"a call is still running, past {limit}")
         call = _in_thread(pool.strategy.decide, view, f"strategy-{pool.name}")
         self._running[pool.name] = call
         try:
-            answer = await asyncio.wait_for(asyncio.shield(call), limit.total_seconds())
+            return await asyncio.wait_for(asyncio.shield(call), limit.total_seconds())
         except TimeoutError:
-            return None, Failure("timeout", f"no answer within {limit}")
+            return Failure(timeout, f"no answer within {limit}")
         except Exception as exc:
             log.debug("pool %s: the strategy raised", pool.name, exc_info=True)
-            return None, Failure("raised", f"{type(exc).__name__}: {exc}", type(exc).__name__)
-        why = planning.invalid_proposal(answer, view.size)
-        if why is not None:
-            return None, Failure("invalid", why)
-        assert isinstance(answer, model.Proposal)
-        return answer, None
-
-    def plan(
-        self, snapshot: model.Snapshot, proposals: Mapping[PoolName, model.Proposal]
-    ) -> model.Plan:
-        """Each pool planned on its own: a planner failure in one pool is that pool's only.
-        It is planned again with the safety-only proposal; if that fails too, nothing of the
-        pool moves this tick (in-flight transitions are still driven)."""
-        plans: dict[PoolName, model.PoolPlan] = {}
-        for pool in self.pools:
-            seen = snapshot.pools[pool.name]
-            proposal = proposals.get(pool.name)
-            try:
-                plans[pool.name] = self._plan_pool(snapshot, pool, proposal)
-                self._episodes.fine(pool.name, _PLANNER)
-                continue
-            except Exception as exc:
-                failure = Failure("raised", f"{type(exc).__name__}: {exc}", type(exc).__name__)
-                if self._episodes.failed(pool.name, _PLANNER, failure, snapshot.now):
-                    log.exception("pool %s: the planner failed", pool.name)
-                self.observer.observe_planner_failure(pool.name)
-            lent = sum(1 for v in seen.nodes if _phase(v, self.keys) in _LENT_PHASES)
-            fallback = planning.safety_only(lent, f"the planner failed ({failure})")
-            try:
-                plans[pool.name] = self._plan_pool(snapshot, pool, fallback)
-            except Exception:
-                log.exception("pool %s: the planner failed on the safety-only proposal", pool.name)
-                summary = f"pool {pool.name}: the planner failed ({failure}); nothing moves"
-                plans[pool.name] = model.PoolPlan(pool.name, (), (), (), (), summary)
-        return model.Plan(now=snapshot.now, pools=plans)
-
-    def _plan_pool(
-        self, snapshot: model.Snapshot, pool: PoolConfig, proposal: model.Proposal | None
-    ) -> model.PoolPlan:
-        return planning.plan_pool(
-            now=snapshot.now,
-            name=pool.name,
-            pool=snapshot.pools[pool.name],
-            proposal=proposal,
-            policy=pool.policy,
-            keys=self.keys,
-            paused=snapshot.paused or pool.paused,
-            frozen=snapshot.frozen or pool.frozen,
-        )
+            return Failure.raised(exc)
 
     def _observe_health(self, snapshot: model.Snapshot, plan: model.Plan) -> None:
         """The gauges that say a pool is not planned as usual."""
@@ -770,6 +785,34 @@ class Reconciler:
         self._episodes.announced(episodes)
         return audit.Tick(records=tuple(records), intents=intents), written
 
+    async def operator_reclaims(
+        self, members: Mapping[PoolName, Sequence[NodeView]], message: str
+    ) -> tuple[model.Plan, audit.Tick]:
+        """An operator's reclaim of these nodes now (``rebalancer reclaim``): planned by
+        ``core.tick.operator_reclaims``, its intents built like a tick's and committed in one
+        batch before any write. Raises if the store fails. Each step is then carried out with
+        ``carry_out``, as a tick's are."""
+        now = self.clock()
+        names = {pool: [v.name for v in views] for pool, views in members.items()}
+        plan = operator_reclaims(now, names, message)
+        snapshot = model.Snapshot(
+            now, {pool: model.PoolSnapshot(nodes=tuple(v)) for pool, v in members.items()}
+        )
+        records: list[AuditRecord] = []
+        intents: dict[tuple[str, str, str], AuditRecord] = {}
+        for pool in self.pools:
+            if pool.name not in plan.pools:
+                continue
+            one = model.Plan(now=now, pools={pool.name: plan.pools[pool.name]})
+            built = audit.build_tick(
+                one, snapshot, self._context(pool), self.audit_log.new_id,
+                None, {pool.name: pool.policy}, self.keys,
+            )  # fmt: skip
+            records.extend(built.records)
+            intents.update(built.intents)
+        await self.audit_log.tick(records)
+        return plan, audit.Tick(records=tuple(records), intents=intents)
+
     async def apply(self, plan: model.Plan, tick: audit.Tick) -> tuple[Applied, ...]:
         """The tick's steps: reclaims first, ``reclaim_concurrency`` at a time and every
         deadline counted from the same start, so each node of a wave gets its serving taints
@@ -778,18 +821,20 @@ class Reconciler:
         and ends the tick, as a crash would."""
         started = self.clock()
         reclaims = [s for s in plan.steps if s.action is model.Action.RECLAIM]
-        done = await self._together(reclaims, lambda step: self._carry_out(step, tick, started))
+        done = await self._together(reclaims, lambda step: self.carry_out(step, tick, started))
         for step in plan.steps:
             if step.action is model.Action.LEND:
-                done.append(await self._carry_out(step, tick, started))
+                done.append(await self.carry_out(step, tick, started))
         return tuple(done)
 
-    async def _carry_out(self, step: model.Step, tick: audit.Tick, started: datetime) -> Applied:
+    async def carry_out(self, step: model.Step, tick: audit.Tick, started: datetime) -> Applied:
+        """One step of ``tick``: the actuator's call (the intent's id as the node's decision,
+        a reclaim's deadline counted from ``started``), then its outcome record."""
         intent = tick.intent_for(step)
         if not self._leading():
             why = "leadership lost before the step was carried out"
             outcome = await self._safely(self.audit_log.supersede(intent, self.clock(), why))
-            return Applied(step.node, step.action.value, None, intent, outcome)
+            return Applied(step.node, step.action, None, intent, outcome)
         actuator = self.actuators[step.pool]
         if step.action is model.Action.LEND:
             result = await actuator.lend(step.node, intent.id)
@@ -801,7 +846,7 @@ class Reconciler:
         )
         outcome = await self._safely(self.audit_log.outcome(intent, result, self.clock()))
         self._reclaimed(step.pool, intent, result)
-        return Applied(step.node, step.action.value, result, intent, outcome)
+        return Applied(step.node, step.action, result, intent, outcome)
 
     async def drive(self, snapshot: model.Snapshot, acted: set[NodeName]) -> tuple[Applied, ...]:
         """``progress`` on every node in flight that got no step this tick, the drains of a
@@ -810,14 +855,14 @@ class Reconciler:
             (pool, view)
             for pool in self.pools
             for view in snapshot.pools[pool.name].nodes
-            if view.name not in acted and _phase(view, self.keys) in _IN_FLIGHT
+            if view.name not in acted and phase(view, self.keys) in _IN_FLIGHT
         ]
 
         async def one(item: tuple[PoolConfig, NodeView]) -> Applied | None:
             pool, view = item
             if not self._leading():
                 return None
-            if _phase(view, self.keys) is Phase.LENDING:
+            if phase(view, self.keys) is Phase.LENDING:
                 return await self._roll_back(pool, view, snapshot.now)
             decision = view.annotations.get(self.keys.decision)
             result = await self.actuators[pool.name].progress(view.name, decision)
@@ -827,7 +872,7 @@ class Reconciler:
             if intent is not None:
                 outcome = await self._safely(self.audit_log.outcome(intent, result, self.clock()))
             self._reclaimed(pool.name, intent, result)
-            return Applied(view.name, "progress", result, intent, outcome)
+            return Applied(view.name, Action.PROGRESS, result, intent, outcome)
 
         return tuple(a for a in await self._together(in_flight, one) if a is not None)
 
@@ -867,18 +912,18 @@ class Reconciler:
         except Exception:  # no intent on record, no write
             log.exception("audit store failed; node %s stays lending this tick", view.name)
             self.observer.observe_audit_failure("tick")
-            return Applied(view.name, "progress", None, None, None)
+            return Applied(view.name, Action.PROGRESS, None, None, None)
         result = await self.actuators[pool.name].progress(view.name, intent.id)
         log.info("roll back %s: %s (%s)", view.name, result.outcome.value, result.message)
         outcome = await self._safely(self.audit_log.outcome(intent, result, self.clock()))
-        return Applied(view.name, "progress", result, intent, outcome)
+        return Applied(view.name, Action.PROGRESS, result, intent, outcome)
 
     async def _intent_of(self, view: NodeView) -> AuditRecord | None:
         decision = view.annotations.get(self.keys.decision)
         if not decision:
             return None
         try:
-            found = await self.audit_log.store.get(decision)
+            found = await self.audit_log.get(decision)
         except Exception:
             log.exception("audit store failed reading intent %s", decision)
             return None
@@ -897,7 +942,11 @@ class Reconciler:
             return None
 
     def _reclaimed(self, pool: PoolName, intent: AuditRecord | None, result: ActionResult) -> None:
-        if intent is not None and intent.action == "reclaim" and result.outcome is Outcome.DONE:
+        if (
+            intent is not None
+            and intent.action is Action.RECLAIM
+            and result.outcome is Outcome.APPLIED
+        ):
             self.observer.observe_reclaim_done(str(pool), intent.time, self.clock())
 
     # -----------------------------------------------------------------------------------------
@@ -941,22 +990,10 @@ class Reconciler:
 
 _NOT_STARTED = object()
 _IN_FLIGHT = (Phase.LENDING, Phase.RECLAIMING)
-_LENT_PHASES = (Phase.LENDING, Phase.LENT)
-_STRATEGY, _PLANNER = "strategy", "planner"
 
 
 # ---------------------------------------------------------------------------------------------
 # Failure episodes: what failed, audited once when it starts and once when it ends
-
-
-@dataclass(frozen=True)
-class Failure:
-    kind: str  # raised, invalid, timeout
-    message: str
-    error: str = ""  # the exception's type, when it raised
-
-    def __str__(self) -> str:
-        return f"{self.kind}: {self.message}"
 
 
 @dataclass
@@ -966,7 +1003,7 @@ class _Episode:
     announced: bool = False
 
 
-Announcement = tuple[PoolName, str, _Episode, bool]  # pool, stage, episode, ended
+Announcement = tuple[PoolName, Stage, _Episode, bool]  # pool, stage, episode, ended
 
 
 class _Episodes:
@@ -978,10 +1015,10 @@ class _Episodes:
     it leads, so no episode goes unrecorded and none is recorded per tick."""
 
     def __init__(self) -> None:
-        self._open: dict[tuple[PoolName, str], _Episode] = {}
-        self._ended: list[tuple[PoolName, str, _Episode]] = []
+        self._open: dict[tuple[PoolName, Stage], _Episode] = {}
+        self._ended: list[tuple[PoolName, Stage, _Episode]] = []
 
-    def failed(self, pool: PoolName, stage: str, failure: Failure, now: datetime) -> bool:
+    def failed(self, pool: PoolName, stage: Stage, failure: Failure, now: datetime) -> bool:
         """Record a failure; True when it starts a new episode."""
         current = self._open.get((pool, stage))
         if current is not None and (current.failure.kind, current.failure.error) == (
@@ -994,7 +1031,7 @@ class _Episodes:
         self._open[(pool, stage)] = _Episode(failure, now)
         return True
 
-    def fine(self, pool: PoolName, stage: str) -> None:
+    def fine(self, pool: PoolName, stage: Stage) -> None:
         episode = self._open.pop((pool, stage), None)
         if episode is not None and episode.announced:
             self._ended.append((pool, stage, episode))
@@ -1018,7 +1055,7 @@ def _episode_record(
     new_id: audit.NewId,
     now: datetime,
     pool: PoolName,
-    stage: str,
+    stage: Stage,
     episode: _Episode,
     ended: bool,
 ) -> AuditRecord:
@@ -1034,7 +1071,9 @@ def _episode_record(
         reason = model.Reason.RECOVERED
         message = f"the {stage} works again; the pool is planned as usual"
     else:
-        reason = model.Reason.STRATEGY_FAILED if stage == _STRATEGY else model.Reason.PLANNER_FAILED
+        reason = (
+            model.Reason.STRATEGY_FAILED if stage is Stage.STRATEGY else model.Reason.PLANNER_FAILED
+        )
         message = (
             f"the {stage} failed ({failure}); the pool is planned with the safety-only "
             "proposal: no new loans, safety reclaims still happen"
@@ -1074,11 +1113,6 @@ def _frozen_under_pressure(plan: model.PoolPlan) -> bool:
     served: lent nodes are held while demand needs them."""
     held = (model.Reason.FROZEN, model.Reason.NODE_PAUSED)
     return any(r.reason in held and r.intent.origin is model.Origin.SAFETY for r in plan.rejections)
-
-
-def _phase(view: NodeView, keys: Keys) -> Phase | None:
-    state = nodestate.read(view, keys)
-    return None if isinstance(state, nodestate.StateError) else state.phase
 
 
 def _overdue(view: NodeView, keys: Keys, now: datetime) -> bool:

@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-Clock = Callable[[], datetime]
-
 
 def wall_clock() -> datetime:
     return datetime.now(UTC)

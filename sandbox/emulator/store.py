@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from rebalancer.core.model import Clock
 from sandbox.emulator import (
     conversion,
     disruption,
@@ -39,7 +40,7 @@ from sandbox.emulator import (
     strategic,
     strategy,
 )
-from sandbox.emulator.clock import Clock, ManualClock, parse_rfc3339, rfc3339, wall_clock
+from sandbox.emulator.clock import ManualClock, parse_rfc3339, rfc3339, wall_clock
 from sandbox.emulator.resources import NODES, PDBS, PODS, ResourceType
 from sandbox.emulator.status import Cause
 from sandbox.emulator.watcher import Change, Scope, Watcher

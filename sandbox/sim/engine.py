@@ -133,6 +133,8 @@ class Oracle:
 
     name: ClassVar[str] = "oracle"
 
+    reads_history: ClassVar[bool] = False
+
     def __init__(self, plan: list[int], start: datetime) -> None:
         self.plan, self.start = plan, start
 

@@ -17,9 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from rebalancer.adapters.metrics import HistoryResult, PoolMetrics
 from rebalancer.core import model
-from rebalancer.core.model import NodeName, PoolName
+from rebalancer.core.model import HistoryResult, NodeName, PoolMetrics, PoolName
 from sandbox.sim.traces import MINUTE, Trace
 
 

@@ -16,16 +16,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from rebalancer.adapters import convert
-from rebalancer.adapters.actuator import (
-    ActionResult,
-    Actuator,
-    Outcome,
-    WriteKind,
-    WriteOutcome,
-)
-from rebalancer.adapters.writer import EvictOutcome, KubeWriter, NodeWriter, RetryPolicy
+from rebalancer.adapters.actuator import Actuator
+from rebalancer.adapters.writer import KubeWriter, NodeWriter, RetryPolicy
 from rebalancer.core import model
 from rebalancer.core.nodestate import Keys, LendSpec, NodeChange, lent_taints
+from rebalancer.core.outcomes import ActionResult, Outcome, WriteKind, WriteOutcome
 from sandbox.emulator import cluster
 from sandbox.emulator.resources import NODES, PODS
 from sandbox.emulator.store import ListRequest, Store
@@ -41,7 +36,7 @@ SPEC = LendSpec(
     add_taints=(LEND,),
     labels={"gpu-pool": "training", "example.com/lent-to": "training"},
 )
-RULES = convert.PodRules(
+RULES = model.PodRules(
     lend_taints=(LEND,), serving_taints=(SERVE,), inference_selector={"app": "llm-serving"}
 )
 # The inference taint sits between two others, and one taint carries timeAdded: a restore that
@@ -167,7 +162,7 @@ class Recorder:
         self._wrote("patch", f"node/{name}")
         return out
 
-    async def evict(self, namespace: str, name: str, uid: str) -> EvictOutcome:
+    async def evict(self, namespace: str, name: str, uid: str) -> WriteOutcome:
         out = await self.inner.evict(namespace, name, uid)
         self._wrote("evict", f"{namespace}/{name}")
         return out
@@ -227,7 +222,7 @@ async def drive(
     """Progress passes, the clock moving ``step`` seconds between them, until nothing waits."""
     result = first
     for _ in range(40):
-        if result.outcome not in (Outcome.WAITING, Outcome.CONFLICT, Outcome.FAILED):
+        if result.outcome not in (Outcome.IN_PROGRESS, Outcome.CONFLICT, Outcome.FAILED):
             return result
         w.box.clock.advance(step)
         result = await act.progress(node)
@@ -243,7 +238,7 @@ async def test_a_lend_swaps_taints_in_place_and_a_reclaim_restores_them_byte_for
         labels, taints = scheduling_view(w.store, "gpu-0")
         act = w.actuator(w.writer())
         lent = await act.lend("gpu-0", "audit-1")
-        assert lent.outcome is Outcome.DONE
+        assert lent.outcome is Outcome.APPLIED
         assert [x.kind for x in lent.writes] == [WriteKind.BEGIN_LEND, WriteKind.FINISH_LEND]
         obj = node_obj(w.store, "gpu-0")
         assert convert.taints(obj) == lent_taints(
@@ -252,7 +247,7 @@ async def test_a_lend_swaps_taints_in_place_and_a_reclaim_restores_them_byte_for
         assert obj["metadata"]["labels"][KEYS.state] == "lent"
         assert obj["metadata"]["labels"]["gpu-pool"] == "training"
         back = await act.reclaim("gpu-0", "audit-2", w.now() + timedelta(minutes=5))
-        assert back.outcome is Outcome.DONE  # no borrowed pod: finished in the same call
+        assert back.outcome is Outcome.APPLIED  # no borrowed pod: finished in the same call
         assert scheduling_view(w.store, "gpu-0") == (labels, taints)
         assert KEYS.original not in node_obj(w.store, "gpu-0")["metadata"]["annotations"]
 
@@ -277,13 +272,13 @@ async def test_a_reclaim_restores_taints_first_then_evicts_only_borrowed_pods() 
         borrowed = training(w.store, "job-a", 2, "gpu-0")
         cluster.add(w.store, cluster.inference_pod(7, node_name="gpu-0"))
         result = await act.reclaim("gpu-0", "audit-2", w.now() + timedelta(minutes=5))
-        assert result.outcome is Outcome.WAITING  # evicted pods terminate for 60 s
+        assert result.outcome is Outcome.IN_PROGRESS  # evicted pods terminate for 60 s
         kinds = [x.kind for x in result.writes]
         assert kinds == [WriteKind.BEGIN_RECLAIM, WriteKind.EVICT, WriteKind.EVICT]
         assert rec.pod_targets == {f"training/{n}" for n in borrowed}
         assert node_obj(w.store, "gpu-0")["spec"]["taints"] == TAINTS  # nothing new lands
         done = await drive(act, "gpu-0", result, w)
-        assert done.outcome is Outcome.DONE
+        assert done.outcome is Outcome.APPLIED
         assert set(pods_on(w.store, "gpu-0")) == {
             "kube-system/gpu-exporter-gpu-0",
             "inference/llm-serving-7d9f8c6b5-00007",
@@ -298,18 +293,18 @@ async def test_a_budget_delays_the_reclaim_until_the_deadline_then_the_pods_are_
         budget(w.store, "job-a", min_available=2)
         deadline = w.now() + timedelta(minutes=5)
         first = await act.reclaim("gpu-0", "audit-2", deadline)
-        assert first.outcome is Outcome.WAITING
+        assert first.outcome is Outcome.IN_PROGRESS
         assert {x.outcome for x in first.writes[1:]} == {WriteOutcome.BLOCKED}
         w.box.clock.advance(240)  # four minutes: still before the deadline
         second = await act.progress("gpu-0")
-        assert second.outcome is Outcome.WAITING
+        assert second.outcome is Outcome.IN_PROGRESS
         assert [x.kind for x in second.writes] == [WriteKind.EVICT, WriteKind.EVICT]
         assert all(
             "deletionTimestamp" not in p["metadata"] for p in pods_on(w.store, "gpu-0").values()
         )
         w.box.clock.advance(60)  # the deadline
         last = await act.progress("gpu-0")
-        assert last.outcome is Outcome.DONE
+        assert last.outcome is Outcome.APPLIED
         assert [x.kind for x in last.writes] == [WriteKind.DELETE] * 2 + [WriteKind.FINISH]
         assert {x.target for x in last.writes[:2]} == {f"pod/training/{n}" for n in names}
         assert set(pods_on(w.store, "gpu-0")) == {"kube-system/gpu-exporter-gpu-0"}
@@ -335,7 +330,7 @@ async def test_a_conflict_mid_lend_is_reported_and_recover_rolls_the_node_back()
         assert [x.kind for x in result.applied] == [WriteKind.BEGIN_LEND]
         assert node_obj(w.store, "gpu-0")["metadata"]["labels"][KEYS.state] == "lending"
         recovered = await w.actuator(w.writer()).recover()
-        assert [r.outcome for r in recovered] == [Outcome.DONE]
+        assert [r.outcome for r in recovered] == [Outcome.APPLIED]
         assert scheduling_view(w.store, "gpu-0") == (labels, taints)
 
 
@@ -350,7 +345,7 @@ async def test_a_conflict_mid_reclaim_is_reported_and_the_next_pass_finishes() -
         assert [x.kind for x in result.applied] == [WriteKind.BEGIN_RECLAIM]
         assert scheduling_view(w.store, "gpu-0")[1] == taints  # already safe for inference
         recovered = await w.actuator(w.writer()).recover()
-        assert [r.outcome for r in recovered] == [Outcome.DONE]
+        assert [r.outcome for r in recovered] == [Outcome.APPLIED]
         assert scheduling_view(w.store, "gpu-0") == (labels, taints)
 
 
@@ -362,7 +357,7 @@ async def test_dry_run_writes_nothing_and_reports_the_exact_writes_it_would_make
         assert rec.writes == []
         assert node_obj(w.store, "gpu-0")["metadata"]["resourceVersion"] == rv
         assert result.dry_run
-        assert result.outcome is Outcome.DONE
+        assert result.outcome is Outcome.APPLIED
         assert [(x.kind, x.outcome) for x in result.writes] == [
             (WriteKind.BEGIN_LEND, WriteOutcome.PLANNED),
             (WriteKind.FINISH_LEND, WriteOutcome.PLANNED),
@@ -415,7 +410,7 @@ class Meddler:
             self.store.patch(NODES, None, name, "application/merge-patch+json", body)
         return await self.inner.patch_node(name, change, resource_version)
 
-    async def evict(self, namespace: str, name: str, uid: str) -> EvictOutcome:
+    async def evict(self, namespace: str, name: str, uid: str) -> WriteOutcome:
         return await self.inner.evict(namespace, name, uid)
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
@@ -438,8 +433,8 @@ async def test_recover_touches_only_nodes_in_flight_and_leaves_lent_and_serving_
         rec = w.writer()
         results = await w.actuator(rec).recover()
         assert [(r.node, r.outcome) for r in results] == [
-            ("gpu-0", Outcome.DONE),
-            ("gpu-3", Outcome.WAITING),
+            ("gpu-0", Outcome.APPLIED),
+            ("gpu-3", Outcome.IN_PROGRESS),
         ]
         assert {target for _, target in rec.writes} == {"node/gpu-0"}
         phases = {
@@ -473,7 +468,7 @@ class Arrival:
     async def patch_node(self, name: str, change: NodeChange, resource_version: str) -> Obj:
         return await self.inner.patch_node(name, change, resource_version)
 
-    async def evict(self, namespace: str, name: str, uid: str) -> EvictOutcome:
+    async def evict(self, namespace: str, name: str, uid: str) -> WriteOutcome:
         return await self.inner.evict(namespace, name, uid)
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:

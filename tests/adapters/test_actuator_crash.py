@@ -8,8 +8,9 @@ from datetime import timedelta
 import pytest
 
 from rebalancer.adapters import convert
-from rebalancer.adapters.actuator import Actuator, Outcome
+from rebalancer.adapters.actuator import Actuator
 from rebalancer.core.nodestate import lent_taints
+from rebalancer.core.outcomes import Outcome
 from sandbox.emulator import cluster
 from tests.adapters.test_actuator import (
     KEYS,
@@ -58,7 +59,7 @@ async def test_a_lend_cut_after_any_write_is_rolled_back_or_lent_and_restores_ex
         except Crash:
             pass
         else:
-            assert result.outcome is Outcome.DONE
+            assert result.outcome is Outcome.APPLIED
             assert len(crashing.writes) < crash_after  # the lend made fewer writes
         act, rec = await restart(w)
         phase = node_obj(w.store, NODE)["metadata"]["labels"].get(KEYS.state)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from datetime import timedelta
 
-from rebalancer.adapters.actuator import ActionResult, Outcome, WriteKind
+from rebalancer.core.outcomes import ActionResult, Outcome, WriteKind
 from sandbox.emulator.faults import Faults
 from sandbox.emulator.resources import NODES as NODE_RESOURCE
 from sandbox.emulator.store import WatchRequest
@@ -62,7 +62,7 @@ async def tick(w: World, rec: Recorder, node: str, jobs: Counter[str]) -> Action
     phase = node_obj(w.store, node)["metadata"]["labels"].get(KEYS.state)
     if phase is None:
         result = await act.lend(node, f"audit-{node}-{sum(jobs.values())}")
-        if result.outcome is Outcome.DONE:
+        if result.outcome is Outcome.APPLIED:
             jobs[node] += 1  # training lands on the lent node
             training(w.store, f"job-{node}-{jobs[node]}", 2, node)
         return result
@@ -92,7 +92,7 @@ async def test_faulty_writes_never_apply_a_transition_twice_and_the_cluster_conv
             w.box.clock.advance(20)
         outcomes = Counter(r.outcome for r in results)
         assert outcomes[Outcome.CONFLICT] > 0  # the faults did bite
-        assert outcomes[Outcome.DONE] > 0
+        assert outcomes[Outcome.APPLIED] > 0
 
         # Every applied state write follows an edge from the state before it.
         for node, states in rec.states.items():

@@ -20,7 +20,6 @@ import pytest
 import sqlalchemy as sa
 
 from rebalancer.adapters import writer
-from rebalancer.adapters.actuator import ActionResult, Outcome, Write, WriteKind, WriteOutcome
 from rebalancer.adapters.audit import (
     AuditLog,
     AuditQuery,
@@ -33,7 +32,8 @@ from rebalancer.adapters.audit import (
     schema_version,
 )
 from rebalancer.core import audit, model, nodestate, planning
-from rebalancer.core.audit import AuditRecord, Context, Deduper, Kind, Result
+from rebalancer.core.audit import AuditRecord, Context, Deduper, Kind
+from rebalancer.core.outcomes import ActionResult, Outcome, Write, WriteKind, WriteOutcome
 from tests.adapters.postgres import PostgresServer, postgres_server
 from tests.core import factories as f
 
@@ -107,8 +107,8 @@ def lend_result(node: model.NodeView, decision: str) -> ActionResult:
     target = f"node/{node.name}"
     return ActionResult(
         node=str(node.name),
-        action="lend",
-        outcome=Outcome.DONE,
+        action=model.Action.LEND,
+        outcome=Outcome.APPLIED,
         message="lent",
         writes=(
             Write(
@@ -139,7 +139,7 @@ def record(
         reason="cooldown",
         message=f"record {ident}",
         node=node,
-        action=action,
+        action=None if action is None else model.Action(action),
         inputs={"demand": {"value": 1.5, "at": "2026-03-02T11:59:30Z"}},
         before={"taints": [{"key": "a", "effect": "NoSchedule"}], "labels": {"x": "y"}},
     )
@@ -179,7 +179,7 @@ async def test_intent_is_stored_before_the_outcome_and_both_are_readable(
     result = lend_result(nodes[0], intent.id)
     outcome = await log.outcome(intent, result, f.T0 + timedelta(seconds=2))
     assert outcome.kind is Kind.OUTCOME
-    assert outcome.outcome == Result.APPLIED
+    assert outcome.outcome == Outcome.APPLIED
     assert outcome.intent_id == intent.id
     assert outcome.error is None
     after = await store.get(outcome.id)
@@ -203,7 +203,7 @@ async def test_failed_reclaim_records_the_error_and_the_pods(store: SqlAuditStor
     intent = built.intents[("gpu", "n1", "reclaim")]
     result = ActionResult(
         node="n1",
-        action="reclaim",
+        action=model.Action.RECLAIM,
         outcome=Outcome.FAILED,
         message="API kept failing: 503",
         writes=(
@@ -271,7 +271,7 @@ async def test_an_intent_survives_a_crash_before_its_outcome(db_url: str) -> Non
         assert await store.pending_intents() == (intent,)
         log = AuditLog(store, sink=None)
         closing = audit.outcome_record(
-            intent, log.new_id, f.T0 + timedelta(minutes=1), Result.SUPERSEDED, "restarted"
+            intent, log.new_id, f.T0 + timedelta(minutes=1), Outcome.SUPERSEDED, "restarted"
         )
         await log.tick([closing])
         assert await store.pending_intents() == ()
@@ -292,9 +292,9 @@ async def test_unfinished_intents_are_those_with_no_outcome_but_in_progress(
         record(i, f.T0, node="n", kind=Kind.INTENT) for i in ("01A", "01B", "01C")
     )
     passes = [
-        audit.outcome_record(draining, lambda: "02A", f.T0, Result.IN_PROGRESS, "draining"),
-        audit.outcome_record(done, lambda: "02B", f.T0, Result.IN_PROGRESS, "draining"),
-        audit.outcome_record(done, lambda: "02C", f.T0, Result.APPLIED, "serving again"),
+        audit.outcome_record(draining, lambda: "02A", f.T0, Outcome.IN_PROGRESS, "draining"),
+        audit.outcome_record(done, lambda: "02B", f.T0, Outcome.IN_PROGRESS, "draining"),
+        audit.outcome_record(done, lambda: "02C", f.T0, Outcome.APPLIED, "serving again"),
     ]
     await chosen.append([untouched, draining, done, *passes])
 
@@ -477,8 +477,9 @@ async def test_a_steady_refusal_is_written_once_until_something_changes(
 
 def test_two_refusals_under_one_key_do_not_flap() -> None:
     deduper = Deduper()
-    a = replace(record("A", f.T0), count=1, origin="strategy")
-    b = replace(record("B", f.T0), count=2, origin="operator")  # same kind, pool, node, reason
+    a = replace(record("A", f.T0), count=1, origin=model.Origin.STRATEGY)
+    # the same kind, pool, node and reason
+    b = replace(record("B", f.T0), count=2, origin=model.Origin.OPERATOR)
     assert deduper.select([a, b]) == [a, b]
     deduper.commit([a, b], [a, b])
     # The strategy's sentence in the refused intent carries live numbers: it is no change.

@@ -36,11 +36,12 @@ import pytest
 from kubernetes_asyncio import client
 
 from rebalancer.adapters import convert
-from rebalancer.adapters.actuator import ActionResult, Actuator, Outcome, WriteKind, WriteOutcome
+from rebalancer.adapters.actuator import Actuator
 from rebalancer.adapters.informer import Informer, WatchSettings
 from rebalancer.adapters.writer import KubeWriter, RetryPolicy
 from rebalancer.core import model, planning
 from rebalancer.core.nodestate import Keys, Phase
+from rebalancer.core.outcomes import ActionResult, Outcome, WriteKind, WriteOutcome
 from rebalancer.core.policy import PoolPolicy, default_lend_spec
 from sandbox.emulator import cluster
 from sandbox.emulator.faults import Faults
@@ -54,7 +55,7 @@ from tests.adapters.test_actuator_faults import EDGES
 Obj = dict[str, Any]
 KEYS = Keys()
 SPEC = default_lend_spec(KEYS)  # workload=inference:NoSchedule <-> rebalancer.io/lent=training
-RULES = convert.PodRules(
+RULES = model.PodRules(
     lend_taints=SPEC.add_taints,
     serving_taints=SPEC.remove_taints,
     inference_selector={"app": "llm-serving"},

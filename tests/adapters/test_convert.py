@@ -11,7 +11,7 @@ from rebalancer.core import model
 
 LEND = model.Taint("rebalancer.io/lent", "NoSchedule", "training")
 SERVE = model.Taint("workload", "NoSchedule", "inference")
-RULES = convert.PodRules(lend_taints=(LEND,), serving_taints=(SERVE,))
+RULES = model.PodRules(lend_taints=(LEND,), serving_taints=(SERVE,))
 
 
 def pod(
@@ -91,7 +91,7 @@ def test_pods_get_their_role_from_owner_tolerations_and_labels() -> None:
     assert convert.role(pod(owner="DaemonSet", tolerations=lend), RULES) is model.PodRole.DAEMON
     assert convert.role(pod(tolerations=lend), RULES) is model.PodRole.BORROWED
     assert convert.role(pod(tolerations=serve), RULES) is model.PodRole.INFERENCE
-    selecting = convert.PodRules(lend_taints=(LEND,), inference_selector={"app": "vllm"})
+    selecting = model.PodRules(lend_taints=(LEND,), inference_selector={"app": "vllm"})
     assert convert.role(pod(labels={"app": "vllm"}), selecting) is model.PodRole.INFERENCE
     assert convert.role(pod(), RULES) is model.PodRole.OTHER
 

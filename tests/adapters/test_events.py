@@ -7,18 +7,19 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from rebalancer.adapters import convert, events
-from rebalancer.adapters.actuator import ActionResult, Actuator, Outcome
+from rebalancer.adapters import events
+from rebalancer.adapters.actuator import Actuator
 from rebalancer.adapters.events import KubeEvents
 from rebalancer.adapters.writer import KubeWriter
 from rebalancer.core import model
 from rebalancer.core.nodestate import Keys
+from rebalancer.core.outcomes import ActionResult, Outcome
 from rebalancer.core.policy import default_lend_spec
 from tests.adapters.conftest import T0, Emulator
 
 KEYS = Keys()
 SPEC = default_lend_spec(KEYS)
-RULES = convert.PodRules(
+RULES = model.PodRules(
     lend_taints=SPEC.add_taints,
     serving_taints=SPEC.remove_taints,
     inference_selector={"app": "llm-serving"},
@@ -41,10 +42,10 @@ async def test_lend_reclaim_restored_events(emulator: Emulator) -> None:
     actuator = Actuator(KubeWriter(client.CoreV1Api(box.api)), KEYS, SPEC, RULES, box.clock)
     rec = recorder(box)
     lent = await actuator.lend(NODE, "D1")
-    assert lent.outcome is Outcome.DONE
+    assert lent.outcome is Outcome.APPLIED
     await rec.action(lent, "D1")
     back = await actuator.reclaim(NODE, "D2", box.clock() + timedelta(minutes=2))
-    assert back.outcome is Outcome.DONE
+    assert back.outcome is Outcome.APPLIED
     await rec.action(back, "D2")
 
     items = await listed(box)
@@ -68,8 +69,12 @@ async def test_lend_reclaim_restored_events(emulator: Emulator) -> None:
 
 async def test_nothing_recorded_for_refusals_and_dry_run(emulator: Emulator) -> None:
     rec = recorder(emulator)
-    await rec.action(ActionResult(NODE, "lend", Outcome.REFUSED, "node is lent, not serving"))
-    await rec.action(ActionResult(NODE, "reclaim", Outcome.NOTHING, "node is already serving"))
+    await rec.action(
+        ActionResult(NODE, model.Action.LEND, Outcome.REFUSED, "node is lent, not serving")
+    )
+    await rec.action(
+        ActionResult(NODE, model.Action.RECLAIM, Outcome.NOTHING, "node is already serving")
+    )
     dry = Actuator(
         KubeWriter(client.CoreV1Api(emulator.api)), KEYS, SPEC, RULES, emulator.clock, True
     )

@@ -27,7 +27,7 @@ from tests.adapters.test_actuator import Recorder
 
 KEYS = nodestate.Keys()
 TIMINGS = Timings(lease_duration=15, renew_deadline=10, retry_period=2)
-RULES = convert.PodRules(
+RULES = model.PodRules(
     lend_taints=(model.Taint(KEYS.lent_taint, "NoSchedule", "training"),),
     serving_taints=(model.Taint("workload", "NoSchedule", "inference"),),
 )

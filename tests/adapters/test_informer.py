@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from rebalancer.adapters import convert, kubeclient
+from rebalancer.adapters import kubeclient
 from rebalancer.adapters.informer import Backoff, Informer, WatchSettings
+from rebalancer.core import model
 from rebalancer.core.model import NodeView, PodRole, Taint
 from rebalancer.errors import ConfigError
 from sandbox.emulator import cluster
@@ -23,7 +24,7 @@ from sandbox.emulator.server import write_kubeconfig
 from sandbox.emulator.store import DeleteOptions
 from tests.adapters.conftest import Emulator, Pulse, emulated, stop
 
-RULES = convert.PodRules(
+RULES = model.PodRules(
     lend_taints=(Taint("rebalancer.io/lent", "NoSchedule", "training"),),
     serving_taints=(Taint("workload", "NoSchedule", "inference"),),
 )

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from rebalancer.adapters.leadership import LeaderElector, Sleep, Term, Timings
+from rebalancer.adapters.leadership import LeaderElector, Sleep, Timings
+from rebalancer.core.model import Term
 from sandbox.emulator.faults import Faults
 from sandbox.emulator.resources import LEASES
 from tests.adapters.conftest import Emulator, stop

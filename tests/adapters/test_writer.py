@@ -14,13 +14,13 @@ from rebalancer.adapters.writer import (
     MERGE_PATCH,
     ApiFailure,
     Conflict,
-    EvictOutcome,
     KubeWriter,
     RetryPolicy,
     merge_patch,
 )
 from rebalancer.core import model
 from rebalancer.core.nodestate import NodeChange
+from rebalancer.core.outcomes import WriteOutcome
 from tests.adapters.test_actuator import TAINTS, budget, no_sleep, node_obj, training, world
 
 LENT = model.Taint("rebalancer.io/lent", "NoSchedule", "training")
@@ -98,9 +98,9 @@ async def test_an_eviction_is_evicted_blocked_by_a_budget_or_gone() -> None:
         free, held = training(w.store, "job-a", 1, "gpu-0"), training(w.store, "job-b", 1, "gpu-0")
         budget(w.store, "job-b", min_available=1)
         uid = {n: _uid(w, n) for n in free + held}
-        assert await writer.evict("training", free[0], uid[free[0]]) is EvictOutcome.EVICTED
-        assert await writer.evict("training", held[0], uid[held[0]]) is EvictOutcome.BLOCKED
-        assert await writer.evict("training", "no-such-pod", "u") is EvictOutcome.GONE
+        assert await writer.evict("training", free[0], uid[free[0]]) is WriteOutcome.EVICTED
+        assert await writer.evict("training", held[0], uid[held[0]]) is WriteOutcome.BLOCKED
+        assert await writer.evict("training", "no-such-pod", "u") is WriteOutcome.GONE
 
 
 async def test_a_delete_uses_grace_zero_and_a_second_one_finds_the_pod_gone() -> None:
@@ -224,11 +224,11 @@ async def test_a_refusal_such_as_422_is_not_retried() -> None:
 
 async def test_a_429_on_an_eviction_is_a_budget_answer_not_retried() -> None:
     writer, core, sleeps = scripted(429, 201)
-    assert await writer.evict("ns", "p", "u") is EvictOutcome.BLOCKED
+    assert await writer.evict("ns", "p", "u") is WriteOutcome.BLOCKED
     assert (core.calls, sleeps.waits) == (1, [])
 
 
 async def test_a_500_on_an_eviction_is_retried() -> None:
     writer, core, _ = scripted(500, 201)
-    assert await writer.evict("ns", "p", "u") is EvictOutcome.EVICTED
+    assert await writer.evict("ns", "p", "u") is WriteOutcome.EVICTED
     assert core.calls == 2

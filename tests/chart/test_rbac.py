@@ -22,10 +22,11 @@ import pytest
 from kubernetes_asyncio import client
 
 from rebalancer import settings as settings_mod
-from rebalancer.adapters.actuator import Actuator, Outcome
+from rebalancer.adapters.actuator import Actuator
 from rebalancer.adapters.events import KubeEvents, NodeEvent
 from rebalancer.adapters.leadership import LeaderElector
 from rebalancer.adapters.writer import KubeWriter
+from rebalancer.core.outcomes import Outcome
 from rebalancer.runtime import wiring
 from sandbox.emulator import cluster
 from sandbox.emulator.auth import Access
@@ -142,7 +143,7 @@ async def running(docs: list[Doc], tmp_path: Path, dry_run: bool = False) -> Asy
     ):
         await apply_rbac(url, docs)
         for i, node in enumerate((LENT, LENT_TOO)):
-            assert (await actuator(admin).lend(node, "setup")).outcome is Outcome.DONE
+            assert (await actuator(admin).lend(node, "setup")).outcome is Outcome.APPLIED
             pod = cluster.training_pod(f"borrowed-{i}", 0, priority_class=None)
             pod["spec"]["nodeName"] = node
             cluster.add(store, pod)
@@ -154,21 +155,23 @@ Operation = Callable[[Cluster], Awaitable[bool]]
 
 async def lend(c: Cluster) -> bool:
     """Lend an idle node: read it and its pods, then patch it twice."""
-    return (await c.actuator.lend(SERVING, "test")).outcome is Outcome.DONE
+    return (await c.actuator.lend(SERVING, "test")).outcome is Outcome.APPLIED
 
 
 async def reclaim_by_eviction(c: Cluster) -> bool:
     """Reclaim before the deadline: the borrowed pod is evicted, so the node waits for it."""
     deadline = datetime.now(UTC) + timedelta(hours=1)
     result = await c.actuator.reclaim(LENT, "test", deadline)
-    return result.outcome is Outcome.WAITING and _terminating(c, "borrowed-0-0")
+    return result.outcome is Outcome.IN_PROGRESS and _terminating(c, "borrowed-0-0")
 
 
 async def reclaim_by_deletion(c: Cluster) -> bool:
     """Reclaim past the deadline: the borrowed pod is deleted."""
     deadline = datetime.now(UTC) - timedelta(seconds=1)
     result = await c.actuator.reclaim(LENT_TOO, "test", deadline)
-    return result.outcome in (Outcome.DONE, Outcome.WAITING) and _terminating(c, "borrowed-1-0")
+    return result.outcome in (Outcome.APPLIED, Outcome.IN_PROGRESS) and _terminating(
+        c, "borrowed-1-0"
+    )
 
 
 async def take_a_new_lease(c: Cluster) -> bool:
@@ -262,11 +265,11 @@ async def test_a_dry_run_controller_works_under_the_dry_run_role(tmp_path: Path)
     docs = render({"config": {"dry_run": True}})
     async with running(docs, tmp_path, dry_run=True) as c:
         before = c.store.resource_version
-        assert (await c.actuator.lend(SERVING, "test")).outcome is Outcome.DONE
+        assert (await c.actuator.lend(SERVING, "test")).outcome is Outcome.APPLIED
         deadline = datetime.now(UTC) + timedelta(hours=1)
-        assert (await c.actuator.reclaim(LENT, "test", deadline)).outcome is Outcome.WAITING
+        assert (await c.actuator.reclaim(LENT, "test", deadline)).outcome is Outcome.IN_PROGRESS
         past = datetime.now(UTC) - timedelta(seconds=1)
-        assert (await c.actuator.reclaim(LENT_TOO, "test", past)).outcome is Outcome.WAITING
+        assert (await c.actuator.reclaim(LENT_TOO, "test", past)).outcome is Outcome.IN_PROGRESS
         assert await take_a_new_lease(c)
         assert await record_an_event(c)
         assert c.denied() == set()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rebalancer.core import model, recovery
-from rebalancer.core.audit import AuditRecord, Kind, Result
+from rebalancer.core.audit import AuditRecord, Kind
+from rebalancer.core.outcomes import Outcome
 
 from .factories import (
     KEYS,
@@ -29,7 +30,7 @@ def intent(action: str, ident: str) -> AuditRecord:
         reason="strategy",
         message="test",
         node="n",
-        action=action,
+        action=None if action is None else model.Action(action),
     )
 
 
@@ -40,40 +41,40 @@ RECLAIM = intent("reclaim", "test-reclaim")  # and on a reclaim
 @pytest.mark.parametrize(
     ("record", "node", "result", "take_over"),
     [
-        pytest.param(LEND, lend(serving("n")), Result.APPLIED, False, id="lend-done"),
-        pytest.param(LEND, lending(serving("n")), Result.INTERRUPTED, True, id="lend-half"),
-        pytest.param(LEND, finish(lending(serving("n"))), Result.REFUSED, False, id="lend-undone"),
-        pytest.param(LEND, serving("n"), Result.SUPERSEDED, False, id="lend-never"),
+        pytest.param(LEND, lend(serving("n")), Outcome.APPLIED, False, id="lend-done"),
+        pytest.param(LEND, lending(serving("n")), Outcome.INTERRUPTED, True, id="lend-half"),
+        pytest.param(LEND, finish(lending(serving("n"))), Outcome.REFUSED, False, id="lend-undone"),
+        pytest.param(LEND, serving("n"), Outcome.SUPERSEDED, False, id="lend-never"),
         pytest.param(
-            RECLAIM, begin_reclaim(lend(serving("n"))), Result.INTERRUPTED, True, id="reclaim-half"
+            RECLAIM, begin_reclaim(lend(serving("n"))), Outcome.INTERRUPTED, True, id="reclaim-half"
         ),
         pytest.param(
             RECLAIM,
             finish(begin_reclaim(lend(serving("n")))),
-            Result.APPLIED,
+            Outcome.APPLIED,
             False,
             id="reclaim-done",
         ),
         pytest.param(
             intent("rollback", "test-lend"),
             finish(lending(serving("n"))),
-            Result.APPLIED,
+            Outcome.APPLIED,
             False,
             id="rollback-done",
         ),
         pytest.param(
             intent("rollback", "test-lend"),
             lending(serving("n")),
-            Result.INTERRUPTED,
+            Outcome.INTERRUPTED,
             True,
             id="rollback-half",
         ),
         # Lent under the lend's decision: the reclaim never reached the node.
-        pytest.param(RECLAIM, lend(serving("n")), Result.SUPERSEDED, False, id="reclaim-never"),
+        pytest.param(RECLAIM, lend(serving("n")), Outcome.SUPERSEDED, False, id="reclaim-never"),
     ],
 )
 def test_an_open_intent_is_closed_with_what_its_node_shows(
-    record: AuditRecord, node: model.NodeView, result: Result, take_over: bool
+    record: AuditRecord, node: model.NodeView, result: Outcome, take_over: bool
 ) -> None:
     verdict = recovery.judge(record, node, KEYS)
 
@@ -81,7 +82,7 @@ def test_an_open_intent_is_closed_with_what_its_node_shows(
 
 
 def test_an_intent_whose_node_is_gone_is_closed_as_gone() -> None:
-    assert recovery.judge(LEND, None, KEYS).result is Result.GONE
+    assert recovery.judge(LEND, None, KEYS).result is Outcome.GONE
 
 
 def test_an_intent_whose_node_cannot_be_read_is_closed_as_failed_and_the_node_left_alone() -> None:
@@ -89,14 +90,14 @@ def test_an_intent_whose_node_cannot_be_read_is_closed_as_failed_and_the_node_le
     broken = rebuilt(node, annotations={**node.annotations, KEYS.original: "[]"})
     verdict = recovery.judge(LEND, broken, KEYS)
 
-    assert (verdict.result, verdict.take_over) == (Result.FAILED, False)
+    assert (verdict.result, verdict.take_over) == (Outcome.FAILED, False)
 
 
 def test_a_later_decision_on_the_node_means_the_intent_never_reached_it() -> None:
     node = lend(serving("n"))
     later = rebuilt(node, annotations={**node.annotations, KEYS.decision: "another"})
 
-    assert recovery.judge(LEND, later, KEYS).result is Result.SUPERSEDED
+    assert recovery.judge(LEND, later, KEYS).result is Outcome.SUPERSEDED
 
 
 @pytest.mark.parametrize(
@@ -116,5 +117,5 @@ def test_a_drain_that_had_begun_is_interrupted_not_superseded_when_the_node_move
     node = finish(begin_reclaim(lend(serving("n"))))
     moved = rebuilt(node, annotations={**node.annotations, KEYS.decision: "a-recovery"})
 
-    assert recovery.judge(RECLAIM, moved, KEYS, begun=True).result is Result.INTERRUPTED
-    assert recovery.judge(RECLAIM, moved, KEYS).result is Result.SUPERSEDED
+    assert recovery.judge(RECLAIM, moved, KEYS, begun=True).result is Outcome.INTERRUPTED
+    assert recovery.judge(RECLAIM, moved, KEYS).result is Outcome.SUPERSEDED

@@ -50,7 +50,7 @@ def record(
         reason="cooldown",
         message=f"record {ident}",
         node=node,
-        action=action,
+        action=None if action is None else model.Action(action),
         inputs={"demand": {"value": 1.5, "at": "2026-03-02T11:59:30Z"}},
         before={"taints": [{"key": "a", "effect": "NoSchedule"}], "labels": {"x": "y"}},
     )

@@ -19,13 +19,11 @@ from typing import Any, ClassVar
 
 import pytest
 
-from rebalancer.adapters.actuator import ActionResult, Outcome
 from rebalancer.adapters.audit import AuditLog, MemoryAuditStore
-from rebalancer.adapters.convert import PodRules
-from rebalancer.adapters.metrics import HistoryResult, PoolMetrics
 from rebalancer.core import model
 from rebalancer.core.audit import Kind
-from rebalancer.core.model import NodeName, PoolName, Reason
+from rebalancer.core.model import HistoryResult, NodeName, PodRules, PoolMetrics, PoolName, Reason
+from rebalancer.core.outcomes import ActionResult, Outcome
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.runtime.reconcile import AlwaysLeader, PoolConfig, Reconciler
 from strategies import registry
@@ -87,20 +85,22 @@ class Calls:
 
     async def lend(self, node: str, decision: str) -> ActionResult:
         self.made.append(("lend", node))
-        return ActionResult(node, "lend", Outcome.DONE, "lent")
+        return ActionResult(node, model.Action.LEND, Outcome.APPLIED, "lent")
 
     async def reclaim(self, node: str, decision: str, deadline: datetime) -> ActionResult:
         self.made.append(("reclaim", node))
-        return ActionResult(node, "reclaim", Outcome.DONE, "serving")
+        return ActionResult(node, model.Action.RECLAIM, Outcome.APPLIED, "serving")
 
     async def progress(self, node: str, decision: str | None = None) -> ActionResult:
-        return ActionResult(node, "progress", Outcome.NOTHING, "")
+        return ActionResult(node, model.Action.PROGRESS, Outcome.NOTHING, "")
 
 
 class Scripted:
     """A strategy whose answer (or failure) the test sets; ``gate`` makes it block."""
 
     name: ClassVar[str] = "scripted"
+
+    reads_history: ClassVar[bool] = False
 
     def __init__(self, answer: Any = None, gate: threading.Event | None = None) -> None:
         self.answer, self.gate, self.calls = answer, gate, 0
@@ -345,7 +345,7 @@ class SlowDrains(Calls):
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         self.running -= 1
-        return ActionResult(node, "progress", Outcome.WAITING, "draining")
+        return ActionResult(node, model.Action.PROGRESS, Outcome.IN_PROGRESS, "draining")
 
 
 async def test_the_drains_of_a_wave_are_driven_together() -> None:

@@ -1,4 +1,4 @@
-"""``wiring.reclaim_wave`` (``rebalancer reclaim``) in process, against the API emulator on a
+"""``takeback.reclaim_wave`` (``rebalancer reclaim``) in process, against the API emulator on a
 manual clock.
 
 The emulator serves over HTTP as in ``tests/test_cli_run.py``, but time moves only when the wave
@@ -13,7 +13,6 @@ that the audit store holds every intent before the first write.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -25,13 +24,13 @@ import pytest
 
 from rebalancer import cli
 from rebalancer import settings as settings_mod
-from rebalancer.adapters.actuator import ActionResult, Outcome
 from rebalancer.adapters.audit import AuditLog, AuditQuery, MemoryAuditStore
-from rebalancer.core import nodestate
+from rebalancer.core import model, nodestate
 from rebalancer.core.audit import AuditRecord, Kind
-from rebalancer.runtime import wiring
+from rebalancer.core.outcomes import ActionResult, Outcome
+from rebalancer.runtime import takeback, wiring
 from rebalancer.runtime.reconcile import NodeActuator
-from rebalancer.runtime.wiring import ReclaimEvent, Stage
+from rebalancer.runtime.takeback import ReclaimEvent, Stage
 from sandbox.emulator import cluster
 from sandbox.emulator.clock import ManualClock
 from sandbox.emulator.resources import NODES
@@ -84,7 +83,7 @@ class Watched:
     audit store already holds every intent of the wave."""
 
     inner: NodeActuator
-    parts: wiring.Parts
+    controller: wiring.Controller
     expected: int
     intents_seen: list[int] = field(default_factory=list)
 
@@ -92,7 +91,7 @@ class Watched:
         return await self.inner.lend(node, decision)
 
     async def reclaim(self, node: str, decision: str, deadline: datetime) -> ActionResult:
-        page = await self.parts.store.query(AuditQuery(kinds=(Kind.INTENT,), limit=1000))
+        page = await self.controller.store.query(AuditQuery(kinds=(Kind.INTENT,), limit=1000))
         self.intents_seen.append(len(page.records))
         assert any(r.id == decision for r in page.records), "the intent is stored first"
         return await self.inner.reclaim(node, decision, deadline)
@@ -112,13 +111,13 @@ class RefusingStore(MemoryAuditStore):
 class Box:
     store: JournalStore
     clock: ManualClock
-    parts: wiring.Parts
+    controller: wiring.Controller
     sleeper: Sleeper
     events: list[ReclaimEvent] = field(default_factory=list)
 
-    async def wave(self, nodes: list[str], **options: Any) -> list[wiring.Reclaimed]:
-        return await wiring.reclaim_wave(
-            self.parts,
+    async def wave(self, nodes: list[str], **options: Any) -> list[takeback.Reclaimed]:
+        return await takeback.reclaim_wave(
+            self.controller,
             nodes,
             poll=POLL,
             sleep=self.sleeper,
@@ -130,7 +129,7 @@ class Box:
         return list(self.store.get(NODES, None, node)["spec"].get("taints") or [])
 
     async def records(self) -> list[AuditRecord]:
-        return list((await self.parts.store.query(AuditQuery(limit=1000))).records)
+        return list((await self.controller.store.query(AuditQuery(limit=1000))).records)
 
 
 def config_text(audit_db: Path) -> str:
@@ -164,22 +163,23 @@ async def lent(
         path = tmp_path / "config.yaml"
         path.write_text(config_text(tmp_path / "audit.sqlite3"), encoding="utf-8")
         config = settings_mod.load(path, env={})
-        async with wiring.Parts.open(config, kubeconfig, name="operator", clock=clock) as parts:
-            pools = {str(p.name): p for p in parts.pools}
+        seams = wiring.Seams(kubeconfig=kubeconfig, clock=clock, name="operator", sink=None)
+        async with wiring.Controller.open(config, seams, wiring.Role.OPERATOR) as controller:
+            actuators = controller.reconciler.actuators
             for node in nodes:
-                pool = pools["spare" if node.startswith("spare") else "inference"]
-                done = await parts.actuators[pool.name].lend(node, "test-lend")
-                assert done.outcome is Outcome.DONE, done.message
+                pool = "spare" if node.startswith("spare") else "inference"
+                done = await actuators[model.PoolName(pool)].lend(node, "test-lend")
+                assert done.outcome is Outcome.APPLIED, done.message
                 for index in range(pods):
                     pod = cluster.training_pod(f"job-{node}", index, gpus=1, priority_class=None)
                     pod["spec"]["nodeName"] = node
                     pod["spec"]["terminationGracePeriodSeconds"] = grace
                     cluster.add(store, pod)
             store.journal.clear()
-            yield Box(store, clock, parts, Sleeper(clock, store))
+            yield Box(store, clock, controller, Sleeper(clock, store))
 
 
-def back_at(done: list[wiring.Reclaimed]) -> list[float]:
+def back_at(done: list[takeback.Reclaimed]) -> list[float]:
     return [d.back.total_seconds() for d in done if d.back is not None]
 
 
@@ -246,10 +246,11 @@ async def test_every_node_has_one_intent_stored_before_its_first_write_and_its_o
     tmp_path: Path,
 ) -> None:
     async with lent(tmp_path) as box:
+        reconciler = box.controller.reconciler
         watched = {
-            name: Watched(a, box.parts, len(LENT)) for name, a in box.parts.actuators.items()
+            name: Watched(a, box.controller, len(LENT)) for name, a in reconciler.actuators.items()
         }
-        box.parts = dataclasses.replace(box.parts, actuators=watched)
+        reconciler.actuators = watched
         done = await box.wave(list(LENT))
         assert all(d.ok for d in done)
         # All of them in one batch, before the first node's first write.
@@ -266,7 +267,7 @@ async def test_every_node_has_one_intent_stored_before_its_first_write_and_its_o
             ]
             # The first call (taints back, pods evicted), then the pass that finished: the
             # passes in between wrote nothing and left no row.
-            assert calls == [("reclaim", "waiting"), ("progress", "done")], calls
+            assert calls == [("reclaim", "in_progress"), ("progress", "applied")], calls
             assert all(r.time >= intent.time for r in outcomes)
 
 
@@ -305,28 +306,28 @@ async def test_a_node_that_cannot_be_reclaimed_is_reported_and_the_others_still_
 
 async def test_a_pool_takes_back_only_its_own_lent_nodes(tmp_path: Path) -> None:
     async with lent(tmp_path, nodes=(*LENT[:2], "spare-0", "spare-1"), pods=1) as box:
-        spare = await wiring.lent_nodes(box.parts, ["spare"])
+        spare = await takeback.lent_nodes(box.controller, ["spare"])
         assert list(spare) == ["spare-0", "spare-1"]
-        everything = await wiring.lent_nodes(box.parts)
+        everything = await takeback.lent_nodes(box.controller)
         assert list(everything) == sorted([*LENT[:2], "spare-0", "spare-1"])
         done = await box.wave(list(spare), known=spare)
         assert [(d.node, d.pool, d.ok) for d in done] == [
             ("spare-0", "spare", True),
             ("spare-1", "spare", True),
         ]
-        assert list(await wiring.lent_nodes(box.parts)) == list(LENT[:2])
+        assert list(await takeback.lent_nodes(box.controller)) == list(LENT[:2])
 
 
 async def test_an_intent_batch_the_store_refuses_leaves_every_node_untouched(
     tmp_path: Path,
 ) -> None:
     async with lent(tmp_path, pods=0) as box:
-        box.parts = dataclasses.replace(box.parts, audit_log=AuditLog(RefusingStore(), sink=None))
-        with pytest.raises(wiring.IntentsNotRecorded, match="no node was touched"):
+        box.controller.reconciler.audit_log = AuditLog(RefusingStore(), sink=None)
+        with pytest.raises(takeback.IntentsNotRecorded, match="no node was touched"):
             await box.wave(list(LENT))
         assert box.store.journal == []
 
 
 def test_the_cli_default_concurrency_is_the_wave_s() -> None:
-    assert cli.RECLAIM_CONCURRENCY == wiring.DEFAULT_CONCURRENCY
-    assert cli.RECLAIM_MAX_CONCURRENCY == wiring.MAX_CONCURRENCY
+    assert cli.RECLAIM_CONCURRENCY == takeback.DEFAULT_CONCURRENCY
+    assert cli.RECLAIM_MAX_CONCURRENCY == takeback.MAX_CONCURRENCY

@@ -21,15 +21,15 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from rebalancer.adapters.actuator import Actuator, Outcome
+from rebalancer.adapters.actuator import Actuator
 from rebalancer.adapters.audit import AuditLog, MemoryAuditStore, UlidFactory
 from rebalancer.adapters.gate import LeaderGatedWriter
 from rebalancer.adapters.informer import Informer, WatchSettings
-from rebalancer.adapters.leadership import Term
-from rebalancer.adapters.metrics import HistoryResult, PoolMetrics
 from rebalancer.adapters.writer import KubeWriter, NodeWriter, RetryPolicy
 from rebalancer.core import model, nodestate
-from rebalancer.core.audit import AuditRecord, Kind, Result
+from rebalancer.core.audit import AuditRecord, Kind
+from rebalancer.core.model import HistoryResult, PoolMetrics, Term
+from rebalancer.core.outcomes import Outcome
 from rebalancer.runtime.loop import run_controller
 from rebalancer.runtime.reconcile import PoolConfig, Reconciler, TickReport
 from sandbox.emulator import cluster
@@ -296,7 +296,7 @@ async def test_low_demand_lends_idle_nodes_only_and_high_demand_reclaims_them_by
         assert report.error is None
         lent = sorted(a.node for a in report.steps)
         assert lent == sorted(IDLE)
-        assert all(a.result and a.result.outcome is Outcome.DONE for a in report.steps)
+        assert all(a.result and a.result.outcome is Outcome.APPLIED for a in report.steps)
         assert {n: state_of(w.store, n) for n in IDLE} == dict.fromkeys(IDLE, "lent")
         assert {n: state_of(w.store, n) for n in BUSY} == dict.fromkeys(BUSY, "serving")
         for name in BUSY:
@@ -307,7 +307,7 @@ async def test_low_demand_lends_idle_nodes_only_and_high_demand_reclaims_them_by
             assert a.outcome is not None
             ann = w.store.get(NODES, None, a.node)["metadata"]["annotations"]
             assert ann[KEYS.decision] == a.intent.id
-            assert a.outcome.outcome == Result.APPLIED.value
+            assert a.outcome.outcome == Outcome.APPLIED.value
 
         # A steady tick: nothing more to do, nothing written to the cluster.
         before = len(w.node_writes())
@@ -415,7 +415,7 @@ async def test_leadership_lost_after_the_intents_supersedes_them_and_writes_no_n
         intents = w.records(Kind.INTENT)
         assert len(intents) == len(IDLE)
         outcomes = w.records(Kind.OUTCOME)
-        assert {r.outcome for r in outcomes} == {Result.SUPERSEDED.value}
+        assert {r.outcome for r in outcomes} == {Outcome.SUPERSEDED.value}
         assert {r.intent_id for r in outcomes} == {r.id for r in intents}
 
 
@@ -453,7 +453,7 @@ async def test_start_up_closes_open_intents_with_what_happened_and_audits_the_ro
         assert len(pending) == len(IDLE)  # committed before the crash, never closed
 
         results = await w.reconciler.start()
-        assert [(r.node, r.outcome) for r in results] == [(half[0], Outcome.DONE)]
+        assert [(r.node, r.outcome) for r in results] == [(half[0], Outcome.APPLIED)]
         assert state_of(w.store, half[0]) == "serving"
         assert scheduling(w.store, half[0]) == w.originals[half[0]]
         assert await w.audit.pending_intents() == ()
@@ -462,7 +462,7 @@ async def test_start_up_closes_open_intents_with_what_happened_and_audits_the_ro
         # The lend that reached the node is not "never carried out": it was interrupted, and a
         # recovery intent, committed before the rollback, took the node over.
         verdict = closed[interrupted.id]
-        assert verdict.outcome == Result.INTERRUPTED.value
+        assert verdict.outcome == Outcome.INTERRUPTED.value
         recovery = next(r for r in w.records(Kind.INTENT) if r.origin == "recovery")
         assert verdict.detail == {"by": "replica-a", "term": 3, "recovered_by": recovery.id}
         assert (recovery.node, recovery.action, recovery.detail["recovers"]) == (
@@ -470,9 +470,9 @@ async def test_start_up_closes_open_intents_with_what_happened_and_audits_the_ro
             "rollback",
             interrupted.id,
         )
-        assert closed[recovery.id].outcome == Result.APPLIED.value
+        assert closed[recovery.id].outcome == Outcome.APPLIED.value
         others = [i for i in pending if i.node != half[0]]
-        assert {closed[i.id].outcome for i in others} == {Result.SUPERSEDED.value}
+        assert {closed[i.id].outcome for i in others} == {Outcome.SUPERSEDED.value}
         # The rollback's write names the recovery: the node's decision is its id.
         labels_and_decision = w.store.get(NODES, None, half[0])["metadata"]["annotations"]
         assert labels_and_decision[KEYS.decision] == recovery.id
@@ -506,7 +506,7 @@ async def test_a_reclaim_interrupted_while_draining_is_finished_under_a_recovery
         second = make_reconciler(w.box, w.writer, w.informer, w.metrics, w.lead, w.audit)
         results = await second.start()
         assert sorted((r.node, r.outcome) for r in results) == [
-            (n, Outcome.WAITING) for n in halves
+            (n, Outcome.IN_PROGRESS) for n in halves
         ]
         for _ in range(8):  # the borrowed pods drain under the recoveries, tick after tick
             await w.caught_up()
@@ -524,10 +524,10 @@ async def test_a_reclaim_interrupted_while_draining_is_finished_under_a_recovery
     assert sorted(recoveries) == halves
     for name, open_intent in interrupted.items():
         recovery = recoveries[name]
-        assert [r.outcome for r in by_intent[open_intent.id]] == [Result.INTERRUPTED.value]
+        assert [r.outcome for r in by_intent[open_intent.id]] == [Outcome.INTERRUPTED.value]
         assert by_intent[open_intent.id][0].detail["recovered_by"] == recovery.id
         assert (recovery.action, recovery.detail["recovers"]) == ("reclaim", open_intent.id)
-        assert [r.outcome for r in by_intent[recovery.id]][-1] == Result.APPLIED.value
+        assert [r.outcome for r in by_intent[recovery.id]][-1] == Outcome.APPLIED.value
     check_audit_order(w)
 
 

@@ -21,7 +21,8 @@ async def test_the_leader_metric_follows_the_lease_as_the_elector_wins_and_relea
 ) -> None:
     async with setup(tmp_path, election=True) as box:
         config = settings_mod.load(box.config, env={})
-        async with wiring.Controller.open(config, box.kubeconfig, name=ME, sink=None) as c:
+        seams = wiring.Seams(kubeconfig=box.kubeconfig, name=ME, sink=None)
+        async with wiring.Controller.open(config, seams) as c:
             assert c.elector is not None
 
             def leader() -> float | None:

@@ -79,6 +79,8 @@ class Spy:
 
     name: ClassVar[str] = "spy"
 
+    reads_history: ClassVar[bool] = False
+
     def __init__(self) -> None:
         self.seen: list[model.PoolView] = []
 

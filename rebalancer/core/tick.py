@@ -1,0 +1,170 @@
+"""One tick's decision, from the strategies' answers to the plan: the same function for the
+controller, the simulator and the demo.
+
+Where it sits: ``observe -> (each strategy answers) -> plan_tick -> audit -> apply``. Calling a
+strategy is the caller's business (the controller runs each in a thread with a time limit; the
+simulator calls it in line), and so is what a failure means over time (the controller audits an
+episode once when it starts and once when it ends). What is decided here, and only here:
+
+- a strategy's answer is checked, never trusted: one that raised, overran or is not a valid
+  ``Proposal`` is replaced, for that pool and tick only, by the safety-only proposal (hold what
+  is lent: no new loans, and every safety rule still reclaims);
+- each pool is planned on its own (``planning.plan_pool``): a planner failure in one pool is
+  that pool's only. It is planned again with the safety-only proposal; if that fails too, nothing
+  of the pool moves this tick.
+
+Pure: time, state and answers are arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from rebalancer.core import model, nodestate, planning
+from rebalancer.core.model import NodeName, PoolName
+from rebalancer.core.nodestate import Phase
+from rebalancer.core.policy import PoolPolicy
+
+
+class Stage(StrEnum):
+    """Which part of a tick failed for a pool."""
+
+    STRATEGY = "strategy"
+    PLANNER = "planner"
+
+
+class FailureKind(StrEnum):
+    RAISED = "raised"
+    INVALID = "invalid"  # answered something that is not a usable Proposal
+    TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True)
+class Failure:
+    kind: FailureKind
+    message: str
+    error: str = ""  # the exception's type, when it raised
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+    @staticmethod
+    def raised(exc: BaseException) -> Failure:
+        return Failure(FailureKind.RAISED, f"{type(exc).__name__}: {exc}", type(exc).__name__)
+
+
+Answer = model.Proposal | Failure | object  # what a strategy gave back, or how it failed
+
+
+@dataclass(frozen=True)
+class PoolRules:
+    """What the planner needs to know of a pool besides its snapshot."""
+
+    policy: PoolPolicy
+    paused: bool = False
+    frozen: bool = False
+
+
+@dataclass(frozen=True)
+class Decision:
+    plan: model.Plan
+    proposals: Mapping[PoolName, model.Proposal]  # what each pool was planned with
+    failures: Mapping[tuple[PoolName, Stage], Failure] = field(default_factory=dict)
+
+
+def plan_tick(
+    snapshot: model.Snapshot,
+    answers: Mapping[PoolName, Answer],
+    pools: Mapping[PoolName, PoolRules],
+    keys: nodestate.Keys,
+) -> Decision:
+    """Plan every pool of ``pools`` from its snapshot and its strategy's answer."""
+    plans: dict[PoolName, model.PoolPlan] = {}
+    proposals: dict[PoolName, model.Proposal] = {}
+    failures: dict[tuple[PoolName, Stage], Failure] = {}
+    for name, rules in pools.items():
+        seen = snapshot.pools[name]
+        lent = lent_count(seen, keys)
+        proposal = _checked(answers[name], len(seen.nodes))
+        if isinstance(proposal, Failure):
+            failures[(name, Stage.STRATEGY)] = proposal
+            proposal = planning.safety_only(lent, f"the strategy failed ({proposal})")
+        proposals[name] = proposal
+        try:
+            plans[name] = _plan(snapshot, name, rules, proposal, keys)
+            continue
+        except Exception as exc:
+            failure = Failure.raised(exc)
+            failures[(name, Stage.PLANNER)] = failure
+        fallback = planning.safety_only(lent, f"the planner failed ({failure})")
+        try:
+            plans[name] = _plan(snapshot, name, rules, fallback, keys)
+        except Exception:
+            summary = f"pool {name}: the planner failed ({failure}); nothing moves"
+            plans[name] = model.PoolPlan(name, (), (), (), (), summary)
+    return Decision(model.Plan(now=snapshot.now, pools=plans), proposals, failures)
+
+
+def lent_count(pool: model.PoolSnapshot, keys: nodestate.Keys) -> int:
+    """Nodes lent or being lent: what the safety-only proposal holds."""
+    return sum(1 for v in pool.nodes if phase(v, keys) in (Phase.LENDING, Phase.LENT))
+
+
+def phase(view: model.NodeView, keys: nodestate.Keys) -> Phase | None:
+    """The node's phase, None when its state cannot be read."""
+    state = nodestate.read(view, keys)
+    return None if isinstance(state, nodestate.StateError) else state.phase
+
+
+def _checked(answer: Answer, size: int) -> model.Proposal | Failure:
+    if isinstance(answer, Failure):
+        return answer
+    why = planning.invalid_proposal(answer, size)
+    if why is not None:
+        return Failure(FailureKind.INVALID, why)
+    assert isinstance(answer, model.Proposal)
+    return answer
+
+
+def _plan(
+    snapshot: model.Snapshot,
+    name: PoolName,
+    rules: PoolRules,
+    proposal: model.Proposal,
+    keys: nodestate.Keys,
+) -> model.PoolPlan:
+    return planning.plan_pool(
+        now=snapshot.now,
+        name=name,
+        pool=snapshot.pools[name],
+        proposal=proposal,
+        policy=rules.policy,
+        keys=keys,
+        paused=snapshot.paused or rules.paused,
+        frozen=snapshot.frozen or rules.frozen,
+    )
+
+
+def operator_reclaims(
+    now: datetime, members: Mapping[PoolName, Sequence[NodeName]], message: str
+) -> model.Plan:
+    """An operator's reclaim of named nodes (``rebalancer reclaim``), as a plan: one urgent step
+    per node, origin operator. No rule refuses it: taking a node back never endangers
+    inference, and a node that needs no reclaim is found so by the actuator."""
+    pools: dict[PoolName, model.PoolPlan] = {}
+    reason, origin = model.Reason.OPERATOR_RECLAIM_NOW, model.Origin.OPERATOR
+    for pool, nodes in members.items():
+        intents = tuple(
+            model.Intent(pool, model.Action.RECLAIM, 1, origin, reason, message, node)
+            for node in nodes
+        )
+        steps = tuple(
+            model.Step(pool, n, model.Action.RECLAIM, reason, message, i, urgent=True)
+            for n, i in zip(nodes, intents, strict=True)
+        )
+        summary = f"pool {pool}: the operator takes back {len(steps)} node(s)"
+        pools[pool] = model.PoolPlan(pool, intents, steps, (), (), summary)
+    return model.Plan(now=now, pools=pools)
