@@ -51,6 +51,10 @@ class PoolModel:
     def return_minutes(self) -> int:
         return math.ceil((self.drain + self.warmup) / MINUTE)
 
+    def need(self, rps: float, rps_per_node: float) -> int:
+        """Nodes ``rps`` needs warm: its share with headroom, never fewer than ``min_serving``."""
+        return model.nodes_needed(rps, rps_per_node, self.headroom, self.min_serving)
+
     def calibrate(self, trace: Trace) -> float:
         """Requests per second one node serves, so that the peak needs ``peak_share`` of it."""
         if trace.peak <= 0:
@@ -112,10 +116,7 @@ class Run:
 
 
 def needs(trace: Trace, pool: PoolModel, rps_per_node: float) -> list[int | None]:
-    return [
-        None if r is None else model.nodes_needed(r, rps_per_node, pool.headroom, pool.min_serving)
-        for r in trace.rps
-    ]
+    return [None if r is None else pool.need(r, rps_per_node) for r in trace.rps]
 
 
 def oracle_plan(need: Sequence[int | None], pool: PoolModel) -> list[int]:
@@ -216,6 +217,11 @@ def _observe(
     return model.Snapshot(now=now, pools={POOL: pool}), belief
 
 
+def breached(m: Minute, rps_per_node: float) -> bool:
+    """A minute whose demand is above what its warm nodes serve (docs/evaluation.md)."""
+    return m.demand_rps is not None and rps_per_node * m.serving < m.demand_rps - 1e-9
+
+
 def score(
     timeline: list[Minute],
     need: list[int | None],
@@ -228,11 +234,7 @@ def score(
     oracle = oracle_plan(need, pool_model)
     lent_hours = sum(m.lent for m in timeline) / 60.0
     oracle_hours = sum(oracle) / 60.0
-    breach = sum(
-        1
-        for m in timeline
-        if m.demand_rps is not None and rps_per_node * m.serving < m.demand_rps - 1e-9
-    )
+    breach = sum(1 for m in timeline if breached(m, rps_per_node))
     short_threshold = SHORT_LOAN / MINUTE
     return Figures(
         lent_node_hours=round(lent_hours, 3),
