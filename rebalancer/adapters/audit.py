@@ -547,7 +547,6 @@ class AuditLog:
                 after = _patched(after, write.body)
         detail = {
             "call": result.action,
-            "actuator_outcome": result.outcome.value,
             "writes": [
                 {
                     "kind": w.kind.value,

@@ -5,7 +5,7 @@ This implements docs/evaluation.md (the pool model and figures every report uses
 1. the fake pool finishes the reclaims whose drain has ended;
 2. a Snapshot is built with what the metric pipeline would show: the demand of the minute
    before, sampled ``sample_age`` ago, and the history up to there (never later);
-3. the strategy proposes and ``planning.make_plan`` decides, exactly as in the controller;
+3. the strategy proposes and ``core.tick.plan_tick`` decides, exactly as in the controller;
 4. the fake pool carries out the steps with the node-state codec's transitions;
 5. the minute is scored against the demand that actually arrived.
 
@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import ClassVar
 
 from rebalancer.core import demand as demand_belief
-from rebalancer.core import model, nodestate, planning
+from rebalancer.core import model, nodestate, tick
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.errors import TraceError
 from sandbox.sim.pool import FakePool
@@ -169,8 +169,8 @@ def run(
         )
         lent_now = fake.counts(now)[1]
         view = policy.view(POOL, now, snapshot.pools[POOL], lent_now)
-        proposal = strategy.decide(view)
-        plan = planning.make_plan(snapshot, {POOL: proposal}, {POOL: policy}, keys)
+        answer = _answer(strategy, view)
+        plan = tick.plan_tick(snapshot, {POOL: answer}, {POOL: tick.PoolRules(policy)}, keys).plan
         steps = plan.steps
         fake.apply(steps, now, decision=f"sim-{t}")
         loans += sum(1 for s in steps if s.action is model.Action.LEND)
@@ -183,6 +183,14 @@ def run(
             on_minute()
     figures = score(timeline, need, pool_model, rps_per_node, fake.loan_minutes, loans, reclaims)
     return Run(strategy.name, guarded, timeline, figures)
+
+
+def _answer(strategy: base.Strategy, view: model.PoolView) -> tick.Answer:
+    """The strategy's answer, or how it failed: the controller's own rules then apply."""
+    try:
+        return strategy.decide(view)
+    except Exception as exc:
+        return tick.Failure.raised(exc)
 
 
 def _observe(

@@ -1,0 +1,110 @@
+"""``core.tick``: one tick's decision from the strategies' answers, the same for the controller
+and the simulator; and the operator's reclaim as a plan."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from rebalancer.core import model, tick
+from rebalancer.core.model import Action, Origin, PoolName, Reason
+from rebalancer.core.tick import Failure, FailureKind, PoolRules, Stage, plan_tick
+from tests.core import factories as f
+
+A, B = PoolName("a"), PoolName("b")
+
+
+def snapshot(rps: float = 0.0) -> model.Snapshot:
+    pools = {
+        A: f.pool_snapshot(
+            [*f.serving_nodes(3, "a"), *f.lent_nodes(2, prefix="al")], f.demand(rps)
+        ),
+        B: f.pool_snapshot(
+            [*f.serving_nodes(3, "b"), *f.lent_nodes(2, prefix="bl")], f.demand(rps)
+        ),
+    }
+    return model.Snapshot(now=f.T0, pools=pools)
+
+
+RULES = {A: PoolRules(f.policy()), B: PoolRules(f.policy())}
+
+
+def test_a_valid_answer_is_planned_as_given() -> None:
+    decision = plan_tick(snapshot(), {A: f.proposal(4), B: f.proposal(2)}, RULES, f.KEYS)
+    assert decision.failures == {}
+    assert decision.proposals[A] == f.proposal(4)
+    assert len(f.stepped(decision.plan.pools[A], Action.LEND)) == 2
+    assert f.stepped(decision.plan.pools[B]) == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "kind"),
+    [
+        (Failure(FailureKind.TIMEOUT, "no answer within 0:00:10"), FailureKind.TIMEOUT),
+        (Failure.raised(ZeroDivisionError("boom")), FailureKind.RAISED),
+        (model.Proposal(-1, "negative"), FailureKind.INVALID),
+        (model.Proposal(99, "more than the pool"), FailureKind.INVALID),
+        (model.Proposal(math.nan, "nan"), FailureKind.INVALID),  # type: ignore[arg-type]
+        ("four", FailureKind.INVALID),
+        (None, FailureKind.INVALID),
+    ],
+)
+def test_a_failed_or_invalid_answer_holds_what_is_lent_in_that_pool_only(
+    answer: Any, kind: FailureKind
+) -> None:
+    decision = plan_tick(snapshot(), {A: answer, B: f.proposal(4)}, RULES, f.KEYS)
+    failure = decision.failures[(A, Stage.STRATEGY)]
+    assert failure.kind is kind
+    held = decision.proposals[A]
+    assert held.lend_target == 2  # safety only: what is lent, no new loan
+    assert "safety only" in held.reason
+    assert f.stepped(decision.plan.pools[A]) == []
+    # The other pool is planned from its own answer.
+    assert (B, Stage.STRATEGY) not in decision.failures
+    assert len(f.stepped(decision.plan.pools[B], Action.LEND)) == 2
+
+
+def test_a_failed_answer_still_lets_the_safety_rules_reclaim() -> None:
+    # Demand needs every node: the safety-only pool still takes its loans back.
+    decision = plan_tick(
+        snapshot(rps=50.0), {A: Failure.raised(OSError()), B: f.proposal(0)}, RULES, f.KEYS
+    )
+    reclaimed = decision.plan.pools[A].steps
+    assert {s.action for s in reclaimed} == {Action.RECLAIM}
+    assert {s.intent.origin for s in reclaimed} == {Origin.SAFETY}
+
+
+def test_a_planner_that_fails_in_one_pool_moves_nothing_there_and_leaves_the_other() -> None:
+    broken = {A: PoolRules(object()), B: PoolRules(f.policy())}  # type: ignore[arg-type]
+    decision = plan_tick(snapshot(), {A: f.proposal(4), B: f.proposal(4)}, broken, f.KEYS)
+    failure = decision.failures[(A, Stage.PLANNER)]
+    assert failure.kind is FailureKind.RAISED
+    assert failure.error == "AttributeError"
+    a = decision.plan.pools[A]
+    assert (a.steps, a.rejections) == ((), ())
+    assert "nothing moves" in a.summary
+    assert len(f.stepped(decision.plan.pools[B], Action.LEND)) == 2
+
+
+def test_the_lent_count_is_the_nodes_lending_or_lent() -> None:
+    pool = snapshot().pools[A]
+    assert tick.lent_count(pool, f.KEYS) == 2
+
+
+def test_an_operator_reclaim_is_one_urgent_operator_step_per_node() -> None:
+    plan = tick.operator_reclaims(
+        f.T0,
+        {A: [model.NodeName("al-0")], B: [model.NodeName("bl-0"), model.NodeName("bl-1")]},
+        "op",
+    )
+    steps = plan.steps
+    assert [(s.pool, s.node) for s in steps] == [(A, "al-0"), (B, "bl-0"), (B, "bl-1")]
+    for s in steps:
+        assert s.action is Action.RECLAIM
+        assert s.urgent
+        assert s.reason is Reason.OPERATOR_RECLAIM_NOW
+        assert s.intent.origin is Origin.OPERATOR
+        assert s.intent.node == s.node
+    assert plan.rejections == ()
