@@ -114,70 +114,76 @@ def build_tick(
     keys = keys or nodestate.Keys()
     proposals = proposals or {}
     policies = policies or {}
-    now = plan.now
     records: list[AuditRecord] = []
     intents: dict[tuple[str, str, str], AuditRecord] = {}
     for name, pool_plan in plan.pools.items():
         pool = snapshot.pools.get(name, model.PoolSnapshot(nodes=()))
+        policy, proposal = policies.get(name), proposals.get(name)
         nodes = {n.name: n for n in pool.nodes}
-        policy = policies.get(name)
-        base = pool_inputs(now, pool, proposals.get(name), policy)
-
-        stamp = _Stamp(ctx, new_id, now, str(name), nodes, base, policy, keys)
-
+        base = pool_inputs(plan.now, pool, proposal, policy)
+        stamp = _Stamp(ctx, new_id, plan.now, str(name), nodes, base, policy, keys)
         for step in pool_plan.steps:
-            record = stamp(
-                kind=Kind.INTENT,
-                node=str(step.node),
-                action=step.action,
-                origin=step.intent.origin,
-                reason=step.reason.value,
-                message=step.message,
-                detail={"urgent": step.urgent, "intent": _intent_doc(step.intent)},
-            )
+            record = _intent(stamp, step)
             records.append(record)
             intents[(str(name), str(step.node), step.action.value)] = record
-        for rej in pool_plan.rejections:
-            records.append(
-                stamp(
-                    kind=Kind.REFUSAL,
-                    node=None if rej.node is None else str(rej.node),
-                    action=rej.intent.action,
-                    origin=rej.intent.origin,
-                    reason=rej.reason.value,
-                    message=rej.message,
-                    count=rej.count,
-                    detail={"intent": _intent_doc(rej.intent)},
-                )
-            )
-        for finding in pool_plan.findings:
-            records.append(
-                stamp(
-                    kind=Kind.FINDING,
-                    node=str(finding.node),
-                    reason=finding.reason.value,
-                    message=finding.message,
-                    detail={"key": finding.key, "value": finding.value},
-                )
-            )
+        records.extend(_refusal(stamp, r) for r in pool_plan.rejections)
+        records.extend(_finding(stamp, f) for f in pool_plan.findings)
         if not pool_plan.steps:
-            proposal = proposals.get(name)
-            refused = sorted(
-                {(r.reason.value, r.intent.action.value, r.count) for r in pool_plan.rejections}
-            )
-            records.append(
-                stamp(
-                    kind=Kind.SUMMARY,
-                    reason=pool_plan.rejections[0].reason.value if pool_plan.rejections else STEADY,
-                    message=pool_plan.summary,
-                    count=0,
-                    detail={
-                        "lend_target": None if proposal is None else proposal.lend_target,
-                        "refusals": [list(r) for r in refused],
-                    },
-                )
-            )
+            records.append(_summary(stamp, pool_plan, proposal))
     return Tick(tuple(records), intents)
+
+
+def _intent(stamp: _Stamp, step: model.Step) -> AuditRecord:
+    return stamp(
+        kind=Kind.INTENT,
+        node=str(step.node),
+        action=step.action,
+        origin=step.intent.origin,
+        reason=step.reason.value,
+        message=step.message,
+        detail={"urgent": step.urgent, "intent": _intent_doc(step.intent)},
+    )
+
+
+def _refusal(stamp: _Stamp, rejection: model.Rejection) -> AuditRecord:
+    return stamp(
+        kind=Kind.REFUSAL,
+        node=None if rejection.node is None else str(rejection.node),
+        action=rejection.intent.action,
+        origin=rejection.intent.origin,
+        reason=rejection.reason.value,
+        message=rejection.message,
+        count=rejection.count,
+        detail={"intent": _intent_doc(rejection.intent)},
+    )
+
+
+def _finding(stamp: _Stamp, finding: model.Finding) -> AuditRecord:
+    return stamp(
+        kind=Kind.FINDING,
+        node=str(finding.node),
+        reason=finding.reason.value,
+        message=finding.message,
+        detail={"key": finding.key, "value": finding.value},
+    )
+
+
+def _summary(
+    stamp: _Stamp, pool_plan: model.PoolPlan, proposal: model.Proposal | None
+) -> AuditRecord:
+    """A pool that moved nothing: what it was asked for and every refusal, in one record."""
+    rejections = pool_plan.rejections
+    refused = sorted({(r.reason.value, r.intent.action.value, r.count) for r in rejections})
+    return stamp(
+        kind=Kind.SUMMARY,
+        reason=rejections[0].reason.value if rejections else STEADY,
+        message=pool_plan.summary,
+        count=0,
+        detail={
+            "lend_target": None if proposal is None else proposal.lend_target,
+            "refusals": [list(r) for r in refused],
+        },
+    )
 
 
 @dataclass(frozen=True)
