@@ -36,7 +36,7 @@ from enum import Enum
 from rebalancer.core import demand as demand_module
 from rebalancer.core import model, nodestate, overrides, warmth, windows
 from rebalancer.core.model import Action, Intent, Origin, Reason
-from rebalancer.core.policy import PoolPolicy
+from rebalancer.core.policy import Guard, PoolPolicy
 
 
 def make_plan(
@@ -319,7 +319,7 @@ def _observe(
         note,
         need,
         queue,
-        held=pool.held if policy.guarded else None,
+        held=pool.held if Guard.DEMAND_DROP_HOLD in policy.guards else None,
     )
     work.budget = policy.step_budget(work.size)
     return work
@@ -356,7 +356,7 @@ def _health(
     """Unreachable, empty, NaN and old all mean one thing: demand is unknown since the last
     good sample (or since the controller started, before any). No lending at once; past
     ``staleness + stale_grace`` since then, everything lent is reclaimed."""
-    if not policy.guarded:
+    if Guard.METRICS not in policy.guards:
         return Health.FRESH, "metrics not checked"
     since = demand.at if demand is not None else pool.unknown_since
     if since is None:
@@ -419,16 +419,15 @@ def _reclaim_node(work: _Pool, node: _Node, origin: Origin, reason: Reason, why:
 
 
 def _safety_intents(work: _Pool) -> None:
-    if not work.policy.guarded:
-        return  # a baseline shows its own rule: nothing protects it from itself
+    guards = work.policy.guards
     if work.health is Health.LOST:
         count = work.count(nodestate.Phase.LENT) - work.reclaims
         why = f"demand is unknown ({work.health_note}): inference comes first"
         _safety_reclaim(work, count, Reason.METRICS_LOST, why)
         return
-    if work.need is not None:
+    if work.need is not None and Guard.DEMAND_ABOVE_SERVING in guards:
         _reclaim_for_demand(work, work.need)
-    if work.policy.queue_reclaims:
+    if work.policy.queue_reclaims and Guard.QUEUE_LIMIT in guards:
         _reclaim_for_queue(work)
 
 
@@ -553,7 +552,8 @@ def _lend_blocked(work: _Pool) -> tuple[Reason, str] | None:
             f"traffic falls; not believed until it lasts {work.policy.drop_hold} "
             f"(since {held.since.isoformat()})",
         )
-    if work.policy.guarded and work.queue is not None and work.queue > work.policy.queue_limit:
+    queue_limited = Guard.QUEUE_LIMIT in work.policy.guards
+    if queue_limited and work.queue is not None and work.queue > work.policy.queue_limit:
         return (
             Reason.QUEUE_BUILDING,
             f"{work.queue:.0f} requests wait (limit {work.policy.queue_limit:.0f}): "
@@ -573,7 +573,7 @@ def _lend_room(work: _Pool) -> tuple[int, Reason, str]:
     limits = [
         (serving - policy.min_serving, Reason.MIN_SERVING, f"{policy.min_serving} must serve")
     ]
-    if policy.guarded:
+    if Guard.MAX_LENT_FRACTION in policy.guards:
         limits.append(
             (
                 math.floor(policy.max_lent_fraction * size + 1e-9) - work.lent_count,
@@ -581,14 +581,14 @@ def _lend_room(work: _Pool) -> tuple[int, Reason, str]:
                 f"at most {policy.max_lent_fraction:.0%} of {size} nodes may be lent",
             )
         )
-        if work.need is not None:
-            limits.append(
-                (
-                    serving - work.need,
-                    Reason.HEADROOM,
-                    f"demand needs {work.need} of {size} nodes with {policy.headroom:.0%} headroom",
-                )
+    if Guard.HEADROOM in policy.guards and work.need is not None:
+        limits.append(
+            (
+                serving - work.need,
+                Reason.HEADROOM,
+                f"demand needs {work.need} of {size} nodes with {policy.headroom:.0%} headroom",
             )
+        )
     room, reason, note = min(limits, key=lambda item: item[0])
     if reason in (Reason.MIN_SERVING, Reason.HEADROOM):
         cold = []
