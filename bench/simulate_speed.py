@@ -22,10 +22,10 @@ TRACE = Path(__file__).parents[1] / "examples" / "traces" / "azure_llm_2024_week
 GOALS = {16: 3.0, 1000: 30.0}
 
 
-def seconds(trace: traces.Trace, name: str, size: int, guarded: bool) -> tuple[float, int]:
+def seconds(trace: traces.Trace, name: str, size: int, baseline: bool) -> tuple[float, int]:
     pool = engine.PoolModel(size=size, zone="America/Los_Angeles")
     started = time.perf_counter()
-    run = engine.run(trace, registry.build(name), pool, guarded=guarded)
+    run = engine.run(trace, registry.build(name), pool, baseline=baseline)
     elapsed = time.perf_counter() - started
     return elapsed, run.figures.loans + run.figures.reclaims
 
@@ -39,9 +39,9 @@ def main() -> None:
     print(f"{'nodes':>6} {'strategy':>10} {'seconds':>8} {'goal':>6} {'vs static':>9} {'steps':>6}")
     for size, goal in GOALS.items():
         base = statistics.median(
-            seconds(trace, "static", size, False)[0] for _ in range(args.repeat)
+            seconds(trace, "static", size, baseline=True)[0] for _ in range(args.repeat)
         )
-        timed = [seconds(trace, registry.DEFAULT, size, True) for _ in range(args.repeat)]
+        timed = [seconds(trace, registry.DEFAULT, size, baseline=False) for _ in range(args.repeat)]
         median = statistics.median(t for t, _ in timed)
         verdict = "ok" if median < goal else "MISSED"
         print(

@@ -6,12 +6,26 @@ the intents it considered, the steps to carry out and, for every intent or part 
 refused, a Rejection with a reason code and a sentence. Nothing is ever refused silently:
 for each intent, the nodes in its steps plus the counts in its rejections equal its count.
 
+How one pool is planned:
+
+1. observe: every node is decoded once and demand is judged, into a ``_Pool`` that does not
+   change while the tick is decided;
+2. intents, in order of precedence: operators, safety, then the strategy. Each goes through the
+   same three stages (``_grant``), and what it decides lands in the ``_Draft``, the plan being
+   built, so that later intents see the steps of earlier ones:
+   - candidates: which nodes could take its steps, and the Reason each other one is excluded;
+   - budget: how many steps the rules allow (pause, metrics, capacity, the per-tick limit),
+     each rule refusing what it cuts;
+   - steps: the cheapest candidates, up to the budget; what is allowed but finds no candidate
+     is refused with the reasons the other nodes were excluded.
+
 The rules (DESIGN section 4, decisions in ``docs/design/safety-rules.md``):
 
 - pause: a global or pool pause, or a node's ``paused`` override, freezes the node(s) as they are;
 - metrics: a missing or stale demand sample stops all lending; past the grace period every lent
   node is reclaimed. A missing sample is never read as zero load. Requests queueing beyond
-  ``queue_limit`` stop lending too: serving is already short;
+  ``queue_limit`` stop lending too: serving is already short. A fall of demand faster than
+  traffic falls (``core.demand``) is held, and nothing is lent while it is;
 - capacity: never lend below ``min_serving``, below what demand needs with ``headroom``, or above
   ``max_lent_fraction`` of the pool; when demand rises above what serves, reclaim at once;
 - only idle, ready nodes are lent: no inference pods, nothing but DaemonSets and borrowed pods;
@@ -22,13 +36,18 @@ The rules (DESIGN section 4, decisions in ``docs/design/safety-rules.md``):
 
 Reclaims that protect inference (demand above serving, metrics lost, operator ``reclaim=now``,
 window closed) ignore ``min_loan`` and the per-tick limit: inference comes first.
+
+The metrics, demand-drop, headroom, lent-fraction, demand-above-serving and queue rules are
+guards (``policy.Guard``): the controller always holds them all; only the simulator's
+baselines run without, so that their own rule shows.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
@@ -36,7 +55,8 @@ from enum import Enum
 from rebalancer.core import demand as demand_module
 from rebalancer.core import model, nodestate, overrides, warmth, windows
 from rebalancer.core.model import Action, Intent, Origin, Reason
-from rebalancer.core.policy import PoolPolicy
+from rebalancer.core.nodestate import Phase
+from rebalancer.core.policy import Guard, PoolPolicy
 
 
 def make_plan(
@@ -86,6 +106,28 @@ def invalid_proposal(proposal: object, size: int) -> str | None:
     return None
 
 
+def plan_pool(
+    now: datetime,
+    name: model.PoolName,
+    pool: model.PoolSnapshot,
+    proposal: model.Proposal | None,
+    policy: PoolPolicy,
+    keys: nodestate.Keys,
+    paused: bool = False,
+    frozen: bool = False,
+) -> model.PoolPlan:
+    draft = _Draft(_observe(now, name, pool, policy, keys, paused, frozen))
+    # Every intent is still formed under a pause or a freeze, and refused: nothing is silent.
+    _operator_intents(draft)
+    _safety_intents(draft)
+    _strategy_intent(draft, proposal)
+    return draft.finish(proposal)
+
+
+# ---------------------------------------------------------------------------------------------
+# The values passed between the stages.
+
+
 class Health(Enum):
     FRESH = "fresh"
     STALE = "stale"  # no new lending
@@ -99,10 +141,17 @@ class _Node:
     view: model.NodeView
     name: model.NodeName
     state: nodestate.NodeState
-    phase: nodestate.Phase
+    phase: Phase
     overrides: overrides.Overrides
     window: windows.Window | None  # the node's own window override; None: the pool's
     unreadable: bool = False  # an override could not be read: fail closed, never lend it
+
+    def as_of(self, now: datetime) -> _Node:
+        """The node at ``now``: past ``override-until`` every override lapses, an unreadable
+        one too."""
+        if self.overrides.active(now) is self.overrides:
+            return self
+        return dataclasses.replace(self, overrides=overrides.NONE, window=None, unreadable=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,85 +160,122 @@ class _Decoded:
     findings: tuple[model.Finding, ...]
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
+class _Demand:
+    """What the tick knows of a pool's demand."""
+
+    health: Health
+    note: str  # how old the sample is, or why there is none: for the sentences
+    need: int | None  # nodes demand needs now; None when demand is unknown
+    queue: float | None  # requests waiting, from a fresh sample; None when unknown
+    held: model.DropHeld | None  # an implausible fall of demand, not believed yet
+
+
+@dataclass(frozen=True, slots=True)
 class _Pool:
-    """Working state of one pool while its intents are decided."""
+    """One pool as the tick found it. It does not change while intents are decided: what they
+    decide is in the ``_Draft``."""
 
     name: model.PoolName
     now: datetime
     policy: PoolPolicy
-    nodes: list[_Node]
-    by_phase: dict[nodestate.Phase, list[_Node]]
+    by_phase: Mapping[Phase, tuple[_Node, ...]]  # every phase, in the order of ``Phase``
     unreadable: int  # nodes whose state could not be read: neither serving nor lendable
     not_ready: int  # serving nodes that are NotReady: no capacity, not lendable
     warming: frozenset[model.NodeName]  # serving, Ready, not warm yet: capacity soon, not now
-    findings: list[model.Finding]
-    health: Health
-    health_note: str
-    need: int | None  # nodes demand needs now; None when demand is unknown
-    queue: float | None  # requests waiting, from a fresh sample; None when unknown
-    held: model.DropHeld | None = None  # an implausible fall of demand, not believed yet
+    demand: _Demand
+    findings: tuple[model.Finding, ...]
+    window_open: bool  # the pool's window, evaluated once per tick
+    paused: bool  # a global or pool pause: lending and non-safety moves are refused
+    frozen: bool  # a global or pool freeze: every intent is refused
+
+    @property
+    def size(self) -> int:
+        return self.count(*Phase) + self.unreadable
+
+    def count(self, *phases: Phase) -> int:
+        return sum(len(self.by_phase[phase]) for phase in phases)
+
+    def is_open(self, node: _Node) -> bool:
+        """Whether the node's window (its own, or the pool's) is open now."""
+        return self.window_open if node.window is None else node.window.is_open(self.now)
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidates:
+    """The nodes that could take an intent's steps, and every other node it is about with
+    the reason it is excluded (in the nodes' order, which breaks ties between reasons)."""
+
+    eligible: tuple[_Node, ...]
+    excluded: Mapping[model.NodeName, Reason]
+
+
+@dataclass(frozen=True, slots=True)
+class _Limit:
+    """What one rule allows an intent: at most ``cap`` steps, and the words for the rest."""
+
+    cap: int
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Budget:
+    """How many steps an intent may take, and the refusals of the rest."""
+
+    allowed: int
+    refused: tuple[model.Rejection, ...]
+
+
+@dataclass
+class _Draft:
+    """The plan of one pool while it is built: what the intents so far asked for, took and
+    were refused. Counts read through it include the steps already decided, so a node moves
+    at most once a tick and capacity is never lent twice."""
+
+    pool: _Pool
     intents: list[Intent] = field(default_factory=list)
     steps: list[model.Step] = field(default_factory=list)
     rejections: list[model.Rejection] = field(default_factory=list)
     changed: set[model.NodeName] = field(default_factory=set)
-    budget: int = 0
-    paused: bool = False  # a global or pool pause: lending and non-safety moves are refused
-    frozen: bool = False  # a global or pool freeze: every intent is refused
+    per_tick_left: int = field(init=False)  # strategy steps this tick still allows
     lends: int = 0
     cold_lends: int = 0  # lends of warming nodes: they took no warm capacity away
     reclaims: int = 0
-    _open: dict[int, bool] = field(default_factory=dict)
 
-    @property
-    def size(self) -> int:
-        return len(self.nodes) + self.unreadable
+    def __post_init__(self) -> None:
+        self.per_tick_left = self.pool.policy.step_budget(self.pool.size)
 
-    def in_phase(self, *phases: nodestate.Phase) -> list[_Node]:
+    def untouched(self, *phases: Phase) -> list[_Node]:
         """Nodes in ``phases`` that no step of this tick has touched yet."""
-        return [n for phase in phases for n in self.by_phase[phase] if n.name not in self.changed]
-
-    def count(self, *phases: nodestate.Phase) -> int:
-        return sum(len(self.by_phase[phase]) for phase in phases)
+        by_phase = self.pool.by_phase
+        return [n for phase in phases for n in by_phase[phase] if n.name not in self.changed]
 
     @property
     def lent_count(self) -> int:
         """Nodes lent or being lent after the steps decided so far."""
-        return (
-            self.count(nodestate.Phase.LENT, nodestate.Phase.LENDING) + self.lends - self.reclaims
-        )
+        return self.pool.count(Phase.LENT, Phase.LENDING) + self.lends - self.reclaims
 
     @property
     def serving_count(self) -> int:
         """Warm serving nodes after the steps decided so far: a NotReady node serves nothing,
         and a node back from a loan serves once its inference is warm (``core.warmth``)."""
-        warm = self.count(nodestate.Phase.SERVING) - self.not_ready - len(self.warming)
+        pool = self.pool
+        warm = pool.count(Phase.SERVING) - pool.not_ready - len(pool.warming)
         return warm - (self.lends - self.cold_lends)
 
     @property
     def returning(self) -> int:
         """Nodes on their way back to serving: reclaiming, warming up, or reclaimed this tick."""
-        warming = len(self.warming) - self.cold_lends
-        return self.count(nodestate.Phase.RECLAIMING) + warming + self.reclaims
+        warming = len(self.pool.warming) - self.cold_lends
+        return self.pool.count(Phase.RECLAIMING) + warming + self.reclaims
 
-    def window_of(self, node: _Node) -> windows.Window:
-        return node.window or self.policy.window
-
-    def is_open(self, window: windows.Window) -> bool:
-        """Whether ``window`` is open now; each window is evaluated once per tick."""
-        known = self._open.get(id(window))
-        if known is None:
-            known = self._open[id(window)] = window.is_open(self.now)
-        return known
-
-    def intend(self, intent: Intent) -> Intent:
-        self.intents.append(intent)
-        return intent
-
-    def step(self, intent: Intent, node: _Node, urgent: bool = False) -> None:
+    def step(self, intent: Intent, node: _Node) -> None:
+        # A reclaim for anything but the strategy protects inference: its deadline is short.
+        urgent = intent.action is Action.RECLAIM and intent.origin is not Origin.STRATEGY
         self.steps.append(
             model.Step(
-                pool=self.name,
+                pool=self.pool.name,
                 node=node.name,
                 action=intent.action,
                 reason=intent.reason,
@@ -199,130 +285,93 @@ class _Pool:
             )
         )
         self.changed.add(node.name)
+        if intent.origin is Origin.STRATEGY:
+            self.per_tick_left -= 1
         if intent.action is Action.LEND:
             self.lends += 1
-            self.cold_lends += node.name in self.warming
+            self.cold_lends += node.name in self.pool.warming
         else:
             self.reclaims += 1
 
-    def refuse_if_paused(self, intent: Intent) -> bool:
-        """A freeze refuses everything. A pause refuses lending and the moves that are not
-        about keeping inference served: a safety reclaim, or one an operator asked for on a
-        node, still happens."""
-        if self.frozen:
-            why = "the pool is frozen: nothing moves, not even safety reclaims"
-            self.reject(intent, Reason.FROZEN, why, intent.count, intent.node)
-            return True
-        protects = intent.action is Action.RECLAIM and intent.origin in (
-            Origin.SAFETY,
-            Origin.OPERATOR,
+    def finish(self, proposal: model.Proposal | None) -> model.PoolPlan:
+        pool = self.pool
+        need = "unknown" if pool.demand.need is None else str(pool.demand.need)
+        target = "-" if proposal is None else str(proposal.lend_target)
+        counts = ", ".join(
+            f"{len(nodes)} {phase.value}" for phase, nodes in pool.by_phase.items() if nodes
         )
-        if self.paused and not protects:
-            self.reject(intent, Reason.PAUSED, "the pool is paused", intent.count, intent.node)
-            return True
-        return False
-
-    def reject(
-        self,
-        intent: Intent,
-        reason: Reason,
-        message: str,
-        count: int,
-        node: model.NodeName | None = None,
-    ) -> None:
-        if count > 0:
-            self.rejections.append(model.Rejection(intent, reason, message, count, node))
-
-
-def plan_pool(
-    now: datetime,
-    name: model.PoolName,
-    pool: model.PoolSnapshot,
-    proposal: model.Proposal | None,
-    policy: PoolPolicy,
-    keys: nodestate.Keys,
-    paused: bool = False,
-    frozen: bool = False,
-) -> model.PoolPlan:
-    work = _observe(now, name, pool, policy, keys)
-    # Every intent is still formed, and refused: nothing is silent.
-    work.paused, work.frozen = paused, frozen
-    _operator_intents(work)
-    _safety_intents(work)
-    _strategy_intent(work, proposal)
-    return model.PoolPlan(
-        pool=name,
-        intents=tuple(work.intents),
-        steps=tuple(work.steps),
-        rejections=tuple(work.rejections),
-        findings=tuple(work.findings),
-        summary=_summary(work, proposal),
-    )
+        return model.PoolPlan(
+            pool=pool.name,
+            intents=tuple(self.intents),
+            steps=tuple(self.steps),
+            rejections=tuple(self.rejections),
+            findings=pool.findings,
+            summary=(
+                f"pool {pool.name}: {counts}; need {need}; target {target}; "
+                f"{len(self.steps)} steps, {len(self.rejections)} refusals"
+            ),
+        )
 
 
 # ---------------------------------------------------------------------------------------------
-# Observe: decode every node once, judge the metrics.
+# Observe: decode every node once, judge the demand.
 
 
 def _observe(
     now: datetime,
     name: model.PoolName,
-    pool: model.PoolSnapshot,
+    snapshot: model.PoolSnapshot,
     policy: PoolPolicy,
     keys: nodestate.Keys,
+    paused: bool,
+    frozen: bool,
 ) -> _Pool:
-    nodes: list[_Node] = []
-    by_phase: dict[nodestate.Phase, list[_Node]] = {phase: [] for phase in nodestate.Phase}
+    by_phase, findings, unreadable = _read_nodes(now, snapshot.nodes, keys, policy.zone)
+    serving = by_phase[Phase.SERVING]
+    return _Pool(
+        name=name,
+        now=now,
+        policy=policy,
+        by_phase=by_phase,
+        unreadable=unreadable,
+        not_ready=sum(1 for n in serving if not n.view.ready),
+        warming=frozenset(
+            n.name
+            for n in serving
+            if n.view.ready and not warmth.is_warm(n.view, n.state, now, policy.warmup)
+        ),
+        demand=_judge_demand(now, snapshot, policy),
+        findings=findings,
+        window_open=policy.window.is_open(now),
+        paused=paused,
+        frozen=frozen,
+    )
+
+
+def _read_nodes(
+    now: datetime, views: Iterable[model.NodeView], keys: nodestate.Keys, zone: str
+) -> tuple[dict[Phase, tuple[_Node, ...]], tuple[model.Finding, ...], int]:
+    """The readable nodes by phase (every phase, in the order of ``Phase``), what could not
+    be read on any node, and how many nodes' state could not be read at all."""
+    by_phase: dict[Phase, list[_Node]] = {phase: [] for phase in Phase}
     findings: list[model.Finding] = []
     unreadable = 0
-    memo_key = ("planning", keys.prefix, policy.zone)
-    for view in pool.nodes:
+    # This runs for every node every tick: the common case costs no call.
+    memo_key = ("planning", keys.prefix, zone)
+    for view in views:
         decoded = view.memo.get(memo_key)
         if not isinstance(decoded, _Decoded):
-            decoded = view.memo[memo_key] = _decode(view, keys, policy.zone)
+            decoded = view.memo[memo_key] = _decode(view, keys, zone)
         if decoded.findings:
             findings.extend(decoded.findings)
         node = decoded.node
         if node is None:
             unreadable += 1
             continue
-        if node.overrides.until is not None and now >= node.overrides.until:
-            node = _Node(node.view, node.name, node.state, node.phase, overrides.NONE, None)
-        nodes.append(node)
+        if node.overrides.until is not None:
+            node = node.as_of(now)
         by_phase[node.phase].append(node)
-    # A rate that is not a finite number >= 0 is no sample: never read as a load, and never
-    # handed to ``need``, which cannot round NaN or infinity.
-    demand = demand_module.usable(pool.demand)
-    health, note = _health(now, pool, demand, policy)
-    if demand is None and pool.demand is not None:
-        note = f"demand sample {pool.demand.value} is not a rate"
-    need = policy.need(demand.value) if demand is not None else None
-    queue = pool.queue.value if pool.queue and pool.queue.age(now) <= policy.staleness else None
-    serving = by_phase[nodestate.Phase.SERVING]
-    not_ready = sum(1 for n in serving if not n.view.ready)
-    warming = frozenset(
-        n.name
-        for n in serving
-        if n.view.ready and not warmth.is_warm(n.view, n.state, now, policy.warmup)
-    )
-    work = _Pool(
-        name,
-        now,
-        policy,
-        nodes,
-        by_phase,
-        unreadable,
-        not_ready,
-        warming,
-        findings,
-        health,
-        note,
-        need,
-        queue,
-        held=pool.held if policy.guarded else None,
-    )
-    work.budget = policy.step_budget(work.size)
-    return work
+    return {phase: tuple(nodes) for phase, nodes in by_phase.items()}, tuple(findings), unreadable
 
 
 def _decode(view: model.NodeView, keys: nodestate.Keys, zone: str) -> _Decoded:
@@ -350,13 +399,31 @@ def _decode(view: model.NodeView, keys: nodestate.Keys, zone: str) -> _Decoded:
     return _Decoded(node, tuple(findings))
 
 
+def _judge_demand(now: datetime, pool: model.PoolSnapshot, policy: PoolPolicy) -> _Demand:
+    # A rate that is not a finite number >= 0 is no sample: never read as a load, and never
+    # handed to ``need``, which cannot round NaN or infinity.
+    demand = demand_module.usable(pool.demand)
+    health, note = _health(now, pool, demand, policy)
+    if demand is None and pool.demand is not None:
+        note = f"demand sample {pool.demand.value} is not a rate"
+    queue = pool.queue
+    fresh_queue = queue is not None and queue.age(now) <= policy.staleness
+    return _Demand(
+        health=health,
+        note=note,
+        need=policy.need(demand.value) if demand is not None else None,
+        queue=queue.value if queue is not None and fresh_queue else None,
+        held=pool.held if Guard.DEMAND_DROP_HOLD in policy.guards else None,
+    )
+
+
 def _health(
     now: datetime, pool: model.PoolSnapshot, demand: model.Sample | None, policy: PoolPolicy
 ) -> tuple[Health, str]:
     """Unreachable, empty, NaN and old all mean one thing: demand is unknown since the last
     good sample (or since the controller started, before any). No lending at once; past
     ``staleness + stale_grace`` since then, everything lent is reclaimed."""
-    if not policy.guarded:
+    if Guard.METRICS not in policy.guards:
         return Health.FRESH, "metrics not checked"
     since = demand.at if demand is not None else pool.unknown_since
     if since is None:
@@ -376,264 +443,352 @@ def _health(
 # Intents, in order of precedence: operators, safety, then the strategy.
 
 
-def _operator_intents(work: _Pool) -> None:
+def _operator_intents(draft: _Draft) -> None:
     """Per-node overrides and window edges: each is an intent of its own, about one node."""
-    pool_open = work.is_open(work.policy.window)
-    for node in work.in_phase(nodestate.Phase.LENT):
-        ov = node.overrides
-        if ov is overrides.NONE and pool_open and not node.unreadable:
+    pool = draft.pool
+    for node in draft.untouched(Phase.LENT):
+        if node.overrides is overrides.NONE and pool.window_open and not node.unreadable:
             continue  # the common case, decided without looking further
-        window = work.window_of(node)
-        if ov.reclaim_now or ov.lend is overrides.LendMode.NEVER:
-            reason = Reason.OPERATOR_RECLAIM_NOW if ov.reclaim_now else Reason.OPERATOR_NEVER
-            _reclaim_node(work, node, Origin.OPERATOR, reason, "an operator asked for it")
-        elif node.unreadable:
-            why = "an override on the node cannot be read; it may have meant to keep it serving"
-            _reclaim_node(work, node, Origin.OPERATOR, Reason.BAD_OVERRIDE_RECLAIM, why)
-        elif ov.lend is not overrides.LendMode.NOW and not work.is_open(window):
-            _reclaim_node(work, node, Origin.SCHEDULE, Reason.WINDOW_CLOSED, f"window {window}")
-    for node in work.in_phase(nodestate.Phase.SERVING):
+        intent = _operator_reclaim(pool, node)
+        if intent is not None:
+            _grant(draft, intent, [node])
+    for node in draft.untouched(Phase.SERVING):
         if node.overrides.lend is overrides.LendMode.NOW and not node.unreadable:
-            intent = work.intend(
-                Intent(
-                    work.name,
-                    Action.LEND,
-                    1,
-                    Origin.OPERATOR,
-                    Reason.OPERATOR_LEND_NOW,
-                    "an operator asked to lend this node now",
-                    node=node.name,
-                )
-            )
-            _grant_lends(work, intent, [node], limited=False)
+            reason, why = Reason.OPERATOR_LEND_NOW, "an operator asked to lend this node now"
+            intent = Intent(pool.name, Action.LEND, 1, Origin.OPERATOR, reason, why, node=node.name)
+            _grant(draft, intent, [node])
 
 
-def _reclaim_node(work: _Pool, node: _Node, origin: Origin, reason: Reason, why: str) -> None:
-    intent = work.intend(Intent(work.name, Action.RECLAIM, 1, origin, reason, why, node=node.name))
-    if work.refuse_if_paused(intent):
-        return
-    if node.overrides.paused:
-        work.reject(intent, Reason.NODE_PAUSED, "the node is paused by an operator", 1, node.name)
+def _operator_reclaim(pool: _Pool, node: _Node) -> Intent | None:
+    """The intent to take back a lent node its overrides or its window no longer allow lent."""
+    ov = node.overrides
+    if ov.reclaim_now or ov.lend is overrides.LendMode.NEVER:
+        reason = Reason.OPERATOR_RECLAIM_NOW if ov.reclaim_now else Reason.OPERATOR_NEVER
+        origin, why = Origin.OPERATOR, "an operator asked for it"
+    elif node.unreadable:
+        origin, reason = Origin.OPERATOR, Reason.BAD_OVERRIDE_RECLAIM
+        why = "an override on the node cannot be read; it may have meant to keep it serving"
+    elif ov.lend is not overrides.LendMode.NOW and not pool.is_open(node):
+        origin, reason = Origin.SCHEDULE, Reason.WINDOW_CLOSED
+        why = f"window {node.window or pool.policy.window}"
     else:
-        work.step(intent, node, urgent=True)
+        return None
+    return Intent(pool.name, Action.RECLAIM, 1, origin, reason, why, node=node.name)
 
 
-def _safety_intents(work: _Pool) -> None:
-    if not work.policy.guarded:
-        return  # a baseline shows its own rule: nothing protects it from itself
-    if work.health is Health.LOST:
-        count = work.count(nodestate.Phase.LENT) - work.reclaims
-        why = f"demand is unknown ({work.health_note}): inference comes first"
-        _safety_reclaim(work, count, Reason.METRICS_LOST, why)
+def _safety_intents(draft: _Draft) -> None:
+    """Reclaims that keep inference served: everything lent once demand is lost, else what
+    demand above serving and a queue beyond its limit call for."""
+    demand, policy = draft.pool.demand, draft.pool.policy
+    if demand.health is Health.LOST:
+        count = draft.pool.count(Phase.LENT) - draft.reclaims
+        why = f"demand is unknown ({demand.note}): inference comes first"
+        _safety_reclaim(draft, count, Reason.METRICS_LOST, why)
         return
-    if work.need is not None:
-        _reclaim_for_demand(work, work.need)
-    if work.policy.queue_reclaims:
-        _reclaim_for_queue(work)
+    if demand.need is not None and Guard.DEMAND_ABOVE_SERVING in policy.guards:
+        _reclaim_for_demand(draft, demand.need)
+    if policy.queue_reclaims and Guard.QUEUE_LIMIT in policy.guards:
+        _reclaim_for_queue(draft)
 
 
-def _reclaim_for_demand(work: _Pool, need: int) -> None:
+def _reclaim_for_demand(draft: _Draft, need: int) -> None:
     # Nodes already on their way back count: they will serve again.
-    covered = work.serving_count + work.returning
+    covered = draft.serving_count + draft.returning
     why = f"demand needs {need} serving nodes, {covered} serve or are returning"
-    _safety_reclaim(work, min(need - covered, work.lent_count), Reason.DEMAND_ABOVE_SERVING, why)
+    _safety_reclaim(draft, min(need - covered, draft.lent_count), Reason.DEMAND_ABOVE_SERVING, why)
 
 
-def _reclaim_for_queue(work: _Pool) -> None:
+def _reclaim_for_queue(draft: _Draft) -> None:
     """Requests waiting beyond the limit: serving is short now, whatever the rate says (a rate
     lags, and under-reads a series younger than its window; a queue does not). Take back
     enough nodes to clear the backlog within a minute, counting those already on their way
     back, warming ones included."""
-    queue, limit = work.queue, work.policy.queue_limit
-    if queue is None or queue <= limit or work.lent_count <= 0:
+    queue, policy = draft.pool.demand.queue, draft.pool.policy
+    limit = policy.queue_limit
+    if queue is None or queue <= limit or draft.lent_count <= 0:
         return
-    backlog = max(1, math.ceil(queue / (work.policy.rps_per_node * 60)))
+    backlog = max(1, math.ceil(queue / (policy.rps_per_node * 60)))
     why = (
         f"{queue:.0f} requests wait (limit {limit:.0f}): {backlog} nodes clear them within "
-        f"a minute, {work.returning} are on their way back"
+        f"a minute, {draft.returning} are on their way back"
     )
-    _safety_reclaim(
-        work, min(backlog - work.returning, work.lent_count), Reason.QUEUE_ABOVE_LIMIT, why
-    )
+    count = min(backlog - draft.returning, draft.lent_count)
+    _safety_reclaim(draft, count, Reason.QUEUE_ABOVE_LIMIT, why)
 
 
-def _safety_reclaim(work: _Pool, count: int, reason: Reason, why: str) -> None:
+def _safety_reclaim(draft: _Draft, count: int, reason: Reason, why: str) -> None:
     """Take ``count`` lent nodes back to keep inference served: no churn limit applies."""
     if count > 0:
-        intent = work.intend(Intent(work.name, Action.RECLAIM, count, Origin.SAFETY, reason, why))
-        _grant_reclaims(work, intent, limited=False)
+        intent = Intent(draft.pool.name, Action.RECLAIM, count, Origin.SAFETY, reason, why)
+        _grant(draft, intent, _reclaimable(draft))
 
 
-def _strategy_intent(work: _Pool, proposal: model.Proposal | None) -> None:
+def _reclaimable(draft: _Draft) -> list[_Node]:
+    """What a reclaim of the pool is about: the lent nodes no step has touched, and those still
+    being lent, there only to be refused as in flight (``_why_not_reclaim``)."""
+    return draft.untouched(Phase.LENT, Phase.LENDING)
+
+
+def _strategy_intent(draft: _Draft, proposal: model.Proposal | None) -> None:
     if proposal is None:
         return
-    delta = proposal.lend_target - work.lent_count
+    delta = proposal.lend_target - draft.lent_count
+    if delta == 0:
+        return
+    name, why = draft.pool.name, proposal.reason
     if delta > 0:
-        intent = work.intend(
-            Intent(work.name, Action.LEND, delta, Origin.STRATEGY, Reason.STRATEGY, proposal.reason)
-        )
-        _lend_for_strategy(work, intent)
-    elif delta < 0:
-        intent = work.intend(
-            Intent(
-                work.name, Action.RECLAIM, -delta, Origin.STRATEGY, Reason.STRATEGY, proposal.reason
-            )
-        )
-        _grant_reclaims(work, intent, limited=True)
+        intent = Intent(name, Action.LEND, delta, Origin.STRATEGY, Reason.STRATEGY, why)
+        # lend=now nodes had their own intent; lend=never ones are candidates only to be
+        # refused with their own reason (not "no serving node is left").
+        nodes = [
+            n
+            for n in draft.untouched(Phase.SERVING)
+            if n.overrides.lend is not overrides.LendMode.NOW
+        ]
+    else:
+        intent = Intent(name, Action.RECLAIM, -delta, Origin.STRATEGY, Reason.STRATEGY, why)
+        nodes = _reclaimable(draft)
+    _grant(draft, intent, nodes)
 
 
 # ---------------------------------------------------------------------------------------------
-# Granting: which nodes, within which limits.
+# Granting an intent: candidates, budget, steps. The same for every intent, lend or reclaim.
 
 
-def _lend_for_strategy(work: _Pool, intent: Intent) -> None:
-    wanted = intent.count
-    # lend=now nodes had their own intent; lend=never ones are candidates only to be refused
-    # with their own reason (not "no serving node is left").
-    candidates = [
-        n
-        for n in work.in_phase(nodestate.Phase.SERVING)
-        if n.overrides.lend is not overrides.LendMode.NOW
-    ]
-    _grant_lends(work, intent, candidates, limited=True, wanted=wanted)
-
-
-def _grant_lends(
-    work: _Pool,
-    intent: Intent,
-    candidates: list[_Node],
-    limited: bool,
-    wanted: int | None = None,
-) -> None:
-    wanted = intent.count if wanted is None else wanted
-    if work.refuse_if_paused(intent):
-        return
-    blocked = _lend_blocked(work)
-    if blocked is not None:
-        work.reject(intent, blocked[0], blocked[1], wanted, intent.node)
-        return
-    room, limit_reason, limit_note = _lend_room(work)
-    granted = min(wanted, room)
-    work.reject(intent, limit_reason, limit_note, wanted - granted, intent.node)
-    if limited:
-        granted = _within_budget(work, intent, granted)
-    eligible, excluded = _eligible(work, candidates, operator=not limited)
-    chosen = sorted(eligible, key=lambda n: (len(n.view.pods), n.name))[:granted]
+def _grant(draft: _Draft, intent: Intent, nodes: Sequence[_Node]) -> None:
+    """Decide ``intent`` over the ``nodes`` it is about: the candidates among them, the budget
+    the rules leave, and the steps: the cheapest candidates, up to the budget. What the
+    budget allows but no candidate can take is refused with the reasons nodes were excluded."""
+    draft.intents.append(intent)
+    candidates = _candidates(draft.pool, intent, nodes)
+    budget = _budget(intent, _limits(draft, intent))
+    draft.rejections.extend(budget.refused)
+    cheapest = _lend_cost if intent.action is Action.LEND else _reclaim_cost
+    chosen = sorted(candidates.eligible, key=cheapest)[: budget.allowed]
     for node in chosen:
-        work.step(intent, node)
-    if limited:
-        work.budget -= len(chosen)
-    missing = granted - len(chosen)
-    if missing > 0:
-        reason, note = _why_no_candidate(excluded)
-        work.reject(intent, reason, note, missing, intent.node)
+        draft.step(intent, node)
+    missing = budget.allowed - len(chosen)
+    draft.rejections.extend(_shortfall(draft.pool, intent, missing, candidates.excluded))
 
 
-def _within_budget(work: _Pool, intent: Intent, wanted: int) -> int:
-    """What this tick's per-tick limit still allows of ``wanted``; the rest is refused."""
-    allowed = min(wanted, work.budget)
-    work.reject(
-        intent,
-        Reason.RATE_LIMIT,
-        f"at most {work.policy.step_budget(work.size)} strategy changes per tick",
-        wanted - allowed,
+# -- candidates --------------------------------------------------------------------------------
+
+
+def _candidates(pool: _Pool, intent: Intent, nodes: Sequence[_Node]) -> _Candidates:
+    """Sort ``nodes`` into those that may take ``intent``'s steps and those excluded, and why."""
+    why_not = _why_not_lend if intent.action is Action.LEND else _why_not_reclaim
+    strategy = intent.origin is Origin.STRATEGY
+    eligible, excluded = [], {}
+    for node in nodes:
+        reason = why_not(pool, node, strategy)
+        if reason is None:
+            eligible.append(node)
+        else:
+            excluded[node.name] = reason
+    return _Candidates(tuple(eligible), excluded)
+
+
+def _why_not_lend(pool: _Pool, node: _Node, strategy: bool) -> Reason | None:
+    """Why ``node`` may not be lent now, or None when it may. An operator's ``lend=now``
+    skips the window, the cooldown and the warm-up; nothing else."""
+    ov = node.overrides
+    if node.unreadable:
+        return Reason.BAD_OVERRIDE
+    if ov.paused:
+        return Reason.NODE_PAUSED
+    if ov.lend is overrides.LendMode.NEVER:
+        return Reason.LEND_NEVER
+    if ov.reclaim_now:
+        return Reason.OPERATOR_RECLAIM_NOW
+    if not node.view.ready:
+        return Reason.NOT_READY
+    if not node.view.idle:
+        return Reason.NOT_IDLE
+    if not strategy:
+        return None
+    if not pool.is_open(node):
+        return Reason.OUTSIDE_WINDOW
+    if node.state.since and pool.now - node.state.since < pool.policy.cooldown:
+        return Reason.COOLDOWN
+    if node.name in pool.warming:
+        return Reason.WARMING  # on its way back: lending it again is churn
+    return None
+
+
+def _why_not_reclaim(pool: _Pool, node: _Node, strategy: bool) -> Reason | None:
+    """Why ``node`` may not be reclaimed now, or None when it may. Only the strategy is held
+    to ``min_loan`` and to an operator's ``lend=now``."""
+    if node.phase is Phase.LENDING:
+        return Reason.IN_FLIGHT  # the actuator finishes or rolls it back first
+    if node.overrides.paused:
+        return Reason.NODE_PAUSED
+    if not strategy:
+        return None
+    if node.overrides.lend is overrides.LendMode.NOW:
+        # The operator outranks the strategy: taking the node back would only have it lent
+        # again (lend=now skips the cooldown) as soon as it returns, a loop that preempts
+        # the training on it every few minutes.
+        return Reason.OPERATOR_LEND_NOW
+    since = node.state.since
+    if since is not None and pool.now - since < pool.policy.min_loan:
+        return Reason.MIN_LOAN_TIME
+    return None
+
+
+# -- budget ------------------------------------------------------------------------------------
+
+
+def _budget(intent: Intent, limits: Iterable[_Limit]) -> _Budget:
+    """What every limit, in turn, leaves of ``intent``; each refuses the part it cuts."""
+    allowed, refused = intent.count, []
+    for limit in limits:
+        granted = max(0, min(allowed, limit.cap))
+        if granted < allowed:
+            cut = allowed - granted
+            refused.append(model.Rejection(intent, limit.reason, limit.message, cut, intent.node))
+            allowed = granted
+        if allowed == 0:
+            break  # the rules after this one have nothing left to cut
+    return _Budget(allowed, tuple(refused))
+
+
+def _limits(draft: _Draft, intent: Intent) -> Iterator[_Limit]:
+    """The rules that bound ``intent``, in the order their refusals are reported."""
+    pool = draft.pool
+    paused = _pause_limit(pool, intent)
+    if paused is not None:
+        yield paused
+    if intent.action is Action.LEND:
+        blocked = _lend_blocked(pool)
+        if blocked is not None:
+            yield blocked
+        yield _lend_room(draft)
+    if intent.origin is Origin.STRATEGY:
+        per_tick = pool.policy.step_budget(pool.size)
+        why = f"at most {per_tick} strategy changes per tick"
+        yield _Limit(draft.per_tick_left, Reason.RATE_LIMIT, why)
+
+
+def _pause_limit(pool: _Pool, intent: Intent) -> _Limit | None:
+    """A freeze refuses everything. A pause refuses lending and the moves that are not about
+    keeping inference served: a safety reclaim, or one an operator asked for on a node,
+    still happens."""
+    if pool.frozen:
+        why = "the pool is frozen: nothing moves, not even safety reclaims"
+        return _Limit(0, Reason.FROZEN, why)
+    protects = intent.action is Action.RECLAIM and intent.origin in (
+        Origin.SAFETY,
+        Origin.OPERATOR,
     )
-    return allowed
+    if pool.paused and not protects:
+        return _Limit(0, Reason.PAUSED, "the pool is paused")
+    return None
 
 
-def _lend_blocked(work: _Pool) -> tuple[Reason, str] | None:
-    if work.health is not Health.FRESH:
-        reason = Reason.METRICS_STALE if work.health is Health.STALE else Reason.METRICS_MISSING
-        return reason, f"no lending while demand is unknown ({work.health_note})"
-    if work.held is not None:
-        held = work.held
-        return (
+def _lend_blocked(pool: _Pool) -> _Limit | None:
+    """The rules under which nothing is lent at all: demand unknown, a fall not believed yet,
+    or requests queueing."""
+    demand, policy = pool.demand, pool.policy
+    if demand.health is not Health.FRESH:
+        stale = demand.health is Health.STALE
+        reason = Reason.METRICS_STALE if stale else Reason.METRICS_MISSING
+        return _Limit(0, reason, f"no lending while demand is unknown ({demand.note})")
+    if demand.held is not None:
+        held = demand.held
+        return _Limit(
+            0,
             Reason.DEMAND_DROP_HELD,
             f"demand fell from {held.level.value:.4g} to {held.seen.value:.4g} rps faster than "
-            f"traffic falls; not believed until it lasts {work.policy.drop_hold} "
+            f"traffic falls; not believed until it lasts {policy.drop_hold} "
             f"(since {held.since.isoformat()})",
         )
-    if work.policy.guarded and work.queue is not None and work.queue > work.policy.queue_limit:
-        return (
+    queue = demand.queue
+    if Guard.QUEUE_LIMIT in policy.guards and queue is not None and queue > policy.queue_limit:
+        return _Limit(
+            0,
             Reason.QUEUE_BUILDING,
-            f"{work.queue:.0f} requests wait (limit {work.policy.queue_limit:.0f}): "
-            "serving is short already",
+            f"{queue:.0f} requests wait (limit {policy.queue_limit:.0f}): serving is short already",
         )
     return None
 
 
-def _lend_room(work: _Pool) -> tuple[int, Reason, str]:
+def _lend_room(draft: _Draft) -> _Limit:
     """How many more nodes may be lent, and the rule that sets that number.
 
     Only warm serving nodes are capacity to lend from: a node still reclaiming or warming up
     will serve soon but does not now, and lending against it is how a rise breaches (the
     node lent in its place leaves serving short until the returning one is warm)."""
-    size, policy = work.size, work.policy
-    serving = work.serving_count
+    pool, policy = draft.pool, draft.pool.policy
+    size, serving, need = pool.size, draft.serving_count, pool.demand.need
     limits = [
-        (serving - policy.min_serving, Reason.MIN_SERVING, f"{policy.min_serving} must serve")
+        _Limit(serving - policy.min_serving, Reason.MIN_SERVING, f"{policy.min_serving} must serve")
     ]
-    if policy.guarded:
-        limits.append(
-            (
-                math.floor(policy.max_lent_fraction * size + 1e-9) - work.lent_count,
-                Reason.MAX_FRACTION,
-                f"at most {policy.max_lent_fraction:.0%} of {size} nodes may be lent",
-            )
-        )
-        if work.need is not None:
-            limits.append(
-                (
-                    serving - work.need,
-                    Reason.HEADROOM,
-                    f"demand needs {work.need} of {size} nodes with {policy.headroom:.0%} headroom",
-                )
-            )
-    room, reason, note = min(limits, key=lambda item: item[0])
-    if reason in (Reason.MIN_SERVING, Reason.HEADROOM):
-        cold = []
-        if work.not_ready:
-            cold.append(f"{work.not_ready} serving nodes are not ready")
-        returning = work.count(nodestate.Phase.RECLAIMING) + len(work.warming)
-        if returning:
-            cold.append(f"{returning} are on their way back and not warm yet")
-        if cold:
-            reason = Reason.NOT_READY if work.not_ready else Reason.WARMING
-            note = f"{'; '.join(cold)}, so they carry no load; {note}"
-    return max(0, room), reason, note
+    if Guard.MAX_LENT_FRACTION in policy.guards:
+        most = math.floor(policy.max_lent_fraction * size + 1e-9)
+        why = f"at most {policy.max_lent_fraction:.0%} of {size} nodes may be lent"
+        limits.append(_Limit(most - draft.lent_count, Reason.MAX_FRACTION, why))
+    if Guard.HEADROOM in policy.guards and need is not None:
+        why = f"demand needs {need} of {size} nodes with {policy.headroom:.0%} headroom"
+        limits.append(_Limit(serving - need, Reason.HEADROOM, why))
+    tightest = min(limits, key=lambda limit: limit.cap)
+    if tightest.reason in (Reason.MIN_SERVING, Reason.HEADROOM):
+        return _blame_cold_nodes(pool, tightest)
+    return tightest
 
 
-def _eligible(
-    work: _Pool, candidates: list[_Node], operator: bool
-) -> tuple[list[_Node], Counter[Reason]]:
-    """Nodes that may be lent now. An operator's ``lend=now`` skips the window and cooldown."""
-    eligible, excluded = [], Counter[Reason]()
-    cooldown = work.policy.cooldown
-    for node in candidates:
-        if node.unreadable:
-            excluded[Reason.BAD_OVERRIDE] += 1
-        elif node.overrides.paused:
-            excluded[Reason.NODE_PAUSED] += 1
-        elif node.overrides.lend is overrides.LendMode.NEVER:
-            excluded[Reason.LEND_NEVER] += 1
-        elif node.overrides.reclaim_now:
-            excluded[Reason.OPERATOR_RECLAIM_NOW] += 1
-        elif not node.view.ready:
-            excluded[Reason.NOT_READY] += 1
-        elif not node.view.idle:
-            excluded[Reason.NOT_IDLE] += 1
-        elif not operator and not work.is_open(work.window_of(node)):
-            excluded[Reason.OUTSIDE_WINDOW] += 1
-        elif not operator and node.state.since and work.now - node.state.since < cooldown:
-            excluded[Reason.COOLDOWN] += 1
-        elif not operator and node.name in work.warming:
-            excluded[Reason.WARMING] += 1  # on its way back: lending it again is churn
-        else:
-            eligible.append(node)
-    return eligible, excluded
+def _blame_cold_nodes(pool: _Pool, limit: _Limit) -> _Limit:
+    """When serving capacity limits lending, name the serving nodes that carry no load: not
+    ready, or on their way back and not warm yet."""
+    cold = []
+    if pool.not_ready:
+        cold.append(f"{pool.not_ready} serving nodes are not ready")
+    returning = pool.count(Phase.RECLAIMING) + len(pool.warming)
+    if returning:
+        cold.append(f"{returning} are on their way back and not warm yet")
+    if not cold:
+        return limit
+    reason = Reason.NOT_READY if pool.not_ready else Reason.WARMING
+    return _Limit(limit.cap, reason, f"{'; '.join(cold)}, so they carry no load; {limit.message}")
 
 
-_EXCLUSION_WORDS = {
+# -- steps -------------------------------------------------------------------------------------
+
+
+def _lend_cost(node: _Node) -> tuple[int, str]:
+    """Cheapest first: fewest pods, then by name, so that plans are deterministic."""
+    return len(node.view.pods), node.name
+
+
+def _reclaim_cost(node: _Node) -> tuple[int, int, str]:
+    """Cheapest first: fewest training jobs preempted, then fewest pods."""
+    borrowed = node.view.borrowed_pods
+    jobs = {p.job or f"{p.namespace}/{p.name}" for p in borrowed}
+    return len(jobs), len(borrowed), node.name
+
+
+def _shortfall(
+    pool: _Pool, intent: Intent, missing: int, excluded: Mapping[model.NodeName, Reason]
+) -> list[model.Rejection]:
+    """Refusals for the ``missing`` steps the budget allowed but no candidate could take."""
+    if missing <= 0:
+        return []
+    reasons = Counter(excluded.values())
+    if intent.action is Action.LEND:
+        reason, note = _why_no_lend_candidate(reasons)
+        return [model.Rejection(intent, reason, note, missing, intent.node)]
+    refused = []
+    for reason, note in _reclaim_exclusions(pool.policy, intent):
+        count = min(missing, reasons[reason])
+        if count > 0:
+            refused.append(model.Rejection(intent, reason, note, count, intent.node))
+        missing -= count
+    if missing > 0:
+        note = "no lent node is left to reclaim"
+        refused.append(model.Rejection(intent, Reason.NO_CANDIDATE, note, missing, intent.node))
+    return refused
+
+
+_LEND_EXCLUSIONS = {
     Reason.BAD_OVERRIDE: "with an override that cannot be read",
     Reason.OPERATOR_RECLAIM_NOW: "marked reclaim=now",
     Reason.NODE_PAUSED: "paused",
@@ -646,72 +801,22 @@ _EXCLUSION_WORDS = {
 }
 
 
-def _why_no_candidate(excluded: Counter[Reason]) -> tuple[Reason, str]:
+def _why_no_lend_candidate(excluded: Counter[Reason]) -> tuple[Reason, str]:
+    """The commonest reason serving nodes were excluded, and a sentence counting them all."""
     if not excluded:
         return Reason.NO_CANDIDATE, "no serving node is left to lend"
     reason = excluded.most_common(1)[0][0]
-    parts = ", ".join(f"{count} {_EXCLUSION_WORDS[r]}" for r, count in excluded.most_common())
+    parts = ", ".join(f"{count} {_LEND_EXCLUSIONS[r]}" for r, count in excluded.most_common())
     return reason, f"not enough idle serving nodes: {parts}"
 
 
-def _grant_reclaims(work: _Pool, intent: Intent, limited: bool) -> None:
-    if work.refuse_if_paused(intent):
-        return
-    lent = work.in_phase(nodestate.Phase.LENT)
-    in_flight = work.count(nodestate.Phase.LENDING)
-    eligible, paused, pinned, young = [], 0, 0, 0
-    for node in lent:
-        if node.overrides.paused:
-            paused += 1
-        elif limited and node.overrides.lend is overrides.LendMode.NOW:
-            # The operator outranks the strategy: taking the node back would only have it lent
-            # again (lend=now skips the cooldown) as soon as it returns, a loop that preempts
-            # the training on it every few minutes.
-            pinned += 1
-        elif limited and _loan_too_young(work, node):
-            young += 1
-        else:
-            eligible.append(node)
-    wanted = intent.count
-    if limited:
-        wanted = _within_budget(work, intent, wanted)
-    chosen = sorted(eligible, key=_reclaim_cost)[:wanted]
-    for node in chosen:
-        work.step(intent, node, urgent=not limited)
-    if limited:
-        work.budget -= len(chosen)
-    missing = wanted - len(chosen)
-    for reason, count, note in (
-        (Reason.MIN_LOAN_TIME, young, f"lent less than {work.policy.min_loan} ago"),
-        (Reason.NODE_PAUSED, paused, "paused by an operator"),
-        (Reason.OPERATOR_LEND_NOW, pinned, "kept lent by an operator (lend=now)"),
-        (Reason.IN_FLIGHT, in_flight, "still being lent; finished or rolled back first"),
-    ):
-        refused = min(missing, count)
-        work.reject(intent, reason, note, refused)
-        missing -= refused
-    work.reject(intent, Reason.NO_CANDIDATE, "no lent node is left to reclaim", missing)
-
-
-def _loan_too_young(work: _Pool, node: _Node) -> bool:
-    since = node.state.since
-    return since is not None and work.now - since < work.policy.min_loan
-
-
-def _reclaim_cost(node: _Node) -> tuple[int, int, str]:
-    """Cheapest first: fewest training jobs preempted, then fewest pods."""
-    borrowed = node.view.borrowed_pods
-    jobs = {p.job or f"{p.namespace}/{p.name}" for p in borrowed}
-    return len(jobs), len(borrowed), node.name
-
-
-def _summary(work: _Pool, proposal: model.Proposal | None) -> str:
-    need = "unknown" if work.need is None else str(work.need)
-    target = "-" if proposal is None else str(proposal.lend_target)
-    counts = ", ".join(
-        f"{len(nodes)} {phase.value}" for phase, nodes in work.by_phase.items() if nodes
-    )
-    return (
-        f"pool {work.name}: {counts}; need {need}; target {target}; "
-        f"{len(work.steps)} steps, {len(work.rejections)} refusals"
-    )
+def _reclaim_exclusions(policy: PoolPolicy, intent: Intent) -> list[tuple[Reason, str]]:
+    """Why lent nodes are excluded from a reclaim, in the order a shortfall is blamed on them."""
+    # An intent about one node says so: "the node is paused by an operator".
+    paused = "the node is paused by an operator" if intent.node else "paused by an operator"
+    return [
+        (Reason.MIN_LOAN_TIME, f"lent less than {policy.min_loan} ago"),
+        (Reason.NODE_PAUSED, paused),
+        (Reason.OPERATOR_LEND_NOW, "kept lent by an operator (lend=now)"),
+        (Reason.IN_FLIGHT, "still being lent; finished or rolled back first"),
+    ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from rebalancer.core import demand, model, nodestate, windows
 
@@ -19,6 +20,23 @@ def default_lend_spec(keys: nodestate.Keys) -> nodestate.LendSpec:
         remove_taints=(model.Taint(key="workload", value="inference", effect="NoSchedule"),),
         add_taints=(model.Taint(key=keys.lent_taint, value="training", effect="NoSchedule"),),
     )
+
+
+class Guard(StrEnum):
+    """A safety rule that may be left out of a policy. Every policy the controller builds holds
+    them all; only the simulator's baselines run without some, so that their own rule shows
+    (``sandbox.sim.engine``). The pause, windows, ``min_serving`` and the rules on which nodes
+    may move are not guards: no policy runs without them."""
+
+    METRICS = "metrics"  # a stale or missing demand sample stops lending; lost, reclaims all
+    DEMAND_DROP_HOLD = "demand_drop_hold"  # a fall of demand faster than traffic falls is held
+    HEADROOM = "headroom"  # lend only what demand, with ``headroom`` on top, leaves serving
+    MAX_LENT_FRACTION = "max_lent_fraction"  # never more than that share of the pool lent
+    DEMAND_ABOVE_SERVING = "demand_above_serving"  # demand above what serves: reclaim at once
+    QUEUE_LIMIT = "queue_limit"  # requests waiting beyond ``queue_limit`` stop lending, reclaim
+
+
+ALL_GUARDS = frozenset(Guard)
 
 
 @dataclass(frozen=True)
@@ -43,8 +61,7 @@ class PoolPolicy:
     lend_spec: nodestate.LendSpec = field(
         default_factory=lambda: default_lend_spec(nodestate.Keys())
     )
-    # False only for the simulator's baselines: no headroom, metrics or demand-above-serving rule
-    guarded: bool = True
+    guards: frozenset[Guard] = ALL_GUARDS
 
     def __post_init__(self) -> None:
         problems = []
@@ -102,5 +119,6 @@ class PoolPolicy:
         )
 
     def need(self, rps: float) -> int:
-        headroom = self.headroom if self.guarded else 0.0
+        """Nodes ``rps`` needs serving; without the headroom guard, demand is read bare."""
+        headroom = self.headroom if Guard.HEADROOM in self.guards else 0.0
         return model.nodes_needed(rps, self.rps_per_node, headroom, self.min_serving)

@@ -9,9 +9,10 @@ This implements docs/evaluation.md (the pool model and figures every report uses
 4. the fake pool carries out the steps with the node-state codec's transitions;
 5. the minute is scored against the demand that actually arrived.
 
-The oracle baseline is the one place that sees the future: it is handed the physical limit
-(``oracle_plan``) and runs through the same planner with every guard that could only hold it
-back turned off.
+The baselines (and the oracle) run through the same planner without the guards in
+``BASELINE_DROPS`` and without churn limits, so that their own rule shows: nothing protects them
+from themselves. The oracle is the one place that sees the future: it is handed the physical
+limit (``oracle_plan``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import ClassVar
 
 from rebalancer.core import demand as demand_belief
 from rebalancer.core import model, nodestate, tick
-from rebalancer.core.policy import PoolPolicy
+from rebalancer.core.policy import ALL_GUARDS, Guard, PoolPolicy
 from rebalancer.errors import TraceError
 from sandbox.sim.pool import FakePool
 from sandbox.sim.traces import MINUTE, Trace
@@ -32,6 +33,18 @@ from strategies import base
 
 POOL = model.PoolName("sim")
 SHORT_LOAN = timedelta(minutes=30)
+# The planner's guards a baseline runs without. What stays: pauses, windows, ``min_serving``,
+# and the rules on which nodes may move (idle, ready, not paused by an operator).
+BASELINE_DROPS = frozenset(
+    {
+        Guard.METRICS,
+        Guard.DEMAND_DROP_HOLD,
+        Guard.HEADROOM,
+        Guard.MAX_LENT_FRACTION,
+        Guard.DEMAND_ABOVE_SERVING,
+        Guard.QUEUE_LIMIT,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -63,8 +76,9 @@ class PoolModel:
             )
         return trace.peak / (self.peak_share * self.size)
 
-    def policy(self, rps_per_node: float, guarded: bool = True) -> PoolPolicy:
-        """The planner's limits for this pool; baselines run with the guards off."""
+    def policy(self, rps_per_node: float, baseline: bool = False) -> PoolPolicy:
+        """The planner's limits for this pool; a baseline runs without ``BASELINE_DROPS`` and
+        without churn limits (no cooldown, no minimum loan, no per-tick limit)."""
         base_policy = PoolPolicy(
             rps_per_node=rps_per_node,
             min_serving=self.min_serving,
@@ -73,11 +87,11 @@ class PoolModel:
             warmup=self.warmup,
             zone=self.zone,
         )
-        if guarded:
+        if not baseline:
             return base_policy
         return replace(
             base_policy,
-            guarded=False,
+            guards=ALL_GUARDS - BASELINE_DROPS,
             cooldown=timedelta(0),
             min_loan=timedelta(0),
             max_step_fraction=1.0,
@@ -110,7 +124,7 @@ class Figures:
 @dataclass(frozen=True)
 class Run:
     strategy: str
-    guarded: bool
+    baseline: bool
     timeline: list[Minute]
     figures: Figures
 
@@ -148,13 +162,13 @@ def run(
     trace: Trace,
     strategy: base.Strategy,
     pool_model: PoolModel,
-    guarded: bool = True,
+    baseline: bool = False,
     keys: nodestate.Keys | None = None,
     on_minute: Callable[[], object] | None = None,
 ) -> Run:
     keys = keys or nodestate.Keys()
     rps_per_node = pool_model.calibrate(trace)
-    policy = pool_model.policy(rps_per_node, guarded)
+    policy = pool_model.policy(rps_per_node, baseline)
     fake = FakePool(pool_model.size, policy.lend_spec, keys, pool_model.drain, pool_model.warmup)
     need = needs(trace, pool_model, rps_per_node)
     timeline: list[Minute] = []
@@ -182,7 +196,7 @@ def run(
         if on_minute is not None:
             on_minute()
     figures = score(timeline, need, pool_model, rps_per_node, fake.loan_minutes, loans, reclaims)
-    return Run(strategy.name, guarded, timeline, figures)
+    return Run(strategy.name, baseline, timeline, figures)
 
 
 def _answer(strategy: base.Strategy, view: model.PoolView) -> tick.Answer:

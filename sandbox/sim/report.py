@@ -35,7 +35,8 @@ def summarise(
 ) -> dict[str, Any]:
     strategies: dict[str, Any] = {}
     for run in runs:
-        strategies[run.strategy] = {**asdict(run.figures), "guarded": run.guarded}
+        # "guarded" is the report's documented field (docs/simulator.md): not a baseline.
+        strategies[run.strategy] = {**asdict(run.figures), "guarded": not run.baseline}
     return {
         "strategies": strategies,
         "pool": {
@@ -173,7 +174,7 @@ def plot(path: Path, trace: Trace, rps_per_node: float, runs: Sequence[Run]) -> 
         if breaches:
             ax.plot(breaches, [0.3] * len(breaches), "|", color="#cb181d", label="breach")
         figures = run.figures
-        title = run.strategy if run.guarded else f"{run.strategy} (baseline)"
+        title = f"{run.strategy} (baseline)" if run.baseline else run.strategy
         if run.strategy == "oracle":
             title = "oracle (upper bound)"
         title += (

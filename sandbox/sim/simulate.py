@@ -23,14 +23,15 @@ def simulate(
     params: Mapping[str, Mapping[str, Any]] | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Run ``strategies`` (guarded), the baselines and the oracle; write the report to ``out``.
+    """Run ``strategies`` (with every guard), the baselines and the oracle (without the guards
+    in ``engine.BASELINE_DROPS``); write the report to ``out``.
 
     Strategy parameters are validated before anything runs, so a typo costs no time.
     """
     params = params or {}
     chosen = [name for name in dict.fromkeys(strategies) if name not in BASELINES]
-    built = [(registry.build(name, params.get(name)), True) for name in chosen]
-    built += [(registry.build(name), False) for name in BASELINES]
+    built = [(registry.build(name, params.get(name)), False) for name in chosen]
+    built += [(registry.build(name), True) for name in BASELINES]
     rps_per_node = pool.calibrate(trace)
     oracle = engine.Oracle(
         engine.oracle_plan(engine.needs(trace, pool, rps_per_node), pool), trace.start
@@ -46,7 +47,7 @@ def simulate(
         desc="simulating",
     ) as bar:
         tick = bar.update if progress else None
-        for strategy, guarded in [*built, (oracle, False)]:
+        for strategy, baseline in [*built, (oracle, True)]:
             bar.set_postfix_str(strategy.name)
-            runs.append(engine.run(trace, strategy, pool, guarded=guarded, on_minute=tick))
+            runs.append(engine.run(trace, strategy, pool, baseline=baseline, on_minute=tick))
     return report.write_all(out, trace, pool, rps_per_node, runs)

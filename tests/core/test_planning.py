@@ -479,7 +479,7 @@ def test_an_unguarded_policy_ignores_missing_metrics() -> None:
             [*serving_nodes(3), *lent_nodes(1)],
             target=3,
             rps=None,
-            pool_policy=policy(guarded=False),
+            pool_policy=policy(guards=frozenset()),
         )
     )
 
@@ -487,10 +487,10 @@ def test_an_unguarded_policy_ignores_missing_metrics() -> None:
 
 
 def test_an_unguarded_policy_does_not_reclaim_for_demand_above_serving() -> None:
-    # The simulator's baselines run unguarded, so that their own rule shows.
+    # The simulator's baselines run without these guards, so that their own rule shows.
     nodes = [*serving_nodes(4), *lent_nodes(6)]
 
-    result = checked(plan(nodes, rps=55.0, pool_policy=policy(guarded=False)))
+    result = checked(plan(nodes, rps=55.0, pool_policy=policy(guards=frozenset())))
 
     assert result.steps == ()
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from rebalancer.core import model, nodestate, overrides, planning, windows
 from rebalancer.core.model import Action, NodeName, Origin, PodRole
-from rebalancer.core.policy import PoolPolicy
+from rebalancer.core.policy import ALL_GUARDS, Guard, PoolPolicy
 
 from .factories import (
     KEYS,
@@ -121,7 +121,7 @@ POLICIES = st.builds(
     zone=st.sampled_from(("UTC", "Asia/Tokyo", "America/New_York")),
     lend_spec=st.just(LEND_SPEC),
     queue_limit=st.sampled_from((0.0, 5.0, 100.0)),
-    guarded=st.booleans(),
+    guards=st.sampled_from((ALL_GUARDS, frozenset())),  # as the controller, or a baseline
 )
 JOBS = st.sampled_from((None, "j1", "j2", "j3"))
 PODS = st.lists(st.tuples(st.sampled_from(list(PodRole)), JOBS), max_size=4).map(
@@ -276,7 +276,8 @@ def test_only_lent_unpaused_nodes_are_reclaimed_and_never_against_lend_now(
 def test_nothing_is_lent_while_demand_is_unknown_or_stale(scenario: Scenario) -> None:
     result = scenario.plan()
 
-    if scenario.policy.guarded and not scenario.demand_known():
+    guards = scenario.policy.guards
+    if {Guard.METRICS, Guard.DEMAND_DROP_HOLD} <= guards and not scenario.demand_known():
         assert [s for s in result.steps if s.action is Action.LEND] == []
 
 
@@ -285,7 +286,7 @@ def test_nothing_is_lent_while_demand_is_unknown_or_stale(scenario: Scenario) ->
 def test_nothing_is_lent_while_requests_queue_beyond_the_limit(scenario: Scenario) -> None:
     result = scenario.plan()
 
-    if scenario.policy.guarded and scenario.queue_building():
+    if Guard.QUEUE_LIMIT in scenario.policy.guards and scenario.queue_building():
         assert [s for s in result.steps if s.action is Action.LEND] == []
 
 
@@ -311,7 +312,7 @@ def test_no_node_appears_in_two_steps(scenario: Scenario) -> None:
 @given(scenarios())
 def test_lending_leaves_what_demand_needs_with_headroom(scenario: Scenario) -> None:
     rps = scenario.demand()
-    if not scenario.policy.guarded or rps is None:
+    if Guard.HEADROOM not in scenario.policy.guards or rps is None:
         return
     result = scenario.plan()
     after = apply_plan(scenario.nodes, result, scenario.now, scenario.policy)

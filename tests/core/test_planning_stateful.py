@@ -27,7 +27,7 @@ from hypothesis.stateful import (
 
 from rebalancer.core import model, nodestate, overrides, planning, windows
 from rebalancer.core.model import Action, NodeName, Origin, PodRole
-from rebalancer.core.policy import PoolPolicy
+from rebalancer.core.policy import ALL_GUARDS, Guard, PoolPolicy
 
 from .factories import (
     KEYS,
@@ -90,7 +90,7 @@ POLICIES = st.builds(
     window=st.sampled_from(ZONED_WINDOWS).map(zoned_window),
     zone=st.sampled_from(("UTC", "America/New_York")),
     lend_spec=st.just(LEND_SPEC),
-    guarded=st.booleans(),
+    guards=st.sampled_from((ALL_GUARDS, frozenset())),  # as the controller, or a baseline
 )
 CLOCK_STEPS = seconds(1, 600) | seconds(600, 6 * 3600) | seconds(86400, 200 * 86400)
 TARGETS = st.integers(-3, 10) | st.integers(-(10**9), 10**9)
@@ -276,7 +276,7 @@ class PlannerMachine(RuleBasedStateMachine):
         # (c) nothing is lent while demand is unknown or stale.
         rps = self.usable_demand()
         fresh = rps is not None and self.now - self.sampled_at <= self.policy.staleness
-        if self.policy.guarded and not fresh:
+        if Guard.METRICS in self.policy.guards and not fresh:
             assert lends == []
 
         after = dict(before)
@@ -289,7 +289,7 @@ class PlannerMachine(RuleBasedStateMachine):
             count_in(before.values(), SERVES) < minimum and not lends
         )
         # (f) what demand needs with headroom stays serving, unless lending only went down.
-        if self.policy.guarded and rps is not None:
+        if Guard.HEADROOM in self.policy.guards and rps is not None:
             limit = len(after) - self.policy.need(rps)
             lent_before, lent_after = (
                 count_in(before.values(), LENDS),

@@ -262,9 +262,7 @@ async def test_every_node_has_one_intent_stored_before_its_first_write_and_its_o
         assert all(r.origin == "operator" and r.reason == "operator_reclaim_now" for r in intents)
         for intent in intents:
             outcomes = [r for r in records if r.kind is Kind.OUTCOME and r.intent_id == intent.id]
-            calls = [
-                ((r.detail or {})["call"], r.outcome) for r in outcomes
-            ]
+            calls = [((r.detail or {})["call"], r.outcome) for r in outcomes]
             # The first call (taints back, pods evicted), then the pass that finished: the
             # passes in between wrote nothing and left no row.
             assert calls == [("reclaim", "in_progress"), ("progress", "applied")], calls

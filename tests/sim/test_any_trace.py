@@ -53,11 +53,12 @@ def with_demand(rps: list[float | None]) -> bool:
 
 
 def built(name: str, trace: Trace, pool: engine.PoolModel) -> tuple[base.Strategy, bool]:
-    """The strategy as ``rebalancer simulate`` runs it: baselines and the oracle unguarded."""
+    """The strategy as ``rebalancer simulate`` runs it, and whether it runs as a baseline (the
+    baselines and the oracle do)."""
     if name == "oracle":
         need = engine.needs(trace, pool, pool.calibrate(trace))
-        return engine.Oracle(engine.oracle_plan(need, pool), trace.start), False
-    return registry.build(name), name not in simulate.BASELINES
+        return engine.Oracle(engine.oracle_plan(need, pool), trace.start), True
+    return registry.build(name), name in simulate.BASELINES
 
 
 def describe(rps: list[float | None]) -> None:
@@ -86,8 +87,8 @@ def test_every_strategy_runs_to_the_end_of_any_trace_with_figures_in_range(
 ) -> None:
     describe(rps)
     trace = trace_of(rps)
-    strategy, guarded = built(name, trace, pool)
-    run = engine.run(trace, strategy, pool, guarded=guarded)
+    strategy, baseline = built(name, trace, pool)
+    run = engine.run(trace, strategy, pool, baseline=baseline)
 
     assert len(run.timeline) == trace.minutes
     for minute in run.timeline:

@@ -40,7 +40,7 @@ def test_the_oracle_lends_what_the_next_seven_minutes_allow() -> None:
 
 def test_the_oracle_run_harvests_everything_without_a_breach() -> None:
     plan = engine.oracle_plan(engine.needs(BURST, POOL, 10.0), POOL)
-    run = engine.run(BURST, engine.Oracle(plan, START), POOL, guarded=False)
+    run = engine.run(BURST, engine.Oracle(plan, START), POOL, baseline=True)
     assert run.figures == engine.Figures(
         lent_node_hours=round(73 * 13 / 60, 3),
         oracle_node_hours=round(73 * 13 / 60, 3),
@@ -54,7 +54,7 @@ def test_the_oracle_run_harvests_everything_without_a_breach() -> None:
 
 
 def test_the_reactive_baseline_breaches_until_reclaimed_nodes_are_warm() -> None:
-    run = engine.run(BURST, registry.build("reactive"), POOL, guarded=False)
+    run = engine.run(BURST, registry.build("reactive"), POOL, baseline=True)
     # Minute 60: it still sees 20 rps and keeps 13 lent; 3 nodes serve 30 rps < 144.
     # Minute 61 it reclaims all 13; they drain 2 min and warm 5 min, serving from minute 68.
     breaches = [m.time for m in run.timeline if m.demand_rps and m.demand_rps > 10 * m.serving]
@@ -64,12 +64,12 @@ def test_the_reactive_baseline_breaches_until_reclaimed_nodes_are_warm() -> None
 
 
 def test_the_static_baseline_never_lends() -> None:
-    run = engine.run(BURST, registry.build("static"), POOL, guarded=False)
+    run = engine.run(BURST, registry.build("static"), POOL, baseline=True)
     assert (run.figures.lent_node_hours, run.figures.loans, run.figures.breach_minutes) == (0, 0, 0)
 
 
 def test_a_returning_node_counts_neither_as_serving_nor_as_lent() -> None:
-    run = engine.run(BURST, registry.build("reactive"), POOL, guarded=False)
+    run = engine.run(BURST, registry.build("reactive"), POOL, baseline=True)
     minute = run.timeline[63]
     assert (minute.serving, minute.lent, minute.returning) == (3, 0, 13)
 
@@ -120,5 +120,5 @@ def test_lending_stops_when_samples_go_missing_and_loans_return_after_the_grace(
 
 def test_a_gap_minute_is_never_scored_as_a_breach() -> None:
     trace = trace_of([144.0] + [None] * 5 + [20.0] * 10)
-    run = engine.run(trace, registry.build("reactive"), POOL, guarded=False)
+    run = engine.run(trace, registry.build("reactive"), POOL, baseline=True)
     assert run.figures.breach_minutes == 0

@@ -119,7 +119,7 @@ def test_the_forecast_strategy_reclaims_ahead_of_a_ramp_it_saw_yesterday() -> No
     trace = daily_ramp(days=3)
     pool = engine.PoolModel()
     forecast = engine.run(trace, registry.build("forecast"), pool)
-    reactive = engine.run(trace, registry.build("reactive"), pool, guarded=False)
+    reactive = engine.run(trace, registry.build("reactive"), pool, baseline=True)
     assert breaches_on_day(reactive, 1) > 0, "a ramp nobody foresees breaches"
     assert breaches_on_day(forecast, 1) == 0
     assert breaches_on_day(forecast, 2) == 0
