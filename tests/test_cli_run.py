@@ -32,7 +32,7 @@ from rebalancer.runtime import wiring
 from sandbox.emulator import cluster
 from sandbox.emulator.server import serve, write_kubeconfig
 from sandbox.emulator.store import Store
-from tests.e2e_support import ROOT, child_env, free_port
+from tests.support.processes import ROOT, child_env, free_port
 
 NODE = "inference-5"  # idle: no inference replica runs on it
 

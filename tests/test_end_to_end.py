@@ -6,13 +6,14 @@ two of them running an inference replica, 4 training nodes, 10 preemptible train
 exporter that a real ``prometheus`` scrapes every second, then runs the controller as the Helm
 chart deploys it: the chart is rendered with this cluster's values (``chart_values``: strategy
 ``window`` with window ``always``, a 1 s tick), and the rendered Deployment's container runs as a
-local process (``e2e_support.as_pod``): its args, its environment with the downward API resolved
-(``POD_NAME`` becomes the Lease holder and the audit records' identity), the rendered ConfigMap
-as its settings file and its volumes (the SQLite audit file) under a directory of the test's.
+local process (``tests.support.processes.as_pod``): its args, its environment with the downward
+API resolved (``POD_NAME`` becomes the Lease holder and the audit records' identity), the
+rendered ConfigMap as its settings file and its volumes (the SQLite audit file) under a
+directory of the test's.
 Its readiness and liveness probe paths must answer before the scenario starts.
 
 RBAC is proven, not asserted: the emulator enforces tokens and RBAC, the Helm chart is rendered
-(``tests.chart.support.render``) and its ServiceAccount, ClusterRole, Roles and bindings are
+(``tests.support.chart.render``) and its ServiceAccount, ClusterRole, Roles and bindings are
 created through the API as an admin, and the controller authenticates as the chart's service
 account (``system:serviceaccount:rebalancer:rebalancer``), with leader election on the chart's
 Lease (``rebalancer/rebalancer``).
@@ -52,8 +53,8 @@ from sandbox.emulator import cluster
 from sandbox.emulator.auth import Access
 from sandbox.emulator.server import serve, write_kubeconfig
 from sandbox.emulator.store import Store
-from tests.chart.support import NAMESPACE, RELEASE, render
-from tests.e2e_support import (
+from tests.support.chart import NAMESPACE, RELEASE, render
+from tests.support.processes import (
     CONTROLLER_TOKEN,
     Cluster,
     Exporter,

@@ -1,6 +1,6 @@
 """The audit log tells the truth across ``kill -9``: the controller process killed at random points.
 
-The controller (``tests.process_support``) runs against the emulator with 150 ms added to every
+The controller (``tests.support.harness``) runs against the emulator with 150 ms added to every
 API request, training pods waiting for GPUs and demand flipping between low and high every 1.5 s,
 so kills land in the middle of lends, rollbacks, reclaims and drains. It is killed with SIGKILL
 ``KILLS`` times, each a seeded random moment after it became ready, and started again; at the end
@@ -30,8 +30,8 @@ import aiohttp
 
 from rebalancer.core.audit import AuditRecord, Kind, Result
 from sandbox.emulator.faults import Faults
-from tests.e2e_support import until
-from tests.process_support import INFERENCE, LOW, PEAK, STATE, Harness, harness
+from tests.support.harness import INFERENCE, LOW, PEAK, STATE, Harness, harness
+from tests.support.processes import until
 
 KILLS = 20
 SEED = 2026

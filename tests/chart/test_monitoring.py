@@ -9,7 +9,7 @@
   alert texts are executed too.
 - The Grafana dashboard (with and without the PostgreSQL table) is valid JSON with unique panel
   ids, a datasource on every panel and target and an expression on every target; every PromQL
-  expression and variable query of it runs on a real Prometheus (``tests/adapters/prometheus.py``)
+  expression and variable query of it runs on a real Prometheus (``tests/support/prometheus.py``)
   holding series exported by the controller's own ``Telemetry``, and returns data.
 - The decisions SQL of the PostgreSQL panel runs on a real PostgreSQL whose schema the audit
   store's own migrations made, and returns the expected records in the expected order.
@@ -40,9 +40,9 @@ from rebalancer.adapters.audit import SqlAuditStore
 from rebalancer.core import model
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.runtime.telemetry import Telemetry
-from tests.adapters import prometheus as prom
-from tests.adapters.postgres import PostgresServer, postgres_server
-from tests.chart.support import Doc, of_kind, one, render
+from tests.support import prometheus as prom
+from tests.support.chart import Doc, of_kind, one, render
+from tests.support.postgres import PostgresServer, postgres_server
 
 __all__ = ["postgres_server"]  # the session fixture, imported so that pytest finds it
 
@@ -969,7 +969,7 @@ def telemetry_series() -> str:
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """tests/adapters/prometheus.py's Prometheus, its backfill extended with our series."""
+    """tests/support/prometheus.py's Prometheus, its backfill extended with our series."""
     ours = telemetry_series()
     trace = prom.openmetrics
 

@@ -33,8 +33,8 @@ from sandbox.emulator.clock import ManualClock
 from sandbox.emulator.resources import PODS
 from sandbox.emulator.server import serve
 from sandbox.emulator.store import Store
-from tests.chart.support import NAMESPACE, RELEASE, Doc, of_kind, one, render
-from tests.e2e_support import (
+from tests.support.chart import NAMESPACE, RELEASE, Doc, of_kind, one, render
+from tests.support.processes import (
     ADMIN_TOKEN,
     CONTROLLER_TOKEN,
     apply_rbac,

@@ -10,8 +10,7 @@ import pytest
 
 from rebalancer.core import demand, model, planning
 from rebalancer.core.model import PoolName, Reason
-
-from .factories import KEYS, lent_nodes, policy, proposal, refusals, serving_nodes
+from tests.support.factories import KEYS, lent_nodes, policy, proposal, refusals, serving_nodes
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)

@@ -6,8 +6,7 @@ import pytest
 
 from rebalancer.core import model, recovery
 from rebalancer.core.audit import AuditRecord, Kind, Result
-
-from .factories import (
+from tests.support.factories import (
     KEYS,
     T0,
     begin_reclaim,

@@ -29,8 +29,8 @@ from rebalancer.core.model import NodeName, PoolName, Reason
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.runtime.reconcile import AlwaysLeader, PoolConfig, Reconciler
 from strategies import registry
-from tests.core.factories import KEYS, LEND_SPEC, T0, begin_reclaim, lend, serving
-from tests.runtime.observers import Seen
+from tests.support.factories import KEYS, LEND_SPEC, T0, begin_reclaim, lend, serving
+from tests.support.observers import Seen
 
 A, B = PoolName("a"), PoolName("b")
 RULES = PodRules(lend_taints=LEND_SPEC.add_taints, serving_taints=LEND_SPEC.remove_taints)

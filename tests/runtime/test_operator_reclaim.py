@@ -38,7 +38,7 @@ from sandbox.emulator.resources import NODES
 from sandbox.emulator.server import serve, write_kubeconfig
 from sandbox.emulator.store import Store
 from tests.adapters.conftest import T0
-from tests.e2e_support import free_port
+from tests.support.processes import free_port
 
 Obj = dict[str, Any]
 SERVING = {"key": "workload", "value": "inference", "effect": "NoSchedule"}

@@ -41,7 +41,7 @@ from tests.adapters.test_actuator import Crash, Recorder, daemon_pod
 
 # The same pool, policy and pod rules as the convergence test, and its view of the store.
 from tests.adapters.test_convergence import KEYS, POLICY, POOL, RULES, SPEC, expected_views
-from tests.runtime.observers import Seen
+from tests.support.observers import Seen
 
 Obj = dict[str, Any]
 CONFIG = PoolConfig(

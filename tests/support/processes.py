@@ -37,7 +37,7 @@ from rebalancer.core.audit import AuditRecord
 from sandbox.emulator.auth import Access, Decision, admin, service_account
 from sandbox.emulator.rbac import User
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ADMIN_TOKEN = "admin-token"  # a system:masters user: the test itself, applying manifests
 CONTROLLER_TOKEN = "controller-token"  # the chart's service account: the controller
 RBAC_GROUP = "rbac.authorization.k8s.io"

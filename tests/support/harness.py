@@ -3,7 +3,7 @@
 ``harness`` serves the API emulator (8 ``gpu-pool=inference`` nodes at 10 rps each, two running
 an inference replica, 4 training nodes, 10 preemptible training pods waiting for GPUs), a fake
 vLLM exporter and a real ``prometheus`` scraping it every second. ``Harness.controller`` runs
-``python -m tests.e2e_strategies run`` (the ``rebalancer`` command with one more strategy,
+``python -m tests.support.failing_strategy run`` (the ``rebalancer`` command with one more strategy,
 ``always-raises``) against them with a settings file from ``Harness.config``: durations scaled to
 seconds, and the default demand query with a 4-second rate window, so a load set by a test
 shows within seconds and zero load reads exactly zero.
@@ -30,7 +30,7 @@ from sandbox.emulator import cluster
 from sandbox.emulator.faults import Faults
 from sandbox.emulator.server import serve, write_kubeconfig
 from sandbox.emulator.store import Store
-from tests.e2e_support import (
+from tests.support.processes import (
     ROOT,
     Cluster,
     Exporter,
@@ -163,7 +163,7 @@ class Harness(Cluster):
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "tests.e2e_strategies",
+                "tests.support.failing_strategy",
                 "run",
                 "--config",
                 str(config),
