@@ -95,6 +95,10 @@ class Request:
     def is_write(self) -> bool:
         return self.method in _WRITES
 
+    def flag(self, name: str) -> bool:
+        """A boolean query parameter, read as the server reads it (``allowWatchBookmarks``)."""
+        return flag(self.query, name)
+
 
 RequestObserver = Callable[[Request], object]
 

@@ -22,7 +22,8 @@ from sandbox.emulator.faults import FaultInjector, Faults
 from sandbox.emulator.resources import NODES
 from sandbox.emulator.server import Request, serve
 from sandbox.emulator.store import Store
-from tests.sandbox.conftest import Sandbox, raw
+from tests.support.emulated import Sandbox
+from tests.support.reads import raw
 
 
 async def test_a_written_kubeconfig_loads_with_load_kube_config(
@@ -157,6 +158,8 @@ async def test_a_watch_is_told_as_its_stream_opens_before_any_event_arrives() ->
             # No change has happened: the stream is open and silent, and the watch already told.
             [watch] = seen
     assert watch.is_watch
+    assert watch.flag("watch")
+    assert not watch.flag("allowWatchBookmarks")
     assert (watch.resource, watch.namespace, watch.status) == ("pods", "", 200)
     assert watch.query["resourceVersion"] == since
     assert watch.query["timeoutSeconds"] == "300"
