@@ -54,27 +54,21 @@ from sandbox.emulator.auth import Access
 from sandbox.emulator.server import serve, write_kubeconfig
 from sandbox.emulator.store import Store
 from tests.support.chart import NAMESPACE, RELEASE, render
-from tests.support.processes import (
+from tests.support.exporter import Exporter, serve_exporter
+from tests.support.processes import Cluster, as_pod, free_port, probe, read_audit, start_pod
+from tests.support.prometheus import scraping
+from tests.support.rbac import (
     CONTROLLER_TOKEN,
-    Cluster,
-    Exporter,
     Grant,
     admin_headers,
     apply_rbac,
-    as_pod,
     chart_access,
-    free_port,
     grants,
-    probe,
-    prometheus,
-    read_audit,
-    serve_exporter,
     service_account_of,
-    start_pod,
-    until,
     unused,
     used,
 )
+from tests.support.waits import until
 
 POOL = "inference"
 INFERENCE = [f"inference-{i}" for i in range(cluster.INFERENCE.size)]
@@ -179,7 +173,7 @@ async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(tmp_path:
     docs = render({})
     async with (
         serve_exporter(exporter) as target,
-        prometheus(tmp_path / "prometheus", target) as prom,
+        scraping(tmp_path / "prometheus", target) as prom,
         emulator(docs) as box,
     ):
         originals = {name: scheduling(n) for name, n in (await box.nodes()).items()}

@@ -33,7 +33,7 @@ from pathlib import Path
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Reason
 from tests.support.harness import IDLE, LOW, PEAK, POOL, Controller, Harness, harness
-from tests.support.processes import until
+from tests.support.waits import until
 
 
 def of(records: list[AuditRecord], kind: Kind, reason: Reason) -> list[AuditRecord]:

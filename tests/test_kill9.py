@@ -31,7 +31,7 @@ import aiohttp
 from rebalancer.core.audit import AuditRecord, Kind, Result
 from sandbox.emulator.faults import Faults
 from tests.support.harness import INFERENCE, LOW, PEAK, STATE, Harness, harness
-from tests.support.processes import until
+from tests.support.waits import until
 
 KILLS = 20
 SEED = 2026

@@ -39,13 +39,13 @@ from rebalancer.adapters.metrics import (
     render,
 )
 from rebalancer.core.model import NodeName, PoolName, Sample
+from tests.support.processes import free_port
 from tests.support.prometheus import (
     CONV_LAST,
     MINUTES,
     START,
     Data,
     Server,
-    free_port,
     require,
     running,
     scrape_time,

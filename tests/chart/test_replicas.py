@@ -28,18 +28,9 @@ from sandbox.emulator.server import serve, write_kubeconfig
 from sandbox.emulator.store import Store
 from tests.support.chart import NAMESPACE, RELEASE, render
 from tests.support.postgres import PostgresServer, postgres_server
-from tests.support.processes import (
-    CONTROLLER_TOKEN,
-    Pod,
-    admin_headers,
-    apply_rbac,
-    as_pod,
-    chart_access,
-    free_port,
-    probe,
-    start_pod,
-    until,
-)
+from tests.support.processes import Pod, as_pod, free_port, probe, start_pod
+from tests.support.rbac import CONTROLLER_TOKEN, admin_headers, apply_rbac, chart_access
+from tests.support.waits import until
 
 __all__ = ["postgres_server"]  # the session fixture, imported so that pytest finds it
 

@@ -30,18 +30,10 @@ from sandbox.emulator import cluster
 from sandbox.emulator.faults import Faults
 from sandbox.emulator.server import serve, write_kubeconfig
 from sandbox.emulator.store import Store
-from tests.support.processes import (
-    ROOT,
-    Cluster,
-    Exporter,
-    Prometheus,
-    child_env,
-    free_port,
-    probe,
-    read_audit,
-    serve_exporter,
-    until,
-)
+from tests.support.exporter import Exporter, serve_exporter
+from tests.support.processes import ROOT, Cluster, child_env, free_port, probe, read_audit
+from tests.support.prometheus import Scraping
+from tests.support.waits import until
 
 POOL = "inference"
 INFERENCE = [f"inference-{i}" for i in range(cluster.INFERENCE.size)]
@@ -78,7 +70,7 @@ class Controller:
 class Harness(Cluster):
     store: Store
     exporter: Exporter
-    prometheus: Prometheus
+    prometheus: Scraping
     tmp: Path
     kubeconfig: Path
     audit_url: str
@@ -245,7 +237,7 @@ async def harness(
         aiohttp.ClientSession() as session,
         serve_exporter(exporter) as target,
     ):
-        prom = Prometheus(tmp_path / "prometheus", target)
+        prom = Scraping(tmp_path / "prometheus", target)
         await prom.start()
         try:
             yield Harness(

@@ -1,16 +1,13 @@
-"""What the end-to-end test runs beside the controller: a fake vLLM exporter and a real Prometheus.
+"""The ``rebalancer`` command as a process: its environment, a cluster and settings to run it
+against, the chart's Deployment laid out locally, and what it leaves behind.
 
-``Exporter`` serves, on 127.0.0.1, what vLLM and kube-state-metrics would: per inference pod
-``vllm:request_success_total`` (a counter advanced on the wall clock at ``rps`` requests per
-second in all, split evenly over the pods), ``vllm:num_requests_waiting`` (``waiting`` in all),
-``vllm:num_requests_running``, and ``kube_pod_info`` joining each pod to its node, with the
-``namespace``/``pod``/``node`` labels the default queries of ``rebalancer.adapters.metrics``
-join on. ``prometheus`` starts Debian's ``prometheus`` scraping it every second.
-
-The RBAC helpers put the Helm chart's ServiceAccount, ClusterRole(s), Role(s) and bindings into
-the emulator through its API as an admin (``system:masters``), so the controller can run as the
-chart's service account under exactly the rendered rules, and compare what it was granted
-(``grants``) with what it used (the emulator's ``Access.decisions``).
+``setup`` serves the default cluster on the wall clock (the process reads the wall clock too)
+and writes a kubeconfig and a settings file (``config_text``: leader election as asked,
+Prometheus pointed at a closed port so demand is unknown and nothing is lent, the audit log in a
+SQLite file). ``as_pod`` lays out the rendered Deployment's volumes under a directory and
+resolves its container; ``start_pod`` runs it as the kubelet would. ``Cluster`` reads the
+emulator through its API; ``probe`` is a kubelet's HTTP probe; ``read_audit`` reads an audit
+store back.
 """
 
 from __future__ import annotations
@@ -19,36 +16,23 @@ import asyncio
 import contextlib
 import os
 import re
-import shutil
 import socket
 import sys
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
-from aiohttp import web
+from kubernetes_asyncio import client
 
 from rebalancer.adapters.audit import AuditQuery, SqlAuditStore
 from rebalancer.core.audit import AuditRecord
-from sandbox.emulator.auth import Access, Decision, admin, service_account
-from sandbox.emulator.rbac import User
+from sandbox.emulator import cluster
+from sandbox.emulator.server import serve, write_kubeconfig
+from sandbox.emulator.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
-ADMIN_TOKEN = "admin-token"  # a system:masters user: the test itself, applying manifests
-CONTROLLER_TOKEN = "controller-token"  # the chart's service account: the controller
-RBAC_GROUP = "rbac.authorization.k8s.io"
-# Where each applied kind is created (all namespaced ones in their own namespace).
-_COLLECTIONS = {
-    "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
-    "ClusterRole": f"/apis/{RBAC_GROUP}/v1/clusterroles",
-    "ClusterRoleBinding": f"/apis/{RBAC_GROUP}/v1/clusterrolebindings",
-    "Role": f"/apis/{RBAC_GROUP}/v1/namespaces/{{ns}}/roles",
-    "RoleBinding": f"/apis/{RBAC_GROUP}/v1/namespaces/{{ns}}/rolebindings",
-}
 Doc = dict[str, Any]
 
 
@@ -67,91 +51,6 @@ def child_env() -> dict[str, str]:
     }
     env["PYTHONPATH"] = str(ROOT)
     return env
-
-
-def service_account_of(docs: Iterable[Doc]) -> User:
-    """The user the chart's ServiceAccount authenticates as."""
-    (account,) = [d for d in docs if d.get("kind") == "ServiceAccount"]
-    meta = account["metadata"]
-    return service_account(meta["namespace"], meta["name"])
-
-
-def chart_access(docs: Iterable[Doc]) -> Access:
-    """Tokens for an admin and for the chart's service account."""
-    return Access({ADMIN_TOKEN: admin(), CONTROLLER_TOKEN: service_account_of(docs)})
-
-
-def admin_headers() -> dict[str, str]:
-    return {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-
-
-async def apply_rbac(url: str, docs: Iterable[Doc]) -> list[Doc]:
-    """Create the chart's ServiceAccount and RBAC objects in the emulator at ``url``, as the
-    admin, through the API (a 201 each); returns what was applied."""
-    applied = [d for d in docs if d.get("kind") in _COLLECTIONS]
-    async with aiohttp.ClientSession(headers=admin_headers()) as session:
-        for doc in applied:
-            path = _COLLECTIONS[doc["kind"]].format(ns=doc["metadata"].get("namespace", ""))
-            async with session.post(url + path, json=doc) as response:
-                assert response.status == 201, await response.text()
-    return applied
-
-
-@dataclass(frozen=True, order=True)
-class Grant:
-    """One verb on one resource (``pods/eviction`` for a subresource) of one API group, granted
-    cluster-wide (``namespace`` empty: a ClusterRole) or in one namespace (a Role), limited to
-    ``names`` when the rule lists resourceNames."""
-
-    verb: str
-    group: str
-    resource: str
-    namespace: str = ""
-    names: tuple[str, ...] = ()
-
-    def covers(self, d: Decision) -> bool:
-        resource = d.resource + (f"/{d.subresource}" if d.subresource else "")
-        return (
-            (self.verb, self.group, self.resource) == (d.verb, d.group, resource)
-            and (not self.namespace or self.namespace == d.namespace)
-            and (not self.names or d.name in self.names)
-        )
-
-
-def grants(docs: Iterable[Doc]) -> set[Grant]:
-    """Every grant of the rendered ClusterRoles (cluster-wide) and Roles (in their namespace)."""
-    out: set[Grant] = set()
-    for doc in docs:
-        if doc.get("kind") not in ("ClusterRole", "Role"):
-            continue
-        namespace = doc["metadata"].get("namespace", "") if doc["kind"] == "Role" else ""
-        for rule in doc.get("rules") or ():
-            names = tuple(rule.get("resourceNames") or ())
-            for verb in rule["verbs"]:
-                for group in rule["apiGroups"]:
-                    for resource in rule["resources"]:
-                        out.add(Grant(verb, group, resource, namespace, names))
-    return out
-
-
-def unused(granted: Iterable[Grant], decisions: Iterable[Decision]) -> set[Grant]:
-    """The grants no allowed request among ``decisions`` needed."""
-    allowed = [d for d in decisions if d.allowed]
-    return {g for g in granted if not any(g.covers(d) for d in allowed)}
-
-
-def used(decisions: Iterable[Decision]) -> set[tuple[str, str, str, str]]:
-    """(verb, group, resource[/subresource], namespace or '*') of every allowed request."""
-    return {
-        (
-            d.verb,
-            d.group,
-            d.resource + (f"/{d.subresource}" if d.subresource else ""),
-            d.namespace or "*",
-        )
-        for d in decisions
-        if d.allowed
-    }
 
 
 @dataclass
@@ -174,155 +73,6 @@ class Cluster:
         listed = await self.get("/api/v1/pods")
         items: list[Any] = listed["items"]
         return items
-
-
-@dataclass
-class Exporter:
-    """The fake exporter's state; change ``rps`` and ``waiting`` while it runs."""
-
-    pods: Mapping[str, str]  # "namespace/pod" -> node
-    rps: float = 0.0
-    waiting: int = 0
-    total: float = 0.0  # requests completed so far, all pods together
-    scrapes: int = 0
-    _at: float = field(default_factory=time.monotonic)
-
-    def advance(self) -> None:
-        now = time.monotonic()
-        self.total += self.rps * (now - self._at)
-        self._at = now
-
-    def set_load(self, rps: float, waiting: int) -> None:
-        self.advance()  # the old rate holds up to now
-        self.rps, self.waiting = rps, waiting
-
-    def text(self) -> str:
-        self.advance()
-        self.scrapes += 1
-        n = len(self.pods)
-        families: dict[str, tuple[str, list[str]]] = {
-            "vllm:request_success_total": ("counter", []),
-            "vllm:num_requests_waiting": ("gauge", []),
-            "vllm:num_requests_running": ("gauge", []),
-            "kube_pod_info": ("gauge", []),
-        }
-        running = min(self.rps, 64.0)
-        for i, (key, node) in enumerate(sorted(self.pods.items())):
-            namespace, pod = key.split("/")
-            who = f'namespace="{namespace}",pod="{pod}"'
-            vllm = f'{who},model_name="llm"'
-            share = self.waiting // n + (1 if i < self.waiting % n else 0)
-            families["vllm:request_success_total"][1].append(f"{{{vllm}}} {self.total / n:.3f}")
-            families["vllm:num_requests_waiting"][1].append(f"{{{vllm}}} {share}")
-            families["vllm:num_requests_running"][1].append(f"{{{vllm}}} {running / n:.3f}")
-            families["kube_pod_info"][1].append(f'{{{who},node="{node}",uid="uid-{pod}"}} 1')
-        lines = []
-        for name, (kind, series) in families.items():
-            lines.append(f"# TYPE {name} {kind}")
-            lines.extend(name + s for s in series)
-        return "\n".join(lines) + "\n"
-
-
-@contextlib.asynccontextmanager
-async def serve_exporter(exporter: Exporter) -> AsyncIterator[str]:
-    """Serve ``/metrics`` until the block ends; yields ``host:port``."""
-
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(text=exporter.text(), content_type="text/plain", charset="utf-8")
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
-
-
-async def _ready(url: str, proc: asyncio.subprocess.Process, log: Path, within: float) -> None:
-    async with aiohttp.ClientSession() as session:
-        deadline = time.monotonic() + within
-        while True:
-            if proc.returncode is not None:
-                pytest.fail(f"prometheus exited ({proc.returncode}):\n{log.read_text()[-2000:]}")
-            with contextlib.suppress(aiohttp.ClientError):
-                async with session.get(f"{url}/-/ready") as r:
-                    if r.status == 200:
-                        return
-            if time.monotonic() > deadline:
-                pytest.fail(f"prometheus not ready in {within} s:\n{log.read_text()[-2000:]}")
-            await asyncio.sleep(0.1)
-
-
-@dataclass
-class Prometheus:
-    """A real Prometheus scraping ``target`` every second, on one port and one data directory,
-    that a test can ``stop`` (connection refused, as an outage looks) and ``start`` again."""
-
-    workdir: Path
-    target: str
-    port: int = field(default_factory=free_port)
-    proc: asyncio.subprocess.Process | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        binary = shutil.which("prometheus")
-        if binary is None:
-            pytest.fail("`prometheus` is not installed (Debian: apt-get install prometheus)")
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        config = self.workdir / "prometheus.yml"
-        config.write_text(
-            "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
-            "scrape_configs:\n"
-            f"  - job_name: vllm\n    static_configs: [{{targets: ['{self.target}']}}]\n",
-            encoding="utf-8",
-        )
-        log = self.workdir / "prometheus.log"
-        with log.open("ab") as out:
-            self.proc = await asyncio.create_subprocess_exec(
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={self.workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                stdout=out,
-                stderr=asyncio.subprocess.STDOUT,
-            )
-        await _ready(self.url, self.proc, log, within=20)
-
-    async def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None or proc.returncode is not None:
-            return
-        proc.terminate()
-        try:
-            async with asyncio.timeout(10):
-                await proc.wait()
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-
-
-@contextlib.asynccontextmanager
-async def prometheus(workdir: Path, target: str) -> AsyncIterator[str]:
-    """A real Prometheus scraping ``target`` every second; yields its URL, stops it on exit."""
-    async with running_prometheus(workdir, target) as server:
-        yield server.url
-
-
-@contextlib.asynccontextmanager
-async def running_prometheus(workdir: Path, target: str) -> AsyncIterator[Prometheus]:
-    server = Prometheus(workdir, target)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -430,26 +180,6 @@ async def start_pod(pod: Pod, kubeconfig: Path) -> asyncio.subprocess.Process:
 # Waiting on processes and probes
 
 
-async def until(
-    what: str,
-    check: Callable[[], Awaitable[bool]],
-    proc: asyncio.subprocess.Process | None,
-    within: float,
-) -> float:
-    """Poll ``check()`` every 0.2 s until it is true; returns the seconds it took. Fails if
-    ``proc`` (the process being waited on, if one) exits first, or after ``within`` seconds."""
-    began = time.monotonic()
-    try:
-        async with asyncio.timeout(within):
-            while not await check():
-                if proc is not None:
-                    assert proc.returncode is None, f"the controller exited early while {what}"
-                await asyncio.sleep(0.2)
-    except TimeoutError:
-        raise AssertionError(f"not done in {within} s: {what}") from None
-    return time.monotonic() - began
-
-
 async def probe(session: aiohttp.ClientSession, url: str) -> bool:
     """An HTTP probe as the kubelet sends it: any status from 200 to 399 is success."""
     with contextlib.suppress(aiohttp.ClientError):
@@ -472,3 +202,51 @@ async def read_audit(url: str) -> list[AuditRecord]:
             query = AuditQuery(limit=500, after=page.next)
     finally:
         await store.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# A cluster and settings for one command
+
+
+@dataclass
+class Setup:
+    store: Store
+    url: str
+    api: Any
+    kubeconfig: Path
+    config: Path
+    audit_db: Path
+    http_port: int
+
+
+def config_text(audit_db: Path, http_port: int, election: bool = False) -> str:
+    return f"""
+tick_interval: 2s
+leader_election: {{enabled: {str(election).lower()}}}
+prometheus:
+  url: http://127.0.0.1:{free_port()}
+  timeout: 1s
+  attempts: 1
+  retry_budget: 1s
+audit: {{url: "sqlite+aiosqlite:///{audit_db}"}}
+http: {{host: 127.0.0.1, port: {http_port}}}
+pools:
+  - name: inference
+    node_selector: {{gpu-pool: inference}}
+    inference_selector: {{app: llm-serving}}
+    rps_per_node: 100
+    strategy: reactive
+"""
+
+
+@contextlib.asynccontextmanager
+async def setup(tmp_path: Path, election: bool = False) -> AsyncIterator[Setup]:
+    store = Store(seed=1)
+    cluster.seed(store)
+    async with serve(store) as url, client.ApiClient(client.Configuration(host=url)) as api:
+        kubeconfig = write_kubeconfig(url, tmp_path / "kubeconfig")
+        audit_db = tmp_path / "audit.sqlite3"
+        port = free_port()
+        config = tmp_path / "config.yaml"
+        config.write_text(config_text(audit_db, port, election), encoding="utf-8")
+        yield Setup(store, url, api, kubeconfig, config, audit_db, port)
