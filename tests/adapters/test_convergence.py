@@ -50,7 +50,7 @@ from tests.support import emulated
 from tests.support.actuation import EDGES, Recorder
 from tests.support.emulated import Sandbox
 from tests.support.objects import daemon_pod
-from tests.support.pools import BUSY, KEYS, POLICY, POOL, RULES, SPEC
+from tests.support.pools import KEYS, POLICY, POOL, RULES, SPEC, add_replicas
 from tests.support.reads import all_pods, expected_views
 from tests.support.waits import Pulse, stop
 
@@ -221,7 +221,7 @@ def seed_workloads(store: Store, pool: Iterable[str]) -> dict[str, str]:
     """Pods that are not borrowed (inference replicas, DaemonSet pods) and training that fills
     the training pool; their uids, by ``namespace/name``."""
     made = [cluster.add(store, daemon_pod(node)) for node in pool]
-    made += [cluster.add(store, cluster.inference_pod(i, node_name=n)) for i, n in enumerate(BUSY)]
+    made += add_replicas(store)
     for i in range(cluster.TRAINING.size):
         cluster.add(store, cluster.training_pod(f"resident-{i}", 0, priority_class=None))
     store.schedule()

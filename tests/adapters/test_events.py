@@ -14,7 +14,8 @@ from rebalancer.adapters.writer import KubeWriter
 from rebalancer.core import model
 from rebalancer.core.nodestate import Keys
 from rebalancer.core.policy import default_lend_spec
-from tests.support.emulated import T0, Sandbox
+from tests.support.emulated import Sandbox
+from tests.support.factories import T0
 
 KEYS = Keys()
 SPEC = default_lend_spec(KEYS)

@@ -27,7 +27,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.runtime.telemetry import Telemetry
 from tests.support import prometheus as prom
 from tests.support.chart import Doc, of_kind, one, render
+from tests.support.factories import T0
 from tests.support.postgres import PostgresServer, postgres_server
 
 __all__ = ["postgres_server"]  # the session fixture, imported so that pytest finds it
@@ -1069,8 +1070,6 @@ def test_dashboard_variables_run(prometheus: str) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # The audit table's SQL on a real PostgreSQL with the schema of the audit store's migrations
-
-T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 
 
 def grafana_sql(sql: str, start: datetime, end: datetime, pools: list[str]) -> str:

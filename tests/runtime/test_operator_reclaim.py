@@ -38,7 +38,7 @@ from sandbox.emulator.resources import NODES
 from sandbox.emulator.server import Request, serve, write_kubeconfig
 from sandbox.emulator.store import Store
 from tests.support import emulated
-from tests.support.emulated import T0
+from tests.support.factories import T0
 from tests.support.processes import free_port
 
 Obj = dict[str, Any]

@@ -41,7 +41,7 @@ from tests.support.emulated import Sandbox
 from tests.support.fakes import Demand, Entry, JournalStore, Lead
 from tests.support.objects import daemon_pod
 from tests.support.observers import Seen
-from tests.support.pools import BUSY, IDLE, KEYS, POLICY, POOL, RULES, SPEC
+from tests.support.pools import BUSY, IDLE, KEYS, POLICY, POOL, RULES, SPEC, add_replicas
 from tests.support.reads import expected_views, scheduling_of, state_of
 from tests.support.waits import Pulse, no_sleep, stop
 
@@ -143,8 +143,7 @@ async def world() -> AsyncIterator[World]:
         store = box.store
         for name in (*BUSY, *IDLE):
             cluster.add(store, daemon_pod(name))
-        for i, name in enumerate(BUSY):
-            cluster.add(store, cluster.inference_pod(i, node_name=name))
+        add_replicas(store)
         originals = {name: scheduling_of(store, name) for name in (*BUSY, *IDLE)}
         pulse = Pulse()
         informer = Informer(
@@ -443,8 +442,7 @@ async def test_the_controller_process_lends_on_its_first_tick_and_stops_cleanly(
     and a stop (what SIGTERM does) ends it with 0 after the step in flight."""
     async with emulated.running(seeded=True) as box:
         store = box.store
-        for i, name in enumerate(BUSY):
-            cluster.add(store, cluster.inference_pod(i, node_name=name))
+        add_replicas(store)
         informer = Informer(box.api, settings=WatchSettings(timeout_seconds=86_400))
         lead = Lead(box.clock, term=Term("replica-a", 1, box.clock()))
         kube = KubeWriter(client.CoreV1Api(box.api), RetryPolicy(sleep=no_sleep))

@@ -11,7 +11,8 @@ from sandbox.emulator import cluster
 from sandbox.emulator.clock import ManualClock
 from sandbox.emulator.server import serve
 from sandbox.emulator.store import Store
-from tests.support.emulated import T0, Sandbox, running
+from tests.support.emulated import Sandbox, running
+from tests.support.factories import T0
 from tests.support.objects import NS, node, pod
 from tests.support.waits import next_event
 

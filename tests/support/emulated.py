@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -24,9 +23,8 @@ from sandbox.emulator.clock import ManualClock
 from sandbox.emulator.faults import FaultInjector
 from sandbox.emulator.server import Request, serve
 from sandbox.emulator.store import Store
+from tests.support.factories import T0
 from tests.support.waits import Pulse
-
-T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)  # a Monday at noon
 
 
 @dataclass

@@ -30,16 +30,13 @@ from sandbox.emulator import cluster
 from sandbox.emulator.faults import Faults
 from sandbox.emulator.server import serve, write_kubeconfig
 from sandbox.emulator.store import Store
+from tests.support import pools
 from tests.support.exporter import Exporter, serve_exporter
 from tests.support.processes import ROOT, Cluster, child_env, free_port, probe, read_audit
 from tests.support.prometheus import Scraping
 from tests.support.waits import until
 
-POOL = "inference"
-INFERENCE = [f"inference-{i}" for i in range(cluster.INFERENCE.size)]
-BUSY = ("inference-0", "inference-1")
-IDLE = [n for n in INFERENCE if n not in BUSY]
-STATE = "rebalancer.io/state"
+POOL, INFERENCE, IDLE, STATE = pools.POOL, pools.INFERENCE, pools.IDLE, pools.STATE
 RPS_PER_NODE = 10
 LOW = 15.0  # needs 2 serving nodes with 20 % headroom: all 6 idle ones may be lent
 PEAK = 80.0  # needs 10 nodes: more than the pool has, every lent node comes back
@@ -218,20 +215,10 @@ async def harness(
 ) -> AsyncIterator[Harness]:
     store = Store(seed=1)
     cluster.seed(store)
-    for i, name in enumerate(BUSY):
-        cluster.add(store, cluster.inference_pod(i, node_name=name))
-    for i in range(10):
-        pod = cluster.training_pod(f"train-{i:02d}", 0, priority_class=None)
-        pod["spec"]["terminationGracePeriodSeconds"] = 1
-        cluster.add(store, pod)
+    pools.add_replicas(store)
+    pools.add_waiting_training(store, 10)
     store.schedule()
-    exporter = Exporter(
-        pods={
-            f"{cluster.INFERENCE_NAMESPACE}/llm-serving-7d9f8c6b5-{i:05d}": n
-            for i, n in enumerate(BUSY)
-        },
-        rps=rps,
-    )
+    exporter = Exporter(pods=pools.REPLICAS, rps=rps)
     async with (
         serve(store, schedule_every=0.5, faults=faults) as url,
         aiohttp.ClientSession() as session,

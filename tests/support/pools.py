@@ -6,17 +6,23 @@ they are never lent) and lend the ``IDLE`` ones; the default lend spec (the serv
 that tell inference replicas (``app=llm-serving``) from borrowed pods, and ``POLICY``, which
 allows as much churn as possible (no cooldown, no minimum loan, no warm-up, whole steps) so a
 few ticks exercise every transition.
+
+``add_replicas`` runs an inference replica on each ``BUSY`` node (``REPLICAS`` names them, for a
+fake exporter that serves their metrics before the cluster exists); ``add_waiting_training``
+queues preemptible training pods that wait for GPUs until nodes are lent.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from rebalancer.adapters import convert
 from rebalancer.core import model
 from rebalancer.core.nodestate import Keys
 from rebalancer.core.policy import PoolPolicy, default_lend_spec
 from sandbox.emulator import cluster
+from sandbox.emulator.store import Store
 
 KEYS = Keys()
 STATE = KEYS.state  # the node label that holds a node's phase
@@ -30,6 +36,11 @@ POOL = model.PoolName("inference")
 INFERENCE = [f"inference-{i}" for i in range(cluster.INFERENCE.size)]
 BUSY = ("inference-0", "inference-1")  # each runs an inference replica: never lent
 IDLE = [n for n in INFERENCE if n not in BUSY]
+# namespace/pod -> node of the replica ``add_replicas`` runs on each busy node.
+REPLICAS = {
+    f"{cluster.INFERENCE_NAMESPACE}/{cluster.inference_pod(i)['metadata']['name']}": node
+    for i, node in enumerate(BUSY)
+}
 POLICY = PoolPolicy(
     rps_per_node=100.0,
     min_serving=2,
@@ -42,3 +53,17 @@ POLICY = PoolPolicy(
     reclaim_deadline=timedelta(seconds=60),
     lend_spec=SPEC,
 )
+
+
+def add_replicas(store: Store) -> list[dict[str, Any]]:
+    """An inference replica on each ``BUSY`` node; the pods as stored."""
+    return [cluster.add(store, cluster.inference_pod(i, node_name=n)) for i, n in enumerate(BUSY)]
+
+
+def add_waiting_training(store: Store, count: int) -> None:
+    """``count`` preemptible training pods (one GPU job each), unscheduled; an evicted one is
+    gone a second later, so a wall-clock test does not wait out the default 30 s grace."""
+    for i in range(count):
+        pod = cluster.training_pod(f"train-{i:02d}", 0, priority_class=None)
+        pod["spec"]["terminationGracePeriodSeconds"] = 1
+        cluster.add(store, pod)
