@@ -122,6 +122,7 @@ class Call:
     node: str
     decision: str | None
     outcome: Outcome
+    deadline: datetime | None = None  # a reclaim's
 
 
 @dataclass
@@ -155,12 +156,12 @@ class CodecActuator:
     async def reclaim(self, node: str, decision: str, deadline: datetime) -> ActionResult:
         view, now = self.views.get(node), self.clock()
         if self._phase(view) is not Phase.LENT:
-            return self._done("reclaim", node, decision, Outcome.REFUSED, "not lent")
+            return self._done("reclaim", node, decision, Outcome.REFUSED, "not lent", deadline)
         change = nodestate.begin_reclaim(self._state(view), self.keys, now, deadline, decision)
         self.views.put(nodestate.apply(view, change))
         if any(p.role is PodRole.BORROWED for p in view.pods):
-            return self._done("reclaim", node, decision, Outcome.WAITING, "draining")
-        return self._finish("reclaim", node, decision)
+            return self._done("reclaim", node, decision, Outcome.WAITING, "draining", deadline)
+        return self._finish("reclaim", node, decision, deadline)
 
     async def progress(self, node: str, decision: str | None = None) -> ActionResult:
         view = self.views.get(node)
@@ -175,18 +176,26 @@ class CodecActuator:
         """The nodes ``call`` was made for, in order."""
         return [c.node for c in self.calls if c.call == call]
 
-    def _finish(self, call: str, node: str, decision: str | None) -> ActionResult:
+    def _finish(
+        self, call: str, node: str, decision: str | None, deadline: datetime | None = None
+    ) -> ActionResult:
         """Borrowed pods evicted (gone at once), then the node back to serving."""
         view = self.views.get(node)
         kept = [p for p in view.pods if p.role is not PodRole.BORROWED]
         change = nodestate.finish(self._state(view), self.keys, self.clock())
         self.views.put(dataclasses.replace(nodestate.apply(view, change), pods=tuple(kept)))
-        return self._done(call, node, decision, Outcome.DONE, "serving")
+        return self._done(call, node, decision, Outcome.DONE, "serving", deadline)
 
     def _done(
-        self, call: str, node: str, decision: str | None, outcome: Outcome, message: str
+        self,
+        call: str,
+        node: str,
+        decision: str | None,
+        outcome: Outcome,
+        message: str,
+        deadline: datetime | None = None,
     ) -> ActionResult:
-        self.calls.append(Call(call, node, decision, outcome))
+        self.calls.append(Call(call, node, decision, outcome, deadline))
         return ActionResult(node, call, outcome, message)
 
     def _state(self, view: model.NodeView) -> nodestate.NodeState:
