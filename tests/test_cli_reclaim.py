@@ -15,7 +15,7 @@ import pytest
 
 from rebalancer import cli
 from rebalancer.runtime.takeback import ReclaimEvent, Stage
-from tests.test_cli_run import config_text
+from tests.support.processes import config_text
 
 
 class Terminal(io.StringIO):

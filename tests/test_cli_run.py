@@ -14,8 +14,6 @@ import json
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,55 +29,10 @@ from rebalancer.core.nodestate import Phase
 from rebalancer.core.outcomes import Outcome
 from rebalancer.runtime import wiring
 from sandbox.emulator import cluster
-from sandbox.emulator.server import serve, write_kubeconfig
 from sandbox.emulator.store import Store
-from tests.e2e_support import ROOT, child_env, free_port
+from tests.support.processes import ROOT, child_env, setup
 
 NODE = "inference-5"  # idle: no inference replica runs on it
-
-
-@dataclass
-class Setup:
-    store: Store
-    url: str
-    api: Any
-    kubeconfig: Path
-    config: Path
-    audit_db: Path
-    http_port: int
-
-
-def config_text(audit_db: Path, http_port: int, election: bool = False) -> str:
-    return f"""
-tick_interval: 2s
-leader_election: {{enabled: {str(election).lower()}}}
-prometheus:
-  url: http://127.0.0.1:{free_port()}
-  timeout: 1s
-  attempts: 1
-  retry_budget: 1s
-audit: {{url: "sqlite+aiosqlite:///{audit_db}"}}
-http: {{host: 127.0.0.1, port: {http_port}}}
-pools:
-  - name: inference
-    node_selector: {{gpu-pool: inference}}
-    inference_selector: {{app: llm-serving}}
-    rps_per_node: 100
-    strategy: reactive
-"""
-
-
-@contextlib.asynccontextmanager
-async def setup(tmp_path: Path, election: bool = False) -> AsyncIterator[Setup]:
-    store = Store(seed=1)
-    cluster.seed(store)
-    async with serve(store) as url, client.ApiClient(client.Configuration(host=url)) as api:
-        kubeconfig = write_kubeconfig(url, tmp_path / "kubeconfig")
-        audit_db = tmp_path / "audit.sqlite3"
-        port = free_port()
-        config = tmp_path / "config.yaml"
-        config.write_text(config_text(audit_db, port, election), encoding="utf-8")
-        yield Setup(store, url, api, kubeconfig, config, audit_db, port)
 
 
 async def start(*args: str) -> asyncio.subprocess.Process:

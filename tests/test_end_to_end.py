@@ -6,13 +6,14 @@ two of them running an inference replica, 4 training nodes, 10 preemptible train
 exporter that a real ``prometheus`` scrapes every second, then runs the controller as the Helm
 chart deploys it: the chart is rendered with this cluster's values (``chart_values``: strategy
 ``window`` with window ``always``, a 1 s tick), and the rendered Deployment's container runs as a
-local process (``e2e_support.as_pod``): its args, its environment with the downward API resolved
-(``POD_NAME`` becomes the Lease holder and the audit records' identity), the rendered ConfigMap
-as its settings file and its volumes (the SQLite audit file) under a directory of the test's.
+local process (``tests.support.processes.as_pod``): its args, its environment with the downward
+API resolved (``POD_NAME`` becomes the Lease holder and the audit records' identity), the
+rendered ConfigMap as its settings file and its volumes (the SQLite audit file) under a
+directory of the test's.
 Its readiness and liveness probe paths must answer before the scenario starts.
 
 RBAC is proven, not asserted: the emulator enforces tokens and RBAC, the Helm chart is rendered
-(``tests.chart.support.render``) and its ServiceAccount, ClusterRole, Roles and bindings are
+(``tests.support.chart.render``) and its ServiceAccount, ClusterRole, Roles and bindings are
 created through the API as an admin, and the controller authenticates as the chart's service
 account (``system:serviceaccount:rebalancer:rebalancer``), with leader election on the chart's
 Lease (``rebalancer/rebalancer``).
@@ -35,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -53,34 +53,33 @@ from sandbox.emulator import cluster
 from sandbox.emulator.auth import Access
 from sandbox.emulator.server import serve, write_kubeconfig
 from sandbox.emulator.store import Store
-from tests.chart.support import NAMESPACE, RELEASE, render
-from tests.e2e_support import (
+from tests.support.chart import NAMESPACE, RELEASE, render
+from tests.support.exporter import Exporter, serve_exporter
+from tests.support.pools import (
+    IDLE,
+    INFERENCE,
+    POOL,
+    REPLICAS,
+    STATE,
+    add_replicas,
+    add_waiting_training,
+)
+from tests.support.processes import Cluster, as_pod, free_port, probe, read_audit, start_pod
+from tests.support.prometheus import scraping
+from tests.support.rbac import (
     CONTROLLER_TOKEN,
-    Cluster,
-    Exporter,
     Grant,
     admin_headers,
     apply_rbac,
-    as_pod,
     chart_access,
-    free_port,
     grants,
-    probe,
-    prometheus,
-    read_audit,
-    serve_exporter,
     service_account_of,
-    start_pod,
-    until,
     unused,
     used,
 )
+from tests.support.reads import scheduling
+from tests.support.waits import until
 
-POOL = "inference"
-INFERENCE = [f"inference-{i}" for i in range(cluster.INFERENCE.size)]
-BUSY = ("inference-0", "inference-1")  # each runs an inference replica: never lent
-IDLE = [n for n in INFERENCE if n not in BUSY]
-STATE = "rebalancer.io/state"
 RPS_PER_NODE = 10
 # The default demand query reads a series younger than its 5-minute window by the slope of its own
 # samples (docs/design/metrics.md), so this test's young series read about their true rate. The
@@ -141,22 +140,13 @@ class Box(Cluster):
     access: Access = field(kw_only=True)
 
 
-def scheduling(node: Any) -> tuple[str, str]:
-    """A node's taints and labels as the API serves them (JSON text, keys in served order)."""
-    return json.dumps(node["spec"].get("taints")), json.dumps(node["metadata"].get("labels"))
-
-
 @contextlib.asynccontextmanager
 async def emulator(docs: list[Any]) -> AsyncIterator[Box]:
     """The cluster, served with tokens and RBAC, the chart's RBAC objects ``docs`` applied."""
     store = Store(seed=1)
     cluster.seed(store)
-    for i, name in enumerate(BUSY):
-        cluster.add(store, cluster.inference_pod(i, node_name=name))
-    for i in range(TRAINING_PODS):
-        pod = cluster.training_pod(f"train-{i:02d}", 0, priority_class=None)
-        pod["spec"]["terminationGracePeriodSeconds"] = 1  # evicted pods go in a second
-        cluster.add(store, pod)
+    add_replicas(store)
+    add_waiting_training(store, TRAINING_PODS)
     store.schedule()
     access = chart_access(docs)
     async with (
@@ -169,17 +159,11 @@ async def emulator(docs: list[Any]) -> AsyncIterator[Box]:
 
 async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(tmp_path: Path) -> None:
     began = time.monotonic()
-    exporter = Exporter(
-        pods={
-            f"{cluster.INFERENCE_NAMESPACE}/llm-serving-7d9f8c6b5-{i:05d}": n
-            for i, n in enumerate(BUSY)
-        },
-        rps=LOW_RPS,
-    )
+    exporter = Exporter(pods=REPLICAS, rps=LOW_RPS)
     docs = render({})
     async with (
         serve_exporter(exporter) as target,
-        prometheus(tmp_path / "prometheus", target) as prom,
+        scraping(tmp_path / "prometheus", target) as prom,
         emulator(docs) as box,
     ):
         originals = {name: scheduling(n) for name, n in (await box.nodes()).items()}

@@ -3,7 +3,7 @@
 Each test serves the API emulator (8 ``gpu-pool=inference`` nodes at 10 rps each, two running an
 inference replica, 4 training nodes, preemptible training pods waiting for GPUs), a fake vLLM
 exporter and a real ``prometheus`` scraping it every second, then runs ``rebalancer run`` (as
-``python -m tests.e2e_strategies``, which is the same command with one more strategy,
+``python -m tests.support.failing_strategy``, which is the same command with one more strategy,
 ``always-raises``, registered) against them. Durations are scaled to seconds so that a stretch
 many times longer than every limit that matters (the drop hold, the metrics grace, the cooldown)
 fits in a test: "an hour" of a real pool is here tens of ticks of one second.
@@ -32,8 +32,8 @@ from pathlib import Path
 
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Reason
-from tests.e2e_support import until
-from tests.process_support import IDLE, LOW, PEAK, POOL, Controller, Harness, harness
+from tests.support.harness import IDLE, LOW, PEAK, POOL, Controller, Harness, harness
+from tests.support.waits import until
 
 
 def of(records: list[AuditRecord], kind: Kind, reason: Reason) -> list[AuditRecord]:

@@ -1,6 +1,6 @@
 """The audit log tells the truth across ``kill -9``: the controller process killed at random points.
 
-The controller (``tests.process_support``) runs against the emulator with 150 ms added to every
+The controller (``tests.support.harness``) runs against the emulator with 150 ms added to every
 API request, training pods waiting for GPUs and demand flipping between low and high every 1.5 s,
 so kills land in the middle of lends, rollbacks, reclaims and drains. It is killed with SIGKILL
 ``KILLS`` times, each a seeded random moment after it became ready, and started again; at the end
@@ -31,8 +31,9 @@ import aiohttp
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.outcomes import Outcome
 from sandbox.emulator.faults import Faults
-from tests.e2e_support import until
-from tests.process_support import INFERENCE, LOW, PEAK, STATE, Harness, harness
+from tests.support.harness import INFERENCE, LOW, PEAK, STATE, Harness, harness
+from tests.support.reads import scheduling
+from tests.support.waits import until
 
 KILLS = 20
 SEED = 2026
@@ -117,7 +118,7 @@ async def test_kill_9_at_random_points_leaves_every_transition_with_one_intent_a
     began = time.monotonic()
     seen: list[Seen] = []
     async with harness(tmp_path, faults=Faults(latency=0.15)) as h:
-        originals = {name: _scheduling(n) for name, n in (await h.nodes()).items()}
+        originals = {name: scheduling(n) for name, n in (await h.nodes()).items()}
         # As much churn as the emulator allows: no cooldown, lends and reclaims each tick.
         config = h.config(limits={"cooldown": "0s", "drop_hold": "0s", "reclaim_deadline": "3s"})
         watcher = asyncio.create_task(watch_nodes(h, seen))
@@ -168,7 +169,7 @@ async def test_kill_9_at_random_points_leaves_every_transition_with_one_intent_a
             problems.append(f"{move}: says {outcomes[0]}")
     assert problems == [], problems
     for name in INFERENCE:
-        assert _scheduling(nodes[name]) == originals[name], name
+        assert scheduling(nodes[name]) == originals[name], name
     by_outcome: dict[str, int] = defaultdict(int)
     for final in finals.values():
         by_outcome[str(final[0].outcome)] += 1
@@ -183,7 +184,3 @@ async def test_kill_9_at_random_points_leaves_every_transition_with_one_intent_a
 
 async def _quiet(h: Harness) -> bool:
     return await h.serving() == set(INFERENCE)
-
-
-def _scheduling(node: dict[str, Any]) -> tuple[str, str]:
-    return json.dumps(node["spec"].get("taints")), json.dumps(node["metadata"].get("labels"))

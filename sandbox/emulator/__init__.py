@@ -4,8 +4,9 @@
 cluster's other actors (kubelet, scheduler on demand, node lifecycle and disruption
 controllers); ``server`` serves it over real HTTP on 127.0.0.1 as kube-apiserver's REST API, so
 the real ``kubernetes_asyncio`` client drives it, optionally enforcing bearer tokens and RBAC
-(``auth.Access``, ``rbac``); ``cluster`` builds the default two-pool GPU
-cluster and its pods. Time comes from an injectable clock (``clock.ManualClock`` in tests).
+(``auth.Access``, ``rbac``) and telling an observer of every request it answers
+(``serve(on_request=...)``); ``cluster`` builds the default two-pool GPU cluster and its
+pods. Time comes from an injectable clock (``clock.ManualClock`` in tests).
 
 What it emulates, how closely, and where it differs from kube-apiserver: ``README.md`` here.
 

@@ -12,6 +12,15 @@ false and everything else, ``True`` and the empty string included, is true.
 
 Besides the request handlers, the server runs a ticker that calls ``store.tick`` (so a wall
 clock works without a test driving it) and, when asked, the scheduler on an interval.
+
+``serve(store, on_request=...)`` (and ``make_app``) take an observer: a callable told of every
+request once its answer is decided, as a frozen ``Request`` (method, path, query, the verb and
+resource as authorization reads them, the status code, and for a write the JSON answered). It is
+how a test counts the lists and watches a client made, or journals the writes the server took,
+without reaching into the store: it sees only what came over HTTP, faults and denials included,
+and changes nothing of the answer. It is called in the request's task before the answer is sent
+(for a watch, before the stream's first byte), so what a client does after a reply is always
+told after the request that got it; what it raises is logged and does not change the answer.
 """
 
 from __future__ import annotations
@@ -20,11 +29,13 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import signal
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from aiohttp import web
@@ -43,10 +54,59 @@ from sandbox.emulator.store import (
 from sandbox.emulator.watcher import Scope, Watcher
 
 Obj = dict[str, Any]
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request the server answered, as ``on_request`` is told of it.
+
+    ``verb``, ``group``, ``resource`` (the plural), ``subresource``, ``namespace`` and ``name``
+    are what authorization reads (``rbac.attributes``): a collection GET is ``list``, or
+    ``watch`` with ``watch=true``; an empty string is what the request does not name (the core
+    group, a cluster-scoped or all-namespaces request, a collection; a non-resource path such as
+    ``/version`` has no resource at all). ``query`` holds the first value of each parameter.
+    ``status`` is the code answered (a watch's is its stream's, sent before any event);
+    ``response`` is, for a write (POST, PUT, PATCH, DELETE), the JSON body answered: the
+    object as stored, or the ``Status`` of a refusal.
+    """
+
+    method: str
+    path: str
+    query: Mapping[str, str]
+    verb: str
+    group: str
+    resource: str
+    subresource: str
+    namespace: str
+    name: str
+    status: int
+    response: Obj | None = None
+
+    @property
+    def is_list(self) -> bool:
+        return self.verb == "list"
+
+    @property
+    def is_watch(self) -> bool:
+        return self.verb == "watch"
+
+    @property
+    def is_write(self) -> bool:
+        return self.method in _WRITES
+
+    def flag(self, name: str) -> bool:
+        """A boolean query parameter, read as the server reads it (``allowWatchBookmarks``)."""
+        return flag(self.query, name)
+
+
+RequestObserver = Callable[[Request], object]
 
 STORE = web.AppKey("store", Store)
 FAULTS = web.AppKey("faults", FaultInjector)
 ACCESS = web.AppKey("access", Access)
+OBSERVER: web.AppKey[RequestObserver] = web.AppKey("observer")
+_TOLD = web.RequestKey("told", bool)  # the observer has been told of this request already
 _WRITES = ("POST", "PUT", "PATCH", "DELETE")
 _JSON = "application/json"
 
@@ -285,6 +345,7 @@ async def _stream(request: web.Request, watcher: Watcher) -> web.StreamResponse:
     faults = request.app[FAULTS]
     response = web.StreamResponse(status=200, headers={"Content-Type": _JSON})
     response.enable_chunked_encoding()
+    _tell(request, response.status)  # a stream may last for hours: told as it opens
     await response.prepare(request)
     sent = 0
     with contextlib.suppress(ConnectionResetError):
@@ -298,6 +359,56 @@ async def _stream(request: web.Request, watcher: Watcher) -> web.StreamResponse:
                 break
         await response.write_eof()
     return response
+
+
+@web.middleware
+async def _observe(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Tell ``on_request`` of the request once its answer is decided (outermost: denials and
+    injected faults are told too)."""
+    if OBSERVER not in request.app:
+        plain: web.StreamResponse = await handler(request)
+        return plain
+    try:
+        response: web.StreamResponse = await handler(request)
+    except web.HTTPException as exc:
+        _tell(request, exc.status)
+        raise
+    except Exception:
+        _tell(request, 500)  # aiohttp answers an unexpected error with a 500
+        raise
+    _tell(request, response.status, response)
+    return response
+
+
+def _tell(request: web.Request, code: int, response: web.StreamResponse | None = None) -> None:
+    observer = request.app.get(OBSERVER)
+    if observer is None or request.get(_TOLD):
+        return
+    request[_TOLD] = True
+    query = MappingProxyType({key: request.query[key] for key in request.query})
+    attrs = rbac.attributes(request.method, request.path, query)
+    answered = None
+    body = response.body if isinstance(response, web.Response) else None
+    if request.method in _WRITES and isinstance(body, bytes):
+        with contextlib.suppress(ValueError):  # every answer of ours is JSON; aiohttp's may not be
+            answered = json.loads(body)
+    seen = Request(
+        method=request.method,
+        path=request.path,
+        query=query,
+        verb=attrs.verb,
+        group=attrs.group,
+        resource=attrs.resource,
+        subresource=attrs.subresource,
+        namespace=attrs.namespace,
+        name=attrs.name,
+        status=code,
+        response=answered,
+    )
+    try:
+        observer(seen)
+    except Exception:  # the observer is the test's; the client's answer stays the server's
+        log.exception("the request observer raised on %s %s", request.method, request.path)
 
 
 @web.middleware
@@ -346,13 +457,20 @@ async def _healthy(_: web.Request) -> web.Response:
 
 
 def make_app(
-    store: Store, faults: FaultInjector | None = None, access: Access | None = None
+    store: Store,
+    faults: FaultInjector | None = None,
+    access: Access | None = None,
+    on_request: RequestObserver | None = None,
 ) -> web.Application:
-    app = web.Application(middlewares=[_authorize, _inject], client_max_size=8 * 1024 * 1024)
+    app = web.Application(
+        middlewares=[_observe, _authorize, _inject], client_max_size=8 * 1024 * 1024
+    )
     app[STORE] = store
     app[FAULTS] = faults or FaultInjector()
     if access is not None:
         app[ACCESS] = access
+    if on_request is not None:
+        app[OBSERVER] = on_request
     app.router.add_get("/version", _version)
     for probe in ("/healthz", "/readyz", "/livez"):
         app.router.add_get(probe, _healthy)
@@ -374,11 +492,14 @@ async def serve(
     tick: float = 0.2,
     schedule_every: float | None = None,
     access: Access | None = None,
+    on_request: RequestObserver | None = None,
 ) -> AsyncIterator[str]:
     """Serve ``store`` until the block ends; yields ``http://host:port``. With ``access``,
-    requests are authenticated and authorized (``auth.Access``); without, all are allowed."""
+    requests are authenticated and authorized (``auth.Access``); without, all are allowed.
+    With ``on_request``, it is told of every request once its answer is decided (``Request``)."""
     injector = FaultInjector(faults) if isinstance(faults, Faults) else faults
-    runner = web.AppRunner(make_app(store, injector, access), handler_cancellation=True)
+    app = make_app(store, injector, access, on_request)
+    runner = web.AppRunner(app, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

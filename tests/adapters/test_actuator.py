@@ -1,254 +1,43 @@
 """The actuator against the emulator over HTTP, through the real kubernetes-asyncio client.
 
-Also the shared test kit for ``test_actuator_*.py``: a node with several taints in a deliberate
-order (one with ``timeAdded``), its pods, a ``Recorder`` writer that logs every write and can
-crash after the k-th, and ``drive`` which runs progress passes on the emulator's clock.
+The kit (a node with several taints in a deliberate order, a recording writer, ``drive``) is
+``tests.support.actuation``; the two writers here meddle with the cluster mid-call.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from rebalancer.adapters import convert
-from rebalancer.adapters.actuator import Actuator
-from rebalancer.adapters.writer import KubeWriter, NodeWriter, RetryPolicy
-from rebalancer.core import model
-from rebalancer.core.nodestate import Keys, LendSpec, NodeChange, lent_taints
-from rebalancer.core.outcomes import ActionResult, Outcome, WriteKind, WriteOutcome
+from rebalancer.core.nodestate import NodeChange, lent_taints
+from rebalancer.core.outcomes import Outcome, WriteKind, WriteOutcome
 from sandbox.emulator import cluster
-from sandbox.emulator.resources import NODES, PODS
-from sandbox.emulator.store import ListRequest, Store
-from sandbox.emulator.watcher import Scope
-from tests.sandbox.conftest import Sandbox, running
+from sandbox.emulator.resources import NODES
+from sandbox.emulator.store import Store
+from tests.support.actuation import KEYS, LEND, SPEC, Crash, Recorder, drive, world
+from tests.support.objects import TAINTS, budget, gpu_node, training
+from tests.support.reads import node_obj, pods_on, scheduling_of
 
 Obj = dict[str, Any]
-KEYS = Keys()
-LEND = model.Taint(KEYS.lent_taint, "NoSchedule", "training")
-SERVE = model.Taint("workload", "NoSchedule", "inference")
-SPEC = LendSpec(
-    remove_taints=(SERVE,),
-    add_taints=(LEND,),
-    labels={"gpu-pool": "training", "example.com/lent-to": "training"},
-)
-RULES = model.PodRules(
-    lend_taints=(LEND,), serving_taints=(SERVE,), inference_selector={"app": "llm-serving"}
-)
-# The inference taint sits between two others, and one taint carries timeAdded: a restore that
-# appends, re-sorts or drops a field shows.
-TAINTS: list[Obj] = [
-    {"key": "example.com/spot", "effect": "PreferNoSchedule"},
-    {"key": "workload", "value": "inference", "effect": "NoSchedule"},
-    {
-        "key": "example.com/maintenance",
-        "value": "planned",
-        "effect": "PreferNoSchedule",
-        "timeAdded": "2026-03-01T08:00:00Z",
-    },
-]
-
-
-async def no_sleep(_: float) -> None:
-    """Retry backoff without waiting on the wall clock."""
-
-
-def gpu_node(name: str) -> Obj:
-    body = cluster.node(name, cluster.INFERENCE)
-    body["spec"]["taints"] = copy.deepcopy(TAINTS)
-    return body
-
-
-def bound(pod: Obj, node: str) -> Obj:
-    pod["spec"]["nodeName"] = node
-    return pod
-
-
-def daemon_pod(node: str) -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"gpu-exporter-{node}",
-            "namespace": "kube-system",
-            "ownerReferences": [
-                {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "gpu-exporter", "uid": "d"}
-            ],
-        },
-        "spec": {
-            "nodeName": node,
-            "containers": [{"name": "exporter", "image": "nvidia/dcgm-exporter:3.3"}],
-        },
-    }
-
-
-def training(store: Store, job: str, count: int, node: str, priority: int = 0) -> list[str]:
-    names = []
-    for index in range(count):
-        pod = bound(cluster.training_pod(job, index, gpus=1, priority_class=None), node)
-        pod["spec"]["priority"] = priority
-        names.append(cluster.add(store, pod)["metadata"]["name"])
-    return names
-
-
-def budget(store: Store, job: str, min_available: int) -> None:
-    cluster.add(
-        store,
-        {
-            "apiVersion": "policy/v1",
-            "kind": "PodDisruptionBudget",
-            "metadata": {"name": job, "namespace": cluster.TRAINING_NAMESPACE},
-            "spec": {"selector": {"matchLabels": {"job-name": job}}, "minAvailable": min_available},
-        },
-    )
-
-
-def node_obj(store: Store, name: str) -> Obj:
-    return store.get(NODES, None, name)
-
-
-def scheduling_view(store: Store, name: str) -> tuple[Obj, list[Obj]]:
-    """What a restore must give back exactly: the labels and the taint list."""
-    obj = node_obj(store, name)
-    return dict(obj["metadata"].get("labels") or {}), list(obj["spec"].get("taints") or [])
-
-
-def pods_on(store: Store, node: str) -> dict[str, Obj]:
-    """Every pod bound to ``node``, by ``namespace/name``, read from the store directly."""
-    pods = store.list_page(ListRequest(Scope(PODS))).items
-    return {
-        f"{p['metadata']['namespace']}/{p['metadata']['name']}": p
-        for p in pods
-        if p["spec"].get("nodeName") == node
-    }
-
-
-class Crash(Exception):
-    """The controller process dies here (raised by ``Recorder`` after its k-th write)."""
-
-
-@dataclass
-class Recorder:
-    """A ``NodeWriter`` that logs every write the actuator makes, and can crash after the k-th.
-
-    ``states`` holds, per node, the state label each applied node patch wrote (``"serving"`` for
-    its removal): the transitions as the cluster saw them.
-    """
-
-    inner: NodeWriter
-    crash_after: int | None = None
-    clock: Callable[[], datetime] | None = None  # when given, ``times`` has each write's time
-    writes: list[tuple[str, str]] = field(default_factory=list)  # (kind, target)
-    states: dict[str, list[str]] = field(default_factory=dict)
-    times: list[datetime] = field(default_factory=list)
-
-    async def get_node(self, name: str) -> Obj:
-        return await self.inner.get_node(name)
-
-    async def list_nodes(self, label_selector: str) -> list[Obj]:
-        return await self.inner.list_nodes(label_selector)
-
-    async def list_pods(self, node: str) -> list[Obj]:
-        return await self.inner.list_pods(node)
-
-    async def patch_node(self, name: str, change: NodeChange, resource_version: str) -> Obj:
-        out = await self.inner.patch_node(name, change, resource_version)
-        if KEYS.state in change.labels:
-            self.states.setdefault(name, []).append(change.labels[KEYS.state] or "serving")
-        self._wrote("patch", f"node/{name}")
-        return out
-
-    async def evict(self, namespace: str, name: str, uid: str) -> WriteOutcome:
-        out = await self.inner.evict(namespace, name, uid)
-        self._wrote("evict", f"{namespace}/{name}")
-        return out
-
-    async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
-        out = await self.inner.delete_pod(namespace, name, uid)
-        self._wrote("delete", f"{namespace}/{name}")
-        return out
-
-    def _wrote(self, kind: str, target: str) -> None:
-        self.writes.append((kind, target))
-        if self.clock is not None:
-            self.times.append(self.clock())
-        if self.crash_after is not None and len(self.writes) >= self.crash_after:
-            raise Crash(f"crashed after write {len(self.writes)}: {kind} {target}")
-
-    @property
-    def pod_targets(self) -> set[str]:
-        return {target for kind, target in self.writes if kind in ("evict", "delete")}
-
-
-@dataclass
-class World:
-    box: Sandbox
-
-    @property
-    def store(self) -> Store:
-        return self.box.store
-
-    def writer(self, crash_after: int | None = None) -> Recorder:
-        inner = KubeWriter(self.box.core, RetryPolicy(sleep=no_sleep))
-        return Recorder(inner, crash_after)
-
-    def actuator(self, writer: NodeWriter, dry_run: bool = False) -> Actuator:
-        return Actuator(writer, KEYS, SPEC, RULES, self.box.clock, dry_run=dry_run)
-
-    def now(self) -> datetime:
-        return self.box.clock()
-
-    def add_node(self, name: str) -> None:
-        cluster.add(self.store, gpu_node(name))
-        cluster.add(self.store, daemon_pod(name))
-
-
-@asynccontextmanager
-async def world(*nodes: str) -> AsyncIterator[World]:
-    async with running() as box:
-        made = World(box)
-        for name in nodes:
-            made.add_node(name)
-        yield made
-
-
-async def drive(
-    act: Actuator, node: str, first: ActionResult, w: World, step: float = 30.0
-) -> ActionResult:
-    """Progress passes, the clock moving ``step`` seconds between them, until nothing waits."""
-    result = first
-    for _ in range(40):
-        if result.outcome not in (Outcome.IN_PROGRESS, Outcome.CONFLICT, Outcome.FAILED):
-            return result
-        w.box.clock.advance(step)
-        result = await act.progress(node)
-    raise AssertionError(f"{node} did not settle: {result}")
-
-
-# ---------------------------------------------------------------------------------------------
-# Tests
 
 
 async def test_a_lend_swaps_taints_in_place_and_a_reclaim_restores_them_byte_for_byte() -> None:
     async with world("gpu-0") as w:
-        labels, taints = scheduling_view(w.store, "gpu-0")
+        labels, taints = scheduling_of(w.store, "gpu-0")
         act = w.actuator(w.writer())
         lent = await act.lend("gpu-0", "audit-1")
         assert lent.outcome is Outcome.APPLIED
         assert [x.kind for x in lent.writes] == [WriteKind.BEGIN_LEND, WriteKind.FINISH_LEND]
         obj = node_obj(w.store, "gpu-0")
-        assert convert.taints(obj) == lent_taints(
-            convert.taints({"spec": {"taints": taints}}), SPEC
-        )
+        assert convert.taints(obj) == lent_taints(convert.taints(gpu_node("gpu-0")), SPEC)
         assert obj["metadata"]["labels"][KEYS.state] == "lent"
         assert obj["metadata"]["labels"]["gpu-pool"] == "training"
         back = await act.reclaim("gpu-0", "audit-2", w.now() + timedelta(minutes=5))
         assert back.outcome is Outcome.APPLIED  # no borrowed pod: finished in the same call
-        assert scheduling_view(w.store, "gpu-0") == (labels, taints)
+        assert scheduling_of(w.store, "gpu-0") == (labels, taints)
         assert KEYS.original not in node_obj(w.store, "gpu-0")["metadata"]["annotations"]
 
 
@@ -323,7 +112,7 @@ async def test_a_conflict_on_the_first_write_aborts_the_lend_and_writes_nothing(
 
 async def test_a_conflict_mid_lend_is_reported_and_recover_rolls_the_node_back() -> None:
     async with world("gpu-0") as w:
-        labels, taints = scheduling_view(w.store, "gpu-0")
+        labels, taints = scheduling_of(w.store, "gpu-0")
         meddler = Meddler(w.writer(), w.store, before_patch=2)
         result = await w.actuator(meddler).lend("gpu-0", "audit-1")
         assert result.outcome is Outcome.CONFLICT
@@ -331,22 +120,22 @@ async def test_a_conflict_mid_lend_is_reported_and_recover_rolls_the_node_back()
         assert node_obj(w.store, "gpu-0")["metadata"]["labels"][KEYS.state] == "lending"
         recovered = await w.actuator(w.writer()).recover()
         assert [r.outcome for r in recovered] == [Outcome.APPLIED]
-        assert scheduling_view(w.store, "gpu-0") == (labels, taints)
+        assert scheduling_of(w.store, "gpu-0") == (labels, taints)
 
 
 async def test_a_conflict_mid_reclaim_is_reported_and_the_next_pass_finishes() -> None:
     async with world("gpu-0") as w:
-        labels, taints = scheduling_view(w.store, "gpu-0")
+        labels, taints = scheduling_of(w.store, "gpu-0")
         await w.actuator(w.writer()).lend("gpu-0", "audit-1")
         # The finish write (the second patch of the reclaim) meets a changed node.
         meddler = Meddler(w.writer(), w.store, before_patch=2)
         result = await w.actuator(meddler).reclaim("gpu-0", "audit-2", w.now())
         assert result.outcome is Outcome.CONFLICT
         assert [x.kind for x in result.applied] == [WriteKind.BEGIN_RECLAIM]
-        assert scheduling_view(w.store, "gpu-0")[1] == taints  # already safe for inference
+        assert scheduling_of(w.store, "gpu-0")[1] == taints  # already safe for inference
         recovered = await w.actuator(w.writer()).recover()
         assert [r.outcome for r in recovered] == [Outcome.APPLIED]
-        assert scheduling_view(w.store, "gpu-0") == (labels, taints)
+        assert scheduling_of(w.store, "gpu-0") == (labels, taints)
 
 
 async def test_dry_run_writes_nothing_and_reports_the_exact_writes_it_would_make() -> None:
@@ -479,12 +268,12 @@ async def test_a_node_that_becomes_busy_during_the_lend_is_rolled_back_before_an
     None
 ):
     async with world("gpu-0") as w:
-        labels, taints = scheduling_view(w.store, "gpu-0")
+        labels, taints = scheduling_of(w.store, "gpu-0")
         rec = w.writer()
         result = await w.actuator(Arrival(rec, w.store)).lend("gpu-0", "audit-1")
         assert result.outcome is Outcome.REFUSED
         assert "became busy" in result.message
         assert [x.kind for x in result.applied] == [WriteKind.BEGIN_LEND, WriteKind.FINISH]
         assert rec.states == {"gpu-0": ["lending", "serving"]}
-        assert scheduling_view(w.store, "gpu-0") == (labels, taints)
+        assert scheduling_of(w.store, "gpu-0") == (labels, taints)
         assert rec.pod_targets == set()  # the inference pod is left alone

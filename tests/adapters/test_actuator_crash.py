@@ -12,20 +12,9 @@ from rebalancer.adapters.actuator import Actuator
 from rebalancer.core.nodestate import lent_taints
 from rebalancer.core.outcomes import Outcome
 from sandbox.emulator import cluster
-from tests.adapters.test_actuator import (
-    KEYS,
-    SPEC,
-    Crash,
-    Recorder,
-    World,
-    budget,
-    drive,
-    node_obj,
-    pods_on,
-    scheduling_view,
-    training,
-    world,
-)
+from tests.support.actuation import KEYS, SPEC, Crash, Recorder, World, drive, world
+from tests.support.objects import budget, gpu_node, training
+from tests.support.reads import node_obj, pods_on, scheduling_of
 
 NODE = "gpu-0"
 MAX_WRITES = 40  # more than any scenario below makes
@@ -40,9 +29,9 @@ async def restart(w: World) -> tuple[Actuator, Recorder]:
     return act, rec
 
 
-def assert_settled(w: World, labels: dict[str, str], taints: list[dict[str, str]]) -> None:
+def assert_settled(w: World, labels: str, taints: str) -> None:
     obj = node_obj(w.store, NODE)
-    assert scheduling_view(w.store, NODE) == (labels, taints)  # order and timeAdded included
+    assert scheduling_of(w.store, NODE) == (labels, taints)  # order and timeAdded included
     assert KEYS.state not in obj["metadata"]["labels"]
     assert KEYS.original not in obj["metadata"].get("annotations", {})
 
@@ -52,7 +41,7 @@ async def test_a_lend_cut_after_any_write_is_rolled_back_or_lent_and_restores_ex
     crash_after: int,
 ) -> None:
     async with world(NODE) as w:
-        labels, taints = scheduling_view(w.store, NODE)
+        labels, taints = scheduling_of(w.store, NODE)
         crashing = w.writer(crash_after)
         try:
             result = await w.actuator(crashing).lend(NODE, "audit-1")
@@ -65,7 +54,7 @@ async def test_a_lend_cut_after_any_write_is_rolled_back_or_lent_and_restores_ex
         phase = node_obj(w.store, NODE)["metadata"]["labels"].get(KEYS.state)
         assert phase in (None, "lent")  # nothing left half done
         if phase == "lent":
-            expected = lent_taints(convert.taints({"spec": {"taints": taints}}), SPEC)
+            expected = lent_taints(convert.taints(gpu_node(NODE)), SPEC)
             assert convert.taints(node_obj(w.store, NODE)) == expected
             result = await act.reclaim(NODE, "audit-2", w.now())
             await drive(act, NODE, result, w)
@@ -95,7 +84,7 @@ async def test_a_reclaim_cut_after_any_write_is_finished_by_recover_exactly() ->
     crashed_at = []
     for crash_after in range(1, MAX_WRITES):
         async with world(NODE) as w:
-            labels, taints = scheduling_view(w.store, NODE)
+            labels, taints = scheduling_of(w.store, NODE)
             crashing, borrowed = await reclaim_scenario(w, crash_after)
             _, rec = await restart(w)
             assert_settled(w, labels, taints)

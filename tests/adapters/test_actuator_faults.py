@@ -8,40 +8,17 @@ from __future__ import annotations
 from collections import Counter
 from datetime import timedelta
 
-from rebalancer.core.outcomes import ActionResult, Outcome, WriteKind
+from rebalancer.core.outcomes import ActionResult, Outcome
 from sandbox.emulator.faults import Faults
 from sandbox.emulator.resources import NODES as NODE_RESOURCE
 from sandbox.emulator.store import WatchRequest
 from sandbox.emulator.watcher import Scope, Watcher
-from tests.adapters.test_actuator import (
-    KEYS,
-    Recorder,
-    World,
-    drive,
-    node_obj,
-    pods_on,
-    scheduling_view,
-    training,
-    world,
-)
+from tests.support.actuation import EDGES, KEYS, STATE_OF_WRITE, Recorder, World, drive, world
+from tests.support.objects import training
+from tests.support.reads import node_obj, pods_on, scheduling_of
 
 NODES = ("gpu-0", "gpu-1", "gpu-2", "gpu-3")
 TRANSITIONS = 300  # applied state changes, across the nodes
-# The edges of the state machine (nodestate): anything else, such as lending -> lending, would be
-# a transition applied twice.
-EDGES = {
-    ("serving", "lending"),
-    ("lending", "lent"),
-    ("lending", "serving"),  # a rolled-back lend
-    ("lent", "reclaiming"),
-    ("reclaiming", "serving"),
-}
-STATE_OF_WRITE = {
-    WriteKind.BEGIN_LEND: "lending",
-    WriteKind.FINISH_LEND: "lent",
-    WriteKind.BEGIN_RECLAIM: "reclaiming",
-    WriteKind.FINISH: "serving",
-}
 
 
 def stored_states(server: Watcher) -> dict[str, list[str]]:
@@ -73,7 +50,7 @@ async def tick(w: World, rec: Recorder, node: str, jobs: Counter[str]) -> Action
 
 async def test_faulty_writes_never_apply_a_transition_twice_and_the_cluster_converges() -> None:
     async with world(*NODES) as w:
-        originals = {n: scheduling_view(w.store, n) for n in NODES}
+        originals = {n: scheduling_of(w.store, n) for n in NODES}
         # The server's own record of every node write, in process (no HTTP, no dropped stream).
         since = str(w.store.resource_version)
         server = w.store.watch(
@@ -120,5 +97,5 @@ async def test_faulty_writes_never_apply_a_transition_twice_and_the_cluster_conv
             if node_obj(w.store, node)["metadata"]["labels"].get(KEYS.state) == "lent":
                 await drive(act, node, await act.reclaim(node, "audit-end", w.now()), w)
         for node in NODES:
-            assert scheduling_view(w.store, node) == originals[node]
+            assert scheduling_of(w.store, node) == originals[node]
             assert set(pods_on(w.store, node)) == {f"kube-system/gpu-exporter-{node}"}

@@ -1,6 +1,6 @@
 """The audit log against real databases: SQLite in a temp file and a PostgreSQL started here.
 
-Every store test runs on both backends. PostgreSQL comes from ``tests/adapters/postgres.py``
+Every store test runs on both backends. PostgreSQL comes from ``tests/support/postgres.py``
 (initdb + pg_ctl in a temporary directory, one server per session, a fresh database per test);
 when it cannot be started the tests fail and say what is missing.
 """
@@ -34,8 +34,8 @@ from rebalancer.adapters.audit import (
 from rebalancer.core import audit, model, nodestate, planning
 from rebalancer.core.audit import AuditRecord, Context, Deduper, Kind
 from rebalancer.core.outcomes import ActionResult, Outcome, Write, WriteKind, WriteOutcome
-from tests.adapters.postgres import PostgresServer, postgres_server
-from tests.core import factories as f
+from tests.support import factories as f
+from tests.support.postgres import PostgresServer, postgres_server
 
 __all__ = ["postgres_server"]  # the session fixture, imported so that pytest finds it
 

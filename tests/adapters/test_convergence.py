@@ -29,7 +29,6 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -40,39 +39,24 @@ from rebalancer.adapters.actuator import Actuator
 from rebalancer.adapters.informer import Informer, WatchSettings
 from rebalancer.adapters.writer import KubeWriter, RetryPolicy
 from rebalancer.core import model, planning
-from rebalancer.core.nodestate import Keys, Phase
+from rebalancer.core.nodestate import Phase
 from rebalancer.core.outcomes import ActionResult, Outcome, WriteKind, WriteOutcome
-from rebalancer.core.policy import PoolPolicy, default_lend_spec
 from sandbox.emulator import cluster
 from sandbox.emulator.faults import Faults
 from sandbox.emulator.resources import NODES, PODS, ResourceType
+from sandbox.emulator.server import Request
 from sandbox.emulator.store import ListRequest, Store, WatchRequest
+from sandbox.emulator.views import expected_views
 from sandbox.emulator.watcher import Scope, Watcher
-from tests.adapters.conftest import Emulator, Pulse, emulated, stop
-from tests.adapters.test_actuator import Recorder, daemon_pod
-from tests.adapters.test_actuator_faults import EDGES
+from tests.support import emulated
+from tests.support.actuation import EDGES, Recorder
+from tests.support.emulated import Sandbox
+from tests.support.objects import daemon_pod
+from tests.support.pools import KEYS, POLICY, POOL, RULES, SPEC, add_replicas
+from tests.support.reads import all_pods
+from tests.support.waits import Pulse, stop
 
 Obj = dict[str, Any]
-KEYS = Keys()
-SPEC = default_lend_spec(KEYS)  # workload=inference:NoSchedule <-> rebalancer.io/lent=training
-RULES = model.PodRules(
-    lend_taints=SPEC.add_taints,
-    serving_taints=SPEC.remove_taints,
-    inference_selector={"app": "llm-serving"},
-)
-POOL = model.PoolName("inference")
-POLICY = PoolPolicy(
-    rps_per_node=100.0,
-    min_serving=2,
-    cooldown=timedelta(0),
-    min_loan=timedelta(0),
-    # As much churn as the faults can hit: no cooldown, and a returned node is lendable again
-    # at once (warm capacity has tests of its own).
-    warmup=timedelta(0),
-    max_step_fraction=1.0,
-    reclaim_deadline=timedelta(seconds=60),
-    lend_spec=SPEC,
-)
 FAULTS = Faults(
     conflict_rate=0.1, throttle_rate=0.1, error_rate=0.1, drop_watch_rate=0.1, seed=2026
 )
@@ -83,7 +67,6 @@ TRANSITIONS = 300  # completed lends plus completed reclaims the faulty run must
 MAX_TICKS = 400
 FINAL_TICKS = 12
 PENDING = 6  # pending training pods kept waiting for a lent node
-BUSY = ("inference-0", "inference-1")  # run inference: never lent
 # Far beyond the run (at most 400 ticks of 30 s): every new watch is a drop or a 410, not a timeout.
 WATCH_TIMEOUT = 86_400
 # What a state write means, from the state label before and after it.
@@ -114,10 +97,10 @@ def drain(watcher: Watcher) -> list[Obj]:
 
 
 def server_watch(store: Store, rt: ResourceType) -> Watcher:
-    """The server's record of every change from now on, in process: no HTTP, no faults. Called
-    on ``Store`` itself so that ``RecordingStore`` counts only the informer's watches."""
+    """The server's record of every change from now on, in process: no HTTP, no faults (and
+    not one of the requests the server answered)."""
     since = str(store.resource_version)
-    return Store.watch(store, WatchRequest(Scope(rt), resource_version=since, timeout=1e9))
+    return store.watch(WatchRequest(Scope(rt), resource_version=since, timeout=1e9))
 
 
 def edges(states: dict[str, list[str]]) -> Counter[tuple[str, str]]:
@@ -148,7 +131,7 @@ class Counts:
 class Loop:
     """The miniature reconcile loop, and what it saw."""
 
-    box: Emulator
+    box: Sandbox
     informer: Informer
     pulse: Pulse
     writer: Recorder
@@ -199,7 +182,7 @@ class Loop:
         store = self.box.store
         self.box.clock.advance(TICK)
         if top_up:
-            pods = _all_pods(store)
+            pods = all_pods(store)
             waiting = [
                 p
                 for p in pods
@@ -218,53 +201,33 @@ class Loop:
     async def caught_up(self) -> None:
         """Wait (bounded) until the informer's views are those the store's objects give."""
         store = self.box.store
-        await self.pulse.until(lambda: self.informer.node_views(RULES) == expected_views(store))
-
-
-def _all_pods(store: Store) -> list[Obj]:
-    # On ``Store`` itself: a test's read must not count as one of the informer's LISTs.
-    return Store.list_page(store, ListRequest(Scope(PODS))).items
-
-
-def expected_views(store: Store) -> tuple[model.NodeView, ...]:
-    nodes = Store.list_page(store, ListRequest(Scope(NODES))).items
-    on: dict[str, list[Obj]] = {}
-    for pod in _all_pods(store):
-        node = pod["spec"].get("nodeName")
-        if node and not convert.finished(pod):
-            on.setdefault(node, []).append(pod)
-    views = []
-    for node in nodes:
-        name = node["metadata"]["name"]
-        pods = sorted(
-            on.get(name, []), key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])
+        await self.pulse.until(
+            lambda: self.informer.node_views(RULES) == expected_views(store, RULES)
         )
-        views.append(convert.node_view(node, [convert.pod_view(p, RULES) for p in pods]))
-    return tuple(sorted(views, key=lambda v: v.name))
 
 
-def informer_lists(box: Emulator, plural: str) -> int:
+def informer_lists(box: Sandbox, plural: str) -> int:
     """LISTs shaped like the informer's (the actuator's lists carry other selectors)."""
 
-    def informers(request: ListRequest) -> bool:
-        if request.continue_token or request.scope.rt.plural != plural:
+    def informers(request: Request) -> bool:
+        if request.query.get("continue") or request.resource != plural:
             return False
         if plural == "nodes":
-            return not request.scope.labels.requirements
-        return any(r.field == "status.phase" for r in request.scope.fields.requirements)
+            return not request.query.get("labelSelector")
+        return "status.phase" in request.query.get("fieldSelector", "")
 
-    return sum(1 for r in box.store.lists if informers(r))
+    return sum(1 for r in box.requests.lists if informers(r))
 
 
 def seed_workloads(store: Store, pool: Iterable[str]) -> dict[str, str]:
     """Pods that are not borrowed (inference replicas, DaemonSet pods) and training that fills
     the training pool; their uids, by ``namespace/name``."""
     made = [cluster.add(store, daemon_pod(node)) for node in pool]
-    made += [cluster.add(store, cluster.inference_pod(i, node_name=n)) for i, n in enumerate(BUSY)]
+    made += add_replicas(store)
     for i in range(cluster.TRAINING.size):
         cluster.add(store, cluster.training_pod(f"resident-{i}", 0, priority_class=None))
     store.schedule()
-    residents = [p for p in _all_pods(store) if p["metadata"]["name"].startswith("resident-")]
+    residents = [p for p in all_pods(store) if p["metadata"]["name"].startswith("resident-")]
     assert sorted(p["spec"]["nodeName"] for p in residents) == [
         n["metadata"]["name"] for n in cluster.pool_nodes(cluster.TRAINING)
     ]
@@ -288,11 +251,11 @@ async def test_faulty_writes_and_dropped_watches_converge_and_apply_no_transitio
 ) -> None:
     caplog.set_level(logging.INFO, logger="rebalancer.adapters.informer")
     started = time.monotonic()
-    async with emulated() as box:
+    async with emulated.running(seeded=True) as box:
         store = box.store
         pool = tuple(
             n["metadata"]["name"]
-            for n in Store.list_page(store, ListRequest(Scope(NODES))).items
+            for n in store.list_page(ListRequest(Scope(NODES))).items
             if n["metadata"]["labels"].get("gpu-pool") == POOL
         )
         assert len(pool) == cluster.INFERENCE.size
@@ -358,14 +321,14 @@ async def test_faulty_writes_and_dropped_watches_converge_and_apply_no_transitio
         finally:
             await stop(task)
         node_events, pod_events = drain(nodes_record), drain(pods_record)
-        final_nodes = Store.list_page(store, ListRequest(Scope(NODES))).items
+        final_nodes = store.list_page(ListRequest(Scope(NODES))).items
         final_pods = {
-            f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in _all_pods(store)
+            f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in all_pods(store)
         }
         lists = {p: informer_lists(box, p) for p in ("nodes", "pods")}
         # The same nodes as the informer last received them over HTTP.
         received = {name: informer.node(name) or {} for name in pool}
-        watches = {p: len(store.watches_of(p)) for p in ("nodes", "pods")}
+        watches = {p: len(box.requests.watches_of(p)) for p in ("nodes", "pods")}
     elapsed = time.monotonic() - started
 
     # --- What the server stored, node by node: each write an edge, each decision once. ---

@@ -15,7 +15,8 @@ from rebalancer.core import model
 from rebalancer.core.nodestate import Keys
 from rebalancer.core.outcomes import ActionResult, Outcome
 from rebalancer.core.policy import default_lend_spec
-from tests.adapters.conftest import T0, Emulator
+from tests.support.emulated import Sandbox
+from tests.support.factories import T0
 
 KEYS = Keys()
 SPEC = default_lend_spec(KEYS)
@@ -27,17 +28,17 @@ RULES = model.PodRules(
 NODE = "inference-5"  # idle
 
 
-async def listed(box: Emulator) -> list[Any]:
+async def listed(box: Sandbox) -> list[Any]:
     """The Events in ``default``, in the order they were created."""
     found = await client.EventsV1Api(box.api).list_namespaced_event(events.NAMESPACE)
     return sorted(found.items, key=lambda e: int(e.metadata.resource_version))
 
 
-def recorder(box: Emulator) -> KubeEvents:
+def recorder(box: Sandbox) -> KubeEvents:
     return KubeEvents(box.api, instance="replica-a", clock=box.clock)
 
 
-async def test_lend_reclaim_restored_events(emulator: Emulator) -> None:
+async def test_lend_reclaim_restored_events(emulator: Sandbox) -> None:
     box = emulator
     actuator = Actuator(KubeWriter(client.CoreV1Api(box.api)), KEYS, SPEC, RULES, box.clock)
     rec = recorder(box)
@@ -67,7 +68,7 @@ async def test_lend_reclaim_restored_events(emulator: Emulator) -> None:
     assert rec.failures == 0
 
 
-async def test_nothing_recorded_for_refusals_and_dry_run(emulator: Emulator) -> None:
+async def test_nothing_recorded_for_refusals_and_dry_run(emulator: Sandbox) -> None:
     rec = recorder(emulator)
     await rec.action(
         ActionResult(NODE, model.Action.LEND, Outcome.REFUSED, "node is lent, not serving")
@@ -90,7 +91,7 @@ def plan_with(*findings: model.Finding) -> model.Plan:
     return model.Plan(now=T0, pools={pool: pool_plan})
 
 
-async def test_refused_override_recorded_once_per_bad_value(emulator: Emulator) -> None:
+async def test_refused_override_recorded_once_per_bad_value(emulator: Sandbox) -> None:
     rec = recorder(emulator)
     bad = model.Finding(
         model.NodeName(NODE),
@@ -120,7 +121,7 @@ async def test_refused_override_recorded_once_per_bad_value(emulator: Emulator) 
     assert len(await listed(emulator)) == 2
 
 
-async def test_a_failed_create_is_tried_again(emulator: Emulator) -> None:
+async def test_a_failed_create_is_tried_again(emulator: Sandbox) -> None:
     rec = KubeEvents(emulator.api, instance="", clock=emulator.clock)  # invalid: no instance
     bad = model.Finding(
         model.NodeName(NODE), KEYS.prefix + "paused", "yes", model.Reason.BAD_OVERRIDE, "bad"

@@ -22,8 +22,9 @@ from rebalancer.adapters.leadership import LeaderElector, Timings
 from rebalancer.adapters.writer import KubeWriter
 from rebalancer.core import model, nodestate, policy
 from sandbox.emulator.resources import NODES as NODES_RESOURCE
-from tests.adapters.conftest import Emulator, emulated
-from tests.adapters.test_actuator import Recorder
+from tests.support import emulated
+from tests.support.actuation import Recorder
+from tests.support.emulated import Sandbox
 
 KEYS = nodestate.Keys()
 TIMINGS = Timings(lease_duration=15, renew_deadline=10, retry_period=2)
@@ -42,7 +43,7 @@ class Replica:
     written: Recorder  # every write the server accepted from this replica, with its time
     refused: list[datetime] = field(default_factory=list)
 
-    async def work(self, box: Emulator, tick: int) -> None:
+    async def work(self, box: Sandbox, tick: int) -> None:
         """What a replica's reconcile loop would do: move one node along its cycle."""
         name = NODES[tick % len(NODES)]
         state = nodestate.read(convert.node_view(box.store.get(NODES_RESOURCE, None, name)), KEYS)
@@ -62,7 +63,7 @@ class Replica:
             self.refused.append(box.clock())
 
 
-def replica(box: Emulator, api: Any, identity: str) -> Replica:
+def replica(box: Sandbox, api: Any, identity: str) -> Replica:
     elector = LeaderElector(
         api,
         name="rebalancer",
@@ -79,7 +80,7 @@ def replica(box: Emulator, api: Any, identity: str) -> Replica:
 
 async def test_two_replicas_never_write_at_the_same_time_even_when_the_leader_is_cut_off() -> None:
     async with (
-        emulated() as box,
+        emulated.running(seeded=True) as box,
         client.ApiClient(client.Configuration(host=box.url)) as other_api,
     ):
         a = replica(box, box.api, "replica-a")

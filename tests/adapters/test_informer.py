@@ -22,7 +22,10 @@ from sandbox.emulator.faults import Faults
 from sandbox.emulator.resources import NODES
 from sandbox.emulator.server import write_kubeconfig
 from sandbox.emulator.store import DeleteOptions
-from tests.adapters.conftest import Emulator, Pulse, emulated, stop
+from tests.support import emulated, objects
+from tests.support.emulated import Sandbox
+from tests.support.objects import bound
+from tests.support.waits import Pulse, stop
 
 RULES = model.PodRules(
     lend_taints=(Taint("rebalancer.io/lent", "NoSchedule", "training"),),
@@ -69,8 +72,8 @@ class Running:
 
 
 @asynccontextmanager
-async def informing(box: Emulator) -> AsyncIterator[Running]:
-    pulse = box.store.pulse
+async def informing(box: Sandbox) -> AsyncIterator[Running]:
+    pulse = box.requests.pulse
     gate = Gate(pulse)
 
     def record(node: str, why: str) -> None:
@@ -92,19 +95,18 @@ async def informing(box: Emulator) -> AsyncIterator[Running]:
         await stop(task)
 
 
-def _bind(box: Emulator, pod: dict[str, Any], node: str) -> None:
-    pod["spec"]["nodeName"] = node
-    cluster.add(box.store, pod)
+def _bind(box: Sandbox, pod: dict[str, Any], node: str) -> None:
+    cluster.add(box.store, bound(pod, node))
 
 
 async def test_the_first_sync_holds_every_node_with_its_running_pods(
-    emulator: Emulator,
+    emulator: Sandbox,
 ) -> None:
     _bind(emulator, cluster.inference_pod(0), "inference-0")
     _bind(emulator, cluster.training_pod("bert", 0), "inference-1")
     cluster.add(emulator.store, cluster.training_pod("pending", 0))  # never scheduled
     _bind(emulator, cluster.training_pod("done", 0), "inference-2")
-    emulator.store.finish("training", "done-0")
+    objects.finish_pod(emulator.store, "training", "done-0")
 
     async with informing(emulator) as run:
         views = run.informer.node_views(RULES)
@@ -119,38 +121,40 @@ async def test_the_first_sync_holds_every_node_with_its_running_pods(
     assert [(p.name, p.role) for p in by_name["inference-1"].pods] == [("bert-0", PodRole.BORROWED)]
     assert by_name["inference-2"].pods == ()  # finished: dropped
     assert sum(len(v.pods) for v in views) == 2  # the pending pod is on no node
-    assert emulator.store.lists_of("nodes") == 1
-    assert emulator.store.lists_of("pods") == 1
+    assert emulator.requests.lists_of("nodes") == 1
+    assert emulator.requests.lists_of("pods") == 1
 
 
 async def test_annotation_and_label_changes_and_a_landing_pod_show_up_with_no_new_list(
-    emulator: Emulator,
+    emulator: Sandbox,
 ) -> None:
     async with informing(emulator) as run:
-        emulator.store.annotate("inference-3", {"rebalancer.io/lend": "never"})
+        objects.annotate(emulator.store, "inference-3", {"rebalancer.io/lend": "never"})
         await run.until(lambda: run.view("inference-3").annotations.get("rebalancer.io/lend"))
-        emulator.store.label("inference-4", {"rebalancer.io/state": "lent"})
+        objects.label(emulator.store, "inference-4", {"rebalancer.io/state": "lent"})
         await run.until(lambda: "rebalancer.io/state" in run.view("inference-4").labels)
         _bind(emulator, cluster.training_pod("gpt", 1), "inference-5")
         await run.until(lambda: len(run.view("inference-5").pods) == 1)
         # A watch stream that times out is resumed, not re-listed.
         emulator.clock.advance(TIMEOUT)
-        await run.until(lambda: len(emulator.store.watches_of("nodes")) >= 2)
+        await run.until(lambda: len(emulator.requests.watches_of("nodes")) >= 2)
 
         assert ("inference-3", "node annotations changed") in run.changes
         assert ("inference-4", "node labels changed") in run.changes
         assert ("inference-5", "pod training/gpt-1 landed") in run.changes
         assert run.informer.changed.is_set()
-        assert emulator.store.lists_of("nodes") == 1
-        assert emulator.store.lists_of("pods") == 1
-        assert all(w.bookmarks and w.timeout == TIMEOUT for w in emulator.store.watches)
+        assert emulator.requests.lists_of("nodes") == 1
+        assert emulator.requests.lists_of("pods") == 1
+        watches = emulator.requests.watches
+        assert all(w.flag("allowWatchBookmarks") for w in watches)
+        assert all(w.query.get("timeoutSeconds") == str(TIMEOUT) for w in watches)
 
 
-async def test_a_pod_that_finishes_or_is_deleted_leaves_its_node(emulator: Emulator) -> None:
+async def test_a_pod_that_finishes_or_is_deleted_leaves_its_node(emulator: Sandbox) -> None:
     _bind(emulator, cluster.training_pod("a", 0), "inference-6")
     _bind(emulator, cluster.training_pod("b", 0), "inference-7")
     async with informing(emulator) as run:
-        emulator.store.finish("training", "a-0")
+        objects.finish_pod(emulator.store, "training", "a-0")
         core = client.CoreV1Api(emulator.api)
         await core.delete_namespaced_pod("b-0", "training", grace_period_seconds=0)
         await run.until(
@@ -160,11 +164,11 @@ async def test_a_pod_that_finishes_or_is_deleted_leaves_its_node(emulator: Emula
         assert ("inference-7", "pod training/b-0 left") in run.changes
 
 
-async def test_unchanged_nodes_give_back_the_identical_view(emulator: Emulator) -> None:
+async def test_unchanged_nodes_give_back_the_identical_view(emulator: Sandbox) -> None:
     async with informing(emulator) as run:
         before = {str(v.name): v for v in run.informer.node_views(RULES)}
         assert run.informer.node_views(RULES) == tuple(before[n] for n in sorted(before))
-        emulator.store.annotate("training-0", {"rebalancer.io/paused": "true"})
+        objects.annotate(emulator.store, "training-0", {"rebalancer.io/paused": "true"})
         await run.until(lambda: run.view("training-0") is not before["training-0"])
         after = {str(v.name): v for v in run.informer.node_views(RULES)}
 
@@ -173,26 +177,26 @@ async def test_unchanged_nodes_give_back_the_identical_view(emulator: Emulator) 
 
 
 async def test_a_dropped_watch_resumes_from_the_last_version_without_listing(
-    emulator: Emulator,
+    emulator: Sandbox,
 ) -> None:
     async with informing(emulator) as run:
         emulator.faults.configure(Faults(drop_watch_after=1))  # every stream ends after 1 event
-        first = emulator.store.annotate("inference-0", {"rebalancer.io/lend": "never"})
-        await run.until(lambda: len(emulator.store.watches_of("nodes")) >= 2)
-        second = emulator.store.annotate("inference-0", {"rebalancer.io/lend": "now"})
+        first = objects.annotate(emulator.store, "inference-0", {"rebalancer.io/lend": "never"})
+        await run.until(lambda: len(emulator.requests.watches_of("nodes")) >= 2)
+        second = objects.annotate(emulator.store, "inference-0", {"rebalancer.io/lend": "now"})
         await run.until(lambda: run.view("inference-0").annotations["rebalancer.io/lend"] == "now")
 
-        versions = [w.resource_version for w in emulator.store.watches_of("nodes")]
+        versions = [w.query["resourceVersion"] for w in emulator.requests.watches_of("nodes")]
         assert versions[1] == first
         assert run.informer.nodes.resource_version == second
-        assert emulator.store.lists_of("nodes") == 1
-        assert emulator.store.lists_of("pods") == 1
+        assert emulator.requests.lists_of("nodes") == 1
+        assert emulator.requests.lists_of("pods") == 1
 
 
-async def test_a_bookmark_moves_the_version_a_watch_resumes_from(emulator: Emulator) -> None:
-    store = emulator.store
+async def test_a_bookmark_moves_the_version_a_watch_resumes_from(emulator: Sandbox) -> None:
+    store, requests = emulator.store, emulator.requests
     async with informing(emulator) as run:
-        await run.until(lambda: store.watches_of("nodes") and store.watches_of("pods"))
+        await run.until(lambda: requests.watches_of("nodes") and requests.watches_of("pods"))
         _bind(emulator, cluster.training_pod("t", 0), "training-0")  # no node changes
         await run.until(lambda: run.view("training-0").pods)
         latest = str(store.resource_version)
@@ -200,32 +204,32 @@ async def test_a_bookmark_moves_the_version_a_watch_resumes_from(emulator: Emula
         emulator.clock.advance(60)  # the emulator's bookmark interval
         await run.until(lambda: run.informer.nodes.resource_version == latest)
         emulator.clock.advance(TIMEOUT)
-        await run.until(lambda: len(store.watches_of("nodes")) >= 2)
-        assert store.watches_of("nodes")[1].resource_version == latest
-        assert store.lists_of("nodes") == 1
+        await run.until(lambda: len(requests.watches_of("nodes")) >= 2)
+        assert requests.watches_of("nodes")[1].query["resourceVersion"] == latest
+        assert requests.lists_of("nodes") == 1
 
 
 async def test_a_too_old_version_lists_again_and_the_cache_ends_right() -> None:
-    async with emulated(history=3) as box:
+    async with emulated.running(seeded=True, history=3) as box:
         _bind(box, cluster.training_pod("kept", 0), "inference-1")
         async with informing(box) as run:
             await _relist_after_expiry(box, run)
 
 
-async def _relist_after_expiry(box: Emulator, run: Running) -> None:
-    store = box.store
-    await run.until(lambda: store.watches_of("nodes") and store.watches_of("pods"))
+async def _relist_after_expiry(box: Sandbox, run: Running) -> None:
+    requests = box.requests
+    await run.until(lambda: requests.watches_of("nodes") and requests.watches_of("pods"))
     run.gate.open.clear()
     box.clock.advance(TIMEOUT)  # both streams end empty; the informer waits at the gate
     await run.until(lambda: run.gate.waiting == 2)
     # While it is away, more node changes than the server keeps.
     box.store.delete(NODES, None, "training-3", DeleteOptions())
     for i in range(4):
-        box.store.annotate("inference-0", {"rebalancer.io/note": str(i)})
+        objects.annotate(box.store, "inference-0", {"rebalancer.io/note": str(i)})
     cluster.add(box.store, cluster.node("inference-8", cluster.INFERENCE))
     run.changes.clear()
     run.gate.open.set()
-    await run.until(lambda: box.store.lists_of("nodes") == 2 and run.has("inference-8"))
+    await run.until(lambda: box.requests.lists_of("nodes") == 2 and run.has("inference-8"))
 
     views = {str(v.name): v for v in run.informer.node_views(RULES)}
     assert "training-3" not in views
@@ -234,7 +238,7 @@ async def _relist_after_expiry(box: Emulator, run: Running) -> None:
     assert ("training-3", "node removed") in run.changes
     assert ("inference-8", "node appeared") in run.changes
     assert ("inference-0", "node annotations changed") in run.changes
-    assert box.store.lists_of("pods") == 1  # the pods' history still held its version
+    assert box.requests.lists_of("pods") == 1  # the pods' history still held its version
 
 
 async def test_transport_errors_back_off_exponentially_and_never_end_the_loop() -> None:
@@ -254,7 +258,7 @@ async def test_transport_errors_back_off_exponentially_and_never_end_the_loop() 
 
 
 async def test_an_informer_on_a_client_from_a_kubeconfig_file_syncs(
-    emulator: Emulator, tmp_path: Path
+    emulator: Sandbox, tmp_path: Path
 ) -> None:
     path = write_kubeconfig(emulator.url, tmp_path / "kubeconfig")
     async with kubeclient.api_client(path) as api:

@@ -21,7 +21,8 @@ from rebalancer.adapters.leadership import LeaderElector, Sleep, Timings
 from rebalancer.core.model import Term
 from sandbox.emulator.faults import Faults
 from sandbox.emulator.resources import LEASES
-from tests.adapters.conftest import Emulator, stop
+from tests.support.emulated import Sandbox
+from tests.support.waits import stop
 
 TIMINGS = Timings(lease_duration=15, renew_deadline=10, retry_period=2)
 LEASE, NS = "rebalancer", "kube-system"
@@ -33,19 +34,19 @@ class Candidate:
     started: list[Term] = field(default_factory=list)
     stopped: list[tuple[Term, str]] = field(default_factory=list)
 
-    def may_write(self, box: Emulator) -> bool:
+    def may_write(self, box: Sandbox) -> bool:
         return self.elector.may_write(box.clock())
 
 
 @asynccontextmanager
-async def candidates(box: Emulator) -> AsyncIterator[tuple[Candidate, Candidate]]:
+async def candidates(box: Sandbox) -> AsyncIterator[tuple[Candidate, Candidate]]:
     """Two candidates, each with its own client (as two replicas would have)."""
     async with client.ApiClient(client.Configuration(host=box.url)) as other:
         yield _candidate(box, box.api, "replica-a"), _candidate(box, other, "replica-b")
 
 
 def _candidate(
-    box: Emulator,
+    box: Sandbox,
     api: Any,
     identity: str,
     sleep: Sleep = asyncio.sleep,
@@ -66,19 +67,19 @@ def _candidate(
     return Candidate(elector, started, stopped)
 
 
-def lease(box: Emulator) -> dict[str, Any]:
+def lease(box: Sandbox) -> dict[str, Any]:
     spec: dict[str, Any] = box.store.get(LEASES, NS, LEASE)["spec"]
     return spec
 
 
-def check_one_writer(box: Emulator, a: Candidate, b: Candidate) -> None:
+def check_one_writer(box: Sandbox, a: Candidate, b: Candidate) -> None:
     writers = [c for c in (a, b) if c.may_write(box)]
     assert len(writers) <= 1
     for writer in writers:
         assert lease(box)["holderIdentity"] == writer.elector.identity
 
 
-async def failing_writes(box: Emulator, candidate: Candidate) -> bool:
+async def failing_writes(box: Sandbox, candidate: Candidate) -> bool:
     """One attempt whose lease writes the emulator answers with 500 InternalError."""
     box.faults.configure(Faults(error_rate=1.0))
     try:
@@ -88,7 +89,7 @@ async def failing_writes(box: Emulator, candidate: Candidate) -> bool:
 
 
 async def test_the_first_candidate_creates_the_lease_and_the_other_follows(
-    emulator: Emulator,
+    emulator: Sandbox,
 ) -> None:
     async with candidates(emulator) as (a, b):
         assert await a.elector.step()
@@ -112,7 +113,7 @@ async def test_the_first_candidate_creates_the_lease_and_the_other_follows(
 
 
 async def test_a_holder_that_cannot_renew_stops_writing_before_the_other_takes_over(
-    emulator: Emulator,
+    emulator: Sandbox,
 ) -> None:
     async with candidates(emulator) as (a, b):
         await a.elector.step()
@@ -143,7 +144,7 @@ async def test_a_holder_that_cannot_renew_stops_writing_before_the_other_takes_o
 
 
 async def test_a_holder_whose_renewals_fail_for_a_while_keeps_the_lease(
-    emulator: Emulator,
+    emulator: Sandbox,
 ) -> None:
     async with candidates(emulator) as (a, b):
         await a.elector.step()
@@ -161,7 +162,7 @@ async def test_a_holder_whose_renewals_fail_for_a_while_keeps_the_lease(
 
 
 async def test_a_paused_holder_stops_writing_and_the_other_waits_for_expiry(
-    emulator: Emulator,
+    emulator: Sandbox,
 ) -> None:
     async with candidates(emulator) as (a, b):
         await a.elector.step()
@@ -175,7 +176,7 @@ async def test_a_paused_holder_stops_writing_and_the_other_waits_for_expiry(
         assert lease(emulator)["leaseTransitions"] == 1
 
 
-async def test_a_graceful_release_hands_over_at_once(emulator: Emulator) -> None:
+async def test_a_graceful_release_hands_over_at_once(emulator: Sandbox) -> None:
     async with candidates(emulator) as (a, b):
         await a.elector.step()
         await b.elector.step()
@@ -191,7 +192,7 @@ async def test_a_graceful_release_hands_over_at_once(emulator: Emulator) -> None
 
 
 async def test_of_two_candidates_racing_for_an_expired_lease_only_one_wins(
-    emulator: Emulator, monkeypatch: pytest.MonkeyPatch
+    emulator: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     emulator.store.create(LEASES, NS, _lease_held_by("crashed-replica"))
     async with candidates(emulator) as (a, b):
@@ -227,7 +228,7 @@ def _lease_held_by(holder: str) -> dict[str, Any]:
     }
 
 
-async def test_cancelling_run_releases_the_lease(emulator: Emulator) -> None:
+async def test_cancelling_run_releases_the_lease(emulator: Sandbox) -> None:
     parked = asyncio.Event()
 
     async def park(_: float) -> None:
@@ -242,7 +243,7 @@ async def test_cancelling_run_releases_the_lease(emulator: Emulator) -> None:
 
 
 async def test_a_holder_that_finds_another_name_in_the_lease_stops_at_once(
-    emulator: Emulator,
+    emulator: Sandbox,
 ) -> None:
     async with candidates(emulator) as (a, _):
         await a.elector.step()
@@ -276,7 +277,7 @@ class Witness:
     terms: list[int]  # the term number each on_started was given
 
 
-def witnessed(box: Emulator, api: Any, identity: str, sleep: Sleep = asyncio.sleep) -> Witness:
+def witnessed(box: Sandbox, api: Any, identity: str, sleep: Sleep = asyncio.sleep) -> Witness:
     """A candidate whose listeners record what was true at the moment they were called."""
     seen: list[Seen] = []
     terms: list[int] = []
@@ -304,7 +305,7 @@ def witnessed(box: Emulator, api: Any, identity: str, sleep: Sleep = asyncio.sle
 
 
 async def test_the_listener_hears_of_a_win_once_the_lease_names_the_winner_and_not_of_renewals(
-    emulator: Emulator,
+    emulator: Sandbox,
 ) -> None:
     a = witnessed(emulator, emulator.api, "replica-a")
     assert await a.elector.step()  # creates the Lease
@@ -316,7 +317,7 @@ async def test_the_listener_hears_of_a_win_once_the_lease_names_the_winner_and_n
 
 
 async def test_the_listener_hears_of_a_missed_deadline_at_once_and_of_the_lease_won_back(
-    emulator: Emulator,
+    emulator: Sandbox,
 ) -> None:
     a = witnessed(emulator, emulator.api, "replica-a")
     await a.elector.step()
@@ -338,7 +339,7 @@ async def test_the_listener_hears_of_a_missed_deadline_at_once_and_of_the_lease_
 
 
 async def test_the_listener_hears_of_a_lease_taken_by_another_at_the_next_step(
-    emulator: Emulator,
+    emulator: Sandbox,
 ) -> None:
     async with client.ApiClient(client.Configuration(host=emulator.url)) as other:
         a = witnessed(emulator, emulator.api, "replica-a")
@@ -353,7 +354,7 @@ async def test_the_listener_hears_of_a_lease_taken_by_another_at_the_next_step(
 
 
 async def test_the_listener_hears_of_a_release_before_the_lease_is_freed(
-    emulator: Emulator,
+    emulator: Sandbox,
 ) -> None:
     parked = asyncio.Event()
 
@@ -372,7 +373,7 @@ async def test_the_listener_hears_of_a_release_before_the_lease_is_freed(
 
 
 async def test_a_listener_that_raises_changes_nothing_in_the_election(
-    emulator: Emulator, caplog: pytest.LogCaptureFixture
+    emulator: Sandbox, caplog: pytest.LogCaptureFixture
 ) -> None:
     def fail(*_: object) -> None:
         raise RuntimeError("listener broken")

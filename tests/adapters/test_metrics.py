@@ -1,6 +1,6 @@
 """The Prometheus adapter against a real Prometheus holding series backfilled from a real trace.
 
-The data (see ``tests/adapters/prometheus.py``): pool ``code`` (two vLLM pods on two nodes),
+The data (see ``tests/support/prometheus.py``): pool ``code`` (two vLLM pods on two nodes),
 pool ``conv`` (one pod whose vLLM series stop early: a stale series), pool ``idle`` (a pod but no
 vLLM series). Expected values are computed here by hand from the generated counters and gauges.
 
@@ -39,13 +39,13 @@ from rebalancer.adapters.metrics import (
     render,
 )
 from rebalancer.core.model import NodeName, PoolName, Sample
-from tests.adapters.prometheus import (
+from tests.support.processes import free_port
+from tests.support.prometheus import (
     CONV_LAST,
     MINUTES,
     START,
     Data,
     Server,
-    free_port,
     require,
     running,
     scrape_time,

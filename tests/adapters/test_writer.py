@@ -21,7 +21,10 @@ from rebalancer.adapters.writer import (
 from rebalancer.core import model
 from rebalancer.core.nodestate import NodeChange
 from rebalancer.core.outcomes import WriteOutcome
-from tests.adapters.test_actuator import TAINTS, budget, no_sleep, node_obj, training, world
+from tests.support.actuation import world
+from tests.support.objects import TAINTS, budget, training
+from tests.support.reads import node_obj
+from tests.support.waits import no_sleep
 
 LENT = model.Taint("rebalancer.io/lent", "NoSchedule", "training")
 AGED = model.Taint("example.com/aged", "NoExecute", "x", time_added="2026-03-01T08:00:00Z")

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from rebalancer import settings
-from tests.chart.support import CHART, Doc, of_kind, one, render, rendered
+from tests.support.chart import CHART, Doc, of_kind, one, render, rendered
 
 ROOT = CHART.parents[1]
 KUBE_VERSIONS = ("1.28.0", "1.37.0")

@@ -13,7 +13,7 @@ import re
 
 import yaml
 
-from tests.chart.support import CHART
+from tests.support.chart import CHART
 
 ROOT = CHART.parents[1]
 

@@ -9,7 +9,7 @@
   alert texts are executed too.
 - The Grafana dashboard (with and without the PostgreSQL table) is valid JSON with unique panel
   ids, a datasource on every panel and target and an expression on every target; every PromQL
-  expression and variable query of it runs on a real Prometheus (``tests/adapters/prometheus.py``)
+  expression and variable query of it runs on a real Prometheus (``tests/support/prometheus.py``)
   holding series exported by the controller's own ``Telemetry``, and returns data.
 - The decisions SQL of the PostgreSQL panel runs on a real PostgreSQL whose schema the audit
   store's own migrations made, and returns the expected records in the expected order.
@@ -27,7 +27,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +40,10 @@ from rebalancer.adapters.audit import SqlAuditStore
 from rebalancer.core import model
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.runtime.telemetry import Telemetry
-from tests.adapters import prometheus as prom
-from tests.adapters.postgres import PostgresServer, postgres_server
-from tests.chart.support import Doc, of_kind, one, render
+from tests.support import prometheus as prom
+from tests.support.chart import Doc, of_kind, one, render
+from tests.support.factories import T0
+from tests.support.postgres import PostgresServer, postgres_server
 
 __all__ = ["postgres_server"]  # the session fixture, imported so that pytest finds it
 
@@ -969,7 +970,7 @@ def telemetry_series() -> str:
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """tests/adapters/prometheus.py's Prometheus, its backfill extended with our series."""
+    """tests/support/prometheus.py's Prometheus, its backfill extended with our series."""
     ours = telemetry_series()
     trace = prom.openmetrics
 
@@ -1069,8 +1070,6 @@ def test_dashboard_variables_run(prometheus: str) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # The audit table's SQL on a real PostgreSQL with the schema of the audit store's migrations
-
-T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 
 
 def grafana_sql(sql: str, start: datetime, end: datetime, pools: list[str]) -> str:

@@ -34,17 +34,16 @@ from sandbox.emulator.clock import ManualClock
 from sandbox.emulator.resources import PODS
 from sandbox.emulator.server import serve
 from sandbox.emulator.store import Store
-from tests.chart.support import NAMESPACE, RELEASE, Doc, of_kind, one, render
-from tests.e2e_support import (
+from tests.support.chart import NAMESPACE, RELEASE, Doc, of_kind, one, render
+from tests.support.processes import config_text, free_port
+from tests.support.rbac import (
     ADMIN_TOKEN,
     CONTROLLER_TOKEN,
     apply_rbac,
     chart_access,
-    free_port,
     grants,
     service_account_of,
 )
-from tests.test_cli_run import config_text
 
 SA = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
 SERVING, LENT, LENT_TOO = "inference-5", "inference-6", "inference-7"

@@ -1,7 +1,7 @@
 """Two replicas on the PostgreSQL audit store, run as the chart deploys them.
 
 The chart's "PostgreSQL + 2 replicas" values are rendered, and two pods of the rendered
-Deployment run as local processes (``tests.e2e_support.as_pod``: the container's args and
+Deployment run as local processes (``tests.support.processes.as_pod``: the container's args and
 environment, the audit URL read from the Secret through ``secretKeyRef``, the ConfigMap as the
 settings file) against the emulator enforcing the chart's RBAC and a real PostgreSQL. Both
 become ready, exactly one holds the Lease and says so on ``/metrics`` (at once: the gauge moves
@@ -26,20 +26,11 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sandbox.emulator import cluster
 from sandbox.emulator.server import serve, write_kubeconfig
 from sandbox.emulator.store import Store
-from tests.adapters.postgres import PostgresServer, postgres_server
-from tests.chart.support import NAMESPACE, RELEASE, render
-from tests.e2e_support import (
-    CONTROLLER_TOKEN,
-    Pod,
-    admin_headers,
-    apply_rbac,
-    as_pod,
-    chart_access,
-    free_port,
-    probe,
-    start_pod,
-    until,
-)
+from tests.support.chart import NAMESPACE, RELEASE, render
+from tests.support.postgres import PostgresServer, postgres_server
+from tests.support.processes import Pod, as_pod, free_port, probe, start_pod
+from tests.support.rbac import CONTROLLER_TOKEN, admin_headers, apply_rbac, chart_access
+from tests.support.waits import until
 
 __all__ = ["postgres_server"]  # the session fixture, imported so that pytest finds it
 

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
 from rebalancer.core import demand, model, planning
 from rebalancer.core.model import PoolName, Reason
+from tests.support.factories import KEYS, T0, lent_nodes, policy, proposal, refusals, serving_nodes
 
-from .factories import KEYS, lent_nodes, policy, proposal, refusals, serving_nodes
-
-T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
 RULE = demand.DropRule(floor=1 / 3, hold=10 * MINUTE, rps_per_node=10.0)
 

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from rebalancer.core import model, nodestate
 from rebalancer.core.model import Taint
 from rebalancer.core.nodestate import NodeState, Original, Phase, StateError
+from tests.support.factories import T0
 
 KEYS = nodestate.Keys()
 P = KEYS.prefix  # "rebalancer.io/"
 # A Monday at noon UTC.
-T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 DECISION = "audit-0001"
 
 INFERENCE = Taint(key="workload", value="inference", effect="NoSchedule")

@@ -14,8 +14,7 @@ import pytest
 
 from rebalancer.core import model, nodestate, planning, windows
 from rebalancer.core.model import Action, Origin, PodRole, PoolName, Reason
-
-from .factories import (
+from tests.support.factories import (
     KEYS,
     POOL,
     T0,

@@ -28,8 +28,7 @@ from hypothesis.stateful import (
 from rebalancer.core import model, nodestate, overrides, planning, windows
 from rebalancer.core.model import Action, NodeName, Origin, PodRole
 from rebalancer.core.policy import ALL_GUARDS, Guard, PoolPolicy
-
-from .factories import (
+from tests.support.factories import (
     KEYS,
     LEND_SPEC,
     LENDS,

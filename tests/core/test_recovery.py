@@ -7,8 +7,7 @@ import pytest
 from rebalancer.core import model, recovery
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.outcomes import Outcome
-
-from .factories import (
+from tests.support.factories import (
     KEYS,
     T0,
     begin_reclaim,

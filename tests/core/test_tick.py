@@ -11,7 +11,7 @@ import pytest
 from rebalancer.core import model, tick
 from rebalancer.core.model import Action, Origin, PoolName, Reason
 from rebalancer.core.tick import Failure, FailureKind, PoolRules, Stage, plan_tick
-from tests.core import factories as f
+from tests.support import factories as f
 
 A, B = PoolName("a"), PoolName("b")
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
 from rebalancer.core.model import PodRole, PodView
 from rebalancer.core.victims import eviction_order, job_key, jobs, pick_jobs
-
-T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+from tests.support.factories import T0
 
 
 def pod(

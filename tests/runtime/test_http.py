@@ -7,7 +7,7 @@ import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,7 @@ from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Action, NodeName, Origin, PoolName, Reason
 from rebalancer.runtime.http import HttpServer, Readiness, readiness
 from rebalancer.runtime.telemetry import Telemetry
-
-T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+from tests.support.factories import T0
 
 
 def record(

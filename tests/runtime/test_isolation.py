@@ -2,8 +2,8 @@
 
 A strategy that raises, answers garbage or overruns its time, a planner that raises, and an
 object the informer cannot read: each leaves the other pool planned as usual and its own pool
-under the safety rules (docs/design/fault-isolation.md). The fakes are plain objects passed in;
-a tick here touches no network.
+under the safety rules (docs/design/fault-isolation.md). The fakes (``tests.support.fakes``) are
+plain objects passed in; a tick here touches no network.
 """
 
 from __future__ import annotations
@@ -12,23 +12,24 @@ import asyncio
 import dataclasses
 import math
 import threading
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
 from rebalancer.adapters.audit import AuditLog, MemoryAuditStore
 from rebalancer.core import model
 from rebalancer.core.audit import Kind
-from rebalancer.core.model import HistoryResult, NodeName, PodRules, PoolMetrics, PoolName, Reason
+from rebalancer.core.model import PodRules, PoolName, Reason
 from rebalancer.core.outcomes import ActionResult, Outcome
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.runtime.reconcile import AlwaysLeader, PoolConfig, Reconciler
+from sandbox.emulator.clock import ManualClock
 from strategies import registry
-from tests.core.factories import KEYS, LEND_SPEC, T0, begin_reclaim, lend, serving
-from tests.runtime.observers import Seen
+from tests.support.factories import KEYS, LEND_SPEC, T0, begin_reclaim, lend, serving
+from tests.support.fakes import Calls, Demand, Scripted, Views
+from tests.support.observers import Seen
 
 A, B = PoolName("a"), PoolName("b")
 RULES = PodRules(lend_taints=LEND_SPEC.add_taints, serving_taints=LEND_SPEC.remove_taints)
@@ -41,80 +42,6 @@ def node(pool: PoolName, i: int, lent: bool = False) -> model.NodeView:
     view = serving(f"{pool}-{i}")
     view = dataclasses.replace(view, labels={**view.labels, "pool": str(pool)})
     return lend(view, T0 - timedelta(hours=1)) if lent else view
-
-
-@dataclass
-class Views:
-    nodes: list[model.NodeView]
-    broken: dict[str, str] = field(default_factory=dict)
-
-    def node_views(self, rules: PodRules) -> tuple[model.NodeView, ...]:
-        return tuple(self.nodes)
-
-    def unreadable(self) -> Mapping[str, str]:
-        return self.broken
-
-
-@dataclass
-class Demand:
-    rps: dict[PoolName, float]
-    now: datetime = T0
-
-    async def read(
-        self, pool: PoolName, nodes: Iterable[NodeName], now: datetime | None = None
-    ) -> PoolMetrics:
-        at = now or self.now
-        return PoolMetrics(pool, model.Sample(self.rps[pool], at), model.Sample(0.0, at))
-
-    async def history(
-        self,
-        pool: PoolName,
-        nodes: Iterable[NodeName],
-        since: datetime,
-        until: datetime,
-        step: timedelta,
-    ) -> HistoryResult:
-        return HistoryResult(model.DemandHistory.empty(since))
-
-
-@dataclass
-class Calls:
-    """A ``NodeActuator`` that does what it is asked and remembers it."""
-
-    made: list[tuple[str, str]] = field(default_factory=list)
-
-    async def lend(self, node: str, decision: str) -> ActionResult:
-        self.made.append(("lend", node))
-        return ActionResult(node, model.Action.LEND, Outcome.APPLIED, "lent")
-
-    async def reclaim(self, node: str, decision: str, deadline: datetime) -> ActionResult:
-        self.made.append(("reclaim", node))
-        return ActionResult(node, model.Action.RECLAIM, Outcome.APPLIED, "serving")
-
-    async def progress(self, node: str, decision: str | None = None) -> ActionResult:
-        return ActionResult(node, model.Action.PROGRESS, Outcome.NOTHING, "")
-
-
-class Scripted:
-    """A strategy whose answer (or failure) the test sets; ``gate`` makes it block."""
-
-    name: ClassVar[str] = "scripted"
-
-    reads_history: ClassVar[bool] = False
-
-    def __init__(self, answer: Any = None, gate: threading.Event | None = None) -> None:
-        self.answer, self.gate, self.calls = answer, gate, 0
-
-    def decide(self, pool: model.PoolView) -> model.Proposal:
-        self.calls += 1
-        if self.gate is not None:
-            self.gate.wait(timeout=30)
-        if isinstance(self.answer, Exception):
-            raise self.answer
-        if self.answer is None:
-            return model.Proposal(pool.size, "lend everything")
-        answer: model.Proposal = self.answer
-        return answer
 
 
 class BrokenPlanning(PoolPolicy):
@@ -158,7 +85,8 @@ async def world(
 ) -> World:
     nodes = [node(A, i, lent=i < lent_a) for i in range(4)] + [node(B, i) for i in range(4)]
     views = Views(nodes)
-    demand = Demand({A: demand_a, B: 5.0})
+    clock = ManualClock(T0)
+    demand = Demand({A: demand_a, B: 5.0}, clock)
     calls = {A: Calls(), B: Calls()}
     store = MemoryAuditStore()
     seen = Seen()
@@ -166,24 +94,16 @@ async def world(
         [pool(A, strategy_a, policy_a), pool(B, registry.build("reactive"))],
         views=views,
         metrics=demand,
-        clock=lambda: demand.now,
+        clock=clock,
         actuators=calls,
         audit_log=AuditLog(store, sink=None),
-        leadership=AlwaysLeader(now=lambda: demand.now),
+        leadership=AlwaysLeader(now=clock),
         keys=KEYS,
         observer=seen,
         strategy_timeout=timeout,
     )
     await reconciler.start()  # what the first tick of a leader does before it plans
     return World(reconciler, views, demand, calls, store, seen)
-
-
-def lends(calls: Calls) -> list[str]:
-    return [n for what, n in calls.made if what == "lend"]
-
-
-def reclaims(calls: Calls) -> list[str]:
-    return [n for what, n in calls.made if what == "reclaim"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,8 +114,8 @@ async def test_a_strategy_that_raises_leaves_the_other_pool_planned_as_usual() -
 
     report = await w.reconciler.tick()
 
-    assert lends(w.calls[A]) == []  # safety only: no new loans
-    assert len(lends(w.calls[B])) == 3  # 5 rps need one node of four: three lent
+    assert w.calls[A].of("lend") == []  # safety only: no new loans
+    assert len(w.calls[B].of("lend")) == 3  # 5 rps need one node of four: three lent
     assert report.proposals[A].reason.startswith("safety only: the strategy failed (raised")
     assert w.seen.strategy_failures == [("a", "scripted", "raised")]
     assert w.seen.safety_only[-1] == {"a": True, "b": False}
@@ -207,7 +127,7 @@ async def test_a_failing_strategy_still_lets_the_safety_rules_take_nodes_back() 
     await w.reconciler.tick()
 
     # 35 rps need 4 nodes at 10 rps; one serves: the three lent ones come back at once.
-    assert sorted(reclaims(w.calls[A])) == ["a-0", "a-1", "a-2"]
+    assert sorted(w.calls[A].of("reclaim")) == ["a-0", "a-1", "a-2"]
 
 
 async def test_a_failure_is_audited_once_per_episode_and_its_end_once() -> None:
@@ -248,10 +168,10 @@ async def test_a_strategy_that_answers_garbage_is_planned_safety_only(
 
     report = await w.reconciler.tick()
 
-    assert lends(w.calls[A]) == []
+    assert w.calls[A].of("lend") == []
     assert why in report.proposals[A].reason
     assert w.seen.strategy_failures == [("a", "scripted", "invalid")]
-    assert len(lends(w.calls[B])) == 3
+    assert len(w.calls[B].of("lend")) == 3
 
 
 async def test_a_strategy_that_overruns_is_not_called_again_until_it_returns() -> None:
@@ -261,7 +181,7 @@ async def test_a_strategy_that_overruns_is_not_called_again_until_it_returns() -
 
     try:
         first = await w.reconciler.tick()
-        assert len(lends(w.calls[B])) == 3
+        assert len(w.calls[B].of("lend")) == 3
         second = await w.reconciler.tick()
         assert strategy.calls == 1  # the stuck call is not piled on
         assert "no answer within" in first.proposals[A].reason
@@ -281,10 +201,10 @@ async def test_a_planner_failure_in_one_pool_leaves_the_other_pool_planned() -> 
     w = await world(Scripted(), policy_a=broken)
 
     report = await w.reconciler.tick()
-    assert len(lends(w.calls[B])) == 3
+    assert len(w.calls[B].of("lend")) == 3
     await w.reconciler.tick()
 
-    assert lends(w.calls[A]) == []
+    assert w.calls[A].of("lend") == []
     assert "the planner failed" in report.plan.pools[A].summary
     assert w.seen.planner_failures == ["a", "a"]
     assert len(w.findings(Reason.PLANNER_FAILED)) == 1
@@ -297,7 +217,7 @@ async def test_an_unreadable_object_is_counted_and_the_rest_is_planned() -> None
     await w.reconciler.tick()
 
     assert w.seen.unreadable[-1] == {"node": 0, "pod": 1}
-    assert len(lends(w.calls[A])) == 3
+    assert len(w.calls[A].of("lend")) == 3
 
 
 @dataclass
@@ -325,7 +245,7 @@ async def test_a_reclaim_wave_runs_its_reclaims_together_against_one_deadline() 
 
     await w.reconciler.tick()
 
-    assert sorted(reclaims(slow)) == ["a-0", "a-1", "a-2"]
+    assert sorted(slow.of("reclaim")) == ["a-0", "a-1", "a-2"]
     assert slow.most == 3  # all at once, not one after another
     assert len(set(slow.deadlines)) == 1  # counted from the same start
 

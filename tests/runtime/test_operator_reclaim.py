@@ -4,17 +4,17 @@ manual clock.
 The emulator serves over HTTP as in ``tests/test_cli_run.py``, but time moves only when the wave
 sleeps between passes (``Sleeper`` advances the emulator's clock, which is also the wave's), so a
 two-minute deadline and pods that take a minute to terminate cost no wall time. The emulator's
-store keeps a journal of the node writes it took, in order, into which the sleeper writes its
-sleeps too: "every serving taint is back before anything is waited on" is read off the server's
-own record. A ``Watched`` actuator (the ``NodeActuator`` protocol, around the real one) checks
-that the audit store holds every intent before the first write.
+request observer keeps a journal of the node writes the server took, in order, into which the
+sleeper writes its sleeps too: "every serving taint is back before anything is waited on" is read
+off the server's own record. A ``Watched`` actuator (the ``NodeActuator`` protocol, around the
+real one) checks that the audit store holds every intent before the first write.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -34,10 +34,11 @@ from rebalancer.runtime.takeback import ReclaimEvent, Stage
 from sandbox.emulator import cluster
 from sandbox.emulator.clock import ManualClock
 from sandbox.emulator.resources import NODES
-from sandbox.emulator.server import serve, write_kubeconfig
+from sandbox.emulator.server import Request, serve, write_kubeconfig
 from sandbox.emulator.store import Store
-from tests.adapters.conftest import T0
-from tests.e2e_support import free_port
+from tests.support import emulated
+from tests.support.factories import T0
+from tests.support.processes import free_port
 
 Obj = dict[str, Any]
 SERVING = {"key": "workload", "value": "inference", "effect": "NoSchedule"}
@@ -47,20 +48,19 @@ POLL = 5.0  # seconds of emulator time between passes: few passes, same story
 DEADLINE = timedelta(minutes=2)  # the default limits.reclaim_deadline
 
 
-class JournalStore(Store):
-    """The emulator's store, remembering each node write it took (and the sleeps, see
-    ``Sleeper``) in the order they happened."""
+Journal = list[tuple[str, str]]  # ("serving" or "lent", node) per node write; ("sleep", seconds)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.journal: list[tuple[str, str]] = []
 
-    def patch(self, rt: Any, namespace: str | None, name: str, *args: Any, **kwargs: Any) -> Obj:
-        out = super().patch(rt, namespace, name, *args, **kwargs)
-        if rt is NODES:
-            serving = SERVING in ((out.get("spec") or {}).get("taints") or [])
-            self.journal.append(("serving" if serving else "lent", name))
-        return out
+def journal_node_writes(journal: Journal) -> Callable[[Request], None]:
+    """An emulator request observer: each node write the server took, as the taints it left."""
+
+    def note(request: Request) -> None:
+        if request.resource == "nodes" and emulated.taken(request):
+            assert request.response is not None
+            taints = (request.response.get("spec") or {}).get("taints") or []
+            journal.append(("serving" if SERVING in taints else "lent", request.name))
+
+    return note
 
 
 @dataclass
@@ -68,12 +68,12 @@ class Sleeper:
     """The wave's ``sleep``: moves the emulator's clock, and says so in the journal."""
 
     clock: ManualClock
-    store: JournalStore
+    journal: Journal
     slept: list[float] = field(default_factory=list)
 
     async def __call__(self, seconds: float) -> None:
         self.slept.append(seconds)
-        self.store.journal.append(("sleep", f"{seconds}"))
+        self.journal.append(("sleep", f"{seconds}"))
         self.clock.advance(seconds)
 
 
@@ -109,8 +109,9 @@ class RefusingStore(MemoryAuditStore):
 
 @dataclass
 class Box:
-    store: JournalStore
+    store: Store
     clock: ManualClock
+    journal: Journal
     controller: wiring.Controller
     sleeper: Sleeper
     events: list[ReclaimEvent] = field(default_factory=list)
@@ -156,9 +157,10 @@ async def lent(
     """The default inference pool plus two ``spare`` nodes; ``nodes`` lent, each running
     ``pods`` training pods that take ``grace`` seconds to terminate once evicted."""
     clock = ManualClock(T0)
-    store = JournalStore(clock, seed=1)
+    store = Store(clock, seed=1)
     cluster.seed(store, (cluster.INFERENCE, SPARE))
-    async with serve(store) as url:
+    journal: Journal = []
+    async with serve(store, on_request=journal_node_writes(journal)) as url:
         kubeconfig = write_kubeconfig(url, tmp_path / "kubeconfig")
         path = tmp_path / "config.yaml"
         path.write_text(config_text(tmp_path / "audit.sqlite3"), encoding="utf-8")
@@ -175,8 +177,8 @@ async def lent(
                     pod["spec"]["nodeName"] = node
                     pod["spec"]["terminationGracePeriodSeconds"] = grace
                     cluster.add(store, pod)
-            store.journal.clear()
-            yield Box(store, clock, controller, Sleeper(clock, store))
+            journal.clear()
+            yield Box(store, clock, journal, controller, Sleeper(clock, journal))
 
 
 def back_at(done: list[takeback.Reclaimed]) -> list[float]:
@@ -192,7 +194,7 @@ async def test_every_node_gets_its_serving_taints_back_before_any_node_is_waited
     async with lent(tmp_path) as box:
         done = await box.wave(list(LENT))
         assert all(d.ok for d in done), [d.message for d in done]
-        journal = box.store.journal
+        journal = box.journal
         first_sleep = journal.index(("sleep", f"{POLL}"))
         restored = [i for i, (what, _node) in enumerate(journal) if what == "serving"]
         # Each node: its serving taints back (begin reclaim), later its finish, also serving.
@@ -323,7 +325,7 @@ async def test_an_intent_batch_the_store_refuses_leaves_every_node_untouched(
         box.controller.reconciler.audit_log = AuditLog(RefusingStore(), sink=None)
         with pytest.raises(takeback.IntentsNotRecorded, match="no node was touched"):
             await box.wave(list(LENT))
-        assert box.store.journal == []
+        assert box.journal == []
 
 
 def test_the_cli_default_concurrency_is_the_wave_s() -> None:

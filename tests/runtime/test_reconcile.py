@@ -2,20 +2,19 @@
 actuator, a scripted metrics source and the in-memory audit store.
 
 A journal records, in the order they happened, every batch the audit store took and every node
-write the emulator's store took (hooked in process, behind the HTTP server), so "the intent was
-committed before the node changed" is checked on the server's own record, not on what the
-client believes.
+write the emulator's server took (its request observer, ``serve(on_request=...)``, is told of
+each before the client gets the answer), so "the intent was committed before the node changed"
+is checked on the server's own record, not on what the client believes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections import deque
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -28,20 +27,25 @@ from rebalancer.adapters.informer import Informer, WatchSettings
 from rebalancer.adapters.writer import KubeWriter, NodeWriter, RetryPolicy
 from rebalancer.core import model, nodestate
 from rebalancer.core.audit import AuditRecord, Kind
-from rebalancer.core.model import HistoryResult, PoolMetrics, Term
+from rebalancer.core.model import Term
 from rebalancer.core.outcomes import Outcome
 from rebalancer.runtime.loop import run_controller
 from rebalancer.runtime.reconcile import PoolConfig, Reconciler, TickReport
 from sandbox.emulator import cluster
 from sandbox.emulator.resources import NODES
+from sandbox.emulator.server import Request
 from sandbox.emulator.store import Store
+from sandbox.emulator.views import expected_views
 from strategies import registry
-from tests.adapters.conftest import Emulator, Pulse, emulated, stop
-from tests.adapters.test_actuator import Crash, Recorder, daemon_pod
-
-# The same pool, policy and pod rules as the convergence test, and its view of the store.
-from tests.adapters.test_convergence import KEYS, POLICY, POOL, RULES, SPEC, expected_views
-from tests.runtime.observers import Seen
+from tests.support import emulated
+from tests.support.actuation import Crash, Recorder
+from tests.support.emulated import Sandbox
+from tests.support.fakes import Demand, Entry, JournalStore, Lead
+from tests.support.objects import daemon_pod
+from tests.support.observers import Seen
+from tests.support.pools import BUSY, IDLE, KEYS, POLICY, POOL, RULES, SPEC, add_replicas
+from tests.support.reads import scheduling_of, state_of
+from tests.support.waits import Pulse, no_sleep, stop
 
 Obj = dict[str, Any]
 CONFIG = PoolConfig(
@@ -52,114 +56,31 @@ CONFIG = PoolConfig(
     strategy=registry.build("reactive"),
     strategy_name="reactive",
 )
-BUSY = ("inference-0", "inference-1")  # run inference replicas: never lent
-IDLE = tuple(f"inference-{i}" for i in range(2, cluster.INFERENCE.size))
 LOW, HIGH = 150.0, 900.0  # rps: need 2 nodes (lend the 6 idle ones), then more than 8
 
 
-async def no_sleep(_: float) -> None:
-    """Retry backoff without waiting on the wall clock."""
+def journal_node_writes(journal: list[Entry]) -> Callable[[Request], None]:
+    """An emulator request observer that notes, in ``journal``, each node patch the server
+    took, with the decision and state it left on the node."""
 
+    def note(request: Request) -> None:
+        if request.resource != "nodes" or request.verb != "patch" or not emulated.taken(request):
+            return
+        assert request.response is not None
+        meta = request.response["metadata"]
+        decision = (meta.get("annotations") or {}).get(KEYS.decision, "")
+        state = (meta.get("labels") or {}).get(KEYS.state, "serving")
+        journal.append(("node", meta["name"], decision, state))
 
-# ---------------------------------------------------------------------------------------------
-# Fakes and the journal
-
-
-@dataclass
-class ScriptedMetrics:
-    """Demand as the test says; ``at`` None: sampled at the moment of the read."""
-
-    box: Emulator
-    demand: float = LOW
-    at: datetime | None = None
-    reads: int = 0
-
-    async def read(
-        self, pool: model.PoolName, nodes: Iterable[model.NodeName], now: datetime | None = None
-    ) -> PoolMetrics:
-        self.reads += 1
-        at = self.at if self.at is not None else self.box.clock()
-        return PoolMetrics(pool, model.Sample(self.demand, at), model.Sample(0.0, at))
-
-    async def history(
-        self,
-        pool: model.PoolName,
-        nodes: Iterable[model.NodeName],
-        since: datetime,
-        until: datetime,
-        step: timedelta,
-    ) -> HistoryResult:
-        return HistoryResult(model.DemandHistory.empty(since))
-
-
-@dataclass
-class Lead:
-    """Leadership as the test scripts it: ``answers`` first, then ``leading``."""
-
-    box: Emulator
-    leading: bool = True
-    answers: deque[bool] = field(default_factory=deque)
-    identity: str = "replica-a"
-    term: Term | None = None
-
-    @property
-    def now(self) -> Any:
-        return self.box.clock
-
-    def may_write(self, now: datetime) -> bool:
-        return self.answers.popleft() if self.answers else self.leading
-
-
-Entry = tuple[str, str, str, str]  # ("audit", kind, id, node) or ("node", name, decision, state)
-
-
-class JournalStore(MemoryAuditStore):
-    def __init__(self, journal: list[Entry]) -> None:
-        super().__init__()
-        self.journal = journal
-
-    async def append(self, batch: Sequence[AuditRecord]) -> None:
-        await super().append(batch)
-        for r in batch:
-            self.journal.append(("audit", r.kind.value, r.id, r.node or ""))
-
-
-def hook_node_writes(store: Store, journal: list[Entry], monkeypatch: pytest.MonkeyPatch) -> None:
-    patch = store.patch
-
-    def recorded(*args: Any, **kwargs: Any) -> Obj:
-        out = patch(*args, **kwargs)
-        if args[0] is NODES and not kwargs.get("dry_run"):
-            meta = out["metadata"]
-            decision = (meta.get("annotations") or {}).get(KEYS.decision, "")
-            state = (meta.get("labels") or {}).get(KEYS.state, "serving")
-            journal.append(("node", meta["name"], decision, state))
-        return out
-
-    monkeypatch.setattr(store, "patch", recorded)
-
-
-# ---------------------------------------------------------------------------------------------
-# The world
-
-
-def scheduling(store: Store, name: str) -> tuple[str, str]:
-    """What a restore must give back byte for byte: labels and taints, as JSON text."""
-    obj = store.get(NODES, None, name)
-    return json.dumps(obj["metadata"].get("labels")), json.dumps(obj["spec"].get("taints"))
-
-
-def state_of(store: Store, name: str) -> str:
-    labels = store.get(NODES, None, name)["metadata"].get("labels") or {}
-    return str(labels.get(KEYS.state, "serving"))
+    return note
 
 
 @dataclass
 class World:
-    box: Emulator
+    box: Sandbox
     informer: Informer
     pulse: Pulse
-    metrics: ScriptedMetrics
+    metrics: Demand
     lead: Lead
     audit: JournalStore
     journal: list[Entry]
@@ -174,7 +95,7 @@ class World:
 
     async def caught_up(self) -> None:
         await self.pulse.until(
-            lambda: self.informer.node_views(RULES) == expected_views(self.store)
+            lambda: self.informer.node_views(RULES) == expected_views(self.store, RULES)
         )
 
     async def tick(self) -> TickReport:
@@ -195,10 +116,10 @@ class World:
 
 
 def make_reconciler(
-    box: Emulator,
+    box: Sandbox,
     writer: NodeWriter,
     informer: Informer,
-    metrics: ScriptedMetrics,
+    metrics: Demand,
     lead: Lead,
     store: MemoryAuditStore,
     seen: Seen | None = None,
@@ -218,22 +139,20 @@ def make_reconciler(
 
 
 @asynccontextmanager
-async def world(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[World]:
-    async with emulated() as box:
+async def world() -> AsyncIterator[World]:
+    journal: list[Entry] = []
+    async with emulated.running(seeded=True, on_request=journal_node_writes(journal)) as box:
         store = box.store
         for name in (*BUSY, *IDLE):
             cluster.add(store, daemon_pod(name))
-        for i, name in enumerate(BUSY):
-            cluster.add(store, cluster.inference_pod(i, node_name=name))
-        originals = {name: scheduling(store, name) for name in (*BUSY, *IDLE)}
-        journal: list[Entry] = []
-        hook_node_writes(store, journal, monkeypatch)
+        add_replicas(store)
+        originals = {name: scheduling_of(store, name) for name in (*BUSY, *IDLE)}
         pulse = Pulse()
         informer = Informer(
             box.api, settings=WatchSettings(timeout_seconds=86_400), on_change=pulse
         )
-        metrics = ScriptedMetrics(box)
-        lead = Lead(box, term=Term("replica-a", 3, box.clock()))
+        metrics = Demand({POOL: LOW}, box.clock)
+        lead = Lead(box.clock, term=Term("replica-a", 3, box.clock()))
         kube = KubeWriter(client.CoreV1Api(box.api), RetryPolicy(sleep=no_sleep))
         writer = LeaderGatedWriter(kube, lead.may_write, box.clock, lead.identity)
         audit = JournalStore(journal)
@@ -285,12 +204,12 @@ def check_audit_order(w: World) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-async def test_low_demand_lends_idle_nodes_only_and_high_demand_reclaims_them_byte_for_byte(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    async with world(monkeypatch) as w:
+async def test_low_demand_lends_idle_nodes_only_and_high_demand_reclaims_them_byte_for_byte() -> (
+    None
+):
+    async with world() as w:
         assert await w.reconciler.start() == ()
-        w.metrics.demand = LOW
+        w.metrics.rps[POOL] = LOW
         report = await w.tick()
         assert report.leading
         assert report.error is None
@@ -300,7 +219,7 @@ async def test_low_demand_lends_idle_nodes_only_and_high_demand_reclaims_them_by
         assert {n: state_of(w.store, n) for n in IDLE} == dict.fromkeys(IDLE, "lent")
         assert {n: state_of(w.store, n) for n in BUSY} == dict.fromkeys(BUSY, "serving")
         for name in BUSY:
-            assert scheduling(w.store, name) == w.originals[name]
+            assert scheduling_of(w.store, name) == w.originals[name]
         # The node's decision annotation is the id of its intent record.
         for a in report.steps:
             assert a.intent is not None
@@ -316,7 +235,7 @@ async def test_low_demand_lends_idle_nodes_only_and_high_demand_reclaims_them_by
 
         # Training lands on the lent nodes; demand comes back.
         add_training(w.store, len(IDLE))
-        w.metrics.demand = HIGH
+        w.metrics.rps[POOL] = HIGH
         report = await w.tick()
         assert sorted(a.node for a in report.steps) == sorted(IDLE)
         assert all(a.call == "reclaim" for a in report.steps)
@@ -328,7 +247,7 @@ async def test_low_demand_lends_idle_nodes_only_and_high_demand_reclaims_them_by
             assert not report.steps
         assert {n: state_of(w.store, n) for n in IDLE} == dict.fromkeys(IDLE, "serving")
         for name in (*BUSY, *IDLE):
-            assert scheduling(w.store, name) == w.originals[name], name
+            assert scheduling_of(w.store, name) == w.originals[name], name
         check_audit_order(w)
         # Every transition: an intent, then a node write naming it, then an outcome.
         states = [e[3] for e in w.node_writes()]
@@ -343,12 +262,10 @@ async def test_low_demand_lends_idle_nodes_only_and_high_demand_reclaims_them_by
         assert all(started < serving for _, started, serving in w.seen.reclaims)
 
 
-async def test_stale_metrics_stop_lending_and_past_the_grace_the_loans_are_taken_back(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    async with world(monkeypatch) as w:
+async def test_stale_metrics_stop_lending_and_past_the_grace_the_loans_are_taken_back() -> None:
+    async with world() as w:
         await w.reconciler.start()
-        w.metrics.demand = LOW
+        w.metrics.rps[POOL] = LOW
         w.metrics.at = w.box.clock() - timedelta(minutes=3)  # older than the 2 min staleness
         report = await w.tick()
         assert not report.plan.steps
@@ -375,16 +292,14 @@ async def test_stale_metrics_stop_lending_and_past_the_grace_the_loans_are_taken
             w.advance(30)
             await w.tick()
         for name in IDLE:
-            assert scheduling(w.store, name) == w.originals[name], name
+            assert scheduling_of(w.store, name) == w.originals[name], name
         check_audit_order(w)
 
 
-async def test_a_follower_plans_but_writes_nothing_to_the_cluster_or_the_audit_log(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    async with world(monkeypatch) as w:
+async def test_a_follower_plans_but_writes_nothing_to_the_cluster_or_the_audit_log() -> None:
+    async with world() as w:
         w.lead.leading = False
-        w.metrics.demand = LOW
+        w.metrics.rps[POOL] = LOW
         report = await w.tick()
         assert not report.leading
         assert len(report.plan.steps) == len(IDLE)  # it knows what it would do
@@ -401,12 +316,10 @@ async def test_a_follower_plans_but_writes_nothing_to_the_cluster_or_the_audit_l
         check_audit_order(w)
 
 
-async def test_leadership_lost_after_the_intents_supersedes_them_and_writes_no_node(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    async with world(monkeypatch) as w:
+async def test_leadership_lost_after_the_intents_supersedes_them_and_writes_no_node() -> None:
+    async with world() as w:
         await w.reconciler.start()
-        w.metrics.demand = LOW
+        w.metrics.rps[POOL] = LOW
         w.lead.answers.extend([True])  # leads when the tick begins, then no more
         w.lead.leading = False
         report = await w.tick()
@@ -419,11 +332,9 @@ async def test_leadership_lost_after_the_intents_supersedes_them_and_writes_no_n
         assert {r.intent_id for r in outcomes} == {r.id for r in intents}
 
 
-async def test_a_failed_audit_store_means_nothing_is_written_this_tick(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    async with world(monkeypatch) as w:
-        w.metrics.demand = LOW
+async def test_a_failed_audit_store_means_nothing_is_written_this_tick() -> None:
+    async with world() as w:
+        w.metrics.rps[POOL] = LOW
         w.audit.fail_next = OSError("disk full")
         report = await w.tick()
         assert report.error is not None
@@ -436,11 +347,9 @@ async def test_a_failed_audit_store_means_nothing_is_written_this_tick(
         check_audit_order(w)
 
 
-async def test_start_up_closes_open_intents_with_what_happened_and_audits_the_rollback(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    async with world(monkeypatch) as w:
-        w.metrics.demand = LOW
+async def test_start_up_closes_open_intents_with_what_happened_and_audits_the_rollback() -> None:
+    async with world() as w:
+        w.metrics.rps[POOL] = LOW
         # A previous run: its intent is on record, it crashes after the first write of a lend.
         crashing = Recorder(w.writer, crash_after=1)
         first = make_reconciler(w.box, crashing, w.informer, w.metrics, w.lead, w.audit)
@@ -455,7 +364,7 @@ async def test_start_up_closes_open_intents_with_what_happened_and_audits_the_ro
         results = await w.reconciler.start()
         assert [(r.node, r.outcome) for r in results] == [(half[0], Outcome.APPLIED)]
         assert state_of(w.store, half[0]) == "serving"
-        assert scheduling(w.store, half[0]) == w.originals[half[0]]
+        assert scheduling_of(w.store, half[0]) == w.originals[half[0]]
         assert await w.audit.pending_intents() == ()
         closed = {r.intent_id: r for r in w.records(Kind.OUTCOME)}
         interrupted = next(i for i in pending if i.node == half[0])
@@ -482,13 +391,11 @@ async def test_start_up_closes_open_intents_with_what_happened_and_audits_the_ro
         check_audit_order(w)
 
 
-async def test_a_reclaim_interrupted_while_draining_is_finished_under_a_recovery_intent(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    async with world(monkeypatch) as w:
+async def test_a_reclaim_interrupted_while_draining_is_finished_under_a_recovery_intent() -> None:
+    async with world() as w:
         await w.tick()  # low demand: the idle nodes are lent
         add_training(w.store, len(IDLE))
-        w.metrics.demand = HIGH
+        w.metrics.rps[POOL] = HIGH
         await w.caught_up()
         # A run that crashes right after its first write: the first reclaim has begun.
         crashing = Recorder(w.writer, crash_after=1)
@@ -515,7 +422,7 @@ async def test_a_reclaim_interrupted_while_draining_is_finished_under_a_recovery
             w.advance(30)
             await second.tick()
         for name in halves:
-            assert scheduling(w.store, name) == w.originals[name]
+            assert scheduling_of(w.store, name) == w.originals[name]
 
     by_intent: dict[str, list[AuditRecord]] = {}
     for r in w.records(Kind.OUTCOME):
@@ -535,15 +442,16 @@ async def test_the_controller_process_lends_on_its_first_tick_and_stops_cleanly(
     """``run_controller`` with the real informer and actuator: the informer lists, the first
     tick (start-up included) lends the idle nodes, our own writes wake it again (debounced),
     and a stop (what SIGTERM does) ends it with 0 after the step in flight."""
-    async with emulated() as box:
+    async with emulated.running(seeded=True) as box:
         store = box.store
-        for i, name in enumerate(BUSY):
-            cluster.add(store, cluster.inference_pod(i, node_name=name))
+        add_replicas(store)
         informer = Informer(box.api, settings=WatchSettings(timeout_seconds=86_400))
-        lead = Lead(box, term=Term("replica-a", 1, box.clock()))
+        lead = Lead(box.clock, term=Term("replica-a", 1, box.clock()))
         kube = KubeWriter(client.CoreV1Api(box.api), RetryPolicy(sleep=no_sleep))
         audit = MemoryAuditStore()
-        reconciler = make_reconciler(box, kube, informer, ScriptedMetrics(box), lead, audit)
+        reconciler = make_reconciler(
+            box, kube, informer, Demand({POOL: LOW}, box.clock), lead, audit
+        )
         stop = asyncio.Event()
         reports: list[TickReport] = []
         woke = asyncio.Event()
@@ -574,12 +482,10 @@ async def test_the_controller_process_lends_on_its_first_tick_and_stops_cleanly(
         assert informer.synced.is_set()
 
 
-async def test_a_reclaim_past_its_deadline_is_reported_overdue_until_it_finishes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    async with world(monkeypatch) as w:
+async def test_a_reclaim_past_its_deadline_is_reported_overdue_until_it_finishes() -> None:
+    async with world() as w:
         await w.reconciler.start()
-        w.metrics.demand = LOW
+        w.metrics.rps[POOL] = LOW
         await w.tick()
         assert all(state_of(w.store, n) == "lent" for n in IDLE)
         assert w.seen.overdue[-1] == {POOL: 0}
@@ -600,7 +506,7 @@ async def test_a_reclaim_past_its_deadline_is_reported_overdue_until_it_finishes
         # Leading again (and demand back, so nothing is lent anew): the reclaim is driven to
         # its end and the count falls back to 0.
         w.lead.leading = True
-        w.metrics.demand = HIGH
+        w.metrics.rps[POOL] = HIGH
         for _ in range(4):
             await w.tick()
             w.advance(30)

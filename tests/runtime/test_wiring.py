@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rebalancer import settings as settings_mod
 from rebalancer.runtime import wiring
-from tests.test_cli_run import setup
+from tests.support.processes import setup
 
 ME = "rebalancer-7c4b9-aaaaa"
 

@@ -6,7 +6,9 @@ import pytest
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client import ApiException
 
-from tests.sandbox.conftest import NS, Sandbox, next_event, node, pod
+from tests.support.emulated import Sandbox
+from tests.support.objects import NS, node, pod
+from tests.support.waits import next_event
 
 HOUR = 3600
 

@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import ApiException
 
-from tests.sandbox.conftest import NS, Sandbox, raw, status_body
+from tests.support.emulated import Sandbox
+from tests.support.objects import NS
+from tests.support.reads import raw, status_body
 
 DEFAULT = "default"  # events about cluster-scoped objects (Nodes) must live here
 

@@ -8,7 +8,8 @@ import pytest
 from kubernetes_asyncio.client import ApiException
 
 from sandbox.emulator import cluster
-from tests.sandbox.conftest import Sandbox, raw, status_body
+from tests.support.emulated import Sandbox
+from tests.support.reads import raw, status_body
 
 NS = cluster.INFERENCE_NAMESPACE
 

@@ -8,7 +8,10 @@ from kubernetes_asyncio import watch
 from kubernetes_asyncio.client import ApiException
 
 from sandbox.emulator.faults import Faults
-from tests.sandbox.conftest import NS, Sandbox, next_event, no_more_events, pod, status_body
+from tests.support.emulated import Sandbox
+from tests.support.objects import NS, pod
+from tests.support.reads import status_body
+from tests.support.waits import next_event, no_more_events
 
 
 async def _outcomes(sandbox: Sandbox, faults: Faults, writes: int) -> list[int]:

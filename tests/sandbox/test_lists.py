@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 from kubernetes_asyncio.client import ApiException
 
-from tests.sandbox.conftest import NS, Sandbox, pod, status_body
+from tests.support.emulated import Sandbox
+from tests.support.objects import NS, pod
+from tests.support.reads import status_body
 
 
 async def _labelled(sandbox: Sandbox) -> None:

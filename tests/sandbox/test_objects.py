@@ -7,7 +7,9 @@ from kubernetes_asyncio.client import ApiException
 from kubernetes_asyncio.leaderelection.leaderelectionrecord import LeaderElectionRecord
 from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 
-from tests.sandbox.conftest import NS, Sandbox, node, pod, raw, status_body
+from tests.support.emulated import Sandbox
+from tests.support.objects import NS, node, pod
+from tests.support.reads import raw, status_body
 
 
 async def test_every_write_takes_the_next_value_of_one_counter_across_kinds(

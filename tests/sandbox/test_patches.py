@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import ApiException
 
-from tests.sandbox.conftest import NS, Sandbox, node, pod, raw, status_body
+from tests.support.emulated import Sandbox
+from tests.support.objects import NS, node, pod
+from tests.support.reads import raw, status_body
 
 MERGE = "application/merge-patch+json"
 INFERENCE = {"key": "workload", "value": "inference", "effect": "NoSchedule"}

@@ -26,7 +26,7 @@ from sandbox.emulator.rbac import User
 from sandbox.emulator.resources import CLUSTERROLES, NODES, PODS, ROLES
 from sandbox.emulator.server import serve, write_kubeconfig
 from sandbox.emulator.store import Store
-from tests.sandbox.conftest import raw, status_body
+from tests.support.reads import raw, status_body
 
 SA = "system:serviceaccount:rebalancer:rebalancer"
 ADMIN_TOKEN, SA_TOKEN, JANE_TOKEN = "admin-token", "sa-token", "jane-token"

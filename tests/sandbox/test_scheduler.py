@@ -11,7 +11,10 @@ from sandbox.emulator import cluster
 from sandbox.emulator.clock import ManualClock
 from sandbox.emulator.server import serve
 from sandbox.emulator.store import Store
-from tests.sandbox.conftest import NS, T0, Sandbox, next_event, node, pod, running
+from tests.support.emulated import Sandbox, running
+from tests.support.factories import T0
+from tests.support.objects import NS, node, pod
+from tests.support.waits import next_event
 
 TRAINING = cluster.TRAINING_NAMESPACE
 

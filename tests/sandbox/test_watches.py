@@ -9,7 +9,9 @@ import pytest
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client import ApiException
 
-from tests.sandbox.conftest import NS, Sandbox, next_event, no_more_events, pod, running
+from tests.support.emulated import Sandbox, running
+from tests.support.objects import NS, pod
+from tests.support.waits import next_event, no_more_events
 
 HOUR = 3600
 

@@ -23,7 +23,7 @@ from rebalancer.errors import TraceError
 from sandbox.sim import engine, simulate
 from sandbox.sim.traces import MINUTE, Trace
 from strategies import base, registry
-from tests.strategies.test_totality import NAMES, ZONES, demand_series, stretch
+from tests.support.series import NAMES, ZONES, demand_series, stretch
 
 START = datetime(2024, 5, 10, tzinfo=UTC)
 # A few hundred minutes: past every default window but the seasonal day, at ~0.1 s a series.

@@ -26,57 +26,11 @@ from hypothesis import strategies as st
 
 from rebalancer.core import model
 from strategies import registry
+from tests.support.series import LEVELS, NAMES, ZONES, demand_series, one_in, stretch
 
 MINUTE = timedelta(minutes=1)
 EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # histories start in this century, at any instant
 STEPS = (MINUTE, 10 * MINUTE)
-ZONES = ("UTC", "America/Los_Angeles", "Asia/Shanghai", "Europe/Berlin", "Australia/Lord_Howe")
-# Demand levels: exactly zero, and anything from a trickle to a flood.
-LEVELS = st.one_of(st.just(0.0), st.sampled_from([1e-9, 1.0, 1e9]), st.floats(1e-9, 1e9))
-# Segments of a history. Long ones reach past every window of the default parameters (a day
-# and an hour of seasonal look-back is 1500 one-minute or 150 ten-minute steps).
-SHORT = st.integers(1, 12)
-LONG = st.integers(1, 1600)
-
-
-def stretch(value: float | None, length: int) -> list[float | None]:
-    return [value] * length
-
-
-@st.composite
-def one_in(draw: st.DrawFn, n: int, values: st.SearchStrategy[float]) -> float | None:
-    """None once in ``n`` draws, else one of ``values``: a gap, or an unknown sample."""
-    return None if draw(st.integers(0, n - 1)) == 0 else draw(values)
-
-
-@st.composite
-def segments(draw: st.DrawFn) -> list[float | None]:
-    kind = draw(st.sampled_from(["zero", "gap", "constant", "spike", "ramp", "noise"]))
-    length = draw(st.one_of(SHORT, LONG))
-    if kind == "zero":
-        return stretch(0.0, length)
-    if kind == "gap":
-        return stretch(None, length)
-    if kind == "constant":
-        return stretch(draw(LEVELS), length)
-    if kind == "spike":
-        base, peak = draw(LEVELS), draw(LEVELS)
-        return [*stretch(base, length // 2), peak, *stretch(base, length - length // 2 - 1)]
-    if kind == "ramp":
-        a, b = draw(LEVELS), draw(LEVELS)
-        return [a + (b - a) * i / length for i in range(length)]
-    noise = draw(st.lists(one_in(8, LEVELS), min_size=1, max_size=30))
-    return [noise[i % len(noise)] for i in range(length)]
-
-
-@st.composite
-def demand_series(draw: st.DrawFn, limit: int, at_least: int = 0) -> list[float | None]:
-    values: list[float | None] = []
-    for part in draw(st.lists(segments(), max_size=6)):
-        values.extend(part)
-    while len(values) < at_least:
-        values.extend(draw(segments()))
-    return values[:limit]
 
 
 def _hours(draw: st.DrawFn) -> str:
@@ -130,8 +84,6 @@ def cron_params(draw: st.DrawFn) -> dict[str, Any]:
     return {"hours": _hours(draw)}
 
 
-# The built-in strategies: the registry before anything registers a strategy of its own.
-NAMES = registry.names()
 # Every registered strategy, with the parameters it may be built with (beside its defaults).
 PARAMS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     "forecast": forecast_params(),

@@ -1,4 +1,5 @@
-"""Small factories for the planner's tests: nodes in every phase, pools, plans, step replay.
+"""Small factories for the core's and the runtime's tests: nodes in every phase, pools, plans,
+step replay.
 
 Nodes in a phase other than serving are always built with the codec (``nodestate.begin_lend``,
 ``finish_lend``, ``begin_reclaim``, ``finish`` and ``apply``), never with hand-written

@@ -19,7 +19,6 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -27,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.support.processes import free_port
 
 SUPERUSER = "rebalancer"
 _DEBIAN_HINT = "install it with: apt-get install -y postgresql (Debian: postgresql-15 or newer)"
@@ -77,12 +78,6 @@ def _bin_dir() -> Path:
         f"PATH nor in /usr/lib/postgresql/*/bin; {_DEBIAN_HINT}",
         pytrace=False,
     )
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _run_as() -> tuple[list[str], pwd.struct_passwd | None]:
@@ -140,7 +135,7 @@ def running_postgres() -> Iterator[PostgresServer]:
         for path in (root, sock):
             os.chown(path, user.pw_uid, user.pw_gid)
     os.chmod(root, 0o700)
-    port = _free_port()
+    port = free_port()
     started = False
     try:
         _run(

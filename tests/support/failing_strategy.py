@@ -1,4 +1,4 @@
-"""``python -m tests.e2e_strategies ARGS``: the ``rebalancer`` command with one more strategy.
+"""``python -m tests.support.failing_strategy ARGS``: ``rebalancer`` with one more strategy.
 
 The end-to-end tests need a controller process whose strategy fails on every call, to show that
 a pool keeps its safety rules without it. This module registers ``always-raises`` through the

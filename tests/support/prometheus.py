@@ -1,4 +1,5 @@
-"""A real Prometheus for the metrics adapter's tests, with series backfilled from a real trace.
+"""A real Prometheus, two ways: backfilled with a real trace (the metrics adapter's tests), or
+scraping a live target every second (the end-to-end tests).
 
 ``backfill`` writes OpenMetrics text made from the bundled Azure LLM trace (CC-BY-4.0) and turns
 it into TSDB blocks with ``promtool tsdb create-blocks-from openmetrics``; ``running`` starts
@@ -19,23 +20,30 @@ from ``START``):
 ``vllm:request_success_total`` at scrape ``k`` counts the pod's requests of minutes ``0..k``;
 ``vllm:num_requests_waiting`` at scrape ``k`` is that minute's requests // 50;
 ``DCGM_FI_DEV_GPU_UTIL{Hostname=node}`` is min(100, requests // 10) of the node's pod.
+
+``Scraping`` is Debian's ``prometheus`` scraping one target (``exporter.Exporter``) every second,
+on one port and one data directory, that a test can ``stop`` (connection refused, as an outage
+looks) and ``start`` again; ``scraping(workdir, target)`` runs one for a block and yields its URL.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import csv
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import aiohttp
 import pytest
+
+from tests.support.processes import free_port
 
 TRACE = Path(__file__).parents[2] / "examples" / "traces" / "azure_llm_2024_week_per_minute.csv"
 START = datetime(2024, 5, 13, 12, 0, tzinfo=UTC)
@@ -170,13 +178,6 @@ def require(binary: str) -> str:
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def backfill(workdir: Path, data: Data) -> tuple[Path, list[str]]:
     """Write the OpenMetrics file and make TSDB blocks of it; returns the data dir and command."""
     promtool = require("promtool")
@@ -246,3 +247,82 @@ def running(workdir: Path) -> Iterator[Server]:
             proc.kill()
             proc.wait()
         log.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Scraping a live target
+
+
+async def _ready(url: str, proc: asyncio.subprocess.Process, log: Path, within: float) -> None:
+    async with aiohttp.ClientSession() as session:
+        deadline = time.monotonic() + within
+        while True:
+            if proc.returncode is not None:
+                pytest.fail(f"prometheus exited ({proc.returncode}):\n{log.read_text()[-2000:]}")
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.get(f"{url}/-/ready") as r:
+                    if r.status == 200:
+                        return
+            if time.monotonic() > deadline:
+                pytest.fail(f"prometheus not ready in {within} s:\n{log.read_text()[-2000:]}")
+            await asyncio.sleep(0.1)
+
+
+@dataclass
+class Scraping:
+    """A real Prometheus scraping ``target`` every second, on one port and one data directory,
+    that a test can ``stop`` (connection refused, as an outage looks) and ``start`` again."""
+
+    workdir: Path
+    target: str
+    port: int = field(default_factory=free_port)
+    proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        binary = require("prometheus")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        config = self.workdir / "prometheus.yml"
+        config.write_text(
+            "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
+            "scrape_configs:\n"
+            f"  - job_name: vllm\n    static_configs: [{{targets: ['{self.target}']}}]\n",
+            encoding="utf-8",
+        )
+        log = self.workdir / "prometheus.log"
+        with log.open("ab") as out:
+            self.proc = await asyncio.create_subprocess_exec(
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={self.workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+        await _ready(self.url, self.proc, log, within=20)
+
+    async def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.returncode is not None:
+            return
+        proc.terminate()
+        try:
+            async with asyncio.timeout(10):
+                await proc.wait()
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def scraping(workdir: Path, target: str) -> AsyncIterator[str]:
+    """A real Prometheus scraping ``target`` every second; yields its URL, stops it on exit."""
+    server = Scraping(workdir, target)
+    await server.start()
+    try:
+        yield server.url
+    finally:
+        await server.stop()

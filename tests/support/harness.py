@@ -3,7 +3,7 @@
 ``harness`` serves the API emulator (8 ``gpu-pool=inference`` nodes at 10 rps each, two running
 an inference replica, 4 training nodes, 10 preemptible training pods waiting for GPUs), a fake
 vLLM exporter and a real ``prometheus`` scraping it every second. ``Harness.controller`` runs
-``python -m tests.e2e_strategies run`` (the ``rebalancer`` command with one more strategy,
+``python -m tests.support.failing_strategy run`` (the ``rebalancer`` command with one more strategy,
 ``always-raises``) against them with a settings file from ``Harness.config``: durations scaled to
 seconds, and the default demand query with a 4-second rate window, so a load set by a test
 shows within seconds and zero load reads exactly zero.
@@ -30,24 +30,13 @@ from sandbox.emulator import cluster
 from sandbox.emulator.faults import Faults
 from sandbox.emulator.server import serve, write_kubeconfig
 from sandbox.emulator.store import Store
-from tests.e2e_support import (
-    ROOT,
-    Cluster,
-    Exporter,
-    Prometheus,
-    child_env,
-    free_port,
-    probe,
-    read_audit,
-    serve_exporter,
-    until,
-)
+from tests.support import pools
+from tests.support.exporter import Exporter, serve_exporter
+from tests.support.processes import ROOT, Cluster, child_env, free_port, probe, read_audit
+from tests.support.prometheus import Scraping
+from tests.support.waits import until
 
-POOL = "inference"
-INFERENCE = [f"inference-{i}" for i in range(cluster.INFERENCE.size)]
-BUSY = ("inference-0", "inference-1")
-IDLE = [n for n in INFERENCE if n not in BUSY]
-STATE = "rebalancer.io/state"
+POOL, INFERENCE, IDLE, STATE = pools.POOL, pools.INFERENCE, pools.IDLE, pools.STATE
 RPS_PER_NODE = 10
 LOW = 15.0  # needs 2 serving nodes with 20 % headroom: all 6 idle ones may be lent
 PEAK = 80.0  # needs 10 nodes: more than the pool has, every lent node comes back
@@ -78,7 +67,7 @@ class Controller:
 class Harness(Cluster):
     store: Store
     exporter: Exporter
-    prometheus: Prometheus
+    prometheus: Scraping
     tmp: Path
     kubeconfig: Path
     audit_url: str
@@ -163,7 +152,7 @@ class Harness(Cluster):
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "tests.e2e_strategies",
+                "tests.support.failing_strategy",
                 "run",
                 "--config",
                 str(config),
@@ -226,26 +215,16 @@ async def harness(
 ) -> AsyncIterator[Harness]:
     store = Store(seed=1)
     cluster.seed(store)
-    for i, name in enumerate(BUSY):
-        cluster.add(store, cluster.inference_pod(i, node_name=name))
-    for i in range(10):
-        pod = cluster.training_pod(f"train-{i:02d}", 0, priority_class=None)
-        pod["spec"]["terminationGracePeriodSeconds"] = 1
-        cluster.add(store, pod)
+    pools.add_replicas(store)
+    pools.add_waiting_training(store, 10)
     store.schedule()
-    exporter = Exporter(
-        pods={
-            f"{cluster.INFERENCE_NAMESPACE}/llm-serving-7d9f8c6b5-{i:05d}": n
-            for i, n in enumerate(BUSY)
-        },
-        rps=rps,
-    )
+    exporter = Exporter(pods=pools.REPLICAS, rps=rps)
     async with (
         serve(store, schedule_every=0.5, faults=faults) as url,
         aiohttp.ClientSession() as session,
         serve_exporter(exporter) as target,
     ):
-        prom = Prometheus(tmp_path / "prometheus", target)
+        prom = Scraping(tmp_path / "prometheus", target)
         await prom.start()
         try:
             yield Harness(

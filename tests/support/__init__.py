@@ -1,0 +1,42 @@
+"""What the tests share: fakes, builders, waits, and the servers and processes they start.
+
+No test module is imported by another module; whatever two tests need lives here, once, and a
+conftest only turns it into fixtures. By where a test sits in the flow:
+
+Pure values (the core and the strategies)
+- ``factories``: node views in every phase, built with the node-state codec; policies, plans.
+- ``series``: Hypothesis strategies of demand histories (zeros, gaps, spikes, floods).
+
+The Reconciler on in-memory seams
+- ``fakes``: ``Views``, ``Demand``, ``CodecActuator`` (moves nodes through the codec), ``Calls``,
+  ``Lead``, ``JournalStore`` (the in-memory audit store, journalled), ``Scripted`` strategies.
+- ``observers``: ``Seen``, a recording ``Observer`` of the Reconciler.
+
+The API emulator over HTTP
+- ``emulated``: ``running()``, an emulator per test on a manual clock, with its typed clients
+  and ``Requests``, the log its request observer (``serve(on_request=...)``) fills.
+- ``objects``: Kubernetes objects to add (nodes, DaemonSet and training pods, budgets) and the
+  writes a test makes behind the client's back (annotate, label, a pod that finished).
+- ``reads``: what a test reads back (a node's labels and taints as JSON text, its state, the pods
+  on it, a ``Status`` body).
+- ``pools``: the default cluster's inference pool (keys, lend spec, pod rules, a churn-friendly
+  policy, busy and idle nodes) and its replicas and waiting training pods.
+- ``actuation``: the actuator's kit: a recording (and crashing) writer, ``world``, ``drive``,
+  the state machine's edges.
+
+Waiting
+- ``waits``: ``Pulse`` (event-driven, in process), ``until`` (polling another process),
+  ``stop``, ``no_sleep``, watch-event reads.
+
+Servers and processes
+- ``prometheus``: a real Prometheus, backfilled with a trace or scraping a live target.
+- ``postgres``: a throwaway PostgreSQL server (``initdb``, ``pg_ctl``) for the audit store.
+- ``exporter``: a fake vLLM exporter for the scraping Prometheus.
+- ``processes``: the ``rebalancer`` command as a process: its environment, a cluster and
+  settings for one command (``setup``), the chart's Deployment laid out locally (``as_pod``).
+- ``harness``: emulator, exporter, Prometheus and the controller process, for process tests.
+- ``failing_strategy``: ``python -m tests.support.failing_strategy``, ``rebalancer`` with one
+  more strategy, which raises.
+- ``rbac``: the chart's RBAC applied to the emulator, and granted against used.
+- ``chart``: the Helm chart rendered by Helm's own engine.
+"""

@@ -1,0 +1,117 @@
+"""The Helm chart's RBAC in the emulator, and what it granted against what was used.
+
+``apply_rbac`` puts the rendered ServiceAccount, ClusterRole(s), Role(s) and bindings into the
+emulator through its API as an admin (``system:masters``), so the controller can run as the
+chart's service account under exactly the rendered rules (``chart_access`` gives both tokens);
+``grants`` reads what the rules grant, and ``unused``/``used`` compare it with the decisions the
+emulator's authorizer recorded (``Access.decisions``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from sandbox.emulator.auth import Access, Decision, admin, service_account
+from sandbox.emulator.rbac import User
+
+ADMIN_TOKEN = "admin-token"  # a system:masters user: the test itself, applying manifests
+CONTROLLER_TOKEN = "controller-token"  # the chart's service account: the controller
+RBAC_GROUP = "rbac.authorization.k8s.io"
+# Where each applied kind is created (all namespaced ones in their own namespace).
+_COLLECTIONS = {
+    "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+    "ClusterRole": f"/apis/{RBAC_GROUP}/v1/clusterroles",
+    "ClusterRoleBinding": f"/apis/{RBAC_GROUP}/v1/clusterrolebindings",
+    "Role": f"/apis/{RBAC_GROUP}/v1/namespaces/{{ns}}/roles",
+    "RoleBinding": f"/apis/{RBAC_GROUP}/v1/namespaces/{{ns}}/rolebindings",
+}
+Doc = dict[str, Any]
+
+
+def service_account_of(docs: Iterable[Doc]) -> User:
+    """The user the chart's ServiceAccount authenticates as."""
+    (account,) = [d for d in docs if d.get("kind") == "ServiceAccount"]
+    meta = account["metadata"]
+    return service_account(meta["namespace"], meta["name"])
+
+
+def chart_access(docs: Iterable[Doc]) -> Access:
+    """Tokens for an admin and for the chart's service account."""
+    return Access({ADMIN_TOKEN: admin(), CONTROLLER_TOKEN: service_account_of(docs)})
+
+
+def admin_headers() -> dict[str, str]:
+    return {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+async def apply_rbac(url: str, docs: Iterable[Doc]) -> list[Doc]:
+    """Create the chart's ServiceAccount and RBAC objects in the emulator at ``url``, as the
+    admin, through the API (a 201 each); returns what was applied."""
+    applied = [d for d in docs if d.get("kind") in _COLLECTIONS]
+    async with aiohttp.ClientSession(headers=admin_headers()) as session:
+        for doc in applied:
+            path = _COLLECTIONS[doc["kind"]].format(ns=doc["metadata"].get("namespace", ""))
+            async with session.post(url + path, json=doc) as response:
+                assert response.status == 201, await response.text()
+    return applied
+
+
+@dataclass(frozen=True, order=True)
+class Grant:
+    """One verb on one resource (``pods/eviction`` for a subresource) of one API group, granted
+    cluster-wide (``namespace`` empty: a ClusterRole) or in one namespace (a Role), limited to
+    ``names`` when the rule lists resourceNames."""
+
+    verb: str
+    group: str
+    resource: str
+    namespace: str = ""
+    names: tuple[str, ...] = ()
+
+    def covers(self, d: Decision) -> bool:
+        resource = d.resource + (f"/{d.subresource}" if d.subresource else "")
+        return (
+            (self.verb, self.group, self.resource) == (d.verb, d.group, resource)
+            and (not self.namespace or self.namespace == d.namespace)
+            and (not self.names or d.name in self.names)
+        )
+
+
+def grants(docs: Iterable[Doc]) -> set[Grant]:
+    """Every grant of the rendered ClusterRoles (cluster-wide) and Roles (in their namespace)."""
+    out: set[Grant] = set()
+    for doc in docs:
+        if doc.get("kind") not in ("ClusterRole", "Role"):
+            continue
+        namespace = doc["metadata"].get("namespace", "") if doc["kind"] == "Role" else ""
+        for rule in doc.get("rules") or ():
+            names = tuple(rule.get("resourceNames") or ())
+            for verb in rule["verbs"]:
+                for group in rule["apiGroups"]:
+                    for resource in rule["resources"]:
+                        out.add(Grant(verb, group, resource, namespace, names))
+    return out
+
+
+def unused(granted: Iterable[Grant], decisions: Iterable[Decision]) -> set[Grant]:
+    """The grants no allowed request among ``decisions`` needed."""
+    allowed = [d for d in decisions if d.allowed]
+    return {g for g in granted if not any(g.covers(d) for d in allowed)}
+
+
+def used(decisions: Iterable[Decision]) -> set[tuple[str, str, str, str]]:
+    """(verb, group, resource[/subresource], namespace or '*') of every allowed request."""
+    return {
+        (
+            d.verb,
+            d.group,
+            d.resource + (f"/{d.subresource}" if d.subresource else ""),
+            d.namespace or "*",
+        )
+        for d in decisions
+        if d.allowed
+    }
