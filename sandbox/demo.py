@@ -37,7 +37,7 @@ from typing import Any, TextIO
 from kubernetes_asyncio import client
 
 from rebalancer.adapters import convert
-from rebalancer.adapters.audit import AuditQuery, SqlAuditStore, UlidFactory, json_line
+from rebalancer.adapters.audit import SqlAuditStore, UlidFactory, every_record, json_line
 from rebalancer.core import model, nodestate, warmth
 from rebalancer.core.audit import AuditRecord
 from rebalancer.core.outcomes import Outcome
@@ -397,7 +397,7 @@ async def run(opts: Options, out: TextIO) -> Summary:
         audit_store = await SqlAuditStore.open(url, now=w.clock)
         try:
             ticks = await _drive(opts, w, audit_store, tally, say)
-            records = await _all_records(audit_store)
+            records = await every_record(audit_store)
         finally:
             await audit_store.close()
     at_end = {name: scheduling(w.store, name) for name in w.names}
@@ -528,17 +528,6 @@ async def _take_back(c: Controller, w: World, tally: Tally, say: Callable[[str],
             raise DemoError(f"{d.node} was not taken back: {d.message}")
         tally.operator_reclaims += 1
         say(f"{_stamp(w.clock()):<20} {'operator':<10} {d.node:<12} {'restored':<14} {d.message}")
-
-
-async def _all_records(audit_store: SqlAuditStore) -> list[AuditRecord]:
-    found: list[AuditRecord] = []
-    query = AuditQuery(limit=1000)
-    while True:
-        page = await audit_store.query(query)
-        found.extend(page.records)
-        if page.next is None:
-            return found
-        query = AuditQuery(limit=1000, after=page.next)
 
 
 def _print_summary(

@@ -272,6 +272,18 @@ def _page(found: Sequence[AuditRecord], limit: int) -> AuditPage:
     return AuditPage(rows, Cursor(rows[-1].time, rows[-1].id) if more and rows else None)
 
 
+async def every_record(store: AuditStore, query: AuditQuery | None = None) -> list[AuditRecord]:
+    """Every record ``query`` selects (default: all of them, oldest first), page after page."""
+    query = query or AuditQuery(limit=500)
+    out: list[AuditRecord] = []
+    while True:
+        page = await store.query(query)
+        out.extend(page.records)
+        if page.next is None:
+            return out
+        query = replace(query, after=page.next)
+
+
 # ---------------------------------------------------------------------------------------------
 # Stores
 

@@ -108,7 +108,8 @@ class PoolConfig:
     @property
     def needs_history(self) -> bool:
         if self.wants_history is None:
-            return self.strategy.reads_history
+            # A strategy written before ``reads_history`` existed says nothing: it reads none.
+            return bool(getattr(self.strategy, "reads_history", False))
         return self.wants_history
 
     def selects(self, view: NodeView, keys: Keys) -> bool:

@@ -279,3 +279,20 @@ async def test_the_drains_of_a_wave_are_driven_together() -> None:
 
     assert sorted(slow.passes) == ["a-0", "a-1", "a-2"]
     assert slow.most == 3
+
+
+class Legacy:
+    """A strategy written before strategies said whether they read the demand history."""
+
+    name = "legacy"
+
+    def decide(self, pool: model.PoolView) -> model.Proposal:
+        return model.Proposal(0, "legacy")
+
+
+def test_a_strategy_that_does_not_say_whether_it_reads_history_gets_none() -> None:
+    legacy = pool(PoolName("a"), Legacy())
+    assert not legacy.needs_history
+    assert pool(PoolName("b"), registry.build("forecast")).needs_history
+    assert pool(PoolName("c"), registry.build("watermark")).needs_history
+    assert not pool(PoolName("d"), registry.build("window")).needs_history

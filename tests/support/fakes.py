@@ -255,6 +255,7 @@ class Scripted:
     """
 
     name: ClassVar[str] = "scripted"
+    reads_history: ClassVar[bool] = False
 
     def __init__(self, answer: Any = None, gate: threading.Event | None = None) -> None:
         self.answer, self.gate, self.calls = answer, gate, 0

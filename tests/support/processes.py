@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio import client
 
-from rebalancer.adapters.audit import AuditQuery, SqlAuditStore
+from rebalancer.adapters.audit import SqlAuditStore, every_record
 from rebalancer.core.audit import AuditRecord
 from sandbox.emulator import cluster
 from sandbox.emulator.server import serve, write_kubeconfig
@@ -192,14 +192,7 @@ async def read_audit(url: str) -> list[AuditRecord]:
     """Every record of the audit store at ``url``, oldest first, page by page."""
     store = await SqlAuditStore.open(url)
     try:
-        out: list[AuditRecord] = []
-        query = AuditQuery(limit=500)
-        while True:
-            page = await store.query(query)
-            out.extend(page.records)
-            if page.next is None:
-                return out
-            query = AuditQuery(limit=500, after=page.next)
+        return await every_record(store)
     finally:
         await store.close()
 
