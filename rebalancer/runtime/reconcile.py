@@ -753,38 +753,37 @@ class Reconciler:
     ) -> tuple[audit.Tick, tuple[AuditRecord, ...]]:
         """Build every record of the tick (one context per pool: its strategy) and commit them.
         Raises if the store fails."""
-        records: list[AuditRecord] = []
-        intents: dict[tuple[str, str, str], AuditRecord] = {}
         by_name = {p.name: p for p in self.pools}
         episodes = self._episodes.to_announce()
-        for name, stage, episode, ended in episodes:
-            records.append(
-                _episode_record(
-                    self._context(by_name[name]),
-                    self.audit_log.new_id,
-                    plan.now,
-                    name,
-                    stage,
-                    episode,
-                    ended,
-                )
-            )
-        for pool in self.pools:
+        new_id = self.audit_log.new_id
+        announced = [
+            _episode_record(self._context(by_name[n]), new_id, plan.now, n, stage, e, ended)
+            for n, stage, e, ended in episodes
+        ]
+        built = self._records(snapshot, proposals, plan)
+        tick = audit.Tick(records=(*announced, *built.records), intents=built.intents)
+        written = await self.audit_log.tick(tick.records)
+        self._episodes.announced(episodes)
+        return tick, written
+
+    def _records(
+        self,
+        snapshot: model.Snapshot,
+        proposals: Mapping[PoolName, model.Proposal],
+        plan: model.Plan,
+    ) -> audit.Tick:
+        """The records of ``plan``, each pool's under its own context (its strategy)."""
+        records: list[AuditRecord] = []
+        intents: dict[tuple[str, str, str], AuditRecord] = {}
+        for pool in (p for p in self.pools if p.name in plan.pools):
             one = model.Plan(now=plan.now, pools={pool.name: plan.pools[pool.name]})
             built = audit.build_tick(
-                one,
-                snapshot,
-                self._context(pool),
-                self.audit_log.new_id,
-                proposals,
-                {pool.name: pool.policy},
-                self.keys,
-            )
+                one, snapshot, self._context(pool), self.audit_log.new_id, proposals,
+                {pool.name: pool.policy}, self.keys,
+            )  # fmt: skip
             records.extend(built.records)
             intents.update(built.intents)
-        written = await self.audit_log.tick(records)
-        self._episodes.announced(episodes)
-        return audit.Tick(records=tuple(records), intents=intents), written
+        return audit.Tick(records=tuple(records), intents=intents)
 
     async def operator_reclaims(
         self, members: Mapping[PoolName, Sequence[NodeView]], message: str
@@ -799,20 +798,9 @@ class Reconciler:
         snapshot = model.Snapshot(
             now, {pool: model.PoolSnapshot(nodes=tuple(v)) for pool, v in members.items()}
         )
-        records: list[AuditRecord] = []
-        intents: dict[tuple[str, str, str], AuditRecord] = {}
-        for pool in self.pools:
-            if pool.name not in plan.pools:
-                continue
-            one = model.Plan(now=now, pools={pool.name: plan.pools[pool.name]})
-            built = audit.build_tick(
-                one, snapshot, self._context(pool), self.audit_log.new_id,
-                None, {pool.name: pool.policy}, self.keys,
-            )  # fmt: skip
-            records.extend(built.records)
-            intents.update(built.intents)
-        await self.audit_log.tick(records)
-        return plan, audit.Tick(records=tuple(records), intents=intents)
+        tick = self._records(snapshot, {}, plan)
+        await self.audit_log.tick(tick.records)
+        return plan, tick
 
     async def apply(self, plan: model.Plan, tick: audit.Tick) -> tuple[Applied, ...]:
         """The tick's steps: reclaims first, ``reclaim_concurrency`` at a time and every
