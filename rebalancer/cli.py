@@ -71,9 +71,18 @@ def _parser(plugins: Mapping[str, EntryPoint]) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
     _controller_commands(commands)
     for name, ep in sorted(plugins.items()):  # listed for --help; main() hands them their argv
-        doc = (ep.load().__doc__ or "").strip().splitlines()
-        commands.add_parser(name, help=doc[0] if doc else None)
+        commands.add_parser(name, help=_summary(ep))
     return parser
+
+
+def _summary(ep: EntryPoint) -> str | None:
+    """A command's help line; a command that cannot be loaded says so instead of breaking the
+    other commands (``rebalancer run`` builds this parser too)."""
+    try:
+        doc = (ep.load().__doc__ or "").strip().splitlines()
+    except Exception as exc:
+        return f"(cannot be loaded: {type(exc).__name__}: {exc})"
+    return doc[0] if doc else None
 
 
 # ---------------------------------------------------------------------------------------------

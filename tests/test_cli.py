@@ -1,9 +1,12 @@
-"""``rebalancer simulate`` end to end: the files it writes, and one clear line per bad input."""
+"""``rebalancer simulate`` end to end: the files it writes, and one clear line per bad input;
+and the harness commands the ``rebalancer`` command finds through its entry points."""
 
 from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable
+from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
@@ -124,3 +127,50 @@ def test_demo_options_reach_the_demo_own_parser(capsys: pytest.CaptureFixture[st
         cli.main(["demo", "--help"])
     assert caught.value.code == 0
     assert "usage: rebalancer demo" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------
+# The harnesses' commands arrive through entry points: the product never imports them
+
+
+def test_the_harness_commands_are_listed_with_their_help(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["--help"])
+    assert caught.value.code == 0
+    out = capsys.readouterr().out
+    assert "replay a load trace through strategies, baselines and the oracle" in out
+    assert "serve an emulated Kubernetes API" in out
+    assert "run the controller on an emulated cluster" in out
+
+
+def _only(*found: EntryPoint) -> Callable[..., tuple[EntryPoint, ...]]:
+    return lambda **_: found
+
+
+def test_without_the_harnesses_their_commands_are_unknown_and_say_where_they_come_from(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli, "entry_points", _only())  # only the controller's wheel installed
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["simulate", "--trace", "t.csv", "--out", "out"])
+    assert caught.value.code == 2
+    assert "invalid choice: 'simulate'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "come with the rebalancer-sandbox distribution" in capsys.readouterr().out
+
+
+def test_a_command_that_cannot_be_loaded_does_not_break_the_others(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = EntryPoint("broken", "no_such_module_here:main", cli.COMMANDS)
+    monkeypatch.setattr(cli, "entry_points", _only(broken))
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["--help"])
+    assert caught.value.code == 0
+    out = capsys.readouterr().out
+    assert "broken" in out
+    assert "(cannot be loaded: ModuleNotFoundError" in out
+    assert "reclaim" in out

@@ -228,8 +228,7 @@ class Actuator:
         body = eviction_body(ns, name, pod.uid)
         outcome = WriteOutcome.PLANNED
         if not self._dry_run:
-            answer = await self._writer.evict(ns, name, pod.uid)
-            outcome = _EVICTED[answer]
+            outcome = await self._writer.evict(ns, name, pod.uid)  # evicted, blocked or gone
         run.writes.append(Write(WriteKind.EVICT, f"pod/{ns}/{name}", body, outcome))
         return outcome
 
@@ -278,13 +277,6 @@ class Actuator:
 
     def _finish(self, state: NodeState) -> NodeChange:
         return nodestate.finish(state, self._keys, self._clock())
-
-
-_EVICTED = {
-    WriteOutcome.EVICTED: WriteOutcome.EVICTED,
-    WriteOutcome.BLOCKED: WriteOutcome.BLOCKED,
-    WriteOutcome.GONE: WriteOutcome.GONE,
-}
 
 
 def _views(pods: Sequence[_Pod]) -> tuple[model.PodView, ...]:

@@ -342,7 +342,7 @@ class MemoryAuditStore:
             {
                 r.intent_id
                 for r in self.records
-                if r.kind is Kind.OUTCOME and r.outcome != Outcome.IN_PROGRESS.value
+                if r.kind is Kind.OUTCOME and r.outcome is not Outcome.IN_PROGRESS
             }
         )
 
