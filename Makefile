@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-dev
 OUT    ?= out
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo simulate test lint typecheck imports system-deps pytest bench clean
+.PHONY: demo simulate test lint typecheck imports system-deps kube pytest bench clean
 
 # A fresh Debian has python3 but not always its venv module: install it when missing.
 $(STAMP): pyproject.toml sandbox/pyproject.toml
@@ -29,14 +29,16 @@ simulate: $(STAMP)
 
 test: lint typecheck imports system-deps pytest
 
-# The tests start a real Prometheus (Debian's prometheus brings promtool too) and a throwaway
-# PostgreSQL (initdb and pg_ctl, run as an unprivileged user through setpriv when root).
+# The tests start a real Prometheus (Debian's prometheus brings promtool too), a throwaway
+# PostgreSQL (initdb and pg_ctl, run as an unprivileged user through setpriv when root) and a
+# real kube-apiserver, whose service-account keys openssl makes.
 system-deps:
 	@missing=""; \
 	command -v prometheus >/dev/null && command -v promtool >/dev/null || missing="prometheus"; \
 	{ command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } \
 		|| missing="$$missing postgresql"; \
 	command -v setpriv >/dev/null || missing="$$missing util-linux"; \
+	command -v openssl >/dev/null || missing="$$missing openssl"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		$(SUDO) apt-get update -q && \
@@ -53,8 +55,13 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
+# A real kube-apiserver and etcd, built from their Go modules into ~/.cache/rebalancer once
+# (tests/kube/build.sh; a Go toolchain is needed, the binaries are never committed).
+kube:
+	@tests/kube/build.sh >/dev/null
+
 pytest: $(STAMP)
-	$(BIN)/pytest
+	dir=$$(tests/kube/build.sh) && REBALANCER_KUBE_DIR="$$dir" $(BIN)/pytest
 
 bench: $(STAMP)
 	$(BIN)/python bench/simulate_speed.py

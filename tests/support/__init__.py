@@ -29,6 +29,8 @@ Waiting
   ``stop``, ``no_sleep``, watch-event reads.
 
 Servers and processes
+- ``kube``: a real kube-apiserver with etcd (built by ``tests/kube/build.sh``), as envtest starts
+  them: its own serving certificate, static tokens, RBAC.
 - ``prometheus``: a real Prometheus, backfilled with a trace or scraping a live target.
 - ``postgres``: a throwaway PostgreSQL server (``initdb``, ``pg_ctl``) for the audit store.
 - ``exporter``: a fake vLLM exporter for the scraping Prometheus.

@@ -1,0 +1,37 @@
+#!/bin/sh
+# Builds kube-apiserver and etcd from their published Go modules (the versions tests/kube/go.mod
+# pins), as `go install` would, into a per-user cache keyed by those versions, only when they are
+# missing. Prints the directory that holds both binaries. Nothing is downloaded but Go modules.
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here"
+if ! command -v go >/dev/null 2>&1; then
+	echo "tests/kube/build.sh: no Go toolchain on PATH (Go 1.26 or later builds kube-apiserver)" >&2
+	exit 1
+fi
+kubernetes=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
+etcd=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
+cache=${REBALANCER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rebalancer}
+dir="$cache/kube/kubernetes-$kubernetes-etcd-$etcd"
+if [ -x "$dir/kube-apiserver" ] && [ -x "$dir/etcd" ]; then
+	echo "$dir"
+	exit 0
+fi
+echo "building kube-apiserver $kubernetes and etcd $etcd into $dir (once; a few minutes)" >&2
+mkdir -p "$dir"
+work=$(mktemp -d "$dir/.build.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+# What Kubernetes' own build stamps in (hack/lib/version.sh), so /version names the release.
+minor=${kubernetes#v1.}
+minor=${minor%%.*}
+stamp=""
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+	stamp="$stamp -X $pkg.gitVersion=$kubernetes -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+	stamp="$stamp -X $pkg.gitTreeState=clean"
+done
+go build -buildvcs=false -trimpath -ldflags "$stamp" -o "$work/kube-apiserver" \
+	k8s.io/kubernetes/cmd/kube-apiserver
+go build -buildvcs=false -trimpath -o "$work/etcd" ./etcd
+mv "$work/kube-apiserver" "$work/etcd" "$dir/"
+echo "$dir"
