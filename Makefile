@@ -61,7 +61,7 @@ kube:
 	@tests/kube/build.sh >/dev/null
 
 pytest: $(STAMP)
-	dir=$$(tests/kube/build.sh) && REBALANCER_KUBE_DIR="$$dir" $(BIN)/pytest
+	dir=$$(tests/kube/build.sh) && TESTS_KUBE_DIR="$$dir" $(BIN)/pytest
 
 bench: $(STAMP)
 	$(BIN)/python bench/simulate_speed.py

@@ -12,7 +12,7 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 kubernetes=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
 etcd=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
-cache=${REBALANCER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rebalancer}
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/rebalancer
 dir="$cache/kube/kubernetes-$kubernetes-etcd-$etcd"
 if [ -x "$dir/kube-apiserver" ] && [ -x "$dir/etcd" ]; then
 	echo "$dir"
