@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from sandbox.emulator.auth import Access, service_account
 from sandbox.emulator.server import serve
 from sandbox.emulator.store import Store
 from tests.support import kube
@@ -194,3 +195,33 @@ async def test_the_emulator_answers_as_kube_apiserver_does(
     emulated = await on_emulator(steps)
     for step, want, got in zip(steps, real_answers, emulated, strict=True):
         assert got == want, f"{step.method} {step.path}: emulator {got}, kube-apiserver {want}"
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/api/v1/nodes"),
+        ("GET", "/api/v1/namespaces/training/pods"),
+        ("POST", "/apis/coordination.k8s.io/v1/namespaces/default/leases"),
+    ],
+)
+async def test_an_rbac_denial_reads_the_same_on_both_servers(
+    real: kube.KubeServer, method: str, path: str
+) -> None:
+    """The controller's user with no role bound, as before the chart's RBAC is applied."""
+    body = None if method == "GET" else {"metadata": {"name": "denied"}}
+    code, want = real.request(method, path, body, token=kube.CONTROLLER_TOKEN)
+    namespace, name = kube.CONTROLLER_USER.split(":")[2:]
+    access = Access({kube.CONTROLLER_TOKEN: service_account(namespace, name)})
+    headers = {
+        "Authorization": f"Bearer {kube.CONTROLLER_TOKEN}",
+        "Content-Type": "application/json",
+    }
+    async with (
+        serve(Store(), access=access) as url,
+        aiohttp.ClientSession() as session,
+        session.request(method, url + path, json=body, headers=headers) as answer,
+    ):
+        got = answer.status, await answer.json()
+    assert code == 403
+    assert answer_of(*got, Step(method, path)) == answer_of(code, want, Step(method, path))
