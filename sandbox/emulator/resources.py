@@ -35,6 +35,13 @@ class ResourceType:
     create_on_update: bool = False
     unconditional_update: bool = True
     fields: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # The group an Invalid answer names, when it is not the resource's own: events.k8s.io/v1
+    # Events are validated as the core Events they are stored as (``Event "x" is invalid``).
+    validated_as: str | None = None
+
+    @property
+    def invalid_group(self) -> str:
+        return self.group if self.validated_as is None else self.validated_as
 
     @property
     def api_version(self) -> str:
@@ -163,6 +170,7 @@ EVENTS = ResourceType(
     storage="events",
     create_on_update=True,
     fields=_V1_EVENT_FIELDS,
+    validated_as="",
 )
 
 SERVICEACCOUNTS = ResourceType(

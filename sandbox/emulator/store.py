@@ -204,7 +204,7 @@ class Store:
             )
         causes = strategy.validate_create(rt, obj)
         if causes:
-            raise status.invalid(rt.kind, rt.group, meta.get("name", ""), causes)
+            raise status.invalid(rt.kind, rt.invalid_group, meta.get("name", ""), causes)
         key = _key(rt, meta.get("namespace"), meta["name"])
         if key in self._collection(rt):
             raise status.already_exists(rt.plural, rt.group, meta["name"])
@@ -276,20 +276,21 @@ class Store:
     ) -> Obj:
         name = current["metadata"]["name"]
         asked = obj["metadata"].get("resourceVersion")
-        if asked:
+        # The server reads the version as a number: "0" (or "00") is no version at all.
+        if asked and not (asked.isdigit() and int(asked) == 0):
             if asked != current["metadata"]["resourceVersion"]:
                 raise status.conflict(rt.plural, rt.group, name)
         elif not rt.unconditional_update:
             cause = Cause(
                 "FieldValueInvalid",
-                "Invalid value: 0x0: must be specified for an update",
+                "Invalid value: 0: must be specified for an update",
                 "metadata.resourceVersion",
             )
-            raise status.invalid(rt.kind, rt.group, name, [cause])
+            raise status.invalid(rt.plural, rt.group, name, [cause])  # as the update path names it
         new = _typed(rt, strategy.prepare_update(rt, obj, current, subresource))
         causes = strategy.validate_update(rt, new, current)
         if causes:
-            raise status.invalid(rt.kind, rt.group, name, causes)
+            raise status.invalid(rt.kind, rt.invalid_group, name, causes)
         new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
         if _same(new, current) or dry_run:
             return new if dry_run else copy.deepcopy(current)

@@ -174,6 +174,80 @@ def case_label_selectors_choose_nodes(n: str) -> list[Step]:
     ]
 
 
+def case_field_selectors_choose_pods_by_node(n: str) -> list[Step]:
+    def pod(name: str, node: str) -> Obj:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "nginx:1.27"}]},
+        }
+
+    pods = "/api/v1/namespaces/default/pods"
+    on_node = f"spec.nodeName%3D{n}-node"
+    elsewhere = f"spec.nodeName%21%3D{n}-node,metadata.name%3D{n}-b"
+    return [
+        Step("POST", pods, pod(f"{n}-a", f"{n}-node"), read=lambda d: d["spec"]["nodeName"]),
+        Step("POST", pods, pod(f"{n}-b", f"{n}-other"), read=lambda d: d["spec"]["nodeName"]),
+        Step("GET", f"{pods}?fieldSelector={on_node}", read=names),
+        Step("GET", f"{pods}?fieldSelector={elsewhere}", read=names),
+        Step("GET", f"{pods}?fieldSelector={on_node}&labelSelector=app%3Dnone", read=names),
+    ]
+
+
+def case_a_lease_update_names_the_version_it_read(n: str) -> list[Step]:
+    leases = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
+    lease: Obj = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": n, "namespace": "default"},
+        "spec": {"holderIdentity": "replica-a", "leaseDurationSeconds": 15, "leaseTransitions": 0},
+    }
+
+    def taken_at(version: str | None) -> Obj:
+        body = copy.deepcopy(lease)
+        if version is not None:
+            body["metadata"]["resourceVersion"] = version
+        body["spec"] = {**body["spec"], "holderIdentity": "replica-b", "leaseTransitions": 1}
+        return body
+
+    return [
+        Step("POST", leases, lease, read=lambda d: d["spec"]["holderIdentity"]),
+        # The elector's compare-and-swap: an update carries the version it read. None, or "0"
+        # (read as the number 0), is refused as unset; an older one is a conflict.
+        Step("PUT", f"{leases}/{n}", taken_at(None)),
+        Step("PUT", f"{leases}/{n}", taken_at("0")),
+        Step("PUT", f"{leases}/{n}", taken_at("1")),
+    ]
+
+
+def case_an_event_is_created_as_events_k8s_io_v1(n: str) -> list[Step]:
+    event = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": f"{n}.1", "namespace": "default"},
+        "eventTime": "2026-03-02T12:00:00.000000Z",
+        "reportingController": "rebalancer.io/rebalancer",
+        "reportingInstance": "rebalancer-0",
+        "action": "Lend",
+        "reason": "Lent",
+        "note": "lent to training",
+        "type": "Normal",
+        "regarding": {"kind": "Node", "name": n, "apiVersion": "v1"},
+    }
+    events = "/apis/events.k8s.io/v1/namespaces/default/events"
+    fields = ("reason", "note", "type", "action", "reportingController", "regarding")
+    return [
+        Step("POST", events, event, read=lambda d: {k: d.get(k) for k in fields}),
+        Step("POST", events, {**event, "type": "Sideways"}),
+        Step(
+            "POST",
+            events,
+            {**event, "metadata": {"name": f"{n}.2", "namespace": "default"}, "eventTime": None},
+        ),
+    ]
+
+
 CASES = [
     case_merge_patch_of_labels,
     case_strategic_merge_patch_replaces_the_taint_list,
@@ -182,6 +256,9 @@ CASES = [
     case_a_second_create_is_already_exists,
     case_an_update_with_a_stale_resource_version_conflicts,
     case_label_selectors_choose_nodes,
+    case_field_selectors_choose_pods_by_node,
+    case_a_lease_update_names_the_version_it_read,
+    case_an_event_is_created_as_events_k8s_io_v1,
 ]
 
 

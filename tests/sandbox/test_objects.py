@@ -204,7 +204,7 @@ async def test_a_lease_is_404_until_created_and_then_needs_its_resource_version(
     assert status_body(unconditional.value)["details"]["causes"] == [
         {
             "reason": "FieldValueInvalid",
-            "message": "Invalid value: 0x0: must be specified for an update",
+            "message": "Invalid value: 0: must be specified for an update",
             "field": "metadata.resourceVersion",
         }
     ]
