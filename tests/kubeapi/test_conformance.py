@@ -11,6 +11,8 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import ssl
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -302,3 +304,63 @@ async def test_an_rbac_denial_reads_the_same_on_both_servers(
         got = answer.status, await answer.json()
     assert code == 403
     assert answer_of(*got, Step(method, path)) == answer_of(code, want, Step(method, path))
+
+
+# ---------------------------------------------------------------------------------------------
+# Watches: the stream's events, read until the server ends it (``timeoutSeconds``)
+
+
+def _events(raw: bytes) -> list[Any]:
+    """What is compared of a watch stream: each event's type and, for an object, its name and
+    labels; for an ERROR, its Status's code and reason."""
+    out = []
+    for line in raw.splitlines():
+        event = json.loads(line)
+        obj = event["object"]
+        if event["type"] == "ERROR":
+            out.append(("ERROR", obj.get("code"), obj.get("reason")))
+        else:
+            out.append((event["type"], obj["metadata"]["name"], obj["metadata"].get("labels")))
+    return out
+
+
+def _real_stream(real: kube.KubeServer, path: str) -> tuple[int, bytes]:
+    req = urllib.request.Request(real.url + path)
+    req.add_header("Authorization", f"Bearer {kube.ADMIN_TOKEN}")
+    context = ssl.create_default_context(cafile=str(real.ca))
+    with urllib.request.urlopen(req, context=context, timeout=30) as answer:
+        return answer.status, answer.read()
+
+
+async def test_a_watch_resumes_from_a_version_and_ends_at_its_timeout_on_both_servers(
+    real: kube.KubeServer,
+) -> None:
+    name = f"conformance-watch-{next(_names)}"
+    merge = {"metadata": {"labels": {"rack": "r2"}}}
+    nodes = "/api/v1/nodes"
+
+    def watch_path(version: str) -> str:
+        return (
+            f"{nodes}?watch=true&resourceVersion={version}&timeoutSeconds=2"
+            f"&fieldSelector=metadata.name%3D{name}"
+        )
+
+    # kube-apiserver: create, remember the version, change it, watch from the version.
+    code, made = real.request("POST", nodes, node_body(name))
+    assert code == 201
+    version = made["metadata"]["resourceVersion"]
+    assert real.request("PATCH", f"{nodes}/{name}", merge, content_type=MERGE)[0] == 200
+    real_code, real_raw = _real_stream(real, watch_path(version))
+    # The emulator, the same requests.
+    async with serve(Store()) as url, aiohttp.ClientSession() as session:
+        async with session.post(url + nodes, json=node_body(name)) as answer:
+            emulated_version = (await answer.json())["metadata"]["resourceVersion"]
+        headers = {"Content-Type": MERGE}
+        patch = session.patch(f"{url}{nodes}/{name}", data=json.dumps(merge), headers=headers)
+        async with patch as answer:
+            assert answer.status == 200
+        async with session.get(url + watch_path(emulated_version)) as answer:
+            emulated_code, emulated_raw = answer.status, await answer.read()
+    assert (real_code, emulated_code) == (200, 200)
+    assert _events(emulated_raw) == _events(real_raw)
+    assert _events(real_raw) == [("MODIFIED", name, {"gpu-pool": "inference", "rack": "r2"})]
