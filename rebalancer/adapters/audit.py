@@ -44,6 +44,7 @@ from rebalancer.core import audit, model
 from rebalancer.core.audit import AuditRecord, Context, Deduper, Kind, NewId
 from rebalancer.core.model import Clock
 from rebalancer.core.outcomes import ERRORS, ActionResult, Outcome, WriteKind, WriteOutcome
+from rebalancer.errors import RebalancerError
 
 Sink = Callable[[str], None]
 
@@ -467,8 +468,23 @@ def _row(r: AuditRecord) -> dict[str, Any]:
 E = TypeVar("E", bound=StrEnum)
 
 
-def _optional(kind: type[E], value: str | None) -> E | None:
-    return None if value is None else kind(value)
+class UnreadableRecord(RebalancerError):
+    """A stored record that does not read back as one (see ``_optional``)."""
+
+
+def _optional(kind: type[E], row: sa.RowMapping, column: str) -> E | None:
+    """A column read back into its vocabulary; a value outside it (a row written by a newer
+    version, or by hand) is an error naming the record, the column and the value."""
+    value = row[column]
+    if value is None:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        known = ", ".join(m.value for m in kind)
+        raise UnreadableRecord(
+            f"audit record {row['id']}: {column}={value!r} is not one of {known}"
+        ) from None
 
 
 def _record(row: sa.RowMapping) -> AuditRecord:
@@ -480,8 +496,8 @@ def _record(row: sa.RowMapping) -> AuditRecord:
         term=row["term"],
         pool=row["pool"],
         node=row["node"],
-        action=_optional(model.Action, row["action"]),
-        origin=_optional(model.Origin, row["origin"]),
+        action=_optional(model.Action, row, "action"),
+        origin=_optional(model.Origin, row, "origin"),
         reason=row["reason"],
         message=row["message"],
         count=row["count"],
@@ -493,7 +509,7 @@ def _record(row: sa.RowMapping) -> AuditRecord:
         pods=tuple(row["pods"]),
         dry_run=bool(row["dry_run"]),
         error=row["error"],
-        outcome=_optional(Outcome, row["outcome"]),
+        outcome=_optional(Outcome, row, "outcome"),
         intent_id=row["intent_id"],
         detail=row["detail"],
     )

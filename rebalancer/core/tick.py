@@ -56,7 +56,8 @@ class Failure:
         return Failure(FailureKind.RAISED, f"{type(exc).__name__}: {exc}", type(exc).__name__)
 
 
-Answer = model.Proposal | Failure | object  # what a strategy gave back, or how it failed
+# What a strategy gave back (a Proposal, or anything a buggy one may return), or a Failure.
+Answer = object
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,11 @@ from rebalancer.adapters.audit import (
     MemoryAuditStore,
     SqlAuditStore,
     UlidFactory,
+    UnreadableRecord,
     json_line,
     schema_version,
 )
+from rebalancer.adapters.audit import records as audit_records
 from rebalancer.core import audit, model, nodestate, planning
 from rebalancer.core.audit import AuditRecord, Context, Deduper, Kind
 from rebalancer.core.outcomes import ActionResult, Outcome, Write, WriteKind, WriteOutcome
@@ -537,3 +539,17 @@ async def test_nothing_reaches_stdout_when_the_store_fails() -> None:
 def test_times_are_aware_utc() -> None:
     when = datetime(2026, 3, 2, 13, 0, tzinfo=UTC)
     assert audit.to_json(record("X", when))["time"] == "2026-03-02T13:00:00Z"
+
+
+async def test_a_stored_value_outside_the_vocabulary_is_an_error_naming_record_and_column(
+    store: SqlAuditStore,
+) -> None:
+    await store.append([record("01J0000000000000000000TELE", f.T0)])
+    async with store.engine.begin() as conn:  # a row written by a newer version, or by hand
+        await conn.execute(sa.update(audit_records).values(action="teleport"))
+    with pytest.raises(UnreadableRecord) as raised:
+        await store.get("01J0000000000000000000TELE")
+    assert str(raised.value) == (
+        "audit record 01J0000000000000000000TELE: action='teleport' is not one of "
+        "lend, reclaim, progress, rollback"
+    )

@@ -46,6 +46,7 @@ def test_a_valid_answer_is_planned_as_given() -> None:
         (Failure.raised(ZeroDivisionError("boom")), FailureKind.RAISED),
         (model.Proposal(-1, "negative"), FailureKind.INVALID),
         (model.Proposal(99, "more than the pool"), FailureKind.INVALID),
+        # A float where an int belongs, as a buggy strategy could answer: the type is the point.
         (model.Proposal(math.nan, "nan"), FailureKind.INVALID),  # type: ignore[arg-type]
         ("four", FailureKind.INVALID),
         (None, FailureKind.INVALID),
@@ -77,6 +78,7 @@ def test_a_failed_answer_still_lets_the_safety_rules_reclaim() -> None:
 
 
 def test_a_planner_that_fails_in_one_pool_moves_nothing_there_and_leaves_the_other() -> None:
+    # Not a policy at all, so the planner itself raises for pool A: the failure under test.
     broken = {A: PoolRules(object()), B: PoolRules(f.policy())}  # type: ignore[arg-type]
     decision = plan_tick(snapshot(), {A: f.proposal(4), B: f.proposal(4)}, broken, f.KEYS)
     failure = decision.failures[(A, Stage.PLANNER)]

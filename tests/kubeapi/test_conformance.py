@@ -11,8 +11,6 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-import ssl
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -83,18 +81,9 @@ def _details(details: Any) -> Any:
 
 
 async def on_emulator(steps: list[Step]) -> list[Any]:
-    store = Store()
-    out = []
-    async with serve(store) as url, aiohttp.ClientSession() as session:
-        for step in steps:
-            data = None if step.body is None else json.dumps(step.body)
-            headers = {"Content-Type": step.content_type}
-            async with session.request(
-                step.method, url + step.path, data=data, headers=headers
-            ) as r:
-                text = await r.text()
-                out.append(answer_of(r.status, json.loads(text) if text else None, step))
-    return out
+    calls = [(s.method, s.path, s.body, s.content_type) for s in steps]
+    answers = await kube.ask_emulator(Store(), calls)
+    return [answer_of(code, doc, step) for (code, doc), step in zip(answers, steps, strict=True)]
 
 
 def on_real(real: kube.KubeServer, steps: list[Step]) -> list[Any]:
@@ -292,16 +281,8 @@ async def test_an_rbac_denial_reads_the_same_on_both_servers(
     code, want = real.request(method, path, body, token=kube.CONTROLLER_TOKEN)
     namespace, name = kube.CONTROLLER_USER.split(":")[2:]
     access = Access({kube.CONTROLLER_TOKEN: service_account(namespace, name)})
-    headers = {
-        "Authorization": f"Bearer {kube.CONTROLLER_TOKEN}",
-        "Content-Type": "application/json",
-    }
-    async with (
-        serve(Store(), access=access) as url,
-        aiohttp.ClientSession() as session,
-        session.request(method, url + path, json=body, headers=headers) as answer,
-    ):
-        got = answer.status, await answer.json()
+    call = (method, path, body, "application/json")
+    (got,) = await kube.ask_emulator(Store(), [call], access, kube.CONTROLLER_TOKEN)
     assert code == 403
     assert answer_of(*got, Step(method, path)) == answer_of(code, want, Step(method, path))
 
@@ -324,14 +305,6 @@ def _events(raw: bytes) -> list[Any]:
     return out
 
 
-def _real_stream(real: kube.KubeServer, path: str) -> tuple[int, bytes]:
-    req = urllib.request.Request(real.url + path)
-    req.add_header("Authorization", f"Bearer {kube.ADMIN_TOKEN}")
-    context = ssl.create_default_context(cafile=str(real.ca))
-    with urllib.request.urlopen(req, context=context, timeout=30) as answer:
-        return answer.status, answer.read()
-
-
 async def test_a_watch_resumes_from_a_version_and_ends_at_its_timeout_on_both_servers(
     real: kube.KubeServer,
 ) -> None:
@@ -350,7 +323,7 @@ async def test_a_watch_resumes_from_a_version_and_ends_at_its_timeout_on_both_se
     assert code == 201
     version = made["metadata"]["resourceVersion"]
     assert real.request("PATCH", f"{nodes}/{name}", merge, content_type=MERGE)[0] == 200
-    real_code, real_raw = _real_stream(real, watch_path(version))
+    real_code, real_raw = real.raw("GET", watch_path(version))
     # The emulator, the same requests.
     async with serve(Store()) as url, aiohttp.ClientSession() as session:
         async with session.post(url + nodes, json=node_body(name)) as answer:

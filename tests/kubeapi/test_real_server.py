@@ -23,7 +23,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from kubernetes_asyncio import client
 
@@ -36,7 +35,6 @@ from rebalancer.core import nodestate
 from rebalancer.core.outcomes import Outcome, WriteOutcome
 from sandbox.emulator import cluster
 from sandbox.emulator.resources import NODES
-from sandbox.emulator.server import serve
 from sandbox.emulator.store import Store
 from tests.support import kube
 from tests.support.objects import TAINTS
@@ -137,7 +135,9 @@ async def test_a_stale_resource_version_gets_the_same_status_from_both_servers(
     code, real_status = real.request("PATCH", path, stale, content_type=merge)
     store = Store()
     store.create(NODES, None, node_body(name))
-    emulated_code, emulated_status = await ask_emulator(store, "PATCH", path, stale, merge)
+    ((emulated_code, emulated_status),) = await kube.ask_emulator(
+        store, [("PATCH", path, stale, merge)]
+    )
     assert (code, emulated_code) == (409, 409)
     for key in ("kind", "status", "reason", "code", "message", "details"):
         assert emulated_status.get(key) == real_status.get(key), key
@@ -189,19 +189,6 @@ async def test_a_lend_and_a_reclaim_give_a_real_node_back_byte_for_byte(
 async def _blocked_eviction(api: Any, namespace: str, pod: str, uid: str) -> WriteOutcome:
     writer = KubeWriter(client.CoreV1Api(api), RetryPolicy(sleep=no_sleep))
     return await writer.evict(namespace, pod, uid)
-
-
-async def ask_emulator(
-    store: Store, method: str, path: str, body: Any, content_type: str = "application/json"
-) -> tuple[int, Any]:
-    """One raw request to the emulator serving ``store``: the status code and the JSON answer."""
-    headers = {"Content-Type": content_type}
-    async with (
-        serve(store) as url,
-        aiohttp.ClientSession() as session,
-        session.request(method, url + path, data=json.dumps(body), headers=headers) as answer,
-    ):
-        return answer.status, await answer.json()
 
 
 RUNNING = {
@@ -267,7 +254,9 @@ async def test_a_budget_that_allows_no_disruption_answers_429_and_the_emulator_s
     emulated["status"] = RUNNING
     cluster.add(store, emulated)
     cluster.add(store, {**budget_allowing_nothing(job), "status": status})
-    emulated_code, emulated_answer = await ask_emulator(store, "POST", path, eviction)
+    ((emulated_code, emulated_answer),) = await kube.ask_emulator(
+        store, [("POST", path, eviction, "application/json")]
+    )
     assert emulated_code == code
     for key in ("reason", "code", "message"):
         assert emulated_answer[key] == real_answer[key], (key, emulated_answer, real_answer)

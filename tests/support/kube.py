@@ -33,11 +33,16 @@ import ssl
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
+from sandbox.emulator.auth import Access
+from sandbox.emulator.server import serve
+from sandbox.emulator.store import Store
 from tests.support.processes import ROOT, free_port
 
 ADMIN_TOKEN = "admin-token-for-tests"
@@ -90,16 +95,47 @@ class KubeServer:
         content_type: str = "application/json",
     ) -> tuple[int, Any]:
         """One raw HTTPS request: the status code and the answer (JSON decoded when it is)."""
+        code, raw = self.raw(method, path, body, token, content_type)
+        return code, _decoded(raw)
+
+    def raw(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        token: str = ADMIN_TOKEN,
+        content_type: str = "application/json",
+    ) -> tuple[int, bytes]:
+        """One raw HTTPS request, its answer read to the end (a watch: until the server ends it)."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {token}")
         req.add_header("Content-Type", content_type)
         context = ssl.create_default_context(cafile=str(self.ca))
         try:
-            with urllib.request.urlopen(req, context=context, timeout=10) as answer:
-                return answer.status, _decoded(answer.read())
+            with urllib.request.urlopen(req, context=context, timeout=30) as answer:
+                return answer.status, answer.read()
         except urllib.error.HTTPError as error:
-            return error.code, _decoded(error.read())
+            return error.code, error.read()
+
+
+Call = tuple[str, str, Any, str]  # method, path, body, content type
+
+
+async def ask_emulator(
+    store: Store, calls: Sequence[Call], access: Access | None = None, token: str | None = None
+) -> list[tuple[int, Any]]:
+    """The same raw requests, one after another, to the emulator serving ``store`` (with
+    ``access``, as ``token``'s user): each status code and answer, decoded as ``request`` does."""
+    auth = {} if token is None else {"Authorization": f"Bearer {token}"}
+    out = []
+    async with serve(store, access=access) as url, aiohttp.ClientSession() as session:
+        for method, path, body, content_type in calls:
+            data = None if body is None else json.dumps(body)
+            headers = {"Content-Type": content_type, **auth}
+            async with session.request(method, url + path, data=data, headers=headers) as answer:
+                out.append((answer.status, _decoded(await answer.read())))
+    return out
 
 
 def _decoded(raw: bytes) -> Any:
