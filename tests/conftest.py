@@ -8,10 +8,32 @@ rewritten like a test module's, so a failing one shows the values it compared. T
 any test module imports it.
 """
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 from hypothesis import settings
 
 pytest.register_assert_rewrite("tests.support")
 
+from tests.support import backends, kube  # noqa: E402  (after the assert rewrite is registered)
+
 settings.register_profile("rebalancer", deadline=None, print_blob=True)
 settings.load_profile("rebalancer")
+
+
+@pytest.fixture(scope="session")
+def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kube.KubeServer]:
+    """One real kube-apiserver (with etcd) for the whole session: starting it takes seconds, so
+    the tests share it; each leaves it as it found it (``backends.Real`` sweeps)."""
+    with kube.running(tmp_path_factory.mktemp("kube")) as server:
+        yield server
+
+
+@pytest.fixture(params=["emulator", "real"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> backends.Backend:
+    """The server a test runs against: the API emulator, then a real kube-apiserver. The real
+    one starts only when a test asks for it."""
+    if request.param == "emulator":
+        return backends.EMULATOR
+    return backends.Real(request.getfixturevalue("real"), tmp_path)

@@ -530,7 +530,7 @@ class Store:
                 continue
             if not spec.get("nodeName") or ("", spec["nodeName"]) not in nodes:
                 continue
-            self._write(PODS, "MODIFIED", _started(pod, self.clock()), pod)
+            self._write(PODS, "MODIFIED", started(pod, self.clock()), pod)
             changed = True
         return changed
 
@@ -731,7 +731,7 @@ def _set_condition(
     return True
 
 
-def _started(pod: Obj, now: datetime) -> Obj:
+def started(pod: Obj, now: datetime) -> Obj:
     """What the kubelet writes once a bound pod's containers run: Running, Ready."""
     new = copy.deepcopy(pod)
     stamp = rfc3339(now)

@@ -16,135 +16,150 @@ from rebalancer.core.nodestate import NodeChange, lent_taints
 from rebalancer.core.outcomes import Outcome, WriteKind, WriteOutcome
 from sandbox.emulator import cluster
 from sandbox.emulator.resources import NODES
-from sandbox.emulator.store import Store
+from tests.support import objects
 from tests.support.actuation import KEYS, LEND, SPEC, Crash, Recorder, drive, world
+from tests.support.backends import Backend, Objects
 from tests.support.objects import TAINTS, budget, gpu_node, training
 from tests.support.reads import node_obj, pods_on, scheduling_of
 
 Obj = dict[str, Any]
 
 
-async def test_a_lend_swaps_taints_in_place_and_a_reclaim_restores_them_byte_for_byte() -> None:
-    async with world("gpu-0") as w:
-        labels, taints = scheduling_of(w.store, "gpu-0")
+async def test_a_lend_swaps_taints_in_place_and_a_reclaim_restores_them_byte_for_byte(
+    backend: Backend,
+) -> None:
+    async with world("gpu-0", backend=backend) as w:
+        labels, taints = scheduling_of(w.objects, "gpu-0")
         act = w.actuator(w.writer())
         lent = await act.lend("gpu-0", "audit-1")
         assert lent.outcome is Outcome.APPLIED
         assert [x.kind for x in lent.writes] == [WriteKind.BEGIN_LEND, WriteKind.FINISH_LEND]
-        obj = node_obj(w.store, "gpu-0")
+        obj = node_obj(w.objects, "gpu-0")
         assert convert.taints(obj) == lent_taints(convert.taints(gpu_node("gpu-0")), SPEC)
         assert obj["metadata"]["labels"][KEYS.state] == "lent"
         assert obj["metadata"]["labels"]["gpu-pool"] == "training"
         back = await act.reclaim("gpu-0", "audit-2", w.now() + timedelta(minutes=5))
         assert back.outcome is Outcome.APPLIED  # no borrowed pod: finished in the same call
-        assert scheduling_of(w.store, "gpu-0") == (labels, taints)
-        assert KEYS.original not in node_obj(w.store, "gpu-0")["metadata"]["annotations"]
+        assert scheduling_of(w.objects, "gpu-0") == (labels, taints)
+        assert KEYS.original not in node_obj(w.objects, "gpu-0")["metadata"]["annotations"]
 
 
-async def test_a_node_running_inference_is_refused_and_not_written() -> None:
-    async with world("gpu-0") as w:
-        cluster.add(w.store, cluster.inference_pod(0, node_name="gpu-0"))
-        before = node_obj(w.store, "gpu-0")["metadata"]["resourceVersion"]
+async def test_a_node_running_inference_is_refused_and_not_written(backend: Backend) -> None:
+    async with world("gpu-0", backend=backend) as w:
+        objects.add(w.objects, cluster.inference_pod(0, node_name="gpu-0"))
+        before = node_obj(w.objects, "gpu-0")["metadata"]["resourceVersion"]
         rec = w.writer()
         result = await w.actuator(rec).lend("gpu-0", "audit-1")
         assert result.outcome is Outcome.REFUSED
         assert "llm-serving" in result.message
         assert rec.writes == []
-        assert node_obj(w.store, "gpu-0")["metadata"]["resourceVersion"] == before
+        assert node_obj(w.objects, "gpu-0")["metadata"]["resourceVersion"] == before
 
 
-async def test_a_reclaim_restores_taints_first_then_evicts_only_borrowed_pods() -> None:
-    async with world("gpu-0") as w:
+async def test_a_reclaim_restores_taints_first_then_evicts_only_borrowed_pods(
+    backend: Backend,
+) -> None:
+    async with world("gpu-0", backend=backend) as w:
         rec = w.writer()
         act = w.actuator(rec)
         await act.lend("gpu-0", "audit-1")
-        borrowed = training(w.store, "job-a", 2, "gpu-0")
-        cluster.add(w.store, cluster.inference_pod(7, node_name="gpu-0"))
+        borrowed = training(w.objects, "job-a", 2, "gpu-0")
+        objects.add(w.objects, cluster.inference_pod(7, node_name="gpu-0"))
         result = await act.reclaim("gpu-0", "audit-2", w.now() + timedelta(minutes=5))
         assert result.outcome is Outcome.IN_PROGRESS  # evicted pods terminate for 60 s
         kinds = [x.kind for x in result.writes]
         assert kinds == [WriteKind.BEGIN_RECLAIM, WriteKind.EVICT, WriteKind.EVICT]
         assert rec.pod_targets == {f"training/{n}" for n in borrowed}
-        assert node_obj(w.store, "gpu-0")["spec"]["taints"] == TAINTS  # nothing new lands
+        assert node_obj(w.objects, "gpu-0")["spec"]["taints"] == TAINTS  # nothing new lands
         done = await drive(act, "gpu-0", result, w)
         assert done.outcome is Outcome.APPLIED
-        assert set(pods_on(w.store, "gpu-0")) == {
+        assert set(pods_on(w.objects, "gpu-0")) == {
             "kube-system/gpu-exporter-gpu-0",
             "inference/llm-serving-7d9f8c6b5-00007",
         }
 
 
-async def test_a_budget_delays_the_reclaim_until_the_deadline_then_the_pods_are_deleted() -> None:
-    async with world("gpu-0") as w:
+async def test_a_budget_delays_the_reclaim_until_the_deadline_then_the_pods_are_deleted(
+    backend: Backend,
+) -> None:
+    async with world("gpu-0", backend=backend) as w:
         act = w.actuator(w.writer())
         await act.lend("gpu-0", "audit-1")
-        names = training(w.store, "job-a", 2, "gpu-0")
-        budget(w.store, "job-a", min_available=2)
+        names = training(w.objects, "job-a", 2, "gpu-0")
+        budget(w.objects, "job-a", min_available=2)
         deadline = w.now() + timedelta(minutes=5)
         first = await act.reclaim("gpu-0", "audit-2", deadline)
         assert first.outcome is Outcome.IN_PROGRESS
         assert {x.outcome for x in first.writes[1:]} == {WriteOutcome.BLOCKED}
-        w.box.clock.advance(240)  # four minutes: still before the deadline
+        w.advance(240)  # four minutes: still before the deadline
         second = await act.progress("gpu-0")
         assert second.outcome is Outcome.IN_PROGRESS
         assert [x.kind for x in second.writes] == [WriteKind.EVICT, WriteKind.EVICT]
         assert all(
-            "deletionTimestamp" not in p["metadata"] for p in pods_on(w.store, "gpu-0").values()
+            "deletionTimestamp" not in p["metadata"] for p in pods_on(w.objects, "gpu-0").values()
         )
-        w.box.clock.advance(60)  # the deadline
+        w.advance(60)  # the deadline
         last = await act.progress("gpu-0")
         assert last.outcome is Outcome.APPLIED
         assert [x.kind for x in last.writes] == [WriteKind.DELETE] * 2 + [WriteKind.FINISH]
         assert {x.target for x in last.writes[:2]} == {f"pod/training/{n}" for n in names}
-        assert set(pods_on(w.store, "gpu-0")) == {"kube-system/gpu-exporter-gpu-0"}
-        assert node_obj(w.store, "gpu-0")["spec"]["taints"] == TAINTS
+        assert set(pods_on(w.objects, "gpu-0")) == {"kube-system/gpu-exporter-gpu-0"}
+        assert node_obj(w.objects, "gpu-0")["spec"]["taints"] == TAINTS
 
 
-async def test_a_conflict_on_the_first_write_aborts_the_lend_and_writes_nothing() -> None:
-    async with world("gpu-0") as w:
-        meddler = Meddler(w.writer(), w.store, before_patch=1)
+async def test_a_conflict_on_the_first_write_aborts_the_lend_and_writes_nothing(
+    backend: Backend,
+) -> None:
+    async with world("gpu-0", backend=backend) as w:
+        meddler = Meddler(w.writer(), w.objects, before_patch=1)
         result = await w.actuator(meddler).lend("gpu-0", "audit-1")
         assert result.outcome is Outcome.CONFLICT
         assert "409" in result.message
         assert result.writes == ()
-        assert KEYS.state not in node_obj(w.store, "gpu-0")["metadata"]["labels"]
+        assert KEYS.state not in node_obj(w.objects, "gpu-0")["metadata"]["labels"]
 
 
-async def test_a_conflict_mid_lend_is_reported_and_recover_rolls_the_node_back() -> None:
-    async with world("gpu-0") as w:
-        labels, taints = scheduling_of(w.store, "gpu-0")
-        meddler = Meddler(w.writer(), w.store, before_patch=2)
+async def test_a_conflict_mid_lend_is_reported_and_recover_rolls_the_node_back(
+    backend: Backend,
+) -> None:
+    async with world("gpu-0", backend=backend) as w:
+        labels, taints = scheduling_of(w.objects, "gpu-0")
+        meddler = Meddler(w.writer(), w.objects, before_patch=2)
         result = await w.actuator(meddler).lend("gpu-0", "audit-1")
         assert result.outcome is Outcome.CONFLICT
         assert [x.kind for x in result.applied] == [WriteKind.BEGIN_LEND]
-        assert node_obj(w.store, "gpu-0")["metadata"]["labels"][KEYS.state] == "lending"
+        assert node_obj(w.objects, "gpu-0")["metadata"]["labels"][KEYS.state] == "lending"
         recovered = await w.actuator(w.writer()).recover()
         assert [r.outcome for r in recovered] == [Outcome.APPLIED]
-        assert scheduling_of(w.store, "gpu-0") == (labels, taints)
+        assert scheduling_of(w.objects, "gpu-0") == (labels, taints)
 
 
-async def test_a_conflict_mid_reclaim_is_reported_and_the_next_pass_finishes() -> None:
-    async with world("gpu-0") as w:
-        labels, taints = scheduling_of(w.store, "gpu-0")
+async def test_a_conflict_mid_reclaim_is_reported_and_the_next_pass_finishes(
+    backend: Backend,
+) -> None:
+    async with world("gpu-0", backend=backend) as w:
+        labels, taints = scheduling_of(w.objects, "gpu-0")
         await w.actuator(w.writer()).lend("gpu-0", "audit-1")
         # The finish write (the second patch of the reclaim) meets a changed node.
-        meddler = Meddler(w.writer(), w.store, before_patch=2)
+        meddler = Meddler(w.writer(), w.objects, before_patch=2)
         result = await w.actuator(meddler).reclaim("gpu-0", "audit-2", w.now())
         assert result.outcome is Outcome.CONFLICT
         assert [x.kind for x in result.applied] == [WriteKind.BEGIN_RECLAIM]
-        assert scheduling_of(w.store, "gpu-0")[1] == taints  # already safe for inference
+        assert scheduling_of(w.objects, "gpu-0")[1] == taints  # already safe for inference
         recovered = await w.actuator(w.writer()).recover()
         assert [r.outcome for r in recovered] == [Outcome.APPLIED]
-        assert scheduling_of(w.store, "gpu-0") == (labels, taints)
+        assert scheduling_of(w.objects, "gpu-0") == (labels, taints)
 
 
-async def test_dry_run_writes_nothing_and_reports_the_exact_writes_it_would_make() -> None:
-    async with world("gpu-0") as w:
-        rv = node_obj(w.store, "gpu-0")["metadata"]["resourceVersion"]
+async def test_dry_run_writes_nothing_and_reports_the_exact_writes_it_would_make(
+    backend: Backend,
+) -> None:
+    async with world("gpu-0", backend=backend) as w:
+        rv = node_obj(w.objects, "gpu-0")["metadata"]["resourceVersion"]
         rec = w.writer()
         result = await w.actuator(rec, dry_run=True).lend("gpu-0", "audit-1")
         assert rec.writes == []
-        assert node_obj(w.store, "gpu-0")["metadata"]["resourceVersion"] == rv
+        assert node_obj(w.objects, "gpu-0")["metadata"]["resourceVersion"] == rv
         assert result.dry_run
         assert result.outcome is Outcome.APPLIED
         assert [(x.kind, x.outcome) for x in result.writes] == [
@@ -159,16 +174,18 @@ async def test_dry_run_writes_nothing_and_reports_the_exact_writes_it_would_make
         assert finish["spec"]["taints"] == [TAINTS[0], TAINTS[2], lend_taint]
 
 
-async def test_dry_run_of_a_reclaim_lists_the_evictions_without_sending_them() -> None:
-    async with world("gpu-0") as w:
+async def test_dry_run_of_a_reclaim_lists_the_evictions_without_sending_them(
+    backend: Backend,
+) -> None:
+    async with world("gpu-0", backend=backend) as w:
         await w.actuator(w.writer()).lend("gpu-0", "audit-1")
-        names = training(w.store, "job-a", 2, "gpu-0")
-        rv = node_obj(w.store, "gpu-0")["metadata"]["resourceVersion"]
+        names = training(w.objects, "job-a", 2, "gpu-0")
+        rv = node_obj(w.objects, "gpu-0")["metadata"]["resourceVersion"]
         rec = w.writer()
         deadline = w.now() + timedelta(minutes=5)
         result = await w.actuator(rec, dry_run=True).reclaim("gpu-0", "audit-2", deadline)
         assert rec.writes == []
-        assert node_obj(w.store, "gpu-0")["metadata"]["resourceVersion"] == rv
+        assert node_obj(w.objects, "gpu-0")["metadata"]["resourceVersion"] == rv
         assert [x.kind for x in result.writes] == [WriteKind.BEGIN_RECLAIM] + [WriteKind.EVICT] * 2
         assert {x.target for x in result.writes[1:]} == {f"pod/training/{n}" for n in names}
         assert result.writes[1].body["kind"] == "Eviction"
@@ -179,7 +196,7 @@ class Meddler:
     """Someone else writes the node just before the actuator's ``before_patch``-th patch."""
 
     inner: Recorder
-    store: Store
+    store: Objects
     before_patch: int
     patches: int = 0
 
@@ -206,15 +223,15 @@ class Meddler:
         return await self.inner.delete_pod(namespace, name, uid)
 
 
-async def test_recover_touches_only_nodes_in_flight_and_leaves_lent_and_serving_ones_alone() -> (
-    None
-):
-    async with world("gpu-0", "gpu-1", "gpu-2", "gpu-3") as w:
+async def test_recover_touches_only_nodes_in_flight_and_leaves_lent_and_serving_ones_alone(
+    backend: Backend,
+) -> None:
+    async with world("gpu-0", "gpu-1", "gpu-2", "gpu-3", backend=backend) as w:
         setup = w.actuator(w.writer())
         await setup.lend("gpu-1", "audit-1")  # lent: a stable state
         await setup.lend("gpu-2", "audit-2")
         await setup.lend("gpu-3", "audit-3")
-        training(w.store, "job-a", 1, "gpu-3")
+        training(w.objects, "job-a", 1, "gpu-3")
         await setup.reclaim("gpu-3", "audit-4", w.now() + timedelta(minutes=5))  # reclaiming
         crashing = w.writer(crash_after=1)
         with contextlib.suppress(Crash):
@@ -227,7 +244,7 @@ async def test_recover_touches_only_nodes_in_flight_and_leaves_lent_and_serving_
         ]
         assert {target for _, target in rec.writes} == {"node/gpu-0"}
         phases = {
-            n: node_obj(w.store, n)["metadata"]["labels"].get(KEYS.state)
+            n: node_obj(w.objects, n)["metadata"]["labels"].get(KEYS.state)
             for n in ("gpu-0", "gpu-1", "gpu-2", "gpu-3")
         }
         assert phases == {"gpu-0": None, "gpu-1": "lent", "gpu-2": "lent", "gpu-3": "reclaiming"}
@@ -238,7 +255,7 @@ class Arrival:
     """An inference pod is bound to the node right after the actuator's first look at its pods."""
 
     inner: Recorder
-    store: Store
+    store: Objects
     lists: int = 0
 
     async def get_node(self, name: str) -> Obj:
@@ -251,7 +268,7 @@ class Arrival:
         out = await self.inner.list_pods(node)
         self.lists += 1
         if self.lists == 1:
-            cluster.add(self.store, cluster.inference_pod(3, node_name=node))
+            objects.add(self.store, cluster.inference_pod(3, node_name=node))
         return out
 
     async def patch_node(self, name: str, change: NodeChange, resource_version: str) -> Obj:
@@ -264,16 +281,16 @@ class Arrival:
         return await self.inner.delete_pod(namespace, name, uid)
 
 
-async def test_a_node_that_becomes_busy_during_the_lend_is_rolled_back_before_any_taint_moves() -> (
-    None
-):
-    async with world("gpu-0") as w:
-        labels, taints = scheduling_of(w.store, "gpu-0")
+async def test_a_node_that_becomes_busy_during_the_lend_is_rolled_back_before_any_taint_moves(
+    backend: Backend,
+) -> None:
+    async with world("gpu-0", backend=backend) as w:
+        labels, taints = scheduling_of(w.objects, "gpu-0")
         rec = w.writer()
-        result = await w.actuator(Arrival(rec, w.store)).lend("gpu-0", "audit-1")
+        result = await w.actuator(Arrival(rec, w.objects)).lend("gpu-0", "audit-1")
         assert result.outcome is Outcome.REFUSED
         assert "became busy" in result.message
         assert [x.kind for x in result.applied] == [WriteKind.BEGIN_LEND, WriteKind.FINISH]
         assert rec.states == {"gpu-0": ["lending", "serving"]}
-        assert scheduling_of(w.store, "gpu-0") == (labels, taints)
+        assert scheduling_of(w.objects, "gpu-0") == (labels, taints)
         assert rec.pod_targets == set()  # the inference pod is left alone

@@ -12,7 +12,9 @@ from rebalancer.adapters.actuator import Actuator
 from rebalancer.core.nodestate import lent_taints
 from rebalancer.core.outcomes import Outcome
 from sandbox.emulator import cluster
+from tests.support import objects
 from tests.support.actuation import KEYS, SPEC, Crash, Recorder, World, drive, world
+from tests.support.backends import Backend
 from tests.support.objects import budget, gpu_node, training
 from tests.support.reads import node_obj, pods_on, scheduling_of
 
@@ -30,18 +32,19 @@ async def restart(w: World) -> tuple[Actuator, Recorder]:
 
 
 def assert_settled(w: World, labels: str, taints: str) -> None:
-    obj = node_obj(w.store, NODE)
-    assert scheduling_of(w.store, NODE) == (labels, taints)  # order and timeAdded included
+    obj = node_obj(w.objects, NODE)
+    assert scheduling_of(w.objects, NODE) == (labels, taints)  # order and timeAdded included
     assert KEYS.state not in obj["metadata"]["labels"]
     assert KEYS.original not in obj["metadata"].get("annotations", {})
 
 
 @pytest.mark.parametrize("crash_after", range(1, 4))
 async def test_a_lend_cut_after_any_write_is_rolled_back_or_lent_and_restores_exactly(
+    backend: Backend,
     crash_after: int,
 ) -> None:
-    async with world(NODE) as w:
-        labels, taints = scheduling_of(w.store, NODE)
+    async with world(NODE, backend=backend) as w:
+        labels, taints = scheduling_of(w.objects, NODE)
         crashing = w.writer(crash_after)
         try:
             result = await w.actuator(crashing).lend(NODE, "audit-1")
@@ -51,25 +54,25 @@ async def test_a_lend_cut_after_any_write_is_rolled_back_or_lent_and_restores_ex
             assert result.outcome is Outcome.APPLIED
             assert len(crashing.writes) < crash_after  # the lend made fewer writes
         act, rec = await restart(w)
-        phase = node_obj(w.store, NODE)["metadata"]["labels"].get(KEYS.state)
+        phase = node_obj(w.objects, NODE)["metadata"]["labels"].get(KEYS.state)
         assert phase in (None, "lent")  # nothing left half done
         if phase == "lent":
             expected = lent_taints(convert.taints(gpu_node(NODE)), SPEC)
-            assert convert.taints(node_obj(w.store, NODE)) == expected
+            assert convert.taints(node_obj(w.objects, NODE)) == expected
             result = await act.reclaim(NODE, "audit-2", w.now())
             await drive(act, NODE, result, w)
         assert_settled(w, labels, taints)
         assert rec.pod_targets == set()  # nothing but the daemon pod ran: nothing evicted
-        assert "kube-system/gpu-exporter-gpu-0" in pods_on(w.store, NODE)
+        assert "kube-system/gpu-exporter-gpu-0" in pods_on(w.objects, NODE)
 
 
 async def reclaim_scenario(w: World, crash_after: int) -> tuple[Recorder, set[str]]:
     """A lent node running two jobs (one held by a budget), a DaemonSet pod and an inference pod
     that arrived directly; reclaimed by a controller that crashes after ``crash_after`` writes."""
     await w.actuator(w.writer()).lend(NODE, "audit-1")
-    borrowed = training(w.store, "job-a", 2, NODE) + training(w.store, "job-b", 1, NODE, 5)
-    budget(w.store, "job-b", min_available=1)  # job-b's pod goes only at the deadline
-    cluster.add(w.store, cluster.inference_pod(9, node_name=NODE))
+    borrowed = training(w.objects, "job-a", 2, NODE) + training(w.objects, "job-b", 1, NODE, 5)
+    budget(w.objects, "job-b", min_available=1)  # job-b's pod goes only at the deadline
+    objects.add(w.objects, cluster.inference_pod(9, node_name=NODE))
     crashing = w.writer(crash_after)
     act = w.actuator(crashing)
     try:
@@ -80,17 +83,19 @@ async def reclaim_scenario(w: World, crash_after: int) -> tuple[Recorder, set[st
     return crashing, {f"training/{name}" for name in borrowed}
 
 
-async def test_a_reclaim_cut_after_any_write_is_finished_by_recover_exactly() -> None:
+async def test_a_reclaim_cut_after_any_write_is_finished_by_recover_exactly(
+    backend: Backend,
+) -> None:
     crashed_at = []
     for crash_after in range(1, MAX_WRITES):
-        async with world(NODE) as w:
-            labels, taints = scheduling_of(w.store, NODE)
+        async with world(NODE, backend=backend) as w:
+            labels, taints = scheduling_of(w.objects, NODE)
             crashing, borrowed = await reclaim_scenario(w, crash_after)
             _, rec = await restart(w)
             assert_settled(w, labels, taints)
             # Only borrowed pods were ever evicted or deleted, before or after the crash.
             assert crashing.pod_targets | rec.pod_targets <= borrowed
-            left = pods_on(w.store, NODE)
+            left = pods_on(w.objects, NODE)
             assert set(left) == {
                 "kube-system/gpu-exporter-gpu-0",
                 "inference/llm-serving-7d9f8c6b5-00009",

@@ -1,7 +1,11 @@
 """Hundreds of lend/reclaim transitions on several nodes through an API server that answers a
 seeded share of writes with 409, 429 or 500: the cluster converges and no transition is applied
 twice. The actuator opens no watch; dropped watch streams are exercised, with the informer in
-the loop, by test_convergence.py."""
+the loop, by test_convergence.py.
+
+Emulator only: the faults are injected by the emulator's server (``Sandbox.faults``), which a
+real kube-apiserver has no way to do; the same transitions without faults run on both servers
+in test_actuator.py and test_actuator_crash.py."""
 
 from __future__ import annotations
 
@@ -36,12 +40,12 @@ async def tick(w: World, rec: Recorder, node: str, jobs: Counter[str]) -> Action
     """What the planner would ask of ``node`` now: lend it if serving, take it back if lent,
     else drive what is in flight."""
     act = w.actuator(rec)
-    phase = node_obj(w.store, node)["metadata"]["labels"].get(KEYS.state)
+    phase = node_obj(w.objects, node)["metadata"]["labels"].get(KEYS.state)
     if phase is None:
         result = await act.lend(node, f"audit-{node}-{sum(jobs.values())}")
         if result.outcome is Outcome.APPLIED:
             jobs[node] += 1  # training lands on the lent node
-            training(w.store, f"job-{node}-{jobs[node]}", 2, node)
+            training(w.objects, f"job-{node}-{jobs[node]}", 2, node)
         return result
     if phase == "lent":
         return await act.reclaim(node, "audit-r", w.now() + timedelta(seconds=90))
@@ -50,10 +54,10 @@ async def tick(w: World, rec: Recorder, node: str, jobs: Counter[str]) -> Action
 
 async def test_faulty_writes_never_apply_a_transition_twice_and_the_cluster_converges() -> None:
     async with world(*NODES) as w:
-        originals = {n: scheduling_of(w.store, n) for n in NODES}
+        originals = {n: scheduling_of(w.objects, n) for n in NODES}
         # The server's own record of every node write, in process (no HTTP, no dropped stream).
-        since = str(w.store.resource_version)
-        server = w.store.watch(
+        since = str(w.box.store.resource_version)
+        server = w.box.store.watch(
             WatchRequest(Scope(NODE_RESOURCE), resource_version=since, timeout=1e9)
         )
         w.box.faults.configure(
@@ -94,8 +98,8 @@ async def test_faulty_writes_never_apply_a_transition_twice_and_the_cluster_conv
         for result in await act.recover():
             await drive(act, result.node, result, w)
         for node in NODES:
-            if node_obj(w.store, node)["metadata"]["labels"].get(KEYS.state) == "lent":
+            if node_obj(w.objects, node)["metadata"]["labels"].get(KEYS.state) == "lent":
                 await drive(act, node, await act.reclaim(node, "audit-end", w.now()), w)
         for node in NODES:
-            assert scheduling_of(w.store, node) == originals[node]
-            assert set(pods_on(w.store, node)) == {f"kube-system/gpu-exporter-{node}"}
+            assert scheduling_of(w.objects, node) == originals[node]
+            assert set(pods_on(w.objects, node)) == {f"kube-system/gpu-exporter-{node}"}

@@ -21,7 +21,9 @@ from rebalancer.adapters.writer import (
 from rebalancer.core import model
 from rebalancer.core.nodestate import NodeChange
 from rebalancer.core.outcomes import WriteOutcome
-from tests.support.actuation import world
+from sandbox.emulator.resources import PODS
+from tests.support.actuation import World, world
+from tests.support.backends import Backend
 from tests.support.objects import TAINTS, budget, training
 from tests.support.reads import node_obj
 from tests.support.waits import no_sleep
@@ -61,10 +63,12 @@ def test_a_change_without_taints_leaves_the_taints_out_of_the_patch() -> None:
     assert body == {"metadata": {"resourceVersion": "7", "labels": {"a": "b"}}}
 
 
-async def test_the_emulator_receives_a_merge_patch_that_replaces_the_taints_whole() -> None:
-    async with world("gpu-0") as w:
+async def test_the_server_receives_a_merge_patch_that_replaces_the_taints_whole(
+    backend: Backend,
+) -> None:
+    async with world("gpu-0", backend=backend) as w:
         seen: list[str] = []
-        rest = w.box.api.rest_client
+        rest = w.opened.api.rest_client
         request = rest.request
 
         async def spy(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
@@ -74,58 +78,63 @@ async def test_the_emulator_receives_a_merge_patch_that_replaces_the_taints_whol
             return await request(method, url, *args, **kwargs)
 
         rest.request = spy
-        writer = KubeWriter(w.box.core)
-        rv = node_obj(w.store, "gpu-0")["metadata"]["resourceVersion"]
+        writer = KubeWriter(w.opened.core)
+        rv = node_obj(w.objects, "gpu-0")["metadata"]["resourceVersion"]
         out = await writer.patch_node("gpu-0", change(AGED, LENT, new="1"), rv)
         assert seen == [MERGE_PATCH]
         assert out["spec"]["taints"] == merge_patch(change(AGED, LENT), rv)["spec"]["taints"]
-        assert node_obj(w.store, "gpu-0")["spec"]["taints"] == out["spec"]["taints"]
+        assert node_obj(w.objects, "gpu-0")["spec"]["taints"] == out["spec"]["taints"]
         assert out["metadata"]["labels"]["new"] == "1"
         assert out["metadata"]["resourceVersion"] != rv
 
 
-async def test_a_stale_resource_version_is_a_conflict_and_changes_nothing() -> None:
-    async with world("gpu-0") as w:
-        writer = KubeWriter(w.box.core)
-        rv = node_obj(w.store, "gpu-0")["metadata"]["resourceVersion"]
+async def test_a_stale_resource_version_is_a_conflict_and_changes_nothing(backend: Backend) -> None:
+    async with world("gpu-0", backend=backend) as w:
+        writer = KubeWriter(w.opened.core)
+        rv = node_obj(w.objects, "gpu-0")["metadata"]["resourceVersion"]
         await writer.patch_node("gpu-0", change(LENT), rv)
         with pytest.raises(Conflict, match="409"):
             await writer.patch_node("gpu-0", change(), rv)
-        assert node_obj(w.store, "gpu-0")["spec"]["taints"][0]["key"] == LENT.key
-        assert node_obj(w.store, "gpu-0")["spec"]["taints"] != TAINTS
+        assert node_obj(w.objects, "gpu-0")["spec"]["taints"][0]["key"] == LENT.key
+        assert node_obj(w.objects, "gpu-0")["spec"]["taints"] != TAINTS
 
 
-async def test_an_eviction_is_evicted_blocked_by_a_budget_or_gone() -> None:
-    async with world("gpu-0") as w:
-        writer = KubeWriter(w.box.core, RetryPolicy(sleep=no_sleep))
-        free, held = training(w.store, "job-a", 1, "gpu-0"), training(w.store, "job-b", 1, "gpu-0")
-        budget(w.store, "job-b", min_available=1)
+async def test_an_eviction_is_evicted_blocked_by_a_budget_or_gone(backend: Backend) -> None:
+    async with world("gpu-0", backend=backend) as w:
+        writer = KubeWriter(w.opened.core, RetryPolicy(sleep=no_sleep))
+        free, held = (
+            training(w.objects, "job-a", 1, "gpu-0"),
+            training(w.objects, "job-b", 1, "gpu-0"),
+        )
+        budget(w.objects, "job-b", min_available=1)
         uid = {n: _uid(w, n) for n in free + held}
         assert await writer.evict("training", free[0], uid[free[0]]) is WriteOutcome.EVICTED
         assert await writer.evict("training", held[0], uid[held[0]]) is WriteOutcome.BLOCKED
         assert await writer.evict("training", "no-such-pod", "u") is WriteOutcome.GONE
 
 
-async def test_a_delete_uses_grace_zero_and_a_second_one_finds_the_pod_gone() -> None:
-    async with world("gpu-0") as w:
-        writer = KubeWriter(w.box.core)
-        (name,) = training(w.store, "job-a", 1, "gpu-0")
+async def test_a_delete_uses_grace_zero_and_a_second_one_finds_the_pod_gone(
+    backend: Backend,
+) -> None:
+    async with world("gpu-0", backend=backend) as w:
+        writer = KubeWriter(w.opened.core)
+        (name,) = training(w.objects, "job-a", 1, "gpu-0")
         assert await writer.delete_pod("training", name, _uid(w, name)) is True
         assert await writer.delete_pod("training", name, "whatever") is False
 
 
-async def test_a_delete_of_a_pod_recreated_under_the_same_name_is_a_conflict() -> None:
-    async with world("gpu-0") as w:
-        writer = KubeWriter(w.box.core)
-        (name,) = training(w.store, "job-a", 1, "gpu-0")
+async def test_a_delete_of_a_pod_recreated_under_the_same_name_is_a_conflict(
+    backend: Backend,
+) -> None:
+    async with world("gpu-0", backend=backend) as w:
+        writer = KubeWriter(w.opened.core)
+        (name,) = training(w.objects, "job-a", 1, "gpu-0")
         with pytest.raises(Conflict):
             await writer.delete_pod("training", name, "uid-of-an-older-pod")
 
 
-def _uid(w: Any, name: str) -> str:
-    from sandbox.emulator.resources import PODS
-
-    uid: str = w.store.get(PODS, "training", name)["metadata"]["uid"]
+def _uid(w: World, name: str) -> str:
+    uid: str = w.objects.get(PODS, "training", name)["metadata"]["uid"]
     return uid
 
 

@@ -21,9 +21,7 @@ from rebalancer.adapters.writer import KubeWriter, NodeWriter, RetryPolicy
 from rebalancer.core import model
 from rebalancer.core.nodestate import Keys, LendSpec, NodeChange
 from rebalancer.core.outcomes import ActionResult, Outcome, WriteKind, WriteOutcome
-from sandbox.emulator import cluster
-from sandbox.emulator.store import Store
-from tests.support import emulated, objects
+from tests.support import backends, emulated, objects
 from tests.support.waits import no_sleep
 
 Obj = dict[str, Any]
@@ -115,31 +113,44 @@ class Recorder:
 
 @dataclass
 class World:
-    box: emulated.Sandbox
+    opened: backends.Opened
 
     @property
-    def store(self) -> Store:
-        return self.box.store
+    def objects(self) -> backends.Objects:
+        """The cluster behind the controller's back (the emulator's store, or the real server)."""
+        objects: backends.Objects = self.opened.objects
+        return objects
+
+    @property
+    def box(self) -> emulated.Sandbox:
+        """The emulator itself (faults, its request log): emulator-only tests."""
+        if self.opened.box is None:
+            raise TypeError("this test needs the emulator")
+        return self.opened.box
 
     def writer(self, crash_after: int | None = None) -> Recorder:
-        inner = KubeWriter(self.box.core, RetryPolicy(sleep=no_sleep))
+        inner = KubeWriter(self.opened.core, RetryPolicy(sleep=no_sleep))
         return Recorder(inner, crash_after)
 
     def actuator(self, writer: NodeWriter, dry_run: bool = False) -> Actuator:
-        return Actuator(writer, KEYS, SPEC, RULES, self.box.clock, dry_run=dry_run)
+        return Actuator(writer, KEYS, SPEC, RULES, self.opened.clock, dry_run=dry_run)
 
     def now(self) -> datetime:
-        return self.box.clock()
+        return self.opened.clock()
+
+    def advance(self, seconds: float) -> None:
+        self.opened.advance(seconds)
 
     def add_node(self, name: str) -> None:
-        cluster.add(self.store, objects.gpu_node(name))
-        cluster.add(self.store, objects.daemon_pod(name))
+        objects.add(self.objects, objects.gpu_node(name))
+        objects.add(self.objects, objects.daemon_pod(name))
 
 
 @asynccontextmanager
-async def world(*nodes: str) -> AsyncIterator[World]:
-    async with emulated.running() as box:
-        made = World(box)
+async def world(*nodes: str, backend: backends.Backend = backends.EMULATOR) -> AsyncIterator[World]:
+    """A cluster holding only ``nodes`` on ``backend`` (the emulator unless told)."""
+    async with backend.open() as opened:
+        made = World(opened)
         for name in nodes:
             made.add_node(name)
         yield made
@@ -153,6 +164,6 @@ async def drive(
     for _ in range(40):
         if result.outcome not in (Outcome.IN_PROGRESS, Outcome.CONFLICT, Outcome.FAILED):
             return result
-        w.box.clock.advance(step)
+        w.advance(step)
         result = await act.progress(node)
     raise AssertionError(f"{node} did not settle: {result}")

@@ -1,5 +1,6 @@
-"""Kubernetes objects for the emulator, and the writes a test makes to it behind the client's
-back (as another actor of the cluster would).
+"""Kubernetes objects for a test's cluster, and the writes a test makes to it behind the
+client's back (as another actor of the cluster would), on either backend (``backends.Objects``:
+the emulator's store or a real kube-apiserver).
 
 Bodies are plain dicts, as the API takes them; ``sandbox.emulator.cluster`` has the default
 cluster's nodes and pods, these are the shapes the tests add to it: a node with several taints in
@@ -13,8 +14,8 @@ import json
 from typing import Any
 
 from sandbox.emulator import cluster
-from sandbox.emulator.resources import NODES, PODS
-from sandbox.emulator.store import Store
+from sandbox.emulator.resources import NODES, PDBS, PODS
+from tests.support.backends import Objects
 
 Obj = dict[str, Any]
 NS = "inference"  # where ``pod`` puts a pod unless told otherwise
@@ -32,6 +33,14 @@ TAINTS: list[Obj] = [
         "timeAdded": "2026-03-01T08:00:00Z",
     },
 ]
+
+
+_KINDS = {"Node": NODES, "Pod": PODS, "PodDisruptionBudget": PDBS}
+
+
+def add(target: Objects, obj: Obj) -> Obj:
+    """Create a Node, Pod or PodDisruptionBudget; what the server stored."""
+    return target.create(_KINDS[obj["kind"]], obj["metadata"].get("namespace"), obj)
 
 
 def pod(name: str, namespace: str = NS, **spec: Any) -> Obj:
@@ -93,18 +102,18 @@ def daemon_pod(node: str) -> Obj:
     }
 
 
-def training(store: Store, job: str, count: int, node: str, priority: int = 0) -> list[str]:
+def training(store: Objects, job: str, count: int, node: str, priority: int = 0) -> list[str]:
     """``count`` pods of training job ``job`` bound to ``node``; their names."""
     names = []
     for index in range(count):
         pod = bound(cluster.training_pod(job, index, gpus=1, priority_class=None), node)
         pod["spec"]["priority"] = priority
-        names.append(cluster.add(store, pod)["metadata"]["name"])
+        names.append(add(store, pod)["metadata"]["name"])
     return names
 
 
-def budget(store: Store, job: str, min_available: int) -> None:
-    cluster.add(
+def budget(store: Objects, job: str, min_available: int) -> None:
+    add(
         store,
         {
             "apiVersion": "policy/v1",
@@ -115,19 +124,19 @@ def budget(store: Store, job: str, min_available: int) -> None:
     )
 
 
-def annotate(store: Store, node: str, annotations: dict[str, str | None]) -> str:
+def annotate(store: Objects, node: str, annotations: dict[str, str | None]) -> str:
     """Merge-patch a node's annotations; the new resourceVersion."""
     body = json.dumps({"metadata": {"annotations": annotations}}).encode()
     return str(store.patch(NODES, None, node, _MERGE, body)["metadata"]["resourceVersion"])
 
 
-def label(store: Store, node: str, labels: dict[str, str | None]) -> str:
+def label(store: Objects, node: str, labels: dict[str, str | None]) -> str:
     """Merge-patch a node's labels; the new resourceVersion."""
     body = json.dumps({"metadata": {"labels": labels}}).encode()
     return str(store.patch(NODES, None, node, _MERGE, body)["metadata"]["resourceVersion"])
 
 
-def finish_pod(store: Store, namespace: str, name: str) -> None:
+def finish_pod(store: Objects, namespace: str, name: str) -> None:
     """The pod's containers ended: phase ``Succeeded``, as its kubelet reports it."""
     body = json.dumps({"status": {"phase": "Succeeded"}}).encode()
     store.patch(PODS, namespace, name, _MERGE, body, subresource="status")

@@ -1,4 +1,5 @@
-"""What a test reads back: from the emulator's store directly, and from the API's answers.
+"""What a test reads back: from the cluster directly (``backends.Objects``: the emulator's store
+or a real kube-apiserver), and from the API's answers.
 
 A check reads the server's own record, not what a client believes: ``scheduling`` is a node's
 labels and taints as JSON text (key order, taint order and every field count, so "restored byte
@@ -13,13 +14,12 @@ from typing import Any
 
 from rebalancer.core.nodestate import Keys
 from sandbox.emulator.resources import NODES, PODS
-from sandbox.emulator.store import ListRequest, Store
-from sandbox.emulator.watcher import Scope
+from tests.support.backends import Objects
 
 Obj = dict[str, Any]
 
 
-def node_obj(store: Store, name: str) -> Obj:
+def node_obj(store: Objects, name: str) -> Obj:
     return store.get(NODES, None, name)
 
 
@@ -28,21 +28,21 @@ def scheduling(node: Obj) -> tuple[str, str]:
     return json.dumps(node["metadata"].get("labels")), json.dumps(node["spec"].get("taints"))
 
 
-def scheduling_of(store: Store, name: str) -> tuple[str, str]:
+def scheduling_of(store: Objects, name: str) -> tuple[str, str]:
     return scheduling(node_obj(store, name))
 
 
-def state_of(store: Store, name: str, keys: Keys | None = None) -> str:
+def state_of(store: Objects, name: str, keys: Keys | None = None) -> str:
     """The node's state label; ``serving`` when it has none."""
     labels = node_obj(store, name)["metadata"].get("labels") or {}
     return str(labels.get((keys or Keys()).state, "serving"))
 
 
-def all_pods(store: Store) -> list[Obj]:
-    return store.list_page(ListRequest(Scope(PODS))).items
+def all_pods(store: Objects) -> list[Obj]:
+    return store.peek(PODS)
 
 
-def pods_on(store: Store, node: str) -> dict[str, Obj]:
+def pods_on(store: Objects, node: str) -> dict[str, Obj]:
     """Every pod bound to ``node``, by ``namespace/name``."""
     return {
         f"{p['metadata']['namespace']}/{p['metadata']['name']}": p

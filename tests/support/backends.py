@@ -1,0 +1,375 @@
+"""Where the adapter suites run: the API emulator, or a real kube-apiserver.
+
+A suite that runs on both takes the ``backend`` fixture (``tests/conftest.py``): one test, two
+servers. What a test does to the cluster behind the controller's back goes through ``Objects``,
+the part of the emulator's ``Store`` it needs (create, get, patch, delete, peek, by resource
+type). ``Store`` is one; ``RealCluster`` is the other, the same calls as HTTP requests to a real
+kube-apiserver as its admin, failures raised as the emulator's ``ApiError`` with the server's
+own ``Status``.
+
+The emulator plays the cluster's other actors itself (``sandbox.emulator.store``). A real server
+runs none (no kubelet, no controller-manager), so ``RealCluster`` does what they would, with the
+emulator's own rules, at the moments a test acts:
+
+- the node lifecycle controller: a created Node's ``node.kubernetes.io/not-ready`` taint (added
+  by the TaintNodesByCondition admission plugin) is taken off, as it is once a node reports
+  Ready;
+- the kubelet: a pod created bound to a node (``spec.nodeName``, no scheduler runs) is reported
+  Running and Ready through the ``status`` subresource; a terminating pod whose grace period has
+  run out on the test's time is deleted with grace 0;
+- the disruption controller: every PodDisruptionBudget's ``status`` is computed from its pods
+  (``sandbox.emulator.disruption.budget_status``) and written through its ``status`` subresource;
+- the Priority admission plugin wants a PriorityClass for a non-zero ``spec.priority``: one is
+  created (``test-priority-N``) and the pod names it.
+
+Time: the controller's clock is a ``ManualClock`` on both. On the real server it starts at the
+wall clock, and ``advance`` moves it and the kubelet's view of time together (a grace period
+ends when the wall clock plus the time advanced passes the pod's ``deletionTimestamp``), so a
+test that advances 60 s sees a 60 s grace period end on either server.
+
+What the real server cannot show: injected faults (a dropped watch, a 5xx, a cut connection)
+and watch timeouts or bookmarks on the test's clock (its watches time out on the wall clock).
+A test that needs those stays on the emulator and says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import urllib.parse
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+from kubernetes_asyncio import client
+
+from rebalancer.adapters import kubeclient
+from sandbox.emulator import disruption, status
+from sandbox.emulator.clock import ManualClock, parse_rfc3339
+from sandbox.emulator.resources import NODES, PDBS, PODS, ResourceType
+from sandbox.emulator.store import DeleteOptions, started
+from tests.support import emulated, kube
+
+Obj = dict[str, Any]
+NOT_READY = "node.kubernetes.io/not-ready"
+PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
+_MERGE = "application/merge-patch+json"
+# What the sweep after a test leaves alone: the server's own objects.
+_SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease", "default"})
+_SWEPT = ("/api/v1/{ns}/pods", "/apis/policy/v1/{ns}/poddisruptionbudgets", "/api/v1/{ns}/events")
+
+
+class Objects(Protocol):
+    """What a test does to the cluster behind the controller's back: ``Store``'s own calls."""
+
+    def create(
+        self, rt: ResourceType, namespace: str | None, body: Obj, *, dry_run: bool = False
+    ) -> Obj: ...
+
+    def get(self, rt: ResourceType, namespace: str | None, name: str) -> Obj: ...
+
+    def patch(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        content_type: str,
+        body: bytes,
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj: ...
+
+    def delete(
+        self, rt: ResourceType, namespace: str | None, name: str, options: DeleteOptions
+    ) -> Obj: ...
+
+    def peek(self, rt: ResourceType) -> list[Obj]: ...
+
+
+def path(rt: ResourceType, namespace: str | None, name: str | None = None) -> str:
+    """The REST path of a collection (``name`` None) or of one object."""
+    root = "/api/v1" if not rt.group else f"/apis/{rt.group}/{rt.version}"
+    scope = f"/namespaces/{namespace}" if rt.namespaced else ""
+    return f"{root}{scope}/{rt.plural}" + (f"/{name}" if name else "")
+
+
+@dataclass
+class RealCluster:
+    """A real kube-apiserver as a ``Store``: each call one request as the admin."""
+
+    server: kube.KubeServer
+    clock: ManualClock
+    advanced: float = 0.0
+    namespaces: set[str] = field(default_factory=set)
+
+    # ------------------------------------------------------------------ the Store's calls
+
+    def create(
+        self, rt: ResourceType, namespace: str | None, body: Obj, *, dry_run: bool = False
+    ) -> Obj:
+        obj = copy.deepcopy(body)
+        namespace = namespace or obj["metadata"].get("namespace")
+        if rt.namespaced and namespace:
+            self._namespace(namespace)
+        if rt is PODS:
+            self._priority_class(obj)
+        query = "?dryRun=All" if dry_run else ""
+        made = self._ask("POST", path(rt, namespace) + query, obj)
+        if dry_run:
+            return made
+        if rt is NODES:
+            made = self._ready_node(made)
+        if rt is PODS and made["spec"].get("nodeName"):
+            made = self._start(made)
+        self._settle()
+        return self.get(rt, namespace, made["metadata"]["name"]) if rt is PDBS else made
+
+    def get(self, rt: ResourceType, namespace: str | None, name: str) -> Obj:
+        return self._ask("GET", path(rt, namespace, name))
+
+    def patch(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        content_type: str,
+        body: bytes,
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
+        where = path(rt, namespace, name) + (f"/{subresource}" if subresource else "")
+        where += "?dryRun=All" if dry_run else ""
+        out = self._ask("PATCH", where, json.loads(body), content_type)
+        self._settle()
+        return out
+
+    def delete(
+        self, rt: ResourceType, namespace: str | None, name: str, options: DeleteOptions
+    ) -> Obj:
+        out = self._ask("DELETE", path(rt, namespace, name), _delete_body(options))
+        self._settle()
+        return out
+
+    def peek(self, rt: ResourceType) -> list[Obj]:
+        root = "/api/v1" if not rt.group else f"/apis/{rt.group}/{rt.version}"
+        items: list[Obj] = self._ask("GET", f"{root}/{rt.plural}")["items"]
+        return items
+
+    # ------------------------------------------------------------------ time and the actors
+
+    def advance(self, seconds: float) -> None:
+        """Time passes: the controller's clock moves, and so does the kubelet's."""
+        self.clock.advance(seconds)
+        self.advanced += seconds
+        self._settle()
+
+    def _now(self) -> datetime:
+        """The kubelet's time: the wall clock plus all the time a test advanced."""
+        return datetime.now(UTC) + timedelta(seconds=self.advanced)
+
+    def _settle(self) -> None:
+        pods = self.peek(PODS)
+        for pod in pods:
+            meta = pod["metadata"]
+            if "deletionTimestamp" in meta and parse_rfc3339(meta["deletionTimestamp"]) <= (
+                self._now()
+            ):
+                # The kubelet confirms the kill with a zero grace period.
+                options = DeleteOptions(grace_period=0, uid=meta["uid"])
+                with _unless_gone():
+                    self._ask(
+                        "DELETE", path(PODS, meta["namespace"], meta["name"]), _delete_body(options)
+                    )
+        pods = self.peek(PODS)
+        for budget in self.peek(PDBS):
+            meta = budget["metadata"]
+            wanted = disruption.budget_status(budget, pods, self._now(), {})
+            if _counts(wanted) == _counts(budget.get("status") or {}):
+                continue
+            with _unless_gone():
+                self._ask(
+                    "PUT",
+                    path(PDBS, meta["namespace"], meta["name"]) + "/status",
+                    {**budget, "status": wanted},
+                )
+
+    def _ready_node(self, node: Obj) -> Obj:
+        taints = node["spec"].get("taints") or []
+        kept = [t for t in taints if t["key"] != NOT_READY]
+        if kept == taints:
+            return node
+        body = {
+            "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+            "spec": {"taints": kept or None},
+        }
+        return self._ask("PATCH", path(NODES, None, node["metadata"]["name"]), body, _MERGE)
+
+    def _start(self, pod: Obj) -> Obj:
+        meta = pod["metadata"]
+        body = {"status": started(pod, datetime.now(UTC))["status"]}
+        return self._ask(
+            "PATCH", path(PODS, meta["namespace"], meta["name"]) + "/status", body, _MERGE
+        )
+
+    def _priority_class(self, pod: Obj) -> None:
+        priority = pod["spec"].get("priority")
+        if not priority or pod["spec"].get("priorityClassName"):
+            return
+        name = f"test-priority-{priority}"
+        body = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": priority,
+        }
+        code, answer = self.server.request("POST", PRIORITY_CLASSES, body)
+        if code not in (201, 409):
+            raise status.ApiError(answer)
+        del pod["spec"]["priority"]
+        pod["spec"]["priorityClassName"] = name
+
+    def _namespace(self, name: str) -> None:
+        if name in self.namespaces:
+            return
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        code, answer = self.server.request("POST", "/api/v1/namespaces", body)
+        if code not in (201, 409):
+            raise status.ApiError(answer)
+        self.namespaces.add(name)
+
+    # ------------------------------------------------------------------ requests
+
+    def _ask(self, method: str, where: str, body: Any = None, content_type: str = "") -> Obj:
+        code, answer = self.server.request(
+            method, where, body, content_type=content_type or "application/json"
+        )
+        if not 200 <= code < 300:
+            raise status.ApiError(answer if isinstance(answer, dict) else {"code": code})
+        out: Obj = answer
+        return out
+
+    def sweep(self) -> None:
+        """Delete what a test made, so the next one starts from an empty cluster: pods (grace
+        0), budgets, Events, Leases outside the system namespaces, nodes, priority classes.
+        Namespaces stay: deleting one needs the namespace controller, which does not run."""
+        listed = self._ask("GET", "/api/v1/namespaces")["items"]
+        names = [n["metadata"]["name"] for n in listed]
+        zero = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+        for name in names:
+            scope = f"namespaces/{urllib.parse.quote(name)}"
+            for template in _SWEPT:
+                self._ask("DELETE", template.format(ns=scope), zero)
+            if name not in _SYSTEM_NAMESPACES:
+                self._ask("DELETE", f"/apis/coordination.k8s.io/v1/{scope}/leases", zero)
+                self._ask("DELETE", f"/apis/events.k8s.io/v1/{scope}/events", zero)
+        self._ask("DELETE", "/api/v1/nodes", zero)
+        for item in self._ask("GET", PRIORITY_CLASSES)["items"]:
+            if item["metadata"]["name"].startswith("test-priority-"):
+                self._ask("DELETE", f"{PRIORITY_CLASSES}/{item['metadata']['name']}")
+
+
+def _delete_body(options: DeleteOptions) -> Obj:
+    body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
+    if options.grace_period is not None:
+        body["gracePeriodSeconds"] = options.grace_period
+    preconditions = {"uid": options.uid, "resourceVersion": options.resource_version}
+    if any(preconditions.values()):
+        body["preconditions"] = {k: v for k, v in preconditions.items() if v}
+    if options.dry_run:
+        body["dryRun"] = ["All"]
+    return body
+
+
+def _counts(budget_status: Obj) -> tuple[Any, ...]:
+    fields = ("disruptionsAllowed", "currentHealthy", "desiredHealthy", "expectedPods")
+    return tuple(budget_status.get(f) for f in fields)
+
+
+@contextlib.contextmanager
+def _unless_gone() -> Iterator[None]:
+    """An actor's write that another (the controller under test) made moot: the object is gone
+    or changed since it was read. The actor looks again at its next turn."""
+    try:
+        yield
+    except status.ApiError as error:
+        if error.code not in (404, 409):
+            raise
+
+
+@dataclass
+class Opened:
+    """A cluster a test runs against, on either backend: ``objects`` for what the test does
+    behind the controller's back, ``clock`` for the controller's time, ``api`` (and the typed
+    APIs) for the controller's client; ``box`` is the emulator, on the emulator only."""
+
+    backend: str
+    objects: Any  # Store | RealCluster: both are ``Objects``
+    clock: ManualClock
+    api: Any  # kubernetes_asyncio.client.ApiClient
+    box: emulated.Sandbox | None = None
+    core: Any = field(init=False)
+    policy: Any = field(init=False)
+    coordination: Any = field(init=False)
+    events: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.core = client.CoreV1Api(self.api)
+        self.policy = client.PolicyV1Api(self.api)
+        self.coordination = client.CoordinationV1Api(self.api)
+        self.events = client.EventsV1Api(self.api)
+
+    def advance(self, seconds: float) -> None:
+        """Time passes for the controller and for the cluster's other actors."""
+        if isinstance(self.objects, RealCluster):
+            self.objects.advance(seconds)
+        else:
+            self.clock.advance(seconds)  # the store listens to its clock
+
+
+class Backend(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def open(self, **store_options: Any) -> contextlib.AbstractAsyncContextManager[Opened]: ...
+
+
+@dataclass(frozen=True)
+class Emulator:
+    """The ``emulator`` backend: a fresh emulator per cluster (``tests.support.emulated``)."""
+
+    name: str = "emulator"
+
+    @contextlib.asynccontextmanager
+    async def open(self, **store_options: Any) -> AsyncIterator[Opened]:
+        async with emulated.running(**store_options) as box:
+            yield Opened(self.name, box.store, box.clock, box.api, box)
+
+
+@dataclass(frozen=True)
+class Real:
+    """The ``real`` backend: the session's kube-apiserver, swept before and after each use."""
+
+    server: kube.KubeServer
+    home: Path
+    name: str = "real"
+
+    @contextlib.asynccontextmanager
+    async def open(self, **store_options: Any) -> AsyncIterator[Opened]:
+        if store_options:
+            raise TypeError(f"emulator options on the real server: {sorted(store_options)}")
+        made = RealCluster(self.server, ManualClock(datetime.now(UTC).replace(microsecond=0)))
+        made.sweep()  # whatever an earlier test left behind
+        config = self.server.kubeconfig(self.home / "kubeconfig")
+        try:
+            async with kubeclient.api_client(config) as api:
+                yield Opened(self.name, made, made.clock, api)
+        finally:
+            made.sweep()
+
+
+EMULATOR = Emulator()
