@@ -21,6 +21,10 @@ Why it is shaped like this:
   a Node is cluster-scoped, and the strict events.k8s.io/v1 validation accepts an Event about a
   cluster-scoped object only in ``default`` (the emulator enforces it too: its README). As the
   kubelet does for its node events, ``regarding.uid`` is the node's name.
+- Each Event is named as client-go's recorder names one, ``<node>.<wall-clock nanoseconds in
+  hex>``, made strictly increasing within the process so that two Events of the same instant
+  never collide. (A ``generateName`` of ``<node>.`` is refused by kube-apiserver: a generated
+  name's prefix must itself be a DNS subdomain, and one cannot end in a dot.)
 - Recording never fails the tick: an API error is logged and counted (``failures``), nothing
   raises out of ``action`` or ``findings``.
 - A refused override is recorded once per bad value: the key is (node, annotation key, value),
@@ -32,8 +36,10 @@ Why it is shaped like this:
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -51,6 +57,7 @@ Obj = dict[str, Any]
 CONTROLLER = "rebalancer.io/controller"
 NAMESPACE = "default"  # where an Event about a cluster-scoped object lives
 NOTE_LIMIT = 1024
+NAME_LIMIT = 253
 
 LENT, RECLAIMING, RESTORED, ROLLED_BACK = "Lent", "Reclaiming", "Restored", "LendRolledBack"
 OVERRIDE_REFUSED = "OverrideRefused"
@@ -108,11 +115,17 @@ def micro_time(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def event_body(event: NodeEvent, instance: str, now: datetime) -> Obj:
+def event_name(node: str, stamp: int) -> str:
+    """``<node>.<stamp in hex>``, the node's part cut so the whole stays a valid name (253)."""
+    suffix = f".{stamp:x}"
+    return node[: NAME_LIMIT - len(suffix)] + suffix
+
+
+def event_body(event: NodeEvent, instance: str, now: datetime, stamp: int) -> Obj:
     return {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
-        "metadata": {"generateName": f"{event.node}.", "namespace": NAMESPACE},
+        "metadata": {"name": event_name(event.node, stamp), "namespace": NAMESPACE},
         "eventTime": micro_time(now),
         "reportingController": CONTROLLER,
         "reportingInstance": instance[:128],
@@ -138,9 +151,11 @@ class KubeEvents:
         *,
         instance: str,
         clock: Clock = lambda: datetime.now(UTC),
+        stamps: Callable[[], int] = time.time_ns,
     ) -> None:
         self._events = client.EventsV1Api(api)
-        self.instance, self.clock = instance, clock
+        self.instance, self.clock, self._stamps = instance, clock, stamps
+        self._last_stamp = 0
         self._seen: set[tuple[str, str, str]] = set()  # (node, key, value) already reported
         self.recorded = 0
         self.failures = 0
@@ -163,13 +178,27 @@ class KubeEvents:
 
     async def record(self, event: NodeEvent) -> bool:
         """Create the Event; whether it was stored. Never raises."""
-        body = event_body(event, self.instance, self.clock())
+        self._last_stamp = max(self._stamps(), self._last_stamp + 1)
+        body = event_body(event, self.instance, self.clock(), self._last_stamp)
         create: Any = self._events.create_namespaced_event  # a plain dict body is sent as is
         try:
             await create(NAMESPACE, body)
         except Exception as exc:
             self.failures += 1
-            log.warning("event %s on node %s not recorded: %r", event.reason, event.node, exc)
+            log.warning("event %s on node %s not recorded: %s", event.reason, event.node, _why(exc))
             return False
         self.recorded += 1
         return True
+
+
+def _why(error: Exception) -> str:
+    """What the server said (an ``ApiException``'s status and ``Status`` message), else the
+    error itself."""
+    code, body = getattr(error, "status", None), getattr(error, "body", None)
+    if code is None:
+        return repr(error)
+    try:
+        message = json.loads(body or "{}").get("message", "")
+    except (ValueError, AttributeError):
+        message = str(body or "")[:200]
+    return f"HTTP {code}: {message}" if message else f"HTTP {code}"

@@ -78,14 +78,20 @@ def unsupported(path: str, value: Any, supported: tuple[str, ...]) -> Cause:
 
 
 def name(meta: Obj, generate_ok: bool = True) -> list[Cause]:
-    value = meta.get("name")
+    value, prefix = meta.get("name"), str(meta.get("generateName") or "")
+    causes = []
+    # A prefix must be a name itself once a trailing dash is masked (as kube-apiserver's
+    # ValidateObjectMeta does): "node-" is a prefix, "node." is not.
+    masked = prefix[:-1] + "a" if prefix and prefix.endswith("-") else prefix
+    if generate_ok and prefix and (len(prefix) > 253 or not _SUBDOMAIN.fullmatch(masked)):
+        causes.append(invalid("metadata.generateName", prefix, _SUBDOMAIN_MESSAGE))
     if not value:
-        if generate_ok and meta.get("generateName"):
-            return []
+        if generate_ok and prefix:
+            return causes
         return [required("metadata.name", "name or generateName is required")]
     if len(value) > 253 or not _SUBDOMAIN.fullmatch(value):
-        return [invalid("metadata.name", value, _SUBDOMAIN_MESSAGE)]
-    return []
+        causes.append(invalid("metadata.name", value, _SUBDOMAIN_MESSAGE))
+    return causes
 
 
 def labels(meta: Obj) -> list[Cause]:

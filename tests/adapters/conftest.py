@@ -1,5 +1,6 @@
-"""The adapters' emulator (``tests.support.emulated``): ``emulator`` serves the default GPU
-cluster over real HTTP on a manual clock, and logs the requests it answered."""
+"""The adapters' clusters: ``emulator`` serves the default GPU cluster on the API emulator over
+real HTTP on a manual clock, and logs the requests it answered; ``seeded`` is the same cluster on
+each ``backend`` (the emulator, then a real kube-apiserver)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from tests.support.backends import Backend, Opened
 from tests.support.emulated import Sandbox, running
 
 
@@ -14,3 +16,9 @@ from tests.support.emulated import Sandbox, running
 async def emulator() -> AsyncIterator[Sandbox]:
     async with running(seeded=True) as box:
         yield box
+
+
+@pytest.fixture
+async def seeded(backend: Backend) -> AsyncIterator[Opened]:
+    async with backend.open(seeded=True) as opened:
+        yield opened

@@ -1,4 +1,5 @@
-"""Kubernetes Events for node transitions and refused overrides, against the API emulator."""
+"""Kubernetes Events for node transitions and refused overrides, on the emulator and on a real
+kube-apiserver."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from rebalancer.core import model
 from rebalancer.core.nodestate import Keys
 from rebalancer.core.outcomes import ActionResult, Outcome
 from rebalancer.core.policy import default_lend_spec
-from tests.support.emulated import Sandbox
+from tests.support.backends import Opened
 from tests.support.factories import T0
 
 KEYS = Keys()
@@ -28,18 +29,18 @@ RULES = model.PodRules(
 NODE = "inference-5"  # idle
 
 
-async def listed(box: Sandbox) -> list[Any]:
+async def listed(box: Opened) -> list[Any]:
     """The Events in ``default``, in the order they were created."""
     found = await client.EventsV1Api(box.api).list_namespaced_event(events.NAMESPACE)
     return sorted(found.items, key=lambda e: int(e.metadata.resource_version))
 
 
-def recorder(box: Sandbox) -> KubeEvents:
+def recorder(box: Opened) -> KubeEvents:
     return KubeEvents(box.api, instance="replica-a", clock=box.clock)
 
 
-async def test_lend_reclaim_restored_events(emulator: Sandbox) -> None:
-    box = emulator
+async def test_lend_reclaim_restored_events(seeded: Opened) -> None:
+    box = seeded
     actuator = Actuator(KubeWriter(client.CoreV1Api(box.api)), KEYS, SPEC, RULES, box.clock)
     rec = recorder(box)
     lent = await actuator.lend(NODE, "D1")
@@ -68,21 +69,19 @@ async def test_lend_reclaim_restored_events(emulator: Sandbox) -> None:
     assert rec.failures == 0
 
 
-async def test_nothing_recorded_for_refusals_and_dry_run(emulator: Sandbox) -> None:
-    rec = recorder(emulator)
+async def test_nothing_recorded_for_refusals_and_dry_run(seeded: Opened) -> None:
+    rec = recorder(seeded)
     await rec.action(
         ActionResult(NODE, model.Action.LEND, Outcome.REFUSED, "node is lent, not serving")
     )
     await rec.action(
         ActionResult(NODE, model.Action.RECLAIM, Outcome.NOTHING, "node is already serving")
     )
-    dry = Actuator(
-        KubeWriter(client.CoreV1Api(emulator.api)), KEYS, SPEC, RULES, emulator.clock, True
-    )
+    dry = Actuator(KubeWriter(client.CoreV1Api(seeded.api)), KEYS, SPEC, RULES, seeded.clock, True)
     planned = await dry.lend(NODE, "D3")
     assert planned.dry_run
     await rec.action(planned)
-    assert await listed(emulator) == []
+    assert await listed(seeded) == []
 
 
 def plan_with(*findings: model.Finding) -> model.Plan:
@@ -91,8 +90,8 @@ def plan_with(*findings: model.Finding) -> model.Plan:
     return model.Plan(now=T0, pools={pool: pool_plan})
 
 
-async def test_refused_override_recorded_once_per_bad_value(emulator: Sandbox) -> None:
-    rec = recorder(emulator)
+async def test_refused_override_recorded_once_per_bad_value(seeded: Opened) -> None:
+    rec = recorder(seeded)
     bad = model.Finding(
         model.NodeName(NODE),
         KEYS.prefix + "lend",
@@ -102,7 +101,7 @@ async def test_refused_override_recorded_once_per_bad_value(emulator: Sandbox) -
     )
     for _ in range(5):  # five ticks see the same bad value
         await rec.findings(plan_with(bad))
-    items = await listed(emulator)
+    items = await listed(seeded)
     assert len(items) == 1
     (event,) = items
     assert event.type == "Warning"
@@ -118,18 +117,30 @@ async def test_refused_override_recorded_once_per_bad_value(emulator: Sandbox) -
     )
     for _ in range(3):
         await rec.findings(plan_with(bad, worse))
-    assert len(await listed(emulator)) == 2
+    assert len(await listed(seeded)) == 2
 
 
-async def test_a_failed_create_is_tried_again(emulator: Sandbox) -> None:
-    rec = KubeEvents(emulator.api, instance="", clock=emulator.clock)  # invalid: no instance
+async def test_a_failed_create_is_tried_again(seeded: Opened) -> None:
+    rec = KubeEvents(seeded.api, instance="", clock=seeded.clock)  # invalid: no instance
     bad = model.Finding(
         model.NodeName(NODE), KEYS.prefix + "paused", "yes", model.Reason.BAD_OVERRIDE, "bad"
     )
     await rec.findings(plan_with(bad))
     assert rec.failures == 1
-    assert await listed(emulator) == []
+    assert await listed(seeded) == []
     rec.instance = "replica-a"
     await rec.findings(plan_with(bad))
     await rec.findings(plan_with(bad))
-    assert len(await listed(emulator)) == 1
+    assert len(await listed(seeded)) == 1
+
+
+async def test_events_are_named_by_node_and_a_stamp_that_never_repeats(seeded: Opened) -> None:
+    rec = KubeEvents(seeded.api, instance="replica-a", clock=seeded.clock, stamps=lambda: 255)
+    findings = [
+        model.Finding(model.NodeName(NODE), KEYS.prefix + "lend", v, model.Reason.BAD_OVERRIDE, "")
+        for v in ("a", "b")
+    ]
+    await rec.findings(plan_with(*findings))  # one instant, one stamp: still two names
+    assert [e.metadata.name for e in await listed(seeded)] == [f"{NODE}.ff", f"{NODE}.100"]
+    assert rec.failures == 0
+    assert events.event_name("n" * 253, 255) == "n" * 250 + ".ff"  # a name stays <= 253

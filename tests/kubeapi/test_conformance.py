@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,7 @@ class Step:
     body: Any = None
     content_type: str = "application/json"
     read: Callable[[Any], Any] | None = None  # the fields compared of a successful answer
+    generated: str = ""  # a generateName: the random part of the name it makes is not compared
 
 
 def node_body(name: str, **labels: str) -> Obj:
@@ -68,6 +70,9 @@ def names(doc: Any) -> Any:
 
 def answer_of(code: int, doc: Any, step: Step) -> Any:
     """What is compared of one answer."""
+    if step.generated:
+        chosen = re.escape(step.generated) + "[bcdfghjklmnpqrstvwxz2456789]{5}"
+        doc = json.loads(re.sub(chosen, step.generated + "*****", json.dumps(doc)))
     if isinstance(doc, dict) and doc.get("kind") == "Status":
         return code, {
             k: _details(doc[k]) if k == "details" else doc.get(k) for k in STATUS_KEYS if k in doc
@@ -236,7 +241,20 @@ def case_an_event_is_created_as_events_k8s_io_v1(n: str) -> list[Step]:
             events,
             {**event, "metadata": {"name": f"{n}.2", "namespace": "default"}, "eventTime": None},
         ),
+        # A generated name's prefix must be a name itself, but for a trailing dash.
+        Step("POST", events, generated(event, f"{n}."), generated=f"{n}."),
+        Step(
+            "POST",
+            events,
+            generated(event, f"{n}-"),
+            read=lambda d: d["metadata"]["name"],
+            generated=f"{n}-",
+        ),
     ]
+
+
+def generated(body: Obj, prefix: str) -> Obj:
+    return {**body, "metadata": {"generateName": prefix, "namespace": "default"}}
 
 
 CASES = [

@@ -47,7 +47,7 @@ from typing import Any, Protocol
 from kubernetes_asyncio import client
 
 from rebalancer.adapters import kubeclient
-from sandbox.emulator import disruption, status
+from sandbox.emulator import cluster, disruption, status
 from sandbox.emulator.clock import ManualClock, parse_rfc3339
 from sandbox.emulator.resources import NODES, PDBS, PODS, ResourceType
 from sandbox.emulator.store import DeleteOptions, started
@@ -335,7 +335,11 @@ class Backend(Protocol):
     @property
     def name(self) -> str: ...
 
-    def open(self, **store_options: Any) -> contextlib.AbstractAsyncContextManager[Opened]: ...
+    def open(
+        self, seeded: bool = False, **store_options: Any
+    ) -> contextlib.AbstractAsyncContextManager[Opened]:
+        """A cluster for one test; ``seeded`` starts it from the default GPU cluster's nodes (8
+        inference, 4 training); ``store_options`` go to the emulator's ``Store``."""
 
 
 @dataclass(frozen=True)
@@ -345,8 +349,8 @@ class Emulator:
     name: str = "emulator"
 
     @contextlib.asynccontextmanager
-    async def open(self, **store_options: Any) -> AsyncIterator[Opened]:
-        async with emulated.running(**store_options) as box:
+    async def open(self, seeded: bool = False, **store_options: Any) -> AsyncIterator[Opened]:
+        async with emulated.running(seeded, **store_options) as box:
             yield Opened(self.name, box.store, box.clock, box.api, box)
 
 
@@ -359,11 +363,15 @@ class Real:
     name: str = "real"
 
     @contextlib.asynccontextmanager
-    async def open(self, **store_options: Any) -> AsyncIterator[Opened]:
+    async def open(self, seeded: bool = False, **store_options: Any) -> AsyncIterator[Opened]:
         if store_options:
             raise TypeError(f"emulator options on the real server: {sorted(store_options)}")
         made = RealCluster(self.server, ManualClock(datetime.now(UTC).replace(microsecond=0)))
         made.sweep()  # whatever an earlier test left behind
+        if seeded:
+            for pool in cluster.DEFAULT_POOLS:
+                for node in cluster.pool_nodes(pool):
+                    made.create(NODES, None, node)
         config = self.server.kubeconfig(self.home / "kubeconfig")
         try:
             async with kubeclient.api_client(config) as api:
