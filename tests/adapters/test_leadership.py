@@ -1,4 +1,6 @@
-"""Leader election: two candidates against one emulator, on the emulator's manual clock.
+"""Leader election: two candidates against one server (the emulator, then a real kube-apiserver),
+on the test's manual clock. The tests whose lease writes fail take the emulator alone
+(``emulated``): the failures are injected by its server.
 
 The candidates are stepped one attempt at a time (what ``run`` does every ``retry_period``) while
 the test moves the shared ``ManualClock``, so "at any instant" is checked at every step without
@@ -15,12 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client
 
 from rebalancer.adapters.leadership import LeaderElector, Sleep, Timings
 from rebalancer.core.model import Term
 from sandbox.emulator.faults import Faults
 from sandbox.emulator.resources import LEASES
+from tests.support.backends import Opened
 from tests.support.emulated import Sandbox
 from tests.support.waits import stop
 
@@ -34,19 +36,19 @@ class Candidate:
     started: list[Term] = field(default_factory=list)
     stopped: list[tuple[Term, str]] = field(default_factory=list)
 
-    def may_write(self, box: Sandbox) -> bool:
+    def may_write(self, box: Opened) -> bool:
         return self.elector.may_write(box.clock())
 
 
 @asynccontextmanager
-async def candidates(box: Sandbox) -> AsyncIterator[tuple[Candidate, Candidate]]:
+async def candidates(box: Opened) -> AsyncIterator[tuple[Candidate, Candidate]]:
     """Two candidates, each with its own client (as two replicas would have)."""
-    async with client.ApiClient(client.Configuration(host=box.url)) as other:
+    async with box.another_client() as other:
         yield _candidate(box, box.api, "replica-a"), _candidate(box, other, "replica-b")
 
 
 def _candidate(
-    box: Sandbox,
+    box: Opened,
     api: Any,
     identity: str,
     sleep: Sleep = asyncio.sleep,
@@ -67,138 +69,145 @@ def _candidate(
     return Candidate(elector, started, stopped)
 
 
-def lease(box: Sandbox) -> dict[str, Any]:
-    spec: dict[str, Any] = box.store.get(LEASES, NS, LEASE)["spec"]
+def lease(box: Opened) -> dict[str, Any]:
+    spec: dict[str, Any] = box.objects.get(LEASES, NS, LEASE)["spec"]
     return spec
 
 
-def check_one_writer(box: Sandbox, a: Candidate, b: Candidate) -> None:
+def emulator_of(box: Opened) -> Sandbox:
+    """The emulator behind ``box``: its faults are what the real server cannot be made to do."""
+    assert box.box is not None, "a fault-injecting test runs on the emulator alone"
+    return box.box
+
+
+def check_one_writer(box: Opened, a: Candidate, b: Candidate) -> None:
     writers = [c for c in (a, b) if c.may_write(box)]
     assert len(writers) <= 1
     for writer in writers:
         assert lease(box)["holderIdentity"] == writer.elector.identity
 
 
-async def failing_writes(box: Sandbox, candidate: Candidate) -> bool:
+async def failing_writes(box: Opened, candidate: Candidate) -> bool:
     """One attempt whose lease writes the emulator answers with 500 InternalError."""
-    box.faults.configure(Faults(error_rate=1.0))
+    faults = emulator_of(box).faults
+    faults.configure(Faults(error_rate=1.0))
     try:
         return await candidate.elector.step()
     finally:
-        box.faults.configure(Faults())
+        faults.configure(Faults())
 
 
 async def test_the_first_candidate_creates_the_lease_and_the_other_follows(
-    emulator: Sandbox,
+    cluster: Opened,
 ) -> None:
-    async with candidates(emulator) as (a, b):
+    async with candidates(cluster) as (a, b):
         assert await a.elector.step()
         assert not await b.elector.step()
-        check_one_writer(emulator, a, b)
-        assert a.started == [Term("replica-a", 0, emulator.clock())]
+        check_one_writer(cluster, a, b)
+        assert a.started == [Term("replica-a", 0, cluster.clock())]
         assert a.elector.elected.is_set()
         assert not b.elector.elected.is_set()
         assert b.elector.holder == "replica-a"
-        spec = lease(emulator)
+        spec = lease(cluster)
         assert spec["holderIdentity"] == "replica-a"
         assert spec["leaseDurationSeconds"] == 15
         assert spec["leaseTransitions"] == 0
         for _ in range(20):  # a healthy holder keeps it
-            emulator.clock.advance(TIMINGS.retry_period)
+            cluster.advance(TIMINGS.retry_period)
             assert await a.elector.step()
             assert not await b.elector.step()
-            check_one_writer(emulator, a, b)
+            check_one_writer(cluster, a, b)
         assert a.stopped == []
         assert b.started == []
 
 
 async def test_a_holder_that_cannot_renew_stops_writing_before_the_other_takes_over(
-    emulator: Sandbox,
+    emulated: Opened,
 ) -> None:
-    async with candidates(emulator) as (a, b):
+    async with candidates(emulated) as (a, b):
         await a.elector.step()
         await b.elector.step()
-        renewed = emulator.clock()
+        renewed = emulated.clock()
         stopped_at = taken_at = None
         while taken_at is None:
-            emulator.clock.advance(1)
-            await failing_writes(emulator, a)
-            check_one_writer(emulator, a, b)
-            if stopped_at is None and not a.may_write(emulator):
-                stopped_at = emulator.clock()
+            emulated.advance(1)
+            await failing_writes(emulated, a)
+            check_one_writer(emulated, a, b)
+            if stopped_at is None and not a.may_write(emulated):
+                stopped_at = emulated.clock()
             if await b.elector.step():
-                taken_at = emulator.clock()
-            check_one_writer(emulator, a, b)
+                taken_at = emulated.clock()
+            check_one_writer(emulated, a, b)
 
         assert stopped_at is not None
         assert (stopped_at - renewed).total_seconds() == TIMINGS.renew_deadline
         assert (taken_at - renewed).total_seconds() == TIMINGS.lease_duration
         assert [why for _, why in a.stopped] == ["not renewed within renew_deadline (10s)"]
         assert b.started == [Term("replica-b", 1, taken_at)]
-        assert lease(emulator)["holderIdentity"] == "replica-b"
+        assert lease(emulated)["holderIdentity"] == "replica-b"
         # The old holder, back in touch, sees the new one and does not write.
-        emulator.clock.advance(1)
+        emulated.advance(1)
         assert not await a.elector.step()
         assert a.elector.holder == "replica-b"
-        check_one_writer(emulator, a, b)
+        check_one_writer(emulated, a, b)
 
 
 async def test_a_holder_whose_renewals_fail_for_a_while_keeps_the_lease(
-    emulator: Sandbox,
+    emulated: Opened,
 ) -> None:
-    async with candidates(emulator) as (a, b):
+    async with candidates(emulated) as (a, b):
         await a.elector.step()
         await b.elector.step()
         for _ in range(4):  # 8 s of failures: inside the renew deadline
-            emulator.clock.advance(TIMINGS.retry_period)
-            assert await failing_writes(emulator, a)
+            emulated.advance(TIMINGS.retry_period)
+            assert await failing_writes(emulated, a)
             assert not await b.elector.step()
-            check_one_writer(emulator, a, b)
-        emulator.clock.advance(TIMINGS.retry_period)
+            check_one_writer(emulated, a, b)
+        emulated.advance(TIMINGS.retry_period)
         assert await a.elector.step()
-        assert a.may_write(emulator)
+        assert a.may_write(emulated)
         assert a.stopped == []
         assert a.elector.term == Term("replica-a", 0, a.started[0].acquired)
 
 
 async def test_a_paused_holder_stops_writing_and_the_other_waits_for_expiry(
-    emulator: Sandbox,
+    cluster: Opened,
 ) -> None:
-    async with candidates(emulator) as (a, b):
+    async with candidates(cluster) as (a, b):
         await a.elector.step()
         await b.elector.step()
         for second in range(1, 16):
-            emulator.clock.advance(1)  # a is paused: it takes no step at all
-            assert a.may_write(emulator) == (second < TIMINGS.renew_deadline)
+            cluster.advance(1)  # a is paused: it takes no step at all
+            assert a.may_write(cluster) == (second < TIMINGS.renew_deadline)
             assert await b.elector.step() == (second >= TIMINGS.lease_duration)
-            check_one_writer(emulator, a, b)
-        assert lease(emulator)["holderIdentity"] == "replica-b"
-        assert lease(emulator)["leaseTransitions"] == 1
+            check_one_writer(cluster, a, b)
+        assert lease(cluster)["holderIdentity"] == "replica-b"
+        assert lease(cluster)["leaseTransitions"] == 1
 
 
-async def test_a_graceful_release_hands_over_at_once(emulator: Sandbox) -> None:
-    async with candidates(emulator) as (a, b):
+async def test_a_graceful_release_hands_over_at_once(cluster: Opened) -> None:
+    async with candidates(cluster) as (a, b):
         await a.elector.step()
         await b.elector.step()
-        emulator.clock.advance(1)
+        cluster.advance(1)
         assert await a.elector.release()
-        assert not a.may_write(emulator)
+        assert not a.may_write(cluster)
         assert a.stopped[-1][1] == "released"
-        assert lease(emulator)["holderIdentity"] == ""
+        assert lease(cluster)["holderIdentity"] == ""
         assert await b.elector.step()  # at the same instant
-        check_one_writer(emulator, a, b)
+        check_one_writer(cluster, a, b)
         assert b.elector.term is not None
         assert b.elector.term.number == 1
 
 
 async def test_of_two_candidates_racing_for_an_expired_lease_only_one_wins(
-    emulator: Sandbox, monkeypatch: pytest.MonkeyPatch
+    cluster: Opened, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    emulator.store.create(LEASES, NS, _lease_held_by("crashed-replica"))
-    async with candidates(emulator) as (a, b):
+    cluster.objects.create(LEASES, NS, _lease_held_by("crashed-replica"))
+    async with candidates(cluster) as (a, b):
         assert not await a.elector.step()
         assert not await b.elector.step()
-        emulator.clock.advance(TIMINGS.lease_duration)  # expired for both
+        cluster.advance(TIMINGS.lease_duration)  # expired for both
         leases = b.elector._leases  # the typed API the elector writes through
         replace = leases.replace_namespaced_lease
 
@@ -208,9 +217,9 @@ async def test_of_two_candidates_racing_for_an_expired_lease_only_one_wins(
 
         monkeypatch.setattr(leases, "replace_namespaced_lease", a_writes_between_read_and_write)
         assert not await b.elector.step()  # its update carried a stale resourceVersion: 409
-        check_one_writer(emulator, a, b)
-        assert lease(emulator)["holderIdentity"] == "replica-a"
-        assert lease(emulator)["leaseTransitions"] == 4
+        check_one_writer(cluster, a, b)
+        assert lease(cluster)["holderIdentity"] == "replica-a"
+        assert lease(cluster)["leaseTransitions"] == 4
 
 
 def _lease_held_by(holder: str) -> dict[str, Any]:
@@ -228,33 +237,33 @@ def _lease_held_by(holder: str) -> dict[str, Any]:
     }
 
 
-async def test_cancelling_run_releases_the_lease(emulator: Sandbox) -> None:
+async def test_cancelling_run_releases_the_lease(cluster: Opened) -> None:
     parked = asyncio.Event()
 
     async def park(_: float) -> None:
         await parked.wait()  # never set: run waits here until cancelled
 
-    a = _candidate(emulator, emulator.api, "replica-a", sleep=park)
+    a = _candidate(cluster, cluster.api, "replica-a", sleep=park)
     task = asyncio.create_task(a.elector.run())
     await asyncio.wait_for(a.elector.elected.wait(), 5)
     await stop(task)
-    assert lease(emulator)["holderIdentity"] == ""
+    assert lease(cluster)["holderIdentity"] == ""
     assert not a.elector.elected.is_set()
 
 
 async def test_a_holder_that_finds_another_name_in_the_lease_stops_at_once(
-    emulator: Sandbox,
+    cluster: Opened,
 ) -> None:
-    async with candidates(emulator) as (a, _):
+    async with candidates(cluster) as (a, _):
         await a.elector.step()
-        current = emulator.store.get(LEASES, NS, LEASE)
+        current = cluster.objects.get(LEASES, NS, LEASE)
         current["spec"]["holderIdentity"] = "intruder"
-        emulator.store.replace(LEASES, NS, LEASE, current)
-        emulator.clock.advance(TIMINGS.retry_period)
+        cluster.objects.replace(LEASES, NS, LEASE, current)
+        cluster.advance(TIMINGS.retry_period)
         assert not await a.elector.step()
-        assert not a.may_write(emulator)
+        assert not a.may_write(cluster)
         assert [why for _, why in a.stopped] == ["lease taken by intruder"]
-        assert lease(emulator)["holderIdentity"] == "intruder"
+        assert lease(cluster)["holderIdentity"] == "intruder"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,7 +286,7 @@ class Witness:
     terms: list[int]  # the term number each on_started was given
 
 
-def witnessed(box: Sandbox, api: Any, identity: str, sleep: Sleep = asyncio.sleep) -> Witness:
+def witnessed(box: Opened, api: Any, identity: str, sleep: Sleep = asyncio.sleep) -> Witness:
     """A candidate whose listeners record what was true at the moment they were called."""
     seen: list[Seen] = []
     terms: list[int] = []
@@ -305,48 +314,48 @@ def witnessed(box: Sandbox, api: Any, identity: str, sleep: Sleep = asyncio.slee
 
 
 async def test_the_listener_hears_of_a_win_once_the_lease_names_the_winner_and_not_of_renewals(
-    emulator: Sandbox,
+    cluster: Opened,
 ) -> None:
-    a = witnessed(emulator, emulator.api, "replica-a")
+    a = witnessed(cluster, cluster.api, "replica-a")
     assert await a.elector.step()  # creates the Lease
     assert a.seen == [Seen(leading=True, lease_holder="replica-a", may_write=True)]
     for _ in range(5):
-        emulator.clock.advance(TIMINGS.retry_period)
+        cluster.advance(TIMINGS.retry_period)
         assert await a.elector.step()
     assert len(a.seen) == 1
 
 
 async def test_the_listener_hears_of_a_missed_deadline_at_once_and_of_the_lease_won_back(
-    emulator: Sandbox,
+    emulated: Opened,
 ) -> None:
-    a = witnessed(emulator, emulator.api, "replica-a")
+    a = witnessed(emulated, emulated.api, "replica-a")
     await a.elector.step()
-    renewed = emulator.clock()
+    renewed = emulated.clock()
     while len(a.seen) == 1:  # every lease write answered 500
-        emulator.clock.advance(1)
-        emulator.faults.configure(Faults(error_rate=1.0))
+        emulated.advance(1)
+        emulator_of(emulated).faults.configure(Faults(error_rate=1.0))
         try:
             await a.elector.step()
         finally:
-            emulator.faults.configure(Faults())
+            emulator_of(emulated).faults.configure(Faults())
     # Told at the step that found the deadline passed, and by then no longer allowed to write.
-    assert (emulator.clock() - renewed).total_seconds() == TIMINGS.renew_deadline
+    assert (emulated.clock() - renewed).total_seconds() == TIMINGS.renew_deadline
     assert a.seen[-1] == Seen(leading=False, lease_holder="replica-a", may_write=False)
-    emulator.clock.advance(1)
+    emulated.advance(1)
     assert await a.elector.step()  # nobody else came: the same replica leads again
     assert a.seen[-1] == Seen(leading=True, lease_holder="replica-a", may_write=True)
     assert a.terms == [0, 1]  # a new stretch, told as one
 
 
 async def test_the_listener_hears_of_a_lease_taken_by_another_at_the_next_step(
-    emulator: Sandbox,
+    cluster: Opened,
 ) -> None:
-    async with client.ApiClient(client.Configuration(host=emulator.url)) as other:
-        a = witnessed(emulator, emulator.api, "replica-a")
-        b = witnessed(emulator, other, "replica-b")
+    async with cluster.another_client() as other:
+        a = witnessed(cluster, cluster.api, "replica-a")
+        b = witnessed(cluster, other, "replica-b")
         await a.elector.step()
         await b.elector.step()  # b sees the record: its expiry counts from here
-        emulator.clock.advance(TIMINGS.lease_duration)  # a is paused; the lease expires for b
+        cluster.advance(TIMINGS.lease_duration)  # a is paused; the lease expires for b
         assert await b.elector.step()
         assert b.seen == [Seen(leading=True, lease_holder="replica-b", may_write=True)]
         assert await a.elector.step() is False
@@ -354,14 +363,14 @@ async def test_the_listener_hears_of_a_lease_taken_by_another_at_the_next_step(
 
 
 async def test_the_listener_hears_of_a_release_before_the_lease_is_freed(
-    emulator: Sandbox,
+    cluster: Opened,
 ) -> None:
     parked = asyncio.Event()
 
     async def park(_: float) -> None:
         await parked.wait()  # never set: run waits here until cancelled
 
-    a = witnessed(emulator, emulator.api, "replica-a", sleep=park)
+    a = witnessed(cluster, cluster.api, "replica-a", sleep=park)
     task = asyncio.create_task(a.elector.run())
     await asyncio.wait_for(a.elector.elected.wait(), 5)
     await stop(task)  # cancelling run releases the lease
@@ -369,28 +378,28 @@ async def test_the_listener_hears_of_a_release_before_the_lease_is_freed(
         Seen(leading=True, lease_holder="replica-a", may_write=True),
         Seen(leading=False, lease_holder="replica-a", may_write=False),  # before the release
     ]
-    assert lease(emulator)["holderIdentity"] == ""
+    assert lease(cluster)["holderIdentity"] == ""
 
 
 async def test_a_listener_that_raises_changes_nothing_in_the_election(
-    emulator: Sandbox, caplog: pytest.LogCaptureFixture
+    cluster: Opened, caplog: pytest.LogCaptureFixture
 ) -> None:
     def fail(*_: object) -> None:
         raise RuntimeError("listener broken")
 
     a = LeaderElector(
-        emulator.api,
+        cluster.api,
         name=LEASE,
         namespace=NS,
         identity="replica-a",
         timings=TIMINGS,
-        clock=emulator.clock,
+        clock=cluster.clock,
         on_started=fail,
         on_stopped=fail,
     )
     assert await a.step()
-    emulator.clock.advance(TIMINGS.retry_period)
+    cluster.advance(TIMINGS.retry_period)
     assert await a.step()  # renewed: the failed listener did not count as a failed attempt
     assert await a.release()  # and it did not skip the release write
-    assert lease(emulator)["holderIdentity"] == ""
+    assert lease(cluster)["holderIdentity"] == ""
     assert caplog.text.count("a leadership listener failed") == 2

@@ -57,8 +57,8 @@ Obj = dict[str, Any]
 NOT_READY = "node.kubernetes.io/not-ready"
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 _MERGE = "application/merge-patch+json"
-# What the sweep after a test leaves alone: the server's own objects.
-_SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease", "default"})
+# What the sweep leaves alone: kube-apiserver's own identity Leases (in kube-system).
+_NOT_SERVERS = "labelSelector=" + urllib.parse.quote("!apiserver.kubernetes.io/identity")
 _SWEPT = ("/api/v1/{ns}/pods", "/apis/policy/v1/{ns}/poddisruptionbudgets", "/api/v1/{ns}/events")
 
 
@@ -78,6 +78,17 @@ class Objects(Protocol):
         name: str,
         content_type: str,
         body: bytes,
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj: ...
+
+    def replace(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        body: Obj,
         *,
         subresource: str | None = None,
         dry_run: bool = False,
@@ -145,6 +156,21 @@ class RealCluster:
         where = path(rt, namespace, name) + (f"/{subresource}" if subresource else "")
         where += "?dryRun=All" if dry_run else ""
         out = self._ask("PATCH", where, json.loads(body), content_type)
+        self._settle()
+        return out
+
+    def replace(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        body: Obj,
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
+        where = path(rt, namespace, name) + (f"/{subresource}" if subresource else "")
+        out = self._ask("PUT", where + ("?dryRun=All" if dry_run else ""), body)
         self._settle()
         return out
 
@@ -255,7 +281,7 @@ class RealCluster:
 
     def sweep(self) -> None:
         """Delete what a test made, so the next one starts from an empty cluster: pods (grace
-        0), budgets, Events, Leases outside the system namespaces, nodes, priority classes.
+        0), budgets, Events, Leases (but the server's own), nodes, priority classes.
         Namespaces stay: deleting one needs the namespace controller, which does not run."""
         listed = self._ask("GET", "/api/v1/namespaces")["items"]
         names = [n["metadata"]["name"] for n in listed]
@@ -264,9 +290,7 @@ class RealCluster:
             scope = f"namespaces/{urllib.parse.quote(name)}"
             for template in _SWEPT:
                 self._ask("DELETE", template.format(ns=scope), zero)
-            if name not in _SYSTEM_NAMESPACES:
-                self._ask("DELETE", f"/apis/coordination.k8s.io/v1/{scope}/leases", zero)
-                self._ask("DELETE", f"/apis/events.k8s.io/v1/{scope}/events", zero)
+            self._ask("DELETE", f"/apis/coordination.k8s.io/v1/{scope}/leases?{_NOT_SERVERS}", zero)
         self._ask("DELETE", "/api/v1/nodes", zero)
         for item in self._ask("GET", PRIORITY_CLASSES)["items"]:
             if item["metadata"]["name"].startswith("test-priority-"):
@@ -312,6 +336,7 @@ class Opened:
     clock: ManualClock
     api: Any  # kubernetes_asyncio.client.ApiClient
     box: emulated.Sandbox | None = None
+    kubeconfig: Path | None = None  # the admin's, on the real server
     core: Any = field(init=False)
     policy: Any = field(init=False)
     coordination: Any = field(init=False)
@@ -322,6 +347,16 @@ class Opened:
         self.policy = client.PolicyV1Api(self.api)
         self.coordination = client.CoordinationV1Api(self.api)
         self.events = client.EventsV1Api(self.api)
+
+    @contextlib.asynccontextmanager
+    async def another_client(self) -> AsyncIterator[Any]:
+        """A second client of the same user, with its own connections (another replica's)."""
+        if self.box is not None:
+            async with client.ApiClient(client.Configuration(host=self.box.url)) as api:
+                yield api
+        else:
+            async with kubeclient.api_client(self.kubeconfig) as api:
+                yield api
 
     def advance(self, seconds: float) -> None:
         """Time passes for the controller and for the cluster's other actors."""
@@ -375,7 +410,7 @@ class Real:
         config = self.server.kubeconfig(self.home / "kubeconfig")
         try:
             async with kubeclient.api_client(config) as api:
-                yield Opened(self.name, made, made.clock, api)
+                yield Opened(self.name, made, made.clock, api, kubeconfig=config)
         finally:
             made.sweep()
 
