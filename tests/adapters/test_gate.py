@@ -1,4 +1,5 @@
-"""Two controllers with leader election against one emulator: only one ever writes.
+"""Two controllers with leader election against one server (the emulator, then a real
+kube-apiserver): only one ever writes.
 
 Both replicas run the whole write path (elector, leader gate, actuator, Kubernetes writer) and
 both try to lend and reclaim the same nodes every second. Replica A leads until its renewals stop
@@ -22,9 +23,8 @@ from rebalancer.adapters.leadership import LeaderElector, Timings
 from rebalancer.adapters.writer import KubeWriter
 from rebalancer.core import model, nodestate, policy
 from sandbox.emulator.resources import NODES as NODES_RESOURCE
-from tests.support import emulated
 from tests.support.actuation import Recorder
-from tests.support.emulated import Sandbox
+from tests.support.backends import Backend, Opened
 
 KEYS = nodestate.Keys()
 TIMINGS = Timings(lease_duration=15, renew_deadline=10, retry_period=2)
@@ -43,10 +43,10 @@ class Replica:
     written: Recorder  # every write the server accepted from this replica, with its time
     refused: list[datetime] = field(default_factory=list)
 
-    async def work(self, box: Sandbox, tick: int) -> None:
+    async def work(self, box: Opened, tick: int) -> None:
         """What a replica's reconcile loop would do: move one node along its cycle."""
         name = NODES[tick % len(NODES)]
-        state = nodestate.read(convert.node_view(box.store.get(NODES_RESOURCE, None, name)), KEYS)
+        state = nodestate.read(convert.node_view(box.objects.get(NODES_RESOURCE, None, name)), KEYS)
         assert isinstance(state, nodestate.NodeState)
         try:
             if state.phase is nodestate.Phase.SERVING:
@@ -63,7 +63,7 @@ class Replica:
             self.refused.append(box.clock())
 
 
-def replica(box: Sandbox, api: Any, identity: str) -> Replica:
+def replica(box: Opened, api: Any, identity: str) -> Replica:
     elector = LeaderElector(
         api,
         name="rebalancer",
@@ -78,11 +78,10 @@ def replica(box: Sandbox, api: Any, identity: str) -> Replica:
     return Replica(identity, elector, actuator, written)
 
 
-async def test_two_replicas_never_write_at_the_same_time_even_when_the_leader_is_cut_off() -> None:
-    async with (
-        emulated.running(seeded=True) as box,
-        client.ApiClient(client.Configuration(host=box.url)) as other_api,
-    ):
+async def test_two_replicas_never_write_at_the_same_time_even_when_the_leader_is_cut_off(
+    backend: Backend,
+) -> None:
+    async with backend.open(seeded=True) as box, box.another_client() as other_api:
         a = replica(box, box.api, "replica-a")
         b = replica(box, other_api, "replica-b")
         wedged_at = box.clock() + timedelta(seconds=30)
@@ -93,7 +92,7 @@ async def test_two_replicas_never_write_at_the_same_time_even_when_the_leader_is
             await b.elector.step()
             for r in (a, b):
                 await r.work(box, tick)
-            box.clock.advance(1)
+            box.advance(1)
 
     by_a, by_b = a.written.times, b.written.times
     assert by_a, "the first leader wrote"
