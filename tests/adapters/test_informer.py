@@ -1,4 +1,6 @@
-"""The informer against the emulator over HTTP: one list per resource, then watches only."""
+"""The informer over HTTP: one list per resource, then watches only; on the emulator and on a real
+kube-apiserver. What needs the emulator (a dropped stream, a watch timeout or bookmark on the
+test's clock, a history short enough to expire) runs on it alone."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from sandbox.emulator.resources import NODES
 from sandbox.emulator.server import write_kubeconfig
 from sandbox.emulator.store import DeleteOptions
 from tests.support import emulated, objects
+from tests.support.backends import Objects, Opened
 from tests.support.emulated import Sandbox
 from tests.support.objects import bound
 from tests.support.waits import Pulse, stop
@@ -71,8 +74,12 @@ class Running:
         await self.pulse.until(lambda: bool(check()))
 
 
+def as_opened(box: Sandbox) -> Opened:
+    return Opened("emulator", box.store, box.clock, box.api, box.requests, box)
+
+
 @asynccontextmanager
-async def informing(box: Sandbox) -> AsyncIterator[Running]:
+async def informing(box: Opened) -> AsyncIterator[Running]:
     pulse = box.requests.pulse
     gate = Gate(pulse)
 
@@ -95,20 +102,20 @@ async def informing(box: Sandbox) -> AsyncIterator[Running]:
         await stop(task)
 
 
-def _bind(box: Sandbox, pod: dict[str, Any], node: str) -> None:
-    cluster.add(box.store, bound(pod, node))
+def _bind(target: Objects, pod: dict[str, Any], node: str) -> None:
+    objects.add(target, bound(pod, node))
 
 
 async def test_the_first_sync_holds_every_node_with_its_running_pods(
-    emulator: Sandbox,
+    seeded: Opened,
 ) -> None:
-    _bind(emulator, cluster.inference_pod(0), "inference-0")
-    _bind(emulator, cluster.training_pod("bert", 0), "inference-1")
-    cluster.add(emulator.store, cluster.training_pod("pending", 0))  # never scheduled
-    _bind(emulator, cluster.training_pod("done", 0), "inference-2")
-    objects.finish_pod(emulator.store, "training", "done-0")
+    _bind(seeded.objects, cluster.inference_pod(0), "inference-0")
+    _bind(seeded.objects, cluster.training_pod("bert", 0), "inference-1")
+    objects.add(seeded.objects, cluster.training_pod("pending", 0))  # never scheduled
+    _bind(seeded.objects, cluster.training_pod("done", 0), "inference-2")
+    objects.finish_pod(seeded.objects, "training", "done-0")
 
-    async with informing(emulator) as run:
+    async with informing(seeded) as run:
         views = run.informer.node_views(RULES)
 
     assert [v.name for v in views] == sorted(
@@ -121,41 +128,50 @@ async def test_the_first_sync_holds_every_node_with_its_running_pods(
     assert [(p.name, p.role) for p in by_name["inference-1"].pods] == [("bert-0", PodRole.BORROWED)]
     assert by_name["inference-2"].pods == ()  # finished: dropped
     assert sum(len(v.pods) for v in views) == 2  # the pending pod is on no node
-    assert emulator.requests.lists_of("nodes") == 1
-    assert emulator.requests.lists_of("pods") == 1
+    assert seeded.requests.lists_of("nodes") == 1
+    assert seeded.requests.lists_of("pods") == 1
 
 
 async def test_annotation_and_label_changes_and_a_landing_pod_show_up_with_no_new_list(
-    emulator: Sandbox,
+    seeded: Opened,
 ) -> None:
-    async with informing(emulator) as run:
-        objects.annotate(emulator.store, "inference-3", {"rebalancer.io/lend": "never"})
+    async with informing(seeded) as run:
+        objects.annotate(seeded.objects, "inference-3", {"rebalancer.io/lend": "never"})
         await run.until(lambda: run.view("inference-3").annotations.get("rebalancer.io/lend"))
-        objects.label(emulator.store, "inference-4", {"rebalancer.io/state": "lent"})
+        objects.label(seeded.objects, "inference-4", {"rebalancer.io/state": "lent"})
         await run.until(lambda: "rebalancer.io/state" in run.view("inference-4").labels)
-        _bind(emulator, cluster.training_pod("gpt", 1), "inference-5")
+        _bind(seeded.objects, cluster.training_pod("gpt", 1), "inference-5")
         await run.until(lambda: len(run.view("inference-5").pods) == 1)
-        # A watch stream that times out is resumed, not re-listed.
-        emulator.clock.advance(TIMEOUT)
-        await run.until(lambda: len(emulator.requests.watches_of("nodes")) >= 2)
 
         assert ("inference-3", "node annotations changed") in run.changes
         assert ("inference-4", "node labels changed") in run.changes
         assert ("inference-5", "pod training/gpt-1 landed") in run.changes
         assert run.informer.changed.is_set()
-        assert emulator.requests.lists_of("nodes") == 1
-        assert emulator.requests.lists_of("pods") == 1
-        watches = emulator.requests.watches
+        assert seeded.requests.lists_of("nodes") == 1
+        assert seeded.requests.lists_of("pods") == 1
+        watches = seeded.requests.watches
         assert all(w.flag("allowWatchBookmarks") for w in watches)
         assert all(w.query.get("timeoutSeconds") == str(TIMEOUT) for w in watches)
 
 
-async def test_a_pod_that_finishes_or_is_deleted_leaves_its_node(emulator: Sandbox) -> None:
-    _bind(emulator, cluster.training_pod("a", 0), "inference-6")
-    _bind(emulator, cluster.training_pod("b", 0), "inference-7")
-    async with informing(emulator) as run:
-        objects.finish_pod(emulator.store, "training", "a-0")
-        core = client.CoreV1Api(emulator.api)
+async def test_a_watch_that_times_out_is_resumed_not_listed_again(emulator: Sandbox) -> None:
+    # Emulator only: the watch times out on the test's clock here, on the wall clock there.
+    requests = emulator.requests
+    async with informing(as_opened(emulator)) as run:
+        await run.until(lambda: requests.watches_of("nodes") and requests.watches_of("pods"))
+        emulator.clock.advance(TIMEOUT)
+        await run.until(lambda: len(emulator.requests.watches_of("nodes")) >= 2)
+        await run.until(lambda: len(emulator.requests.watches_of("pods")) >= 2)
+        assert emulator.requests.lists_of("nodes") == 1
+        assert emulator.requests.lists_of("pods") == 1
+
+
+async def test_a_pod_that_finishes_or_is_deleted_leaves_its_node(seeded: Opened) -> None:
+    _bind(seeded.objects, cluster.training_pod("a", 0), "inference-6")
+    _bind(seeded.objects, cluster.training_pod("b", 0), "inference-7")
+    async with informing(seeded) as run:
+        objects.finish_pod(seeded.objects, "training", "a-0")
+        core = client.CoreV1Api(seeded.api)
         await core.delete_namespaced_pod("b-0", "training", grace_period_seconds=0)
         await run.until(
             lambda: not run.view("inference-6").pods and not run.view("inference-7").pods
@@ -164,11 +180,11 @@ async def test_a_pod_that_finishes_or_is_deleted_leaves_its_node(emulator: Sandb
         assert ("inference-7", "pod training/b-0 left") in run.changes
 
 
-async def test_unchanged_nodes_give_back_the_identical_view(emulator: Sandbox) -> None:
-    async with informing(emulator) as run:
+async def test_unchanged_nodes_give_back_the_identical_view(seeded: Opened) -> None:
+    async with informing(seeded) as run:
         before = {str(v.name): v for v in run.informer.node_views(RULES)}
         assert run.informer.node_views(RULES) == tuple(before[n] for n in sorted(before))
-        objects.annotate(emulator.store, "training-0", {"rebalancer.io/paused": "true"})
+        objects.annotate(seeded.objects, "training-0", {"rebalancer.io/paused": "true"})
         await run.until(lambda: run.view("training-0") is not before["training-0"])
         after = {str(v.name): v for v in run.informer.node_views(RULES)}
 
@@ -179,7 +195,7 @@ async def test_unchanged_nodes_give_back_the_identical_view(emulator: Sandbox) -
 async def test_a_dropped_watch_resumes_from_the_last_version_without_listing(
     emulator: Sandbox,
 ) -> None:
-    async with informing(emulator) as run:
+    async with informing(as_opened(emulator)) as run:
         emulator.faults.configure(Faults(drop_watch_after=1))  # every stream ends after 1 event
         first = objects.annotate(emulator.store, "inference-0", {"rebalancer.io/lend": "never"})
         await run.until(lambda: len(emulator.requests.watches_of("nodes")) >= 2)
@@ -195,9 +211,9 @@ async def test_a_dropped_watch_resumes_from_the_last_version_without_listing(
 
 async def test_a_bookmark_moves_the_version_a_watch_resumes_from(emulator: Sandbox) -> None:
     store, requests = emulator.store, emulator.requests
-    async with informing(emulator) as run:
+    async with informing(as_opened(emulator)) as run:
         await run.until(lambda: requests.watches_of("nodes") and requests.watches_of("pods"))
-        _bind(emulator, cluster.training_pod("t", 0), "training-0")  # no node changes
+        _bind(emulator.store, cluster.training_pod("t", 0), "training-0")  # no node changes
         await run.until(lambda: run.view("training-0").pods)
         latest = str(store.resource_version)
         assert run.informer.nodes.resource_version != latest
@@ -211,8 +227,8 @@ async def test_a_bookmark_moves_the_version_a_watch_resumes_from(emulator: Sandb
 
 async def test_a_too_old_version_lists_again_and_the_cache_ends_right() -> None:
     async with emulated.running(seeded=True, history=3) as box:
-        _bind(box, cluster.training_pod("kept", 0), "inference-1")
-        async with informing(box) as run:
+        _bind(box.store, cluster.training_pod("kept", 0), "inference-1")
+        async with informing(as_opened(box)) as run:
             await _relist_after_expiry(box, run)
 
 

@@ -19,8 +19,9 @@ emulator's own rules, at the moments a test acts:
   run out on the test's time is deleted with grace 0;
 - the disruption controller: every PodDisruptionBudget's ``status`` is computed from its pods
   (``sandbox.emulator.disruption.budget_status``) and written through its ``status`` subresource;
-- the Priority admission plugin wants a PriorityClass for a non-zero ``spec.priority``: one is
-  created (``test-priority-N``) and the pod names it.
+- the Priority admission plugin wants the PriorityClass a pod names to exist, and a non-zero
+  ``spec.priority`` to come from one: the class is created (``test-priority-N`` for a bare
+  priority N) and the pod names it.
 
 Time: the controller's clock is a ``ManualClock`` on both. On the real server it starts at the
 wall clock, and ``advance`` moves it and the kubelet's view of time together (a grace period
@@ -47,9 +48,10 @@ from typing import Any, Protocol
 from kubernetes_asyncio import client
 
 from rebalancer.adapters import kubeclient
-from sandbox.emulator import cluster, disruption, status
+from sandbox.emulator import cluster, disruption, rbac, status
 from sandbox.emulator.clock import ManualClock, parse_rfc3339
 from sandbox.emulator.resources import NODES, PDBS, PODS, ResourceType
+from sandbox.emulator.server import Request
 from sandbox.emulator.store import DeleteOptions, started
 from tests.support import emulated, kube
 
@@ -58,6 +60,7 @@ NOT_READY = "node.kubernetes.io/not-ready"
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 _MERGE = "application/merge-patch+json"
 # What the sweep leaves alone: kube-apiserver's own identity Leases (in kube-system).
+_MADE_HERE = "tests.rebalancer.io/made-here"  # on the cluster-scoped objects a sweep deletes
 _NOT_SERVERS = "labelSelector=" + urllib.parse.quote("!apiserver.kubernetes.io/identity")
 _SWEPT = ("/api/v1/{ns}/pods", "/apis/policy/v1/{ns}/poddisruptionbudgets", "/api/v1/{ns}/events")
 
@@ -243,21 +246,24 @@ class RealCluster:
         )
 
     def _priority_class(self, pod: Obj) -> None:
-        priority = pod["spec"].get("priority")
-        if not priority or pod["spec"].get("priorityClassName"):
+        """The Priority admission plugin resolves a pod's class, which must exist, and refuses a
+        ``spec.priority`` that differs from the class's value; the emulator resolves none."""
+        spec = pod["spec"]
+        if spec.get("priority") and not spec.get("priorityClassName"):
+            spec["priorityClassName"] = f"test-priority-{spec['priority']}"
+        name = spec.get("priorityClassName")
+        if not name or name.startswith("system-"):
             return
-        name = f"test-priority-{priority}"
+        value = spec.pop("priority", 0)
         body = {
             "apiVersion": "scheduling.k8s.io/v1",
             "kind": "PriorityClass",
-            "metadata": {"name": name},
-            "value": priority,
+            "metadata": {"name": name, "labels": {_MADE_HERE: "true"}},
+            "value": value,
         }
         code, answer = self.server.request("POST", PRIORITY_CLASSES, body)
         if code not in (201, 409):
             raise status.ApiError(answer)
-        del pod["spec"]["priority"]
-        pod["spec"]["priorityClassName"] = name
 
     def _namespace(self, name: str) -> None:
         if name in self.namespaces:
@@ -292,9 +298,7 @@ class RealCluster:
                 self._ask("DELETE", template.format(ns=scope), zero)
             self._ask("DELETE", f"/apis/coordination.k8s.io/v1/{scope}/leases?{_NOT_SERVERS}", zero)
         self._ask("DELETE", "/api/v1/nodes", zero)
-        for item in self._ask("GET", PRIORITY_CLASSES)["items"]:
-            if item["metadata"]["name"].startswith("test-priority-"):
-                self._ask("DELETE", f"{PRIORITY_CLASSES}/{item['metadata']['name']}")
+        self._ask("DELETE", f"{PRIORITY_CLASSES}?labelSelector={_MADE_HERE}", zero)
 
 
 def _delete_body(options: DeleteOptions) -> Obj:
@@ -335,6 +339,8 @@ class Opened:
     objects: Any  # Store | RealCluster: both are ``Objects``
     clock: ManualClock
     api: Any  # kubernetes_asyncio.client.ApiClient
+    requests: emulated.Requests  # on the emulator, what its server answered; on the real
+    # server, what this client (``api``) asked and was answered
     box: emulated.Sandbox | None = None
     kubeconfig: Path | None = None  # the admin's, on the real server
     core: Any = field(init=False)
@@ -386,7 +392,7 @@ class Emulator:
     @contextlib.asynccontextmanager
     async def open(self, seeded: bool = False, **store_options: Any) -> AsyncIterator[Opened]:
         async with emulated.running(seeded, **store_options) as box:
-            yield Opened(self.name, box.store, box.clock, box.api, box)
+            yield Opened(self.name, box.store, box.clock, box.api, box.requests, box)
 
 
 @dataclass(frozen=True)
@@ -410,9 +416,42 @@ class Real:
         config = self.server.kubeconfig(self.home / "kubeconfig")
         try:
             async with kubeclient.api_client(config) as api:
-                yield Opened(self.name, made, made.clock, api, kubeconfig=config)
+                requests = emulated.Requests()
+                _log_requests(api, requests)
+                yield Opened(self.name, made, made.clock, api, requests, kubeconfig=config)
         finally:
             made.sweep()
+
+
+def _log_requests(api: Any, requests: emulated.Requests) -> None:
+    """Tell ``requests`` of every request ``api`` sends, as the emulator's server tells of what
+    it answered (``sandbox.emulator.server.Request``, the same attributes)."""
+    rest = api.rest_client
+    send = rest.request
+
+    async def logged(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        response = await send(method, url, *args, **kwargs)
+        split = urllib.parse.urlsplit(url)
+        query = dict(urllib.parse.parse_qsl(split.query))
+        query.update({str(k): str(v) for k, v in kwargs.get("query_params") or []})
+        attrs = rbac.attributes(method, split.path, query)
+        requests(
+            Request(
+                method=method,
+                path=split.path,
+                query=query,
+                verb=attrs.verb,
+                group=attrs.group,
+                resource=attrs.resource,
+                subresource=attrs.subresource,
+                namespace=attrs.namespace,
+                name=attrs.name,
+                status=response.status,
+            )
+        )
+        return response
+
+    rest.request = logged
 
 
 EMULATOR = Emulator()
