@@ -1,7 +1,8 @@
-"""The chart's RBAC, proven against the emulator's RBAC authorizer rather than read.
+"""The chart's RBAC, proven against an RBAC authorizer rather than read: the emulator's, then a
+real kube-apiserver's.
 
 Fast checks of the rendered roles (no ``*``, no Secrets, read-only on a dry run), then the
-controller's own adapters, in process, as the chart's service account against an emulator that
+controller's own adapters, in process, as the chart's service account against a server that
 holds exactly the rendered ServiceAccount, roles and bindings: every operation the controller
 performs succeeds under them, and removing the one rule an operation needs makes it fail with a
 403 for exactly that verb and resource. (The whole controller runs under the rendered RBAC in
@@ -29,21 +30,13 @@ from rebalancer.adapters.writer import KubeWriter
 from rebalancer.core.outcomes import Outcome
 from rebalancer.runtime import wiring
 from sandbox.emulator import cluster
-from sandbox.emulator.auth import Access
-from sandbox.emulator.clock import ManualClock
 from sandbox.emulator.resources import PODS
-from sandbox.emulator.server import serve
-from sandbox.emulator.store import Store
+from tests.support import kube, objects
+from tests.support.backends import Backend, Opened
 from tests.support.chart import NAMESPACE, RELEASE, Doc, of_kind, one, render
+from tests.support.emulated import Requests
 from tests.support.processes import config_text, free_port
-from tests.support.rbac import (
-    ADMIN_TOKEN,
-    CONTROLLER_TOKEN,
-    apply_rbac,
-    chart_access,
-    grants,
-    service_account_of,
-)
+from tests.support.rbac import CONTROLLER_TOKEN, apply_to, grants, service_account_of
 
 SA = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
 SERVING, LENT, LENT_TOO = "inference-5", "inference-6", "inference-7"
@@ -96,36 +89,32 @@ def test_a_dry_run_cluster_role_only_reads_nodes_and_pods() -> None:
 
 @dataclass
 class Cluster:
-    """An emulator holding the chart's RBAC, and the controller's adapters as its account."""
+    """A cluster holding the chart's RBAC, and the controller's adapters as its account."""
 
-    store: Store
-    access: Access
-    admin: Any  # ApiClient as a system:masters user
+    opened: Opened  # its ``api`` is a system:masters user
     controller: Any  # ApiClient as the chart's service account
+    asked: Requests  # what the controller's client asked and was answered
     actuator: Actuator  # as the controller
 
+    @property
+    def admin(self) -> Any:
+        return self.opened.api
+
     def denied(self) -> set[tuple[str, str, str]]:
-        """(verb, group, resource[/subresource]) of every refused request of the controller."""
+        """(verb, group, resource[/subresource]) of every request of the controller refused."""
         return {
-            (d.verb, d.group, d.resource + (f"/{d.subresource}" if d.subresource else ""))
-            for d in self.access.of(SA)
-            if not d.allowed
+            (r.verb, r.group, r.resource + (f"/{r.subresource}" if r.subresource else ""))
+            for r in self.asked.seen
+            if r.status == 403
         }
 
 
-def _api(url: str, token: str) -> Any:
-    configuration = client.Configuration(host=url)
-    configuration.api_key = {"BearerToken": f"Bearer {token}"}
-    return client.ApiClient(configuration)
-
-
 @contextlib.asynccontextmanager
-async def running(docs: list[Doc], tmp_path: Path, dry_run: bool = False) -> AsyncIterator[Cluster]:
+async def running(
+    backend: Backend, docs: list[Doc], tmp_path: Path, dry_run: bool = False
+) -> AsyncIterator[Cluster]:
     """The default cluster with ``docs`` applied; ``LENT`` and ``LENT_TOO`` lent (by the admin)
     and each running one borrowed training pod."""
-    store = Store(ManualClock(datetime(2026, 3, 2, 12, tzinfo=UTC)), seed=1)
-    cluster.seed(store)
-    access = chart_access(docs)
     config_path = tmp_path / "config.yaml"
     config_path.write_text(config_text(tmp_path / "audit.sqlite3", free_port()), encoding="utf-8")
     config = settings_mod.load(config_path, env={})
@@ -135,18 +124,16 @@ async def running(docs: list[Doc], tmp_path: Path, dry_run: bool = False) -> Asy
         writer = KubeWriter(client.CoreV1Api(api))
         return Actuator(writer, config.keys(), pool.lend_spec, pool.rules, wiring.utc_now, dry)
 
-    async with (
-        serve(store, access=access) as url,
-        _api(url, ADMIN_TOKEN) as admin,
-        _api(url, CONTROLLER_TOKEN) as controller,
-    ):
-        await apply_rbac(url, docs)
-        for i, node in enumerate((LENT, LENT_TOO)):
-            assert (await actuator(admin).lend(node, "setup")).outcome is Outcome.APPLIED
-            pod = cluster.training_pod(f"borrowed-{i}", 0, priority_class=None)
-            pod["spec"]["nodeName"] = node
-            cluster.add(store, pod)
-        yield Cluster(store, access, admin, controller, actuator(controller, dry_run))
+    async with backend.open(seeded=True, authorized=True) as opened:
+        assert service_account_of(docs).name == kube.CONTROLLER_USER
+        apply_to(opened.objects, docs)
+        async with opened.client_as(CONTROLLER_TOKEN) as (controller, asked):
+            for i, node in enumerate((LENT, LENT_TOO)):
+                assert (await actuator(opened.api).lend(node, "setup")).outcome is Outcome.APPLIED
+                pod = cluster.training_pod(f"borrowed-{i}", 0, priority_class=None)
+                pod["spec"]["nodeName"] = node
+                objects.add(opened.objects, pod)
+            yield Cluster(opened, controller, asked, actuator(controller, dry_run))
 
 
 Operation = Callable[[Cluster], Awaitable[bool]]
@@ -197,7 +184,7 @@ def _elector(c: Cluster) -> LeaderElector:
 
 
 def _terminating(c: Cluster, pod: str) -> bool:
-    found = [p for p in c.store.peek(PODS) if p["metadata"]["name"] == pod]
+    found = [p for p in c.opened.objects.peek(PODS) if p["metadata"]["name"] == pod]
     return not found or bool(found[0]["metadata"].get("deletionTimestamp"))
 
 
@@ -213,12 +200,12 @@ OPERATIONS: dict[str, Operation] = {
 
 @pytest.mark.parametrize("operation", list(OPERATIONS))
 async def test_the_controller_operations_succeed_under_the_rendered_rbac(
-    operation: str, tmp_path: Path
+    backend: Backend, operation: str, tmp_path: Path
 ) -> None:
-    async with running(render({}), tmp_path) as c:
+    async with running(backend, render({}), tmp_path) as c:
         assert await OPERATIONS[operation](c)
         assert c.denied() == set()
-        assert c.access.of(SA), "the operation was authorized as the service account"
+        assert c.asked.seen, "the operation was asked as the service account"
 
 
 def without(docs: list[Doc], verb: str, group: str, resource: str) -> list[Doc]:
@@ -253,17 +240,18 @@ def without(docs: list[Doc], verb: str, group: str, resource: str) -> list[Doc]:
     ],
 )
 async def test_removing_the_rule_an_operation_needs_makes_it_fail_with_403(
-    verb: str, group: str, resource: str, operation: str, tmp_path: Path
+    backend: Backend, verb: str, group: str, resource: str, operation: str, tmp_path: Path
 ) -> None:
-    async with running(without(render({}), verb, group, resource), tmp_path) as c:
+    async with running(backend, without(render({}), verb, group, resource), tmp_path) as c:
         assert not await OPERATIONS[operation](c)
         assert c.denied() == {(verb, group, resource)}
 
 
-async def test_a_dry_run_controller_works_under_the_dry_run_role(tmp_path: Path) -> None:
+async def test_a_dry_run_controller_works_under_the_dry_run_role(
+    backend: Backend, tmp_path: Path
+) -> None:
     docs = render({"config": {"dry_run": True}})
-    async with running(docs, tmp_path, dry_run=True) as c:
-        before = c.store.resource_version
+    async with running(backend, docs, tmp_path, dry_run=True) as c:
         assert (await c.actuator.lend(SERVING, "test")).outcome is Outcome.APPLIED
         deadline = datetime.now(UTC) + timedelta(hours=1)
         assert (await c.actuator.reclaim(LENT, "test", deadline)).outcome is Outcome.IN_PROGRESS
@@ -272,6 +260,7 @@ async def test_a_dry_run_controller_works_under_the_dry_run_role(tmp_path: Path)
         assert await take_a_new_lease(c)
         assert await record_an_event(c)
         assert c.denied() == set()
-        assert {(d.verb, d.resource) for d in c.access.of(SA)} >= {("get", "nodes")}
+        assert {(r.verb, r.resource) for r in c.asked.seen} >= {("get", "nodes")}
         # nothing but the Lease and the Event was written
-        assert c.store.resource_version == before + 2
+        writes = [(r.verb, r.resource, r.status) for r in c.asked.seen if r.is_write]
+        assert writes == [("create", "leases", 201), ("create", "events", 201)]

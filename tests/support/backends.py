@@ -46,11 +46,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from rebalancer.adapters import kubeclient
 from sandbox.emulator import cluster, disruption, rbac, status
+from sandbox.emulator.auth import Access, admin, service_account
 from sandbox.emulator.clock import ManualClock, parse_rfc3339
-from sandbox.emulator.resources import NODES, PDBS, PODS, ResourceType
+from sandbox.emulator.rbac import User
+from sandbox.emulator.resources import NODES, PDBS, PODS, RBAC, SERVICEACCOUNTS, ResourceType
 from sandbox.emulator.server import Request
 from sandbox.emulator.store import DeleteOptions, started
 from tests.support import emulated, kube
@@ -60,7 +63,8 @@ NOT_READY = "node.kubernetes.io/not-ready"
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 _MERGE = "application/merge-patch+json"
 # What the sweep leaves alone: kube-apiserver's own identity Leases (in kube-system).
-_MADE_HERE = "tests.rebalancer.io/made-here"  # on the cluster-scoped objects a sweep deletes
+_MADE_HERE = "tests.rebalancer.io/made-here"  # on the objects a sweep deletes by label
+_SWEPT_BY_LABEL = (SERVICEACCOUNTS, *RBAC)
 _NOT_SERVERS = "labelSelector=" + urllib.parse.quote("!apiserver.kubernetes.io/identity")
 _SWEPT = ("/api/v1/{ns}/pods", "/apis/policy/v1/{ns}/poddisruptionbudgets", "/api/v1/{ns}/events")
 
@@ -131,6 +135,8 @@ class RealCluster:
             self._namespace(namespace)
         if rt is PODS:
             self._priority_class(obj)
+        if rt in _SWEPT_BY_LABEL:
+            obj["metadata"].setdefault("labels", {})[_MADE_HERE] = "true"
         query = "?dryRun=All" if dry_run else ""
         made = self._ask("POST", path(rt, namespace) + query, obj)
         if dry_run:
@@ -297,8 +303,32 @@ class RealCluster:
             for template in _SWEPT:
                 self._ask("DELETE", template.format(ns=scope), zero)
             self._ask("DELETE", f"/apis/coordination.k8s.io/v1/{scope}/leases?{_NOT_SERVERS}", zero)
+            for rt in _SWEPT_BY_LABEL:
+                if rt.namespaced:
+                    where = path(rt, name) + f"?labelSelector={_MADE_HERE}"
+                    self._ask("DELETE", where, zero)
         self._ask("DELETE", "/api/v1/nodes", zero)
         self._ask("DELETE", f"{PRIORITY_CLASSES}?labelSelector={_MADE_HERE}", zero)
+        for rt in _SWEPT_BY_LABEL:
+            if not rt.namespaced:
+                self._ask("DELETE", path(rt, None) + f"?labelSelector={_MADE_HERE}", zero)
+
+    def allowed(self, user: User, verb: str, group: str, resource: str, namespace: str) -> bool:
+        """Whether kube-apiserver's authorizer allows it now (a SubjectAccessReview): a new
+        RBAC object takes a moment to reach the authorizer's cache."""
+        plural, _, sub = resource.partition("/")
+        attributes = {"verb": verb, "group": group, "resource": plural, "subresource": sub}
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user.name,
+                "groups": list(user.groups),
+                "resourceAttributes": {**attributes, "namespace": namespace},
+            },
+        }
+        answer = self._ask("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
+        return bool(answer["status"].get("allowed"))
 
 
 def _delete_body(options: DeleteOptions) -> Obj:
@@ -342,7 +372,8 @@ class Opened:
     requests: emulated.Requests  # on the emulator, what its server answered; on the real
     # server, what this client (``api``) asked and was answered
     box: emulated.Sandbox | None = None
-    kubeconfig: Path | None = None  # the admin's, on the real server
+    real: kube.KubeServer | None = None  # the server, on the real server
+    home: Path | None = None  # where its kubeconfigs are written
     core: Any = field(init=False)
     policy: Any = field(init=False)
     coordination: Any = field(init=False)
@@ -357,12 +388,24 @@ class Opened:
     @contextlib.asynccontextmanager
     async def another_client(self) -> AsyncIterator[Any]:
         """A second client of the same user, with its own connections (another replica's)."""
+        async with self.client_as(kube.ADMIN_TOKEN) as (api, _):
+            yield api
+
+    @contextlib.asynccontextmanager
+    async def client_as(self, token: str) -> AsyncIterator[tuple[Any, emulated.Requests]]:
+        """A client as ``token``'s user, and the log of what it asked and was answered."""
+        requests = emulated.Requests()
         if self.box is not None:
-            async with client.ApiClient(client.Configuration(host=self.box.url)) as api:
-                yield api
-        else:
-            async with kubeclient.api_client(self.kubeconfig) as api:
-                yield api
+            async with client.ApiClient(emulated.configuration(self.box.url, token)) as api:
+                _log_requests(api, requests)
+                yield api, requests
+            return
+        assert self.real is not None
+        assert self.home is not None
+        path = self.real.kubeconfig(self.home / f"kubeconfig-{token}", token)
+        async with kubeclient.api_client(path) as api:
+            _log_requests(api, requests)
+            yield api, requests
 
     def advance(self, seconds: float) -> None:
         """Time passes for the controller and for the cluster's other actors."""
@@ -377,10 +420,13 @@ class Backend(Protocol):
     def name(self) -> str: ...
 
     def open(
-        self, seeded: bool = False, **store_options: Any
+        self, seeded: bool = False, authorized: bool = False, **store_options: Any
     ) -> contextlib.AbstractAsyncContextManager[Opened]:
         """A cluster for one test; ``seeded`` starts it from the default GPU cluster's nodes (8
-        inference, 4 training); ``store_options`` go to the emulator's ``Store``."""
+        inference, 4 training); ``authorized`` has it authenticate and authorize every request
+        (a real server always does), ``api`` being the admin (``kube.ADMIN_TOKEN``, in
+        ``system:masters``) and ``kube.CONTROLLER_TOKEN`` the controller's service account, to
+        which only RBAC grants anything; ``store_options`` go to the emulator's ``Store``."""
 
 
 @dataclass(frozen=True)
@@ -390,8 +436,15 @@ class Emulator:
     name: str = "emulator"
 
     @contextlib.asynccontextmanager
-    async def open(self, seeded: bool = False, **store_options: Any) -> AsyncIterator[Opened]:
-        async with emulated.running(seeded, **store_options) as box:
+    async def open(
+        self, seeded: bool = False, authorized: bool = False, **store_options: Any
+    ) -> AsyncIterator[Opened]:
+        access, token = None, None
+        if authorized:
+            user = service_account(kube.CONTROLLER_NAMESPACE, kube.CONTROLLER_NAME)
+            access = Access({kube.ADMIN_TOKEN: admin(), kube.CONTROLLER_TOKEN: user})
+            token = kube.ADMIN_TOKEN
+        async with emulated.running(seeded, access=access, token=token, **store_options) as box:
             yield Opened(self.name, box.store, box.clock, box.api, box.requests, box)
 
 
@@ -404,7 +457,9 @@ class Real:
     name: str = "real"
 
     @contextlib.asynccontextmanager
-    async def open(self, seeded: bool = False, **store_options: Any) -> AsyncIterator[Opened]:
+    async def open(
+        self, seeded: bool = False, authorized: bool = True, **store_options: Any
+    ) -> AsyncIterator[Opened]:
         if store_options:
             raise TypeError(f"emulator options on the real server: {sorted(store_options)}")
         made = RealCluster(self.server, ManualClock(datetime.now(UTC).replace(microsecond=0)))
@@ -418,7 +473,9 @@ class Real:
             async with kubeclient.api_client(config) as api:
                 requests = emulated.Requests()
                 _log_requests(api, requests)
-                yield Opened(self.name, made, made.clock, api, requests, kubeconfig=config)
+                yield Opened(
+                    self.name, made, made.clock, api, requests, real=self.server, home=self.home
+                )
         finally:
             made.sweep()
 
@@ -430,25 +487,30 @@ def _log_requests(api: Any, requests: emulated.Requests) -> None:
     send = rest.request
 
     async def logged(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-        response = await send(method, url, *args, **kwargs)
+        refused: ApiException | None = None
+        try:
+            response = await send(method, url, *args, **kwargs)
+        except ApiException as error:  # a typed call's answer that is not 2xx
+            refused = error
         split = urllib.parse.urlsplit(url)
         query = dict(urllib.parse.parse_qsl(split.query))
         query.update({str(k): str(v) for k, v in kwargs.get("query_params") or []})
         attrs = rbac.attributes(method, split.path, query)
-        requests(
-            Request(
-                method=method,
-                path=split.path,
-                query=query,
-                verb=attrs.verb,
-                group=attrs.group,
-                resource=attrs.resource,
-                subresource=attrs.subresource,
-                namespace=attrs.namespace,
-                name=attrs.name,
-                status=response.status,
-            )
+        seen = Request(
+            method=method,
+            path=split.path,
+            query=query,
+            verb=attrs.verb,
+            group=attrs.group,
+            resource=attrs.resource,
+            subresource=attrs.subresource,
+            namespace=attrs.namespace,
+            name=attrs.name,
+            status=int(refused.status if refused is not None else response.status),
         )
+        requests(seen)
+        if refused is not None:
+            raise refused
         return response
 
     rest.request = logged

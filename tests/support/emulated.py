@@ -2,7 +2,8 @@
 
 ``running()`` gives a ``Sandbox``: its own ``Store`` on a ``ManualClock`` (time moves only when
 the test advances it), served on a free port of 127.0.0.1 with a ``FaultInjector`` the test may
-configure, a configured ``ApiClient`` with the typed APIs, and ``requests``, the log of every
+configure (and, given ``access``, its authentication and RBAC, the client using ``token``), a
+configured ``ApiClient`` with the typed APIs, and ``requests``, the log of every
 request the server answered (told by ``serve(on_request=...)``, so it holds what came over HTTP
 and nothing a test did to the store directly). ``seeded=True`` starts from the default GPU
 cluster (8 inference and 4 training nodes); ``on_request`` is told of each request too, as it
@@ -19,6 +20,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from sandbox.emulator import cluster
+from sandbox.emulator.auth import Access
 from sandbox.emulator.clock import ManualClock
 from sandbox.emulator.faults import FaultInjector
 from sandbox.emulator.server import Request, serve
@@ -89,9 +91,21 @@ class Sandbox:
         return self.store.schedule()
 
 
+def configuration(url: str, token: str | None = None) -> Any:
+    """A client's configuration for the emulator at ``url``, as ``token``'s user if given."""
+    made = client.Configuration(host=url)
+    if token is not None:
+        made.api_key = {"BearerToken": f"Bearer {token}"}
+    return made
+
+
 @contextlib.asynccontextmanager
 async def running(
-    seeded: bool = False, on_request: Callable[[Request], object] | None = None, **options: Any
+    seeded: bool = False,
+    on_request: Callable[[Request], object] | None = None,
+    access: Access | None = None,
+    token: str | None = None,
+    **options: Any,
 ) -> AsyncIterator[Sandbox]:
     clock = ManualClock(T0)
     store = Store(clock, seed=1, **options)
@@ -100,8 +114,8 @@ async def running(
     faults = FaultInjector()
     requests = Requests(then=on_request)
     async with (
-        serve(store, faults=faults, on_request=requests) as url,
-        client.ApiClient(client.Configuration(host=url)) as api,
+        serve(store, faults=faults, on_request=requests, access=access) as url,
+        client.ApiClient(configuration(url, token)) as api,
     ):
         yield Sandbox(
             store=store,

@@ -47,7 +47,8 @@ from tests.support.processes import ROOT, free_port
 
 ADMIN_TOKEN = "admin-token-for-tests"
 CONTROLLER_TOKEN = "controller-token-for-tests"
-CONTROLLER_USER = "system:serviceaccount:rebalancer:rebalancer"
+CONTROLLER_NAMESPACE, CONTROLLER_NAME = "rebalancer", "rebalancer"  # the chart's defaults
+CONTROLLER_USER = f"system:serviceaccount:{CONTROLLER_NAMESPACE}:{CONTROLLER_NAME}"
 BUILD = ROOT / "tests" / "kube" / "build.sh"
 
 
@@ -190,7 +191,8 @@ def running(home: Path, within: float = 90.0) -> Iterator[KubeServer]:
     tokens = home / "tokens.csv"
     tokens.write_text(
         f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n'
-        f'{CONTROLLER_TOKEN},{CONTROLLER_USER},controller-uid,"system:serviceaccounts"\n',
+        f"{CONTROLLER_TOKEN},{CONTROLLER_USER},controller-uid,"
+        f'"system:serviceaccounts,system:serviceaccounts:{CONTROLLER_NAMESPACE}"\n',
         encoding="utf-8",
     )
     etcd_cmd = [

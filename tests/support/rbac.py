@@ -1,14 +1,17 @@
-"""The Helm chart's RBAC in the emulator, and what it granted against what was used.
+"""The Helm chart's RBAC in a test's cluster, and what it granted against what was used.
 
 ``apply_rbac`` puts the rendered ServiceAccount, ClusterRole(s), Role(s) and bindings into the
 emulator through its API as an admin (``system:masters``), so the controller can run as the
 chart's service account under exactly the rendered rules (``chart_access`` gives both tokens);
-``grants`` reads what the rules grant, and ``unused``/``used`` compare it with the decisions the
-emulator's authorizer recorded (``Access.decisions``).
+``apply_to`` does the same on either backend (``backends.Objects``) and, on a real
+kube-apiserver, waits until its authorizer allows every rendered grant. ``grants`` reads what
+the rules grant, and ``unused``/``used`` compare it with the decisions the emulator's authorizer
+recorded (``Access.decisions``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -17,9 +20,18 @@ import aiohttp
 
 from sandbox.emulator.auth import Access, Decision, admin, service_account
 from sandbox.emulator.rbac import User
+from sandbox.emulator.resources import (
+    CLUSTERROLEBINDINGS,
+    CLUSTERROLES,
+    ROLEBINDINGS,
+    ROLES,
+    SERVICEACCOUNTS,
+)
+from tests.support import kube
+from tests.support.backends import Objects, RealCluster
 
-ADMIN_TOKEN = "admin-token"  # a system:masters user: the test itself, applying manifests
-CONTROLLER_TOKEN = "controller-token"  # the chart's service account: the controller
+ADMIN_TOKEN = kube.ADMIN_TOKEN  # a system:masters user: the test itself, applying manifests
+CONTROLLER_TOKEN = kube.CONTROLLER_TOKEN  # the chart's service account: the controller
 RBAC_GROUP = "rbac.authorization.k8s.io"
 # Where each applied kind is created (all namespaced ones in their own namespace).
 _COLLECTIONS = {
@@ -57,6 +69,38 @@ async def apply_rbac(url: str, docs: Iterable[Doc]) -> list[Doc]:
             path = _COLLECTIONS[doc["kind"]].format(ns=doc["metadata"].get("namespace", ""))
             async with session.post(url + path, json=doc) as response:
                 assert response.status == 201, await response.text()
+    return applied
+
+
+_TYPES = {
+    "ServiceAccount": SERVICEACCOUNTS,
+    "ClusterRole": CLUSTERROLES,
+    "ClusterRoleBinding": CLUSTERROLEBINDINGS,
+    "Role": ROLES,
+    "RoleBinding": ROLEBINDINGS,
+}
+
+
+def apply_to(objects: Objects, docs: Iterable[Doc], within: float = 10.0) -> list[Doc]:
+    """Create the chart's ServiceAccount and RBAC objects in ``objects``, as the admin; on a
+    real kube-apiserver, wait until its authorizer allows every grant they render."""
+    applied = [d for d in docs if d.get("kind") in _TYPES]
+    for doc in applied:
+        objects.create(_TYPES[doc["kind"]], doc["metadata"].get("namespace"), doc)
+    if isinstance(objects, RealCluster):
+        user = service_account_of(applied)
+        waiting = {g for g in grants(applied) if not g.names}
+        deadline = time.monotonic() + within
+        while waiting:
+            waiting = {
+                g
+                for g in waiting
+                if not objects.allowed(user, g.verb, g.group, g.resource, g.namespace)
+            }
+            if waiting and time.monotonic() > deadline:
+                raise TimeoutError(f"kube-apiserver does not allow {sorted(waiting)}")
+            if waiting:
+                time.sleep(0.05)
     return applied
 
 
