@@ -37,8 +37,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -50,9 +51,11 @@ from rebalancer.core.audit import Kind
 from rebalancer.core.model import Reason
 from rebalancer.core.outcomes import Outcome
 from sandbox.emulator import cluster
-from sandbox.emulator.auth import Access
+from sandbox.emulator.auth import Decision
 from sandbox.emulator.server import serve, write_kubeconfig
 from sandbox.emulator.store import Store
+from tests.support import kube
+from tests.support.backends import Backend, Real
 from tests.support.chart import NAMESPACE, RELEASE, render
 from tests.support.exporter import Exporter, serve_exporter
 from tests.support.pools import (
@@ -71,6 +74,7 @@ from tests.support.rbac import (
     Grant,
     admin_headers,
     apply_rbac,
+    apply_to,
     chart_access,
     grants,
     service_account_of,
@@ -78,7 +82,7 @@ from tests.support.rbac import (
     used,
 )
 from tests.support.reads import scheduling
-from tests.support.waits import until
+from tests.support.waits import stop, until
 
 RPS_PER_NODE = 10
 # The default demand query reads a series younger than its 5-minute window by the slope of its own
@@ -134,15 +138,16 @@ def chart_values(prom: str, http_port: int) -> dict[str, Any]:
 
 @dataclass
 class Box(Cluster):
-    """The emulator, read as the admin, and who may do what in it."""
+    """The cluster, read as the admin; the controller's kubeconfig, and who may do what."""
 
-    store: Store = field(kw_only=True)
-    access: Access = field(kw_only=True)
+    kubeconfig: Path = field(kw_only=True)
+    decisions: Callable[[], list[Decision]] = field(kw_only=True)  # the controller's, so far
 
 
 @contextlib.asynccontextmanager
-async def emulator(docs: list[Any]) -> AsyncIterator[Box]:
-    """The cluster, served with tokens and RBAC, the chart's RBAC objects ``docs`` applied."""
+async def on_emulator(docs: list[Any], tmp_path: Path) -> AsyncIterator[Box]:
+    """The cluster on the emulator, served with tokens and RBAC, the chart's RBAC objects
+    ``docs`` applied; its scheduler runs every 0.5 s."""
     store = Store(seed=1)
     cluster.seed(store)
     add_replicas(store)
@@ -154,20 +159,65 @@ async def emulator(docs: list[Any]) -> AsyncIterator[Box]:
         aiohttp.ClientSession(headers=admin_headers()) as session,
     ):
         await apply_rbac(url, docs)
-        yield Box(url, session, store=store, access=access)
+        kubeconfig = write_kubeconfig(url, tmp_path / "kubeconfig", token=CONTROLLER_TOKEN)
+        user = service_account_of(docs).name
+        yield Box(url, session, kubeconfig=kubeconfig, decisions=lambda: access.of(user))
 
 
-async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def on_real(real: Real, docs: list[Any], tmp_path: Path) -> AsyncIterator[Box]:
+    """The same cluster on a real kube-apiserver: the chart's RBAC objects applied; the
+    scheduler, kubelet and disruption controller played every 0.5 s (``backends.RealCluster``);
+    who did what read from the server's own audit log."""
+    async with real.open(seeded=True) as opened:
+        objects = opened.objects
+        add_replicas(objects)
+        add_waiting_training(objects, TRAINING_PODS)
+        objects.schedule()
+        apply_to(objects, docs)
+
+        async def actors() -> None:
+            while True:
+                await asyncio.to_thread(objects.act)
+                await asyncio.sleep(0.5)
+
+        task = asyncio.create_task(actors())
+        trusted = ssl.create_default_context(cafile=str(real.server.ca))
+        headers = {"Authorization": f"Bearer {kube.ADMIN_TOKEN}"}
+        try:
+            async with aiohttp.ClientSession(
+                headers=headers, connector=aiohttp.TCPConnector(ssl=trusted)
+            ) as session:
+                yield Box(
+                    real.server.url,
+                    session,
+                    kubeconfig=real.server.kubeconfig(tmp_path / "kubeconfig", CONTROLLER_TOKEN),
+                    decisions=lambda: real.server.decisions(kube.CONTROLLER_USER),
+                )
+        finally:
+            await stop(task)
+
+
+def on(backend: Backend, docs: list[Any], tmp_path: Path) -> Any:
+    return (
+        on_real(backend, docs, tmp_path)
+        if isinstance(backend, Real)
+        else on_emulator(docs, tmp_path)
+    )
+
+
+async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(
+    backend: Backend, tmp_path: Path
+) -> None:
     began = time.monotonic()
     exporter = Exporter(pods=REPLICAS, rps=LOW_RPS)
     docs = render({})
     async with (
         serve_exporter(exporter) as target,
         scraping(tmp_path / "prometheus", target) as prom,
-        emulator(docs) as box,
+        on(backend, docs, tmp_path) as box,
     ):
         originals = {name: scheduling(n) for name, n in (await box.nodes()).items()}
-        kubeconfig = write_kubeconfig(box.url, tmp_path / "kubeconfig", token=CONTROLLER_TOKEN)
         # The controller runs as the chart deploys it: the rendered Deployment's args and env,
         # its ConfigMap as the settings file, its volumes under a directory of the test's.
         installed = render(chart_values(prom, free_port()))
@@ -176,7 +226,7 @@ async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(tmp_path:
         audit_url = f"sqlite+aiosqlite:///{pod.root}/var/lib/rebalancer/audit.sqlite3"
         base = f"http://127.0.0.1:{pod.port}"
         decisions = f"{base}/api/v1/decisions"
-        proc = await start_pod(pod, kubeconfig)
+        proc = await start_pod(pod, box.kubeconfig)
         try:
             await until(
                 "the readiness probe", lambda: probe(box.session, base + pod.readiness), proc, 20
@@ -244,11 +294,11 @@ async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(tmp_path:
         )
         assert not lease["spec"].get("holderIdentity"), "released on the way out"
         scrapes = exporter.scrapes
+        controller = box.decisions()
 
-    controller = box.access.of(service_account_of(docs).name)
     denied = [d for d in controller if not d.allowed]
     assert denied == [], denied
-    print(f"\ne2e: the controller used {sorted(used(controller))}")
+    print(f"\ne2e[{backend.name}]: the controller used {sorted(used(controller))}")
     # Pods are deleted only when an eviction has not emptied a node by the reclaim deadline,
     # which a slow run may reach: that grant may be used or not.
     assert unused(grants(docs), controller) in (UNUSED, UNUSED - {Grant("delete", "", "pods")})
@@ -286,7 +336,8 @@ async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(tmp_path:
 
     total = time.monotonic() - began
     print(
-        f"\ne2e: lent {len(IDLE)} nodes in {lend_time:.1f}s, reclaimed all in {reclaim_time:.1f}s "
+        f"\ne2e[{backend.name}]: lent {len(IDLE)} nodes in {lend_time:.1f}s, "
+        f"reclaimed all in {reclaim_time:.1f}s "
         f"after the load rose ({time.monotonic() - raised:.1f}s to stop), queue refusal seen "
         f"{refused:.1f}s later; {len(records)} audit rows, {len(events['items'])} events, "
         f"{scrapes} scrapes; {total:.1f}s in all"

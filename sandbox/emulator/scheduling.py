@@ -192,3 +192,48 @@ def _free_share(node: Obj, wanted: Mapping[str, Decimal], used: Mapping[str, Dec
         if total > 0:
             shares.append((total - used.get(name, Decimal(0)) - amount) / total)
     return sum(shares, Decimal(0)) / len(shares) if shares else Decimal(0)
+
+
+def placements(pods: Iterable[Obj], nodes: list[Obj]) -> list[tuple[Obj, Placement]]:
+    """Where each pending pod goes, in queue order (priority, then age), each placement taking
+    its requests from what the later pods may use: one scheduling pass over a snapshot."""
+    pods = list(pods)
+    used = _usage(pods)
+    out = []
+    for pod in sorted(filter(_pending, pods), key=_queue_order):
+        placement = place(pod, nodes, used)
+        out.append((pod, placement))
+        if placement.node is None:
+            continue
+        slot = used.setdefault(placement.node, {})
+        for resource, amount in {**requests(pod), "pods": Decimal(1)}.items():
+            slot[resource] = slot.get(resource, Decimal(0)) + amount
+    return out
+
+
+def _pending(pod: Obj) -> bool:
+    spec, meta = pod.get("spec") or {}, pod["metadata"]
+    return (
+        not spec.get("nodeName")
+        and not meta.get("deletionTimestamp")
+        and spec.get("schedulerName", "default-scheduler") == "default-scheduler"
+        and not spec.get("schedulingGates")
+        and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
+    )
+
+
+def _queue_order(pod: Obj) -> tuple[int, str, str, str]:
+    meta = pod["metadata"]
+    priority = int((pod.get("spec") or {}).get("priority", 0))
+    return (-priority, meta.get("creationTimestamp", ""), meta.get("namespace", ""), meta["name"])
+
+
+def _usage(pods: Iterable[Obj]) -> dict[str, dict[str, Decimal]]:
+    used: dict[str, dict[str, Decimal]] = {}
+    for pod in pods:
+        if not occupies(pod):
+            continue
+        slot = used.setdefault(pod["spec"]["nodeName"], {})
+        for resource, amount in {**requests(pod), "pods": Decimal(1)}.items():
+            slot[resource] = slot.get(resource, Decimal(0)) + amount
+    return used

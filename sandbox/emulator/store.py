@@ -24,10 +24,8 @@ import json
 import random
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 from rebalancer.core.model import Clock
@@ -476,18 +474,12 @@ class Store:
     def schedule(self) -> list[tuple[str, str, str]]:
         """Bind every pending pod that fits somewhere; ``(namespace, pod, node)`` per binding."""
         nodes = [n for _, n in sorted(self._collection(NODES).items())]
-        pods = list(self._collection(PODS).values())
-        used = _usage(pods)
         bound: list[tuple[str, str, str]] = []
-        for pod in sorted(filter(_pending, pods), key=_queue_order):
-            placement = scheduling.place(pod, nodes, used)
+        for pod, placement in scheduling.placements(self._collection(PODS).values(), nodes):
             if placement.node is None:
                 self._mark_unschedulable(pod, placement.message)
                 continue
             self._bind(pod, placement.node)
-            for resource, amount in {**scheduling.requests(pod), "pods": Decimal(1)}.items():
-                slot = used.setdefault(placement.node, {})
-                slot[resource] = slot.get(resource, Decimal(0)) + amount
             bound.append((_ns(pod), pod["metadata"]["name"], placement.node))
         self._settle()
         return bound
@@ -772,31 +764,3 @@ def _is_unschedulable_taint(taint: Obj) -> bool:
         taint.get("key") == scheduling.UNSCHEDULABLE_TAINT["key"]
         and taint.get("effect") == "NoSchedule"
     )
-
-
-def _pending(pod: Obj) -> bool:
-    spec, meta = pod.get("spec") or {}, pod["metadata"]
-    return (
-        not spec.get("nodeName")
-        and not meta.get("deletionTimestamp")
-        and spec.get("schedulerName", "default-scheduler") == "default-scheduler"
-        and not spec.get("schedulingGates")
-        and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
-    )
-
-
-def _queue_order(pod: Obj) -> tuple[int, str, str, str]:
-    meta = pod["metadata"]
-    priority = int((pod.get("spec") or {}).get("priority", 0))
-    return (-priority, meta.get("creationTimestamp", ""), _ns(pod), meta["name"])
-
-
-def _usage(pods: Iterable[Obj]) -> dict[str, dict[str, Decimal]]:
-    used: dict[str, dict[str, Decimal]] = {}
-    for pod in pods:
-        if not scheduling.occupies(pod):
-            continue
-        slot = used.setdefault(pod["spec"]["nodeName"], {})
-        for resource, amount in {**scheduling.requests(pod), "pods": Decimal(1)}.items():
-            slot[resource] = slot.get(resource, Decimal(0)) + amount
-    return used

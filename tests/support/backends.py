@@ -14,9 +14,12 @@ emulator's own rules, at the moments a test acts:
 - the node lifecycle controller: a created Node's ``node.kubernetes.io/not-ready`` taint (added
   by the TaintNodesByCondition admission plugin) is taken off, as it is once a node reports
   Ready;
-- the kubelet: a pod created bound to a node (``spec.nodeName``, no scheduler runs) is reported
-  Running and Ready through the ``status`` subresource; a terminating pod whose grace period has
-  run out on the test's time is deleted with grace 0;
+- the kubelet: a pod bound to a node (created with ``spec.nodeName``, or bound by the scheduler
+  stand-in) is reported Running and Ready through the ``status`` subresource; a terminating pod
+  whose grace period has run out on the test's time is deleted with grace 0;
+- the scheduler, when a test asks (``schedule``; ``act`` runs it with the others, for a process
+  test on the wall clock): the emulator's placement rules, bound through the ``binding``
+  subresource;
 - the disruption controller: every PodDisruptionBudget's ``status`` is computed from its pods
   (``sandbox.emulator.disruption.budget_status``) and written through its ``status`` subresource;
 - the Priority admission plugin wants the PriorityClass a pod names to exist, and a non-zero
@@ -49,7 +52,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from rebalancer.adapters import kubeclient
-from sandbox.emulator import cluster, disruption, rbac, status
+from sandbox.emulator import cluster, disruption, rbac, scheduling, status
 from sandbox.emulator.auth import Access, admin, service_account
 from sandbox.emulator.clock import ManualClock, parse_rfc3339
 from sandbox.emulator.rbac import User
@@ -143,10 +146,8 @@ class RealCluster:
             return made
         if rt is NODES:
             made = self._ready_node(made)
-        if rt is PODS and made["spec"].get("nodeName"):
-            made = self._start(made)
         self._settle()
-        return self.get(rt, namespace, made["metadata"]["name"]) if rt is PDBS else made
+        return self.get(rt, namespace, made["metadata"]["name"]) if rt in (PODS, PDBS) else made
 
     def get(self, rt: ResourceType, namespace: str | None, name: str) -> Obj:
         return self._ask("GET", path(rt, namespace, name))
@@ -207,10 +208,46 @@ class RealCluster:
         """The kubelet's time: the wall clock plus all the time a test advanced."""
         return datetime.now(UTC) + timedelta(seconds=self.advanced)
 
+    def act(self) -> None:
+        """One turn of the cluster's other actors, on the wall clock: what a test of a process
+        runs every half second (the scheduler, then the kubelet and the disruption controller)."""
+        self.schedule()
+        self._settle()
+
+    def schedule(self) -> list[tuple[str, str, str]]:
+        """The scheduler: bind each pending pod that fits, by the emulator's placement rules,
+        through the ``binding`` subresource as kube-scheduler does; ``(namespace, pod, node)``
+        per binding. The kubelet starts them at its next turn."""
+        nodes = sorted(self.peek(NODES), key=lambda n: str(n["metadata"]["name"]))
+        bound = []
+        for pod, placement in scheduling.placements(self.peek(PODS), nodes):
+            if placement.node is None:
+                continue
+            namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+            binding = {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": name, "namespace": namespace},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": placement.node},
+            }
+            with _unless_gone():
+                self._ask("POST", path(PODS, namespace, name) + "/binding", binding)
+                bound.append((namespace, name, placement.node))
+        return bound
+
     def _settle(self) -> None:
+        nodes = {n["metadata"]["name"] for n in self.peek(NODES)}
         pods = self.peek(PODS)
         for pod in pods:
             meta = pod["metadata"]
+            phase = (pod.get("status") or {}).get("phase")
+            if (
+                pod["spec"].get("nodeName") in nodes
+                and phase == "Pending"
+                and ("deletionTimestamp" not in meta)
+            ):
+                with _unless_gone():
+                    self._start(pod)
             if "deletionTimestamp" in meta and parse_rfc3339(meta["deletionTimestamp"]) <= (
                 self._now()
             ):

@@ -10,7 +10,9 @@ once; ``make test`` builds them first and passes their directory in ``TESTS_KUBE
 - a static token file: an admin in ``system:masters`` and the controller's service-account user
   (``system:serviceaccount:rebalancer:rebalancer``), to which only RBAC grants anything;
 - service-account signing keys made with ``openssl``;
-- ``--authorization-mode=RBAC``.
+- ``--authorization-mode=RBAC``;
+- an audit log of the controller's user's requests, from which ``decisions`` reads what the
+  authorizer decided (as the emulator's ``Access.decisions`` records it).
 
 It waits for ``/readyz`` and stops both at the end, leaving no process behind.
 
@@ -40,7 +42,7 @@ from typing import Any
 
 import aiohttp
 
-from sandbox.emulator.auth import Access
+from sandbox.emulator.auth import Access, Decision
 from sandbox.emulator.server import serve
 from sandbox.emulator.store import Store
 from tests.support.processes import ROOT, free_port
@@ -119,6 +121,39 @@ class KubeServer:
         except urllib.error.HTTPError as error:
             return error.code, error.read()
 
+    def decisions(self, user: str) -> list[Decision]:
+        """What kube-apiserver's own audit log says it decided for ``user``'s requests so far:
+        one ``Decision`` per request (the emulator's record, from the real server's)."""
+        seen: dict[str, Decision] = {}
+        log = self.home / "audit.log"
+        for line in log.read_text(encoding="utf-8").splitlines() if log.exists() else ():
+            event = json.loads(line)
+            if event["user"]["username"] != user or event["auditID"] in seen:
+                continue
+            ref = event.get("objectRef") or {}
+            decision = (event.get("annotations") or {}).get("authorization.k8s.io/decision")
+            seen[event["auditID"]] = Decision(
+                user=user,
+                verb=event["verb"],
+                group=ref.get("apiGroup", ""),
+                resource=ref.get("resource", ""),
+                subresource=ref.get("subresource", ""),
+                namespace=ref.get("namespace", ""),
+                name=ref.get("name", ""),
+                allowed=decision == "allow",
+                path="" if ref else event["requestURI"].split("?")[0],
+            )
+        return list(seen.values())
+
+
+# The audit log records the controller's requests only (their authorization decision is what the
+# tests read), from the moment each is answered or its stream starts.
+_AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [{"level": "Metadata", "users": [CONTROLLER_USER]}, {"level": "None"}],
+}
 
 Call = tuple[str, str, Any, str]  # method, path, body, content type
 
@@ -206,6 +241,8 @@ def running(home: Path, within: float = 90.0) -> Iterator[KubeServer]:
         f"--initial-cluster=default=http://127.0.0.1:{peer}",
         "--unsafe-no-fsync",
     ]
+    policy = home / "audit-policy.json"
+    policy.write_text(json.dumps(_AUDIT_POLICY), encoding="utf-8")
     apiserver_cmd = [
         str(bin_dir / "kube-apiserver"),
         f"--etcd-servers={etcd_url}",
@@ -221,6 +258,9 @@ def running(home: Path, within: float = 90.0) -> Iterator[KubeServer]:
         "--service-cluster-ip-range=10.0.0.0/24",
         "--disable-admission-plugins=ServiceAccount",
         "--allow-privileged=true",
+        f"--audit-policy-file={policy}",
+        f"--audit-log-path={home / 'audit.log'}",
+        "--audit-log-mode=blocking",
     ]
     logs = [(home / "etcd.log").open("wb"), (home / "kube-apiserver.log").open("wb")]
     processes: list[subprocess.Popen[bytes]] = []

@@ -21,7 +21,8 @@ from rebalancer.core import model
 from rebalancer.core.nodestate import Keys
 from rebalancer.core.policy import PoolPolicy, default_lend_spec
 from sandbox.emulator import cluster
-from sandbox.emulator.store import Store
+from tests.support import objects
+from tests.support.backends import Objects
 
 KEYS = Keys()
 STATE = KEYS.state  # the node label that holds a node's phase
@@ -54,15 +55,15 @@ POLICY = PoolPolicy(
 )
 
 
-def add_replicas(store: Store) -> list[dict[str, Any]]:
+def add_replicas(store: Objects) -> list[dict[str, Any]]:
     """An inference replica on each ``BUSY`` node; the pods as stored."""
-    return [cluster.add(store, cluster.inference_pod(i, node_name=n)) for i, n in enumerate(BUSY)]
+    return [objects.add(store, cluster.inference_pod(i, node_name=n)) for i, n in enumerate(BUSY)]
 
 
-def add_waiting_training(store: Store, count: int) -> None:
+def add_waiting_training(store: Objects, count: int) -> None:
     """``count`` preemptible training pods (one GPU job each), unscheduled; an evicted one is
     gone a second later, so a wall-clock test does not wait out the default 30 s grace."""
     for i in range(count):
         pod = cluster.training_pod(f"train-{i:02d}", 0, priority_class=None)
         pod["spec"]["terminationGracePeriodSeconds"] = 1
-        cluster.add(store, pod)
+        objects.add(store, pod)
