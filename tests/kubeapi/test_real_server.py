@@ -1,25 +1,19 @@
-"""The controller's adapters against a real kube-apiserver (with etcd, no kubelet), and the
-emulator held to the same answers where the controller reads them.
+"""What only the real kube-apiserver can say, and two answers the emulator is held to.
 
-What the controller relies on, asked of Kubernetes itself: RBAC refuses its user until a role
-grants it; a node write carrying a stale resourceVersion is a 409; a lend and a reclaim restore a
-node's labels and taints byte for byte; the Eviction API evicts a borrowed pod, or answers 429
-when a budget allows no disruption; a Lease is held by one candidate at a time; the informer's
-list and watch follow the server.
+The pinned release is the one running; RBAC refuses the controller's user until a role grants
+it; a stale resourceVersion and a budget that allows no disruption get the same ``Status`` (409,
+429) from both servers, through the controller's own writer. Everything else the controller does
+runs on the real server as the same tests as on the emulator (the ``backend`` parameter,
+``tests/support/backends.py``), and ``test_conformance.py`` compares raw answers.
 
-No kubelet runs, so what it would do is done here (``tests/support/kube.py``): pods are bound by
-``spec.nodeName`` at creation, a budget's status is written through its ``status`` subresource, and
-an evicted pod stays ``Terminating`` until the actuator deletes it with grace 0 past the deadline.
+No kubelet runs: a pod is bound by ``spec.nodeName`` at creation, its Running status and a
+budget's status are written through their ``status`` subresources, as those components would.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import copy
-import json
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,18 +21,13 @@ import pytest
 from kubernetes_asyncio import client
 
 from rebalancer.adapters import kubeclient
-from rebalancer.adapters.actuator import Actuator
-from rebalancer.adapters.informer import Informer
-from rebalancer.adapters.leadership import LeaderElector, Timings
-from rebalancer.adapters.writer import Conflict, KubeWriter, RetryPolicy
-from rebalancer.core import nodestate
-from rebalancer.core.outcomes import Outcome, WriteOutcome
+from rebalancer.adapters.writer import KubeWriter, RetryPolicy
+from rebalancer.core.outcomes import WriteOutcome
 from sandbox.emulator import cluster
 from sandbox.emulator.resources import NODES
 from sandbox.emulator.store import Store
 from tests.support import kube
 from tests.support.objects import TAINTS
-from tests.support.pools import KEYS, RULES, SPEC
 
 Obj = dict[str, Any]
 TRAINING = cluster.TRAINING_NAMESPACE
@@ -55,13 +44,6 @@ def node_body(name: str) -> Obj:
         "metadata": {"name": name, "labels": {"gpu-pool": "inference", "example.com/rack": "r1"}},
         "spec": {"taints": copy.deepcopy(TAINTS)},
     }
-
-
-def scheduling(server: kube.KubeServer, name: str) -> tuple[str, str]:
-    """A node's labels and taints as the server holds them, as JSON text."""
-    code, doc = server.request("GET", f"/api/v1/nodes/{name}")
-    assert code == 200, doc
-    return json.dumps(doc["metadata"].get("labels")), json.dumps(doc["spec"].get("taints"))
 
 
 def ensure_namespace(server: kube.KubeServer, name: str) -> None:
@@ -101,29 +83,6 @@ def test_rbac_refuses_the_controller_s_user_until_a_role_grants_it(real: kube.Ku
     )
 
 
-async def test_a_node_write_with_a_stale_resource_version_is_a_conflict(
-    real: kube.KubeServer, api: Any
-) -> None:
-    name = "stale-write"
-    assert real.request("POST", "/api/v1/nodes", node_body(name))[0] == 201
-    writer = KubeWriter(client.CoreV1Api(api), RetryPolicy(sleep=no_sleep))
-    seen = await writer.get_node(name)
-    # Another writer changes the node after it was read.
-    code, _ = real.request(
-        "PATCH",
-        f"/api/v1/nodes/{name}",
-        {"metadata": {"labels": {"other": "writer"}}},
-        content_type="application/merge-patch+json",
-    )
-    assert code == 200
-    change = nodestate.NodeChange(None, {"example.com/touched": "yes"}, {})
-    with pytest.raises(Conflict) as raised:
-        await writer.patch_node(name, change, seen["metadata"]["resourceVersion"])
-    assert raised.value.code == 409
-    assert "other" in json.loads(scheduling(real, name)[0])
-    assert "example.com/touched" not in json.loads(scheduling(real, name)[0])
-
-
 async def test_a_stale_resource_version_gets_the_same_status_from_both_servers(
     real: kube.KubeServer,
 ) -> None:
@@ -141,49 +100,6 @@ async def test_a_stale_resource_version_gets_the_same_status_from_both_servers(
     assert (code, emulated_code) == (409, 409)
     for key in ("kind", "status", "reason", "code", "message", "details"):
         assert emulated_status.get(key) == real_status.get(key), key
-
-
-async def test_a_lend_and_a_reclaim_give_a_real_node_back_byte_for_byte(
-    real: kube.KubeServer, api: Any
-) -> None:
-    name = "lend-and-back"
-    assert real.request("POST", "/api/v1/nodes", node_body(name))[0] == 201
-    before = scheduling(real, name)
-    actuator = Actuator(
-        KubeWriter(client.CoreV1Api(api), RetryPolicy(sleep=no_sleep)),
-        KEYS,
-        SPEC,
-        RULES,
-        lambda: datetime.now(UTC),
-    )
-    lent = await actuator.lend(name, "real-lend")
-    assert lent.outcome is Outcome.APPLIED, lent.message
-    labels, taints = (json.loads(t) for t in scheduling(real, name))
-    assert labels[KEYS.state] == "lent"
-    assert {"key": KEYS.lent_taint, "value": "training", "effect": "NoSchedule"} in taints
-    assert not any(t["key"] == "workload" for t in taints)
-    pod = borrowed_pod(real, name, "real-job")
-    # The deadline is ahead: the borrowed pod is evicted through the Eviction API and, with no
-    # kubelet to stop it, stays terminating.
-    deadline = datetime.now(UTC) + timedelta(seconds=3)
-    reclaiming = await actuator.reclaim(name, "real-reclaim", deadline)
-    assert reclaiming.outcome is Outcome.IN_PROGRESS, reclaiming.message
-    assert [w.outcome for w in reclaiming.writes if w.kind == "evict"] == [WriteOutcome.EVICTED]
-    pod_path = f"/api/v1/namespaces/{TRAINING}/pods/{pod['metadata']['name']}"
-    code, terminating = real.request("GET", pod_path)
-    assert code == 200
-    assert terminating["metadata"].get("deletionTimestamp"), terminating["metadata"]
-    # The serving taints are back at once (the reclaim's first write); the node is still
-    # reclaiming while a borrowed pod is on it.
-    assert scheduling(real, name)[1] == before[1]
-    assert json.loads(scheduling(real, name)[0])[KEYS.state] == "reclaiming"
-    # Past the deadline, the borrowed pod is deleted with grace 0 and the node serves again.
-    await asyncio.sleep(max(0.0, (deadline - datetime.now(UTC)).total_seconds()) + 0.5)
-    done = await actuator.progress(name)
-    assert done.outcome is Outcome.APPLIED, done.message
-    assert [w.kind for w in done.writes] == ["delete", "finish"]
-    assert real.request("GET", pod_path)[0] == 404
-    assert scheduling(real, name) == before
 
 
 async def _blocked_eviction(api: Any, namespace: str, pod: str, uid: str) -> WriteOutcome:
@@ -260,54 +176,3 @@ async def test_a_budget_that_allows_no_disruption_answers_429_and_the_emulator_s
     assert emulated_code == code
     for key in ("reason", "code", "message"):
         assert emulated_answer[key] == real_answer[key], (key, emulated_answer, real_answer)
-
-
-async def test_a_lease_is_held_by_one_candidate_at_a_time(api: Any) -> None:
-    timings = Timings(lease_duration=15.0, renew_deadline=10.0, retry_period=2.0)
-
-    def candidate(identity: str) -> LeaderElector:
-        return LeaderElector(
-            api, name="real-lease", namespace="default", identity=identity, timings=timings
-        )
-
-    a, b = candidate("replica-a"), candidate("replica-b")
-    assert await a.step()
-    assert not await b.step()
-    assert a.term is not None
-    assert b.term is None
-    assert await a.release()
-    assert await b.step()
-
-
-async def test_the_informer_lists_then_watches_the_real_server(
-    real: kube.KubeServer, api: Any
-) -> None:
-    informer = Informer(api)
-    task = asyncio.create_task(informer.run())
-    try:
-        await asyncio.wait_for(informer.synced.wait(), 30)
-        name = "watched"
-        assert real.request("POST", "/api/v1/nodes", node_body(name))[0] == 201
-        borrowed_pod(real, name, "watched-job")
-
-        def seen() -> list[str]:
-            view = next((v for v in informer.node_views(RULES) if v.name == name), None)
-            return [] if view is None else [p.name for p in view.pods]
-
-        async with asyncio.timeout(30):
-            while seen() != ["watched-job-0"]:
-                await asyncio.sleep(0.05)
-        # A change made after the list arrives through the watch.
-        merge = "application/merge-patch+json"
-        patch = {"metadata": {"labels": {"example.com/rack": "r2"}}}
-        assert real.request("PATCH", f"/api/v1/nodes/{name}", patch, content_type=merge)[0] == 200
-        async with asyncio.timeout(30):
-            while True:
-                view = next(v for v in informer.node_views(RULES) if v.name == name)
-                if view.labels.get("example.com/rack") == "r2":
-                    break
-                await asyncio.sleep(0.05)
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task

@@ -434,14 +434,14 @@ class Opened:
         requests = emulated.Requests()
         if self.box is not None:
             async with client.ApiClient(emulated.configuration(self.box.url, token)) as api:
-                _log_requests(api, requests)
+                log_requests(api, requests)
                 yield api, requests
             return
         assert self.real is not None
         assert self.home is not None
         path = self.real.kubeconfig(self.home / f"kubeconfig-{token}", token)
         async with kubeclient.api_client(path) as api:
-            _log_requests(api, requests)
+            log_requests(api, requests)
             yield api, requests
 
     def advance(self, seconds: float) -> None:
@@ -509,7 +509,7 @@ class Real:
         try:
             async with kubeclient.api_client(config) as api:
                 requests = emulated.Requests()
-                _log_requests(api, requests)
+                log_requests(api, requests)
                 yield Opened(
                     self.name, made, made.clock, api, requests, real=self.server, home=self.home
                 )
@@ -517,7 +517,7 @@ class Real:
             made.sweep()
 
 
-def _log_requests(api: Any, requests: emulated.Requests) -> None:
+def log_requests(api: Any, requests: emulated.Requests) -> None:
     """Tell ``requests`` of every request ``api`` sends, as the emulator's server tells of what
     it answered (``sandbox.emulator.server.Request``, the same attributes)."""
     rest = api.rest_client

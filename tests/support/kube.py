@@ -70,6 +70,15 @@ class KubeServer:
     ca: Path  # the serving certificate kube-apiserver generated for itself
     version: str  # as /version says it (gitVersion)
     home: Path
+    etcd: str  # etcd's client URL
+
+    def compact(self) -> int:
+        """Compact etcd at its current revision, as kube-apiserver does every few minutes: every
+        older resourceVersion is gone from storage. The revision compacted at."""
+        head = _etcd(self.etcd, "/v3/kv/range", {"key": "AA==", "limit": 1})  # key "\0"
+        revision = int(head["header"]["revision"])
+        _etcd(self.etcd, "/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        return revision
 
     def kubeconfig(self, path: Path, token: str = ADMIN_TOKEN) -> Path:
         """A kubeconfig for ``token``'s user (the admin by default)."""
@@ -174,6 +183,13 @@ async def ask_emulator(
     return out
 
 
+def _etcd(url: str, path: str, body: Any) -> Any:
+    """One call to etcd's JSON gateway."""
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST")
+    with urllib.request.urlopen(req, timeout=30) as answer:
+        return json.loads(answer.read())
+
+
 def _decoded(raw: bytes) -> Any:
     try:
         return json.loads(raw or b"null")
@@ -217,8 +233,9 @@ def _ready(server: KubeServer, processes: list[subprocess.Popen[bytes]], within:
 
 
 @contextlib.contextmanager
-def running(home: Path, within: float = 90.0) -> Iterator[KubeServer]:
-    """etcd and kube-apiserver in ``home`` on free loopback ports, until the block ends."""
+def running(home: Path, within: float = 90.0, flags: Sequence[str] = ()) -> Iterator[KubeServer]:
+    """etcd and kube-apiserver in ``home`` on free loopback ports, until the block ends;
+    ``flags`` go to kube-apiserver."""
     bin_dir = binaries()
     client, peer, secure = free_port(), free_port(), free_port()
     etcd_url = f"http://127.0.0.1:{client}"
@@ -261,6 +278,7 @@ def running(home: Path, within: float = 90.0) -> Iterator[KubeServer]:
         f"--audit-policy-file={policy}",
         f"--audit-log-path={home / 'audit.log'}",
         "--audit-log-mode=blocking",
+        *flags,
     ]
     logs = [(home / "etcd.log").open("wb"), (home / "kube-apiserver.log").open("wb")]
     processes: list[subprocess.Popen[bytes]] = []
@@ -268,10 +286,10 @@ def running(home: Path, within: float = 90.0) -> Iterator[KubeServer]:
         processes.append(subprocess.Popen(etcd_cmd, stdout=logs[0], stderr=subprocess.STDOUT))
         processes.append(subprocess.Popen(apiserver_cmd, stdout=logs[1], stderr=subprocess.STDOUT))
         server = KubeServer(
-            f"https://127.0.0.1:{secure}", home / "certs" / "apiserver.crt", "", home
+            f"https://127.0.0.1:{secure}", home / "certs" / "apiserver.crt", "", home, etcd_url
         )
         version = _ready(server, processes, within)
-        yield KubeServer(server.url, server.ca, version, home)
+        yield KubeServer(server.url, server.ca, version, home, etcd_url)
     finally:
         for p in reversed(processes):
             _stop(p)
