@@ -28,6 +28,12 @@ Waiting
 - ``waits``: ``Pulse`` (event-driven, in process), ``until`` (polling another process),
   ``stop``, ``no_sleep``, watch-event reads.
 
+Two servers
+- ``backends``: ``Emulator`` and ``Real``, what the ``backend`` fixture gives a test: a cluster
+  opened on either, ``Objects`` (the emulator's ``Store`` calls, or the same as HTTP requests to
+  a real kube-apiserver, whose missing kubelet, scheduler, node lifecycle and disruption
+  controllers it plays), the controller's clock, clients as each user with their request logs.
+
 Servers and processes
 - ``kube``: a real kube-apiserver with etcd (built by ``tests/kube/build.sh``), as envtest starts
   them: its own serving certificate, static tokens, RBAC.
