@@ -73,7 +73,6 @@ from tests.support.rbac import (
     CONTROLLER_TOKEN,
     Grant,
     admin_headers,
-    apply_rbac,
     apply_to,
     chart_access,
     grants,
@@ -158,7 +157,7 @@ async def on_emulator(docs: list[Any], tmp_path: Path) -> AsyncIterator[Box]:
         serve(store, schedule_every=0.5, access=access) as url,
         aiohttp.ClientSession(headers=admin_headers()) as session,
     ):
-        await apply_rbac(url, docs)
+        apply_to(store, docs)
         kubeconfig = write_kubeconfig(url, tmp_path / "kubeconfig", token=CONTROLLER_TOKEN)
         user = service_account_of(docs).name
         yield Box(url, session, kubeconfig=kubeconfig, decisions=lambda: access.of(user))
@@ -170,6 +169,7 @@ async def on_real(real: Real, docs: list[Any], tmp_path: Path) -> AsyncIterator[
     scheduler, kubelet and disruption controller played every 0.5 s (``backends.RealCluster``);
     who did what read from the server's own audit log."""
     async with real.open(seeded=True) as opened:
+        mark = real.server.audit_mark()  # what the session's earlier tests asked is not ours
         objects = opened.objects
         add_replicas(objects)
         add_waiting_training(objects, TRAINING_PODS)
@@ -192,7 +192,7 @@ async def on_real(real: Real, docs: list[Any], tmp_path: Path) -> AsyncIterator[
                     real.server.url,
                     session,
                     kubeconfig=real.server.kubeconfig(tmp_path / "kubeconfig", CONTROLLER_TOKEN),
-                    decisions=lambda: real.server.decisions(kube.CONTROLLER_USER),
+                    decisions=lambda: real.server.decisions(kube.CONTROLLER_USER, mark),
                 )
         finally:
             await stop(task)

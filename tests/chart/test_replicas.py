@@ -29,7 +29,7 @@ from sandbox.emulator.store import Store
 from tests.support.chart import NAMESPACE, RELEASE, render
 from tests.support.postgres import PostgresServer, postgres_server
 from tests.support.processes import Pod, as_pod, free_port, probe, start_pod
-from tests.support.rbac import CONTROLLER_TOKEN, admin_headers, apply_rbac, chart_access
+from tests.support.rbac import CONTROLLER_TOKEN, admin_headers, apply_to, chart_access
 from tests.support.waits import until
 
 __all__ = ["postgres_server"]  # the session fixture, imported so that pytest finds it
@@ -101,7 +101,7 @@ async def test_two_replicas_share_the_database_and_hand_over_the_lease(
         aiohttp.ClientSession(headers=admin_headers()) as admin,
         aiohttp.ClientSession() as http,
     ):
-        await apply_rbac(url, docs)
+        apply_to(store, docs)
         kubeconfig = write_kubeconfig(url, tmp_path / "kubeconfig", token=CONTROLLER_TOKEN)
         base = {pod.env["POD_NAME"]: f"http://127.0.0.1:{pod.port}" for pod in pods}
 

@@ -28,15 +28,18 @@ by itself, default service accounts (the ServiceAccount admission plugin is off,
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import signal
 import ssl
 import subprocess
+import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -118,24 +121,39 @@ class KubeServer:
         token: str = ADMIN_TOKEN,
         content_type: str = "application/json",
     ) -> tuple[int, bytes]:
-        """One raw HTTPS request, its answer read to the end (a watch: until the server ends it)."""
+        """One raw HTTPS request, its answer read to the end (a watch: until the server ends it).
+        Requests share one kept-alive connection per server, one request at a time (a TLS
+        handshake per request would cost the suite much of its time on this server); one the
+        server closed while idle is opened again and the request sent once more."""
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        req.add_header("Authorization", f"Bearer {token}")
-        req.add_header("Content-Type", content_type)
-        context = ssl.create_default_context(cafile=str(self.ca))
-        try:
-            with urllib.request.urlopen(req, context=context, timeout=30) as answer:
-                return answer.status, answer.read()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read()
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": content_type}
+        kept = _kept.setdefault(self.url, _Kept(self.url, self.ca))
+        with kept.lock:
+            for attempt in range(2):
+                try:
+                    connection = kept.open()
+                    connection.request(method, path, body=data, headers=headers)
+                    answer = connection.getresponse()
+                    return answer.status, answer.read()
+                except (http.client.HTTPException, OSError):
+                    kept.close()
+                    if attempt:
+                        raise
+        raise AssertionError("unreachable")
 
-    def decisions(self, user: str) -> list[Decision]:
-        """What kube-apiserver's own audit log says it decided for ``user``'s requests so far:
-        one ``Decision`` per request (the emulator's record, from the real server's)."""
+    def audit_mark(self) -> int:
+        """Where the audit log ends now: ``decisions`` from here on are a test's own."""
+        log = self.home / "audit.log"
+        return log.stat().st_size if log.exists() else 0
+
+    def decisions(self, user: str, since: int = 0) -> list[Decision]:
+        """What kube-apiserver's own audit log says it decided for ``user``'s requests after
+        ``since`` (an ``audit_mark``): one ``Decision`` per request (the emulator's record,
+        from the real server's)."""
         seen: dict[str, Decision] = {}
         log = self.home / "audit.log"
-        for line in log.read_text(encoding="utf-8").splitlines() if log.exists() else ():
+        text = log.read_bytes()[since:] if log.exists() else b""
+        for line in text.decode().splitlines():
             event = json.loads(line)
             if event["user"]["username"] != user or event["auditID"] in seen:
                 continue
@@ -163,6 +181,33 @@ _AUDIT_POLICY = {
     "omitStages": ["RequestReceived"],
     "rules": [{"level": "Metadata", "users": [CONTROLLER_USER]}, {"level": "None"}],
 }
+
+
+@dataclass
+class _Kept:
+    """A server's kept-alive connection, and the lock that lets one request use it at a time."""
+
+    url: str
+    ca: Path
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    connection: http.client.HTTPSConnection | None = None
+
+    def open(self) -> http.client.HTTPSConnection:
+        if self.connection is None:
+            where = urllib.parse.urlsplit(self.url)
+            context = ssl.create_default_context(cafile=str(self.ca))
+            self.connection = http.client.HTTPSConnection(
+                where.hostname or "", where.port, context=context, timeout=30
+            )
+        return self.connection
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+            self.connection = None
+
+
+_kept: dict[str, _Kept] = {}  # by server URL
 
 Call = tuple[str, str, Any, str]  # method, path, body, content type
 
@@ -291,6 +336,9 @@ def running(home: Path, within: float = 90.0, flags: Sequence[str] = ()) -> Iter
         version = _ready(server, processes, within)
         yield KubeServer(server.url, server.ca, version, home, etcd_url)
     finally:
+        kept = _kept.pop(f"https://127.0.0.1:{secure}", None)
+        if kept is not None:
+            kept.close()
         for p in reversed(processes):
             _stop(p)
         for log in logs:

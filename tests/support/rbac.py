@@ -1,10 +1,10 @@
 """The Helm chart's RBAC in a test's cluster, and what it granted against what was used.
 
-``apply_rbac`` puts the rendered ServiceAccount, ClusterRole(s), Role(s) and bindings into the
-emulator through its API as an admin (``system:masters``), so the controller can run as the
-chart's service account under exactly the rendered rules (``chart_access`` gives both tokens);
-``apply_to`` does the same on either backend (``backends.Objects``) and, on a real
-kube-apiserver, waits until its authorizer allows every rendered grant. ``grants`` reads what
+``apply_to`` puts the rendered ServiceAccount, ClusterRole(s), Role(s) and bindings into a
+cluster (``backends.Objects``: the emulator's store, or a real kube-apiserver as its admin, where
+it waits until the authorizer allows every rendered grant), so the controller can run as the
+chart's service account under exactly the rendered rules (``chart_access`` gives the emulator
+both tokens). ``grants`` reads what
 the rules grant, and ``unused``/``used`` compare it with the decisions the emulator's authorizer
 recorded (``Access.decisions``).
 """
@@ -15,8 +15,6 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
-
-import aiohttp
 
 from sandbox.emulator.auth import Access, Decision, admin, service_account
 from sandbox.emulator.rbac import User
@@ -32,15 +30,6 @@ from tests.support.backends import Objects, RealCluster
 
 ADMIN_TOKEN = kube.ADMIN_TOKEN  # a system:masters user: the test itself, applying manifests
 CONTROLLER_TOKEN = kube.CONTROLLER_TOKEN  # the chart's service account: the controller
-RBAC_GROUP = "rbac.authorization.k8s.io"
-# Where each applied kind is created (all namespaced ones in their own namespace).
-_COLLECTIONS = {
-    "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
-    "ClusterRole": f"/apis/{RBAC_GROUP}/v1/clusterroles",
-    "ClusterRoleBinding": f"/apis/{RBAC_GROUP}/v1/clusterrolebindings",
-    "Role": f"/apis/{RBAC_GROUP}/v1/namespaces/{{ns}}/roles",
-    "RoleBinding": f"/apis/{RBAC_GROUP}/v1/namespaces/{{ns}}/rolebindings",
-}
 Doc = dict[str, Any]
 
 
@@ -60,18 +49,6 @@ def admin_headers() -> dict[str, str]:
     return {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
-async def apply_rbac(url: str, docs: Iterable[Doc]) -> list[Doc]:
-    """Create the chart's ServiceAccount and RBAC objects in the emulator at ``url``, as the
-    admin, through the API (a 201 each); returns what was applied."""
-    applied = [d for d in docs if d.get("kind") in _COLLECTIONS]
-    async with aiohttp.ClientSession(headers=admin_headers()) as session:
-        for doc in applied:
-            path = _COLLECTIONS[doc["kind"]].format(ns=doc["metadata"].get("namespace", ""))
-            async with session.post(url + path, json=doc) as response:
-                assert response.status == 201, await response.text()
-    return applied
-
-
 _TYPES = {
     "ServiceAccount": SERVICEACCOUNTS,
     "ClusterRole": CLUSTERROLES,
@@ -89,13 +66,13 @@ def apply_to(objects: Objects, docs: Iterable[Doc], within: float = 10.0) -> lis
         objects.create(_TYPES[doc["kind"]], doc["metadata"].get("namespace"), doc)
     if isinstance(objects, RealCluster):
         user = service_account_of(applied)
-        waiting = {g for g in grants(applied) if not g.names}
+        waiting = {(g, name) for g in grants(applied) for name in g.names or ("",)}
         deadline = time.monotonic() + within
         while waiting:
             waiting = {
-                g
-                for g in waiting
-                if not objects.allowed(user, g.verb, g.group, g.resource, g.namespace)
+                (g, name)
+                for g, name in waiting
+                if not objects.allowed(user, g.verb, g.group, g.resource, g.namespace, name)
             }
             if waiting and time.monotonic() > deadline:
                 raise TimeoutError(f"kube-apiserver does not allow {sorted(waiting)}")
