@@ -8,7 +8,7 @@ from typing import Any
 
 import pydantic
 
-from strategies import base, baselines, forecast, watermark, window
+from strategies import base, baselines, forecast, peak, watermark, window
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,7 @@ _ENTRIES: dict[str, Entry] = {
     "forecast": Entry(forecast.Params, forecast.Forecast, forecast.__doc__ or ""),
     "watermark": Entry(watermark.Params, watermark.Watermark, watermark.__doc__ or ""),
     "window": Entry(window.Params, window.Window, window.__doc__ or ""),
+    "peak": Entry(peak.Params, peak.Peak, peak.__doc__ or ""),
     "static": Entry(baselines.NoParams, baselines.Static, "never lend"),
     "cron": Entry(baselines.CronParams, baselines.Cron, "lend everything inside fixed hours"),
     "reactive": Entry(baselines.NoParams, baselines.Reactive, "lend what current load leaves"),

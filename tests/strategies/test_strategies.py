@@ -93,8 +93,17 @@ def test_the_reactive_baseline_lends_what_current_load_leaves() -> None:
     assert registry.build("reactive").decide(view(demand=50.0)).lend_target == 16 - 6
 
 
+def test_the_peak_rule_keeps_what_the_window_s_peak_needs_until_the_window_has_passed() -> None:
+    strategy = registry.build("peak", {"window_minutes": 60, "margin": 0.15})
+    spiked = [10.0] * 30 + [100.0] + [10.0] * 29
+    # 100 rps x 1.15 x 1.2 headroom / 10 rps per node: 14 nodes kept of 16.
+    assert strategy.decide(view(history=spiked)).lend_target == 16 - 14
+    aged = spiked + [10.0] * 31  # the spike is 61 minutes old
+    assert strategy.decide(view(history=aged)).lend_target == 16 - 2
+
+
 def test_strategies_hold_when_demand_is_unknown() -> None:
-    for name in ("forecast", "watermark"):
+    for name in ("forecast", "watermark", "peak"):
         proposal = registry.build(name).decide(view(demand=None, lent=3))
         assert proposal.lend_target == 3, name
 

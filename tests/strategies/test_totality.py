@@ -84,11 +84,20 @@ def cron_params(draw: st.DrawFn) -> dict[str, Any]:
     return {"hours": _hours(draw)}
 
 
+@st.composite
+def peak_params(draw: st.DrawFn) -> dict[str, Any]:
+    return {
+        "window_minutes": draw(st.integers(1, 7 * 24 * 60)),
+        "margin": draw(st.floats(0, 100)),
+    }
+
+
 # Every registered strategy, with the parameters it may be built with (beside its defaults).
 PARAMS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     "forecast": forecast_params(),
     "watermark": watermark_params(),
     "window": window_params(),
+    "peak": peak_params(),
     "cron": cron_params(),
     "static": st.just({}),
     "reactive": st.just({}),

@@ -1,0 +1,45 @@
+"""Keep what the recent peak needs, with a margin: lend ``size - need(max demand over the last
+``window_minutes`` x (1 + margin))``.
+
+A rule a few lines long, and a strong one on jumpy services: a load that jumped once within the
+window is assumed to be able to jump as high again, so the pool keeps room for it until the
+window has passed. Its weakness is the ramp nothing recent foresees (a morning rise) and the
+harvest a long window gives up on a smooth load. ``forecast`` answers both; ``peak`` is the
+frontier the robustness suite (``bench/robustness.py``) holds it to.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import ClassVar
+
+import pydantic
+
+from rebalancer.core import model
+from strategies import base
+
+
+class Params(base.Params):
+    window_minutes: int = pydantic.Field(default=60, ge=1, le=7 * 24 * 60)
+    margin: float = pydantic.Field(default=0.15, ge=0.0, le=100.0)
+
+
+class Peak:
+    name: ClassVar[str] = "peak"
+    reads_history: ClassVar[bool] = True
+
+    def __init__(self, params: Params) -> None:
+        self.params = params
+
+    def decide(self, pool: model.PoolView) -> model.Proposal:
+        if pool.demand is None:
+            return model.Proposal(pool.lent, "peak: demand unknown, holding")
+        since = pool.now - timedelta(minutes=self.params.window_minutes)
+        top = max([pool.demand.value, *pool.history.window(since, pool.now)])
+        keep = pool.need(top * (1.0 + self.params.margin))
+        return model.Proposal(
+            max(0, pool.size - keep),
+            f"peak: {top:.1f} rps at most over {self.params.window_minutes} min, "
+            f"+{self.params.margin:.0%}, keeps {keep}",
+            {"peak_rps": top, "keep": keep, "margin": self.params.margin},
+        )
