@@ -65,11 +65,12 @@ Obj = dict[str, Any]
 NOT_READY = "node.kubernetes.io/not-ready"
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 _MERGE = "application/merge-patch+json"
-# What the sweep leaves alone: kube-apiserver's own identity Leases (in kube-system).
-_MADE_HERE = "tests.rebalancer.io/made-here"  # on the objects a sweep deletes by label
+# What a sweep deletes in every namespace, then what it deletes by the label the tests' objects
+# carry, and the Leases it leaves alone: kube-apiserver's own identity Leases (in kube-system).
+_SWEPT = ("/api/v1/{ns}/pods", "/apis/policy/v1/{ns}/poddisruptionbudgets", "/api/v1/{ns}/events")
+_MADE_HERE = "tests.rebalancer.io/made-here"
 _SWEPT_BY_LABEL = (SERVICEACCOUNTS, *RBAC)
 _NOT_SERVERS = "labelSelector=" + urllib.parse.quote("!apiserver.kubernetes.io/identity")
-_SWEPT = ("/api/v1/{ns}/pods", "/apis/policy/v1/{ns}/poddisruptionbudgets", "/api/v1/{ns}/events")
 
 
 class Objects(Protocol):
