@@ -215,16 +215,19 @@ class Job:
     label: str
     strategy: str
     params: dict[str, Any]
+    slo: engine.Slo | None = None
 
 
 def grid_label(w: int, k: float) -> str:
     return f"peak w={w} k={k:g}"
 
 
-def jobs(chosen: Sequence[Scenario], default: tuple[str, dict[str, Any]]) -> list[Job]:
+def jobs(
+    chosen: Sequence[Scenario], default: tuple[str, dict[str, Any]], slo: engine.Slo | None
+) -> list[Job]:
     out = []
     for s in chosen:
-        out.append(Job(s, "default", *default))
+        out.append(Job(s, "default", *default, slo))
         out.append(Job(s, "watermark", "watermark", {}))
         out += [
             Job(s, grid_label(w, k), "peak", {"window_minutes": w, "margin": k})
@@ -236,7 +239,8 @@ def jobs(chosen: Sequence[Scenario], default: tuple[str, dict[str, Any]]) -> lis
 
 def run(job: Job) -> tuple[str, Point]:
     pool = engine.PoolModel(zone=job.scenario.zone)
-    figures = engine.run(job.scenario.trace, registry.build(job.strategy, job.params), pool).figures
+    strategy = registry.build(job.strategy, job.params)
+    figures = engine.run(job.scenario.trace, strategy, pool, slo=job.slo).figures
     point = Point(job.label, figures.harvest_ratio, figures.breach_minutes, figures.reclaims)
     return job.scenario.name, point
 
@@ -319,6 +323,11 @@ def main() -> int:
     parser.add_argument("--plots", type=Path, help="write a plot per scenario here")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     parser.add_argument(
+        "--slo",
+        type=int,
+        help="give the default an error budget of this many breach minutes per rolling 7 days",
+    )
+    parser.add_argument(
         "--cache",
         type=Path,
         help="keep the runs of everything but the default in this JSON file, and reuse them "
@@ -329,10 +338,11 @@ def main() -> int:
     wanted = set(filter(None, args.scenarios.split(",")))
     chosen = [s for s in every if not wanted or s.name in wanted]
     started = time.perf_counter()
+    slo = None if args.slo is None else engine.Slo(args.slo)
     cached = _load(args.cache)
     todo = [
         j
-        for j in jobs(chosen, (args.strategy, json.loads(args.params)))
+        for j in jobs(chosen, (args.strategy, json.loads(args.params)), slo)
         if j.label == "default" or (j.scenario.name, j.label) not in cached
     ]
     with ProcessPoolExecutor(max_workers=args.jobs) as workers:
@@ -350,7 +360,8 @@ def main() -> int:
         by_scenario.setdefault(name, []).append(point)
     if args.plots:
         args.plots.mkdir(parents=True, exist_ok=True)
-    print(f"default: {args.strategy} {args.params}")
+    budget = "" if slo is None else f", error budget {slo.max_breach_minutes} min per 7 days"
+    print(f"default: {args.strategy} {args.params}{budget}")
     print(f"{'scenario':16} {'harvest':>7} {'breach':>6}  {'nearest grid point':28} dominated by")
     dominated_on = []
     for s in chosen:

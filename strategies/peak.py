@@ -6,6 +6,11 @@ window is assumed to be able to jump as high again, so the pool keeps room for i
 window has passed. Its weakness is the ramp nothing recent foresees (a morning rise) and the
 harvest a long window gives up on a smooth load. ``forecast`` answers both; ``peak`` is the
 frontier the robustness suite (``bench/robustness.py``) holds it to.
+
+With an error budget (``PoolView.budget``) and ``spent_margin`` set, the margin moves with the
+budget: ``margin`` while none of it is spent, ``spent_margin`` once it is gone, in proportion in
+between, so a pool that breaches widens its margin and one that does not narrows it again as
+its breaches leave the budget's window.
 """
 
 from __future__ import annotations
@@ -21,7 +26,15 @@ from strategies import base
 
 class Params(base.Params):
     window_minutes: int = pydantic.Field(default=60, ge=1, le=7 * 24 * 60)
-    margin: float = pydantic.Field(default=0.15, ge=0.0, le=100.0)
+    margin: float = pydantic.Field(
+        default=0.15, ge=0.0, le=100.0, description="the margin; with a budget, while unspent"
+    )
+    spent_margin: float | None = pydantic.Field(
+        default=None,
+        ge=0.0,
+        le=100.0,
+        description="with an error budget, the margin once it is spent (None: margin)",
+    )
 
 
 class Peak:
@@ -36,10 +49,19 @@ class Peak:
             return model.Proposal(pool.lent, "peak: demand unknown, holding")
         since = pool.now - timedelta(minutes=self.params.window_minutes)
         top = max([pool.demand.value, *pool.history.window(since, pool.now)])
-        keep = pool.need(top * (1.0 + self.params.margin))
+        margin = self.margin(pool.budget)
+        keep = pool.need(top * (1.0 + margin))
         return model.Proposal(
             max(0, pool.size - keep),
             f"peak: {top:.1f} rps at most over {self.params.window_minutes} min, "
-            f"+{self.params.margin:.0%}, keeps {keep}",
-            {"peak_rps": top, "keep": keep, "margin": self.params.margin},
+            f"+{margin:.0%}, keeps {keep}",
+            {"peak_rps": top, "keep": keep, "margin": margin},
         )
+
+    def margin(self, budget: model.ErrorBudget | None) -> float:
+        """``margin`` while the budget is unspent, ``spent_margin`` once it is gone, and in
+        between in proportion to what the rolling window has spent."""
+        low, high = self.params.margin, self.params.spent_margin
+        if budget is None or high is None:
+            return low
+        return low + (high - low) * min(1.0, budget.burned)

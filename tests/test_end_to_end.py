@@ -198,7 +198,10 @@ async def on_real(real: Real, docs: list[Any], tmp_path: Path) -> AsyncIterator[
             await stop(task)
 
 
-def on(backend: Backend, docs: list[Any], tmp_path: Path) -> Any:
+def on(
+    backend: Backend, docs: list[Any], tmp_path: Path
+) -> contextlib.AbstractAsyncContextManager[Box]:
+    """The scenario's cluster on ``backend``."""
     return (
         on_real(backend, docs, tmp_path)
         if isinstance(backend, Real)

@@ -160,6 +160,24 @@ class DemandHistory:
         return DemandHistory(start=at, step=timedelta(minutes=1), values=(), end_index=0)
 
 
+@dataclass(frozen=True, slots=True)
+class ErrorBudget:
+    """How much risk a pool may still take: breach minutes allowed per rolling ``window``, and
+    how many the window before ``now`` has spent. A strategy spends it instead of a fixed
+    margin: wider while it burns, narrower while it is unspent."""
+
+    allowed_minutes: int
+    window: timedelta
+    spent_minutes: int
+
+    @property
+    def burned(self) -> float:
+        """The share spent: 0 untouched, 1 (or more) gone; a budget of zero is always gone."""
+        if self.allowed_minutes <= 0:
+            return 1.0
+        return self.spent_minutes / self.allowed_minutes
+
+
 @dataclass(frozen=True)
 class PoolView:
     """What a strategy sees of one pool at ``now``."""
@@ -176,6 +194,9 @@ class PoolView:
     headroom: float
     return_time: timedelta  # from a reclaim decision until the node serves warm again
     zone: str  # the pool's time zone, for strategies that think in local hours
+    # The pool's error budget, where one is measured; None: no budget, fixed margins. The
+    # simulator measures it (``rebalancer simulate --slo``); the controller does not yet.
+    budget: ErrorBudget | None = None
 
     def need(self, rps: float) -> int:
         """Nodes that must serve ``rps`` with headroom, never fewer than the minimum."""

@@ -18,6 +18,7 @@ limit (``oracle_plan``).
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -99,6 +100,16 @@ class PoolModel:
 
 
 @dataclass(frozen=True)
+class Slo:
+    """An error budget: at most ``max_breach_minutes`` breach minutes per rolling ``window``.
+    The simulator counts a minute as breached when warm capacity is below demand (``breached``),
+    and shows the strategy the budget left before each minute (``PoolView.budget``)."""
+
+    max_breach_minutes: int
+    window: timedelta = timedelta(days=7)
+
+
+@dataclass(frozen=True)
 class Minute:
     time: datetime
     demand_rps: float | None
@@ -165,6 +176,7 @@ def run(
     baseline: bool = False,
     keys: nodestate.Keys | None = None,
     on_minute: Callable[[], object] | None = None,
+    slo: Slo | None = None,
 ) -> Run:
     keys = keys or nodestate.Keys()
     rps_per_node = pool_model.calibrate(trace)
@@ -175,6 +187,7 @@ def run(
     queue = 0.0
     reclaims = loans = 0
     belief = demand_belief.start(trace.start)
+    breaches: deque[int] = deque()  # the breached minutes within the SLO's window
     for t, demand in enumerate(trace.rps):
         now = trace.start + MINUTE * t
         fake.advance(now)
@@ -183,6 +196,11 @@ def run(
         )
         lent_now = fake.counts(now)[1]
         view = policy.view(POOL, now, snapshot.pools[POOL], lent_now)
+        if slo is not None:
+            while breaches and breaches[0] <= t - slo.window / MINUTE:
+                breaches.popleft()
+            budget = model.ErrorBudget(slo.max_breach_minutes, slo.window, len(breaches))
+            view = replace(view, budget=budget)
         answer = _answer(strategy, view)
         plan = tick.plan_tick(snapshot, {POOL: answer}, {POOL: tick.PoolRules(policy)}, keys).plan
         steps = plan.steps
@@ -193,6 +211,8 @@ def run(
         if demand is not None:
             queue = max(0.0, queue + (demand - rps_per_node * serving) * 60.0)
         timeline.append(Minute(now, demand, need[t], serving, lent, returning, queue))
+        if slo is not None and breached(timeline[-1], rps_per_node):
+            breaches.append(t)
         if on_minute is not None:
             on_minute()
     figures = score(timeline, need, pool_model, rps_per_node, fake.loan_minutes, loans, reclaims)

@@ -2,9 +2,9 @@
 
 The pinned release is the one running; RBAC refuses the controller's user until a role grants
 it; a stale resourceVersion and a budget that allows no disruption get the same ``Status`` (409,
-429) from both servers, through the controller's own writer. Everything else the controller does
-runs on the real server as the same tests as on the emulator (the ``backend`` parameter,
-``tests/support/backends.py``), and ``test_conformance.py`` compares raw answers.
+429) from both servers, and the writer reads the 429 as a blocked eviction. Everything else the
+controller does runs on the real server as the same tests as on the emulator (the ``backend``
+parameter, ``tests/support/backends.py``), and ``test_conformance.py`` compares raw answers.
 
 No kubelet runs: a pod is bound by ``spec.nodeName`` at creation, its Running status and a
 budget's status are written through their ``status`` subresources, as those components would.

@@ -122,3 +122,38 @@ def test_a_gap_minute_is_never_scored_as_a_breach() -> None:
     trace = trace_of([144.0] + [None] * 5 + [20.0] * 10)
     run = engine.run(trace, registry.build("reactive"), POOL, baseline=True)
     assert run.figures.breach_minutes == 0
+
+
+class BudgetSpy:
+    """The reactive baseline, recording the error budget it is shown before each minute."""
+
+    name: ClassVar[str] = "budget-spy"
+    reads_history: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        self.inner = registry.build("reactive")
+        self.budgets: list[model.ErrorBudget | None] = []
+
+    def decide(self, pool: model.PoolView) -> model.Proposal:
+        self.budgets.append(pool.budget)
+        return self.inner.decide(pool)
+
+
+def test_with_an_slo_each_minute_shows_the_breaches_of_the_window_before_it() -> None:
+    spy = BudgetSpy()
+    slo = engine.Slo(max_breach_minutes=5, window=timedelta(minutes=10))
+    run = engine.run(BURST, spy, POOL, baseline=True, slo=slo)
+    assert run.figures.breach_minutes == 8  # minutes 60 to 67, as without a budget
+    spent = [b.spent_minutes for b in spy.budgets if b is not None]
+    assert spent == [sum(1 for b in range(60, 68) if t - 10 < b < t) for t in range(90)]
+    assert {(b.allowed_minutes, b.window) for b in spy.budgets if b is not None} == {
+        (5, timedelta(minutes=10))
+    }
+    assert spy.budgets[68] is not None
+    assert spy.budgets[68].burned == 8 / 5
+
+
+def test_without_an_slo_a_strategy_sees_no_budget() -> None:
+    spy = BudgetSpy()
+    engine.run(BURST, spy, POOL, baseline=True)
+    assert set(spy.budgets) == {None}

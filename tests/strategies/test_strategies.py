@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from rebalancer.core import model
 from sandbox.sim import engine
 from sandbox.sim.traces import MINUTE, Trace
-from strategies import registry
+from strategies import peak, registry
 
 NOW = datetime(2026, 1, 5, 5, 51, tzinfo=UTC)
 
@@ -100,6 +101,26 @@ def test_the_peak_rule_keeps_what_the_window_s_peak_needs_until_the_window_has_p
     assert strategy.decide(view(history=spiked)).lend_target == 16 - 14
     aged = spiked + [10.0] * 31  # the spike is 61 minutes old
     assert strategy.decide(view(history=aged)).lend_target == 16 - 2
+
+
+@pytest.mark.parametrize(
+    ("budget", "margin"),
+    [
+        pytest.param(None, 0.1, id="no budget"),
+        pytest.param(model.ErrorBudget(10, timedelta(days=7), 0), 0.1, id="unspent"),
+        pytest.param(model.ErrorBudget(10, timedelta(days=7), 5), 0.3, id="half spent"),
+        pytest.param(model.ErrorBudget(10, timedelta(days=7), 25), 0.5, id="overspent"),
+        pytest.param(model.ErrorBudget(0, timedelta(days=7), 0), 0.5, id="none allowed"),
+    ],
+)
+def test_the_peak_rule_widens_its_margin_as_the_error_budget_burns(
+    budget: model.ErrorBudget | None, margin: float
+) -> None:
+    strategy = registry.build("peak", {"margin": 0.1, "spent_margin": 0.5})
+    assert isinstance(strategy, peak.Peak)
+    assert strategy.margin(budget) == pytest.approx(margin)
+    proposal = strategy.decide(replace(view(history=[50.0] * 60), budget=budget))
+    assert proposal.evidence["margin"] == pytest.approx(margin)
 
 
 def test_strategies_hold_when_demand_is_unknown() -> None:

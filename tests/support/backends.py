@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import time
 import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -144,7 +145,7 @@ class RealCluster:
             self._priority_class(obj)
         if rt in _SWEPT_BY_LABEL:
             obj["metadata"].setdefault("labels", {})[_MADE_HERE] = "true"
-        made = self._ask("POST", path(rt, namespace), obj)
+        made = self._post(path(rt, namespace), obj)
         if rt is NODES:
             made = self._ready_node(made)
         if rt not in (PODS, PDBS):
@@ -317,6 +318,18 @@ class RealCluster:
             body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
             self._ensure("/api/v1/namespaces", body)
             self.namespaces.add(name)
+
+    def _post(self, collection: str, body: Obj, within: float = 10.0) -> Obj:
+        """Create ``body``. A PriorityClass just created reaches the Priority admission plugin's
+        cache a moment later; until then the pod is refused as naming none, and is sent again."""
+        deadline = time.monotonic() + within
+        while True:
+            try:
+                return self._ask("POST", collection, body)
+            except status.ApiError as error:
+                if "no PriorityClass with name" not in str(error) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def _ensure(self, collection: str, body: Obj) -> None:
         """Create ``body`` unless it exists already."""
