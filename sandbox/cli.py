@@ -19,7 +19,7 @@ from rebalancer.errors import ConfigError
 from strategies import registry
 
 if TYPE_CHECKING:
-    from sandbox.sim.engine import PoolModel
+    from sandbox.sim.engine import PoolModel, Slo
 
 
 def simulate(argv: Sequence[str]) -> int:
@@ -54,10 +54,17 @@ def simulate(argv: Sequence[str]) -> int:
     sim.add_argument("--drain", type=float, default=120, help="seconds to drain a node (120)")
     sim.add_argument("--warmup", type=float, default=300, help="inference cold start s (300)")
     sim.add_argument("--tz", default="UTC", help="the pool's IANA time zone (UTC)")
+    sim.add_argument(
+        "--slo",
+        type=int,
+        metavar="MINUTES",
+        help="an error budget: breach minutes per rolling 7 days the strategies may spend",
+    )
     sim.add_argument("--out", required=True, type=Path, help="directory for the results")
     sim.add_argument("--quiet", action="store_true", help="no progress bar, no table")
     args = sim.parse_args(argv)
     pool = _pool_model(args)
+    slo = _slo(args.slo)
     trace = traces.load(args.trace, args.service)
     strategies = args.strategy or [registry.DEFAULT]
     summary = replay(
@@ -67,11 +74,22 @@ def simulate(argv: Sequence[str]) -> int:
         args.out,
         params=_strategy_params(args.params),
         progress=not args.quiet,
+        slo=slo,
     )
     if not args.quiet:
         print(report.markdown(summary))
         print(f"results in {args.out}/")
     return 0
+
+
+def _slo(minutes: int | None) -> Slo | None:
+    if minutes is None:
+        return None
+    if minutes < 0:
+        raise ConfigError(f"--slo={minutes}: must be >= 0 breach minutes per 7 days")
+    from sandbox.sim.engine import Slo
+
+    return Slo(minutes)
 
 
 def _pool_model(args: argparse.Namespace) -> PoolModel:

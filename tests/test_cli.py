@@ -174,3 +174,30 @@ def test_a_command_that_cannot_be_loaded_does_not_break_the_others(
     assert "broken" in out
     assert "(cannot be loaded: ModuleNotFoundError" in out
     assert "reclaim" in out
+
+
+def test_simulate_with_an_slo_shows_the_strategies_a_budget_and_reports_what_they_spent(
+    small_trace: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    params = 'peak={"window_minutes": 10, "margin": 0, "spent_margin": 1}'
+    argv = ["simulate", "--trace", str(small_trace), "--strategy", "peak", "--params", params]
+    assert cli.main([*argv, "--slo", "10", "--out", str(out), "--quiet"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["slo"] == {"max_breach_minutes": 10, "window_days": 7}
+    spent = {n: f["budget_spent_minutes"] for n, f in summary["strategies"].items()}
+    # Two days: the most any 7-day window spent is every breach minute of the run.
+    assert spent == {n: f["breach_minutes"] for n, f in summary["strategies"].items()}
+    assert spent["reactive"] > 0
+    assert "Error budget: 10 breach minutes per rolling 7 days" in (out / "report.md").read_text()
+    plain = tmp_path / "plain"
+    assert cli.main([*argv, "--out", str(plain), "--quiet"]) == 0
+    assert json.loads((plain / "summary.json").read_text())["slo"] is None
+
+
+def test_simulate_refuses_a_negative_slo(
+    small_trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["simulate", "--trace", str(small_trace), "--slo", "-1", "--out", str(tmp_path)]
+    assert cli.main(argv) == 2
+    assert "--slo=-1: must be >= 0 breach minutes per 7 days" in capsys.readouterr().err

@@ -259,6 +259,21 @@ def _observe(
     return model.Snapshot(now=now, pools={POOL: pool}), belief
 
 
+def most_spent(timeline: Sequence[Minute], rps_per_node: float, window: timedelta) -> int:
+    """The most breach minutes any rolling ``window`` of the run held: what it spent of an error
+    budget at its worst."""
+    span = window / MINUTE
+    held: deque[int] = deque()
+    most = 0
+    for t, m in enumerate(timeline):
+        if breached(m, rps_per_node):
+            held.append(t)
+        while held and held[0] <= t - span:
+            held.popleft()
+        most = max(most, len(held))
+    return most
+
+
 def breached(m: Minute, rps_per_node: float) -> bool:
     """A minute whose demand is above what its warm nodes serve (docs/evaluation.md)."""
     return m.demand_rps is not None and rps_per_node * m.serving < m.demand_rps - 1e-9

@@ -22,9 +22,11 @@ def simulate(
     out: Path,
     params: Mapping[str, Mapping[str, Any]] | None = None,
     progress: bool = True,
+    slo: engine.Slo | None = None,
 ) -> dict[str, Any]:
     """Run ``strategies`` (with every guard), the baselines and the oracle (without the guards
-    in ``engine.BASELINE_DROPS``); write the report to ``out``.
+    in ``engine.BASELINE_DROPS``); write the report to ``out``. With ``slo``, the strategies
+    (not the baselines) are shown that error budget and may spend it.
 
     Strategy parameters are validated before anything runs, so a typo costs no time.
     """
@@ -49,5 +51,8 @@ def simulate(
         tick = bar.update if progress else None
         for strategy, baseline in [*built, (oracle, True)]:
             bar.set_postfix_str(strategy.name)
-            runs.append(engine.run(trace, strategy, pool, baseline=baseline, on_minute=tick))
-    return report.write_all(out, trace, pool, rps_per_node, runs)
+            budget = None if baseline else slo
+            runs.append(
+                engine.run(trace, strategy, pool, baseline=baseline, on_minute=tick, slo=budget)
+            )
+    return report.write_all(out, trace, pool, rps_per_node, runs, slo)

@@ -157,3 +157,9 @@ def test_without_an_slo_a_strategy_sees_no_budget() -> None:
     spy = BudgetSpy()
     engine.run(BURST, spy, POOL, baseline=True)
     assert set(spy.budgets) == {None}
+
+
+def test_the_most_a_window_spent_counts_the_breaches_of_the_worst_window() -> None:
+    run = engine.run(BURST, registry.build("reactive"), POOL, baseline=True)  # breaches 60..67
+    assert engine.most_spent(run.timeline, 10.0, timedelta(minutes=5)) == 5
+    assert engine.most_spent(run.timeline, 10.0, timedelta(days=7)) == 8
