@@ -109,6 +109,13 @@ def plan_tick(
     return Decision(model.Plan(now=snapshot.now, pools=plans), proposals, failures)
 
 
+def costs(pool: model.PoolSnapshot, policy: PoolPolicy, keys: nodestate.Keys) -> bool:
+    """Whether lending costs the pool now: requests wait beyond its ``queue_limit`` while it has
+    nodes lent. A minute of that is a minute of the pool's error budget spent."""
+    queue = pool.queue
+    return queue is not None and queue.value > policy.queue_limit and lent_count(pool, keys) > 0
+
+
 def lent_count(pool: model.PoolSnapshot, keys: nodestate.Keys) -> int:
     """Nodes lent or being lent: what the safety-only proposal holds."""
     return sum(1 for v in pool.nodes if phase(v, keys) in (Phase.LENDING, Phase.LENT))

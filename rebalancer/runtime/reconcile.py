@@ -70,6 +70,7 @@ from rebalancer.core.tick import (
     FailureKind,
     PoolRules,
     Stage,
+    costs,
     lent_count,
     operator_reclaims,
     phase,
@@ -256,6 +257,8 @@ class Observer(Protocol):
 
     def observe_demand_held(self, states: Mapping[str, bool]) -> None: ...
 
+    def observe_borrowing_cost(self, pool: str) -> None: ...
+
 
 class NoObserver:
     """An ``Observer`` that ignores everything; test observers extend it."""
@@ -297,6 +300,9 @@ class NoObserver:
         pass
 
     def observe_demand_held(self, states: Mapping[str, bool]) -> None:
+        pass
+
+    def observe_borrowing_cost(self, pool: str) -> None:
         pass
 
 
@@ -397,6 +403,7 @@ class Reconciler:
         # overrides are known only here, from the plan.
         self.events: EventRecorder = events or NoEvents()
         self._started: object = _NOT_STARTED  # the leadership term ``start`` last ran for
+        self._costed: dict[PoolName, datetime] = {}  # the last minute counted as a cost, by pool
         self._histories: dict[PoolName, tuple[datetime, model.DemandHistory]] = {}
         self._warned: set[NodeName] = set()
         self._beliefs: dict[PoolName, demand.Belief] = {}
@@ -512,6 +519,19 @@ class Reconciler:
             take_over(pool, view, decision, f"node in flight under {decision!r}, {what}")
         return records, takeovers
 
+    def _count_costs(self, snapshot: model.Snapshot) -> None:
+        """Count each minute in which a pool's requests queue beyond its limit while it has
+        nodes lent (``core.tick.costs``): what lending cost, once per minute however many ticks
+        see it. Only the leader counts, so replicas never count a minute twice."""
+        minute = snapshot.now.replace(second=0, microsecond=0)
+        for pool in self.pools:
+            seen = snapshot.pools.get(pool.name)
+            if seen is None or self._costed.get(pool.name) == minute:
+                continue
+            if costs(seen, pool.policy, self.keys):
+                self._costed[pool.name] = minute
+                self.observer.observe_borrowing_cost(str(pool.name))
+
     # -----------------------------------------------------------------------------------------
     # One tick
 
@@ -548,6 +568,7 @@ class Reconciler:
             log.info("leading since this tick began: start-up runs first next tick")
             return report
         self.observer.observe_plan(plan)
+        self._count_costs(seen.snapshot)
         try:
             tick, written = await self.audit_intents(seen.snapshot, proposals, plan)
         except Exception as exc:  # the store failed: an action with no intent must not happen

@@ -107,6 +107,13 @@ class Telemetry:
             ["pool", "strategy", "kind"],
             registry=r,
         )
+        self.borrowing_cost = Counter(
+            "rebalancer_borrowing_cost_minutes",
+            "Minutes in which the pool's requests queued beyond its queue_limit while it had "
+            "nodes lent: what lending cost, counted by the leader.",
+            ["pool"],
+            registry=r,
+        )
         self.planner_failures = Counter(
             "rebalancer_planner_failures",
             "Planner runs for the pool that raised.",
@@ -219,6 +226,9 @@ class Telemetry:
 
     def observe_demand_held(self, states: Mapping[str, bool]) -> None:
         self._flags(self.demand_held, states)
+
+    def observe_borrowing_cost(self, pool: str) -> None:
+        self.borrowing_cost.labels(pool).inc()
 
     # -----------------------------------------------------------------------------------------
 

@@ -955,6 +955,8 @@ def telemetry_series() -> str:
                     t.observe_reclaim_done(pool, now - timedelta(seconds=20 + 9 * k), now)
                 if 120 <= k < 130:
                     t.observe_audit_failure("tick")
+                if 60 <= k < 66:  # six minutes of h100 queueing with a node lent
+                    t.observe_borrowing_cost("h100")
             elif k == 50:
                 t.observe_audit_failure("query")
             scrape(pod, now)

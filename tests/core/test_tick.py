@@ -95,6 +95,23 @@ def test_the_lent_count_is_the_nodes_lending_or_lent() -> None:
     assert tick.lent_count(pool, f.KEYS) == 2
 
 
+@pytest.mark.parametrize(
+    ("lent", "queued", "costs"),
+    [
+        pytest.param(2, 11.0, True, id="queued beyond the limit with nodes lent"),
+        pytest.param(0, 11.0, False, id="queued with nothing lent: not lending's cost"),
+        pytest.param(2, 10.0, False, id="at the limit"),
+        pytest.param(2, None, False, id="queue unknown"),
+    ],
+)
+def test_lending_costs_a_pool_when_requests_queue_beyond_its_limit_while_nodes_are_lent(
+    lent: int, queued: float | None, costs: bool
+) -> None:
+    queue = None if queued is None else f.demand(queued)
+    pool = f.pool_snapshot([*f.serving_nodes(3), *f.lent_nodes(lent)], f.demand(5.0), queue)
+    assert tick.costs(pool, f.policy(queue_limit=10.0), f.KEYS) is costs
+
+
 def test_an_operator_reclaim_is_one_urgent_operator_step_per_node() -> None:
     plan = tick.operator_reclaims(
         f.T0,

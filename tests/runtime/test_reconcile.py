@@ -13,7 +13,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -123,10 +123,11 @@ def make_reconciler(
     lead: Lead,
     store: MemoryAuditStore,
     seen: Seen | None = None,
+    config: PoolConfig = CONFIG,
 ) -> Reconciler:
     actuator = Actuator(writer, KEYS, SPEC, RULES, box.clock)
     return Reconciler(
-        [CONFIG],
+        [config],
         views=informer,
         metrics=metrics,
         clock=box.clock,
@@ -139,7 +140,7 @@ def make_reconciler(
 
 
 @asynccontextmanager
-async def world() -> AsyncIterator[World]:
+async def world(config: PoolConfig = CONFIG) -> AsyncIterator[World]:
     journal: list[Entry] = []
     async with emulated.running(seeded=True, on_request=journal_node_writes(journal)) as box:
         store = box.store
@@ -157,7 +158,7 @@ async def world() -> AsyncIterator[World]:
         writer = LeaderGatedWriter(kube, lead.may_write, box.clock, lead.identity)
         audit = JournalStore(journal)
         seen = Seen()
-        reconciler = make_reconciler(box, writer, informer, metrics, lead, audit, seen)
+        reconciler = make_reconciler(box, writer, informer, metrics, lead, audit, seen, config)
         task = asyncio.create_task(informer.run())
         try:
             await asyncio.wait_for(informer.synced.wait(), 5)
@@ -260,6 +261,38 @@ async def test_low_demand_lends_idle_nodes_only_and_high_demand_reclaims_them_by
         assert w.seen.lent[1] == {POOL: len(IDLE)}
         assert sorted(p for p, _, _ in w.seen.reclaims) == [POOL] * len(IDLE)
         assert all(started < serving for _, started, serving in w.seen.reclaims)
+
+
+async def test_a_minute_of_queueing_while_nodes_are_lent_is_counted_once_as_lending_s_cost() -> (
+    None
+):
+    async with world() as w:
+        await w.reconciler.start()
+        await w.tick()  # low demand: the idle nodes are lent
+        assert w.seen.costs == []
+        w.metrics.queued[POOL] = 50.0  # beyond the pool's limit (0): serving is short
+        report = await w.tick()
+        assert {a.call for a in report.steps} == {"reclaim"}  # the queue takes the loans back
+        assert w.seen.costs == [POOL]
+        w.advance(10)
+        await w.tick()  # the same minute, and the nodes are no longer lent
+        assert w.seen.costs == [POOL]
+
+
+async def test_lending_s_cost_is_counted_once_per_minute_however_many_ticks_see_it() -> None:
+    # A pool whose queue stops lending but takes nothing back: its loans stay while it queues.
+    keeps = replace(CONFIG, policy=replace(POLICY, queue_reclaims=False))
+    async with world(keeps) as w:
+        await w.reconciler.start()
+        await w.tick()
+        w.metrics.queued[POOL] = 50.0
+        for _ in range(3):  # three ticks within one minute
+            await w.tick()
+            w.advance(15)
+        assert w.seen.costs == [POOL]
+        w.advance(30)  # the next minute
+        await w.tick()
+        assert w.seen.costs == [POOL, POOL]
 
 
 async def test_stale_metrics_stop_lending_and_past_the_grace_the_loans_are_taken_back() -> None:

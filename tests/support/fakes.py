@@ -68,7 +68,7 @@ class Views:
 
 @dataclass
 class Demand:
-    """Each pool's demand in requests per second, and nothing queued.
+    """Each pool's demand in requests per second, and what is queued (nothing, unless set).
 
     ``at`` None: every sample is taken at the moment it is read, on ``clock``; set it to make
     the samples stale. A pool without a figure has no sample at all (unknown demand).
@@ -78,6 +78,7 @@ class Demand:
     clock: Clock
     at: datetime | None = None
     reads: list[PoolName] = field(default_factory=list)
+    queued: dict[PoolName, float] = field(default_factory=dict)  # requests waiting, else 0
 
     async def read(
         self, pool: PoolName, nodes: Iterable[NodeName], now: datetime | None = None
@@ -86,7 +87,8 @@ class Demand:
         at = self.at if self.at is not None else self.clock()
         if pool not in self.rps:
             return PoolMetrics(pool, None, None)
-        return PoolMetrics(pool, model.Sample(self.rps[pool], at), model.Sample(0.0, at))
+        queue = model.Sample(self.queued.get(pool, 0.0), at)
+        return PoolMetrics(pool, model.Sample(self.rps[pool], at), queue)
 
     async def history(
         self,

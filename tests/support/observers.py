@@ -26,6 +26,10 @@ class Seen(NoObserver):
     pressure: list[dict[str, bool]] = field(default_factory=list)
     held: list[dict[str, bool]] = field(default_factory=list)
     unreadable: list[dict[str, int]] = field(default_factory=list)
+    costs: list[str] = field(default_factory=list)  # a pool per minute of borrowing cost
+
+    def observe_borrowing_cost(self, pool: str) -> None:
+        self.costs.append(pool)
 
     def observe_strategy_failure(self, pool: str, strategy: str, kind: str) -> None:
         self.strategy_failures.append((pool, strategy, kind))
