@@ -209,6 +209,8 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
     t.observe_unreadable({"node": 0, "pod": 2})
     t.observe_frozen_under_pressure({"l20": False, "a100": True})
     t.observe_demand_held({"l20": True})
+    t.observe_borrowing_cost("l20")
+    t.observe_borrowing_cost("l20")
 
     async with (
         serve(await memory_store(), telemetry=t) as (_, session),
@@ -232,6 +234,7 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
         "rebalancer_objects_unreadable",
         "rebalancer_frozen_under_pressure",
         "rebalancer_demand_held",
+        "rebalancer_borrowing_cost_minutes",
     }
     lent = got["rebalancer_nodes_lent"]
     assert [(s.labels, s.value) for s in lent] == [({"pool": "l20"}, 2.0)]
@@ -274,6 +277,8 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
     assert value(strategy, total, pool="l20", strategy="forecast", kind="timeout") == 1
     planner = got["rebalancer_planner_failures"]
     assert value(planner, "rebalancer_planner_failures_total", pool="a100") == 1
+    cost = got["rebalancer_borrowing_cost_minutes"]
+    assert value(cost, "rebalancer_borrowing_cost_minutes_total", pool="l20") == 2
     flags = {
         name: [(s.labels, s.value) for s in got[name]]
         for name in (
