@@ -16,7 +16,9 @@ from hypothesis import settings
 
 pytest.register_assert_rewrite("tests.support")
 
-from tests.support import backends, kube  # noqa: E402  (after the assert rewrite is registered)
+# Imported only after register_assert_rewrite, or the asserts of tests.support would not be
+# rewritten (pytest rewrites a module only if it is registered before its first import).
+from tests.support import backends, kube  # noqa: E402  (must follow register_assert_rewrite)
 
 settings.register_profile("rebalancer", deadline=None, print_blob=True)
 settings.load_profile("rebalancer")

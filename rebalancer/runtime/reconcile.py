@@ -799,9 +799,14 @@ class Reconciler:
         for pool in (p for p in self.pools if p.name in plan.pools):
             one = model.Plan(now=plan.now, pools={pool.name: plan.pools[pool.name]})
             built = audit.build_tick(
-                one, snapshot, self._context(pool), self.audit_log.new_id, proposals,
-                {pool.name: pool.policy}, self.keys,
-            )  # fmt: skip
+                one,
+                snapshot,
+                self._context(pool),
+                self.audit_log.new_id,
+                proposals,
+                {pool.name: pool.policy},
+                self.keys,
+            )
             records.extend(built.records)
             intents.update(built.intents)
         return audit.Tick(records=tuple(records), intents=intents)

@@ -83,6 +83,32 @@ class Request:
     status: int
     response: Obj | None = None
 
+    @classmethod
+    def of(
+        cls,
+        method: str,
+        path: str,
+        query: Mapping[str, str],
+        status: int,
+        response: Obj | None = None,
+    ) -> Request:
+        """The request ``method path?query`` answered with ``status``, read as authorization
+        reads it (``rbac.attributes``)."""
+        attrs = rbac.attributes(method, path, query)
+        return cls(
+            method=method,
+            path=path,
+            query=query,
+            verb=attrs.verb,
+            group=attrs.group,
+            resource=attrs.resource,
+            subresource=attrs.subresource,
+            namespace=attrs.namespace,
+            name=attrs.name,
+            status=status,
+            response=response,
+        )
+
     @property
     def is_list(self) -> bool:
         return self.verb == "list"
@@ -386,25 +412,12 @@ def _tell(request: web.Request, code: int, response: web.StreamResponse | None =
         return
     request[_TOLD] = True
     query = MappingProxyType({key: request.query[key] for key in request.query})
-    attrs = rbac.attributes(request.method, request.path, query)
     answered = None
     body = response.body if isinstance(response, web.Response) else None
     if request.method in _WRITES and isinstance(body, bytes):
         with contextlib.suppress(ValueError):  # every answer of ours is JSON; aiohttp's may not be
             answered = json.loads(body)
-    seen = Request(
-        method=request.method,
-        path=request.path,
-        query=query,
-        verb=attrs.verb,
-        group=attrs.group,
-        resource=attrs.resource,
-        subresource=attrs.subresource,
-        namespace=attrs.namespace,
-        name=attrs.name,
-        status=code,
-        response=answered,
-    )
+    seen = Request.of(request.method, request.path, query, code, answered)
     try:
         observer(seen)
     except Exception:  # the observer is the test's; the client's answer stays the server's

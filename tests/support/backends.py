@@ -53,7 +53,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from rebalancer.adapters import kubeclient
-from sandbox.emulator import cluster, disruption, rbac, scheduling, status
+from sandbox.emulator import cluster, disruption, scheduling, status
 from sandbox.emulator.auth import Access, admin, service_account
 from sandbox.emulator.clock import ManualClock, parse_rfc3339
 from sandbox.emulator.rbac import User
@@ -558,19 +558,8 @@ def log_requests(api: Any, requests: emulated.Requests) -> None:
         split = urllib.parse.urlsplit(url)
         query = dict(urllib.parse.parse_qsl(split.query))
         query.update({str(k): str(v) for k, v in kwargs.get("query_params") or []})
-        attrs = rbac.attributes(method, split.path, query)
-        seen = Request(
-            method=method,
-            path=split.path,
-            query=query,
-            verb=attrs.verb,
-            group=attrs.group,
-            resource=attrs.resource,
-            subresource=attrs.subresource,
-            namespace=attrs.namespace,
-            name=attrs.name,
-            status=int(refused.status if refused is not None else response.status),
-        )
+        code = refused.status if refused is not None else response.status
+        seen = Request.of(method, split.path, query, int(code))
         requests(seen)
         if refused is not None:
             raise refused
