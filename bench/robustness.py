@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from rebalancer.core import model
 from sandbox.sim import engine, traces
 from sandbox.sim.traces import MINUTE, Trace
 from strategies import registry
@@ -215,7 +216,7 @@ class Job:
     label: str
     strategy: str
     params: dict[str, Any]
-    slo: engine.Slo | None = None
+    slo: model.Slo | None = None
 
 
 def grid_label(w: int, k: float) -> str:
@@ -223,7 +224,7 @@ def grid_label(w: int, k: float) -> str:
 
 
 def jobs(
-    chosen: Sequence[Scenario], default: tuple[str, dict[str, Any]], slo: engine.Slo | None
+    chosen: Sequence[Scenario], default: tuple[str, dict[str, Any]], slo: model.Slo | None
 ) -> list[Job]:
     out = []
     for s in chosen:
@@ -338,7 +339,7 @@ def main() -> int:
     wanted = set(filter(None, args.scenarios.split(",")))
     chosen = [s for s in every if not wanted or s.name in wanted]
     started = time.perf_counter()
-    slo = None if args.slo is None else engine.Slo(args.slo)
+    slo = None if args.slo is None else model.Slo(args.slo)
     cached = _load(args.cache)
     todo = [
         j

@@ -296,6 +296,34 @@ class StrategySettings(_Model):
         return registry.build(self.name, self.params)
 
 
+class SloSettings(_Model):
+    """A pool's error budget: the minutes per rolling ``window`` in which lending may cost it
+    (requests queued beyond ``limits.queue_limit`` while nodes are lent). Say it as minutes
+    (``max_breach_minutes``) or as the share of the window's minutes free of that cost
+    (``availability``, e.g. 0.999 over 7 days: 10 minutes); not both."""
+
+    max_breach_minutes: int | None = Field(default=None, ge=0)
+    availability: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
+    window: PositiveDuration = timedelta(days=7)
+
+    @pydantic.model_validator(mode="after")
+    def _one_figure(self) -> SloSettings:
+        if (self.max_breach_minutes is None) == (self.availability is None):
+            raise PydanticCustomError(
+                "slo", "give max_breach_minutes or availability, exactly one of them"
+            )
+        return self
+
+    def slo(self) -> model.Slo:
+        minutes = self.max_breach_minutes
+        if minutes is None:
+            assert self.availability is not None, "validated at load"
+            # Rounded down: 0.999 of 10,080 minutes is 10.08, so 10 may be spent, not 11.
+            share = (1.0 - self.availability) * (self.window / timedelta(minutes=1))
+            minutes = math.floor(share + 1e-9)
+        return model.Slo(minutes, self.window)
+
+
 class PoolSettings(_Model):
     name: str = Field(min_length=1, max_length=63)
     node_selector: dict[str, str]
@@ -312,6 +340,7 @@ class PoolSettings(_Model):
     rps_per_node: float = Field(gt=0, allow_inf_nan=False)
     limits: LimitSettings = LimitSettings()
     metrics: MetricsSettings = MetricsSettings()
+    slo: SloSettings | None = None  # None: no error budget; the strategy keeps fixed margins
 
     @pydantic.field_validator("name")
     @classmethod

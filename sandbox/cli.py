@@ -19,7 +19,8 @@ from rebalancer.errors import ConfigError
 from strategies import registry
 
 if TYPE_CHECKING:
-    from sandbox.sim.engine import PoolModel, Slo
+    from rebalancer.core.model import Slo
+    from sandbox.sim.engine import PoolModel
 
 
 def simulate(argv: Sequence[str]) -> int:
@@ -87,7 +88,7 @@ def _slo(minutes: int | None) -> Slo | None:
         return None
     if minutes < 0:
         raise ConfigError(f"--slo={minutes}: must be >= 0 breach minutes per 7 days")
-    from sandbox.sim.engine import Slo
+    from rebalancer.core.model import Slo
 
     return Slo(minutes)
 

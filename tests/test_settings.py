@@ -245,7 +245,29 @@ BAD: list[tuple[str, object, str]] = [
         pool(lend="never"),
         "pools[0].lend='never': unknown setting; known: name, node_selector, serving_taints, "
         "serving_labels, lent_taints, lent_labels, inference_selector, zone, window, strategy, "
-        "paused, frozen, rps_per_node, limits, metrics",
+        "paused, frozen, rps_per_node, limits, metrics, slo",
+    ),
+    (
+        "slo with both figures",
+        pool(slo={"max_breach_minutes": 10, "availability": 0.999}),
+        "pools[0].slo={'availability': 0.999, 'max_breach_minutes': 10}: give "
+        "max_breach_minutes or availability, exactly one of them",
+    ),
+    (
+        "slo with neither figure",
+        pool(slo={"window": "24h"}),
+        "pools[0].slo={'window': '24h'}: give max_breach_minutes or availability, "
+        "exactly one of them",
+    ),
+    (
+        "slo availability above one",
+        pool(slo={"availability": 99.9}),
+        "pools[0].slo.availability=99.9: Input should be less than or equal to 1",
+    ),
+    (
+        "slo minutes below zero",
+        pool(slo={"max_breach_minutes": -1}),
+        "pools[0].slo.max_breach_minutes=-1: Input should be greater than or equal to 0",
     ),
     (
         "unknown top-level key",
@@ -416,6 +438,23 @@ def test_default_pool_builds_the_documented_values() -> None:
     assert s.metrics_settings(p) == metrics.Settings()
     assert s.metrics_settings() == metrics.Settings()
     assert s.timings() == leadership.Timings()
+
+
+@pytest.mark.parametrize(
+    ("slo", "minutes", "window"),
+    [
+        ({"max_breach_minutes": 10}, 10, timedelta(days=7)),
+        ({"availability": 0.999}, 10, timedelta(days=7)),  # 10.08 minutes: 10 may be spent
+        ({"availability": 0.99, "window": "24h"}, 14, timedelta(days=1)),  # 14.4
+        ({"availability": 1}, 0, timedelta(days=7)),
+    ],
+)
+def test_a_pool_s_slo_is_an_error_budget_in_minutes(
+    slo: dict[str, Any], minutes: int, window: timedelta
+) -> None:
+    (p,) = settings.load(None, {"REBALANCER_POOLS": json.dumps([{**POOL, "slo": slo}])}).pools
+    assert p.slo is not None
+    assert p.slo.slo() == model.Slo(minutes, window)
 
 
 def test_custom_pool_builds_its_values() -> None:

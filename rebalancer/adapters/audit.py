@@ -619,6 +619,10 @@ class AuditLog:
     async def unfinished_intents(self) -> tuple[AuditRecord, ...]:
         return await self.store.unfinished_intents()
 
+    async def costs(self, pool: str, since: datetime) -> tuple[datetime, ...]:
+        query = AuditQuery(since=since, pool=pool, kinds=(Kind.COST,), limit=1000)
+        return tuple(r.time for r in await every_record(self.store, query) if r.time > since)
+
     async def _write(self, batch: Sequence[AuditRecord]) -> None:
         if not batch:
             return

@@ -13,6 +13,8 @@ Kinds of record:
 - ``refusal``: (part of) an intent the planner refused, with its reason code.
 - ``finding``: a bad operator annotation.
 - ``summary``: a pool that got no step this tick, and why ("nothing to do because ...").
+- ``cost``: a minute in which lending cost a pool (requests queued beyond its limit while it
+  had nodes lent), one per pool and minute: the pool's error budget is counted from these.
 
 Refusals, findings and summaries are deduplicated (see ``Deduper``); intents and outcomes never.
 See docs/audit.md for every field.
@@ -42,6 +44,7 @@ class Kind(enum.StrEnum):
     REFUSAL = "refusal"
     FINDING = "finding"
     SUMMARY = "summary"
+    COST = "cost"
 
 
 DEDUPED = frozenset({Kind.REFUSAL, Kind.FINDING, Kind.SUMMARY})
@@ -243,6 +246,50 @@ def episode_record(
         count=0,
         detail=jsonable(detail),
     )
+
+
+def cost_record(
+    ctx: Context,
+    new_id: NewId,
+    minute: datetime,
+    pool: model.PoolSnapshot,
+    name: str,
+    policy: PoolPolicy,
+    lent: int,
+    budget: model.ErrorBudget | None,
+) -> AuditRecord:
+    """A minute in which lending cost ``pool`` (``core.tick.costs``): its queue, its limit, the
+    nodes it had lent, and, with an ``slo``, the budget this minute leaves."""
+    queue = pool.queue.value if pool.queue is not None else 0.0
+    message = (
+        f"pool {name}: {queue:g} request(s) queued beyond the limit of {policy.queue_limit:g} "
+        f"while {lent} node(s) were lent"
+    )
+    detail: Json = {"queue": queue, "queue_limit": policy.queue_limit, "lent": lent}
+    if budget is not None:
+        message += (
+            f": {budget.spent_minutes} of {budget.allowed_minutes} minute(s) of the error "
+            f"budget spent in {_span(budget.window)}"
+        )
+        detail |= {"spent_minutes": budget.spent_minutes, "allowed_minutes": budget.allowed_minutes}
+    return _stamped(
+        ctx,
+        new_id,
+        minute,
+        name,
+        kind=Kind.COST,
+        reason=model.Reason.BORROWING_COST.value,
+        message=message,
+        count=lent,
+        detail=jsonable(detail),
+    )
+
+
+def _span(window: timedelta) -> str:
+    days, rest = divmod(window, timedelta(days=1))
+    if not rest:
+        return f"{days} day(s)"
+    return f"{window / timedelta(hours=1):g} hour(s)"
 
 
 def recovery_intent(

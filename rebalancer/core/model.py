@@ -10,7 +10,7 @@ knows about Kubernetes objects or Prometheus responses: adapters translate into 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -178,6 +178,23 @@ class ErrorBudget:
         return self.spent_minutes / self.allowed_minutes
 
 
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """A pool's error budget: at most ``max_breach_minutes`` minutes per rolling ``window`` in
+    which lending cost the pool (a live pool: requests queued beyond its limit while it had nodes
+    lent; the simulator: warm capacity below demand)."""
+
+    max_breach_minutes: int
+    window: timedelta = timedelta(days=7)
+
+    def budget(self, spent: Iterable[datetime], now: datetime) -> ErrorBudget:
+        """The budget at ``now``, given the minutes that cost the pool (those within the window
+        before ``now`` count)."""
+        since = now - self.window
+        count = sum(1 for minute in spent if since < minute <= now)
+        return ErrorBudget(self.max_breach_minutes, self.window, count)
+
+
 @dataclass(frozen=True)
 class PoolView:
     """What a strategy sees of one pool at ``now``."""
@@ -194,8 +211,8 @@ class PoolView:
     headroom: float
     return_time: timedelta  # from a reclaim decision until the node serves warm again
     zone: str  # the pool's time zone, for strategies that think in local hours
-    # The pool's error budget, where one is measured; None: no budget, fixed margins. The
-    # simulator measures it (``rebalancer simulate --slo``); the controller does not yet.
+    # The pool's error budget where it has an ``slo`` (the controller counts it, and keeps the
+    # count in the audit log; ``rebalancer simulate --slo``); None: no budget, fixed margins.
     budget: ErrorBudget | None = None
 
     def need(self, rps: float) -> int:
@@ -316,6 +333,8 @@ class Reason(StrEnum):
     PLANNER_FAILED = "planner_failed"
     RECOVERED = "recovered"
     UNREADABLE_OBJECT = "unreadable_object"
+    # what lending cost: a minute of the pool's error budget
+    BORROWING_COST = "borrowing_cost"
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,6 +101,7 @@ class PoolConfig:
     paused: bool = False  # the pool's pause: no lending, safety reclaims still happen
     frozen: bool = False  # the pool's freeze: nothing moves, not even safety reclaims
     wants_history: bool | None = None  # None: as the strategy says (``reads_history``)
+    slo: model.Slo | None = None  # the pool's error budget; None: none, fixed margins
 
     @property
     def lend_spec(self) -> nodestate.LendSpec:
@@ -194,6 +195,10 @@ class AuditTrail(Protocol):
 
     async def unfinished_intents(self) -> tuple[AuditRecord, ...]:
         """Intents with no final outcome (none, or only ``in_progress`` ones)."""
+        ...
+
+    async def costs(self, pool: str, since: datetime) -> tuple[datetime, ...]:
+        """The minutes after ``since`` that lending cost ``pool`` (its ``cost`` records)."""
         ...
 
 
@@ -403,7 +408,9 @@ class Reconciler:
         # overrides are known only here, from the plan.
         self.events: EventRecorder = events or NoEvents()
         self._started: object = _NOT_STARTED  # the leadership term ``start`` last ran for
-        self._costed: dict[PoolName, datetime] = {}  # the last minute counted as a cost, by pool
+        # The minutes that cost each pool, within its error budget's window (the last one only
+        # for a pool without a budget); restored from the audit log by ``start``.
+        self._costs: dict[PoolName, list[datetime]] = {}
         self._histories: dict[PoolName, tuple[datetime, model.DemandHistory]] = {}
         self._warned: set[NodeName] = set()
         self._beliefs: dict[PoolName, demand.Belief] = {}
@@ -436,6 +443,9 @@ class Reconciler:
         try:
             records, takeovers = await self._recovery_records(now, members)
             await self.audit_log.tick(records)
+            for config in self.pools:
+                since = now - (config.slo.window if config.slo else MINUTE)
+                self._costs[config.name] = list(await self.audit_log.costs(config.name, since))
         except Exception:
             self.observer.observe_audit_failure("recover")
             raise
@@ -519,18 +529,43 @@ class Reconciler:
             take_over(pool, view, decision, f"node in flight under {decision!r}, {what}")
         return records, takeovers
 
-    def _count_costs(self, snapshot: model.Snapshot) -> None:
+    async def _count_costs(self, snapshot: model.Snapshot) -> None:
         """Count each minute in which a pool's requests queue beyond its limit while it has
         nodes lent (``core.tick.costs``): what lending cost, once per minute however many ticks
-        see it. Only the leader counts, so replicas never count a minute twice."""
+        see it, as a metric and a ``cost`` record. Only the leader counts, so replicas never
+        count a minute twice, and a new leader (or this one restarted) takes up the count from
+        the audit log (``start``). A record the store fails to take is logged and the minute
+        still counts: the measurement is true, and the tick's intents meet the same store."""
         minute = snapshot.now.replace(second=0, microsecond=0)
+        records = []
         for pool in self.pools:
             seen = snapshot.pools.get(pool.name)
-            if seen is None or self._costed.get(pool.name) == minute:
+            spent = self._costs.setdefault(pool.name, [])
+            if seen is None or minute in spent or not costs(seen, pool.policy, self.keys):
                 continue
-            if costs(seen, pool.policy, self.keys):
-                self._costed[pool.name] = minute
-                self.observer.observe_borrowing_cost(str(pool.name))
+            keep = pool.slo.window if pool.slo else MINUTE
+            spent[:] = [m for m in spent if m > minute - keep] + [minute]
+            self.observer.observe_borrowing_cost(str(pool.name))
+            budget = pool.slo.budget(spent, minute) if pool.slo else None
+            records.append(
+                audit.cost_record(
+                    self._context(pool),
+                    self.audit_log.new_id,
+                    minute,
+                    seen,
+                    str(pool.name),
+                    pool.policy,
+                    lent_count(seen, self.keys),
+                    budget,
+                )
+            )
+        if not records:
+            return
+        try:
+            await self.audit_log.tick(records)
+        except Exception:
+            log.exception("audit store failed; %d cost minute(s) not recorded", len(records))
+            self.observer.observe_audit_failure("cost")
 
     # -----------------------------------------------------------------------------------------
     # One tick
@@ -568,7 +603,8 @@ class Reconciler:
             log.info("leading since this tick began: start-up runs first next tick")
             return report
         self.observer.observe_plan(plan)
-        self._count_costs(seen.snapshot)
+        # The strategy saw the budget as of the last tick: this minute counts from the next.
+        await self._count_costs(seen.snapshot)
         try:
             tick, written = await self.audit_intents(seen.snapshot, proposals, plan)
         except Exception as exc:  # the store failed: an action with no intent must not happen
@@ -709,6 +745,9 @@ class Reconciler:
         for pool in self.pools:
             seen = snapshot.pools[pool.name]
             view = pool.policy.view(pool.name, snapshot.now, seen, lent_count(seen, self.keys))
+            if pool.slo is not None:
+                spent = self._costs.get(pool.name, ())
+                view = replace(view, budget=pool.slo.budget(spent, snapshot.now))
             answers[pool.name] = await self._propose(pool, view)
         decision = plan_tick(snapshot, answers, self._rules, self.keys)
         for pool in self.pools:
@@ -1004,6 +1043,7 @@ class Reconciler:
 
 
 _NOT_STARTED = object()
+MINUTE = timedelta(minutes=1)
 _IN_FLIGHT = (Phase.LENDING, Phase.RECLAIMING)
 
 

@@ -99,6 +99,7 @@ def pool_configs(settings: Settings) -> tuple[PoolConfig, ...]:
             strategy_params=dict(p.strategy.params),
             paused=p.paused,
             frozen=p.frozen,
+            slo=None if p.slo is None else p.slo.slo(),
         )
         for p in settings.pools
     )

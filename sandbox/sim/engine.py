@@ -100,16 +100,6 @@ class PoolModel:
 
 
 @dataclass(frozen=True)
-class Slo:
-    """An error budget: at most ``max_breach_minutes`` breach minutes per rolling ``window``.
-    The simulator counts a minute as breached when warm capacity is below demand (``breached``),
-    and shows the strategy the budget left before each minute (``PoolView.budget``)."""
-
-    max_breach_minutes: int
-    window: timedelta = timedelta(days=7)
-
-
-@dataclass(frozen=True)
 class Minute:
     time: datetime
     demand_rps: float | None
@@ -176,7 +166,7 @@ def run(
     baseline: bool = False,
     keys: nodestate.Keys | None = None,
     on_minute: Callable[[], object] | None = None,
-    slo: Slo | None = None,
+    slo: model.Slo | None = None,
 ) -> Run:
     keys = keys or nodestate.Keys()
     rps_per_node = pool_model.calibrate(trace)

@@ -12,7 +12,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from sandbox.sim.engine import Minute, PoolModel, Run, Slo, most_spent
+from rebalancer.core.model import Slo
+from sandbox.sim.engine import Minute, PoolModel, Run, most_spent
 from sandbox.sim.traces import Trace
 
 TIMELINE_FIELDS = ("time", "demand_rps", "need", "serving", "lent", "returning", "queue")

@@ -8,6 +8,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from rebalancer.core import model
 from sandbox.sim import engine, report
 from sandbox.sim.traces import Trace
 from strategies import registry
@@ -22,7 +23,7 @@ def simulate(
     out: Path,
     params: Mapping[str, Mapping[str, Any]] | None = None,
     progress: bool = True,
-    slo: engine.Slo | None = None,
+    slo: model.Slo | None = None,
 ) -> dict[str, Any]:
     """Run ``strategies`` (with every guard), the baselines and the oracle (without the guards
     in ``engine.BASELINE_DROPS``); write the report to ``out``. With ``slo``, the strategies

@@ -304,6 +304,26 @@ async def test_unfinished_intents_are_those_with_no_outcome_but_in_progress(
     assert [r.id for r in await chosen.unfinished_intents()] == ["01A", "01B"]
 
 
+@pytest.mark.parametrize("backend", ["sql", "memory"])
+async def test_the_cost_minutes_of_a_pool_are_read_back_after_a_time(
+    store: SqlAuditStore, backend: str
+) -> None:
+    chosen: SqlAuditStore | MemoryAuditStore = store if backend == "sql" else MemoryAuditStore()
+    minute = timedelta(minutes=1)
+    stored = [
+        record("01A", f.T0, kind=Kind.COST, action=None),
+        record("01B", f.T0 + minute, kind=Kind.COST, action=None),
+        record("01C", f.T0 + minute, kind=Kind.COST, action=None, pool="other"),
+        record("01D", f.T0 + 2 * minute, action=None),  # a refusal: no cost
+        record("01E", f.T0 + 3 * minute, kind=Kind.COST, action=None),
+    ]
+    await chosen.append(stored)
+    trail = AuditLog(chosen, sink=None)
+    assert await trail.costs("gpu", f.T0) == (f.T0 + minute, f.T0 + 3 * minute)  # after since
+    assert await trail.costs("gpu", f.T0 - minute) == (f.T0, f.T0 + minute, f.T0 + 3 * minute)
+    assert await trail.costs("other", f.T0) == (f.T0 + minute,)
+
+
 async def test_migrations_are_idempotent(db_url: str) -> None:
     first = await SqlAuditStore.open(db_url)
     try:

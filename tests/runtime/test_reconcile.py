@@ -295,6 +295,87 @@ async def test_lending_s_cost_is_counted_once_per_minute_however_many_ticks_see_
         assert w.seen.costs == [POOL, POOL]
 
 
+@dataclass
+class Noting:
+    """A strategy that answers as ``inner`` does and notes the error budget each call saw."""
+
+    inner: Any
+    budgets: list[model.ErrorBudget | None]
+    name = "noting"
+    reads_history = False
+
+    def decide(self, pool: model.PoolView) -> model.Proposal:
+        self.budgets.append(pool.budget)
+        answer: model.Proposal = self.inner.decide(pool)
+        return answer
+
+
+async def test_each_costly_minute_is_audited_and_a_restarted_controller_spends_the_same_budget() -> (
+    None
+):
+    budgets: list[model.ErrorBudget | None] = []
+    slo = model.Slo(max_breach_minutes=5, window=timedelta(hours=1))
+    keeps = replace(
+        CONFIG,
+        policy=replace(POLICY, queue_reclaims=False),  # the loans stay while the pool queues
+        strategy=Noting(registry.build("reactive"), budgets),
+        slo=slo,
+    )
+    async with world(keeps) as w:
+        await w.reconciler.start()
+        await w.tick()
+        w.metrics.queued[POOL] = 50.0
+        await w.tick()
+        w.advance(60)
+        await w.tick()
+        costs = w.records(Kind.COST)
+        assert [r.detail["spent_minutes"] for r in costs] == [1, 2]
+        assert {(r.pool, r.reason, r.count, r.detail["allowed_minutes"]) for r in costs} == {
+            (POOL, "borrowing_cost", len(IDLE), 5)
+        }
+        assert costs[0].message == (
+            f"pool {POOL}: 50 request(s) queued beyond the limit of 0 while {len(IDLE)} node(s) "
+            "were lent: 1 of 5 minute(s) of the error budget spent in 1 hour(s)"
+        )
+        assert costs[1].time - costs[0].time == timedelta(minutes=1)
+        # The strategy saw the budget as of the tick before: nothing, nothing, one minute.
+        assert [b.spent_minutes if b else None for b in budgets] == [0, 0, 1]
+
+        # A new run (a restart, or another replica taking over) takes the count up from the
+        # audit log: the same minute is not counted again, the next one is.
+        again = make_reconciler(
+            w.box, w.writer, w.informer, w.metrics, w.lead, w.audit, config=keeps
+        )
+        await again.start()
+        await w.caught_up()
+        await again.tick()
+        assert budgets[-1] == model.ErrorBudget(5, timedelta(hours=1), 2)
+        assert len(w.records(Kind.COST)) == 2
+        w.advance(60)
+        await w.caught_up()
+        await again.tick()
+        assert [r.detail["spent_minutes"] for r in w.records(Kind.COST)] == [1, 2, 3]
+        w.metrics.queued[POOL] = 0.0
+        w.advance(3540)  # an hour after the second minute: only the third is within the window
+        await w.caught_up()
+        await again.tick()
+        assert budgets[-1] == model.ErrorBudget(5, timedelta(hours=1), 1)
+
+
+async def test_a_pool_without_an_slo_shows_its_strategy_no_budget() -> None:
+    budgets: list[model.ErrorBudget | None] = []
+    noting = replace(CONFIG, strategy=Noting(registry.build("reactive"), budgets))
+    async with world(noting) as w:
+        await w.reconciler.start()
+        await w.tick()
+        w.metrics.queued[POOL] = 50.0
+        await w.tick()
+        assert budgets == [None, None]
+        assert [r.detail for r in w.records(Kind.COST)] == [
+            {"queue": 50.0, "queue_limit": 0.0, "lent": len(IDLE)}
+        ]
+
+
 async def test_stale_metrics_stop_lending_and_past_the_grace_the_loans_are_taken_back() -> None:
     async with world() as w:
         await w.reconciler.start()

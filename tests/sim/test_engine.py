@@ -141,7 +141,7 @@ class BudgetSpy:
 
 def test_with_an_slo_each_minute_shows_the_breaches_of_the_window_before_it() -> None:
     spy = BudgetSpy()
-    slo = engine.Slo(max_breach_minutes=5, window=timedelta(minutes=10))
+    slo = model.Slo(max_breach_minutes=5, window=timedelta(minutes=10))
     run = engine.run(BURST, spy, POOL, baseline=True, slo=slo)
     assert run.figures.breach_minutes == 8  # minutes 60 to 67, as without a budget
     spent = [b.spent_minutes for b in spy.budgets if b is not None]
