@@ -44,15 +44,14 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from rebalancer.core import model
-from sandbox.sim import engine, traces
+from sandbox.sim import engine, frontier, traces
+from sandbox.sim.frontier import Point
 from sandbox.sim.traces import MINUTE, Trace
 from strategies import registry
 
 EXAMPLES = Path(__file__).parents[1] / "examples" / "traces"
 AZURE = "azure_llm_2024_week_per_minute.csv"
 LA, SHANGHAI = "America/Los_Angeles", "Asia/Shanghai"
-WINDOWS = (10, 30, 60, 120)
-MARGINS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0)
 DAY = 24 * 60
 Values = list[float | None]
 
@@ -62,21 +61,6 @@ class Scenario:
     name: str
     trace: Trace
     zone: str
-
-
-@dataclass(frozen=True)
-class Point:
-    """One strategy's run on one scenario."""
-
-    label: str
-    harvest: float
-    breach: int
-    reclaims: int
-
-    def dominates(self, other: Point) -> bool:
-        return (self.harvest > other.harvest and self.breach <= other.breach) or (
-            self.harvest == other.harvest and self.breach < other.breach
-        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,10 +203,6 @@ class Job:
     slo: model.Slo | None = None
 
 
-def grid_label(w: int, k: float) -> str:
-    return f"peak w={w} k={k:g}"
-
-
 def jobs(
     chosen: Sequence[Scenario], default: tuple[str, dict[str, Any]], slo: model.Slo | None
 ) -> list[Job]:
@@ -230,11 +210,7 @@ def jobs(
     for s in chosen:
         out.append(Job(s, "default", *default, slo))
         out.append(Job(s, "watermark", "watermark", {}))
-        out += [
-            Job(s, grid_label(w, k), "peak", {"window_minutes": w, "margin": k})
-            for w in WINDOWS
-            for k in MARGINS
-        ]
+        out += [Job(s, name, "peak", params) for name, params in frontier.grid()]
     return out
 
 
@@ -244,12 +220,6 @@ def run(job: Job) -> tuple[str, Point]:
     figures = engine.run(job.scenario.trace, strategy, pool, slo=job.slo).figures
     point = Point(job.label, figures.harvest_ratio, figures.breach_minutes, figures.reclaims)
     return job.scenario.name, point
-
-
-def frontier(points: Sequence[Point]) -> list[Point]:
-    """The points no other dominates, by breach minutes then harvest."""
-    kept = [p for p in points if not any(q.dominates(p) for q in points)]
-    return sorted(kept, key=lambda p: (p.breach, -p.harvest))
 
 
 def nearest(target: Point, points: Sequence[Point]) -> Point:
@@ -271,21 +241,9 @@ def plot(
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.scatter(
-        [p.breach for p in grid], [p.harvest for p in grid], s=12, c="0.6", label="peak grid"
-    )
-    edge = frontier(grid)
-    ax.plot(
-        [p.breach for p in edge], [p.harvest for p in edge], c="0.3", lw=1, label="grid frontier"
-    )
-    for p in others:
-        ax.scatter([p.breach], [p.harvest], s=40, marker="s", label=p.label)
-    ax.scatter([default.breach], [default.harvest], s=80, marker="*", c="crimson", label="default")
-    ax.set_xscale("symlog", linthresh=10)
+    frontier.draw(ax, [*others, replace(default, label="default")], grid, highlight="default")
     ax.set_xlabel("breach minutes")
-    ax.set_ylabel("harvest (of the oracle's)")
     ax.set_title(name)
-    ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(out / f"{name}.png", dpi=110)
     plt.close(fig)
@@ -370,7 +328,7 @@ def main() -> int:
         default = next(p for p in points if p.label == "default")
         grid = [p for p in points if p.label.startswith("peak w=")]
         others = [p for p in points if p is not default and p not in grid]
-        beaten = sorted((p for p in grid if p.dominates(default)), key=lambda p: -p.harvest)
+        beaten = frontier.dominating(default, grid)
         close = nearest(default, grid)
         if beaten:
             dominated_on.append(s.name)

@@ -61,6 +61,12 @@ def simulate(argv: Sequence[str]) -> int:
         metavar="MINUTES",
         help="an error budget: breach minutes per rolling 7 days the strategies may spend",
     )
+    sim.add_argument(
+        "--no-trade",
+        dest="trade",
+        action="store_false",
+        help="skip the peak rule's grid (20 more runs) and the report's trade section",
+    )
     sim.add_argument("--out", required=True, type=Path, help="directory for the results")
     sim.add_argument("--quiet", action="store_true", help="no progress bar, no table")
     args = sim.parse_args(argv)
@@ -76,6 +82,7 @@ def simulate(argv: Sequence[str]) -> int:
         params=_strategy_params(args.params),
         progress=not args.quiet,
         slo=slo,
+        trade=args.trade,
     )
     if not args.quiet:
         print(report.markdown(summary))

@@ -72,6 +72,27 @@ def test_simulate_writes_summary_timelines_and_report_for_every_run(
         assert len(rows) == 1 + 2 * 24 * 60
     assert "| forecast |" in (out / "report.md").read_text()
     assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    trade = summary["trade"]
+    assert (trade["rule"], trade["measure"]) == ("peak", "breach_minutes")
+    assert len(trade["grid"]) == 4 * 5
+    grid = [(p["harvest_ratio"], p["breach_minutes"], p["frontier"]) for p in trade["grid"]]
+
+    def dominated(h: float, b: int) -> bool:
+        return any((h2 > h and b2 <= b) or (h2 == h and b2 < b) for h2, b2, _ in grid)
+
+    assert [edge for _, _, edge in grid] == [not dominated(h, b) for h, b, _ in grid]
+    assert set(trade["dominated_by"]) == {"forecast", "watermark"}  # the guarded runs
+    for name, labels in trade["dominated_by"].items():
+        f = summary["strategies"][name]
+        beaten = [p["label"] for p in trade["grid"] if dominated_by(p, f)]
+        assert sorted(labels) == sorted(beaten)
+    assert "## The trade" in (out / "report.md").read_text()
+
+
+def dominated_by(point: dict[str, float], figures: dict[str, float]) -> bool:
+    h, b = point["harvest_ratio"], point["breach_minutes"]
+    mine, breach = figures["harvest_ratio"], figures["breach_minutes"]
+    return (h > mine and b <= breach) or (h == mine and b < breach)
 
 
 @pytest.mark.parametrize(
@@ -189,10 +210,15 @@ def test_simulate_with_an_slo_shows_the_strategies_a_budget_and_reports_what_the
     # Two days: the most any 7-day window spent is every breach minute of the run.
     assert spent == {n: f["breach_minutes"] for n, f in summary["strategies"].items()}
     assert spent["reactive"] > 0
-    assert "Error budget: 10 breach minutes per rolling 7 days" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "Error budget: 10 breach minutes per rolling 7 days" in report
+    assert "The dashed line in the plot is the budget: 10 minutes per 7 days" in report
+    assert summary["trade"]["measure"] == "budget_spent_minutes"
     plain = tmp_path / "plain"
-    assert cli.main([*argv, "--out", str(plain), "--quiet"]) == 0
-    assert json.loads((plain / "summary.json").read_text())["slo"] is None
+    assert cli.main([*argv, "--no-trade", "--out", str(plain), "--quiet"]) == 0
+    unbudgeted = json.loads((plain / "summary.json").read_text())
+    assert (unbudgeted["slo"], unbudgeted["trade"]) == (None, None)
+    assert "## The trade" not in (plain / "report.md").read_text()
 
 
 def test_simulate_refuses_a_negative_slo(

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from rebalancer.core.model import Slo
+from sandbox.sim import frontier
 from sandbox.sim.engine import Minute, PoolModel, Run, most_spent
+from sandbox.sim.frontier import Point
 from sandbox.sim.traces import Trace
 
 TIMELINE_FIELDS = ("time", "demand_rps", "need", "serving", "lent", "returning", "queue")
@@ -26,14 +28,16 @@ def write_all(
     rps_per_node: float,
     runs: Sequence[Run],
     slo: Slo | None = None,
+    rule: Sequence[tuple[str, Run]] = (),
 ) -> dict[str, Any]:
+    """Write everything; ``rule`` is the peak rule's grid, (label, run), for the trade."""
     out.mkdir(parents=True, exist_ok=True)
-    summary = summarise(trace, pool, rps_per_node, runs, slo)
+    summary = summarise(trace, pool, rps_per_node, runs, slo, rule)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     for run in runs:
         write_timeline(out / f"timeline-{run.strategy}.csv", run.timeline)
     (out / "report.md").write_text(markdown(summary))
-    plot(out / "report.png", trace, rps_per_node, runs)
+    plot(out / "report.png", trace, rps_per_node, runs, summary)
     return summary
 
 
@@ -43,6 +47,7 @@ def summarise(
     rps_per_node: float,
     runs: Sequence[Run],
     slo: Slo | None = None,
+    rule: Sequence[tuple[str, Run]] = (),
 ) -> dict[str, Any]:
     strategies: dict[str, Any] = {}
     for run in runs:
@@ -60,6 +65,7 @@ def summarise(
     return {
         "strategies": strategies,
         "slo": budget,
+        "trade": trade(strategies, rule, rps_per_node, slo),
         "pool": {
             "size": pool.size,
             "min_serving": pool.min_serving,
@@ -82,6 +88,50 @@ def summarise(
             "native_step_seconds": trace.native_step.total_seconds(),
         },
     }
+
+
+def trade(
+    strategies: dict[str, Any],
+    rule: Sequence[tuple[str, Run]],
+    rps_per_node: float,
+    slo: Slo | None,
+) -> dict[str, Any] | None:
+    """The peak rule's grid and its frontier, and which grid points dominate each strategy.
+    Breach minutes are the run's, or with an ``slo`` the most any rolling window spent: the
+    figure the budget bounds."""
+    if not rule:
+        return None
+    measure = "budget_spent_minutes" if slo is not None else "breach_minutes"
+
+    def spent(run: Run) -> int:
+        if slo is None:
+            return run.figures.breach_minutes
+        return most_spent(run.timeline, rps_per_node, slo.window)
+
+    grid = [Point(label, run.figures.harvest_ratio, spent(run)) for label, run in rule]
+    edge = {p.label for p in frontier.frontier(grid)}
+    return {
+        "rule": "peak",
+        "measure": measure,
+        "grid": [
+            {
+                "label": p.label,
+                "harvest_ratio": p.harvest,
+                measure: p.breach,
+                "frontier": p.label in edge,
+            }
+            for p in grid
+        ],
+        "dominated_by": {
+            name: [p.label for p in frontier.dominating(_point(name, f, measure), grid)]
+            for name, f in strategies.items()
+            if f["guarded"]
+        },
+    }
+
+
+def _point(name: str, figures: dict[str, Any], measure: str) -> Point:
+    return Point(name, figures["harvest_ratio"], figures[measure])
 
 
 def write_timeline(path: Path, timeline: Sequence[Minute]) -> None:
@@ -157,6 +207,7 @@ def markdown(summary: dict[str, Any]) -> str:
             f"{budget['window_days']:g} days, shown to the strategies (not the baselines). "
             f"The most any window spent: {spent}.",
         ]
+    lines += _trade_lines(summary)
     lines += [
         "",
         "Ranked as docs/evaluation.md says: zero breach minutes first, then the highest harvest "
@@ -172,16 +223,70 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot(path: Path, trace: Trace, rps_per_node: float, runs: Sequence[Run]) -> None:
+def _trade_lines(summary: dict[str, Any]) -> list[str]:
+    """The trade: each strategy against the peak rule's frontier, and the budget it had."""
+    trade = summary.get("trade")
+    if trade is None:
+        return []
+    measure = trade["measure"]
+    unit = "breach minutes" if measure == "breach_minutes" else "most breach minutes in a window"
+    edge = [p for p in trade["grid"] if p["frontier"]]
+    edge.sort(key=lambda p: (p[measure], -p["harvest_ratio"]))
+    shown = ", ".join(f"{p['label']} ({p['harvest_ratio']:.3f}, {p[measure]})" for p in edge)
+    lines = [
+        "",
+        "## The trade",
+        "",
+        f"The peak rule's frontier (harvest, {unit}): {shown}.",
+        "",
+        "| strategy | harvest | " + unit + " | grid points that dominate it |",
+        "|---|---:|---:|---|",
+    ]
+    for name, beaten in trade["dominated_by"].items():
+        f = summary["strategies"][name]
+        more = " ..." if len(beaten) > 3 else ""
+        by = ", ".join(beaten[:3]) + more if beaten else "none: on the frontier"
+        lines.append(f"| {name} | {f['harvest_ratio']:.3f} | {f[measure]} | {by} |")
+    budget = summary.get("slo")
+    if budget is not None:
+        lines += [
+            "",
+            f"The dashed line in the plot is the budget: {budget['max_breach_minutes']} minutes "
+            f"per {budget['window_days']:g} days. A strategy right of it overspent.",
+        ]
+    return lines
+
+
+def plot(
+    path: Path,
+    trace: Trace,
+    rps_per_node: float,
+    runs: Sequence[Run],
+    summary: dict[str, Any] | None = None,
+) -> None:
+    """The trade (when the summary has one) above a timeline per run."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    trade = (summary or {}).get("trade")
+    rows = len(runs) + (trade is not None)
+    heights = [3.5] * (trade is not None) + [2.1] * len(runs)
     fig, axes = plt.subplots(
-        len(runs), 1, figsize=(14, 2.1 * len(runs) + 0.6), sharex=True, squeeze=False
+        rows,
+        1,
+        figsize=(14, sum(heights) + 0.6),
+        squeeze=False,
+        gridspec_kw={"height_ratios": heights},
     )
-    for ax, run in zip(axes[:, 0], runs, strict=True):
+    timelines = axes[int(trade is not None) :, 0]
+    if trade is not None:
+        assert summary is not None
+        _draw_trade(axes[0, 0], summary)
+    for ax in timelines[1:]:
+        ax.sharex(timelines[0])
+    for ax, run in zip(timelines, runs, strict=True):
         times = [m.time for m in run.timeline]
         demand = [
             float("nan") if m.demand_rps is None else m.demand_rps / rps_per_node
@@ -218,8 +323,25 @@ def plot(path: Path, trace: Trace, rps_per_node: float, runs: Sequence[Run]) -> 
         ax.set_title(title, fontsize=9, loc="left")
         ax.set_ylabel("nodes", fontsize=8)
         ax.margins(x=0)
-    axes[0, 0].legend(loc="upper right", fontsize=7, ncol=5)
+    timelines[0].legend(loc="upper right", fontsize=7, ncol=5)
     fig.suptitle(f"{trace.name}: demand, serving and lent nodes (UTC)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def _draw_trade(ax: Any, summary: dict[str, Any]) -> None:
+    trade, budget = summary["trade"], summary.get("slo")
+    measure = trade["measure"]
+    grid = [Point(p["label"], p["harvest_ratio"], p[measure]) for p in trade["grid"]]
+    strategies = [
+        _point(name, summary["strategies"][name], measure) for name in trade["dominated_by"]
+    ]
+    frontier.draw(ax, strategies, grid, None if budget is None else budget["max_breach_minutes"])
+    unit = "breach minutes" if measure == "breach_minutes" else "most breach minutes in a window"
+    ax.set_xlabel(unit, fontsize=8)
+    ax.set_title(
+        "harvest against breach minutes: each strategy, and the peak rule's frontier",
+        fontsize=9,
+        loc="left",
+    )

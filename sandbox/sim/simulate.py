@@ -9,7 +9,7 @@ from typing import Any
 from tqdm import tqdm
 
 from rebalancer.core import model
-from sandbox.sim import engine, report
+from sandbox.sim import engine, frontier, report
 from sandbox.sim.traces import Trace
 from strategies import registry
 
@@ -24,10 +24,13 @@ def simulate(
     params: Mapping[str, Mapping[str, Any]] | None = None,
     progress: bool = True,
     slo: model.Slo | None = None,
+    trade: bool = True,
 ) -> dict[str, Any]:
     """Run ``strategies`` (with every guard), the baselines and the oracle (without the guards
     in ``engine.BASELINE_DROPS``); write the report to ``out``. With ``slo``, the strategies
-    (not the baselines) are shown that error budget and may spend it.
+    (not the baselines) are shown that error budget and may spend it. With ``trade``, the peak
+    rule's coarse grid (``frontier.REPORT_MARGINS``) runs too, guarded, and the report shows
+    each strategy against its frontier.
 
     Strategy parameters are validated before anything runs, so a typo costs no time.
     """
@@ -39,9 +42,10 @@ def simulate(
     oracle = engine.Oracle(
         engine.oracle_plan(engine.needs(trace, pool, rps_per_node), pool), trace.start
     )
-    runs = []
+    rule = frontier.grid(margins=frontier.REPORT_MARGINS) if trade else []
+    runs, rule_runs = [], []
     with tqdm(
-        total=trace.minutes * (len(built) + 1),
+        total=trace.minutes * (len(built) + 1 + len(rule)),
         unit="min",
         unit_scale=True,
         delay=1.0,
@@ -56,4 +60,8 @@ def simulate(
             runs.append(
                 engine.run(trace, strategy, pool, baseline=baseline, on_minute=tick, slo=budget)
             )
-    return report.write_all(out, trace, pool, rps_per_node, runs, slo)
+        for label, values in rule:
+            bar.set_postfix_str(label)
+            peak = registry.build("peak", values)
+            rule_runs.append((label, engine.run(trace, peak, pool, on_minute=tick)))
+    return report.write_all(out, trace, pool, rps_per_node, runs, slo, rule_runs)

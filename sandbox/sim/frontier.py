@@ -1,0 +1,92 @@
+"""The trade between harvest and breach minutes, and the frontier a simple rule reaches.
+
+The yardstick is the ``peak`` rule (``strategies/peak.py``): keep what the largest demand of the
+last ``w`` minutes needs, with a margin ``k``. Run over a grid of ``w`` and ``k``, its points that
+no other dominates are the frontier: what a few lines of rule reach on this load. A strategy
+below it gives up harvest or breaches for nothing. ``rebalancer simulate`` draws it in its report
+and ``bench/robustness.py`` holds the default strategy to it on every scenario.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+WINDOWS = (10, 30, 60, 120)  # minutes
+MARGINS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0)  # the robustness grid
+REPORT_MARGINS = (0.0, 0.1, 0.2, 0.5, 1.0)  # a coarser one for ``rebalancer simulate``
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run: its harvest (of the oracle's) and breach minutes (or, against an error budget,
+    the most any rolling window of it spent)."""
+
+    label: str
+    harvest: float
+    breach: int
+    reclaims: int = 0
+
+    def dominates(self, other: Point) -> bool:
+        """More harvest and no more breach minutes, or as much harvest and fewer."""
+        return (self.harvest > other.harvest and self.breach <= other.breach) or (
+            self.harvest == other.harvest and self.breach < other.breach
+        )
+
+
+def label(window: int, margin: float) -> str:
+    return f"peak w={window} k={margin:g}"
+
+
+def grid(
+    windows: Sequence[int] = WINDOWS, margins: Sequence[float] = MARGINS
+) -> list[tuple[str, dict[str, Any]]]:
+    """The peak rule's grid: (label, parameters) for every window and margin."""
+    return [(label(w, k), {"window_minutes": w, "margin": k}) for w in windows for k in margins]
+
+
+def frontier(points: Sequence[Point]) -> list[Point]:
+    """The points no other dominates, by breach minutes then harvest."""
+    kept = [p for p in points if not any(q.dominates(p) for q in points)]
+    return sorted(kept, key=lambda p: (p.breach, -p.harvest))
+
+
+def dominating(target: Point, points: Sequence[Point]) -> list[Point]:
+    """The points that dominate ``target``, most harvest first."""
+    return sorted((p for p in points if p.dominates(target)), key=lambda p: -p.harvest)
+
+
+def draw(
+    ax: Axes,
+    strategies: Sequence[Point],
+    rule: Sequence[Point],
+    budget: int | None = None,
+    highlight: str | None = None,
+) -> None:
+    """Harvest against breach minutes: the rule's grid as dots, its frontier as a line, each
+    strategy as a marker (``highlight`` as a star), and the error budget as a vertical line."""
+    ax.scatter(
+        [p.breach for p in rule], [p.harvest for p in rule], s=12, c="0.6", label="peak grid"
+    )
+    edge = frontier(rule)
+    ax.plot([p.breach for p in edge], [p.harvest for p in edge], c="0.3", lw=1, label="frontier")
+    for p in strategies:
+        star = p.label == highlight
+        ax.scatter(
+            [p.breach],
+            [p.harvest],
+            s=90 if star else 36,
+            marker="*" if star else "s",
+            c="crimson" if star else None,
+            label=p.label,
+            zorder=3,
+        )
+    if budget is not None:
+        ax.axvline(budget, c="tab:red", ls="--", lw=1, label=f"budget ({budget} min)")
+    ax.set_xscale("symlog", linthresh=10)
+    ax.set_ylabel("harvest (of the oracle's)")
+    ax.legend(fontsize=7, loc="lower right", ncol=2)
