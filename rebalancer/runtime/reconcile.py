@@ -264,6 +264,8 @@ class Observer(Protocol):
 
     def observe_borrowing_cost(self, pool: str) -> None: ...
 
+    def observe_budgets(self, budgets: Mapping[str, model.ErrorBudget]) -> None: ...
+
 
 class NoObserver:
     """An ``Observer`` that ignores everything; test observers extend it."""
@@ -308,6 +310,9 @@ class NoObserver:
         pass
 
     def observe_borrowing_cost(self, pool: str) -> None:
+        pass
+
+    def observe_budgets(self, budgets: Mapping[str, model.ErrorBudget]) -> None:
         pass
 
 
@@ -605,6 +610,13 @@ class Reconciler:
         self.observer.observe_plan(plan)
         # The strategy saw the budget as of the last tick: this minute counts from the next.
         await self._count_costs(seen.snapshot)
+        self.observer.observe_budgets(
+            {
+                str(p.name): p.slo.budget(self._costs.get(p.name, ()), now)
+                for p in self.pools
+                if p.slo is not None
+            }
+        )
         try:
             tick, written = await self.audit_intents(seen.snapshot, proposals, plan)
         except Exception as exc:  # the store failed: an action with no intent must not happen

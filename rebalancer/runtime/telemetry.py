@@ -114,6 +114,20 @@ class Telemetry:
             ["pool"],
             registry=r,
         )
+        self.budget_allowed = Gauge(
+            "rebalancer_error_budget_allowed_minutes",
+            "The minutes per rolling window the pool's slo lets lending cost it (pools with an "
+            "slo, set by the leader).",
+            ["pool"],
+            registry=r,
+        )
+        self.budget_spent = Gauge(
+            "rebalancer_error_budget_spent_minutes",
+            "The minutes of the pool's rolling slo window in which lending cost it (requests "
+            "queued beyond queue_limit while nodes were lent), as the leader counts them.",
+            ["pool"],
+            registry=r,
+        )
         self.planner_failures = Counter(
             "rebalancer_planner_failures",
             "Planner runs for the pool that raised.",
@@ -229,6 +243,14 @@ class Telemetry:
 
     def observe_borrowing_cost(self, pool: str) -> None:
         self.borrowing_cost.labels(pool).inc()
+
+    def observe_budgets(self, budgets: Mapping[str, model.ErrorBudget]) -> None:
+        """The error budget of each pool that has one; pools not given lose their series."""
+        for pool, budget in budgets.items():
+            self.budget_allowed.labels(pool).set(budget.allowed_minutes)
+            self.budget_spent.labels(pool).set(budget.spent_minutes)
+        self._forget(self.budget_allowed, set(budgets))
+        self._forget(self.budget_spent, set(budgets))
 
     # -----------------------------------------------------------------------------------------
 

@@ -460,6 +460,14 @@ def leading(name: str, values: str, follower: str = "0x20", **labels: str) -> di
     }
 
 
+def budget(spent: str, allowed: str, follower: str = "0x20") -> dict[str, str]:
+    """Pool l20's error budget as the leader and a follower export it."""
+    series = leading("rebalancer_error_budget_spent_minutes", spent, follower, pool="l20")
+    for pod in ("rebalancer-0", "rebalancer-1"):
+        series[s("rebalancer_error_budget_allowed_minutes", pod=pod, pool="l20")] = allowed
+    return series
+
+
 QUIET: tuple[Fire, ...] = ()
 STALE_LEADER = {**POOL, "pod": "rebalancer-0"}
 UNREADABLE_PODS = {**TARGET, "kind": "pod"}
@@ -644,6 +652,16 @@ CASES: dict[str, list[Case]] = {
             leading("rebalancer_frozen_under_pressure", "0x20", "1x20", pool="l20"),
             (("10m", QUIET),),
         ),
+    ],
+    "RebalancerErrorBudgetSpent": [
+        Case("minutes spent, fewer than allowed", budget("0 1 2 3x17", "10x20"), (("10m", QUIET),)),
+        Case(
+            "the budget is reached: after a minute",
+            budget("8 9 10x18", "10x20"),
+            (("2m", QUIET), ("3m", (Fire(POOL, value="10"),))),
+        ),
+        Case("a budget of zero, nothing spent", budget("0x20", "0x20"), (("10m", QUIET),)),
+        Case("only the follower counts minutes", budget("0x20", "5x20", "7x20"), (("10m", QUIET),)),
     ],
     "RebalancerUnreadableObjects": [
         Case(
@@ -957,6 +975,9 @@ def telemetry_series() -> str:
                     t.observe_audit_failure("tick")
                 if 60 <= k < 66:  # six minutes of h100 queueing with a node lent
                     t.observe_borrowing_cost("h100")
+                # h100 has an slo of 10 minutes a week; the six minutes stay in its window
+                spent = min(6, max(0, k - 59))
+                t.observe_budgets({"h100": model.ErrorBudget(10, timedelta(days=7), spent)})
             elif k == 50:
                 t.observe_audit_failure("query")
             scrape(pod, now)
@@ -1043,6 +1064,8 @@ def test_dashboard_values_are_the_exported_ones(prometheus: str) -> None:
     ages = query("Demand sample age (leader)")
     assert ages["pool=l20"] == 40
     assert ages["pool=h100"] == 40 + 60 * (minute - 150)
+    budget = "Error budget: minutes spent in the rolling window, and allowed (leader)"
+    assert (query(budget, "A"), query(budget, "B")) == ({"pool=h100": 6}, {"pool=h100": 10})
     decisions = query("Decisions by reason")
     assert decisions["action=lend,kind=step,reason=strategy"] == pytest.approx(1 / 60)
     assert set(decisions) == {

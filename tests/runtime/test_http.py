@@ -211,6 +211,9 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
     t.observe_demand_held({"l20": True})
     t.observe_borrowing_cost("l20")
     t.observe_borrowing_cost("l20")
+    week, day = timedelta(days=7), timedelta(days=1)
+    t.observe_budgets({"l20": model.ErrorBudget(10, week, 3), "a100": model.ErrorBudget(0, day, 0)})
+    t.observe_budgets({"l20": model.ErrorBudget(10, week, 4)})  # a100 lost its slo
 
     async with (
         serve(await memory_store(), telemetry=t) as (_, session),
@@ -235,6 +238,8 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
         "rebalancer_frozen_under_pressure",
         "rebalancer_demand_held",
         "rebalancer_borrowing_cost_minutes",
+        "rebalancer_error_budget_allowed_minutes",
+        "rebalancer_error_budget_spent_minutes",
     }
     lent = got["rebalancer_nodes_lent"]
     assert [(s.labels, s.value) for s in lent] == [({"pool": "l20"}, 2.0)]
@@ -279,6 +284,11 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
     assert value(planner, "rebalancer_planner_failures_total", pool="a100") == 1
     cost = got["rebalancer_borrowing_cost_minutes"]
     assert value(cost, "rebalancer_borrowing_cost_minutes_total", pool="l20") == 2
+    budget = {
+        name: [(s.labels, s.value) for s in got[f"rebalancer_error_budget_{name}_minutes"]]
+        for name in ("allowed", "spent")
+    }
+    assert budget == {"allowed": [({"pool": "l20"}, 10.0)], "spent": [({"pool": "l20"}, 4.0)]}
     flags = {
         name: [(s.labels, s.value) for s in got[name]]
         for name in (

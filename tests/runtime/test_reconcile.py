@@ -310,9 +310,7 @@ class Noting:
         return answer
 
 
-async def test_each_costly_minute_is_audited_and_a_restarted_controller_spends_the_same_budget() -> (
-    None
-):
+async def test_each_costly_minute_is_audited_and_a_restarted_run_spends_the_same_budget() -> None:
     budgets: list[model.ErrorBudget | None] = []
     slo = model.Slo(max_breach_minutes=5, window=timedelta(hours=1))
     keeps = replace(
@@ -340,6 +338,7 @@ async def test_each_costly_minute_is_audited_and_a_restarted_controller_spends_t
         assert costs[1].time - costs[0].time == timedelta(minutes=1)
         # The strategy saw the budget as of the tick before: nothing, nothing, one minute.
         assert [b.spent_minutes if b else None for b in budgets] == [0, 0, 1]
+        assert w.seen.budgets[-1] == {POOL: model.ErrorBudget(5, timedelta(hours=1), 2)}
 
         # A new run (a restart, or another replica taking over) takes the count up from the
         # audit log: the same minute is not counted again, the next one is.

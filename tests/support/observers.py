@@ -27,9 +27,13 @@ class Seen(NoObserver):
     held: list[dict[str, bool]] = field(default_factory=list)
     unreadable: list[dict[str, int]] = field(default_factory=list)
     costs: list[str] = field(default_factory=list)  # a pool per minute of borrowing cost
+    budgets: list[dict[str, model.ErrorBudget]] = field(default_factory=list)
 
     def observe_borrowing_cost(self, pool: str) -> None:
         self.costs.append(pool)
+
+    def observe_budgets(self, budgets: Mapping[str, model.ErrorBudget]) -> None:
+        self.budgets.append(dict(budgets))
 
     def observe_strategy_failure(self, pool: str, strategy: str, kind: str) -> None:
         self.strategy_failures.append((pool, strategy, kind))
