@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from kubernetes_asyncio import client
@@ -301,8 +301,8 @@ class Noting:
 
     inner: Any
     budgets: list[model.ErrorBudget | None]
-    name = "noting"
-    reads_history = False
+    name: ClassVar[str] = "noting"
+    reads_history: ClassVar[bool] = False
 
     def decide(self, pool: model.PoolView) -> model.Proposal:
         self.budgets.append(pool.budget)
