@@ -13,8 +13,8 @@ Kinds of record:
 - ``refusal``: (part of) an intent the planner refused, with its reason code.
 - ``finding``: a bad operator annotation.
 - ``summary``: a pool that got no step this tick, and why ("nothing to do because ...").
-- ``cost``: a minute in which lending cost a pool (requests queued beyond its limit while it
-  had nodes lent), one per pool and minute: the pool's error budget is counted from these.
+- ``cost``: a minute in which lending cost a pool (requests queued beyond its limit while nodes
+  were away on loan), one per pool and minute: the pool's error budget is counted from these.
 
 Refusals, findings and summaries are deduplicated (see ``Deduper``); intents and outcomes never.
 See docs/audit.md for every field.
@@ -255,17 +255,17 @@ def cost_record(
     pool: model.PoolSnapshot,
     name: str,
     policy: PoolPolicy,
-    lent: int,
+    away: int,
     budget: model.ErrorBudget | None,
 ) -> AuditRecord:
     """A minute in which lending cost ``pool`` (``core.tick.costs``): its queue, its limit, the
-    nodes it had lent, and, with an ``slo``, the budget this minute leaves."""
+    nodes away on loan, and, with an ``slo``, the budget this minute leaves."""
     queue = pool.queue.value if pool.queue is not None else 0.0
     message = (
         f"pool {name}: {queue:g} request(s) queued beyond the limit of {policy.queue_limit:g} "
-        f"while {lent} node(s) were lent"
+        f"while {away} node(s) were away on loan"
     )
-    detail: Json = {"queue": queue, "queue_limit": policy.queue_limit, "lent": lent}
+    detail: Json = {"queue": queue, "queue_limit": policy.queue_limit, "away": away}
     if budget is not None:
         message += (
             f": {budget.spent_minutes} of {budget.allowed_minutes} minute(s) of the error "
@@ -280,7 +280,7 @@ def cost_record(
         kind=Kind.COST,
         reason=model.Reason.BORROWING_COST.value,
         message=message,
-        count=lent,
+        count=away,
         detail=jsonable(detail),
     )
 

@@ -177,6 +177,12 @@ class ErrorBudget:
             return 1.0
         return self.spent_minutes / self.allowed_minutes
 
+    @property
+    def exhausted(self) -> bool:
+        """Whether lending must stop: every allowed minute spent (a budget of zero: one minute
+        spent, so that a pool that may cost nothing still lends until it first does)."""
+        return self.spent_minutes >= max(1, self.allowed_minutes)
+
 
 @dataclass(frozen=True, slots=True)
 class Slo:
@@ -259,6 +265,9 @@ class PoolSnapshot:
     demand_known: bool = True
     unknown_since: datetime | None = None
     held: DropHeld | None = None
+    # The pool's error budget, counted up to now, where it has an ``slo``: an exhausted one
+    # stops lending (``core.planning``), and strategies are shown it (``PoolView.budget``).
+    budget: ErrorBudget | None = None
 
 
 @dataclass(frozen=True)
@@ -313,6 +322,7 @@ class Reason(StrEnum):
     METRICS_MISSING = "metrics_missing"
     DEMAND_DROP_HELD = "demand_drop_held"
     QUEUE_BUILDING = "queue_building"
+    BUDGET_SPENT = "budget_spent"
     MIN_SERVING = "min_serving"
     HEADROOM = "headroom"
     MAX_FRACTION = "max_fraction"

@@ -184,6 +184,7 @@ class _Pool:
     not_ready: int  # serving nodes that are NotReady: no capacity, not lendable
     warming: frozenset[model.NodeName]  # serving, Ready, not warm yet: capacity soon, not now
     demand: _Demand
+    budget: model.ErrorBudget | None  # the pool's error budget, where it has an slo
     findings: tuple[model.Finding, ...]
     window_open: bool  # the pool's window, evaluated once per tick
     paused: bool  # a global or pool pause: lending and non-safety moves are refused
@@ -341,6 +342,7 @@ def _observe(
             if n.view.ready and not warmth.is_warm(n.view, n.state, now, policy.warmup)
         ),
         demand=_judge_demand(now, snapshot, policy),
+        budget=snapshot.budget,
         findings=findings,
         window_open=policy.window.is_open(now),
         paused=paused,
@@ -687,8 +689,16 @@ def _pause_limit(pool: _Pool, intent: Intent) -> _Limit | None:
 
 def _lend_blocked(pool: _Pool) -> _Limit | None:
     """The rules under which nothing is lent at all: demand unknown, a fall not believed yet,
-    or requests queueing."""
+    requests queueing, or the pool's error budget spent."""
     demand, policy = pool.demand, pool.policy
+    budget = pool.budget
+    if Guard.ERROR_BUDGET in policy.guards and budget is not None and budget.exhausted:
+        return _Limit(
+            0,
+            Reason.BUDGET_SPENT,
+            f"the error budget is spent ({budget.spent_minutes} of {budget.allowed_minutes} "
+            f"minute(s) in the last {budget.window}): no lending until minutes leave the window",
+        )
     if demand.health is not Health.FRESH:
         stale = demand.health is Health.STALE
         reason = Reason.METRICS_STALE if stale else Reason.METRICS_MISSING

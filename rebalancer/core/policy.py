@@ -34,6 +34,7 @@ class Guard(StrEnum):
     MAX_LENT_FRACTION = "max_lent_fraction"  # never more than that share of the pool lent
     DEMAND_ABOVE_SERVING = "demand_above_serving"  # demand above what serves: reclaim at once
     QUEUE_LIMIT = "queue_limit"  # requests waiting beyond ``queue_limit`` stop lending, reclaim
+    ERROR_BUDGET = "error_budget"  # an exhausted error budget (the pool's ``slo``) stops lending
 
 
 ALL_GUARDS = frozenset(Guard)
@@ -116,6 +117,7 @@ class PoolPolicy:
             headroom=self.headroom,
             return_time=self.return_time,
             zone=self.zone,
+            budget=pool.budget,
         )
 
     def need(self, rps: float) -> int:

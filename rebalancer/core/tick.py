@@ -109,11 +109,30 @@ def plan_tick(
     return Decision(model.Plan(now=snapshot.now, pools=plans), proposals, failures)
 
 
-def costs(pool: model.PoolSnapshot, policy: PoolPolicy, keys: nodestate.Keys) -> bool:
-    """Whether lending costs the pool now: requests wait beyond its ``queue_limit`` while it has
-    nodes lent. A minute of that is a minute of the pool's error budget spent."""
+def away(pool: model.PoolSnapshot, policy: PoolPolicy, keys: nodestate.Keys, now: datetime) -> int:
+    """Nodes that lending keeps from serving now: lent or being lent, being taken back, or back
+    from a loan within the warm-up (their inference replica may still be starting)."""
+    states = (nodestate.read(view, keys) for view in pool.nodes)
+    return sum(
+        1
+        for s in states
+        if isinstance(s, nodestate.NodeState)
+        and (
+            s.phase in (Phase.LENDING, Phase.LENT, Phase.RECLAIMING)
+            or (s.since is not None and now - s.since < policy.warmup)
+        )
+    )
+
+
+def costs(pool: model.PoolSnapshot, policy: PoolPolicy, keys: nodestate.Keys, now: datetime) -> int:
+    """How many nodes lending costs the pool now, 0 when it costs nothing: requests wait beyond
+    its ``queue_limit`` while nodes are away on loan (``away``). A minute of that is a minute of
+    the pool's error budget spent: the minutes while a reclaimed node drains and warms up are
+    the ones a loan costs most."""
     queue = pool.queue
-    return queue is not None and queue.value > policy.queue_limit and lent_count(pool, keys) > 0
+    if queue is None or queue.value <= policy.queue_limit:
+        return 0
+    return away(pool, policy, keys, now)
 
 
 def lent_count(pool: model.PoolSnapshot, keys: nodestate.Keys) -> int:

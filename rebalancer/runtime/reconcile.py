@@ -535,8 +535,8 @@ class Reconciler:
         return records, takeovers
 
     async def _count_costs(self, snapshot: model.Snapshot) -> None:
-        """Count each minute in which a pool's requests queue beyond its limit while it has
-        nodes lent (``core.tick.costs``): what lending cost, once per minute however many ticks
+        """Count each minute in which a pool's requests queue beyond its limit while nodes are
+        away on loan (``core.tick.costs``): what lending cost, once per minute however many ticks
         see it, as a metric and a ``cost`` record. Only the leader counts, so replicas never
         count a minute twice, and a new leader (or this one restarted) takes up the count from
         the audit log (``start``). A record the store fails to take is logged and the minute
@@ -546,7 +546,10 @@ class Reconciler:
         for pool in self.pools:
             seen = snapshot.pools.get(pool.name)
             spent = self._costs.setdefault(pool.name, [])
-            if seen is None or minute in spent or not costs(seen, pool.policy, self.keys):
+            if seen is None or minute in spent:
+                continue
+            away = costs(seen, pool.policy, self.keys, snapshot.now)
+            if not away:
                 continue
             keep = pool.slo.window if pool.slo else MINUTE
             spent[:] = [m for m in spent if m > minute - keep] + [minute]
@@ -560,7 +563,7 @@ class Reconciler:
                     seen,
                     str(pool.name),
                     pool.policy,
-                    lent_count(seen, self.keys),
+                    away,
                     budget,
                 )
             )
@@ -608,7 +611,8 @@ class Reconciler:
             log.info("leading since this tick began: start-up runs first next tick")
             return report
         self.observer.observe_plan(plan)
-        # The strategy saw the budget as of the last tick: this minute counts from the next.
+        # The strategy and the planner saw the budget as of the last tick (the snapshot's): this
+        # minute counts from the next. The gauges show it counted.
         await self._count_costs(seen.snapshot)
         self.observer.observe_budgets(
             {
@@ -676,6 +680,7 @@ class Reconciler:
                 demand_known=reading.known,
                 unknown_since=reading.unknown_since,
                 held=reading.held,
+                budget=pool.slo.budget(self._costs.get(pool.name, ()), now) if pool.slo else None,
             )
         snapshot = model.Snapshot(now=now, pools=pools, paused=self.paused(), frozen=self.frozen())
         return Observation(snapshot, read)
@@ -757,9 +762,6 @@ class Reconciler:
         for pool in self.pools:
             seen = snapshot.pools[pool.name]
             view = pool.policy.view(pool.name, snapshot.now, seen, lent_count(seen, self.keys))
-            if pool.slo is not None:
-                spent = self._costs.get(pool.name, ())
-                view = replace(view, budget=pool.slo.budget(spent, snapshot.now))
             answers[pool.name] = await self._propose(pool, view)
         decision = plan_tick(snapshot, answers, self._rules, self.keys)
         for pool in self.pools:

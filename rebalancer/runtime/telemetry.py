@@ -124,7 +124,7 @@ class Telemetry:
         self.budget_spent = Gauge(
             "rebalancer_error_budget_spent_minutes",
             "The minutes of the pool's rolling slo window in which lending cost it (requests "
-            "queued beyond queue_limit while nodes were lent), as the leader counts them.",
+            "queued beyond queue_limit while nodes were away on loan), as the leader counts them.",
             ["pool"],
             registry=r,
         )

@@ -44,6 +44,7 @@ BASELINE_DROPS = frozenset(
         Guard.MAX_LENT_FRACTION,
         Guard.DEMAND_ABOVE_SERVING,
         Guard.QUEUE_LIMIT,
+        Guard.ERROR_BUDGET,
     }
 )
 
@@ -181,16 +182,18 @@ def run(
     for t, demand in enumerate(trace.rps):
         now = trace.start + MINUTE * t
         fake.advance(now)
-        snapshot, belief = _observe(
-            trace, t, now, fake, queue, pool_model.sample_age, belief, policy
-        )
-        lent_now = fake.counts(now)[1]
-        view = policy.view(POOL, now, snapshot.pools[POOL], lent_now)
+        budget = None
         if slo is not None:
             while breaches and breaches[0] <= t - slo.window / MINUTE:
                 breaches.popleft()
             budget = model.ErrorBudget(slo.max_breach_minutes, slo.window, len(breaches))
-            view = replace(view, budget=budget)
+        snapshot, belief = _observe(
+            trace, t, now, fake, queue, pool_model.sample_age, belief, policy
+        )
+        if budget is not None:
+            snapshot = replace(snapshot, pools={POOL: replace(snapshot.pools[POOL], budget=budget)})
+        lent_now = fake.counts(now)[1]
+        view = policy.view(POOL, now, snapshot.pools[POOL], lent_now)
         answer = _answer(strategy, view)
         plan = tick.plan_tick(snapshot, {POOL: answer}, {POOL: tick.PoolRules(policy)}, keys).plan
         steps = plan.steps

@@ -506,6 +506,44 @@ def test_a_demand_sample_that_is_not_a_rate_counts_as_missing(value: float) -> N
     assert "not a rate" in result.rejections[0].message
 
 
+WEEK = timedelta(days=7)
+
+
+@pytest.mark.parametrize(
+    ("budget", "lends"),
+    [
+        pytest.param(model.ErrorBudget(10, WEEK, 9), 2, id="a minute left"),
+        pytest.param(model.ErrorBudget(10, WEEK, 10), 0, id="spent"),
+        pytest.param(model.ErrorBudget(10, WEEK, 12), 0, id="overspent"),
+        pytest.param(model.ErrorBudget(0, WEEK, 0), 2, id="zero, nothing spent yet"),
+        pytest.param(model.ErrorBudget(0, WEEK, 1), 0, id="zero, one minute spent"),
+        pytest.param(None, 2, id="no slo"),
+    ],
+)
+def test_a_spent_error_budget_stops_lending(budget: model.ErrorBudget | None, lends: int) -> None:
+    result = checked(plan(serving_nodes(3), target=2, budget=budget))
+
+    assert len(stepped(result, LEND)) == lends
+    if not lends:
+        assert budget is not None
+        assert refusals(result) == {Reason.BUDGET_SPENT: 2}
+        assert result.rejections[0].message.startswith(
+            f"the error budget is spent ({budget.spent_minutes} of {budget.allowed_minutes} "
+        )
+
+
+def test_a_spent_error_budget_refuses_an_operator_lend_now_and_keeps_safety_reclaims() -> None:
+    asked = with_overrides(serving("asked"), lend="now")
+    spent = model.ErrorBudget(10, WEEK, 10)
+
+    lend_now = checked(plan([*serving_nodes(3), asked], budget=spent))
+    short = checked(plan([*serving_nodes(1), *lent_nodes(3)], rps=25.0, budget=spent))
+
+    assert refusals(lend_now) == {Reason.BUDGET_SPENT: 1}
+    assert {s.reason for s in short.steps} == {Reason.DEMAND_ABOVE_SERVING}
+    assert len(stepped(short, RECLAIM)) == 2
+
+
 def test_requests_queueing_beyond_the_limit_block_lending() -> None:
     result = checked(
         plan(serving_nodes(3), target=2, queue=50.0, pool_policy=policy(queue_limit=10.0))

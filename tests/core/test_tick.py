@@ -4,6 +4,7 @@ and the simulator; and the operator's reclaim as a plan."""
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -95,21 +96,37 @@ def test_the_lent_count_is_the_nodes_lending_or_lent() -> None:
     assert tick.lent_count(pool, f.KEYS) == 2
 
 
+WARMUP, HOUR = timedelta(minutes=5), timedelta(hours=1)
+
+
 @pytest.mark.parametrize(
-    ("lent", "queued", "costs"),
+    ("away", "queued", "costs"),
     [
-        pytest.param(2, 11.0, True, id="queued beyond the limit with nodes lent"),
-        pytest.param(0, 11.0, False, id="queued with nothing lent: not lending's cost"),
-        pytest.param(2, 10.0, False, id="at the limit"),
-        pytest.param(2, None, False, id="queue unknown"),
+        pytest.param(["lent", "lent"], 11.0, 2, id="queued beyond the limit with nodes lent"),
+        pytest.param([], 11.0, 0, id="queued with nothing lent: not lending's cost"),
+        pytest.param(["lent", "lent"], 10.0, 0, id="at the limit"),
+        pytest.param(["lent", "lent"], None, 0, id="queue unknown"),
+        pytest.param(["lending", "reclaiming"], 11.0, 2, id="on their way out and back"),
+        pytest.param(["warming"], 11.0, 1, id="back from a loan, within the warm-up"),
+        pytest.param(["warm"], 11.0, 0, id="back from a loan, warm: no longer away"),
     ],
 )
-def test_lending_costs_a_pool_when_requests_queue_beyond_its_limit_while_nodes_are_lent(
-    lent: int, queued: float | None, costs: bool
+def test_lending_costs_a_pool_when_requests_queue_beyond_its_limit_while_nodes_are_away(
+    away: list[str], queued: float | None, costs: int
 ) -> None:
+    now = f.T0
+    made = {
+        "lent": lambda n: f.lend(f.serving(n), now - HOUR),
+        "lending": lambda n: f.lending(f.serving(n), now),
+        "reclaiming": lambda n: f.begin_reclaim(f.lend(f.serving(n), now - HOUR), now),
+        "warming": lambda n: f.returned(n, now - HOUR, now - WARMUP + timedelta(seconds=1)),
+        "warm": lambda n: f.returned(n, now - HOUR, now - WARMUP),
+    }
+    nodes = [made[kind](f"a-{i}") for i, kind in enumerate(away)]
     queue = None if queued is None else f.demand(queued)
-    pool = f.pool_snapshot([*f.serving_nodes(3), *f.lent_nodes(lent)], f.demand(5.0), queue)
-    assert tick.costs(pool, f.policy(queue_limit=10.0), f.KEYS) is costs
+    pool = f.pool_snapshot([*f.serving_nodes(3), *nodes], f.demand(5.0), queue)
+    policy = f.policy(queue_limit=10.0, warmup=WARMUP)
+    assert tick.costs(pool, policy, f.KEYS, now) == costs
 
 
 def test_an_operator_reclaim_is_one_urgent_operator_step_per_node() -> None:

@@ -153,6 +153,23 @@ def test_with_an_slo_each_minute_shows_the_breaches_of_the_window_before_it() ->
     assert spy.budgets[68].burned == 8 / 5
 
 
+def test_a_guarded_run_lends_nothing_while_its_error_budget_is_spent() -> None:
+    # Two bursts 30 minutes apart; a budget of 3 breach minutes per hour. The first burst spends
+    # it (reactive lends everything the guards allow before it), so before the second nothing
+    # new is lent, and the second burst costs nothing.
+    quiet, burst = [20.0] * 60, [144.0] * 10
+    trace = trace_of([*quiet, *burst, *[20.0] * 30, *burst, *[20.0] * 90])
+    slo = model.Slo(max_breach_minutes=3, window=timedelta(hours=1))
+    free = engine.run(trace, registry.build("reactive"), POOL)
+    run = engine.run(trace, registry.build("reactive"), POOL, slo=slo)
+    breached = [t for t, m in enumerate(run.timeline) if engine.breached(m, 10.0)]
+    assert breached
+    assert all(60 <= t < 70 for t in breached)  # the first burst only
+    assert any(engine.breached(m, 10.0) for m in free.timeline[100:110])  # unlimited: both
+    assert max(m.lent for m in run.timeline[75:120]) == 0  # within the hour after: no loan
+    assert max(m.lent for m in run.timeline[150:]) > 0  # the minutes left the window: lends
+
+
 def test_without_an_slo_a_strategy_sees_no_budget() -> None:
     spy = BudgetSpy()
     engine.run(BURST, spy, POOL, baseline=True)

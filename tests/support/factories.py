@@ -8,6 +8,7 @@ annotations, so the tests follow the real format.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -227,14 +228,16 @@ def plan(
     paused: bool = False,
     paused_pools: Iterable[PoolName] = (),
     frozen: bool = False,
+    budget: model.ErrorBudget | None = None,
 ) -> model.PoolPlan:
     """Plan one pool with demand ``rps`` sampled ``age`` ago (``rps=None``: no sample at all).
 
-    ``queue`` requests waiting, sampled ``queue_age`` ago (``None``: no queue sample).
+    ``queue`` requests waiting, sampled ``queue_age`` ago (``None``: no queue sample);
+    ``budget`` the pool's error budget.
     """
     actual = None if rps is None else demand(rps, age, now)
     waiting = None if queue is None else demand(queue, queue_age, now)
-    pools = {POOL: pool_snapshot(nodes, actual, waiting)}
+    pools = {POOL: dataclasses.replace(pool_snapshot(nodes, actual, waiting), budget=budget)}
     snapshot = model.Snapshot(now=now, pools=pools, paused=paused, frozen=frozen)
     proposals = {} if target is None else {POOL: proposal(target)}
     result = planning.make_plan(
