@@ -214,12 +214,17 @@ def jobs(
     return out
 
 
-def run(job: Job) -> tuple[str, Point]:
+def run(job: Job) -> tuple[str, Point, int | None]:
+    """The job's point, and with an slo the most breach minutes any rolling window held."""
     pool = engine.PoolModel(zone=job.scenario.zone)
     strategy = registry.build(job.strategy, job.params)
-    figures = engine.run(job.scenario.trace, strategy, pool, slo=job.slo).figures
+    done = engine.run(job.scenario.trace, strategy, pool, slo=job.slo)
+    figures = done.figures
     point = Point(job.label, figures.harvest_ratio, figures.breach_minutes, figures.reclaims)
-    return job.scenario.name, point
+    spent = None
+    if job.slo is not None:
+        spent = engine.most_spent(done.timeline, pool.calibrate(job.scenario.trace), job.slo.window)
+    return job.scenario.name, point, spent
 
 
 def nearest(target: Point, points: Sequence[Point]) -> Point:
@@ -306,13 +311,14 @@ def main() -> int:
     ]
     with ProcessPoolExecutor(max_workers=args.jobs) as workers:
         fresh = list(workers.map(run, todo))
-    for name, point in fresh:
+    spent = {name: most for name, point, most in fresh if point.label == "default"}
+    for name, point, _ in fresh:
         if point.label != "default":
             cached[name, point.label] = point
     if args.cache:
         _save(args.cache, cached)
     chosen_names = {s.name for s in chosen}
-    results = [r for r in fresh if r[1].label == "default"]
+    results = [(name, point) for name, point, _ in fresh if point.label == "default"]
     results += [(name, point) for (name, _), point in cached.items() if name in chosen_names]
     by_scenario: dict[str, list[Point]] = {}
     for name, point in results:
@@ -321,7 +327,11 @@ def main() -> int:
         args.plots.mkdir(parents=True, exist_ok=True)
     budget = "" if slo is None else f", error budget {slo.max_breach_minutes} min per 7 days"
     print(f"default: {args.strategy} {args.params}{budget}")
-    print(f"{'scenario':16} {'harvest':>7} {'breach':>6}  {'nearest grid point':28} dominated by")
+    worst = "" if slo is None else f" {'7d max':>6}"
+    print(
+        f"{'scenario':16} {'harvest':>7} {'breach':>6}{worst}  {'nearest grid point':28} "
+        "dominated by"
+    )
     dominated_on = []
     for s in chosen:
         points = by_scenario[s.name]
@@ -333,8 +343,9 @@ def main() -> int:
         if beaten:
             dominated_on.append(s.name)
         shown = ", ".join(f"{p.label} ({p.harvest:.3f}, {p.breach})" for p in beaten[:3])
+        most = "" if slo is None else f" {spent[s.name]:6d}"
         print(
-            f"{s.name:16} {default.harvest:7.3f} {default.breach:6d}  "
+            f"{s.name:16} {default.harvest:7.3f} {default.breach:6d}{most}  "
             f"{close.label:15} ({close.harvest:.3f}, {close.breach:4d})  {shown or '-'}"
         )
         if args.plots:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pydantic
 
-from strategies import base, baselines, forecast, peak, watermark, window
+from strategies import adaptive, base, baselines, forecast, peak, watermark, window
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,7 @@ class Entry:
 
 
 _ENTRIES: dict[str, Entry] = {
+    "adaptive": Entry(adaptive.Params, adaptive.Adaptive, adaptive.__doc__ or ""),
     "forecast": Entry(forecast.Params, forecast.Forecast, forecast.__doc__ or ""),
     "watermark": Entry(watermark.Params, watermark.Watermark, watermark.__doc__ or ""),
     "window": Entry(window.Params, window.Window, window.__doc__ or ""),

@@ -201,6 +201,19 @@ class Slo:
         return ErrorBudget(self.max_breach_minutes, self.window, count)
 
 
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The planner's churn and metrics rules a strategy's proposal will meet (``PoolPolicy``'s
+    values), for a strategy that models what the planner will make of it."""
+
+    cooldown: timedelta = timedelta(minutes=15)  # a returned node is not lent again sooner
+    max_step_fraction: float = 0.25  # strategy lends and reclaims per tick, as a pool share
+    drain: timedelta = timedelta(minutes=2)  # borrowed pods' deadline on a reclaim
+    metrics_grace: timedelta = timedelta(minutes=7)  # demand unknown this long: reclaim all
+    drop_floor: float = 1 / 3  # a fall below this share of the level is held ...
+    drop_hold: timedelta = timedelta(minutes=10)  # ... this long before it is believed
+
+
 @dataclass(frozen=True)
 class PoolView:
     """What a strategy sees of one pool at ``now``."""
@@ -220,6 +233,7 @@ class PoolView:
     # The pool's error budget where it has an ``slo`` (the controller counts it, and keeps the
     # count in the audit log; ``rebalancer simulate --slo``); None: no budget, fixed margins.
     budget: ErrorBudget | None = None
+    limits: Limits = Limits()
 
     def need(self, rps: float) -> int:
         """Nodes that must serve ``rps`` with headroom, never fewer than the minimum."""

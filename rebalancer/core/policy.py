@@ -118,6 +118,14 @@ class PoolPolicy:
             return_time=self.return_time,
             zone=self.zone,
             budget=pool.budget,
+            limits=model.Limits(
+                cooldown=self.cooldown,
+                max_step_fraction=self.max_step_fraction,
+                drain=self.reclaim_deadline,
+                metrics_grace=self.staleness + self.stale_grace,
+                drop_floor=self.drop_floor,
+                drop_hold=self.drop_hold,
+            ),
         )
 
     def need(self, rps: float) -> int:
