@@ -92,8 +92,23 @@ def peak_params(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
+@st.composite
+def adaptive_params(draw: st.DrawFn) -> dict[str, Any]:
+    margins = draw(st.lists(st.floats(0, 10), min_size=1, max_size=4))
+    return {
+        "windows": draw(st.lists(st.integers(1, 7 * 24 * 60), min_size=1, max_size=3)),
+        "margins": margins,
+        "least_margin": draw(st.floats(0, min(5.0, max(margins)))),
+        "price_pool_hours": draw(st.floats(0, 1000)),
+        "memory_minutes": draw(st.integers(60, 28 * 24 * 60)),
+        "traffic_windows": draw(st.booleans()),
+        "budget_gain": draw(st.floats(0, 100)),
+    }
+
+
 # Every registered strategy, with the parameters it may be built with (beside its defaults).
 PARAMS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
+    "adaptive": adaptive_params(),
     "forecast": forecast_params(),
     "watermark": watermark_params(),
     "window": window_params(),

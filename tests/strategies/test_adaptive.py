@@ -1,0 +1,131 @@
+"""The adaptive strategy: its replay of a rung is what the simulator measures for that rule,
+and it follows the rung its replay scores best."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from rebalancer.core import model
+from sandbox.sim import engine, traces
+from sandbox.sim.traces import MINUTE, Trace
+from strategies import adaptive, registry
+
+EXAMPLES = Path(__file__).parents[2] / "examples" / "traces"
+DAY = 24 * 60
+
+
+def sliced(trace: Trace, days: int) -> Trace:
+    return replace(trace, rps=trace.rps[: days * DAY])
+
+
+def one_rung(window: int, margin: float) -> adaptive.Adaptive:
+    params = {"windows": [window], "margins": [margin], "least_margin": 0, "traffic_windows": False}
+    built = registry.build("adaptive", params)
+    assert isinstance(built, adaptive.Adaptive)
+    return built
+
+
+@pytest.mark.parametrize(
+    ("name", "service", "window", "margin"),
+    [
+        ("azure_llm_2024_week_per_minute.csv", "code", 10, 0.05),
+        ("azure_llm_2024_week_per_minute.csv", "code", 30, 0.0),
+        ("servegen_m-large.csv", None, 30, 0.05),
+        ("servegen_m-large.csv", None, 60, 0.1),
+        ("servegen_m-mid.csv", None, 60, 0.1),  # with its gaps: the metrics-lost reclaims
+    ],
+)
+def test_the_replay_of_a_rung_is_what_the_simulator_measures_for_that_peak_rule(
+    name: str, service: str | None, window: int, margin: float
+) -> None:
+    trace = sliced(traces.load(EXAMPLES / name, service), days=4)
+    pool = engine.PoolModel()
+    strategy = one_rung(window, margin)
+    run = engine.run(trace, strategy, pool)  # the strategy is the rule it replays
+    peak = engine.run(
+        trace, registry.build("peak", {"window_minutes": window, "margin": margin}), pool
+    )
+    assert run.figures == peak.figures  # a one-rung ladder is the peak rule itself
+    (memo,) = strategy._memos.values()
+    (rung,) = memo.rungs
+    replayed_hours = rung.lent_sum[-1] / 60
+    assert abs(rung.miss_sum[-1] - peak.figures.breach_minutes) <= 3
+    assert replayed_hours == pytest.approx(peak.figures.lent_node_hours, rel=0.01)
+
+
+def jumps(days: int, every: int = 180, level: float = 20.0, top: float = 120.0) -> Trace:
+    """``level`` rps, with a jump to ``top`` in one minute for 20 minutes every ``every``."""
+    rps: list[float | None] = [top if t % every >= every - 20 else level for t in range(days * DAY)]
+    rps[0] = 144.0  # the peak the pool is calibrated on: 10 rps per node
+    start = datetime(2025, 3, 3, tzinfo=UTC)
+    return Trace(name="jumps", source="jumps", start=start, rps=rps, native_step=MINUTE)
+
+
+def ladder(**changes: object) -> adaptive.Adaptive:
+    params = {"windows": [10, 240], "margins": [0.1], "traffic_windows": False, **changes}
+    built = registry.build("adaptive", params)
+    assert isinstance(built, adaptive.Adaptive)
+    return built
+
+
+def followed(run: engine.Run, strategy: adaptive.Adaptive) -> int:
+    """The window ``strategy`` follows at the end of ``run``."""
+    (memo,) = strategy._memos.values()
+    return memo.rungs[strategy._choose(memo, _view(memo, run))[0]].window
+
+
+def _view(memo: adaptive._Memory, run: engine.Run) -> model.PoolView:
+    history = model.DemandHistory(memo.start, memo.step, memo.values, memo.end - 1)
+    return model.PoolView(
+        name=engine.POOL,
+        now=run.timeline[-1].time,
+        size=16,
+        lent=run.timeline[-1].lent,
+        demand=model.Sample(20.0, run.timeline[-1].time),
+        queue=None,
+        history=history,
+        rps_per_node=10.0,
+        min_serving=2,
+        headroom=0.2,
+        return_time=timedelta(minutes=7),
+        zone="UTC",
+    )
+
+
+def test_a_smooth_load_is_followed_on_the_shortest_window_and_the_least_margin() -> None:
+    rps: list[float | None] = [144.0] + [20.0 + (t % 60) / 6 for t in range(2 * DAY)]
+    start = datetime(2025, 3, 3, tzinfo=UTC)
+    calm = Trace(name="calm", source="calm", start=start, rps=rps, native_step=MINUTE)
+    strategy, pool = ladder(), engine.PoolModel()
+    run = engine.run(calm, strategy, pool)
+    assert run.figures.breach_minutes == 0
+    assert followed(run, strategy) == 10
+
+
+def test_a_load_that_jumps_again_and_again_moves_the_pool_to_the_window_that_rides_them_out() -> (
+    None
+):
+    strategy, pool = ladder(), engine.PoolModel()
+    run = engine.run(jumps(days=2), strategy, pool)
+    short = engine.run(jumps(days=2), registry.build("peak", {"window_minutes": 10}), pool)
+    assert followed(run, strategy) == 240
+    assert run.figures.breach_minutes < short.figures.breach_minutes / 4
+
+
+def test_a_burning_budget_raises_the_price_of_a_breach_minute() -> None:
+    # So cheap a breach that the short window wins on its harvest, until the budget burns.
+    pool = engine.PoolModel()
+    # Replayed on these jumps: the 10-minute rung lends 516 node-hours with 128 breach minutes,
+    # the 240-minute one nothing; the short rung wins below about 4 node-hours a minute.
+    cheap, spent = ladder(price_pool_hours=0.05), ladder(price_pool_hours=0.05, budget_gain=100)
+    run = engine.run(jumps(days=2), cheap, pool)
+    assert followed(run, cheap) == 10
+    slo = model.Slo(max_breach_minutes=1, window=timedelta(days=7))
+    burnt = engine.run(jumps(days=2), spent, pool, slo=slo)
+    (memo,) = spent._memos.values()
+    view = replace(_view(memo, burnt), budget=model.ErrorBudget(1, timedelta(days=7), 5))
+    assert memo.rungs[spent._choose(memo, view)[0]].window == 240
