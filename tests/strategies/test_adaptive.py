@@ -97,7 +97,8 @@ def _view(memo: adaptive._Memory, run: engine.Run) -> model.PoolView:
 
 
 def test_a_smooth_load_is_followed_on_the_shortest_window_and_the_least_margin() -> None:
-    rps: list[float | None] = [144.0] + [20.0 + (t % 60) / 6 for t in range(2 * DAY)]
+    rps: list[float | None] = [144.0]
+    rps += [20.0 + (t % 60) / 6 for t in range(2 * DAY)]
     start = datetime(2025, 3, 3, tzinfo=UTC)
     calm = Trace(name="calm", source="calm", start=start, rps=rps, native_step=MINUTE)
     strategy, pool = ladder(), engine.PoolModel()
