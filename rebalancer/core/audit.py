@@ -267,10 +267,7 @@ def cost_record(
     )
     detail: Json = {"queue": queue, "queue_limit": policy.queue_limit, "away": away}
     if budget is not None:
-        message += (
-            f": {budget.spent_minutes} of {budget.allowed_minutes} minute(s) of the error "
-            f"budget spent in {_span(budget.window)}"
-        )
+        message += f": error budget {budget.spent_text}"
         detail |= {"spent_minutes": budget.spent_minutes, "allowed_minutes": budget.allowed_minutes}
     return _stamped(
         ctx,
@@ -283,13 +280,6 @@ def cost_record(
         count=away,
         detail=jsonable(detail),
     )
-
-
-def _span(window: timedelta) -> str:
-    days, rest = divmod(window, timedelta(days=1))
-    if not rest:
-        return f"{days} day(s)"
-    return f"{window / timedelta(hours=1):g} hour(s)"
 
 
 def recovery_intent(

@@ -177,11 +177,16 @@ class ErrorBudget:
             return 1.0
         return self.spent_minutes / self.allowed_minutes
 
+    def covers(self, minutes: int) -> bool:
+        """Whether ``minutes`` more could be spent within the budget."""
+        return self.spent_minutes + minutes <= self.allowed_minutes
+
     @property
-    def exhausted(self) -> bool:
-        """Whether lending must stop: every allowed minute spent (a budget of zero: one minute
-        spent, so that a pool that may cost nothing still lends until it first does)."""
-        return self.spent_minutes >= max(1, self.allowed_minutes)
+    def spent_text(self) -> str:
+        """``3 of 10 minute(s) spent in the last 7 day(s)``."""
+        days, rest = divmod(self.window, timedelta(days=1))
+        span = f"{days} day(s)" if not rest else f"{self.window / timedelta(hours=1):g} hour(s)"
+        return f"{self.spent_minutes} of {self.allowed_minutes} minute(s) spent in the last {span}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,8 +284,9 @@ class PoolSnapshot:
     demand_known: bool = True
     unknown_since: datetime | None = None
     held: DropHeld | None = None
-    # The pool's error budget, counted up to now, where it has an ``slo``: an exhausted one
-    # stops lending (``core.planning``), and strategies are shown it (``PoolView.budget``).
+    # The pool's error budget, counted up to now, where it has an ``slo``: one that cannot
+    # cover another loan's worst case stops lending (``core.planning``), and strategies are
+    # shown it (``PoolView.budget``).
     budget: ErrorBudget | None = None
 
 

@@ -689,15 +689,15 @@ def _pause_limit(pool: _Pool, intent: Intent) -> _Limit | None:
 
 def _lend_blocked(pool: _Pool) -> _Limit | None:
     """The rules under which nothing is lent at all: demand unknown, a fall not believed yet,
-    requests queueing, or the pool's error budget spent."""
+    requests queueing, or an error budget that could not pay for what a loan may cost."""
     demand, policy = pool.demand, pool.policy
-    budget = pool.budget
-    if Guard.ERROR_BUDGET in policy.guards and budget is not None and budget.exhausted:
+    budget, worst = pool.budget, policy.loan_risk_minutes
+    if Guard.ERROR_BUDGET in policy.guards and budget is not None and not budget.covers(worst):
         return _Limit(
             0,
             Reason.BUDGET_SPENT,
-            f"the error budget is spent ({budget.spent_minutes} of {budget.allowed_minutes} "
-            f"minute(s) in the last {budget.window}): no lending until minutes leave the window",
+            f"the error budget cannot cover another loan ({budget.spent_text}, a loan may cost "
+            f"{worst}): no lending until minutes leave the window",
         )
     if demand.health is not Health.FRESH:
         stale = demand.health is Health.STALE

@@ -34,7 +34,7 @@ class Guard(StrEnum):
     MAX_LENT_FRACTION = "max_lent_fraction"  # never more than that share of the pool lent
     DEMAND_ABOVE_SERVING = "demand_above_serving"  # demand above what serves: reclaim at once
     QUEUE_LIMIT = "queue_limit"  # requests waiting beyond ``queue_limit`` stop lending, reclaim
-    ERROR_BUDGET = "error_budget"  # an exhausted error budget (the pool's ``slo``) stops lending
+    ERROR_BUDGET = "error_budget"  # no lending the pool's ``slo`` budget could not pay for
 
 
 ALL_GUARDS = frozenset(Guard)
@@ -95,6 +95,13 @@ class PoolPolicy:
     def return_time(self) -> timedelta:
         """From a reclaim decision until the node serves warm: drain, then cold start."""
         return self.reclaim_deadline + self.warmup
+
+    @property
+    def loan_risk_minutes(self) -> int:
+        """The most breach minutes a loan can cost when load jumps beyond what serves: the
+        minute the jump is seen (a decision reads demand a minute late), then the return time
+        of the nodes taken back for it."""
+        return 1 + math.ceil(self.return_time / timedelta(minutes=1))
 
     def view(
         self,

@@ -512,15 +512,21 @@ WEEK = timedelta(days=7)
 @pytest.mark.parametrize(
     ("budget", "lends"),
     [
-        pytest.param(model.ErrorBudget(10, WEEK, 9), 2, id="a minute left"),
-        pytest.param(model.ErrorBudget(10, WEEK, 10), 0, id="spent"),
+        # A loan may cost 8 minutes (policy()): the minute a jump is seen, then a 2 + 5 minute
+        # return of the nodes taken back for it.
+        pytest.param(model.ErrorBudget(10, WEEK, 2), 2, id="room for one more loan's worst"),
+        pytest.param(model.ErrorBudget(10, WEEK, 3), 0, id="not room enough"),
         pytest.param(model.ErrorBudget(10, WEEK, 12), 0, id="overspent"),
-        pytest.param(model.ErrorBudget(0, WEEK, 0), 2, id="zero, nothing spent yet"),
-        pytest.param(model.ErrorBudget(0, WEEK, 1), 0, id="zero, one minute spent"),
+        pytest.param(model.ErrorBudget(8, WEEK, 0), 2, id="unspent, as large as a loan's worst"),
+        pytest.param(model.ErrorBudget(7, WEEK, 0), 0, id="smaller than a loan's worst"),
+        pytest.param(model.ErrorBudget(0, WEEK, 0), 0, id="zero"),
         pytest.param(None, 2, id="no slo"),
     ],
 )
-def test_a_spent_error_budget_stops_lending(budget: model.ErrorBudget | None, lends: int) -> None:
+def test_no_loan_the_error_budget_could_not_pay_for(
+    budget: model.ErrorBudget | None, lends: int
+) -> None:
+    assert policy().loan_risk_minutes == 8
     result = checked(plan(serving_nodes(3), target=2, budget=budget))
 
     assert len(stepped(result, LEND)) == lends
@@ -528,7 +534,8 @@ def test_a_spent_error_budget_stops_lending(budget: model.ErrorBudget | None, le
         assert budget is not None
         assert refusals(result) == {Reason.BUDGET_SPENT: 2}
         assert result.rejections[0].message.startswith(
-            f"the error budget is spent ({budget.spent_minutes} of {budget.allowed_minutes} "
+            f"the error budget cannot cover another loan ({budget.spent_minutes} of "
+            f"{budget.allowed_minutes} minute(s) spent in the last 7 day(s), a loan may cost 8)"
         )
 
 

@@ -333,7 +333,7 @@ async def test_each_costly_minute_is_audited_and_a_restarted_run_spends_the_same
         }
         assert costs[0].message == (
             f"pool {POOL}: 50 request(s) queued beyond the limit of 0 while {len(IDLE)} node(s) "
-            "were away on loan: 1 of 5 minute(s) of the error budget spent in 1 hour(s)"
+            "were away on loan: error budget 1 of 5 minute(s) spent in the last 1 hour(s)"
         )
         assert costs[1].time - costs[0].time == timedelta(minutes=1)
         # The strategy saw the budget as of the tick before: nothing, nothing, one minute.

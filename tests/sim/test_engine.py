@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import ClassVar
 
@@ -153,21 +154,25 @@ def test_with_an_slo_each_minute_shows_the_breaches_of_the_window_before_it() ->
     assert spy.budgets[68].burned == 8 / 5
 
 
-def test_a_guarded_run_lends_nothing_while_its_error_budget_is_spent() -> None:
-    # Two bursts 30 minutes apart; a budget of 3 breach minutes per hour. The first burst spends
-    # it (reactive lends everything the guards allow before it), so before the second nothing
-    # new is lent, and the second burst costs nothing.
+def test_a_guarded_run_lends_only_what_its_error_budget_can_pay_for() -> None:
+    # Two bursts 30 minutes apart; a budget of 10 breach minutes per hour, and a loan may cost
+    # 8 (the minute the burst is seen, then the 7-minute return). The first burst meets the
+    # loans and costs 8, after which the budget cannot pay for another: nothing is lent until
+    # those minutes leave the window, and the second burst costs nothing.
     quiet, burst = [20.0] * 60, [144.0] * 10
     trace = trace_of([*quiet, *burst, *[20.0] * 30, *burst, *[20.0] * 90])
-    slo = model.Slo(max_breach_minutes=3, window=timedelta(hours=1))
+    slo = model.Slo(max_breach_minutes=10, window=timedelta(hours=1))
     free = engine.run(trace, registry.build("reactive"), POOL)
     run = engine.run(trace, registry.build("reactive"), POOL, slo=slo)
     breached = [t for t, m in enumerate(run.timeline) if engine.breached(m, 10.0)]
-    assert breached
-    assert all(60 <= t < 70 for t in breached)  # the first burst only
+    assert breached == list(range(60, 68))  # the first burst only, within the budget
     assert any(engine.breached(m, 10.0) for m in free.timeline[100:110])  # unlimited: both
     assert max(m.lent for m in run.timeline[75:120]) == 0  # within the hour after: no loan
     assert max(m.lent for m in run.timeline[150:]) > 0  # the minutes left the window: lends
+    small = engine.run(
+        trace, registry.build("reactive"), POOL, slo=replace(slo, max_breach_minutes=7)
+    )
+    assert max(m.lent for m in small.timeline) == 0  # no loan can be paid for: none is made
 
 
 def test_without_an_slo_a_strategy_sees_no_budget() -> None:
