@@ -129,12 +129,8 @@ class _Memory:
     held_since: int | None = None  # a fall too fast to believe, seen first at this step
 
     def matches(self, pool: model.PoolView) -> bool:
-        h = pool.history
-        return (
-            self.values is h.values
-            and (self.start, self.step, self.figures) == (h.start, h.step, _figures(pool))
-            and h.end_index >= self.end - 1
-        )
+        same = base.same_series(pool.history, self.values, self.start, self.step, self.end)
+        return same and self.figures == _figures(pool)
 
 
 class Adaptive:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import ClassVar, Protocol
 
 import pydantic
@@ -24,3 +26,20 @@ class Strategy(Protocol):
     def decide(self, pool: model.PoolView) -> model.Proposal:
         """How many nodes of ``pool`` should be lent at ``pool.now``, and why."""
         ...
+
+
+def same_series(
+    history: model.DemandHistory,
+    values: Sequence[float | None],
+    start: datetime,
+    step: timedelta,
+    end: int,
+) -> bool:
+    """Whether ``history`` is the series a memo was built on (the same ``values`` object, start
+    and step), at or past the step before ``end``, where the memo left off. Anything else (a
+    copy, another series, a step back in time) rebuilds the memo from the history alone."""
+    return (
+        values is history.values
+        and (start, step) == (history.start, history.step)
+        and history.end_index >= end - 1
+    )

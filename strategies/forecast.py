@@ -145,14 +145,8 @@ class _Memory:
     changes: deque[tuple[int, float]] = field(default_factory=deque)  # (index, squared change)
 
     def matches(self, pool: model.PoolView) -> bool:
-        history = pool.history
-        return (
-            self.values is history.values
-            and self.start == history.start
-            and self.step == history.step
-            and self.figures == _figures(pool)
-            and history.end_index >= self.end - 1
-        )
+        same = base.same_series(pool.history, self.values, self.start, self.step, self.end)
+        return same and self.figures == _figures(pool)
 
 
 class Forecast:
