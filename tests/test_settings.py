@@ -166,7 +166,7 @@ BAD: list[tuple[str, object, str]] = [
         "unknown strategy",
         pool(strategy={"name": "magic"}),
         "pools[0].strategy.name='magic': unknown strategy; "
-        "choose one of cron, forecast, peak, reactive, static, watermark, window",
+        "choose one of adaptive, cron, forecast, peak, reactive, static, watermark, window",
     ),
     (
         "bad strategy parameter",
@@ -406,7 +406,7 @@ def test_every_error_is_reported_at_once(tmp_path: Path) -> None:
             "pools[0].limits.min_serving=-2: Input should be greater than or equal to 0",
             "pools[0].limits.headroom=-1: Input should be greater than or equal to 0",
             "pools[1].strategy.name='nope': unknown strategy; "
-            "choose one of cron, forecast, peak, reactive, static, watermark, window",
+            "choose one of adaptive, cron, forecast, peak, reactive, static, watermark, window",
             "bogus=1: unknown setting; known: key_prefix, dry_run, paused, frozen, "
             "tick_interval, strategy_timeout, log_level, leader_election, prometheus, audit, "
             "http, pools",
