@@ -192,8 +192,8 @@ class ErrorBudget:
 @dataclass(frozen=True, slots=True)
 class Slo:
     """A pool's error budget: at most ``max_breach_minutes`` minutes per rolling ``window`` in
-    which lending cost the pool (a live pool: requests queued beyond its limit while it had nodes
-    lent; the simulator: warm capacity below demand)."""
+    which lending cost the pool (a live pool: requests queued beyond its limit while nodes were
+    away on loan; the simulator: warm capacity below demand)."""
 
     max_breach_minutes: int
     window: timedelta = timedelta(days=7)

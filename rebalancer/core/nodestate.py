@@ -144,6 +144,16 @@ def parse_time(text: str) -> datetime | str:
 
 
 def read(node: model.NodeView, keys: Keys) -> NodeState | StateError:
+    """The node's state, or why it cannot be read. Read once per node value and key set (the
+    node's ``memo``): a tick asks it of every node several times, and a value never changes."""
+    memo_key = ("state", keys.prefix)  # a Keys is its prefix; a string hashes cheaply
+    found = node.memo.get(memo_key)
+    if not isinstance(found, NodeState | StateError):
+        found = node.memo[memo_key] = _read(node, keys)
+    return found
+
+
+def _read(node: model.NodeView, keys: Keys) -> NodeState | StateError:
     raw_phase = node.labels.get(keys.state)
     if raw_phase is None:
         phase = Phase.SERVING

@@ -88,11 +88,11 @@ def plan_tick(
     failures: dict[tuple[PoolName, Stage], Failure] = {}
     for name, rules in pools.items():
         seen = snapshot.pools[name]
-        lent = lent_count(seen, keys)
         proposal = _checked(answers[name], len(seen.nodes))
         if isinstance(proposal, Failure):
             failures[(name, Stage.STRATEGY)] = proposal
-            proposal = planning.safety_only(lent, f"the strategy failed ({proposal})")
+            why = f"the strategy failed ({proposal})"
+            proposal = planning.safety_only(lent_count(seen, keys), why)
         proposals[name] = proposal
         try:
             plans[name] = _plan(snapshot, name, rules, proposal, keys)
@@ -100,7 +100,7 @@ def plan_tick(
         except Exception as exc:
             failure = Failure.raised(exc)
             failures[(name, Stage.PLANNER)] = failure
-        fallback = planning.safety_only(lent, f"the planner failed ({failure})")
+        fallback = planning.safety_only(lent_count(seen, keys), f"the planner failed ({failure})")
         try:
             plans[name] = _plan(snapshot, name, rules, fallback, keys)
         except Exception:
