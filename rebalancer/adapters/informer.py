@@ -31,7 +31,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -230,6 +230,15 @@ async def _check(response: Any) -> None:
     raise ApiException(status=response.status, reason=f"{response.reason}: {text[:300]}")
 
 
+@dataclass
+class _Views:
+    """The views of every node under one set of pod rules, and the nodes to build again."""
+
+    rules: model.PodRules
+    views: dict[str, NodeView] = field(default_factory=dict)
+    dirty: set[str] = field(default_factory=set)
+
+
 class Informer:
     """Nodes and their (running, unfinished) pods, kept current by two reflectors."""
 
@@ -252,10 +261,10 @@ class Informer:
         self._nodes: dict[str, Obj] = {}
         self._pods: dict[Key, Obj] = {}
         self._pods_on: dict[str, dict[Key, Obj]] = {}
-        self._dirty: set[str] = set()  # nodes whose node or pods changed since node_views
-        self._views: dict[str, NodeView] = {}
+        # The views under each set of pod rules asked for (one per pool with its own rules),
+        # each with the nodes whose node or pods changed since it was last asked for.
+        self._by_rules: list[_Views] = []
         self._unreadable: dict[str, str] = {}  # "node/<name>" or "pod/<node>/<ns>/<name>" -> why
-        self._rules: model.PodRules | None = None
         node_query = {"label_selector": node_selector} if node_selector else {}
         self.nodes = Reflector(
             "nodes",
@@ -293,21 +302,30 @@ class Informer:
         """Every cached node with its pods, by name. A node whose node object and pods did not
         change since the last call (under the same rules) is the very same object as then, so
         what the core memoised on it stays valid; a rebuilt view equal to the old one is
-        replaced by the old one for the same reason."""
-        if rules != self._rules:
-            self._rules = rules
-            self._dirty.update(self._views, self._nodes)
-        for name in self._dirty:
-            self._rebuild(name, rules)
-        self._dirty.clear()
-        return tuple(self._views[name] for name in sorted(self._views))
+        replaced by the old one for the same reason. Each set of rules keeps its own views, so
+        pools with different pod rules cost a rebuild only of what changed, not of everything
+        on every call."""
+        cached = next((c for c in self._by_rules if c.rules == rules), None)
+        if cached is None:
+            cached = _Views(rules, dirty=set(self._nodes))
+            self._by_rules.append(cached)
+        for name in cached.dirty:
+            self._rebuild(cached, name)
+        cached.dirty.clear()
+        return tuple(cached.views[name] for name in sorted(cached.views))
 
     def unreadable(self) -> dict[str, str]:
         """Objects that could not be turned into views, and why: their node is left out of
         every view (so nothing decides about it) until they can be read again."""
         return dict(self._unreadable)
 
-    def _rebuild(self, name: str, rules: model.PodRules) -> None:
+    def _touch(self, name: str) -> None:
+        """The node or its pods changed: every set of views builds it again when next asked."""
+        for cached in self._by_rules:
+            cached.dirty.add(name)
+
+    def _rebuild(self, cached: _Views, name: str) -> None:
+        rules, views = cached.rules, cached.views
         raw = self._nodes.get(name)
         self._unreadable = {
             k: v
@@ -315,7 +333,7 @@ class Informer:
             if k != f"node/{name}" and not k.startswith(f"pod/{name}/")
         }
         if raw is None:
-            self._views.pop(name, None)
+            views.pop(name, None)
             return
         pods = []
         for (namespace, pod_name), pod in sorted(self._pods_on.get(name, {}).items()):
@@ -328,13 +346,13 @@ class Informer:
             view = convert.node_view(raw, pods)
         except Exception as exc:
             self._unreadable[f"node/{name}"] = f"{type(exc).__name__}: {exc}"
-            self._views.pop(name, None)
+            views.pop(name, None)
             return
         if any(k.startswith(f"pod/{name}/") for k in self._unreadable):
-            self._views.pop(name, None)  # a node whose pods cannot be read cannot be judged
+            views.pop(name, None)  # a node whose pods cannot be read cannot be judged
             return
-        old = self._views.get(name)
-        self._views[name] = old if old is not None and old == view else view
+        old = views.get(name)
+        views[name] = old if old is not None and old == view else view
 
     def node(self, name: str) -> Obj | None:
         """The cached JSON of a node (read only)."""
@@ -355,7 +373,7 @@ class Informer:
             self._nodes.pop(name, None)
         else:
             self._nodes[name] = new
-        self._dirty.add(name)
+        self._touch(name)
         why = self._node_change(old, new)
         if why:
             self._notify(name, why)
@@ -390,13 +408,13 @@ class Informer:
         before = _node_of(old)
         if before:
             self._pods_on.get(before, {}).pop(key, None)
-            self._dirty.add(before)
+            self._touch(before)
         keep = kind != "DELETED" and not convert.finished(obj) and bool(_node_of(obj))
         after = _node_of(obj) if keep else ""
         if after:
             self._pods[key] = obj
             self._pods_on.setdefault(after, {})[key] = obj
-            self._dirty.add(after)
+            self._touch(after)
         pod = f"{key[0]}/{key[1]}"
         if before and before != after:
             self._notify(before, f"pod {pod} left")

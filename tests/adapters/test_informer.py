@@ -8,6 +8,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +191,32 @@ async def test_unchanged_nodes_give_back_the_identical_view(seeded: Opened) -> N
 
     assert after["training-0"].annotations == {"rebalancer.io/paused": "true"}
     assert all(after[n] is before[n] for n in before if n != "training-0")
+
+
+async def test_pools_with_different_pod_rules_each_keep_their_views_between_calls(
+    seeded: Opened,
+) -> None:
+    # Two pools telling inference pods apart differently: asking for one set of views must not
+    # make the other build every view again (it once did, on every tick).
+    other = replace(RULES, serving_taints=())  # inference pods count as other pods here
+    _bind(seeded.objects, cluster.inference_pod(0), "inference-0")
+    async with informing(seeded) as run:
+        mine = {str(v.name): v for v in run.informer.node_views(RULES)}
+        theirs = {str(v.name): v for v in run.informer.node_views(other)}
+        assert any(mine[n] != theirs[n] for n in mine), "the two rules must see nodes apart"
+        for _ in range(2):
+            assert all(
+                a is b for a, b in zip(run.informer.node_views(RULES), mine.values(), strict=True)
+            )
+            assert all(
+                a is b for a, b in zip(run.informer.node_views(other), theirs.values(), strict=True)
+            )
+        objects.annotate(seeded.objects, "training-0", {"rebalancer.io/paused": "true"})
+        await run.until(lambda: run.view("training-0") is not mine["training-0"])
+        again = {str(v.name): v for v in run.informer.node_views(other)}
+
+    assert again["training-0"].annotations == {"rebalancer.io/paused": "true"}
+    assert all(again[n] is theirs[n] for n in theirs if n != "training-0")
 
 
 async def test_a_dropped_watch_resumes_from_the_last_version_without_listing(
