@@ -45,6 +45,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from typing import Any, Protocol, TypeVar
 
 from rebalancer.core import audit, demand, model, nodestate, recovery, windows
@@ -115,7 +116,20 @@ class PoolConfig:
         return self.wants_history
 
     def selects(self, view: NodeView, keys: Keys) -> bool:
-        """Whether the node belongs to the pool: by its labels as they are when it serves."""
+        """Whether the node belongs to the pool: by its labels as they are when it serves.
+        Judged once per node value and selector (the view's ``memo``): every tick asks it of
+        every node for every pool, and a node's labels change far less often."""
+        memo_key = ("selects", self._selector, keys.prefix)
+        found = view.memo.get(memo_key)
+        if not isinstance(found, bool):
+            found = view.memo[memo_key] = self._matches(view, keys)
+        return found
+
+    @cached_property
+    def _selector(self) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted(self.node_selector.items()))
+
+    def _matches(self, view: NodeView, keys: Keys) -> bool:
         state = nodestate.read(view, keys)
         labels = view.labels if isinstance(state, nodestate.StateError) else None
         if labels is None:

@@ -330,3 +330,19 @@ async def test_a_node_both_pools_select_is_driven_by_the_first_pool_only(
     warned = [r for r in caplog.records if "selected by pools chat and batch" in r.getMessage()]
     assert len(warned) == 1  # once, not every tick
     check_every_record_names_its_nodes_pool(w, {**POOL_OF, "shared-0": CHAT})
+
+
+def test_each_pool_judges_a_node_value_by_its_own_selector_and_a_new_value_anew() -> None:
+    # Membership is judged once per node value and remembered on it: the answer must belong to
+    # the selector that asked, and a relabelled node (a new value) must be judged again.
+    chat = config(CHAT, {"pool": "chat"}, CHAT_POLICY)
+    l20 = config(BATCH, {"accelerator": "l20"}, BATCH_POLICY)
+    shared = node("shared-0", {"pool": "chat", "accelerator": "h100"})
+    for _ in range(2):
+        assert (chat.selects(shared, KEYS), l20.selects(shared, KEYS)) == (True, False)
+    moved = dataclasses.replace(shared, labels={**shared.labels, "accelerator": "l20"})
+    assert (chat.selects(moved, KEYS), l20.selects(moved, KEYS)) == (True, True)
+    lent = lend(chat_node(0), EARLIER, CHAT_SPEC)  # its pool label now says "lent"
+    assert lent.labels["pool"] == "lent"
+    assert chat.selects(lent, KEYS)  # by the labels it has when it serves
+    assert (chat.selects(shared, KEYS), l20.selects(shared, KEYS)) == (True, False)
