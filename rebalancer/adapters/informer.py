@@ -430,7 +430,8 @@ class Informer:
     # -----------------------------------------------------------------------------------------
 
     def _notify(self, node: str, why: str) -> None:
-        log.info("node %s: %s", node, why)
+        # One line per object at DEBUG: a sync of 150,000 pods is a line per list at INFO.
+        log.debug("node %s: %s", node, why)
         self.changed.set()
         if self._on_change is not None:
             self._on_change(node, why)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -131,6 +132,22 @@ async def test_the_first_sync_holds_every_node_with_its_running_pods(
     assert sum(len(v.pods) for v in views) == 2  # the pending pod is on no node
     assert seeded.requests.lists_of("nodes") == 1
     assert seeded.requests.lists_of("pods") == 1
+
+
+async def test_a_sync_logs_a_line_per_list_not_per_object(
+    emulator: Sandbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="rebalancer.adapters.informer")
+    box = as_opened(emulator)
+    for i in range(40):
+        _bind(box.objects, cluster.training_pod(f"job-{i}", 0), f"inference-{i % 8}")
+
+    async with informing(box) as run:
+        assert sum(len(v.pods) for v in run.informer.node_views(RULES)) == 40
+
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert len(lines) == 3, lines  # nodes listed, pods listed, synced
+    assert lines[-1] == "informer synced: 12 nodes, 40 pods"
 
 
 async def test_annotation_and_label_changes_and_a_landing_pod_show_up_with_no_new_list(
