@@ -130,6 +130,10 @@ def trade(
     }
 
 
+def _unit(measure: str) -> str:
+    return "breach minutes" if measure == "breach_minutes" else "most breach minutes in a window"
+
+
 def _point(name: str, figures: dict[str, Any], measure: str) -> Point:
     return Point(name, figures["harvest_ratio"], figures[measure])
 
@@ -229,7 +233,7 @@ def _trade_lines(summary: dict[str, Any]) -> list[str]:
     if trade is None:
         return []
     measure = trade["measure"]
-    unit = "breach minutes" if measure == "breach_minutes" else "most breach minutes in a window"
+    unit = _unit(measure)
     edge = [p for p in trade["grid"] if p["frontier"]]
     edge.sort(key=lambda p: (p[measure], -p["harvest_ratio"]))
     shown = ", ".join(f"{p['label']} ({p['harvest_ratio']:.3f}, {p[measure]})" for p in edge)
@@ -338,8 +342,7 @@ def _draw_trade(ax: Any, summary: dict[str, Any]) -> None:
         _point(name, summary["strategies"][name], measure) for name in trade["dominated_by"]
     ]
     frontier.draw(ax, strategies, grid, None if budget is None else budget["max_breach_minutes"])
-    unit = "breach minutes" if measure == "breach_minutes" else "most breach minutes in a window"
-    ax.set_xlabel(unit, fontsize=8)
+    ax.set_xlabel(_unit(measure), fontsize=8)
     ax.set_title(
         "harvest against breach minutes: each strategy, and the peak rule's frontier",
         fontsize=9,
