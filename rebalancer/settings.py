@@ -500,6 +500,7 @@ class Settings(_Model):
     frozen: bool = False  # every pool: nothing moves at all, not even safety reclaims
     tick_interval: PositiveDuration = timedelta(seconds=30)
     strategy_timeout: PositiveDuration = timedelta(seconds=10)
+    lend_concurrency: int = Field(default=4, ge=1, le=64)  # lends of one tick sent at once
     log_level: Annotated[LogLevel, pydantic.BeforeValidator(_upper)] = "INFO"
     leader_election: LeaderElectionSettings = LeaderElectionSettings()
     prometheus: PrometheusSettings = PrometheusSettings()

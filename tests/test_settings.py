@@ -273,8 +273,8 @@ BAD: list[tuple[str, object, str]] = [
         "unknown top-level key",
         {"dryrun": True},
         "dryrun=True: unknown setting; known: key_prefix, dry_run, paused, frozen, "
-        "tick_interval, strategy_timeout, log_level, leader_election, prometheus, audit, "
-        "http, pools",
+        "tick_interval, strategy_timeout, lend_concurrency, log_level, leader_election, "
+        "prometheus, audit, http, pools",
     ),
     (
         "bad key prefix",
@@ -347,7 +347,7 @@ BAD_ENV: list[tuple[str, dict[str, str], str]] = [
         {"REBALANCER_DRYRUN": "1"},
         "REBALANCER_DRYRUN='1': unknown setting; known: REBALANCER_KEY_PREFIX, "
         "REBALANCER_DRY_RUN, REBALANCER_PAUSED, REBALANCER_FROZEN, REBALANCER_TICK_INTERVAL, "
-        "REBALANCER_STRATEGY_TIMEOUT, REBALANCER_LOG_LEVEL, "
+        "REBALANCER_STRATEGY_TIMEOUT, REBALANCER_LEND_CONCURRENCY, REBALANCER_LOG_LEVEL, "
         "REBALANCER_LEADER_ELECTION, REBALANCER_PROMETHEUS, REBALANCER_AUDIT, REBALANCER_HTTP, "
         "REBALANCER_POOLS",
     ),
@@ -408,8 +408,8 @@ def test_every_error_is_reported_at_once(tmp_path: Path) -> None:
             "pools[1].strategy.name='nope': unknown strategy; "
             "choose one of adaptive, cron, forecast, peak, reactive, static, watermark, window",
             "bogus=1: unknown setting; known: key_prefix, dry_run, paused, frozen, "
-            "tick_interval, strategy_timeout, log_level, leader_election, prometheus, audit, "
-            "http, pools",
+            "tick_interval, strategy_timeout, lend_concurrency, log_level, leader_election, "
+            "prometheus, audit, http, pools",
         ]
     )
 

@@ -406,6 +406,7 @@ class Reconciler:
         events: EventRecorder | None = None,
         strategy_timeout: timedelta = timedelta(seconds=10),
         reclaim_concurrency: int = 32,
+        lend_concurrency: int = 4,
     ) -> None:
         names = [p.name for p in pools]
         if len(set(names)) != len(names):
@@ -422,6 +423,7 @@ class Reconciler:
         self.paused, self.frozen, self.dry_run = paused, frozen, dry_run
         self.strategy_timeout = strategy_timeout
         self.reclaim_concurrency = reclaim_concurrency
+        self.lend_concurrency = lend_concurrency
         self.observer: Observer = observer or NoObserver()
         # Transitions are recorded by the actuators (see wiring.RecordingActuator); the refused
         # overrides are known only here, from the plan.
@@ -898,15 +900,21 @@ class Reconciler:
     async def apply(self, plan: model.Plan, tick: audit.Tick) -> tuple[Applied, ...]:
         """The tick's steps: reclaims first, ``reclaim_concurrency`` at a time and every
         deadline counted from the same start, so each node of a wave gets its serving taints
-        back without waiting for the others' API calls (and its drain begins); then lends, one
-        at a time (a lend is never urgent). A reclaim that raises cancels the others in flight
-        and ends the tick, as a crash would."""
+        back without waiting for the others' API calls (and its drain begins); then lends,
+        ``lend_concurrency`` at a time (a lend is never urgent, so fewer at once: a wave of
+        them should not crowd the API server). Each node's own writes stay in order: one step
+        is one call. A step that raises cancels the others in flight and ends the tick, as a
+        crash would; every intent was committed before the first write."""
         started = self.clock()
-        reclaims = [s for s in plan.steps if s.action is model.Action.RECLAIM]
-        done = await self._together(reclaims, lambda step: self.carry_out(step, tick, started))
-        for step in plan.steps:
-            if step.action is model.Action.LEND:
-                done.append(await self.carry_out(step, tick, started))
+
+        def wave(action: model.Action) -> list[model.Step]:
+            return [s for s in plan.steps if s.action is action]
+
+        def each(step: model.Step) -> Awaitable[Applied]:
+            return self.carry_out(step, tick, started)
+
+        done = await self._together(wave(Action.RECLAIM), each, self.reclaim_concurrency)
+        done += await self._together(wave(Action.LEND), each, self.lend_concurrency)
         return tuple(done)
 
     async def carry_out(self, step: model.Step, tick: audit.Tick, started: datetime) -> Applied:
@@ -956,12 +964,18 @@ class Reconciler:
             self._reclaimed(pool.name, intent, result)
             return Applied(view.name, Action.PROGRESS, result, intent, outcome)
 
-        return tuple(a for a in await self._together(in_flight, one) if a is not None)
+        return tuple(
+            a
+            for a in await self._together(in_flight, one, self.reclaim_concurrency)
+            if a is not None
+        )
 
-    async def _together(self, items: Sequence[T], work: Callable[[T], Awaitable[R]]) -> list[R]:
-        """``work`` on every item, ``reclaim_concurrency`` at a time, results in item order.
-        One that raises cancels the others in flight and is raised, as a crash would end them."""
-        gate = asyncio.Semaphore(self.reclaim_concurrency)
+    async def _together(
+        self, items: Sequence[T], work: Callable[[T], Awaitable[R]], limit: int
+    ) -> list[R]:
+        """``work`` on every item, ``limit`` at a time, results in item order. One that raises
+        cancels the others in flight and is raised, as a crash would end them."""
+        gate = asyncio.Semaphore(limit)
 
         async def gated(item: T) -> R:
             async with gate:

@@ -270,6 +270,7 @@ class Controller:
                 dry_run=settings.dry_run,
                 observer=telemetry,
                 strategy_timeout=settings.strategy_timeout,
+                lend_concurrency=settings.lend_concurrency,
             )
             built = Controller(
                 settings, role, me, clock, api, keys, pools, writer, informer, metrics, store,

@@ -12,6 +12,7 @@ what the audit log says, pool by pool.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
@@ -24,8 +25,8 @@ import pytest
 from rebalancer.adapters.audit import AuditLog, MemoryAuditStore, UlidFactory
 from rebalancer.core import model, nodestate
 from rebalancer.core.audit import AuditRecord, Kind
-from rebalancer.core.model import PodRules, PoolName, Reason
-from rebalancer.core.outcomes import Outcome
+from rebalancer.core.model import Action, PodRules, PoolName, Reason
+from rebalancer.core.outcomes import ActionResult, Outcome
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.runtime.reconcile import AlwaysLeader, PoolConfig, Reconciler, TickReport
 from sandbox.emulator.clock import ManualClock
@@ -346,3 +347,42 @@ def test_each_pool_judges_a_node_value_by_its_own_selector_and_a_new_value_anew(
     assert lent.labels["pool"] == "lent"
     assert chat.selects(lent, KEYS)  # by the labels it has when it serves
     assert (chat.selects(shared, KEYS), l20.selects(shared, KEYS)) == (True, False)
+
+
+@dataclass
+class Crowded(CodecActuator):
+    """A ``CodecActuator`` whose lends take a while, noting how many ran at once."""
+
+    running: int = 0
+    most: int = 0
+
+    async def lend(self, node: str, decision: str) -> ActionResult:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        try:
+            for _ in range(3):  # a few awaits, as a lend's API calls are
+                await asyncio.sleep(0)
+            return await super().lend(node, decision)
+        finally:
+            self.running -= 1
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+async def test_a_wave_of_lends_goes_out_at_most_lend_concurrency_at_a_time(limit: int) -> None:
+    # batch: 10 idle nodes and 50 rps at 50 a node, 2 always serving: 8 lends in one tick.
+    w = world([chat_node(i) for i in range(4)], [batch_node(i) for i in range(10)], {BATCH: 50.0})
+    crowded = Crowded(w.views, BATCH_SPEC, w.clock, KEYS)
+    w.actuators[BATCH] = crowded  # the reconciler's own mapping
+    w.reconciler.lend_concurrency = limit
+
+    report = await w.tick()
+
+    lends = [a for a in report.applied if a.call is Action.LEND]
+    planned = [s.node for s in report.plan.pools[BATCH].steps if s.action is Action.LEND]
+    assert [a.node for a in lends] == planned  # reported in the plan's order
+    assert len(crowded.of("lend")) == 8
+    assert crowded.most == limit
+    assert sorted(n for n in crowded.of("lend") if w.phase(n) is nodestate.Phase.LENT) == sorted(
+        planned
+    )
+    assert all(a.outcome is not None and a.outcome.outcome is Outcome.APPLIED for a in lends)
