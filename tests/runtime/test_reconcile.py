@@ -445,6 +445,28 @@ async def test_leadership_lost_after_the_intents_supersedes_them_and_writes_no_n
         assert {r.intent_id for r in outcomes} == {r.id for r in intents}
 
 
+async def test_a_crash_in_a_wave_of_lends_leaves_nothing_start_up_does_not_end() -> None:
+    async with world() as w:
+        w.metrics.rps[POOL] = LOW
+        # Lends in flight together when the run dies: several nodes may be caught mid-lend.
+        crashing = Recorder(w.writer, crash_after=3)
+        first = make_reconciler(w.box, crashing, w.informer, w.metrics, w.lead, w.audit)
+        first.lend_concurrency = 4
+        with pytest.raises(Crash):
+            await first.tick()
+        await w.caught_up()
+        assert "lending" in {state_of(w.store, n) for n in IDLE}
+
+        await w.reconciler.start()
+        await w.caught_up()
+
+        assert {state_of(w.store, n) for n in IDLE} <= {"serving", "lent"}
+        assert await w.audit.unfinished_intents() == ()
+        for name in IDLE:
+            if state_of(w.store, name) == "serving":
+                assert scheduling_of(w.store, name) == w.originals[name]
+
+
 async def test_a_failed_audit_store_means_nothing_is_written_this_tick() -> None:
     async with world() as w:
         w.metrics.rps[POOL] = LOW
@@ -466,6 +488,7 @@ async def test_start_up_closes_open_intents_with_what_happened_and_audits_the_ro
         # A previous run: its intent is on record, it crashes after the first write of a lend.
         crashing = Recorder(w.writer, crash_after=1)
         first = make_reconciler(w.box, crashing, w.informer, w.metrics, w.lead, w.audit)
+        first.lend_concurrency = 1  # one lend at a time: the crash leaves one node half-lent
         with pytest.raises(Crash):
             await first.tick()
         await w.caught_up()
