@@ -315,7 +315,10 @@ async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(
     reclaims = [r for r in intents if r.action == "reclaim"]
     assert sorted(str(r.node) for r in lends) == IDLE
     assert sorted(str(r.node) for r in reclaims) == IDLE
-    assert {r.reason for r in reclaims} == {Reason.DEMAND_ABOVE_SERVING.value}
+    # Load and queue rise together: the queue is read at once, the rate a scrape or two later,
+    # so either safety rule may be the first to take the loans back.
+    safety = {Reason.DEMAND_ABOVE_SERVING.value, Reason.QUEUE_ABOVE_LIMIT.value}
+    assert {r.reason for r in reclaims} <= safety
     assert {r.origin for r in reclaims} == {"safety"}
     for outcome in outcomes:  # intent before outcome, always
         assert outcome.intent_id in by_id, outcome
