@@ -188,10 +188,8 @@ def run(
                 breaches.popleft()
             budget = model.ErrorBudget(slo.max_breach_minutes, slo.window, len(breaches))
         snapshot, belief = _observe(
-            trace, t, now, fake, queue, pool_model.sample_age, belief, policy
+            trace, t, now, fake, queue, pool_model.sample_age, belief, policy, budget
         )
-        if budget is not None:
-            snapshot = replace(snapshot, pools={POOL: replace(snapshot.pools[POOL], budget=budget)})
         lent_now = fake.counts(now)[1]
         view = policy.view(POOL, now, snapshot.pools[POOL], lent_now)
         answer = _answer(strategy, view)
@@ -229,6 +227,7 @@ def _observe(
     age: timedelta,
     belief: demand_belief.Belief,
     policy: PoolPolicy,
+    budget: model.ErrorBudget | None,
 ) -> tuple[model.Snapshot, demand_belief.Belief]:
     """What the metric pipeline shows at minute ``t``: only minutes before ``t``, aged, judged
     by the controller's own demand belief (``core.demand``).
@@ -248,6 +247,7 @@ def _observe(
         demand_known=reading.known,
         unknown_since=reading.unknown_since,
         held=reading.held,
+        budget=budget,
     )
     return model.Snapshot(now=now, pools={POOL: pool}), belief
 
