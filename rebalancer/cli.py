@@ -142,6 +142,9 @@ def _controller_commands(commands: Any) -> None:
     )
     common(show, kube=False)
     show.add_argument("--since", help="RFC 3339 time, e.g. 2026-03-02T12:00:00Z")
+    show.add_argument(
+        "--cluster", help="only this cluster's records (a store shared by a fleet); default all"
+    )
     show.add_argument("--pool", help="only this pool")
     show.add_argument("--node", help="only this node")
     show.add_argument("--action", choices=("lend", "reclaim"), help="only this action")
@@ -355,7 +358,7 @@ def reclaim_summary(done: Sequence[Reclaimed]) -> list[str]:
     return lines
 
 
-COLUMNS = ("time", "kind", "pool", "node", "action", "origin", "result", "message")
+COLUMNS = ("time", "cluster", "kind", "pool", "node", "action", "origin", "result", "message")
 
 
 def _audit(args: argparse.Namespace) -> int:
@@ -373,8 +376,15 @@ def _audit(args: argparse.Namespace) -> int:
             raise ConfigError(str(exc)) from None
     if args.limit < 1:
         raise ConfigError(f"--limit={args.limit}: must be at least 1")
+    if args.cluster is not None and not args.cluster.strip():
+        raise ConfigError(f"--cluster={args.cluster!r}: must not be empty")
     query = AuditQuery(
-        since=since, pool=args.pool, node=args.node, action=args.action, limit=args.limit
+        since=since,
+        cluster=args.cluster,
+        pool=args.pool,
+        node=args.node,
+        action=args.action,
+        limit=args.limit,
     )
 
     async def go() -> int:
@@ -390,6 +400,7 @@ def _audit(args: argparse.Namespace) -> int:
         rows = [
             (
                 r.time.isoformat(timespec="seconds"),
+                r.cluster,
                 r.kind.value,
                 r.pool,
                 r.node or "-",

@@ -1,5 +1,6 @@
 """``rebalancer simulate`` end to end: the files it writes, and one clear line per bad input;
-and the harness commands the ``rebalancer`` command finds through its entry points."""
+the harness commands the ``rebalancer`` command finds through its entry points; and
+``rebalancer audit --cluster`` on a store a fleet shares."""
 
 from __future__ import annotations
 
@@ -227,3 +228,52 @@ def test_simulate_refuses_a_negative_slo(
     argv = ["simulate", "--trace", str(small_trace), "--slo", "-1", "--out", str(tmp_path)]
     assert cli.main(argv) == 2
     assert "--slo=-1: must be >= 0 breach minutes per 7 days" in capsys.readouterr().err
+
+
+def test_audit_shows_one_cluster_of_a_shared_store_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import asyncio
+    from datetime import UTC, datetime
+
+    from rebalancer.adapters.audit import SqlAuditStore
+    from rebalancer.core.audit import AuditRecord, Kind
+
+    url = f"sqlite+aiosqlite:///{tmp_path / 'audit.sqlite3'}"
+
+    async def seed() -> None:
+        store = await SqlAuditStore.open(url)
+        try:
+            await store.append(
+                [
+                    AuditRecord(
+                        id=f"01J{n:023d}",
+                        time=datetime(2026, 3, 2, 12, n, tzinfo=UTC),
+                        kind=Kind.SUMMARY,
+                        cluster=cluster,
+                        pool="l20",  # the same pool name in both clusters
+                        controller=f"rebalancer-{cluster}",
+                        reason="steady",
+                        message=f"nothing to do in {cluster}",
+                    )
+                    for n, cluster in enumerate(["prod-eu", "prod-us", "prod-eu"])
+                ]
+            )
+        finally:
+            await store.close()
+
+    asyncio.run(seed())
+    config = tmp_path / "config.yaml"
+    config.write_text(f"audit:\n  url: {url}\n")
+
+    assert cli.main(["audit", "--json", "--cluster", "prod-eu", "--config", str(config)]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["id"][-1], r["cluster"]) for r in rows] == [("0", "prod-eu"), ("2", "prod-eu")]
+
+    assert cli.main(["audit", "--config", str(config)]) == 0  # every cluster, each one named
+    table = [line.split()[:2] for line in capsys.readouterr().out.splitlines()]
+    assert table[0] == ["time", "cluster"]
+    assert [cluster for _, cluster in table[1:]] == ["prod-eu", "prod-us", "prod-eu"]
+
+    assert cli.main(["audit", "--cluster", "", "--config", str(config)]) == 2
+    assert capsys.readouterr().err == "rebalancer: --cluster='': must not be empty\n"

@@ -20,6 +20,9 @@ Why it is shaped like this:
   so records of one tick (which share its time) come back in the order they were written.
 - Each stored record is also written as one JSON line to a sink (stdout by default), after the
   commit.
+- One PostgreSQL store may serve a fleet of clusters, one controller each (schema version 2):
+  every record names its ``cluster``, and an ``AuditLog`` reads back only its own cluster's
+  (docs/design/fleet.md).
 """
 
 from __future__ import annotations
@@ -128,40 +131,55 @@ schema_version = sa.Table(
     sa.Column("applied_at", UTCDateTime, nullable=False),
 )
 
-records = sa.Table(
-    "audit_records",
-    metadata,
-    sa.Column("id", sa.String(26), primary_key=True),
-    sa.Column("time", UTCDateTime, nullable=False),
-    sa.Column("kind", sa.String(16), nullable=False),
-    sa.Column("controller", sa.String(253), nullable=False),
-    sa.Column("term", sa.Integer, nullable=True),
-    sa.Column("pool", sa.String(253), nullable=False),
-    sa.Column("node", sa.String(253), nullable=True),
-    sa.Column("action", sa.String(16), nullable=True),
-    sa.Column("origin", sa.String(16), nullable=True),
-    sa.Column("reason", sa.String(64), nullable=False),
-    sa.Column("message", sa.Text, nullable=False),
-    sa.Column("count", sa.Integer, nullable=False),
-    sa.Column("strategy", sa.String(64), nullable=True),
-    sa.Column("params", JSONDoc, nullable=False),
-    sa.Column("inputs", JSONDoc, nullable=False),
-    sa.Column("before", JSONDoc, nullable=True),
-    sa.Column("after", JSONDoc, nullable=True),
-    sa.Column("pods", JSONDoc, nullable=False),
-    sa.Column("dry_run", sa.Boolean, nullable=False),
-    sa.Column("error", sa.Text, nullable=True),
-    sa.Column("outcome", sa.String(16), nullable=True),
-    sa.Column("intent_id", sa.String(26), nullable=True),
-    sa.Column("detail", JSONDoc, nullable=False),
-)
 
-_INDEXES = (
-    sa.Index("audit_records_time", records.c.time, records.c.id),
-    sa.Index("audit_records_pool", records.c.pool, records.c.time, records.c.id),
-    sa.Index("audit_records_node", records.c.node, records.c.time, records.c.id),
-    sa.Index("audit_records_intent", records.c.intent_id),
+def _audit_records(meta: sa.MetaData) -> sa.Table:
+    """``audit_records`` and its indexes as schema version 1 made them (``_v1`` creates exactly
+    this; later versions change it with their own DDL)."""
+    table = sa.Table(
+        "audit_records",
+        meta,
+        sa.Column("id", sa.String(26), primary_key=True),
+        sa.Column("time", UTCDateTime, nullable=False),
+        sa.Column("kind", sa.String(16), nullable=False),
+        sa.Column("controller", sa.String(253), nullable=False),
+        sa.Column("term", sa.Integer, nullable=True),
+        sa.Column("pool", sa.String(253), nullable=False),
+        sa.Column("node", sa.String(253), nullable=True),
+        sa.Column("action", sa.String(16), nullable=True),
+        sa.Column("origin", sa.String(16), nullable=True),
+        sa.Column("reason", sa.String(64), nullable=False),
+        sa.Column("message", sa.Text, nullable=False),
+        sa.Column("count", sa.Integer, nullable=False),
+        sa.Column("strategy", sa.String(64), nullable=True),
+        sa.Column("params", JSONDoc, nullable=False),
+        sa.Column("inputs", JSONDoc, nullable=False),
+        sa.Column("before", JSONDoc, nullable=True),
+        sa.Column("after", JSONDoc, nullable=True),
+        sa.Column("pods", JSONDoc, nullable=False),
+        sa.Column("dry_run", sa.Boolean, nullable=False),
+        sa.Column("error", sa.Text, nullable=True),
+        sa.Column("outcome", sa.String(16), nullable=True),
+        sa.Column("intent_id", sa.String(26), nullable=True),
+        sa.Column("detail", JSONDoc, nullable=False),
+    )
+    sa.Index("audit_records_time", table.c.time, table.c.id)
+    sa.Index("audit_records_pool", table.c.pool, table.c.time, table.c.id)
+    sa.Index("audit_records_node", table.c.node, table.c.time, table.c.id)
+    sa.Index("audit_records_intent", table.c.intent_id)
+    return table
+
+
+# The table as this program reads and writes it: version 1's, and the cluster of version 2.
+records = _audit_records(metadata)
+records.append_column(
+    sa.Column(
+        "cluster",
+        sa.String(63),
+        nullable=False,
+        server_default=audit.DEFAULT_CLUSTER,
+    )
 )
+by_cluster = sa.Index("audit_records_cluster", records.c.cluster, records.c.time, records.c.id)
 
 
 @dataclass(frozen=True)
@@ -172,18 +190,36 @@ class Migration:
 
 
 def _v1(conn: Connection) -> None:
-    # The tables as of version 1. A later version adds a migration with its own DDL (ALTER
-    # TABLE ...) and changes ``records`` to match; this one must keep creating version 1.
-    records.create(conn)  # with the indexes in _INDEXES, which are attached to it
+    # The tables as of version 1, on a metadata of their own: ``records`` is the newest shape.
+    _audit_records(sa.MetaData()).create(conn)  # with its indexes, which are attached to it
 
 
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, "audit_records and its indexes", _v1),)
+def _v2(conn: Connection) -> None:
+    # Every row written before names no cluster: it is given the default, which is also the
+    # setting's, so a controller upgraded in place without a cluster_name reads its history
+    # back. The server default stays, so a row written without the column still gets one.
+    conn.execute(
+        sa.text(
+            "ALTER TABLE audit_records ADD COLUMN cluster VARCHAR(63) NOT NULL "
+            f"DEFAULT '{audit.DEFAULT_CLUSTER}'"
+        )
+    )
+    by_cluster.create(conn)  # a controller's own reads and a fleet's per-cluster queries
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "audit_records and its indexes", _v1),
+    Migration(2, "audit_records.cluster, indexed with time", _v2),
+)
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 
-def migrate(conn: Connection, now: datetime) -> list[int]:
+def migrate(
+    conn: Connection, now: datetime, migrations: Sequence[Migration] = MIGRATIONS
+) -> list[int]:
     """Apply, in order, every migration newer than the database; returns those applied.
 
+    ``migrations`` is this program's (a test passes the first ones to make an older database).
     Runs in the caller's transaction. On PostgreSQL a transaction-scoped advisory lock makes
     replicas starting together migrate one after the other; DDL is transactional on both
     databases, so a failed migration leaves the previous version intact.
@@ -192,13 +228,14 @@ def migrate(conn: Connection, now: datetime) -> list[int]:
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(7267117164031)"))
     schema_version.create(conn, checkfirst=True)
     current = conn.execute(sa.select(sa.func.max(schema_version.c.version))).scalar() or 0
-    if current > SCHEMA_VERSION:
+    newest = migrations[-1].version
+    if current > newest:
         raise RuntimeError(
             f"the audit database is at schema version {current}, newer than this program's "
-            f"{SCHEMA_VERSION}: upgrade the controller"
+            f"{newest}: upgrade the controller"
         )
     applied = []
-    for migration in MIGRATIONS:
+    for migration in migrations:
         if migration.version <= current:
             continue
         migration.apply(conn)
@@ -236,6 +273,7 @@ class Cursor:
 class AuditQuery:
     since: datetime | None = None  # inclusive
     until: datetime | None = None  # exclusive
+    cluster: str | None = None  # None: every cluster's records (a store a fleet shares)
     pool: str | None = None
     node: str | None = None
     action: str | None = None
@@ -254,6 +292,7 @@ class AuditQuery:
         return (
             (self.since is None or r.time >= self.since)
             and (self.until is None or r.time < self.until)
+            and (self.cluster is None or r.cluster == self.cluster)
             and (self.pool is None or r.pool == self.pool)
             and (self.node is None or r.node == self.node)
             and (self.action is None or r.action == self.action)
@@ -297,11 +336,12 @@ class AuditStore(Protocol):
 
     async def query(self, query: AuditQuery) -> AuditPage: ...
 
-    async def pending_intents(self) -> tuple[AuditRecord, ...]:
-        """Intents no outcome names yet, oldest first."""
+    async def pending_intents(self, cluster: str | None = None) -> tuple[AuditRecord, ...]:
+        """Intents (of ``cluster``; None: of every cluster) no outcome names yet, oldest first."""
 
-    async def unfinished_intents(self) -> tuple[AuditRecord, ...]:
-        """Intents with no final outcome (none but ``in_progress``), oldest first."""
+    async def unfinished_intents(self, cluster: str | None = None) -> tuple[AuditRecord, ...]:
+        """Intents (of ``cluster``; None: of every cluster) with no final outcome (none but
+        ``in_progress``), oldest first."""
 
     async def close(self) -> None: ...
 
@@ -335,20 +375,26 @@ class MemoryAuditStore:
         )
         return _page(found, query.limit)
 
-    async def pending_intents(self) -> tuple[AuditRecord, ...]:
-        return self._without({r.intent_id for r in self.records if r.kind is Kind.OUTCOME})
+    async def pending_intents(self, cluster: str | None = None) -> tuple[AuditRecord, ...]:
+        closed = {r.intent_id for r in self.records if r.kind is Kind.OUTCOME}
+        return self._without(closed, cluster)
 
-    async def unfinished_intents(self) -> tuple[AuditRecord, ...]:
-        return self._without(
-            {
-                r.intent_id
-                for r in self.records
-                if r.kind is Kind.OUTCOME and r.outcome is not Outcome.IN_PROGRESS
-            }
-        )
+    async def unfinished_intents(self, cluster: str | None = None) -> tuple[AuditRecord, ...]:
+        closed = {
+            r.intent_id
+            for r in self.records
+            if r.kind is Kind.OUTCOME and r.outcome is not Outcome.IN_PROGRESS
+        }
+        return self._without(closed, cluster)
 
-    def _without(self, closed: set[str | None]) -> tuple[AuditRecord, ...]:
-        found = [r for r in self.records if r.kind is Kind.INTENT and r.id not in closed]
+    def _without(self, closed: set[str | None], cluster: str | None) -> tuple[AuditRecord, ...]:
+        found = [
+            r
+            for r in self.records
+            if r.kind is Kind.INTENT
+            and r.id not in closed
+            and (cluster is None or r.cluster == cluster)
+        ]
         return tuple(sorted(found, key=lambda r: (r.time, r.id)))
 
     async def close(self) -> None:
@@ -408,7 +454,12 @@ class SqlAuditStore:
             where.append(c.time >= query.since)
         if query.until is not None:
             where.append(c.time < query.until)
-        for column, value in ((c.pool, query.pool), (c.node, query.node), (c.action, query.action)):
+        for column, value in (
+            (c.cluster, query.cluster),
+            (c.pool, query.pool),
+            (c.node, query.node),
+            (c.action, query.action),
+        ):
             if value is not None:
                 where.append(column == value)
         if query.kinds:
@@ -425,24 +476,23 @@ class SqlAuditStore:
             rows = (await conn.execute(stmt)).all()
         return _page([_record(r._mapping) for r in rows], query.limit)
 
-    async def pending_intents(self) -> tuple[AuditRecord, ...]:
-        return await self._open(final_only=False)
+    async def pending_intents(self, cluster: str | None = None) -> tuple[AuditRecord, ...]:
+        return await self._open(final_only=False, cluster=cluster)
 
-    async def unfinished_intents(self) -> tuple[AuditRecord, ...]:
-        return await self._open(final_only=True)
+    async def unfinished_intents(self, cluster: str | None = None) -> tuple[AuditRecord, ...]:
+        return await self._open(final_only=True, cluster=cluster)
 
-    async def _open(self, final_only: bool) -> tuple[AuditRecord, ...]:
+    async def _open(self, final_only: bool, cluster: str | None) -> tuple[AuditRecord, ...]:
         """Intents no outcome closes (``final_only``: no outcome but ``in_progress``)."""
         outcome = records.alias("outcome")
         closes = outcome.c.intent_id == records.c.id
         if final_only:
             closes = sa.and_(closes, outcome.c.outcome != Outcome.IN_PROGRESS.value)
         closed = sa.select(outcome.c.id).where(closes).exists()
-        stmt = (
-            records.select()
-            .where(records.c.kind == Kind.INTENT.value, ~closed)
-            .order_by(records.c.time, records.c.id)
-        )
+        where = [records.c.kind == Kind.INTENT.value, ~closed]
+        if cluster is not None:
+            where.append(records.c.cluster == cluster)
+        stmt = records.select().where(*where).order_by(records.c.time, records.c.id)
         async with self.engine.connect() as conn:
             rows = (await conn.execute(stmt)).all()
         return tuple(_record(r._mapping) for r in rows)
@@ -512,6 +562,7 @@ def _record(row: sa.RowMapping) -> AuditRecord:
         outcome=_optional(Outcome, row, "outcome"),
         intent_id=row["intent_id"],
         detail=row["detail"],
+        cluster=row["cluster"],
     )
 
 
@@ -532,7 +583,13 @@ _POD_GONE = frozenset({WriteOutcome.EVICTED, WriteOutcome.GONE, WriteOutcome.APP
 
 
 class AuditLog:
-    """Store first, then the JSON line: a record on stdout is always a stored one."""
+    """One cluster's audit log: store first, then the JSON line, so a record on stdout is
+    always a stored one.
+
+    The store may be shared by the controllers of a fleet (docs/design/fleet.md): every record
+    this log writes names ``cluster``, and every record it reads back for the runtime (the
+    intents a restart judges, the one a node's decision names, the error budget's minutes) is
+    one of that cluster's, never another controller's."""
 
     def __init__(
         self,
@@ -540,8 +597,9 @@ class AuditLog:
         sink: Sink | None = stdout_sink,
         deduper: Deduper | None = None,
         new_id: NewId | None = None,
+        cluster: str = audit.DEFAULT_CLUSTER,
     ) -> None:
-        self.store, self.sink = store, sink
+        self.store, self.sink, self.cluster = store, sink, cluster
         self.deduper = deduper if deduper is not None else Deduper()
         self.new_id: NewId = new_id if new_id is not None else UlidFactory()
 
@@ -551,10 +609,9 @@ class AuditLog:
         Returns what was written. Raises if the store fails: the runtime must then not act.
         """
         everything = list(batch)
-        chosen = self.deduper.select(everything)
-        await self._write(chosen)
+        chosen = await self._write(self.deduper.select(everything))
         self.deduper.commit(everything, chosen)
-        return tuple(chosen)
+        return chosen
 
     async def outcome(
         self,
@@ -598,38 +655,48 @@ class AuditLog:
             ctx=ctx,
         )
         record = replace(record, dry_run=result.dry_run or intent.dry_run)
-        await self._write([record])
-        return record
+        (written,) = await self._write([record])
+        return written
 
     async def supersede(
         self, intent: AuditRecord, now: datetime, why: str, ctx: Context | None = None
     ) -> AuditRecord:
         record = audit.outcome_record(intent, self.new_id, now, Outcome.SUPERSEDED, why, ctx=ctx)
-        await self._write([record])
-        return record
+        (written,) = await self._write([record])
+        return written
 
-    # What the runtime reads back: the intents a restart must judge, and the one a node names.
+    # What the runtime reads back, of this cluster only: the intents a restart must judge, the
+    # one a node names, and the minutes its pools' error budgets have spent. Another cluster's
+    # pool or node may have the same name; its records are not this controller's to judge.
 
     async def get(self, record_id: str) -> AuditRecord | None:
-        return await self.store.get(record_id)
+        found = await self.store.get(record_id)
+        return found if found is not None and found.cluster == self.cluster else None
 
     async def pending_intents(self) -> tuple[AuditRecord, ...]:
-        return await self.store.pending_intents()
+        return await self.store.pending_intents(self.cluster)
 
     async def unfinished_intents(self) -> tuple[AuditRecord, ...]:
-        return await self.store.unfinished_intents()
+        return await self.store.unfinished_intents(self.cluster)
 
     async def costs(self, pool: str, since: datetime) -> tuple[datetime, ...]:
-        query = AuditQuery(since=since, pool=pool, kinds=(Kind.COST,), limit=1000)
+        query = AuditQuery(
+            since=since, cluster=self.cluster, pool=pool, kinds=(Kind.COST,), limit=1000
+        )
         return tuple(r.time for r in await every_record(self.store, query) if r.time > since)
 
-    async def _write(self, batch: Sequence[AuditRecord]) -> None:
-        if not batch:
-            return
-        await self.store.append(batch)
+    async def _write(self, batch: Sequence[AuditRecord]) -> tuple[AuditRecord, ...]:
+        """Store ``batch`` as this cluster's records, then sink them; returns them as stored."""
+        stamped = tuple(
+            r if r.cluster == self.cluster else replace(r, cluster=self.cluster) for r in batch
+        )
+        if not stamped:
+            return stamped
+        await self.store.append(stamped)
         if self.sink is not None:
-            for record in batch:
+            for record in stamped:
                 self.sink(json_line(record))
+        return stamped
 
 
 def _patched(before: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:

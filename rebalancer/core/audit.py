@@ -48,6 +48,10 @@ class Kind(enum.StrEnum):
 
 
 DEDUPED = frozenset({Kind.REFUSAL, Kind.FINDING, Kind.SUMMARY})
+# The cluster a record belongs to when none is named: the ``cluster_name`` setting's default, and
+# what schema version 2 gave the rows written before records carried a cluster (so a controller
+# upgraded in place, still unnamed, reads its own history back).
+DEFAULT_CLUSTER = "default"
 STEADY = "steady"  # the reason code of a summary with no refusal: nothing asked for anything
 
 
@@ -87,6 +91,9 @@ class AuditRecord:
     outcome: Outcome | None = None  # on outcome records
     intent_id: str | None = None  # on outcome records: the intent they close
     detail: Mapping[str, Any] = field(default_factory=dict)  # e.g. the actuator's writes
+    # The cluster whose controller wrote it: ``adapters.audit.AuditLog`` sets its own on every
+    # record it writes, and reads back only those (one store may be shared by a fleet).
+    cluster: str = DEFAULT_CLUSTER
 
 
 @dataclass(frozen=True)
@@ -471,6 +478,7 @@ def to_json(record: AuditRecord) -> Json:
     return {
         "id": record.id,
         "time": _time(record.time),
+        "cluster": record.cluster,
         "kind": record.kind.value,
         "controller": record.controller,
         "term": record.term,

@@ -46,7 +46,7 @@ DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 
 PARAMETERS = frozenset(
-    {"since", "until", "pool", "node", "action", "kind", "limit", "cursor", "order"}
+    {"since", "until", "cluster", "pool", "node", "action", "kind", "limit", "cursor", "order"}
 )
 
 # RFC 3339 section 5.6 date-time: a full date, a full time, and an offset (Z or +hh:mm).
@@ -145,7 +145,7 @@ def parse_query(params: Mapping[str, list[str]]) -> AuditQuery:
         raise BadParameter("until", one("until") or "", "must be after since")
 
     names: dict[str, str | None] = {}
-    for name in ("pool", "node"):
+    for name in ("cluster", "pool", "node"):
         value = one(name)
         if value is not None and not value.strip():
             raise BadParameter(name, value, "must not be empty")
@@ -179,6 +179,7 @@ def parse_query(params: Mapping[str, list[str]]) -> AuditQuery:
     return AuditQuery(
         since=since,
         until=until,
+        cluster=names["cluster"],
         pool=names["pool"],
         node=names["node"],
         action=action,

@@ -18,9 +18,11 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from rebalancer.adapters import writer
 from rebalancer.adapters.audit import (
+    MIGRATIONS,
     AuditLog,
     AuditQuery,
     AuditStore,
@@ -30,6 +32,7 @@ from rebalancer.adapters.audit import (
     UlidFactory,
     UnreadableRecord,
     json_line,
+    migrate,
     schema_version,
 )
 from rebalancer.adapters.audit import records as audit_records
@@ -131,11 +134,13 @@ def record(
     node: str | None = None,
     action: str | None = "lend",
     kind: Kind = Kind.REFUSAL,
+    cluster: str = audit.DEFAULT_CLUSTER,
 ) -> AuditRecord:
     return AuditRecord(
         id=ident,
         time=when,
         kind=kind,
+        cluster=cluster,
         pool=pool,
         controller="rebalancer-0",
         reason="cooldown",
@@ -327,7 +332,7 @@ async def test_the_cost_minutes_of_a_pool_are_read_back_after_a_time(
 async def test_migrations_are_idempotent(db_url: str) -> None:
     first = await SqlAuditStore.open(db_url)
     try:
-        assert await first.schema_versions() == [1]
+        assert await first.schema_versions() == [1, 2]
         await first.append([record("01A", f.T0)])
         if db_url.startswith("postgresql"):
             async with first.engine.connect() as conn:
@@ -348,7 +353,7 @@ async def test_migrations_are_idempotent(db_url: str) -> None:
     for _ in range(2):
         again = await SqlAuditStore.open(db_url)
         try:
-            assert await again.schema_versions() == [1]
+            assert await again.schema_versions() == [1, 2]
             page = await again.query(AuditQuery())
             assert [r.id for r in page.records] == ["01A"]
         finally:
@@ -370,10 +375,116 @@ async def test_replicas_starting_together_migrate_once(postgres_server: Postgres
     url = await postgres_server.create_database(f"audit_{uuid.uuid4().hex[:12]}")
     stores = await asyncio.gather(*(SqlAuditStore.open(url) for _ in range(4)))
     try:
-        assert await stores[0].schema_versions() == [1]
+        assert await stores[0].schema_versions() == [1, 2]
     finally:
         for s in stores:
             await s.close()
+
+
+async def version_1_database(url: str, rows: Sequence[AuditRecord]) -> None:
+    """A store as the program before schema version 2 left it, holding ``rows``."""
+    made = sa.make_url(url)
+    if made.get_backend_name() == "sqlite":
+        Path(made.database or "").parent.mkdir(parents=True, exist_ok=True)
+    engine = create_async_engine(made)
+    try:
+        async with engine.begin() as conn:
+            assert await conn.run_sync(migrate, f.T0, MIGRATIONS[:1]) == [1]
+            # the version 1 columns only: every field but the cluster
+            old = [{k: v for k, v in audit.to_json(r).items() if k != "cluster"} for r in rows]
+            await conn.execute(
+                audit_records.insert(),
+                [d | {"time": r.time} for d, r in zip(old, rows, strict=True)],
+            )
+    finally:
+        await engine.dispose()
+
+
+async def test_a_version_1_store_is_migrated_and_its_rows_are_the_default_cluster_s(
+    db_url: str,
+) -> None:
+    minute = timedelta(minutes=1)
+    old = [
+        record("01A", f.T0, node="n1", kind=Kind.INTENT),  # open: a restart must judge it
+        record("01B", f.T0 + minute, kind=Kind.COST, action=None),
+        record("01C", f.T0 + 2 * minute, node="n2"),
+    ]
+    await version_1_database(db_url, old)
+
+    store = await SqlAuditStore.open(db_url)
+    try:
+        assert await store.schema_versions() == [1, 2]
+        page = await store.query(AuditQuery())
+        assert page.records == tuple(old)  # every field as written, the cluster the default
+        assert {r.cluster for r in page.records} == {"default"}
+        # Upgraded in place and still unnamed, the controller reads its own history back.
+        unnamed = AuditLog(store, sink=None)
+        assert await unnamed.pending_intents() == (old[0],)
+        assert await unnamed.costs("gpu", f.T0) == (f.T0 + minute,)
+        assert await unnamed.get("01A") == old[0]
+        # Named, it starts a history of its own: the old rows are not its.
+        named = AuditLog(store, sink=None, cluster="prod-eu")
+        assert await named.pending_intents() == ()
+        assert await named.costs("gpu", f.T0) == ()
+        assert await named.get("01A") is None
+        written = await named.tick([record("01D", f.T0 + 3 * minute, node="n1")])
+        assert [r.cluster for r in written] == ["prod-eu"]
+        assert await store.get("01D") == written[0]
+
+        async with store.engine.connect() as conn:
+            indexes = await conn.run_sync(lambda c: sa.inspect(c).get_indexes("audit_records"))
+        by_name = {i["name"]: i["column_names"] for i in indexes}
+        assert by_name["audit_records_cluster"] == ["cluster", "time", "id"]
+        assert {"audit_records_time", "audit_records_pool", "audit_records_node"} <= set(by_name)
+    finally:
+        await store.close()
+    again = await SqlAuditStore.open(db_url)  # migrated once: opening again changes nothing
+    try:
+        assert await again.schema_versions() == [1, 2]
+        assert len((await again.query(AuditQuery())).records) == 4
+    finally:
+        await again.close()
+
+
+async def test_two_clusters_writing_to_one_store_are_told_apart(db_url: str) -> None:
+    """Two controllers, each of its own cluster, with the same pool and node names."""
+    eu_lines, us_lines = Lines(), Lines()
+    first, second = await SqlAuditStore.open(db_url), await SqlAuditStore.open(db_url)
+    try:
+        eu = AuditLog(first, sink=eu_lines, cluster="prod-eu")
+        us = AuditLog(second, sink=us_lines, cluster="prod-us")
+        nodes = f.serving_nodes(3)
+        _, eu_tick = tick(nodes, target=1, rps=5.0)
+        _, us_tick = tick(nodes, target=1, rps=5.0)
+        (eu_intent,) = [r for r in await eu.tick(eu_tick.records) if r.kind is Kind.INTENT]
+        (us_intent,) = [r for r in await us.tick(us_tick.records) if r.kind is Kind.INTENT]
+        assert (eu_intent.pool, eu_intent.node) == (us_intent.pool, us_intent.node)
+        # an outcome built from the tick's own intent (as the runtime does) is its log's too
+        built = eu_tick.intents[("gpu", "s-00", "lend")]
+        assert built.cluster == "default"  # records are built without one
+        done = await eu.outcome(
+            built, lend_result(nodes[0], eu_intent.id), f.T0 + timedelta(seconds=2)
+        )
+        assert done.cluster == "prod-eu"
+
+        assert await eu.pending_intents() == ()
+        assert await us.pending_intents() == (us_intent,)
+        assert await eu.get(us_intent.id) is None
+        assert await us.get(us_intent.id) == us_intent
+        both = await first.query(AuditQuery(node="s-00"))
+        # one tick's time: the two intents' order is their random ids'
+        assert sorted((r.cluster, r.kind) for r in both.records) == [
+            ("prod-eu", Kind.INTENT),
+            ("prod-eu", Kind.OUTCOME),
+            ("prod-us", Kind.INTENT),
+        ]
+        only_us = await first.query(AuditQuery(cluster="prod-us"))
+        assert [r.id for r in only_us.records] == [us_intent.id]
+        assert {d["cluster"] for d in eu_lines.docs} == {"prod-eu"}
+        assert {d["cluster"] for d in us_lines.docs} == {"prod-us"}
+    finally:
+        await first.close()
+        await second.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -381,7 +492,7 @@ async def test_replicas_starting_together_migrate_once(postgres_server: Postgres
 
 
 def _corpus() -> list[AuditRecord]:
-    """30 records: two pools, three nodes, two actions, several sharing a time."""
+    """30 records: two clusters, two pools, three nodes, two actions, several sharing a time."""
     ids = UlidFactory(clock=lambda: f.T0)
     out = []
     for i in range(30):
@@ -394,6 +505,7 @@ def _corpus() -> list[AuditRecord]:
                 node=f"n{i % 3}",
                 action="lend" if i % 5 else "reclaim",
                 kind=Kind.INTENT if i % 4 == 0 else Kind.REFUSAL,
+                cluster="prod-eu" if i % 7 < 4 else "prod-us",
             )
         )
     return out
@@ -420,9 +532,21 @@ async def _all_pages(s: AuditStore, query: AuditQuery) -> list[AuditRecord]:
         AuditQuery(node="n1", action="lend", limit=2),
         AuditQuery(action="reclaim", limit=100),
         AuditQuery(kinds=(Kind.INTENT,), pool="gpu", limit=1),
+        AuditQuery(cluster="prod-us", limit=3),
+        AuditQuery(cluster="prod-eu", node="n2", newest_first=True, limit=2),
         AuditQuery(since=f.T0 + timedelta(minutes=2), until=f.T0 + timedelta(minutes=5), limit=4),
     ],
-    ids=["all", "newest-first", "pool", "node-action", "action", "kind", "time-range"],
+    ids=[
+        "all",
+        "newest-first",
+        "pool",
+        "node-action",
+        "action",
+        "kind",
+        "cluster",
+        "cluster-node",
+        "time-range",
+    ],
 )
 async def test_filters_and_keyset_pages(store: SqlAuditStore, query: AuditQuery) -> None:
     corpus = _corpus()
@@ -531,7 +655,7 @@ async def test_one_json_line_per_stored_record_on_stdout(
     docs = [json.loads(line) for line in lines]
     assert docs == [audit.to_json(r) for r in written]
     assert set(docs[0]) == {
-        "id", "time", "kind", "controller", "term", "pool", "node", "action", "origin",
+        "id", "time", "cluster", "kind", "controller", "term", "pool", "node", "action", "origin",
         "reason", "message", "count", "strategy", "params", "inputs", "before", "after",
         "pods", "dry_run", "error", "outcome", "intent_id", "detail",
     }  # fmt: skip

@@ -39,9 +39,11 @@ def record(
     node: str | None = None,
     action: str | None = "lend",
     kind: Kind = Kind.REFUSAL,
+    cluster: str = "eu",
 ) -> AuditRecord:
     return AuditRecord(
         id=ident,
+        cluster=cluster,
         time=T0 + timedelta(minutes=minutes),
         kind=kind,
         pool=pool,
@@ -55,14 +57,15 @@ def record(
     )
 
 
-# Three records share minute 1 (one tick): they come back in id order.
+# Three records share minute 1 (one tick): they come back in id order. Two are another cluster's
+# (a store a fleet shares).
 RECORDS = (
     record("01A", 0, node="n1", kind=Kind.INTENT),
     record("01B", 1, node="n1", kind=Kind.OUTCOME),
-    record("01C", 1, node="n2", action="reclaim", kind=Kind.INTENT),
+    record("01C", 1, node="n2", action="reclaim", kind=Kind.INTENT, cluster="us"),
     record("01D", 1, pool="a100", node=None, action=None, kind=Kind.SUMMARY),
     record("01E", 2, node="n2", action="reclaim", kind=Kind.OUTCOME),
-    record("01F", 3, pool="a100", node="t1", kind=Kind.REFUSAL),
+    record("01F", 3, pool="a100", node="t1", kind=Kind.REFUSAL, cluster="us"),
     record("01G", 4, node="n3", kind=Kind.FINDING, action=None),
     record("01H", 5, node="n1", action="reclaim", kind=Kind.INTENT),
     record("01J", 6, node="n1", action="reclaim", kind=Kind.OUTCOME),
@@ -386,6 +389,8 @@ QUERIES: list[tuple[dict[str, str], list[str]]] = [
     ({"since": "2026-03-02T12:05:00.000Z"}, ["01H", "01J"]),
     ({"until": "2026-03-02T12:00:59.999999Z"}, ["01A"]),
     ({"pool": "nope"}, []),
+    ({"cluster": "us"}, ["01C", "01F"]),
+    ({"cluster": "eu", "pool": "a100"}, ["01D"]),
 ]
 
 
@@ -437,6 +442,7 @@ BAD: list[tuple[str, str, str]] = [  # raw query string, the parameter named, it
     ("until=2026-03-02T25:00:00Z", "until", "2026-03-02T25:00:00Z"),
     ("since=2026-03-02T12:00:00Z&until=2026-03-02T12:00:00Z", "until", "2026-03-02T12:00:00Z"),
     ("pool=", "pool", ""),
+    ("cluster=", "cluster", ""),
     ("node=%20", "node", " "),
     ("action=borrow", "action", "borrow"),
     ("kind=decision", "kind", "decision"),

@@ -361,6 +361,52 @@ async def test_each_costly_minute_is_audited_and_a_restarted_run_spends_the_same
         assert budgets[-1] == model.ErrorBudget(5, timedelta(hours=1), 1)
 
 
+async def test_a_controller_reads_back_only_its_own_cluster_s_records_of_a_shared_store() -> None:
+    """Another cluster's controller shares the store and has a pool and nodes of the same
+    names: its open intent is not judged here, and its costly minutes are not this pool's."""
+    budgets: list[model.ErrorBudget | None] = []
+    slo = model.Slo(max_breach_minutes=5, window=timedelta(hours=1))
+    noting = replace(CONFIG, strategy=Noting(registry.build("reactive"), budgets), slo=slo)
+    async with world(noting) as w:
+        now = w.box.clock()
+        theirs = AuditRecord(
+            id="01JUS0000000000000000INTENT",
+            time=now - timedelta(minutes=3),
+            kind=Kind.INTENT,
+            cluster="prod-us",
+            pool=POOL,
+            controller="replica-us",
+            term=9,
+            node=IDLE[0],  # serving here: judged here, it would be closed as never carried out
+            action=model.Action.LEND,
+            reason="strategy",
+            message="lend 1 node",
+        )
+        minutes = [
+            replace(
+                theirs,
+                id=f"01JUS000000000000000000CO{m}",
+                time=now - timedelta(minutes=m),
+                kind=Kind.COST,
+                node=None,
+                action=None,
+                reason="borrowing_cost",
+                message="queued while lent",
+            )
+            for m in (1, 2)
+        ]
+        await w.audit.append([theirs, *minutes])
+
+        assert await w.reconciler.start() == ()
+        await w.tick()
+        assert budgets[-1] == model.ErrorBudget(5, timedelta(hours=1), 0)  # none of theirs
+        assert await w.audit.pending_intents("prod-us") == (theirs,)  # still theirs to judge
+        assert [r for r in w.audit.records if r.intent_id == theirs.id] == []
+        ours = [r for r in w.audit.records if r.cluster != "prod-us"]
+        assert ours
+        assert {r.cluster for r in ours} == {"default"}
+
+
 async def test_a_pool_without_an_slo_shows_its_strategy_no_budget() -> None:
     budgets: list[model.ErrorBudget | None] = []
     noting = replace(CONFIG, strategy=Noting(registry.build("reactive"), budgets))
