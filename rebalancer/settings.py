@@ -45,7 +45,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from rebalancer.core import model, nodestate, windows
+from rebalancer.core import audit, model, nodestate, windows
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.errors import ConfigError
 from strategies import registry
@@ -494,6 +494,12 @@ def _upper(value: object) -> object:
 class Settings(_Model):
     """Everything ``rebalancer run`` is configured with. Made by ``load``."""
 
+    # Which cluster this controller runs in: on every audit record, on the Events it records and
+    # in rebalancer_cluster_info, so that a fleet sharing one audit store and one dashboard can
+    # tell its controllers apart (docs/design/fleet.md). The default is a name, not '': an
+    # empty label value is an absent label to Prometheus, and schema version 2 gave the audit
+    # rows written before it this same name.
+    cluster_name: str = audit.DEFAULT_CLUSTER
     key_prefix: str = "rebalancer.io/"
     dry_run: bool = False
     paused: bool = False  # every pool: no lending; safety reclaims still happen
@@ -507,6 +513,17 @@ class Settings(_Model):
     audit: AuditSettings = AuditSettings()
     http: HttpSettings = HttpSettings()
     pools: tuple[PoolSettings, ...] = ()
+
+    @pydantic.field_validator("cluster_name")
+    @classmethod
+    def _cluster_label(cls, value: str) -> str:
+        if len(value) > 63 or not _NAME.fullmatch(value):
+            raise PydanticCustomError(
+                "cluster_name",
+                "a cluster name is 1 to 63 lower-case letters, digits and '-', starting and "
+                "ending with a letter or digit, e.g. prod-eu-1",
+            )
+        return value
 
     @pydantic.field_validator("key_prefix")
     @classmethod

@@ -49,6 +49,25 @@ def test_defaults_load_without_a_file() -> None:
     assert s.prometheus.url == "http://127.0.0.1:9090"
     assert s.http.port == 8080
     assert s.audit.url == settings.DEFAULT_AUDIT_URL
+    assert s.cluster_name == "default"
+
+
+def test_the_default_cluster_name_is_the_one_old_audit_rows_were_given() -> None:
+    from rebalancer.core import audit
+
+    assert settings.Settings().cluster_name == audit.DEFAULT_CLUSTER
+
+
+def test_cluster_name_from_the_file_and_from_the_environment(tmp_path: Path) -> None:
+    path = write(tmp_path, {"cluster_name": "prod-eu-1"})
+    assert settings.load(path, {}).cluster_name == "prod-eu-1"
+    assert settings.load(path, {"REBALANCER_CLUSTER_NAME": "prod-us-2"}).cluster_name == (
+        "prod-us-2"
+    )
+    assert errors(None, {"REBALANCER_CLUSTER_NAME": "prod.eu"}) == [
+        "cluster_name='prod.eu': a cluster name is 1 to 63 lower-case letters, digits and '-', "
+        "starting and ending with a letter or digit, e.g. prod-eu-1"
+    ]
 
 
 def test_default_audit_url_is_the_audit_stores() -> None:
@@ -272,9 +291,32 @@ BAD: list[tuple[str, object, str]] = [
     (
         "unknown top-level key",
         {"dryrun": True},
-        "dryrun=True: unknown setting; known: key_prefix, dry_run, paused, frozen, "
+        "dryrun=True: unknown setting; known: cluster_name, key_prefix, dry_run, paused, frozen, "
         "tick_interval, strategy_timeout, lend_concurrency, log_level, leader_election, "
         "prometheus, audit, http, pools",
+    ),
+    (
+        "cluster name with capitals and an underscore",
+        {"cluster_name": "Prod_EU"},
+        "cluster_name='Prod_EU': a cluster name is 1 to 63 lower-case letters, digits and '-', "
+        "starting and ending with a letter or digit, e.g. prod-eu-1",
+    ),
+    (
+        "cluster name longer than a label",
+        {"cluster_name": "c" * 64},
+        f"cluster_name='{'c' * 64}': a cluster name is 1 to 63 lower-case letters, digits and "
+        "'-', starting and ending with a letter or digit, e.g. prod-eu-1",
+    ),
+    (
+        "empty cluster name",
+        {"cluster_name": ""},
+        "cluster_name='': a cluster name is 1 to 63 lower-case letters, digits and '-', "
+        "starting and ending with a letter or digit, e.g. prod-eu-1",
+    ),
+    (
+        "cluster name as a YAML number",
+        "cluster_name: 7\n",
+        "cluster_name=7: must be text; quote it in YAML: '7'",
     ),
     (
         "bad key prefix",
@@ -345,8 +387,9 @@ BAD_ENV: list[tuple[str, dict[str, str], str]] = [
     (
         "unknown variable",
         {"REBALANCER_DRYRUN": "1"},
-        "REBALANCER_DRYRUN='1': unknown setting; known: REBALANCER_KEY_PREFIX, "
-        "REBALANCER_DRY_RUN, REBALANCER_PAUSED, REBALANCER_FROZEN, REBALANCER_TICK_INTERVAL, "
+        "REBALANCER_DRYRUN='1': unknown setting; known: REBALANCER_CLUSTER_NAME, "
+        "REBALANCER_KEY_PREFIX, REBALANCER_DRY_RUN, REBALANCER_PAUSED, REBALANCER_FROZEN, "
+        "REBALANCER_TICK_INTERVAL, "
         "REBALANCER_STRATEGY_TIMEOUT, REBALANCER_LEND_CONCURRENCY, REBALANCER_LOG_LEVEL, "
         "REBALANCER_LEADER_ELECTION, REBALANCER_PROMETHEUS, REBALANCER_AUDIT, REBALANCER_HTTP, "
         "REBALANCER_POOLS",
@@ -407,7 +450,7 @@ def test_every_error_is_reported_at_once(tmp_path: Path) -> None:
             "pools[0].limits.headroom=-1: Input should be greater than or equal to 0",
             "pools[1].strategy.name='nope': unknown strategy; "
             "choose one of adaptive, cron, forecast, peak, reactive, static, watermark, window",
-            "bogus=1: unknown setting; known: key_prefix, dry_run, paused, frozen, "
+            "bogus=1: unknown setting; known: cluster_name, key_prefix, dry_run, paused, frozen, "
             "tick_interval, strategy_timeout, lend_concurrency, log_level, leader_election, "
             "prometheus, audit, http, pools",
         ]
