@@ -11,6 +11,14 @@ controller's metrics (no process or platform collectors, which a Pod's cAdvisor 
 ``/metrics`` serves ``exposed``: the registry without the library's ``_created`` series.
 
 Metrics (docs/http.md has the table):
+- ``rebalancer_cluster_info{cluster_name}``: 1, naming the cluster this controller runs in (the
+  ``cluster_name`` setting). No other series carries the cluster: as kube-state-metrics and
+  Karpenter leave it to Prometheus, so does this controller. A fleet's Prometheus servers give
+  every series they scrape a ``cluster`` label (an external label, or a target label), the same
+  one as every other exporter's series of that cluster, so a query joins them on it; a
+  ``cluster`` label of our own would clash with that one (``exported_cluster``, or an external
+  label silently not applied) and could disagree with it. The info series is there to check the
+  two names agree, and for a Grafana variable (docs/design/fleet.md).
 - ``rebalancer_nodes_lent{pool}``: nodes lent or being lent, as the last snapshot saw them.
 - ``rebalancer_decisions_total{kind,action,reason}``: plan steps (``kind="step"``) and planner
   refusals (``kind="refusal"``), by action and reason code (``core.model.Reason``).
@@ -43,6 +51,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import Metric
 
 from rebalancer.core import model
+from rebalancer.core.audit import DEFAULT_CLUSTER
 
 # A reclaim drains borrowed pods (a grace period of seconds to minutes), then the node warms up
 # (image pull, model load): the interesting range is ten seconds to an hour.
@@ -55,9 +64,18 @@ REFUSAL = "refusal"
 class Telemetry:
     """The metric families and the functions the runtime calls to move them."""
 
-    def __init__(self, reclaim_buckets: Sequence[float] = RECLAIM_BUCKETS) -> None:
+    def __init__(
+        self, reclaim_buckets: Sequence[float] = RECLAIM_BUCKETS, cluster: str = DEFAULT_CLUSTER
+    ) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self.cluster_info = Gauge(
+            "rebalancer_cluster_info",
+            "1, naming the cluster this controller runs in (its cluster_name setting).",
+            ["cluster_name"],
+            registry=r,
+        )
+        self.cluster_info.labels(cluster).set(1)
         self.nodes_lent = Gauge(
             "rebalancer_nodes_lent",
             "Nodes of the pool lent to training or being lent, as the last snapshot saw them.",

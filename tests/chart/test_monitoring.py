@@ -910,11 +910,32 @@ def test_the_audit_table_only_with_postgresql() -> None:
 
 PODS = ("rebalancer-0", "rebalancer-1")  # rebalancer-0 leads
 POOLS = ("l20", "h100")
+
+
+@dataclass(frozen=True)
+class Site:
+    """One cluster's controller, as a fleet's Prometheus servers see its series."""
+
+    cluster: str | None  # the label Prometheus adds; None: one cluster's own Prometheus
+    namespace: str
+    leader: str
+    more_lent: int = 0  # added to each pool's lent count, to tell the sites apart
+    follower_safety_only: bool = False  # the follower says l20 is safety-only (it decides nothing)
+
+
+# Two clusters of a fleet, with the same namespace, job and pod names (in "us" the other replica
+# leads), and a third controller whose Prometheus adds no cluster label (in namespace "solo").
+SITES = (
+    Site("eu", "rebalancer", "rebalancer-0"),
+    Site("us", "rebalancer", "rebalancer-1", more_lent=5, follower_safety_only=True),
+    Site(None, "solo", "rebalancer-0"),
+)
 AT = prom.scrape_time(prom.MINUTES - 10)  # where the expressions are evaluated
 GRAFANA = {  # Grafana's variables and macros as a panel over the whole window would have them
     "$__rate_interval": "4m",  # 4 scrape intervals of 1 m
     "$__interval": "1m",
     "$__range": "3h",
+    "$cluster": "eu",  # one cluster selected
     "$namespace": "rebalancer",
     "$job": "rebalancer",
     "$pool": "(l20|h100)",  # a multi-value variable in a regex matcher
@@ -925,62 +946,36 @@ Family = tuple[str, str, list[tuple[str, dict[str, str], float]]]  # name, type,
 
 
 def telemetry_series() -> str:
-    """OpenMetrics of two replicas' ``Telemetry`` (their /metrics), one scrape a minute."""
-    exported = {pod: Telemetry() for pod in PODS}
+    """OpenMetrics of each site's two replicas' ``Telemetry`` (their /metrics), one scrape a
+    minute, with the target labels a fleet's Prometheus gives them."""
     families: dict[str, tuple[str, dict[tuple[tuple[str, str], ...], list[str]]]] = {}
 
-    def scrape(pod: str, when: datetime) -> None:
+    def scrape(site: Site, pod: str, exported: Telemetry, when: datetime) -> None:
         ts = int(when.timestamp())
         up: Family = ("up", "gauge", [("up", {}, 1.0)])
         collected: list[Family] = [
             (f.name, f.type, [(x.name, x.labels, x.value) for x in f.samples])
-            for f in exported[pod].exposed.collect()
+            for f in exported.exposed.collect()
         ]
+        target = {"job": "rebalancer", "namespace": site.namespace, "pod": pod}
+        if site.cluster is not None:
+            target["cluster"] = site.cluster
         for name, kind, samples in [up, *collected]:
             _, series = families.setdefault(name, (kind, {}))
             for sample, labels, value in samples:
-                full = {"job": "rebalancer", "namespace": "rebalancer", "pod": pod, **labels}
+                full = {**target, **labels}
                 key = tuple(sorted((k, v) for k, v in full.items() if k != "le"))
                 text = ",".join(f'{k}="{v}"' for k, v in full.items())
                 number = "+Inf" if value == math.inf else repr(value)
                 series.setdefault(key, []).append(f"{sample}{{{text}}} {number} {ts}")
 
-    for k in range(prom.MINUTES):
-        now = prom.scrape_time(k)
-        for pod, t in exported.items():
-            leading = pod == PODS[0]
-            t.observe_leader(pod, leading)
-            t.observe_lent({"l20": (k // 20) % 4, "h100": 1 if k >= 60 else 0})
-            t.observe_overdue({"l20": 1 if 100 <= k < 110 else 0, "h100": 0})
-            t.observe_demand("l20", model.Sample(float(k), now - timedelta(seconds=40)), now)
-            sampled = min(k, 150)  # h100's demand stops at minute 150: its age grows
-            h100 = model.Sample(2.0, prom.scrape_time(sampled) - timedelta(seconds=40))
-            t.observe_demand("h100", h100, now)
-            t.observe_safety_only({"l20": 30 <= k < 40, "h100": False})
-            t.observe_frozen_under_pressure({"l20": False, "h100": 70 <= k < 75})
-            t.observe_demand_held({"l20": k % 50 == 7, "h100": False})
-            t.observe_unreadable({"node": 0, "pod": 1 if 80 <= k < 90 else 0})
-            if leading:
-                if 30 <= k < 40:
-                    t.observe_strategy_failure("l20", "forecast", "raised")
-                if k == 140:
-                    t.observe_planner_failure("h100")
-                t.decisions.labels("step", "lend", "strategy").inc()
-                if k % 3 == 0:
-                    t.decisions.labels("refusal", "lend", "cooldown").inc()
-                if k % 10 == 5:
-                    pool = POOLS[(k // 10) % 2]
-                    t.observe_reclaim_done(pool, now - timedelta(seconds=20 + 9 * k), now)
-                if 120 <= k < 130:
-                    t.observe_audit_failure("tick")
-                if 60 <= k < 66:  # six minutes of h100 queueing with a node lent
-                    t.observe_borrowing_cost("h100")
-                # h100 has an slo of 10 minutes a week; the six minutes stay in its window
-                spent = min(6, max(0, k - 59))
-                t.observe_budgets({"h100": model.ErrorBudget(10, timedelta(days=7), spent)})
-            elif k == 50:
-                t.observe_audit_failure("query")
-            scrape(pod, now)
+    for site in SITES:
+        exported = {pod: Telemetry(cluster=site.cluster or "default") for pod in PODS}
+        for k in range(prom.MINUTES):
+            now = prom.scrape_time(k)
+            for pod, t in exported.items():
+                play(t, pod, k, now, site)
+                scrape(site, pod, t, now)
 
     lines = []
     for name, (kind, series) in families.items():
@@ -989,6 +984,45 @@ def telemetry_series() -> str:
             lines.extend(samples)
     lines.append("# EOF")
     return "\n".join(lines) + "\n"
+
+
+def play(t: Telemetry, pod: str, k: int, now: datetime, site: Site) -> None:
+    """What replica ``pod`` of ``site`` is told at minute ``k``."""
+    leading = pod == site.leader
+    t.observe_leader(pod, leading)
+    t.observe_lent(
+        {"l20": (k // 20) % 4 + site.more_lent, "h100": (1 if k >= 60 else 0) + site.more_lent}
+    )
+    t.observe_overdue({"l20": 1 if 100 <= k < 110 else 0, "h100": 0})
+    t.observe_demand("l20", model.Sample(float(k), now - timedelta(seconds=40)), now)
+    sampled = min(k, 150)  # h100's demand stops at minute 150: its age grows
+    h100 = model.Sample(2.0, prom.scrape_time(sampled) - timedelta(seconds=40))
+    t.observe_demand("h100", h100, now)
+    follower_says = site.follower_safety_only and not leading
+    t.observe_safety_only({"l20": 30 <= k < 40 or follower_says, "h100": False})
+    t.observe_frozen_under_pressure({"l20": False, "h100": 70 <= k < 75})
+    t.observe_demand_held({"l20": k % 50 == 7, "h100": False})
+    t.observe_unreadable({"node": 0, "pod": 1 if 80 <= k < 90 else 0})
+    if leading:
+        if 30 <= k < 40:
+            t.observe_strategy_failure("l20", "forecast", "raised")
+        if k == 140:
+            t.observe_planner_failure("h100")
+        t.decisions.labels("step", "lend", "strategy").inc()
+        if k % 3 == 0:
+            t.decisions.labels("refusal", "lend", "cooldown").inc()
+        if k % 10 == 5:
+            pool = POOLS[(k // 10) % 2]
+            t.observe_reclaim_done(pool, now - timedelta(seconds=20 + 9 * k), now)
+        if 120 <= k < 130:
+            t.observe_audit_failure("tick")
+        if 60 <= k < 66:  # six minutes of h100 queueing with a node lent
+            t.observe_borrowing_cost("h100")
+        # h100 has an slo of 10 minutes a week; the six minutes stay in its window
+        spent = min(6, max(0, k - 59))
+        t.observe_budgets({"h100": model.ErrorBudget(10, timedelta(days=7), spent)})
+    elif k == 50:
+        t.observe_audit_failure("query")
 
 
 @pytest.fixture(scope="module")
@@ -1014,9 +1048,11 @@ def api(url: str, path: str, **params: str) -> Any:
     return body["data"]
 
 
-def promql(expr: str) -> str:
-    for var in sorted(GRAFANA, key=len, reverse=True):
-        expr = expr.replace(var, GRAFANA[var])
+def promql(expr: str, **chosen: str) -> str:
+    """``expr`` as Grafana sends it, with ``chosen`` values (``cluster=".*"``) over ``GRAFANA``."""
+    values = {**GRAFANA, **{f"${name}": value for name, value in chosen.items()}}
+    for var in sorted(values, key=len, reverse=True):
+        expr = expr.replace(var, values[var])
     assert "$" not in expr, f"a Grafana variable this test does not substitute: {expr}"
     return expr
 
@@ -1040,38 +1076,118 @@ def test_every_dashboard_expression_runs_and_returns_data(prometheus: str) -> No
     assert checked == sum(1 for _, t in targets(dash) if "expr" in t) >= 10
 
 
+def panel(url: str, title: str, ref: str = "A", **chosen: str) -> dict[str, float]:
+    """The values of a panel's query at ``AT``, keyed by their labels."""
+    [target] = [
+        t
+        for p in dashboard(ON)["panels"]
+        if p["title"] == title
+        for t in p["targets"]
+        if t["refId"] == ref
+    ]
+    query = promql(target["expr"], **chosen)
+    data = api(url, "/api/v1/query", query=query, time=AT.isoformat())
+    out: dict[str, float] = {}
+    for r in data["result"]:
+        key = ",".join(f"{k}={v}" for k, v in sorted(r["metric"].items()))
+        out[key] = float(r["value"][1])
+    return out
+
+
 def test_dashboard_values_are_the_exported_ones(prometheus: str) -> None:
-    """A few panels' values, checked against what the Telemetry was told."""
-    dash = dashboard(ON)
-    by_title = {p["title"]: p["targets"] for p in dash["panels"]}
+    """A few panels' values for one cluster, checked against what the Telemetry was told."""
 
     def query(title: str, ref: str = "A") -> dict[str, float]:
-        [target] = [t for t in by_title[title] if t["refId"] == ref]
-        data = api(prometheus, "/api/v1/query", query=promql(target["expr"]), time=AT.isoformat())
-        out: dict[str, float] = {}
-        for r in data["result"]:
-            key = ",".join(f"{k}={v}" for k, v in sorted(r["metric"].items()))
-            out[key] = float(r["value"][1])
-        return out
+        return panel(prometheus, title, ref)
 
     minute = prom.MINUTES - 10
-    assert query("Nodes lent per pool") == {"pool=l20": (minute // 20) % 4, "pool=h100": 1}
+    assert query("Nodes lent per pool") == {
+        "cluster=eu,pool=l20": (minute // 20) % 4,
+        "cluster=eu,pool=h100": 1,
+    }
     assert query("Leader") == {
-        "identity=rebalancer-0,pod=rebalancer-0": 1,
-        "identity=rebalancer-1,pod=rebalancer-1": 0,
+        "cluster=eu,identity=rebalancer-0,pod=rebalancer-0": 1,
+        "cluster=eu,identity=rebalancer-1,pod=rebalancer-1": 0,
     }
-    assert query("Replicas up") == {"": 2}
+    assert query("Replicas up") == {"cluster=eu": 2}
     ages = query("Demand sample age (leader)")
-    assert ages["pool=l20"] == 40
-    assert ages["pool=h100"] == 40 + 60 * (minute - 150)
+    assert ages["cluster=eu,pool=l20"] == 40
+    assert ages["cluster=eu,pool=h100"] == 40 + 60 * (minute - 150)
     budget = "Error budget: minutes spent in the rolling window, and allowed (leader)"
-    assert (query(budget, "A"), query(budget, "B")) == ({"pool=h100": 6}, {"pool=h100": 10})
+    assert (query(budget, "A"), query(budget, "B")) == (
+        {"cluster=eu,pool=h100": 6},
+        {"cluster=eu,pool=h100": 10},
+    )
     decisions = query("Decisions by reason")
-    assert decisions["action=lend,kind=step,reason=strategy"] == pytest.approx(1 / 60)
+    assert decisions["action=lend,cluster=eu,kind=step,reason=strategy"] == pytest.approx(1 / 60)
     assert set(decisions) == {
-        "action=lend,kind=step,reason=strategy",
-        "action=lend,kind=refusal,reason=cooldown",
+        "action=lend,cluster=eu,kind=step,reason=strategy",
+        "action=lend,cluster=eu,kind=refusal,reason=cooldown",
     }
+
+
+def test_across_a_fleet_each_cluster_keeps_its_own_series_and_its_own_leader(
+    prometheus: str,
+) -> None:
+    """Every cluster (All): two clusters with the same namespace, job and pod names. In "us"
+    the other replica leads, and its follower says l20 is safety-only: a join that did not
+    match on the cluster would take eu's leader for us's follower."""
+    minute = prom.MINUTES - 10
+    lent = (minute // 20) % 4
+    assert panel(prometheus, "Nodes lent per pool", cluster=".*") == {
+        "cluster=eu,pool=l20": lent,
+        "cluster=eu,pool=h100": 1,
+        "cluster=us,pool=l20": lent + 5,
+        "cluster=us,pool=h100": 6,
+    }
+    assert panel(prometheus, "Leader", cluster=".*") == {
+        "cluster=eu,identity=rebalancer-0,pod=rebalancer-0": 1,
+        "cluster=eu,identity=rebalancer-1,pod=rebalancer-1": 0,
+        "cluster=us,identity=rebalancer-0,pod=rebalancer-0": 0,
+        "cluster=us,identity=rebalancer-1,pod=rebalancer-1": 1,
+    }
+    assert panel(prometheus, "Replicas up", cluster=".*") == {"cluster=eu": 2, "cluster=us": 2}
+    safety_only = panel(prometheus, "Pools not planned as usual (leader)", cluster=".*")
+    assert safety_only == {f"cluster={c},pool={p}": 0 for c in ("eu", "us") for p in POOLS}
+    # one cluster of the two, as a multi-value variable sends it
+    assert set(panel(prometheus, "Nodes lent per pool", cluster="(us)")) == {
+        "cluster=us,pool=l20",
+        "cluster=us,pool=h100",
+    }
+
+
+def test_one_cluster_s_own_prometheus_needs_no_cluster_label(prometheus: str) -> None:
+    """A Prometheus that adds no cluster label: the variable finds nothing, stays All, and
+    every panel shows the controller's series as they are."""
+    minute = prom.MINUTES - 10
+    solo = {"cluster": ".*", "namespace": "solo"}
+    assert panel(prometheus, "Nodes lent per pool", **solo) == {
+        "pool=l20": (minute // 20) % 4,
+        "pool=h100": 1,
+    }
+    assert panel(prometheus, "Replicas up", **solo) == {"": 2}
+    budget = "Error budget: minutes spent in the rolling window, and allowed (leader)"
+    assert panel(prometheus, budget, **solo) == {"pool=h100": 6}
+
+
+def test_every_aggregation_keeps_the_cluster_and_every_join_matches_on_it() -> None:
+    """What keeps two clusters' series apart when their namespace, job, pod and pool names
+    are the same: the cluster in each selector, ``by`` and ``on``. The reclaim heatmap alone
+    adds up its buckets across whatever is selected, as it adds up the pools."""
+    exprs = [t["expr"] for _, t in targets(dashboard(ON)) if "expr" in t]
+    selectors = 0
+    for expr in exprs:
+        for clause in re.findall(r"\b(?:by|on) \(([^)]*)\)", expr):
+            labels = [label.strip() for label in clause.split(",")]
+            assert "cluster" in labels or labels == ["le"], (clause, expr)
+        for selector in re.findall(r"\{([^}]*)\}", expr):
+            if "$job" in selector:
+                assert selector.startswith('cluster=~"$cluster", '), (selector, expr)
+                selectors += 1
+    assert selectors >= len(exprs)
+    variables = dashboard(ON)["templating"]["list"]
+    queries = [v["query"]["query"] for v in variables if v["type"] == "query"]
+    assert all("$cluster" in q for q in queries if "cluster)" not in q), queries
 
 
 def test_dashboard_variables_run(prometheus: str) -> None:
@@ -1087,6 +1203,7 @@ def test_dashboard_variables_run(prometheus: str) -> None:
             api(prometheus, f"/api/v1/label/{label}/values", **{"match[]": selector}, **window)
         )
     assert found == {
+        "cluster": ["eu", "us"],  # the label the fleet's Prometheus servers add
         "namespace": ["rebalancer"],
         "job": ["rebalancer"],
         "pool": ["h100", "l20"],
@@ -1097,20 +1214,27 @@ def test_dashboard_variables_run(prometheus: str) -> None:
 # The audit table's SQL on a real PostgreSQL with the schema of the audit store's migrations
 
 
-def grafana_sql(sql: str, start: datetime, end: datetime, pools: list[str]) -> str:
-    """Grafana's PostgreSQL macros and a multi-value variable, as Grafana expands them."""
+def grafana_sql(
+    sql: str, start: datetime, end: datetime, pools: list[str], clusters: str = ".*"
+) -> str:
+    """Grafana's PostgreSQL macros and variables, as Grafana expands them: a multi-value
+    ``$pool`` quoted and joined, ``${cluster:regex}`` a regex (``.*``, the custom All value, is
+    sent as it is)."""
     fmt = "%Y-%m-%dT%H:%M:%SZ"
     frm, to = start.strftime(fmt), end.strftime(fmt)
     sql = re.sub(r"\$__timeFilter\(([^)]+)\)", rf"\1 BETWEEN '{frm}' AND '{to}'", sql)
     sql = sql.replace("$__timeFrom()", f"'{frm}'").replace("$__timeTo()", f"'{to}'")
     sql = sql.replace("$pool", ",".join(f"'{p}'" for p in pools))
-    assert "$" not in sql, f"a Grafana macro this test does not expand: {sql}"
+    sql = sql.replace("${cluster:regex}", clusters)
+    left = re.findall(r"\$\{?\w+", sql)  # a '$' that ends a regex is no macro
+    assert not left, f"a Grafana macro this test does not expand: {left} in {sql}"
     return sql
 
 
 def record(n: int, minutes: int, kind: Kind, pool: str = "l20", **extra: Any) -> AuditRecord:
     return AuditRecord(
         id=f"01J{n:023d}",
+        cluster=extra.pop("cluster", "prod-eu"),
         time=T0 + timedelta(minutes=minutes),
         kind=kind,
         pool=pool,
@@ -1123,6 +1247,7 @@ def record(n: int, minutes: int, kind: Kind, pool: str = "l20", **extra: Any) ->
 
 RECORDS = [
     record(1, 1, Kind.INTENT, node="gpu-1", action="lend", origin="strategy", term=3),
+    record(10, 2, Kind.INTENT, node="gpu-1", action="lend", cluster="prod-us"),  # another's
     record(
         2, 2, Kind.OUTCOME, node="gpu-1", action="lend", outcome="applied", intent_id=f"01J{1:023d}"
     ),
@@ -1137,22 +1262,32 @@ RECORDS = [
 
 
 async def test_decisions_sql_on_postgresql(postgres_server: PostgresServer) -> None:
-    [panel] = [p for p in dashboard(POSTGRES)["panels"] if "rawSql" in p["targets"][0]]
-    assert panel["targets"][0]["format"] == "table"
+    [table] = [p for p in dashboard(POSTGRES)["panels"] if "rawSql" in p["targets"][0]]
+    assert table["targets"][0]["format"] == "table"
     url = await postgres_server.create_database(f"dash_{uuid.uuid4().hex[:12]}")
     store = await SqlAuditStore.open(url)  # the program's own migrations make the schema
     try:
         await store.append(RECORDS)
-        sql = grafana_sql(
-            panel["targets"][0]["rawSql"], T0, T0 + timedelta(hours=1), ["l20", "h100"]
-        )
+        text = table["targets"][0]["rawSql"]
+        window = (T0, T0 + timedelta(hours=1), ["l20", "h100"])
         async with store.engine.connect() as conn:
-            result = await conn.exec_driver_sql(sql)
-            columns = list(result.keys())
-            rows = [dict(zip(columns, row, strict=True)) for row in result.all()]
+
+            async def rows_of(clusters: str) -> tuple[list[str], list[dict[str, Any]]]:
+                result = await conn.exec_driver_sql(grafana_sql(text, *window, clusters))
+                columns = list(result.keys())
+                return columns, [dict(zip(columns, row, strict=True)) for row in result.all()]
+
+            everyone = await rows_of(".*")  # All
+            columns, rows = await rows_of("prod\\-eu")  # one cluster, as Grafana escapes it
+            both = await rows_of("(prod\\-eu|prod\\-us)")
+            prefix = await rows_of("prod")  # the regex is anchored: a prefix is no match
     finally:
         await store.close()
-    assert columns[0] == "time"
+    assert [r["id"] for r in everyone[1]] == [f"01J{n:023d}" for n in (9, 3, 10, 2, 1)]
+    assert [r["id"] for r in both[1]] == [r["id"] for r in everyone[1]]
+    assert prefix[1] == []
+    assert {r["cluster"] for r in rows} == {"prod-eu"}
+    assert columns[:2] == ["time", "cluster"]
     assert {"kind", "pool", "node", "action", "reason", "outcome", "message"} <= set(columns)
     assert [r["id"] for r in rows] == [f"01J{n:023d}" for n in (9, 3, 2, 1)]  # newest first
     assert rows[0]["time"] == T0 + timedelta(minutes=3)
@@ -1163,9 +1298,16 @@ async def test_decisions_sql_on_postgresql(postgres_server: PostgresServer) -> N
 
 
 def test_sql_macros_are_expanded_or_refused() -> None:
-    sql = grafana_sql("WHERE $__timeFilter(t) AND p IN ($pool)", T0, T0, ["a", "b"])
+    sql = grafana_sql(
+        "WHERE $__timeFilter(t) AND p IN ($pool) AND c ~ '^(${cluster:regex})$'",
+        T0,
+        T0,
+        ["a", "b"],
+        "(x|y)",
+    )
     assert sql == (
-        "WHERE t BETWEEN '2026-03-02T12:00:00Z' AND '2026-03-02T12:00:00Z' AND p IN ('a','b')"
+        "WHERE t BETWEEN '2026-03-02T12:00:00Z' AND '2026-03-02T12:00:00Z' AND p IN ('a','b') "
+        "AND c ~ '^((x|y))$'"
     )
     with pytest.raises(AssertionError, match="does not expand"):
         grafana_sql("WHERE $__unixEpochFilter(t)", T0, T0, [])

@@ -227,6 +227,7 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
         got = scrape_samples(await resp.text())
 
     assert set(got) == {
+        "rebalancer_cluster_info",
         "rebalancer_nodes_lent",
         "rebalancer_decisions",
         "rebalancer_reclaim_duration_seconds",
@@ -307,6 +308,32 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
         "rebalancer_demand_held": [({"pool": "l20"}, 1.0)],
         "rebalancer_objects_unreadable": [({"kind": "node"}, 0.0), ({"kind": "pod"}, 2.0)],
     }
+
+
+async def test_the_cluster_is_named_by_one_info_series_and_by_no_other_series() -> None:
+    t = Telemetry(cluster="prod-eu-1")
+    t.observe_plan(plan())
+    t.observe_lent({"l20": 1})
+    t.observe_leader("rebalancer-0", leading=True)
+    async with (
+        serve(await memory_store(), telemetry=t) as (_, session),
+        session.get("/metrics") as resp,
+    ):
+        got = scrape_samples(await resp.text())
+    info = got.pop("rebalancer_cluster_info")
+    assert [(s.name, s.labels, s.value) for s in info] == [
+        ("rebalancer_cluster_info", {"cluster_name": "prod-eu-1"}, 1.0)
+    ]
+    # Prometheus gives every series its cluster label (external or target label); one of ours
+    # would clash with it
+    labels = {key for samples in got.values() for s in samples for key in s.labels}
+    assert labels.isdisjoint({"cluster", "cluster_name"}), labels
+    assert (
+        Telemetry().registry.get_sample_value(
+            "rebalancer_cluster_info", {"cluster_name": "default"}
+        )
+        == 1.0
+    )
 
 
 async def test_metrics_speak_openmetrics_when_asked() -> None:

@@ -3,15 +3,17 @@ only at what changed, and still see everything that did."""
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sandbox.emulator import cluster, selector
+from sandbox.emulator import cluster, selector, status
 from sandbox.emulator.clock import ManualClock
 from sandbox.emulator.resources import NODES, PODS
-from sandbox.emulator.store import DeleteOptions, ListRequest, Store
+from sandbox.emulator.store import DeleteOptions, ListRequest, Store, WatchRequest
 from sandbox.emulator.watcher import Scope
 from tests.support.objects import pod
 
@@ -95,3 +97,50 @@ def test_a_grace_period_ends_when_the_clock_passes_it_and_only_its_pod_goes() ->
     clock.advance(6)
     after = store.list_page(ListRequest(Scope(PODS))).items
     assert [p["metadata"]["name"] for p in after] == ["p0", "p2"]
+
+
+def _without_versions(items: list[dict[str, object]]) -> list[dict[str, object]]:
+    for item in items:
+        meta = item["metadata"]
+        assert isinstance(meta, dict)
+        meta.pop("resourceVersion")
+    return items
+
+
+def test_a_loaded_cluster_answers_as_the_created_one_and_runs_on_from_there() -> None:
+    created = Store(ManualClock(START))
+    cluster.seed(created)
+    for i, node in enumerate(("inference-0", "inference-1", "missing")):
+        created.create(PODS, "a", pod(f"p{i}", "a", nodeName=node))
+    created.create(PODS, "b", pod("unbound", "b"))
+    loaded = Store(ManualClock(START))
+    loaded.load(NODES, copy.deepcopy(created.peek(NODES)))
+    loaded.load(PODS, copy.deepcopy(created.peek(PODS)))
+    for namespace, fields in ((None, ""), ("a", ""), (None, "spec.nodeName=inference-1")):
+        scope = Scope(PODS, namespace, fields=selector.parse_fields(fields, frozenset(PODS.fields)))
+        want = created.list_page(ListRequest(scope)).items
+        assert _without_versions(loaded.list_page(ListRequest(scope)).items) == _without_versions(
+            want
+        )
+    nodes = ListRequest(Scope(NODES))
+    assert _without_versions(loaded.list_page(nodes).items) == _without_versions(
+        created.list_page(nodes).items
+    )
+    # What was loaded is the store's own from then on: the kubelet starts a pod whose node
+    # appears, and a watch from the load's version sees the change.
+    since = str(loaded.resource_version)
+    loaded.create(NODES, None, cluster.node("missing", cluster.INFERENCE))
+    assert loaded.get(PODS, "a", "p2")["status"]["phase"] == "Running"
+    watcher = loaded.watch(WatchRequest(Scope(PODS), since))
+    events = [watcher.queue.get_nowait() for _ in range(watcher.queue.qsize())]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events if e] == [
+        ("MODIFIED", "p2")
+    ]
+
+
+def test_loading_an_object_twice_is_refused_as_a_create_would_be() -> None:
+    store = Store(ManualClock(START))
+    store.load(PODS, [pod("p0", "a")])
+    with pytest.raises(status.ApiError) as failed:
+        store.load(PODS, [pod("p0", "a")])
+    assert failed.value.code == 409

@@ -1,0 +1,641 @@
+"""What one controller replica costs on Kubernetes' largest supported cluster (5,000 nodes,
+150,000 pods), measured as a new user would meet it: the API emulator in a process of its own,
+the controller in another, wired by ``runtime.wiring`` (the real client over HTTP, the informer,
+the actuators, the audit log in SQLite), with scripted fresh metrics.
+
+The cluster at N nodes: four inference pools of N/5 nodes each (``gpu-pool=inf-0`` ... ``inf-3``,
+tainted ``workload=inference:NoSchedule``), N/5 training nodes, five DaemonSet pods on every node,
+and 30 pods per node in all (150,000 at 5,000): serving replicas on 60 % of each inference pool
+(the other 40 % idle, so lendable), training workers on the training nodes. Every controller run
+goes through the same script, and leaves the cluster as it found it:
+
+1. initial sync: LIST and WATCH of nodes and pods until the cache is synced (controller CPU and
+   wall), then the resident set once the collector has run;
+2. idle ticks with demand needing every node (nothing to lend, nothing lent);
+3. a lend wave: demand falls so that each pool can spare 25 nodes, 100 in one tick;
+4. idle ticks with the 100 nodes lent;
+5. a spike: demand needs every node again; the tick that takes the 100 back, and the time from
+   its start (the spike visible to the controller) to its first reclaim write; then the ticks
+   that finish the reclaims.
+
+Each tick is timed in controller CPU (``time.process_time``: the strategy threads included) and
+wall time, with the API requests it sent counted by verb. The idle tick is measured twice: with
+the four pools sharing one set of pod rules, and with each pool telling its inference pods
+apart by a label of its own (four sets of views in the informer).
+
+    .venv/bin/python bench/scale.py                       # 500 to 5,000 nodes, 3 runs each
+    .venv/bin/python bench/scale.py --sizes 500 --repeat 1 --plot out/scale.png
+    SCALE_PROFILE=lend .venv/bin/python bench/scale.py --sizes 1000 --repeat 1  # scale-*.prof
+
+The figures print as a table with each 5,000-node target (issue: idle tick <= 50 ms CPU, p99
+tick <= 250 ms CPU, RSS <= 300 MB, initial sync <= 15 s, 0 LISTs per idle tick, 100 nodes lent
+in <= 2 s wall) marked met or not. Medians of the runs; the seeding of the emulator is not
+timed. About 15 minutes at the default sizes on two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+Obj = dict[str, Any]
+
+POOLS = 4
+DAEMON_PODS = 5  # per node
+PODS_PER_NODE = 30
+BUSY_SHARE = 0.6  # of an inference pool's nodes run serving replicas
+WAVE = 25  # nodes each pool lends in the lend wave (100 in all)
+RPS_PER_NODE = 100.0
+IDLE_TICKS = 8
+SERVING_TAINT = {"key": "workload", "value": "inference", "effect": "NoSchedule"}
+TRAINING_TAINT = {"key": "workload", "value": "training", "effect": "NoSchedule"}
+
+TARGETS = {  # figure: (5,000-node target, higher is worse)
+    "idle_cpu_ms": 50.0,
+    "idle_cpu_ms_rules": 50.0,
+    "p99_cpu_ms": 250.0,
+    "rss_mb": 300.0,
+    "sync_wall_s": 15.0,
+    "idle_lists": 0.0,
+    "lend_wall_s": 2.0,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# The cluster (built in the emulator's process)
+
+
+def pool_of(index: int, nodes: int) -> str:
+    """The ``gpu-pool`` of node ``index``: four inference pools, then the training nodes."""
+    per_pool = nodes // 5
+    return f"inf-{index // per_pool}" if index < POOLS * per_pool else "training"
+
+
+def layout(nodes: int) -> Iterator[tuple[str, str, str]]:
+    """(node, pool, what runs on it: ``serving``, ``idle`` or ``training``) for every node."""
+    per_pool = nodes // 5
+    for i in range(nodes):
+        pool = pool_of(i, nodes)
+        if pool == "training":
+            yield f"training-{i}", pool, "training"
+        else:
+            busy = (i % per_pool) < int(per_pool * BUSY_SHARE)
+            yield f"{pool}-{i % per_pool}", pool, "serving" if busy else "idle"
+
+
+def build(store: Any, nodes: int) -> int:
+    """Seed ``store`` with the cluster; the number of pods."""
+    from sandbox.emulator import cluster
+    from sandbox.emulator.resources import NODES, PODS
+    from sandbox.emulator.store import Store
+
+    placed = list(layout(nodes))
+    busy = sum(1 for _, _, what in placed if what != "idle")
+    extra = nodes * (PODS_PER_NODE - DAEMON_PODS)  # beyond the DaemonSet pods
+    per_busy, spare = divmod(extra, busy)
+    for name, pool, _ in placed:
+        taint = TRAINING_TAINT if pool == "training" else SERVING_TAINT
+        gpu = "NVIDIA-A100-SXM4-80GB" if pool == "training" else "NVIDIA-L20"
+        store.create(NODES, None, cluster.node(name, cluster.Pool(pool, 1, gpu, taint)))
+    # Each kind of pod made once by the real path (created, defaulted, started by the kubelet)
+    # on a scratch store, then stamped out as JSON for every pod: the store loads them as a
+    # running cluster holds them.
+    scratch = Store(seed=1)
+    scratch.create(NODES, None, cluster.node("n", cluster.INFERENCE))
+    templates = {kind: _template(scratch, kind) for kind in ("daemon", "serving", "training")}
+    pods: list[Obj] = []
+    busy_seen = 0
+    for name, pool, what in placed:
+        for d in range(DAEMON_PODS):
+            pods.append(_stamp(templates["daemon"], f"ds-{d}-{name}", name, f"ds-{d}", pool))
+        if what == "idle":
+            continue
+        count = per_busy + (1 if busy_seen < spare else 0)
+        busy_seen += 1
+        for k in range(count):
+            pods.append(_stamp(templates[what], f"{what}-{name}-{k}", name, f"{name}-{k}", pool))
+    return int(store.load(PODS, pods))
+
+
+def _template(scratch: Any, kind: str) -> str:
+    from sandbox.emulator import cluster
+    from sandbox.emulator.resources import PODS
+
+    if kind == "daemon":
+        body = cluster.inference_pod(0, "node-exporter", gpus=0, namespace="monitoring")
+        body["metadata"]["ownerReferences"][0].update(kind="DaemonSet", name="node-exporter")
+        body["spec"]["tolerations"] = [{"operator": "Exists"}]
+        del body["spec"]["nodeSelector"]
+    elif kind == "serving":
+        body = cluster.inference_pod(0, "llm", gpus=1)
+    else:
+        body = cluster.training_pod("train", 0, gpus=1, priority_class=None)
+    body["spec"]["nodeName"] = "n"
+    made = scratch.create(PODS, body["metadata"]["namespace"], body)
+    stored = scratch.get(PODS, made["metadata"]["namespace"], made["metadata"]["name"])
+    for key in ("uid", "resourceVersion"):
+        stored["metadata"].pop(key)
+    return json.dumps(stored)
+
+
+def _stamp(template: str, name: str, node: str, tag: str, pool: str) -> Obj:
+    pod: Obj = json.loads(template)
+    meta = pod["metadata"]
+    meta["name"] = name
+    labels = meta["labels"]
+    labels["instance"] = tag
+    if meta["namespace"] == "inference":
+        labels["role"] = "inference"  # what pools sharing one set of pod rules select on
+        labels["app"] = f"llm-{pool}"  # what pools with rules of their own select on
+    pod["spec"]["nodeName"] = node
+    return pod
+
+
+def serve(nodes: int, kubeconfig: Path) -> None:
+    """The emulator's process: seed, serve, say where on stdout, run until stdin closes."""
+    from sandbox.emulator.server import serve as serving
+    from sandbox.emulator.server import write_kubeconfig
+    from sandbox.emulator.store import Store
+
+    async def main() -> None:
+        store = Store(seed=7, history=200_000)
+        started = time.process_time()
+        pods = build(store, nodes)
+        gc.collect()
+        gc.freeze()  # the seeded cluster is not garbage: keep the collector off it
+        async with serving(store) as url:
+            write_kubeconfig(url, kubeconfig)
+            seeded = time.process_time() - started
+            print(json.dumps({"url": url, "pods": pods, "seed_s": seeded}), flush=True)
+            loop = asyncio.get_running_loop()
+            closed = asyncio.Event()
+            loop.add_reader(sys.stdin.fileno(), closed.set)
+            await closed.wait()
+
+    asyncio.run(main())
+
+
+# ---------------------------------------------------------------------------------------------
+# The controller (in a process of its own)
+
+
+@dataclass
+class Tick:
+    kind: str  # idle, lend, reclaim, drain
+    cpu_ms: float
+    wall_ms: float
+    requests: dict[str, int]
+
+    @property
+    def lists(self) -> int:
+        return self.requests.get("list", 0)
+
+
+@dataclass
+class Run:
+    nodes: int
+    pods: int
+    rules: str
+    sync_cpu_s: float = 0.0
+    sync_wall_s: float = 0.0
+    rss_mb: float = 0.0
+    ticks: list[Tick] = field(default_factory=list)
+    lent: int = 0
+    reclaimed: int = 0
+    spike_to_write_ms: float = 0.0
+
+
+class Counting:
+    """Counts the client's requests by verb and notes when the first node write after
+    ``arm`` left: wraps the client's one request method (kubernetes_asyncio's ``rest_client``)."""
+
+    def __init__(self, rest: Any) -> None:
+        self.counts: Counter[str] = Counter()
+        self.armed: float | None = None
+        self.first_write: float | None = None
+        inner = rest.request
+
+        async def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            self.counts[_verb(method, url, kwargs.get("query_params") or ())] += 1
+            node_write = method == "PATCH" and "/nodes/" in url
+            if self.armed is not None and self.first_write is None and node_write:
+                self.first_write = time.perf_counter()
+            return await inner(method, url, *args, **kwargs)
+
+        rest.request = request
+
+    def take(self) -> dict[str, int]:
+        out, self.counts = dict(self.counts), Counter()
+        return out
+
+
+def _verb(method: str, url: str, query: Iterable[tuple[str, Any]]) -> str:
+    params = dict(query)
+    if method != "GET":
+        return "evict" if url.endswith("/eviction") else method.lower()
+    if str(params.get("watch", "")).lower() == "true":
+        return "watch"
+    path = url.split("?", maxsplit=1)[0].rstrip("/")
+    collection = path.endswith(("/nodes", "/pods", "/events", "/leases"))
+    return "list" if collection else "get"
+
+
+class Script:
+    """Fresh metrics that say whatever the script sets: demand per pool, no queue."""
+
+    def __init__(self) -> None:
+        self.demand: dict[str, float] = {}
+
+    async def read(self, pool: Any, nodes: Iterable[Any], now: datetime | None = None) -> Any:
+        from rebalancer.core import model
+
+        at = now or datetime.now(UTC)
+        return model.PoolMetrics(
+            pool, model.Sample(self.demand[str(pool)], at), model.Sample(0.0, at)
+        )
+
+    async def history(self, *args: Any) -> Any:
+        raise NotImplementedError("the bench's pools read no history")
+
+
+def config(audit: Path, nodes: int, rules: str) -> str:
+    per_pool = nodes // 5
+    pools = []
+    for i in range(POOLS):
+        selector = "{role: inference}" if rules == "same" else f"{{app: llm-inf-{i}}}"
+        pools.append(
+            f"""
+  - name: inf-{i}
+    node_selector: {{gpu-pool: inf-{i}}}
+    inference_selector: {selector}
+    serving_taints: [workload=inference:NoSchedule]
+    rps_per_node: {RPS_PER_NODE}
+    strategy: {{name: reactive}}
+    limits: {{drop_floor: 0, max_step_fraction: {min(1.0, (WAVE + 1) / per_pool)}}}"""
+        )
+    return f"""
+leader_election: {{enabled: false}}
+prometheus: {{url: "http://127.0.0.1:9"}}
+audit: {{url: "sqlite+aiosqlite:///{audit}"}}
+log_level: WARNING
+pools:{"".join(pools)}
+"""
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def measure(kubeconfig: Path, nodes: int, pods: int, rules: str) -> Run:
+    from rebalancer import settings as settings_mod
+    from rebalancer.runtime import wiring
+
+    run = Run(nodes, pods, rules)
+    script = Script()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "config.yaml"
+        path.write_text(config(Path(tmp) / "audit.sqlite3", nodes, rules), encoding="utf-8")
+        settings = settings_mod.load(path, env={})
+        seams = wiring.Seams(
+            kubeconfig=kubeconfig, metrics=script, sink=None, name="bench", serve_http=False
+        )
+        async with wiring.Controller.open(settings, seams) as controller:
+            counting = Counting(controller.api.rest_client)
+
+            cpu, wall = time.process_time(), time.perf_counter()
+            informer = asyncio.create_task(controller.informer.run())
+            await controller.informer.synced.wait()
+            run.sync_cpu_s = time.process_time() - cpu
+            run.sync_wall_s = time.perf_counter() - wall
+            gc.collect()
+            run.rss_mb = rss_mb()
+            counting.take()
+
+            await _script(controller, script, counting, run)
+            informer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await informer
+    return run
+
+
+async def _script(controller: Any, script: Script, counting: Counting, run: Run) -> None:
+    """Steps 2 to 5 of the module's script, each tick timed and its requests counted."""
+    from rebalancer.core import tick as tick_mod
+    from rebalancer.core.nodestate import Phase
+
+    nodes = run.nodes
+    per_pool = nodes // 5
+
+    def demand(serving: int) -> None:
+        for pool in controller.pools:
+            rps = (serving - 0.5) * RPS_PER_NODE
+            rps /= 1 + pool.policy.headroom
+            assert pool.policy.need(rps) == serving
+            script.demand[str(pool.name)] = rps
+
+    async def tick(kind: str) -> Any:
+        await _settle(controller.informer)
+        counting.take()
+        profile = None
+        if kind == os.environ.get("SCALE_PROFILE"):
+            profile = cProfile.Profile(time.thread_time)  # CPU, not waiting
+        if profile is not None:
+            profile.enable()
+        cpu, wall = time.process_time(), time.perf_counter()
+        report = await controller.reconciler.tick()
+        if profile is not None:
+            profile.disable()
+            profile.dump_stats(f"scale-{nodes}-{kind}-{len(run.ticks)}.prof")
+        run.ticks.append(
+            Tick(
+                kind,
+                (time.process_time() - cpu) * 1000,
+                (time.perf_counter() - wall) * 1000,
+                counting.take(),
+            )
+        )
+        return report
+
+    def lent() -> int:
+        views = controller.informer.node_views(controller.pools[0].rules)
+        return sum(1 for v in views if tick_mod.phase(v, controller.keys) is not Phase.SERVING)
+
+    demand(per_pool)
+    await tick("start")  # start-up: recovery reads what a crash left
+    for _ in range(IDLE_TICKS):
+        await tick("idle")
+    demand(per_pool - WAVE)
+    report = await tick("lend")
+    run.lent = sum(1 for a in report.applied if a.result and a.result.outcome == "applied")
+    for _ in range(IDLE_TICKS):
+        await tick("idle")
+    demand(per_pool)
+    counting.armed, counting.first_write = time.perf_counter(), None
+    report = await tick("reclaim")
+    if counting.first_write is not None:
+        run.spike_to_write_ms = (counting.first_write - counting.armed) * 1000
+    for _ in range(5):
+        if lent() == 0:
+            break
+        await tick("drain")
+    run.reclaimed = run.lent - lent()
+
+
+async def _settle(informer: Any) -> None:
+    """Let the watches deliver what the last tick wrote (the informer is level-triggered; the
+    next tick plans on what it shows)."""
+    for _ in range(50):
+        informer.changed.clear()
+        await asyncio.sleep(0.05)
+        if not informer.changed.is_set():
+            return
+
+
+# ---------------------------------------------------------------------------------------------
+# The driver
+
+
+@dataclass
+class Figures:
+    nodes: int
+    pods: int
+    idle_cpu_ms: float
+    idle_cpu_ms_rules: float
+    p99_cpu_ms: float
+    rss_mb: float
+    sync_cpu_s: float
+    sync_wall_s: float
+    idle_lists: float
+    idle_requests: float
+    lend_requests: float
+    lend_wall_s: float
+    lend_cpu_ms: float
+    reclaim_requests: float
+    reclaim_cpu_ms: float
+    spike_to_write_ms: float
+    lent: float
+    reclaimed: float
+
+
+def figures(same: Sequence[Run], different: Sequence[Run]) -> Figures:
+    def med(values: Iterable[float]) -> float:
+        return statistics.median(list(values))
+
+    def idle(run: Run) -> list[Tick]:
+        return [t for t in run.ticks if t.kind == "idle"]
+
+    def one(run: Run, kind: str) -> Tick:
+        return next(t for t in run.ticks if t.kind == kind)
+
+    def p99(run: Run) -> float:
+        cpu = sorted(t.cpu_ms for t in run.ticks if t.kind != "start")
+        return cpu[min(len(cpu) - 1, round(0.99 * (len(cpu) - 1)))]
+
+    return Figures(
+        nodes=same[0].nodes,
+        pods=same[0].pods,
+        idle_cpu_ms=med(med(t.cpu_ms for t in idle(r)) for r in same),
+        idle_cpu_ms_rules=med(med(t.cpu_ms for t in idle(r)) for r in different),
+        p99_cpu_ms=med(p99(r) for r in same),
+        rss_mb=med(r.rss_mb for r in same),
+        sync_cpu_s=med(r.sync_cpu_s for r in same),
+        sync_wall_s=med(r.sync_wall_s for r in same),
+        idle_lists=med(med(t.lists for t in idle(r)) for r in same),
+        idle_requests=med(med(sum(t.requests.values()) for t in idle(r)) for r in same),
+        lend_requests=med(sum(one(r, "lend").requests.values()) for r in same),
+        lend_wall_s=med(one(r, "lend").wall_ms / 1000 for r in same),
+        lend_cpu_ms=med(one(r, "lend").cpu_ms for r in same),
+        reclaim_requests=med(sum(one(r, "reclaim").requests.values()) for r in same),
+        reclaim_cpu_ms=med(one(r, "reclaim").cpu_ms for r in same),
+        spike_to_write_ms=med(r.spike_to_write_ms for r in same),
+        lent=med(r.lent for r in same),
+        reclaimed=med(r.reclaimed for r in same),
+    )
+
+
+ROWS = (  # figure, label, format
+    ("idle_cpu_ms", "idle tick, controller CPU (ms)", "{:.1f}"),
+    ("idle_cpu_ms_rules", "idle tick, pools with their own pod rules (ms)", "{:.1f}"),
+    ("p99_cpu_ms", "p99 tick, lend and reclaim waves included (ms CPU)", "{:.1f}"),
+    ("rss_mb", "controller RSS after sync (MB)", "{:.0f}"),
+    ("sync_cpu_s", "initial sync, controller CPU (s)", "{:.2f}"),
+    ("sync_wall_s", "initial sync, wall (s)", "{:.2f}"),
+    ("idle_lists", "LIST requests per idle tick", "{:.0f}"),
+    ("idle_requests", "API requests per idle tick", "{:.0f}"),
+    ("lend_requests", "lend 100 nodes in one tick: requests", "{:.0f}"),
+    ("lend_wall_s", "lend 100 nodes in one tick: wall (s)", "{:.2f}"),
+    ("lend_cpu_ms", "lend 100 nodes in one tick: CPU (ms)", "{:.0f}"),
+    ("reclaim_requests", "reclaim 100 nodes in one tick: requests", "{:.0f}"),
+    ("reclaim_cpu_ms", "reclaim 100 nodes in one tick: CPU (ms)", "{:.0f}"),
+    ("spike_to_write_ms", "spike seen to first reclaim write (ms)", "{:.0f}"),
+    ("lent", "nodes lent in the wave", "{:.0f}"),
+    ("reclaimed", "nodes back by the end", "{:.0f}"),
+)
+
+
+def table(results: Sequence[Figures]) -> str:
+    header = ["figure"] + [f"{f.nodes:,} nodes" for f in results] + ["5,000-node target"]
+    lines = [header]
+    for key, label, fmt in ROWS:
+        values = [getattr(f, key) for f in results]
+        mark = ""
+        if key in TARGETS:
+            at = next((getattr(f, key) for f in results if f.nodes == 5000), None)
+            goal = TARGETS[key]
+            mark = f"<= {goal:g}" + ("" if at is None else (" met" if at <= goal else " NOT met"))
+        lines.append([label] + [fmt.format(v) for v in values] + [mark])
+    widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in lines
+    )
+
+
+def plot(results: Sequence[Figures], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [r for r in ROWS if r[0] not in ("lent", "reclaimed", "idle_lists")]
+    cols = 4
+    rows = -(-len(shown) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
+    sizes = [f.nodes for f in results]
+    for ax, (key, label, _) in zip(axes.flat, shown, strict=False):
+        ax.plot(sizes, [getattr(f, key) for f in results], marker="o")
+        if key in TARGETS:
+            ax.axhline(TARGETS[key], color="red", linestyle="--", linewidth=1, label="target")
+            ax.legend(fontsize=7)
+        ax.set_title(label, fontsize=8)
+        ax.set_xlabel("nodes", fontsize=8)
+        ax.set_ylim(bottom=0)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(shown) :]:
+        ax.axis("off")
+    fig.suptitle(f"One controller replica against the emulator ({PODS_PER_NODE} pods per node)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+@contextlib.contextmanager
+def emulator(nodes: int, tmp: Path) -> Iterator[tuple[Path, int]]:
+    kubeconfig = tmp / f"emulator-{nodes}.kubeconfig"
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "serve", "--nodes", str(nodes), "--kubeconfig", str(kubeconfig)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        ready = json.loads(proc.stdout.readline())
+        print(
+            f"  emulator: {nodes:,} nodes, {ready['pods']:,} pods seeded in {ready['seed_s']:.1f}s",
+            file=sys.stderr,
+        )
+        yield kubeconfig, int(ready["pods"])
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=60)
+
+
+def controller_run(kubeconfig: Path, nodes: int, pods: int, rules: str) -> Run:
+    out = subprocess.run(
+        [
+            sys.executable, __file__, "measure", "--kubeconfig", str(kubeconfig),
+            "--nodes", str(nodes), "--pods", str(pods), "--rules", rules,
+        ],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    raw = json.loads(out.stdout.strip().splitlines()[-1])
+    ticks = [Tick(**t) for t in raw.pop("ticks")]
+    return Run(**raw, ticks=ticks)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command")
+    s = sub.add_parser("serve", help="(internal) the emulator's process")
+    s.add_argument("--nodes", type=int, required=True)
+    s.add_argument("--kubeconfig", type=Path, required=True)
+    m = sub.add_parser("measure", help="(internal) the controller's process")
+    m.add_argument("--kubeconfig", type=Path, required=True)
+    m.add_argument("--nodes", type=int, required=True)
+    m.add_argument("--pods", type=int, required=True)
+    m.add_argument("--rules", choices=("same", "different"), default="same")
+    parser.add_argument("--sizes", default="500,1000,2000,5000")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--plot", default="out/scale.png", help="where to draw ('' for none)")
+    parser.add_argument("--json", type=Path, help="write every run's figures here too")
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        serve(args.nodes, args.kubeconfig)
+        return 0
+    if args.command == "measure":
+        run = asyncio.run(measure(args.kubeconfig, args.nodes, args.pods, args.rules))
+        print(json.dumps({**asdict(run), "ticks": [asdict(t) for t in run.ticks]}))
+        return 0
+    results, runs = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for nodes in (int(s) for s in args.sizes.split(",")):
+            same: list[Run] = []
+            different: list[Run] = []
+            for i in range(args.repeat):
+                for rules, into in (("same", same), ("different", different)):
+                    # A fresh cluster for every run: a run's reclaimed nodes are warming up
+                    # (not lendable) for a while, so the next run would find fewer to lend.
+                    with emulator(nodes, Path(tmp)) as (kubeconfig, pods):
+                        run = controller_run(kubeconfig, nodes, pods, rules)
+                    into.append(run)
+                    runs.append(run)
+                    idle = statistics.median(t.cpu_ms for t in run.ticks if t.kind == "idle")
+                    print(
+                        f"  {nodes:,} nodes, run {i + 1} ({rules} rules): sync "
+                        f"{run.sync_wall_s:.2f}s, RSS {run.rss_mb:.0f} MB, idle tick "
+                        f"{idle:.1f} ms, lent {run.lent}, back {run.reclaimed}",
+                        file=sys.stderr,
+                    )
+            results.append(figures(same, different))
+    print(table(results))
+    if args.plot:
+        plot(results, Path(args.plot))
+        print(f"plot: {args.plot}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "figures": [asdict(f) for f in results],
+            "runs": [{**asdict(r), "ticks": [asdict(t) for t in r.ticks]} for r in runs],
+        }
+        args.json.write_text(json.dumps(payload, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    raise SystemExit(main())
