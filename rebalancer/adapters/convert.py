@@ -15,9 +15,11 @@ Pods that have finished (``Succeeded``/``Failed``) hold nothing and are left out
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from rebalancer.core import model
 
@@ -31,6 +33,7 @@ JOB_LABELS = (
 )
 
 Object = Mapping[str, Any]
+T = TypeVar("T")
 
 
 def taints(node: Object) -> tuple[model.Taint, ...]:
@@ -59,6 +62,25 @@ def node_view(node: Object, pods: Sequence[model.PodView] = ()) -> model.NodeVie
     )
 
 
+def slim_node(node: Object) -> dict[str, Any]:
+    """What the controller keeps of a Node: the fields ``node_view`` and the informer's change
+    detection read, as received (labels and taints in the server's order), without the images,
+    capacity, addresses and managed fields that make up most of a node's JSON."""
+    meta, spec = node.get("metadata") or {}, node.get("spec") or {}
+    conditions = (node.get("status") or {}).get("conditions") or ()
+    kept: dict[str, Any] = {
+        "metadata": {k: meta[k] for k in _NODE_METADATA if k in meta},
+        "spec": {k: spec[k] for k in ("taints", "unschedulable") if k in spec},
+    }
+    if isinstance(conditions, list):
+        ready = [c for c in conditions if isinstance(c, dict) and c.get("type") == "Ready"]
+        kept["status"] = {"conditions": ready}
+    return kept
+
+
+_NODE_METADATA = ("name", "uid", "resourceVersion", "labels", "annotations")
+
+
 def _ready(node: Object) -> bool:
     if (node.get("spec") or {}).get("unschedulable"):
         return False
@@ -69,17 +91,111 @@ def finished(pod: Object) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
-def pod_view(pod: Object, rules: model.PodRules) -> model.PodView:
+# ---------------------------------------------------------------------------------------------
+# Pods: what the controller keeps of one (the cache holds 150,000 of them), then its role
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str
+    operator: str  # "Equal" or "Exists"
+    value: str
+    effect: str  # "" tolerates every effect
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """The fields of a Pod that any pool's rules read, and nothing else: about a tenth of the
+    memory of the parsed JSON (docs/design/informer.md). Repeated values (namespaces, node
+    names, label keys and values, tolerations, controllers, job names) are shared
+    between records, not copied."""
+
+    namespace: str
+    name: str
+    node: str
+    resource_version: str
+    labels: Mapping[str, str]
+    tolerations: tuple[Toleration, ...]
+    daemon: bool  # owned by a DaemonSet
+    controller: str | None  # "Kind/name" of its controller, if any
+    priority: int
+    created: datetime | None
+    terminating: bool
+    ready: bool
+    phase: str
+
+
+class _Shared:
+    """One copy of each value many pods repeat. Bounded: past ``limit`` distinct values it
+    starts again, which costs memory, never correctness."""
+
+    def __init__(self, limit: int = 200_000) -> None:
+        self._values: dict[object, object] = {}
+        self._limit = limit
+
+    def __call__(self, value: T) -> T:
+        if value is None:
+            return value
+        found = self._values.get(value)
+        if found is not None:
+            return found  # type: ignore[return-value]
+        if len(self._values) >= self._limit:
+            self._values.clear()
+        self._values[value] = value
+        return value
+
+
+_shared = _Shared()
+
+
+def pod_record(pod: Object) -> PodRecord:
+    """What the controller keeps of a pod. Raises (``ValueError``, ``TypeError``,
+    ``AttributeError``) on a pod it cannot read; the caller names the pod."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    return model.PodView(
-        namespace=str(meta.get("namespace", "")),
+    owners = meta.get("ownerReferences") or ()
+    controller = next(
+        (f"{ref.get('kind')}/{ref.get('name')}" for ref in owners if ref.get("controller")), None
+    )
+    labels = meta.get("labels") or {}
+    return PodRecord(
+        namespace=sys.intern(str(meta.get("namespace", ""))),
         name=str(meta.get("name", "")),
-        role=role(pod, rules),
+        node=sys.intern(str(spec.get("nodeName") or "")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        labels={sys.intern(str(k)): sys.intern(str(v)) for k, v in labels.items()},
+        tolerations=_shared(tuple(_toleration(t) for t in spec.get("tolerations") or ())),
+        daemon=any(ref.get("kind") == "DaemonSet" for ref in owners),
+        controller=None if controller is None else _shared(controller),
         priority=int(spec.get("priority") or 0),
-        job=job_of(pod),
         created=_time(meta.get("creationTimestamp")),
         terminating=meta.get("deletionTimestamp") is not None,
         ready=_condition(pod, "Ready"),
+        phase=sys.intern(str((pod.get("status") or {}).get("phase") or "")),
+    )
+
+
+def _toleration(raw: Object) -> Toleration:
+    return _shared(
+        Toleration(
+            key=str(raw.get("key") or ""),
+            operator=str(raw.get("operator") or "Equal"),
+            value=str(raw.get("value") or ""),
+            effect=str(raw.get("effect") or ""),
+        )
+    )
+
+
+def pod_view(pod: Object | PodRecord, rules: model.PodRules) -> model.PodView:
+    record = pod if isinstance(pod, PodRecord) else pod_record(pod)
+    return model.PodView(
+        namespace=record.namespace,
+        name=record.name,
+        role=role(record, rules),
+        priority=record.priority,
+        job=job_of(record),
+        created=record.created,
+        terminating=record.terminating,
+        ready=record.ready,
     )
 
 
@@ -91,14 +207,14 @@ def _condition(obj: Object, kind: str) -> bool:
     return False
 
 
-def role(pod: Object, rules: model.PodRules) -> model.PodRole:
-    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    if any(ref.get("kind") == "DaemonSet" for ref in meta.get("ownerReferences") or ()):
+def role(pod: Object | PodRecord, rules: model.PodRules) -> model.PodRole:
+    record = pod if isinstance(pod, PodRecord) else pod_record(pod)
+    if record.daemon:
         return model.PodRole.DAEMON
-    tolerations = spec.get("tolerations") or ()
+    tolerations = record.tolerations
     if any(tolerates(tolerations, taint) for taint in rules.lend_taints):
         return model.PodRole.BORROWED
-    labels = meta.get("labels") or {}
+    labels = record.labels
     selected = bool(rules.inference_selector) and all(
         labels.get(k) == v for k, v in rules.inference_selector.items()
     )
@@ -107,37 +223,28 @@ def role(pod: Object, rules: model.PodRules) -> model.PodRole:
     return model.PodRole.OTHER
 
 
-def tolerates(tolerations: Iterable[Object], taint: model.Taint) -> bool:
+def tolerates(tolerations: Iterable[Toleration | Object], taint: model.Taint) -> bool:
     """Kubernetes' toleration matching (k8s.io/api/core/v1 ToleratesTaint)."""
     for toleration in tolerations:
-        effect = toleration.get("effect") or ""
-        if effect and effect != taint.effect:
+        t = toleration if isinstance(toleration, Toleration) else _toleration(toleration)
+        if t.effect and t.effect != taint.effect:
             continue
-        key = toleration.get("key") or ""
-        operator = toleration.get("operator") or "Equal"
-        if operator == "Exists":
-            if not key or key == taint.key:
+        if t.operator == "Exists":
+            if not t.key or t.key == taint.key:
                 return True
-        elif (
-            operator == "Equal"
-            and key == taint.key
-            and (toleration.get("value") or "") == (taint.value or "")
-        ):
+        elif t.operator == "Equal" and t.key == taint.key and t.value == (taint.value or ""):
             return True
     return False
 
 
-def job_of(pod: Object) -> str | None:
+def job_of(pod: Object | PodRecord) -> str | None:
     """The training job a pod belongs to: a job label, else its controller; None if neither."""
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    namespace = meta.get("namespace", "")
+    record = pod if isinstance(pod, PodRecord) else pod_record(pod)
     for label in JOB_LABELS:
-        if labels.get(label):
-            return f"{namespace}/{labels[label]}"
-    for ref in meta.get("ownerReferences") or ():
-        if ref.get("controller"):
-            return f"{namespace}/{ref.get('kind')}/{ref.get('name')}"
+        if record.labels.get(label):
+            return _shared(f"{record.namespace}/{record.labels[label]}")
+    if record.controller is not None:
+        return _shared(f"{record.namespace}/{record.controller}")
     return None
 
 
