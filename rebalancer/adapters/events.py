@@ -32,6 +32,12 @@ Why it is shaped like this:
   changed value (still bad) makes a new one.
 - Dry-run results (``ActionResult.dry_run``) and results with nothing applied record nothing:
   an Event says what happened to the node.
+- Every Event carries the annotation ``<prefix>cluster`` naming the cluster (the
+  ``cluster_name`` setting). Inside the cluster that goes without saying; an event exporter
+  that ships Events of a fleet to one place keeps an object's annotations, and there it tells
+  the clusters' Events apart. The note (what ``kubectl describe`` shows) and
+  ``reportingInstance`` (the replica, as the Lease and the audit records name it) stay as they
+  are (docs/design/fleet.md).
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -47,7 +53,9 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from rebalancer.core import model
+from rebalancer.core.audit import DEFAULT_CLUSTER
 from rebalancer.core.model import Clock
+from rebalancer.core.nodestate import Keys
 from rebalancer.core.outcomes import ActionResult, Outcome, WriteKind, WriteOutcome
 
 log = logging.getLogger(__name__)
@@ -121,11 +129,20 @@ def event_name(node: str, stamp: int) -> str:
     return node[: NAME_LIMIT - len(suffix)] + suffix
 
 
-def event_body(event: NodeEvent, instance: str, now: datetime, stamp: int) -> Obj:
+def event_body(
+    event: NodeEvent,
+    instance: str,
+    now: datetime,
+    stamp: int,
+    annotations: Mapping[str, str] | None = None,
+) -> Obj:
+    metadata: Obj = {"name": event_name(event.node, stamp), "namespace": NAMESPACE}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
     return {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
-        "metadata": {"name": event_name(event.node, stamp), "namespace": NAMESPACE},
+        "metadata": metadata,
         "eventTime": micro_time(now),
         "reportingController": CONTROLLER,
         "reportingInstance": instance[:128],
@@ -152,9 +169,12 @@ class KubeEvents:
         instance: str,
         clock: Clock = lambda: datetime.now(UTC),
         stamps: Callable[[], int] = time.time_ns,
+        cluster: str = DEFAULT_CLUSTER,
+        keys: Keys | None = None,
     ) -> None:
         self._events = client.EventsV1Api(api)
         self.instance, self.clock, self._stamps = instance, clock, stamps
+        self.annotations = {(keys or Keys()).cluster: cluster}
         self._last_stamp = 0
         self._seen: set[tuple[str, str, str]] = set()  # (node, key, value) already reported
         self.recorded = 0
@@ -179,7 +199,7 @@ class KubeEvents:
     async def record(self, event: NodeEvent) -> bool:
         """Create the Event; whether it was stored. Never raises."""
         self._last_stamp = max(self._stamps(), self._last_stamp + 1)
-        body = event_body(event, self.instance, self.clock(), self._last_stamp)
+        body = event_body(event, self.instance, self.clock(), self._last_stamp, self.annotations)
         create: Any = self._events.create_namespaced_event  # a plain dict body is sent as is
         try:
             await create(NAMESPACE, body)

@@ -59,6 +59,8 @@ class Keys:
     reclaim = property(lambda self: self.prefix + "reclaim")
     paused = property(lambda self: self.prefix + "paused")
     override_until = property(lambda self: self.prefix + "override-until")
+    # on the controller's own Events, not on nodes: the cluster it runs in (docs/design/fleet.md)
+    cluster = property(lambda self: self.prefix + "cluster")
 
 
 class Phase(StrEnum):

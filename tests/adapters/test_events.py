@@ -144,3 +144,24 @@ async def test_events_are_named_by_node_and_a_stamp_that_never_repeats(seeded: O
     assert [e.metadata.name for e in await listed(seeded)] == [f"{NODE}.ff", f"{NODE}.100"]
     assert rec.failures == 0
     assert events.event_name("n" * 253, 255) == "n" * 250 + ".ff"  # a name stays <= 253
+
+
+async def test_every_event_names_the_cluster_in_an_annotation_under_the_key_prefix(
+    seeded: Opened,
+) -> None:
+    keys = Keys(prefix="gpu.example.com/")
+    rec = KubeEvents(
+        seeded.api, instance="replica-a", clock=seeded.clock, cluster="prod-eu-1", keys=keys
+    )
+    bad = model.Finding(
+        model.NodeName(NODE), keys.prefix + "lend", "sometimes", model.Reason.BAD_OVERRIDE, "bad"
+    )
+    await rec.findings(plan_with(bad))
+    unnamed = recorder(seeded)  # a controller left without a cluster_name
+    await unnamed.findings(plan_with(bad))
+
+    named, default = await listed(seeded)
+    assert named.metadata.annotations == {"gpu.example.com/cluster": "prod-eu-1"}
+    assert default.metadata.annotations == {"rebalancer.io/cluster": "default"}
+    # the rest is as it was: the replica reports, and the note is for the cluster's own readers
+    assert (named.reporting_instance, named.note) == (default.reporting_instance, default.note)
