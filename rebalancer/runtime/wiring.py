@@ -19,6 +19,8 @@ What is built:
 - per pool a Prometheus ``Metrics`` with the pool's queries, behind ``PoolMetricsRouter``,
   unless a metrics source is handed in;
 - the audit store from its URL (unless handed in) and the ``AuditLog`` over it;
+- the cluster's name (``cluster_name``) on what leaves the controller: the audit log (which
+  also reads back only that cluster's records), ``Telemetry`` and the Events;
 - ``Telemetry``, the HTTP server, the ``LeaderElector`` (or ``AlwaysLeader``) and the
   ``Reconciler``; ``Controller.run`` is ``runtime.loop.run_controller``.
 """
@@ -238,7 +240,7 @@ class Controller:
             api = seams.api
             if api is None:
                 api = await stack.enter_async_context(kubeclient.api_client(seams.kubeconfig))
-            telemetry = Telemetry()
+            telemetry = Telemetry(cluster=settings.cluster_name)
             elector, leadership, writer = _leadership(settings, role, api, me, clock, telemetry)
             # From the start, not from the first tick: a follower (or a candidate that has not
             # won yet) says 0 as soon as it serves /metrics.
@@ -248,9 +250,13 @@ class Controller:
             if store is None:
                 store = await open_audit_store(settings)
                 stack.push_async_callback(store.close)
-            audit_log = AuditLog(store, sink=seams.sink, new_id=seams.new_id)
+            audit_log = AuditLog(
+                store, sink=seams.sink, new_id=seams.new_id, cluster=settings.cluster_name
+            )
             keys, pools = settings.keys(), pool_configs(settings)
-            events = KubeEvents(api, instance=me, clock=clock)
+            events = KubeEvents(
+                api, instance=me, clock=clock, cluster=settings.cluster_name, keys=keys
+            )
             informer = Informer(api, prefix=settings.key_prefix)
             reconciler = Reconciler(
                 pools,

@@ -2,14 +2,19 @@
 
 In-process (unlike ``tests/test_cli_run.py``, which runs the command): the controller is opened
 from a settings file with leader election on, and its elector is stepped by hand, so what the
-telemetry says is checked right after each change of leadership, with no tick in between.
+telemetry says is checked right after each change of leadership, with no tick in between; and
+the cluster's name is followed from the settings to what the built controller writes.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from kubernetes_asyncio import client
+
 from rebalancer import settings as settings_mod
+from rebalancer.adapters import events
+from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.runtime import wiring
 from tests.support.processes import setup
 
@@ -33,3 +38,36 @@ async def test_the_leader_metric_follows_the_lease_as_the_elector_wins_and_relea
             assert leader() == 1.0  # as soon as the Lease names it: no tick has run
             assert await c.elector.release()
             assert leader() == 0.0
+
+
+async def test_the_cluster_name_reaches_the_audit_log_the_metrics_and_the_events(
+    tmp_path: Path,
+) -> None:
+    async with setup(tmp_path) as box:
+        config = settings_mod.load(box.config, env={"REBALANCER_CLUSTER_NAME": "prod-eu-1"})
+        seams = wiring.Seams(kubeconfig=box.kubeconfig, name=ME, sink=None, serve_http=False)
+        async with wiring.Controller.open(config, seams) as c:
+            info = {"cluster_name": "prod-eu-1"}
+            assert c.telemetry.registry.get_sample_value("rebalancer_cluster_info", info) == 1.0
+
+            summary = AuditRecord(
+                id=c.audit_log.new_id(),
+                time=c.clock(),
+                kind=Kind.SUMMARY,
+                pool="inference",
+                controller=ME,
+                reason="steady",
+                message="nothing to do",
+            )
+            await c.audit_log.tick([summary])
+            stored = await c.store.get(summary.id)
+            assert stored is not None
+            assert stored.cluster == "prod-eu-1"
+
+            assert await c.events.record(
+                events.NodeEvent("inference-5", "Normal", "Lent", "Lend", "lent")
+            )
+            found = await client.EventsV1Api(c.api).list_namespaced_event(events.NAMESPACE)
+            assert [e.metadata.annotations for e in found.items] == [
+                {f"{config.key_prefix}cluster": "prod-eu-1"}
+            ]
