@@ -55,7 +55,12 @@ COMBINATIONS: dict[str, dict[str, Any]] = {
     "monitoring-postgresql": {**POSTGRES, **MONITORING},
     "example-values": yaml.safe_load((ROOT / "examples" / "helm-values.yaml").read_text()),
     "custom-pools": {
-        "config": {"pools": example_pools(), "tick_interval": "15s", "log_level": "DEBUG"},
+        "config": {
+            "pools": example_pools(),
+            "tick_interval": "15s",
+            "log_level": "DEBUG",
+            "cluster_name": "prod-eu-1",
+        },
         "image": {"repository": "registry.example.com/rebalancer", "tag": "0.1.0-rc1"},
     },
     "dry-run": {"config": {"dry_run": True, "pools": example_pools()}},
@@ -176,6 +181,7 @@ def test_the_configmap_is_a_settings_file_the_controller_accepts(
     assert len(loaded.pools) == len(values.get("config", {}).get("pools", []))
     assert loaded.dry_run is bool(values.get("config", {}).get("dry_run", False))
     assert loaded.http.port == container(docs)["ports"][0]["containerPort"]
+    assert loaded.cluster_name == values.get("config", {}).get("cluster_name", "default")
 
 
 def test_custom_pools_arrive_in_the_settings_as_given(renders: dict[str, list[Doc]]) -> None:
@@ -318,6 +324,8 @@ BAD_VALUES: list[tuple[dict[str, Any], str]] = [
     ({"config": {"pools": [{"name": "l20", "node_selector": {}, "rps_per_node": 4}]}}, "/0/node"),
     ({"config": {"audit": {"url": "sqlite://"}}}, "'audit' not allowed"),
     ({"config": {"tick_interval": "soon"}}, "/config/tick_interval"),
+    ({"config": {"cluster_name": "Prod_EU"}}, "/config/cluster_name"),
+    ({"config": {"cluster_name": "c" * 64}}, "/config/cluster_name"),
     ({"audit": {"store": "mysql"}}, "/audit/store"),
     ({"audit": {"store": "postgresql"}}, "/audit/postgresql/existingSecret"),
     ({"securityContext": {"readOnlyRootFilesystem": False}}, "/securityContext"),
