@@ -18,6 +18,20 @@ Why it is shaped like this:
   remaining borrowed pods deleted with grace 0.
 - Every call returns an ``ActionResult`` naming each write it made (or, in dry-run mode, would
   make, with the exact body) so the audit log can record it.
+
+What it reads from the informer's cache, and what it asks the server again (a wave of 100
+lends must not queue 600 requests behind each other; docs/design/actuator.md):
+- the node and its pods before a step come from the cache (``NodeCache``) when it holds them.
+  That is safe because every node write is locked to the resourceVersion read: a cache behind
+  the server makes the write a 409, never a write over a change it did not see;
+- pods do not change a node's resourceVersion, so what a lend's safety needs of them is asked
+  of the server: once ``begin_lend`` has marked the node, its pods are listed there, and a
+  node that is not idle after all is rolled back;
+- a drain lists the node's pods on the server (it evicts what is there, not what the cache
+  saw), and lists them again before ``finish``: a node goes back to serving only when the
+  server holds no borrowed pod on it;
+- a reclaim whose cached read meets a 409 reads the node from the server and tries once more
+  at once: a reclaim gives inference its node back and must not wait a tick for a cache.
 """
 
 from __future__ import annotations
@@ -25,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from rebalancer.adapters import convert
 from rebalancer.adapters.writer import (
@@ -60,6 +74,20 @@ class _Pass:
         )
 
 
+class NodeCache(Protocol):
+    """``adapters.informer.Informer``: a node with its pods under a pool's rules, as cached;
+    None when it does not hold it (or has not synced)."""
+
+    def view(self, name: str, rules: model.PodRules) -> model.NodeView | None: ...
+
+
+class NoCache:
+    """Every read goes to the server (an operator's command runs no informer)."""
+
+    def view(self, name: str, rules: model.PodRules) -> model.NodeView | None:
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class _Pod:
     view: model.PodView
@@ -75,9 +103,11 @@ class Actuator:
         rules: model.PodRules,
         clock: Clock,
         dry_run: bool = False,
+        cache: NodeCache | None = None,
     ) -> None:
         self._writer, self._keys, self._spec, self._rules = writer, keys, spec, rules
         self._clock, self._dry_run = clock, dry_run
+        self._cache = cache or NoCache()
 
     # -----------------------------------------------------------------------------------------
     # The public steps: each catches the writer's errors and turns them into a result
@@ -146,8 +176,10 @@ class Actuator:
     # -----------------------------------------------------------------------------------------
     # Reclaim: lent -> reclaiming -> (evict, then after the deadline delete) -> serving
 
-    async def _reclaim(self, run: _Pass, decision: str, deadline: datetime) -> ActionResult:
-        view, state = await self._observe(run.node)
+    async def _reclaim(
+        self, run: _Pass, decision: str, deadline: datetime, cached: bool = True
+    ) -> ActionResult:
+        view, state = await self._observe(run.node, cached, with_pods=False)
         if isinstance(state, nodestate.StateError):
             return run.result(Outcome.REFUSED, f"unreadable state: {state}")
         if state.phase in (Phase.LENDING, Phase.RECLAIMING):
@@ -155,7 +187,12 @@ class Actuator:
         if state.phase is not Phase.LENT:
             return run.result(Outcome.NOTHING, "node is already serving")
         change = nodestate.begin_reclaim(state, self._keys, self._clock(), deadline, decision)
-        after = await self._patch(run, WriteKind.BEGIN_RECLAIM, view, change)
+        try:
+            after = await self._patch(run, WriteKind.BEGIN_RECLAIM, view, change)
+        except Conflict:
+            if not cached:
+                raise
+            return await self._reclaim(run, decision, deadline, cached=False)
         reclaiming = nodestate.read(after, self._keys)
         assert isinstance(reclaiming, NodeState)
         return await self._drain(run, after, reclaiming)
@@ -167,7 +204,7 @@ class Actuator:
         decision: str | None = None,
     ) -> ActionResult:
         if seen is None:
-            view, state = await self._observe(run.node)
+            view, state = await self._observe(run.node, with_pods=False)
             if isinstance(state, nodestate.StateError):
                 return run.result(Outcome.REFUSED, f"unreadable state: {state}")
         else:
@@ -249,9 +286,16 @@ class Actuator:
     # -----------------------------------------------------------------------------------------
     # Reading and writing one node
 
-    async def _observe(self, name: str) -> tuple[model.NodeView, NodeState | nodestate.StateError]:
-        raw = await self._writer.get_node(name)
-        view = convert.node_view(raw, _views(await self._pods(name)))
+    async def _observe(
+        self, name: str, cached: bool = True, with_pods: bool = True
+    ) -> tuple[model.NodeView, NodeState | nodestate.StateError]:
+        """The node (with its pods, unless ``with_pods`` is false and it is read from the
+        server) from the cache when ``cached`` and it holds it, else from the server."""
+        view = self._cache.view(name, self._rules) if cached else None
+        if view is None:
+            raw = await self._writer.get_node(name)
+            pods = _views(await self._pods(name)) if with_pods else ()
+            view = convert.node_view(raw, pods)
         return view, nodestate.read(view, self._keys)
 
     async def _pods(self, node: str) -> list[_Pod]:

@@ -12,7 +12,8 @@ it builds the values the settings describe and hands them to the runtime
 What is built:
 - one Kubernetes ``ApiClient`` (``adapters.kubeclient``: an explicit kubeconfig, else the
   in-cluster service account, else the default kubeconfig), unless one is handed in;
-- the informer over every node (each pool selects its nodes from the cache);
+- the informer over every node (each pool selects its nodes from the cache, and each actuator
+  reads a node from it before a step: ``adapters.actuator`` says what it asks the server again);
 - per pool a ``PoolConfig`` and an ``Actuator``; the actuator's writer is
   ``LeaderGatedWriter(KubeWriter)`` with leader election on, the bare ``KubeWriter`` with it off
   or for an operator's command; every actuator records its transitions as Events;
@@ -46,7 +47,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from rebalancer.adapters import kubeclient
-from rebalancer.adapters.actuator import Actuator
+from rebalancer.adapters.actuator import Actuator, NodeCache
 from rebalancer.adapters.audit import AuditLog, AuditStore, Sink, SqlAuditStore, stdout_sink
 from rebalancer.adapters.events import KubeEvents
 from rebalancer.adapters.gate import LeaderGatedWriter
@@ -113,9 +114,10 @@ def actuators(
     keys: Keys,
     clock: Clock,
     dry_run: bool = False,
+    cache: NodeCache | None = None,
 ) -> dict[PoolName, Actuator]:
     return {
-        p.name: Actuator(writer, keys, p.lend_spec, p.rules, clock, dry_run=dry_run) for p in pools
+        p.name: Actuator(writer, keys, p.lend_spec, p.rules, clock, dry_run, cache) for p in pools
     }
 
 
@@ -266,7 +268,9 @@ class Controller:
                 clock=clock,
                 actuators={
                     name: RecordingActuator(a, events)
-                    for name, a in actuators(pools, writer, keys, clock, settings.dry_run).items()
+                    for name, a in actuators(
+                        pools, writer, keys, clock, settings.dry_run, informer
+                    ).items()
                 },
                 audit_log=audit_log,
                 leadership=leadership,

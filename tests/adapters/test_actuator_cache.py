@@ -1,0 +1,137 @@
+"""The actuator reads a node from the informer's cache before a step and asks the server again
+only what the step's safety needs: the pods once a lend has marked the node, the pods a drain
+evicts and the ones it leaves, and the node itself when a reclaim's cached read is behind.
+
+The cache here is a snapshot of the server taken with the informer's own conversion, then left
+behind on purpose: the cluster changes under it, as it does between a watch event and the next.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from rebalancer.adapters import convert
+from rebalancer.adapters.actuator import Actuator
+from rebalancer.core import model
+from rebalancer.core.outcomes import Outcome, WriteKind
+from sandbox.emulator import cluster
+from tests.support import objects
+from tests.support.actuation import KEYS, RULES, SPEC, Recorder, World, world
+from tests.support.backends import Backend
+from tests.support.reads import node_obj, pods_on, state_of
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class Snapshot:
+    """A ``NodeCache`` frozen at ``take``: what an informer held then."""
+
+    views: dict[str, model.NodeView] = field(default_factory=dict)
+
+    def take(self, w: World, name: str) -> None:
+        pods = [convert.pod_view(p, RULES) for p in pods_on(w.objects, name).values()]
+        self.views[name] = convert.node_view(node_obj(w.objects, name), pods)
+
+    def view(self, name: str, rules: model.PodRules) -> model.NodeView | None:
+        assert rules == RULES
+        return self.views.get(name)
+
+
+@dataclass
+class Reads(Recorder):
+    """The recorder, counting the reads that reach the server too."""
+
+    reads: Counter[str] = field(default_factory=Counter)
+
+    async def get_node(self, name: str) -> Obj:
+        self.reads["get_node"] += 1
+        return await super().get_node(name)
+
+    async def list_pods(self, node: str) -> list[Obj]:
+        self.reads["list_pods"] += 1
+        return await super().list_pods(node)
+
+
+def actuator(w: World, cache: Snapshot) -> tuple[Actuator, Reads]:
+    reads = Reads(w.writer().inner)
+    return Actuator(reads, KEYS, SPEC, RULES, w.opened.clock, cache=cache), reads
+
+
+async def test_a_lend_from_the_cache_asks_the_server_only_for_the_pods_once_marked(
+    backend: Backend,
+) -> None:
+    async with world("gpu-0", backend=backend) as w:
+        cache = Snapshot()
+        cache.take(w, "gpu-0")
+        act, reads = actuator(w, cache)
+        lent = await act.lend("gpu-0", "audit-1")
+        assert lent.outcome is Outcome.APPLIED
+        assert [x.kind for x in lent.writes] == [WriteKind.BEGIN_LEND, WriteKind.FINISH_LEND]
+        assert reads.reads == Counter(list_pods=1)
+        assert state_of(w.objects, "gpu-0") == "lent"
+
+
+async def test_a_pod_that_landed_behind_the_cache_rolls_the_lend_back(backend: Backend) -> None:
+    async with world("gpu-0", backend=backend) as w:
+        cache = Snapshot()
+        cache.take(w, "gpu-0")  # idle when the cache saw it
+        objects.add(w.objects, cluster.inference_pod(3, node_name="gpu-0"))
+        act, _ = actuator(w, cache)
+        result = await act.lend("gpu-0", "audit-1")
+        assert result.outcome is Outcome.REFUSED
+        assert "became busy" in result.message
+        assert [x.kind for x in result.writes] == [WriteKind.BEGIN_LEND, WriteKind.FINISH]
+        assert state_of(w.objects, "gpu-0") == "serving"
+
+
+async def test_a_node_changed_behind_the_cache_is_not_lent_on_what_the_cache_says(
+    backend: Backend,
+) -> None:
+    async with world("gpu-0", backend=backend) as w:
+        cache = Snapshot()
+        cache.take(w, "gpu-0")
+        objects.label(w.objects, "gpu-0", {"team": "search"})  # someone else's write
+        before = node_obj(w.objects, "gpu-0")
+        act, reads = actuator(w, cache)
+        result = await act.lend("gpu-0", "audit-1")
+        assert result.outcome is Outcome.CONFLICT
+        assert result.writes == ()
+        assert reads.writes == []
+        assert node_obj(w.objects, "gpu-0") == before
+
+
+async def test_a_reclaim_behind_the_cache_reads_the_node_again_and_goes_on_at_once(
+    backend: Backend,
+) -> None:
+    async with world("gpu-0", backend=backend) as w:
+        cache = Snapshot()
+        cache.take(w, "gpu-0")
+        act, reads = actuator(w, cache)
+        assert (await act.lend("gpu-0", "audit-1")).outcome is Outcome.APPLIED
+        cache.take(w, "gpu-0")
+        objects.annotate(w.objects, "gpu-0", {"example.com/owner": "search"})  # cache behind
+        reads.reads.clear()
+        back = await act.reclaim("gpu-0", "audit-2", w.now() + timedelta(minutes=5))
+        assert back.outcome is Outcome.APPLIED
+        assert [x.kind for x in back.writes] == [WriteKind.BEGIN_RECLAIM, WriteKind.FINISH]
+        assert reads.reads == Counter(get_node=1, list_pods=1)
+        assert state_of(w.objects, "gpu-0") == "serving"
+
+
+async def test_a_drain_evicts_what_the_server_holds_not_what_the_cache_saw(
+    backend: Backend,
+) -> None:
+    async with world("gpu-0", backend=backend) as w:
+        cache = Snapshot()
+        cache.take(w, "gpu-0")
+        act, reads = actuator(w, cache)
+        await act.lend("gpu-0", "audit-1")
+        cache.take(w, "gpu-0")  # lent, with no borrowed pod yet
+        borrowed = objects.training(w.objects, "job-a", 2, "gpu-0")
+        result = await act.reclaim("gpu-0", "audit-2", w.now() + timedelta(minutes=5))
+        assert result.outcome is Outcome.IN_PROGRESS
+        assert reads.pod_targets == {f"training/{name}" for name in borrowed}
