@@ -51,6 +51,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from rebalancer.core import model
 from rebalancer.core.audit import DEFAULT_CLUSTER
@@ -202,7 +203,16 @@ class KubeEvents:
         body = event_body(event, self.instance, self.clock(), self._last_stamp, self.annotations)
         create: Any = self._events.create_namespaced_event  # a plain dict body is sent as is
         try:
-            await create(NAMESPACE, body)
+            # The answer is not read into the client's models: parsing its times with dateutil
+            # cost a wave of 100 reclaims about 150 ms of CPU, for an answer nobody reads.
+            response = await create(NAMESPACE, body, _preload_content=False)
+            try:
+                if not 200 <= response.status <= 299:
+                    failed = ApiException(status=response.status, reason=response.reason)
+                    failed.body = (await response.read()).decode(errors="replace")
+                    raise failed
+            finally:
+                response.release()
         except Exception as exc:
             self.failures += 1
             log.warning("event %s on node %s not recorded: %s", event.reason, event.node, _why(exc))
