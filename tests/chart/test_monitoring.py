@@ -1170,6 +1170,21 @@ def test_one_cluster_s_own_prometheus_needs_no_cluster_label(prometheus: str) ->
     assert panel(prometheus, budget, **solo) == {"pool=h100": 6}
 
 
+def test_the_fleet_s_name_check_lists_the_replicas_whose_name_is_not_their_cluster_label(
+    prometheus: str,
+) -> None:
+    """The query docs/design/fleet.md gives, on the sites above: eu and us call themselves what
+    their Prometheus calls them; the third calls itself "default" under no cluster label."""
+    doc = (Path(__file__).parents[2] / "docs" / "design" / "fleet.md").read_text()
+    [check] = re.findall(r"```promql\n\s*(.+?)\n\s*```", doc, re.S)
+    data = api(prometheus, "/api/v1/query", query=check, time=AT.isoformat())
+    found = sorted(
+        (r["metric"].get("cluster", ""), r["metric"]["cluster_name"], r["metric"]["pod"])
+        for r in data["result"]
+    )
+    assert found == [("", "default", "rebalancer-0"), ("", "default", "rebalancer-1")]
+
+
 def test_every_aggregation_keeps_the_cluster_and_every_join_matches_on_it() -> None:
     """What keeps two clusters' series apart when their namespace, job, pod and pool names
     are the same: the cluster in each selector, ``by`` and ``on``. The reclaim heatmap alone
