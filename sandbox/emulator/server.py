@@ -328,6 +328,7 @@ def _list(store: Store, where: Route, query: Any) -> Obj:
             limit=_integer(query, "limit") or 0,
             continue_token=query.get("continue", ""),
             resource_version=query.get("resourceVersion", ""),
+            copies=False,  # serialized below; ``from_storage`` copies the level it changes
         )
     )
     metadata: Obj = {"resourceVersion": str(page.resource_version)}

@@ -72,6 +72,9 @@ class ListRequest:
     limit: int = 0
     continue_token: str = ""
     resource_version: str = ""
+    # False: the page holds the stored objects themselves, for a caller that only serializes
+    # them (the HTTP server): copying 150,000 pods made a LIST take twice as long.
+    copies: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,14 +162,15 @@ class Store:
         else:
             rv, offset = self._rv, 0
             items = self._select(request.scope)
+        copied = copy.deepcopy if request.copies else _same_object
         if request.limit <= 0 or offset + request.limit >= len(items):
-            return Page([copy.deepcopy(o) for o in items[offset:]], rv)
+            return Page([copied(o) for o in items[offset:]], rv)
         end = offset + request.limit
         token = self._remember(rv, items, end)
         remaining = None
         if request.scope.labels.empty and request.scope.fields.empty:
             remaining = len(items) - end
-        return Page([copy.deepcopy(o) for o in items[offset:end]], rv, token, remaining)
+        return Page([copied(o) for o in items[offset:end]], rv, token, remaining)
 
     def _remember(self, rv: int, items: list[Obj], offset: int) -> str:
         ident = f"{self._rng.getrandbits(128):032x}"
@@ -682,6 +686,10 @@ class Store:
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
+
+
+def _same_object(obj: Obj) -> Obj:
+    return obj
 
 
 def _key(rt: ResourceType, namespace: str | None, name: str) -> Key:
