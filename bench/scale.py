@@ -570,8 +570,11 @@ def controller_run(kubeconfig: Path, nodes: int, pods: int, rules: str) -> Run:
             sys.executable, __file__, "measure", "--kubeconfig", str(kubeconfig),
             "--nodes", str(nodes), "--pods", str(pods), "--rules", rules,
         ],
-        check=True, capture_output=True, text=True,
+        capture_output=True, text=True,
     )  # fmt: skip
+    if out.returncode != 0:
+        sys.stderr.write(out.stderr[-4000:])
+        raise SystemExit(f"the controller's run at {nodes} nodes failed ({out.returncode})")
     raw = json.loads(out.stdout.strip().splitlines()[-1])
     ticks = [Tick(**t) for t in raw.pop("ticks")]
     return Run(**raw, ticks=ticks)

