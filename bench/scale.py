@@ -570,7 +570,7 @@ def controller_run(kubeconfig: Path, nodes: int, pods: int, rules: str) -> Run:
             sys.executable, __file__, "measure", "--kubeconfig", str(kubeconfig),
             "--nodes", str(nodes), "--pods", str(pods), "--rules", rules,
         ],
-        capture_output=True, text=True,
+        check=False, capture_output=True, text=True,
     )  # fmt: skip
     if out.returncode != 0:
         sys.stderr.write(out.stderr[-4000:])
