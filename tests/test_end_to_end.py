@@ -28,8 +28,8 @@ Lease (``rebalancer/rebalancer``).
    byte, every transition has its intent before its outcome in the audit store, and an Event
    on the node.
 4. From the emulator's authorization record: no request of the controller was refused, and the
-   grants of the rendered roles that the scenario never used are exactly ``UNUSED`` (least
-   privilege says they should go; a grant becoming used, or a new unused one, fails the test).
+   grants of the rendered roles that the scenario never used are among ``MAY_GO_UNUSED`` (least
+   privilege says any other should go: a new unused grant fails the test).
 """
 
 from __future__ import annotations
@@ -302,9 +302,7 @@ async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(
     denied = [d for d in controller if not d.allowed]
     assert denied == [], denied
     print(f"\ne2e[{backend.name}]: the controller used {sorted(used(controller))}")
-    # Pods are deleted only when an eviction has not emptied a node by the reclaim deadline,
-    # which a slow run may reach: that grant may be used or not.
-    assert unused(grants(docs), controller) in (UNUSED, UNUSED - {Grant("delete", "", "pods")})
+    assert unused(grants(docs), controller) <= MAY_GO_UNUSED
 
     records = await read_audit(audit_url)
     by_id = {r.id: r for r in records}
@@ -351,10 +349,13 @@ async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(
     assert total < timedelta(seconds=90).total_seconds()
 
 
-# What the rendered roles grant that the scenario does not use: a pod is read only through lists
-# and watches, Events are only ever created, and pods are deleted only when an eviction has not
-# emptied a node by the reclaim deadline (``tests/chart/test_rbac.py`` proves that one).
-UNUSED = {Grant("delete", "", "pods")}
+# What the rendered roles grant that the scenario may not use (a pod is read only through lists
+# and watches, Events are only ever created): pods are deleted only when an eviction has not
+# emptied a node by the reclaim deadline, which a slow run may reach (``tests/chart/test_rbac.py``
+# proves that grant needed); a node is read by a GET only when the informer's cache does not hold
+# it or a reclaim's cached read met a 409 (``adapters/actuator.py``), and ``rebalancer reclaim``,
+# which runs no informer, reads every node so (``tests/test_cli_run.py``).
+MAY_GO_UNUSED = {Grant("delete", "", "pods"), Grant("get", "", "nodes")}
 
 
 def rbac_of(docs: list[Any]) -> list[Any]:
