@@ -16,7 +16,7 @@ goes through the same script, and leaves the cluster as it found it:
 4. idle ticks with the 100 nodes lent;
 5. a spike: demand needs every node again; the tick that takes the 100 back, and the time from
    its start (the spike visible to the controller) to its first reclaim write; then the ticks
-   that finish the reclaims.
+   that finish the reclaims; and the resident set again (every pool's views built by then).
 
 Each tick is timed in controller CPU (``time.process_time``: the strategy threads included) and
 wall time, with the API requests it sent counted by verb. The idle tick is measured twice: with
@@ -215,6 +215,7 @@ class Run:
     sync_cpu_s: float = 0.0
     sync_wall_s: float = 0.0
     rss_mb: float = 0.0
+    rss_end_mb: float = 0.0  # after the script: every pool's views built, the waves done
     ticks: list[Tick] = field(default_factory=list)
     lent: int = 0
     reclaimed: int = 0
@@ -331,6 +332,8 @@ async def measure(kubeconfig: Path, nodes: int, pods: int, rules: str) -> Run:
             counting.take()
 
             await _script(controller, script, counting, run)
+            gc.collect()
+            run.rss_end_mb = rss_mb()
             informer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await informer
@@ -422,6 +425,8 @@ class Figures:
     idle_cpu_ms_rules: float
     p99_cpu_ms: float
     rss_mb: float
+    rss_end_mb: float
+    rss_end_mb_rules: float
     sync_cpu_s: float
     sync_wall_s: float
     idle_lists: float
@@ -457,6 +462,8 @@ def figures(same: Sequence[Run], different: Sequence[Run]) -> Figures:
         idle_cpu_ms_rules=med(med(t.cpu_ms for t in idle(r)) for r in different),
         p99_cpu_ms=med(p99(r) for r in same),
         rss_mb=med(r.rss_mb for r in same),
+        rss_end_mb=med(r.rss_end_mb for r in same),
+        rss_end_mb_rules=med(r.rss_end_mb for r in different),
         sync_cpu_s=med(r.sync_cpu_s for r in same),
         sync_wall_s=med(r.sync_wall_s for r in same),
         idle_lists=med(med(t.lists for t in idle(r)) for r in same),
@@ -477,6 +484,8 @@ ROWS = (  # figure, label, format
     ("idle_cpu_ms_rules", "idle tick, pools with their own pod rules (ms)", "{:.1f}"),
     ("p99_cpu_ms", "p99 tick, lend and reclaim waves included (ms CPU)", "{:.1f}"),
     ("rss_mb", "controller RSS after sync (MB)", "{:.0f}"),
+    ("rss_end_mb", "controller RSS at the end of the run (MB)", "{:.0f}"),
+    ("rss_end_mb_rules", "the same, pools with their own pod rules (MB)", "{:.0f}"),
     ("sync_cpu_s", "initial sync, controller CPU (s)", "{:.2f}"),
     ("sync_wall_s", "initial sync, wall (s)", "{:.2f}"),
     ("idle_lists", "LIST requests per idle tick", "{:.0f}"),
