@@ -10,6 +10,7 @@ field, by the values schema or by a template ``fail``.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from collections.abc import Mapping
@@ -182,6 +183,13 @@ def test_the_configmap_is_a_settings_file_the_controller_accepts(
     assert loaded.dry_run is bool(values.get("config", {}).get("dry_run", False))
     assert loaded.http.port == container(docs)["ports"][0]["containerPort"]
     assert loaded.cluster_name == values.get("config", {}).get("cluster_name", "default")
+
+
+def test_every_setting_the_chart_does_not_set_itself_may_be_given_under_config() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    accepted = set(schema["properties"]["config"]["properties"])
+    own = {"leader_election", "audit", "http"}  # the chart sets these from its own values
+    assert accepted == set(settings.Settings.model_fields) - own
 
 
 def test_custom_pools_arrive_in_the_settings_as_given(renders: dict[str, list[Doc]]) -> None:
