@@ -60,8 +60,12 @@ imports: $(STAMP)
 kube:
 	@tests/kube/build.sh >/dev/null
 
+# One worker per core: most of the suite's time is spent waiting on real servers and processes
+# (Prometheus, PostgreSQL, kube-apiserver, the controller under test), so two workers on two
+# cores take the suite from about 11 minutes to about 4.5. Each worker starts the servers its
+# tests ask for.
 pytest: $(STAMP)
-	dir=$$(tests/kube/build.sh) && TESTS_KUBE_DIR="$$dir" $(BIN)/pytest
+	dir=$$(tests/kube/build.sh) && TESTS_KUBE_DIR="$$dir" $(BIN)/pytest --numprocesses=auto
 
 bench: $(STAMP)
 	$(BIN)/python bench/simulate_speed.py
