@@ -362,8 +362,7 @@ class Informer:
         if raw is None or self._bad_pods.get(name):
             views.pop(name, None)  # a node whose pods cannot be read cannot be judged
             return
-        records = self._pods_on.get(name, {})
-        pods = [convert.pod_view(records[key], cached.rules) for key in sorted(records)]
+        pods = self._pod_views(cached, name)
         try:
             view = convert.node_view(raw, pods)
         except Exception as exc:
@@ -372,6 +371,25 @@ class Informer:
             return
         old = views.get(name)
         views[name] = old if old is not None and old == view else view
+
+    def _pod_views(self, cached: _Views, name: str) -> list[model.PodView]:
+        """The node's pods under ``cached.rules``. A pod whose view is the same under another
+        set of rules (pools that tell inference apart by different labels mostly agree on
+        every pod) gets that set's very object: four sets of rules then hold one view per pod,
+        not four (about 40 MB at 150,000 pods)."""
+        on_node = self._pods_on.get(name, {})
+        records = [on_node[key] for key in sorted(on_node)]
+        donors = [
+            other.views[name].pods
+            for other in self._by_rules
+            if other is not cached and name not in other.dirty and name in other.views
+        ]
+        donors = [pods for pods in donors if len(pods) == len(records)]
+        out = []
+        for i, record in enumerate(records):
+            view = convert.pod_view(record, cached.rules)
+            out.append(next((pods[i] for pods in donors if pods[i] == view), view))
+        return out
 
     def view(self, name: str, rules: model.PodRules) -> NodeView | None:
         """The node with its pods under ``rules`` as the cache holds it now; None when the

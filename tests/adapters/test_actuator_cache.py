@@ -9,6 +9,8 @@ behind on purpose: the cluster changes under it, as it does between a watch even
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -56,82 +58,80 @@ class Reads(Recorder):
         return await super().list_pods(node)
 
 
-def actuator(w: World, cache: Snapshot) -> tuple[Actuator, Reads]:
-    reads = Reads(w.writer().inner)
-    return Actuator(reads, KEYS, SPEC, RULES, w.opened.clock, cache=cache), reads
+@dataclass
+class Lab:
+    w: World
+    cache: Snapshot
+    act: Actuator
+    reads: Reads
+
+
+@asynccontextmanager
+async def lab(backend: Backend) -> AsyncIterator[Lab]:
+    """Node gpu-0 and an actuator whose cache holds it as it is now."""
+    async with world("gpu-0", backend=backend) as w:
+        cache = Snapshot()
+        cache.take(w, "gpu-0")
+        reads = Reads(w.writer().inner)
+        yield Lab(w, cache, Actuator(reads, KEYS, SPEC, RULES, w.opened.clock, cache=cache), reads)
 
 
 async def test_a_lend_from_the_cache_asks_the_server_only_for_the_pods_once_marked(
     backend: Backend,
 ) -> None:
-    async with world("gpu-0", backend=backend) as w:
-        cache = Snapshot()
-        cache.take(w, "gpu-0")
-        act, reads = actuator(w, cache)
-        lent = await act.lend("gpu-0", "audit-1")
+    async with lab(backend) as x:
+        lent = await x.act.lend("gpu-0", "audit-1")
         assert lent.outcome is Outcome.APPLIED
-        assert [x.kind for x in lent.writes] == [WriteKind.BEGIN_LEND, WriteKind.FINISH_LEND]
-        assert reads.reads == Counter(list_pods=1)
-        assert state_of(w.objects, "gpu-0") == "lent"
+        assert [w.kind for w in lent.writes] == [WriteKind.BEGIN_LEND, WriteKind.FINISH_LEND]
+        assert x.reads.reads == Counter(list_pods=1)
+        assert state_of(x.w.objects, "gpu-0") == "lent"
 
 
 async def test_a_pod_that_landed_behind_the_cache_rolls_the_lend_back(backend: Backend) -> None:
-    async with world("gpu-0", backend=backend) as w:
-        cache = Snapshot()
-        cache.take(w, "gpu-0")  # idle when the cache saw it
-        objects.add(w.objects, cluster.inference_pod(3, node_name="gpu-0"))
-        act, _ = actuator(w, cache)
-        result = await act.lend("gpu-0", "audit-1")
+    async with lab(backend) as x:  # idle when the cache saw it
+        objects.add(x.w.objects, cluster.inference_pod(3, node_name="gpu-0"))
+        result = await x.act.lend("gpu-0", "audit-1")
         assert result.outcome is Outcome.REFUSED
         assert "became busy" in result.message
-        assert [x.kind for x in result.writes] == [WriteKind.BEGIN_LEND, WriteKind.FINISH]
-        assert state_of(w.objects, "gpu-0") == "serving"
+        assert [w.kind for w in result.writes] == [WriteKind.BEGIN_LEND, WriteKind.FINISH]
+        assert state_of(x.w.objects, "gpu-0") == "serving"
 
 
 async def test_a_node_changed_behind_the_cache_is_not_lent_on_what_the_cache_says(
     backend: Backend,
 ) -> None:
-    async with world("gpu-0", backend=backend) as w:
-        cache = Snapshot()
-        cache.take(w, "gpu-0")
-        objects.label(w.objects, "gpu-0", {"team": "search"})  # someone else's write
-        before = node_obj(w.objects, "gpu-0")
-        act, reads = actuator(w, cache)
-        result = await act.lend("gpu-0", "audit-1")
+    async with lab(backend) as x:
+        objects.label(x.w.objects, "gpu-0", {"team": "search"})  # someone else's write
+        before = node_obj(x.w.objects, "gpu-0")
+        result = await x.act.lend("gpu-0", "audit-1")
         assert result.outcome is Outcome.CONFLICT
         assert result.writes == ()
-        assert reads.writes == []
-        assert node_obj(w.objects, "gpu-0") == before
+        assert x.reads.writes == []
+        assert node_obj(x.w.objects, "gpu-0") == before
 
 
 async def test_a_reclaim_behind_the_cache_reads_the_node_again_and_goes_on_at_once(
     backend: Backend,
 ) -> None:
-    async with world("gpu-0", backend=backend) as w:
-        cache = Snapshot()
-        cache.take(w, "gpu-0")
-        act, reads = actuator(w, cache)
-        assert (await act.lend("gpu-0", "audit-1")).outcome is Outcome.APPLIED
-        cache.take(w, "gpu-0")
-        objects.annotate(w.objects, "gpu-0", {"example.com/owner": "search"})  # cache behind
-        reads.reads.clear()
-        back = await act.reclaim("gpu-0", "audit-2", w.now() + timedelta(minutes=5))
+    async with lab(backend) as x:
+        assert (await x.act.lend("gpu-0", "audit-1")).outcome is Outcome.APPLIED
+        x.cache.take(x.w, "gpu-0")
+        objects.annotate(x.w.objects, "gpu-0", {"example.com/owner": "search"})  # cache behind
+        x.reads.reads.clear()
+        back = await x.act.reclaim("gpu-0", "audit-2", x.w.now() + timedelta(minutes=5))
         assert back.outcome is Outcome.APPLIED
-        assert [x.kind for x in back.writes] == [WriteKind.BEGIN_RECLAIM, WriteKind.FINISH]
-        assert reads.reads == Counter(get_node=1, list_pods=1)
-        assert state_of(w.objects, "gpu-0") == "serving"
+        assert [w.kind for w in back.writes] == [WriteKind.BEGIN_RECLAIM, WriteKind.FINISH]
+        assert x.reads.reads == Counter(get_node=1, list_pods=1)
+        assert state_of(x.w.objects, "gpu-0") == "serving"
 
 
 async def test_a_drain_evicts_what_the_server_holds_not_what_the_cache_saw(
     backend: Backend,
 ) -> None:
-    async with world("gpu-0", backend=backend) as w:
-        cache = Snapshot()
-        cache.take(w, "gpu-0")
-        act, reads = actuator(w, cache)
-        await act.lend("gpu-0", "audit-1")
-        cache.take(w, "gpu-0")  # lent, with no borrowed pod yet
-        borrowed = objects.training(w.objects, "job-a", 2, "gpu-0")
-        result = await act.reclaim("gpu-0", "audit-2", w.now() + timedelta(minutes=5))
+    async with lab(backend) as x:
+        await x.act.lend("gpu-0", "audit-1")
+        x.cache.take(x.w, "gpu-0")  # lent, with no borrowed pod yet
+        borrowed = objects.training(x.w.objects, "job-a", 2, "gpu-0")
+        result = await x.act.reclaim("gpu-0", "audit-2", x.w.now() + timedelta(minutes=5))
         assert result.outcome is Outcome.IN_PROGRESS
-        assert reads.pod_targets == {f"training/{name}" for name in borrowed}
+        assert x.reads.pod_targets == {f"training/{name}" for name in borrowed}

@@ -236,6 +236,28 @@ async def test_pools_with_different_pod_rules_each_keep_their_views_between_call
     assert all(again[n] is theirs[n] for n in theirs if n != "training-0")
 
 
+async def test_a_pod_seen_alike_under_two_sets_of_rules_is_held_once(seeded: Opened) -> None:
+    other = replace(RULES, serving_taints=())  # the inference pod is another pod here
+    _bind(seeded.objects, cluster.inference_pod(0), "inference-0")
+    objects.training(seeded.objects, "job-a", 2, "inference-1")  # borrowed under both
+    async with informing(seeded) as run:
+        mine = {str(v.name): v for v in run.informer.node_views(RULES)}
+        theirs = {str(v.name): v for v in run.informer.node_views(other)}
+
+    pairs = [(a, b) for n in mine for a, b in zip(mine[n].pods, theirs[n].pods, strict=True)]
+    alike = [(a, b) for a, b in pairs if a.role is b.role]
+    assert alike
+    assert all(a is b for a, b in alike)
+    apart = [(a, b) for a, b in pairs if a.role is not b.role]
+    assert [(a.name, a.role, b.role) for a, b in apart] == [
+        (
+            "llm-serving-7d9f8c6b5-00000",
+            model.PodRole.INFERENCE,
+            model.PodRole.OTHER,
+        )
+    ]
+
+
 async def test_a_dropped_watch_resumes_from_the_last_version_without_listing(
     emulator: Sandbox,
 ) -> None:
