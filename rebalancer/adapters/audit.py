@@ -405,8 +405,15 @@ class MemoryAuditStore:
 @dataclass(eq=False)
 class _Waiting:
     batch: Sequence[AuditRecord]
-    committed: bool = False
+    settled: bool = False
     error: BaseException | None = None
+
+
+# Errors one caller's records can cause (a duplicate id, a value the column refuses): the others
+# of the transaction are committed without them. Any other error (the store is down, locked,
+# out of space) is every caller's, at once: trying each again alone would only keep a wave of
+# reclaims waiting behind the retries.
+_ONE_CALLERS = (sa.exc.IntegrityError, sa.exc.DataError, ValueError, TypeError)
 
 
 class GroupCommit:
@@ -416,46 +423,49 @@ class GroupCommit:
     once: a transaction each cost 75 ms of CPU and, with SQLite's sync on every commit, 170 ms
     of wall for 100 (four at a time: 21 ms and 24 ms). Every caller still returns only once its
     own records are committed, and raises the error of the transaction that carried them, so
-    an intent is on disk before its action exactly as before. A transaction cut short by a
-    cancellation leaves the others' records to the next one."""
+    an intent is on disk before its action exactly as before.
+
+    A transaction runs as a task of its own, which a cancelled caller never cuts short: every
+    caller it carries is settled (committed, or given its error) whatever happens to the one
+    that started it. A caller cancelled before a transaction took its records leaves, and its
+    records are never written."""
 
     def __init__(self, commit: Callable[[Sequence[AuditRecord]], Awaitable[None]]) -> None:
         self._commit = commit
-        self._lock = asyncio.Lock()
         self._waiting: list[_Waiting] = []
+        self._running: asyncio.Task[None] | None = None
 
     async def append(self, batch: Sequence[AuditRecord]) -> None:
         mine = _Waiting(batch)
         self._waiting.append(mine)
-        async with self._lock:
-            if not (mine.committed or mine.error):
-                taken, self._waiting = self._waiting, []
-                try:
-                    await self._commit([r for w in taken for r in w.batch])
-                except asyncio.CancelledError:
-                    self._waiting[:0] = [w for w in taken if w is not mine]
-                    raise
-                except Exception as exc:
-                    await self._one_by_one(taken, exc)
-                else:
-                    for waiting in taken:
-                        waiting.committed = True
+        try:
+            while not mine.settled:
+                if self._running is None or self._running.done():
+                    taken, self._waiting = self._waiting, []
+                    self._running = asyncio.get_running_loop().create_task(self._settle(taken))
+                await asyncio.shield(self._running)
+        except asyncio.CancelledError:
+            if mine in self._waiting:
+                self._waiting.remove(mine)
+            raise
         if mine.error is not None:
             raise mine.error
 
-    async def _one_by_one(self, taken: list[_Waiting], error: Exception) -> None:
-        """A transaction of several callers' records failed: each is tried on its own, so that
-        one caller's bad record (or a store that is down) fails its own caller, not the rest."""
-        if len(taken) == 1:
-            taken[0].error = error
-            return
-        for waiting in taken:
-            try:
-                await self._commit(waiting.batch)
-            except Exception as exc:
-                waiting.error = exc
+    async def _settle(self, taken: list[_Waiting]) -> None:
+        try:
+            await self._commit([r for w in taken for r in w.batch])
+        except _ONE_CALLERS as exc:
+            if len(taken) == 1:
+                taken[0].error = exc
             else:
-                waiting.committed = True
+                for waiting in taken:
+                    await self._settle([waiting])
+        except BaseException as exc:  # every caller's: each raises it
+            for waiting in taken:
+                waiting.error = exc
+        finally:
+            for waiting in taken:
+                waiting.settled = True
 
 
 class SqlAuditStore:

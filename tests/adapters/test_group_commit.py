@@ -68,24 +68,55 @@ async def test_a_bad_record_fails_its_own_caller_and_the_others_are_committed() 
     assert db.transactions == [["a"], ["b"]]
 
 
-async def test_a_commit_cut_short_leaves_the_others_records_to_the_next() -> None:
+async def test_a_cancelled_caller_does_not_cut_short_the_transaction_carrying_others() -> None:
     db = Database()
     group = GroupCommit(db.commit)
     first = asyncio.create_task(group.append([rec("a")]))
     await asyncio.sleep(0)
     second = asyncio.create_task(group.append([rec("b")]))
     third = asyncio.create_task(group.append([rec("c")]))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # both wait behind the transaction of "a"
     db.go(1)
     await first
     for _ in range(3):
-        await asyncio.sleep(0)  # the second caller commits "b" and "c" together...
-    second.cancel()  # ...and is cancelled before its transaction ends
+        await asyncio.sleep(0)  # the second caller starts the transaction of "b" and "c"...
+    second.cancel()  # ...and is cancelled while it runs
     with pytest.raises(asyncio.CancelledError):
         await second
     db.go()
-    await third
+    await third  # returns only once "c" is committed
+    assert db.transactions == [["a"], ["b", "c"]]
+
+
+async def test_a_caller_cancelled_before_its_records_were_taken_is_never_written() -> None:
+    db = Database()
+    group = GroupCommit(db.commit)
+    first = asyncio.create_task(group.append([rec("a")]))
+    await asyncio.sleep(0)
+    gone = asyncio.create_task(group.append([rec("b")]))
+    await asyncio.sleep(0)
+    gone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    late = asyncio.create_task(group.append([rec("c")]))
+    db.go()
+    await asyncio.gather(first, late)
     assert db.transactions == [["a"], ["c"]]
+
+
+async def test_a_store_that_fails_fails_every_caller_of_the_transaction_at_once() -> None:
+    attempts: list[list[str]] = []
+
+    async def down(batch: Sequence[AuditRecord]) -> None:
+        attempts.append([r.id for r in batch])
+        await asyncio.sleep(0)
+        raise OSError("database is locked")
+
+    group = GroupCommit(down)
+    calls = [asyncio.create_task(group.append([rec(i)])) for i in ("a", "b", "c")]
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    assert [type(r) for r in results] == [OSError, OSError, OSError]
+    assert attempts == [["a"], ["b", "c"]]  # each once: nobody waits behind retries of others
 
 
 async def test_a_wave_of_appends_to_sqlite_stores_every_record(tmp_path: Path) -> None:
