@@ -30,8 +30,9 @@ lends must not queue 600 requests behind each other; docs/design/actuator.md):
 - a drain lists the node's pods on the server (it evicts what is there, not what the cache
   saw), and lists them again before ``finish``: a node goes back to serving only when the
   server holds no borrowed pod on it;
-- a reclaim whose cached read meets a 409 reads the node from the server and tries once more
-  at once: a reclaim gives inference its node back and must not wait a tick for a cache.
+- a reclaim, or a pass over a node in flight, whose cached read meets a 409, or finds nothing
+  to do, reads the node from the server and tries once more at once: giving inference its
+  node back must not wait a tick for a cache.
 """
 
 from __future__ import annotations
@@ -185,6 +186,8 @@ class Actuator:
         if state.phase in (Phase.LENDING, Phase.RECLAIMING):
             return await self._progress(run, (view, state))  # already on its way
         if state.phase is not Phase.LENT:
+            if cached:  # nothing to do on the cache's word: the server says so first
+                return await self._reclaim(run, decision, deadline, cached=False)
             return run.result(Outcome.NOTHING, "node is already serving")
         change = nodestate.begin_reclaim(state, self._keys, self._clock(), deadline, decision)
         try:
@@ -203,12 +206,28 @@ class Actuator:
         seen: tuple[model.NodeView, NodeState] | None,
         decision: str | None = None,
     ) -> ActionResult:
-        if seen is None:
-            view, state = await self._observe(run.node, with_pods=False)
+        if seen is not None:
+            return await self._carry_on(run, *seen, decision)
+        for cached in (True, False):
+            view, state = await self._observe(run.node, cached, with_pods=False)
             if isinstance(state, nodestate.StateError):
                 return run.result(Outcome.REFUSED, f"unreadable state: {state}")
-        else:
-            view, state = seen
+            try:
+                result = await self._carry_on(run, view, state, decision)
+                if result.outcome is not Outcome.NOTHING or not cached:
+                    return result
+                # Nothing in flight on the cache's word: the server says so first.
+            except Conflict:
+                # A node in flight is being given back (or rolled back): a cache behind the
+                # server must not hold that up a tick. Its writes are level-based, so a second
+                # pass from the server's node repeats none of them wrongly.
+                if not cached:
+                    raise
+        raise AssertionError("unreachable: the pass from the server returns or raises")
+
+    async def _carry_on(
+        self, run: _Pass, view: model.NodeView, state: NodeState, decision: str | None
+    ) -> ActionResult:
         in_flight = state.phase in (Phase.LENDING, Phase.RECLAIMING)
         if decision is not None and in_flight and state.decision != decision:
             view = await self._patch(

@@ -47,7 +47,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from rebalancer.adapters import kubeclient
-from rebalancer.adapters.actuator import Actuator, NodeCache
+from rebalancer.adapters.actuator import Actuator, NoCache, NodeCache
 from rebalancer.adapters.audit import AuditLog, AuditStore, Sink, SqlAuditStore, stdout_sink
 from rebalancer.adapters.events import KubeEvents
 from rebalancer.adapters.gate import LeaderGatedWriter
@@ -269,7 +269,12 @@ class Controller:
                 actuators={
                     name: RecordingActuator(a, events)
                     for name, a in actuators(
-                        pools, writer, keys, clock, settings.dry_run, informer
+                        pools,
+                        writer,
+                        keys,
+                        clock,
+                        settings.dry_run,
+                        informer if role is Role.CONTROLLER else NoCache(),
                     ).items()
                 },
                 audit_log=audit_log,

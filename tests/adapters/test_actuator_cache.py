@@ -135,3 +135,23 @@ async def test_a_drain_evicts_what_the_server_holds_not_what_the_cache_saw(
         result = await x.act.reclaim("gpu-0", "audit-2", x.w.now() + timedelta(minutes=5))
         assert result.outcome is Outcome.IN_PROGRESS
         assert x.reads.pod_targets == {f"training/{name}" for name in borrowed}
+
+
+async def test_a_drain_finished_behind_the_cache_reads_the_node_again_and_ends_at_once(
+    backend: Backend,
+) -> None:
+    async with lab(backend) as x:
+        await x.act.lend("gpu-0", "audit-1")  # the cache still says serving
+        objects.training(x.w.objects, "job-a", 1, "gpu-0")
+        x.reads.reads.clear()
+        result = await x.act.reclaim("gpu-0", "audit-2", x.w.now() + timedelta(minutes=5))
+        assert result.outcome is Outcome.IN_PROGRESS  # not "already serving": asked the server
+        assert x.reads.reads["get_node"] == 1
+        x.cache.take(x.w, "gpu-0")  # reclaiming, its pod terminating
+        objects.annotate(x.w.objects, "gpu-0", {"example.com/owner": "search"})  # cache behind
+        x.w.advance(61)  # the evicted pod's grace period ends
+        x.reads.reads.clear()
+        done = await x.act.progress("gpu-0")
+        assert done.outcome is Outcome.APPLIED
+        assert x.reads.reads["get_node"] == 1
+        assert state_of(x.w.objects, "gpu-0") == "serving"
