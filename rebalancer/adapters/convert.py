@@ -122,7 +122,6 @@ class PodRecord:
     created: datetime | None
     terminating: bool
     ready: bool
-    phase: str
 
 
 class _Shared:
@@ -170,7 +169,6 @@ def pod_record(pod: Object) -> PodRecord:
         created=_time(meta.get("creationTimestamp")),
         terminating=meta.get("deletionTimestamp") is not None,
         ready=_condition(pod, "Ready"),
-        phase=sys.intern(str((pod.get("status") or {}).get("phase") or "")),
     )
 
 

@@ -3,8 +3,8 @@
 Where it sits: the runtime starts ``Informer.run`` once, waits for ``synced``, and on each tick
 asks ``node_views(rules)`` for the ``NodeView``s the core decides from; ``changed`` (and the
 optional ``on_change`` callback) wakes the runtime early when something that matters moved, and
-the runtime debounces. The actuator never reads this cache to decide a write: it re-reads the
-node it writes.
+the runtime debounces. The actuator reads a node and its pods here (``view``) before a step, and
+asks the server again what the step's safety needs (``adapters.actuator``).
 
 Why a watch cache: a tick every few seconds that LISTs every pod of a large cluster is the load
 pattern the API server's priority and fairness throttles first. So each resource is LISTed once
@@ -14,8 +14,10 @@ move it), without listing. Only a 410 (the version fell out of the server's hist
 and the new list replaces the cache with its differences applied as ordinary changes, so nothing
 downstream can tell a relist from a burst of events.
 
-Raw JSON throughout: lists and watches are asked for with ``_preload_content=False`` and parsed
-here, so no model object of the client is built (they are slow, and ``convert`` reads dicts).
+Raw JSON, not the client's models: lists and watches are asked for with
+``_preload_content=False`` and parsed here (the models are slow to build), and each object is cut
+down at once to what the controller reads: a pod to a ``convert.PodRecord``, a node to
+``convert.slim_node`` (docs/design/informer.md: 150,000 pods parsed whole are about 2 GB).
 The client's own ``watch.Watch`` is not used: it opens an ``ApiClient`` of its own, builds model
 objects for every event and retries a 410 by itself. Pods are watched across namespaces with a
 field selector that leaves out pods that have not been scheduled or have finished; a finished pod
@@ -456,7 +458,11 @@ class Informer:
         if before:
             self._pods_on.get(before, {}).pop(key, None)
             self._touch(before)
-        after = "" if kind == "DELETED" else seen.node
+        after = seen.node
+        if seen.record is None and not after:
+            after = before  # where it cannot be read, it stays where it was last seen
+        if kind == "DELETED":
+            after = ""
         if after and seen.record is not None:
             self._pods[key] = seen.record
             self._pods_on.setdefault(after, {})[key] = seen.record
@@ -470,6 +476,8 @@ class Informer:
             self._notify(before, f"pod {pod} left")
         if after and before != after:
             self._notify(after, f"pod {pod} landed")
+        elif after and (old is None) != (seen.record is None):
+            self._notify(after, f"pod {pod} can{'' if seen.record else 'not'} be read")
         elif after and (old is not None and old.terminating) != seen.terminating:
             self._notify(after, f"pod {pod} is terminating")
 
@@ -540,11 +548,12 @@ class _PodSeen:
     @staticmethod
     def of(pod: Obj) -> _PodSeen:
         key = _pod_key(pod)
-        node = "" if convert.finished(pod) else _node_of(pod)
         try:
+            node = "" if convert.finished(pod) else _node_of(pod)
             record = convert.pod_record(pod)
         except Exception as exc:  # one bad object must not take the others with it
-            return _PodSeen(key, node, _version(pod), problem=f"{type(exc).__name__}: {exc}")
+            why = f"{type(exc).__name__}: {exc}"
+            return _PodSeen(key, _node_if_readable(pod), _version(pod), problem=why)
         return _PodSeen(key, node, record.resource_version, record)
 
     @staticmethod
@@ -570,6 +579,15 @@ def _readiness(node: Obj) -> tuple[bool, str | None]:
     conditions = (node.get("status") or {}).get("conditions") or ()
     ready = next((c.get("status") for c in conditions if c.get("type") == "Ready"), None)
     return bool((node.get("spec") or {}).get("unschedulable")), ready
+
+
+def _node_if_readable(pod: Obj) -> str:
+    """The node an unreadable pod names, if that much can be read ("" if not: it is then kept
+    against the node it was last seen on)."""
+    try:
+        return _node_of(pod)
+    except (AttributeError, TypeError):
+        return ""
 
 
 def _node_of(pod: Obj | None) -> str:

@@ -376,7 +376,10 @@ def _node(name: str, **meta: Any) -> dict[str, Any]:
 
 @asynccontextmanager
 async def canned_api(
-    nodes: list[dict[str, Any]], pods: list[dict[str, Any]], node_events: list[dict[str, Any]]
+    nodes: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    node_events: list[dict[str, Any]],
+    pod_events: list[dict[str, Any]] | None = None,
 ) -> AsyncIterator[str]:
     from aiohttp import web
 
@@ -392,7 +395,7 @@ async def canned_api(
 
     app = web.Application()
     app.router.add_get("/api/v1/nodes", handler(nodes, node_events))
-    app.router.add_get("/api/v1/pods", handler(pods, []))
+    app.router.add_get("/api/v1/pods", handler(pods, pod_events or []))
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -439,3 +442,34 @@ async def test_an_object_that_cannot_be_read_leaves_only_its_own_node_out() -> N
     assert set(unreadable) == {"node/bad-1", "pod/good-2/ns/odd"}
     assert "ValueError" in unreadable["node/bad-1"]
     assert "its node good-2 is left alone" in unreadable["pod/good-2/ns/odd"]
+
+
+async def test_a_pod_that_turns_unreadable_keeps_its_node_out_until_it_reads_again() -> None:
+    pod = {
+        "metadata": {"namespace": "ns", "name": "p", "resourceVersion": "2"},
+        "spec": {"nodeName": "good-1"},
+        "status": {"phase": "Running"},
+    }
+    garbled = {"metadata": {"namespace": "ns", "name": "p", "resourceVersion": "12"}, "spec": "?"}
+    events = [{"type": "MODIFIED", "object": garbled}]
+    pulse = Pulse()
+    forever = asyncio.Event()
+
+    async def parked(_: float) -> None:
+        pulse()
+        await forever.wait()
+
+    async with (
+        canned_api([_node("good-1"), _node("good-2")], [pod], [], events) as url,
+        client.ApiClient(client.Configuration(host=url)) as api,
+    ):
+        informer = Informer(api, sleep=parked, on_change=lambda *_: pulse())
+        task = asyncio.create_task(informer.run())
+        try:
+            await asyncio.wait_for(informer.synced.wait(), 5)
+            await pulse.until(lambda: "pod/good-1/ns/p" in informer.unreadable())
+            views = [str(v.name) for v in informer.node_views(RULES)]
+        finally:
+            await stop(task)
+
+    assert views == ["good-2"]  # not good-1 judged without the pod it holds
