@@ -268,6 +268,7 @@ class Informer:
         settings: WatchSettings | None = None,
         sleep: Sleep = asyncio.sleep,
         on_change: OnChange | None = None,
+        freeze_after_sync: bool = False,
     ) -> None:
         core = client.CoreV1Api(api)
         settings = settings or WatchSettings()
@@ -275,6 +276,7 @@ class Informer:
         self.synced = asyncio.Event()  # set once both initial lists are in
         self.changed = asyncio.Event()  # set on a change that matters; the runtime clears it
         self._on_change = on_change
+        self._freeze = freeze_after_sync
         self._nodes: dict[str, Obj] = {}  # each as ``convert.slim_node`` keeps it
         self._pods: dict[Key, convert.PodRecord] = {}
         self._pods_on: dict[str, dict[Key, convert.PodRecord]] = {}
@@ -314,8 +316,11 @@ class Informer:
             await self.pods.listed.wait()
             # The cache is the process's bulk and lives as long as it: out of the collector's
             # way, a full collection no longer walks 150,000 pods (1.4 s each, measured).
-            gc.collect()
-            gc.freeze()
+            # The controller's process asks for it (wiring); a process that runs many informers
+            # one after another, as the test suite does, had better not keep each one's heap.
+            if self._freeze:
+                gc.collect()
+                gc.freeze()
             self.synced.set()
             log.info("informer synced: %d nodes, %d pods", len(self._nodes), len(self._pods))
 

@@ -259,7 +259,9 @@ class Controller:
             events = KubeEvents(
                 api, instance=me, clock=clock, cluster=settings.cluster_name, keys=keys
             )
-            informer = Informer(api, prefix=settings.key_prefix)
+            informer = Informer(
+                api, prefix=settings.key_prefix, freeze_after_sync=role is Role.CONTROLLER
+            )
             reconciler = Reconciler(
                 pools,
                 events=events,
