@@ -183,8 +183,8 @@ class Actuator:
         view, state = await self._observe(run.node, cached, with_pods=False)
         if isinstance(state, nodestate.StateError):
             return run.result(Outcome.REFUSED, f"unreadable state: {state}")
-        if state.phase in (Phase.LENDING, Phase.RECLAIMING):
-            return await self._progress(run, (view, state))  # already on its way
+        if state.phase in (Phase.LENDING, Phase.RECLAIMING):  # already on its way
+            return await self._progress(run, None if cached else (view, state))
         if state.phase is not Phase.LENT:
             if cached:  # nothing to do on the cache's word: the server says so first
                 return await self._reclaim(run, decision, deadline, cached=False)
