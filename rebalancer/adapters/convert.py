@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from rebalancer.core import model
 
@@ -137,7 +137,7 @@ class _Shared:
             return value
         found = self._values.get(value)
         if found is not None:
-            return found  # type: ignore[return-value]
+            return cast(T, found)  # the table maps each value to an equal one: same type
         if len(self._values) >= self._limit:
             self._values.clear()
         self._values[value] = value

@@ -40,6 +40,7 @@ from rebalancer.core import audit, model, nodestate, planning
 from rebalancer.core.audit import AuditRecord, Context, Deduper, Kind
 from rebalancer.core.outcomes import ActionResult, Outcome, Write, WriteKind, WriteOutcome
 from tests.support import factories as f
+from tests.support.factories import audit_record
 from tests.support.postgres import PostgresServer, postgres_server
 
 __all__ = ["postgres_server"]  # the session fixture, imported so that pytest finds it
@@ -123,32 +124,6 @@ def lend_result(node: model.NodeView, decision: str) -> ActionResult:
                 WriteKind.FINISH_LEND, target, writer.merge_patch(finish, "8"), WriteOutcome.APPLIED
             ),
         ),
-    )
-
-
-def record(
-    ident: str,
-    when: datetime,
-    *,
-    pool: str = "gpu",
-    node: str | None = None,
-    action: str | None = "lend",
-    kind: Kind = Kind.REFUSAL,
-    cluster: str = audit.DEFAULT_CLUSTER,
-) -> AuditRecord:
-    return AuditRecord(
-        id=ident,
-        time=when,
-        kind=kind,
-        cluster=cluster,
-        pool=pool,
-        controller="rebalancer-0",
-        reason="cooldown",
-        message=f"record {ident}",
-        node=node,
-        action=None if action is None else model.Action(action),
-        inputs={"demand": {"value": 1.5, "at": "2026-03-02T11:59:30Z"}},
-        before={"taints": [{"key": "a", "effect": "NoSchedule"}], "labels": {"x": "y"}},
     )
 
 
@@ -296,7 +271,7 @@ async def test_unfinished_intents_are_those_with_no_outcome_but_in_progress(
 ) -> None:
     chosen: SqlAuditStore | MemoryAuditStore = store if backend == "sql" else MemoryAuditStore()
     untouched, draining, done = (
-        record(i, f.T0, node="n", kind=Kind.INTENT) for i in ("01A", "01B", "01C")
+        audit_record(i, f.T0, node="n", kind=Kind.INTENT) for i in ("01A", "01B", "01C")
     )
     passes = [
         audit.outcome_record(draining, lambda: "02A", f.T0, Outcome.IN_PROGRESS, "draining"),
@@ -316,11 +291,11 @@ async def test_the_cost_minutes_of_a_pool_are_read_back_after_a_time(
     chosen: SqlAuditStore | MemoryAuditStore = store if backend == "sql" else MemoryAuditStore()
     minute = timedelta(minutes=1)
     stored = [
-        record("01A", f.T0, kind=Kind.COST, action=None),
-        record("01B", f.T0 + minute, kind=Kind.COST, action=None),
-        record("01C", f.T0 + minute, kind=Kind.COST, action=None, pool="other"),
-        record("01D", f.T0 + 2 * minute, action=None),  # a refusal: no cost
-        record("01E", f.T0 + 3 * minute, kind=Kind.COST, action=None),
+        audit_record("01A", f.T0, kind=Kind.COST, action=None),
+        audit_record("01B", f.T0 + minute, kind=Kind.COST, action=None),
+        audit_record("01C", f.T0 + minute, kind=Kind.COST, action=None, pool="other"),
+        audit_record("01D", f.T0 + 2 * minute, action=None),  # a refusal: no cost
+        audit_record("01E", f.T0 + 3 * minute, kind=Kind.COST, action=None),
     ]
     await chosen.append(stored)
     trail = AuditLog(chosen, sink=None)
@@ -333,7 +308,7 @@ async def test_migrations_are_idempotent(db_url: str) -> None:
     first = await SqlAuditStore.open(db_url)
     try:
         assert await first.schema_versions() == [1, 2]
-        await first.append([record("01A", f.T0)])
+        await first.append([audit_record("01A", f.T0)])
         if db_url.startswith("postgresql"):
             async with first.engine.connect() as conn:
                 types = await conn.execute(
@@ -405,9 +380,9 @@ async def test_a_version_1_store_is_migrated_and_its_rows_are_the_default_cluste
 ) -> None:
     minute = timedelta(minutes=1)
     old = [
-        record("01A", f.T0, node="n1", kind=Kind.INTENT),  # open: a restart must judge it
-        record("01B", f.T0 + minute, kind=Kind.COST, action=None),
-        record("01C", f.T0 + 2 * minute, node="n2"),
+        audit_record("01A", f.T0, node="n1", kind=Kind.INTENT),  # open: a restart must judge it
+        audit_record("01B", f.T0 + minute, kind=Kind.COST, action=None),
+        audit_record("01C", f.T0 + 2 * minute, node="n2"),
     ]
     await version_1_database(db_url, old)
 
@@ -427,7 +402,7 @@ async def test_a_version_1_store_is_migrated_and_its_rows_are_the_default_cluste
         assert await named.pending_intents() == ()
         assert await named.costs("gpu", f.T0) == ()
         assert await named.get("01A") is None
-        written = await named.tick([record("01D", f.T0 + 3 * minute, node="n1")])
+        written = await named.tick([audit_record("01D", f.T0 + 3 * minute, node="n1")])
         assert [r.cluster for r in written] == ["prod-eu"]
         assert await store.get("01D") == written[0]
 
@@ -498,7 +473,7 @@ def _corpus() -> list[AuditRecord]:
     for i in range(30):
         when = f.T0 + timedelta(minutes=i // 3)  # three records per minute: ties broken by id
         out.append(
-            record(
+            audit_record(
                 ids(),
                 when,
                 pool="gpu" if i % 2 == 0 else "cpu",
@@ -623,9 +598,9 @@ async def test_a_steady_refusal_is_written_once_until_something_changes(
 
 def test_two_refusals_under_one_key_do_not_flap() -> None:
     deduper = Deduper()
-    a = replace(record("A", f.T0), count=1, origin=model.Origin.STRATEGY)
+    a = replace(audit_record("A", f.T0), count=1, origin=model.Origin.STRATEGY)
     # the same kind, pool, node and reason
-    b = replace(record("B", f.T0), count=2, origin=model.Origin.OPERATOR)
+    b = replace(audit_record("B", f.T0), count=2, origin=model.Origin.OPERATOR)
     assert deduper.select([a, b]) == [a, b]
     deduper.commit([a, b], [a, b])
     # The strategy's sentence in the refused intent carries live numbers: it is no change.
@@ -682,13 +657,13 @@ async def test_nothing_reaches_stdout_when_the_store_fails() -> None:
 
 def test_times_are_aware_utc() -> None:
     when = datetime(2026, 3, 2, 13, 0, tzinfo=UTC)
-    assert audit.to_json(record("X", when))["time"] == "2026-03-02T13:00:00Z"
+    assert audit.to_json(audit_record("X", when))["time"] == "2026-03-02T13:00:00Z"
 
 
 async def test_a_stored_value_outside_the_vocabulary_is_an_error_naming_record_and_column(
     store: SqlAuditStore,
 ) -> None:
-    await store.append([record("01J0000000000000000000TELE", f.T0)])
+    await store.append([audit_record("01J0000000000000000000TELE", f.T0)])
     async with store.engine.begin() as conn:  # a row written by a newer version, or by hand
         await conn.execute(sa.update(audit_records).values(action="teleport"))
     with pytest.raises(UnreadableRecord) as raised:

@@ -13,7 +13,7 @@ import pytest
 
 from rebalancer.adapters.audit import AuditQuery, GroupCommit, SqlAuditStore, every_record
 from rebalancer.core.audit import AuditRecord
-from tests.adapters.test_audit import record
+from tests.support.factories import audit_record
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 
@@ -38,7 +38,7 @@ class Database:
 
 
 def rec(ident: str) -> AuditRecord:
-    return record(ident, NOW)
+    return audit_record(ident, NOW)
 
 
 async def test_appends_waiting_on_a_commit_go_together_in_the_next_one() -> None:

@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from rebalancer.core import model, nodestate, planning
+from rebalancer.core import audit, model, nodestate, planning
+from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import NodeName, PodRole, PoolName
 from rebalancer.core.policy import PoolPolicy
 
@@ -315,3 +316,34 @@ LENDS = (nodestate.Phase.LENDING, nodestate.Phase.LENT)
 
 def count_in(nodes: Iterable[model.NodeView], phases: tuple[nodestate.Phase, ...]) -> int:
     return sum(1 for n in nodes if phase_of(n) in phases)
+
+
+# ---------------------------------------------------------------------------------------------
+# Audit records
+
+
+def audit_record(
+    ident: str,
+    when: datetime,
+    *,
+    pool: str = "gpu",
+    node: str | None = None,
+    action: str | None = "lend",
+    kind: Kind = Kind.REFUSAL,
+    cluster: str = audit.DEFAULT_CLUSTER,
+) -> AuditRecord:
+    """A record as the audit store's tests write and read it back (a refusal by default)."""
+    return AuditRecord(
+        id=ident,
+        time=when,
+        kind=kind,
+        cluster=cluster,
+        pool=pool,
+        controller="rebalancer-0",
+        reason="cooldown",
+        message=f"record {ident}",
+        node=node,
+        action=None if action is None else model.Action(action),
+        inputs={"demand": {"value": 1.5, "at": "2026-03-02T11:59:30Z"}},
+        before={"taints": [{"key": "a", "effect": "NoSchedule"}], "labels": {"x": "y"}},
+    )
