@@ -16,7 +16,7 @@ Pods that have finished (``Succeeded``/``Failed``) hold nothing and are left out
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar, cast
@@ -133,15 +133,16 @@ class _Shared:
         self._limit = limit
 
     def __call__(self, value: T) -> T:
-        if value is None:
-            return value
-        found = self._values.get(value)
-        if found is not None:
-            return cast(T, found)  # the table maps each value to an equal one: same type
-        if len(self._values) >= self._limit:
-            self._values.clear()
-        self._values[value] = value
-        return value
+        return value if value is None else self.find(value, lambda: value)
+
+    def find(self, key: Hashable, make: Callable[[], T]) -> T:
+        """The value kept for ``key``, made by ``make`` the first time."""
+        found = self._values.get(key)
+        if found is None:
+            if len(self._values) >= self._limit:
+                self._values.clear()
+            found = self._values[key] = make()
+        return cast(T, found)  # each key's maker gives one type: the caller's
 
 
 _shared = _Shared()
@@ -172,19 +173,11 @@ def pod_record(pod: Object) -> PodRecord:
     )
 
 
-_by_fields: dict[tuple[tuple[object, ...], ...], tuple[Toleration, ...]] = {}
-
-
 def _tolerations(raw: Sequence[Object]) -> tuple[Toleration, ...]:
     """The pod's tolerations, found by their fields as sent: the pods of one workload share
     one tuple, and building it is the dearest part of reading a pod (a sync of 150,000)."""
     fields = tuple((t.get("key"), t.get("operator"), t.get("value"), t.get("effect")) for t in raw)
-    found = _by_fields.get(fields)
-    if found is None:
-        if len(_by_fields) >= 10_000:  # bounded, as _shared: starting again costs only memory
-            _by_fields.clear()
-        found = _by_fields[fields] = _shared(tuple(_toleration(t) for t in raw))
-    return found
+    return _shared.find(fields, lambda: tuple(_toleration(t) for t in raw))
 
 
 def _toleration(raw: Object) -> Toleration:

@@ -472,7 +472,9 @@ class Informer:
     def _replace_nodes(self, items: list[Obj]) -> None:
         fresh = {("", str(o["metadata"]["name"])): o for o in items}
         known = {("", k): _version(v) for k, v in self._nodes.items()}
-        _replace(known, fresh, self._apply_node, lambda key: {"metadata": {"name": key[1]}})
+        _replace(
+            known, fresh, self._apply_node, _version, lambda key: {"metadata": {"name": key[1]}}
+        )
 
     # -----------------------------------------------------------------------------------------
     # Pods
@@ -521,7 +523,7 @@ class Informer:
         known = {k: r.resource_version for k, r in self._pods.items()}
         for bad in self._bad_pods.values():
             known.update(dict.fromkeys(bad, ""))  # listed again, they are read again
-        _replace(known, fresh, self._apply_pod, _PodSeen.gone)
+        _replace(known, fresh, self._apply_pod, lambda seen: seen.version, _PodSeen.gone)
 
     # -----------------------------------------------------------------------------------------
 
@@ -537,6 +539,7 @@ def _replace(
     current: Mapping[Key, str],
     fresh: Mapping[Key, T],
     apply: Callable[[str, T], None],
+    version_of: Callable[[T], str],
     gone: Callable[[Key], T],
 ) -> None:
     """Apply a new list over the cache (each key with its resourceVersion) as the events that
@@ -548,12 +551,8 @@ def _replace(
         version = current.get(key)
         if version is None:
             apply("ADDED", item)
-        elif not version or version != _version_of(item):
+        elif not version or version != version_of(item):
             apply("MODIFIED", item)
-
-
-def _version_of(item: Any) -> str:
-    return item.version if isinstance(item, _PodSeen) else _version(item)
 
 
 @dataclass(frozen=True, slots=True)
