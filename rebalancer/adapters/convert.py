@@ -15,22 +15,32 @@ Pods that have finished (``Succeeded``/``Failed``) hold nothing and are left out
 
 from __future__ import annotations
 
+import math
+import re
 import sys
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal, InvalidOperation
 from typing import Any, TypeVar, cast
 
 from rebalancer.core import model
 
-# Labels that name the training job a pod belongs to, most specific first.
+# Labels that name the training job a pod belongs to, most specific first: a pod group (Kueue's
+# plain pods, the scheduler-plugins' coscheduling) before the workload that made it.
 JOB_LABELS = (
+    "kueue.x-k8s.io/pod-group-name",
+    "scheduling.x-k8s.io/pod-group",
     "training.kubeflow.org/job-name",
     "jobset.sigs.k8s.io/jobset-name",
     "volcano.sh/job-name",
     "batch.kubernetes.io/job-name",
     "job-name",
 )
+
+# Volcano names a pod's PodGroup in an annotation, not a label.
+GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+GPU = "nvidia.com/gpu"
 
 Object = Mapping[str, Any]
 T = TypeVar("T")
@@ -59,7 +69,20 @@ def node_view(node: Object, pods: Sequence[model.PodView] = ()) -> model.NodeVie
         pods=tuple(pods),
         ready=_ready(node),
         resource_version=str(meta.get("resourceVersion", "")),
+        allocatable=_allocatable(node),
     )
+
+
+def _allocatable(node: Object) -> model.Resources | None:
+    """What the node offers pods; None when it does not say (or says it unreadably): no taker
+    can then be shown to fit, so nothing is lent for one."""
+    raw = (node.get("status") or {}).get("allocatable")
+    if not isinstance(raw, Mapping):
+        return None
+    try:
+        return _resources(raw)
+    except ValueError:
+        return None
 
 
 def slim_node(node: Object) -> dict[str, Any]:
@@ -72,13 +95,79 @@ def slim_node(node: Object) -> dict[str, Any]:
         "metadata": {k: meta[k] for k in _NODE_METADATA if k in meta},
         "spec": {k: spec[k] for k in ("taints", "unschedulable") if k in spec},
     }
+    status: dict[str, Any] = {}
     if isinstance(conditions, list):
         ready = [c for c in conditions if isinstance(c, dict) and c.get("type") == "Ready"]
-        kept["status"] = {"conditions": ready}
+        status["conditions"] = ready
+    allocatable = (node.get("status") or {}).get("allocatable")
+    if isinstance(allocatable, dict):
+        status["allocatable"] = {k: allocatable[k] for k in _PLACED_BY if k in allocatable}
+    if status:
+        kept["status"] = status
     return kept
 
 
 _NODE_METADATA = ("name", "uid", "resourceVersion", "labels", "annotations")
+_PLACED_BY = (GPU, "cpu", "memory")  # the resources a taker is placed by
+
+
+# ---------------------------------------------------------------------------------------------
+# Quantities: what a pod requests and a node offers
+
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_QUANTITY = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?")
+
+
+def quantity(value: object) -> Decimal:
+    """A resource quantity (``500m``, ``8``, ``16Gi``, ``1e3``) as an exact decimal; raises
+    ``ValueError`` naming the value for anything the API would not have accepted."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return Decimal(value)
+    match = _QUANTITY.fullmatch(value.strip()) if isinstance(value, str) else None
+    if match is None:
+        raise ValueError(f"{value!r} is not a resource quantity such as 500m, 8 or 16Gi")
+    number, suffix = match.group(1), match.group(2) or ""
+    try:
+        base = Decimal(number)
+    except InvalidOperation as exc:  # pragma: no cover - the pattern admits only numbers
+        raise ValueError(f"{value!r} is not a resource quantity") from exc
+    if suffix in _BINARY:
+        return base * _BINARY[suffix]
+    exponent = int(suffix[1:]) if suffix[:1] in ("e", "E") else _DECIMAL[suffix]
+    return base.scaleb(exponent)
+
+
+def _resources(raw: Mapping[str, Any]) -> model.Resources:
+    """GPUs, millicores and bytes, each rounded up: a request is never read as less."""
+    return model.Resources(
+        gpu=math.ceil(quantity(raw.get(GPU, 0))),
+        cpu=math.ceil(quantity(raw.get("cpu", 0)) * 1000),
+        memory=math.ceil(quantity(raw.get("memory", 0))),
+    )
+
+
+def requests(spec: Object) -> model.Resources:
+    """What a pod asks of its node, as the scheduler counts it: the sum of its containers'
+    requests, or its largest init container's where that is more, plus its overhead. A
+    limit stands in for a missing request (the API defaults it so). Raises ``ValueError``."""
+    containers = [_container(c) for c in spec.get("containers") or ()]
+    total = sum(containers, model.NOTHING)
+    for init in spec.get("initContainers") or ():
+        need = _container(init)
+        total = model.Resources(
+            max(total.gpu, need.gpu), max(total.cpu, need.cpu), max(total.memory, need.memory)
+        )
+    overhead = spec.get("overhead")
+    return total + _resources(overhead) if isinstance(overhead, Mapping) else total
+
+
+def _container(container: Object) -> model.Resources:
+    resources = container.get("resources") or {}
+    wanted = dict(resources.get("limits") or {})
+    wanted.update(resources.get("requests") or {})
+    return _resources(wanted)
 
 
 def _ready(node: Object) -> bool:
@@ -95,12 +184,7 @@ def finished(pod: Object) -> bool:
 # Pods: what the controller keeps of one (the cache holds 150,000 of them), then its role
 
 
-@dataclass(frozen=True, slots=True)
-class Toleration:
-    key: str
-    operator: str  # "Equal" or "Exists"
-    value: str
-    effect: str  # "" tolerates every effect
+Toleration = model.Toleration
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +206,8 @@ class PodRecord:
     created: datetime | None
     terminating: bool
     ready: bool
+    requests: model.Resources
+    group: str | None  # the Volcano PodGroup it belongs to (``GROUP_ANNOTATION``)
 
 
 class _Shared:
@@ -170,6 +256,8 @@ def pod_record(pod: Object) -> PodRecord:
         created=_time(meta.get("creationTimestamp")),
         terminating=meta.get("deletionTimestamp") is not None,
         ready=_condition(pod, "Ready"),
+        requests=_shared(requests(spec)),
+        group=_shared((meta.get("annotations") or {}).get(GROUP_ANNOTATION) or None),
     )
 
 
@@ -202,7 +290,48 @@ def pod_view(pod: Object | PodRecord, rules: model.PodRules) -> model.PodView:
         created=record.created,
         terminating=record.terminating,
         ready=record.ready,
+        requests=record.requests,
     )
+
+
+def pending_pod(pod: Object | PodRecord, spec: Object) -> model.PendingPod:
+    """A pod waiting for a node, as a possible taker of lent capacity: its ``spec`` gives what
+    the scheduler places it by (``nodeSelector``, the required node affinity). Raises
+    (``ValueError``, ``TypeError``, ``AttributeError``) on a pod it cannot read."""
+    record = pod if isinstance(pod, PodRecord) else pod_record(pod)
+    selector = spec.get("nodeSelector") or {}
+    return model.PendingPod(
+        namespace=record.namespace,
+        name=record.name,
+        tolerations=record.tolerations,
+        requests=record.requests,
+        node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
+        affinity=_required_affinity(spec),
+        job=job_of(record),
+        priority=record.priority,
+        created=record.created,
+    )
+
+
+def _required_affinity(spec: Object) -> tuple[tuple[model.Requirement, ...], ...]:
+    """The required node affinity's terms; ``matchFields`` (only ``metadata.name`` exists)
+    becomes a requirement on the pseudo-label ``metadata.name``."""
+    node = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = []
+    for term in required.get("nodeSelectorTerms") or ():
+        expressions = [*(term.get("matchExpressions") or ()), *(term.get("matchFields") or ())]
+        terms.append(
+            tuple(
+                model.Requirement(
+                    key=str(e["key"]),
+                    operator=str(e["operator"]),
+                    values=tuple(str(v) for v in e.get("values") or ()),
+                )
+                for e in expressions
+            )
+        )
+    return tuple(terms)
 
 
 def _condition(obj: Object, kind: str) -> bool:
@@ -218,34 +347,29 @@ def role(pod: Object | PodRecord, rules: model.PodRules) -> model.PodRole:
     if record.daemon:
         return model.PodRole.DAEMON
     tolerations = record.tolerations
-    if any(tolerates(tolerations, taint) for taint in rules.lend_taints):
+    if any(model.tolerates(tolerations, taint) for taint in rules.lend_taints):
         return model.PodRole.BORROWED
     labels = record.labels
     selected = bool(rules.inference_selector) and all(
         labels.get(k) == v for k, v in rules.inference_selector.items()
     )
-    if selected or any(tolerates(tolerations, taint) for taint in rules.serving_taints):
+    if selected or any(model.tolerates(tolerations, taint) for taint in rules.serving_taints):
         return model.PodRole.INFERENCE
     return model.PodRole.OTHER
 
 
 def tolerates(tolerations: Iterable[Toleration | Object], taint: model.Taint) -> bool:
-    """Kubernetes' toleration matching (k8s.io/api/core/v1 ToleratesTaint)."""
-    for toleration in tolerations:
-        t = toleration if isinstance(toleration, Toleration) else _toleration(toleration)
-        if t.effect and t.effect != taint.effect:
-            continue
-        if t.operator == "Exists":
-            if not t.key or t.key == taint.key:
-                return True
-        elif t.operator == "Equal" and t.key == taint.key and t.value == (taint.value or ""):
-            return True
-    return False
+    """Kubernetes' toleration matching, for tolerations as cached or as the API sends them."""
+    read = (t if isinstance(t, Toleration) else _toleration(t) for t in tolerations)
+    return model.tolerates(read, taint)
 
 
 def job_of(pod: Object | PodRecord) -> str | None:
-    """The training job a pod belongs to: a job label, else its controller; None if neither."""
+    """The training job a pod belongs to: its pod group, a job label, else its controller;
+    None if none."""
     record = pod if isinstance(pod, PodRecord) else pod_record(pod)
+    if record.group:
+        return _shared(f"{record.namespace}/{record.group}")
     for label in JOB_LABELS:
         if record.labels.get(label):
             return _shared(f"{record.namespace}/{record.labels[label]}")

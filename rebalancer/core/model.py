@@ -47,6 +47,86 @@ class Taint:
         return doc
 
 
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """A pod's toleration as the API holds it (empty strings for absent fields)."""
+
+    key: str
+    operator: str  # "Equal" or "Exists"
+    value: str
+    effect: str  # "" tolerates every effect
+
+
+def tolerates(tolerations: Iterable[Toleration], taint: Taint) -> bool:
+    """Kubernetes' toleration matching (k8s.io/api/core/v1 ToleratesTaint)."""
+    for t in tolerations:
+        if t.effect and t.effect != taint.effect:
+            continue
+        if t.operator == "Exists":
+            if not t.key or t.key == taint.key:
+                return True
+        elif t.operator == "Equal" and t.key == taint.key and t.value == (taint.value or ""):
+            return True
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """What a pod requests or a node offers, in the three units a GPU job is placed by:
+    ``nvidia.com/gpu`` devices, CPU in millicores, memory in bytes."""
+
+    gpu: int = 0
+    cpu: int = 0
+    memory: int = 0
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(self.gpu + other.gpu, self.cpu + other.cpu, self.memory + other.memory)
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(self.gpu - other.gpu, self.cpu - other.cpu, self.memory - other.memory)
+
+    def covers(self, wanted: Resources) -> bool:
+        return self.gpu >= wanted.gpu and self.cpu >= wanted.cpu and self.memory >= wanted.memory
+
+    def __str__(self) -> str:
+        return f"{self.gpu} GPU, {self.cpu}m CPU, {self.memory / 2**30:.4g} GiB"
+
+
+NOTHING = Resources()
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One ``matchExpressions`` entry of a required node affinity term."""
+
+    key: str
+    operator: str  # In, NotIn, Exists, DoesNotExist, Gt, Lt
+    values: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        values = f" {list(self.values)}" if self.values else ""
+        return f"{self.key} {self.operator}{values}"
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPod:
+    """A pod waiting to be scheduled that would run on lent capacity: a possible taker.
+
+    ``affinity`` is the required node affinity: any one term (a tuple of requirements that must
+    all hold) admits a node; empty, no affinity. ``job`` is the pod's job identity: the pending
+    pods of one job are a gang, placed together or not at all (``core.takers``)."""
+
+    namespace: str
+    name: str
+    tolerations: tuple[Toleration, ...]
+    requests: Resources = NOTHING
+    node_selector: tuple[tuple[str, str], ...] = ()
+    affinity: tuple[tuple[Requirement, ...], ...] = ()
+    job: str | None = None
+    priority: int = 0
+    created: datetime | None = None
+
+
 class PodRole(StrEnum):
     """What a pod is to the controller; decided by the adapter from the pool's selectors."""
 
@@ -66,6 +146,7 @@ class PodView:
     created: datetime | None = None
     terminating: bool = False
     ready: bool = True  # the pod's Ready condition: an inference pod serves only when Ready
+    requests: Resources = NOTHING  # what it holds of its node (a lent node's room for takers)
 
 
 @dataclass(frozen=True)
@@ -89,6 +170,7 @@ class NodeView:
     pods: tuple[PodView, ...] = ()
     ready: bool = True
     resource_version: str = ""
+    allocatable: Resources | None = None  # None: unknown, so no taker can be shown to fit
     # Derived values the core computes once per node value (parsed state, overrides). Not an
     # init field, so ``dataclasses.replace`` gives the new value a memo of its own.
     memo: dict[object, object] = field(default_factory=dict, compare=False, repr=False, init=False)
@@ -288,6 +370,9 @@ class PoolSnapshot:
     # cover another loan's worst case stops lending (``core.planning``), and strategies are
     # shown it (``PoolView.budget``).
     budget: ErrorBudget | None = None
+    # Pending pods that tolerate the pool's lend taints: who would use a lent node. A pool
+    # that lends only to takers (``PoolPolicy.lend_only_to_takers``) lends none without one.
+    takers: tuple[PendingPod, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -354,6 +439,7 @@ class Reason(StrEnum):
     NOT_READY = "not_ready"
     WARMING = "warming"
     LEND_NEVER = "lend_never"
+    NO_TAKER = "no_taker"  # no pending training pod would run on the node
     NO_CANDIDATE = "no_candidate"
     BAD_STATE = "bad_state"
     BAD_OVERRIDE = "bad_override"
@@ -400,6 +486,7 @@ class Step:
     message: str
     intent: Intent
     urgent: bool = False  # a reclaim that protects inference: the deadline is short
+    taker: str | None = None  # a lend: the job (gang) it is for, when the pool lends to takers
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,6 +519,7 @@ class PoolPlan:
     rejections: tuple[Rejection, ...]
     findings: tuple[Finding, ...]
     summary: str  # one line: what the pool looks like and what the tick did
+    served: frozenset[str] = frozenset()  # pending jobs its lent room or its lends are for
 
 
 @dataclass(frozen=True)

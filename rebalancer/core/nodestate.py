@@ -18,6 +18,7 @@ a crash at any instant leaves enough on the node to put it back byte for byte.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping
@@ -347,15 +348,7 @@ def apply(node: model.NodeView, change: NodeChange) -> model.NodeView:
     labels = _merge(node.labels, change.labels)
     annotations = _merge(node.annotations, change.annotations)
     taints = node.taints if change.taints is None else change.taints
-    return model.NodeView(
-        name=node.name,
-        labels=labels,
-        taints=taints,
-        annotations=annotations,
-        pods=node.pods,
-        ready=node.ready,
-        resource_version=node.resource_version,
-    )
+    return dataclasses.replace(node, labels=labels, taints=taints, annotations=annotations)
 
 
 def _merge(current: Mapping[str, str], change: Mapping[str, str | None]) -> dict[str, str]:

@@ -53,7 +53,7 @@ from datetime import datetime
 from enum import Enum
 
 from rebalancer.core import demand as demand_module
-from rebalancer.core import model, nodestate, overrides, warmth, windows
+from rebalancer.core import model, nodestate, overrides, takers, warmth, windows
 from rebalancer.core.model import Action, Intent, Origin, Reason
 from rebalancer.core.nodestate import Phase
 from rebalancer.core.policy import Guard, PoolPolicy
@@ -69,6 +69,7 @@ def make_plan(
 ) -> model.Plan:
     paused, frozen = set(paused_pools), set(frozen_pools)
     plans = {}
+    served: set[str] = set()  # jobs a pool planned before has room for: not lent for twice
     for name, pool in snapshot.pools.items():
         proposal = proposals.get(name)
         plans[name] = plan_pool(
@@ -80,7 +81,9 @@ def make_plan(
             keys=keys,
             paused=snapshot.paused or name in paused,
             frozen=snapshot.frozen or name in frozen,
+            served=frozenset(served),
         )
+        served.update(plans[name].served)
     return model.Plan(now=snapshot.now, pools=plans)
 
 
@@ -115,8 +118,10 @@ def plan_pool(
     keys: nodestate.Keys,
     paused: bool = False,
     frozen: bool = False,
+    served: frozenset[str] = frozenset(),
 ) -> model.PoolPlan:
-    draft = _Draft(_observe(now, name, pool, policy, keys, paused, frozen))
+    """One pool's plan; ``served``: jobs other pools have room for (``core.takers``)."""
+    draft = _Draft(_observe(now, name, pool, policy, keys, paused, frozen, served))
     # Every intent is still formed under a pause or a freeze, and refused: nothing is silent.
     _operator_intents(draft)
     _safety_intents(draft)
@@ -189,6 +194,7 @@ class _Pool:
     window_open: bool  # the pool's window, evaluated once per tick
     paused: bool  # a global or pool pause: lending and non-safety moves are refused
     frozen: bool  # a global or pool freeze: every intent is refused
+    takers: tuple[takers.Gang, ...]  # pending jobs no other pool has room for, in place order
 
     @property
     def size(self) -> int:
@@ -243,6 +249,7 @@ class _Draft:
     lends: int = 0
     cold_lends: int = 0  # lends of warming nodes: they took no warm capacity away
     reclaims: int = 0
+    served: set[str] = field(default_factory=set)  # jobs this pool's room or lends are for
 
     def __post_init__(self) -> None:
         self.per_tick_left = self.pool.policy.step_budget(self.pool.size)
@@ -271,18 +278,20 @@ class _Draft:
         warming = len(self.pool.warming) - self.cold_lends
         return self.pool.count(Phase.RECLAIMING) + warming + self.reclaims
 
-    def step(self, intent: Intent, node: _Node) -> None:
+    def step(self, intent: Intent, node: _Node, taker: str | None = None) -> None:
         # A reclaim for anything but the strategy protects inference: its deadline is short.
         urgent = intent.action is Action.RECLAIM and intent.origin is not Origin.STRATEGY
+        message = intent.message if taker is None else f"{intent.message}; for job {taker}"
         self.steps.append(
             model.Step(
                 pool=self.pool.name,
                 node=node.name,
                 action=intent.action,
                 reason=intent.reason,
-                message=intent.message,
+                message=message,
                 intent=intent,
                 urgent=urgent,
+                taker=taker,
             )
         )
         self.changed.add(node.name)
@@ -311,6 +320,7 @@ class _Draft:
                 f"pool {pool.name}: {counts}; need {need}; target {target}; "
                 f"{len(self.steps)} steps, {len(self.rejections)} refusals"
             ),
+            served=frozenset(self.served),
         )
 
 
@@ -326,6 +336,7 @@ def _observe(
     keys: nodestate.Keys,
     paused: bool,
     frozen: bool,
+    served: frozenset[str] = frozenset(),
 ) -> _Pool:
     by_phase, findings, unreadable = _read_nodes(now, snapshot.nodes, keys, policy.zone)
     serving = by_phase[Phase.SERVING]
@@ -347,6 +358,7 @@ def _observe(
         window_open=policy.window.is_open(now),
         paused=paused,
         frozen=frozen,
+        takers=tuple(g for g in takers.gangs(snapshot.takers) if g.key not in served),
     )
 
 
@@ -566,11 +578,100 @@ def _grant(draft: _Draft, intent: Intent, nodes: Sequence[_Node]) -> None:
     budget = _budget(intent, _limits(draft, intent))
     draft.rejections.extend(budget.refused)
     cheapest = _lend_cost if intent.action is Action.LEND else _reclaim_cost
-    chosen = sorted(candidates.eligible, key=cheapest)[: budget.allowed]
+    ordered = sorted(candidates.eligible, key=cheapest)
+    if _to_takers(draft.pool, intent):
+        _lend_to_takers(draft, intent, ordered, budget.allowed, candidates.excluded)
+        return
+    chosen = ordered[: budget.allowed]
     for node in chosen:
         draft.step(intent, node)
     missing = budget.allowed - len(chosen)
     draft.rejections.extend(_shortfall(draft.pool, intent, missing, candidates.excluded))
+
+
+# -- takers ------------------------------------------------------------------------------------
+
+
+def _to_takers(pool: _Pool, intent: Intent) -> bool:
+    """Whether ``intent`` lends only to pending jobs: the strategy's lends in a pool that says
+    so. An operator's ``lend=now`` is the operator's call, as it is for the window."""
+    return (
+        pool.policy.lend_only_to_takers
+        and intent.action is Action.LEND
+        and intent.origin is Origin.STRATEGY
+    )
+
+
+def _lend_to_takers(
+    draft: _Draft,
+    intent: Intent,
+    ordered: Sequence[_Node],
+    allowed: int,
+    excluded: Mapping[model.NodeName, Reason],
+) -> None:
+    """Lend, of the ``ordered`` candidates, only nodes a pending job would run on, up to
+    ``allowed``; jobs that fit on room already lent need none (``core.takers``)."""
+    pool = draft.pool
+    offered = [_room(pool, node, lent=False) for node in ordered]
+    placed = takers.place(pool.takers, _lent_rooms(draft), offered, allowed)
+    by_name = {node.name: node for node in ordered}
+    for name, job in placed.lend:
+        draft.step(intent, by_name[name], taker=job)
+        draft.served.add(job)
+    draft.served.update(placed.served)
+    missing = allowed - len(placed.lend)
+    without_candidate = max(0, missing - max(0, len(ordered) - len(placed.lend)))
+    draft.rejections.extend(_shortfall(pool, intent, without_candidate, excluded))
+    no_taker = missing - without_candidate
+    if no_taker > 0:
+        note = _why_no_taker(pool, placed)
+        draft.rejections.append(
+            model.Rejection(intent, Reason.NO_TAKER, note, no_taker, intent.node)
+        )
+
+
+def _why_no_taker(pool: _Pool, placed: takers.Placement) -> str:
+    if not pool.takers:
+        return "no pending pod tolerates the lend taint: a lent node would run nothing"
+    waiting = list(placed.waiting.items())
+    if not waiting:
+        return f"every pending job ({len(pool.takers)}) fits on nodes lent already"
+    shown = "; ".join(f"job {job}: {why}" for job, why in waiting[:3])
+    more = f"; and {len(waiting) - 3} more" if len(waiting) > 3 else ""
+    return f"no pending job would run on another node: {shown}{more}"
+
+
+def _lent_rooms(draft: _Draft) -> list[takers.Room]:
+    """The room pending pods may find without a new loan: nodes lent or being lent (not
+    taken back this tick), then those lent this tick, as they will be once lent."""
+    pool = draft.pool
+    stepped = {s.node: s.action for s in draft.steps}
+    rooms = [
+        _room(pool, node, lent=node.phase is Phase.LENT)
+        for node in (*pool.by_phase[Phase.LENT], *pool.by_phase[Phase.LENDING])
+        if stepped.get(node.name) is not Action.RECLAIM
+    ]
+    by_name = {n.name: n for n in pool.by_phase[Phase.SERVING]}
+    rooms += [
+        _room(pool, by_name[s.node], lent=False)
+        for s in draft.steps
+        if s.action is Action.LEND and s.node in by_name
+    ]
+    return rooms
+
+
+def _room(pool: _Pool, node: _Node, lent: bool) -> takers.Room:
+    """``node`` as a pending pod would find it: as it is when ``lent``, else once lent."""
+    view, spec = node.view, pool.policy.lend_spec
+    labels, taints = view.labels, view.taints
+    if not lent:
+        change = nodestate.NodeChange(nodestate.lent_taints(taints, spec), spec.labels, {})
+        after = nodestate.apply(view, change)
+        labels, taints = after.labels, after.taints
+    free = None
+    if view.allocatable is not None:
+        free = view.allocatable - sum((p.requests for p in view.pods), model.NOTHING)
+    return takers.Room(view.name, labels, taints, free)
 
 
 # -- candidates --------------------------------------------------------------------------------

@@ -63,6 +63,10 @@ class PoolPolicy:
         default_factory=lambda: default_lend_spec(nodestate.Keys())
     )
     guards: frozenset[Guard] = ALL_GUARDS
+    # The strategy lends a node only to a pending job that would run on it (``core.takers``).
+    # The controller's settings turn this on for every pool unless told otherwise; the value
+    # here is off so that a policy built for a pool without pods (the simulator's) lends.
+    lend_only_to_takers: bool = False
 
     def __post_init__(self) -> None:
         problems = []

@@ -230,21 +230,60 @@ def plan(
     paused_pools: Iterable[PoolName] = (),
     frozen: bool = False,
     budget: model.ErrorBudget | None = None,
+    takers: Sequence[model.PendingPod] = (),
 ) -> model.PoolPlan:
     """Plan one pool with demand ``rps`` sampled ``age`` ago (``rps=None``: no sample at all).
 
     ``queue`` requests waiting, sampled ``queue_age`` ago (``None``: no queue sample);
-    ``budget`` the pool's error budget.
+    ``budget`` the pool's error budget; ``takers`` the pending pods that would use lent nodes.
     """
     actual = None if rps is None else demand(rps, age, now)
     waiting = None if queue is None else demand(queue, queue_age, now)
-    pools = {POOL: dataclasses.replace(pool_snapshot(nodes, actual, waiting), budget=budget)}
+    snap = pool_snapshot(nodes, actual, waiting)
+    pools = {POOL: dataclasses.replace(snap, budget=budget, takers=tuple(takers))}
     snapshot = model.Snapshot(now=now, pools=pools, paused=paused, frozen=frozen)
     proposals = {} if target is None else {POOL: proposal(target)}
     result = planning.make_plan(
         snapshot, proposals, {POOL: pool_policy or policy()}, KEYS, paused_pools
     )
     return result.pools[POOL]
+
+
+# What a lent node of the tests' pool tolerates: its GPU taint and the lend taint.
+TRAINING_TOLERATIONS = (
+    model.Toleration(key="nvidia.com/gpu", operator="Exists", value="", effect=""),
+    model.Toleration(key=KEYS.lent_taint, operator="Exists", value="", effect=""),
+)
+GPU_NODE = model.Resources(gpu=8, cpu=96_000, memory=1024 * 2**30)  # allocatable of one node
+
+
+def taker(
+    name: str,
+    *,
+    gpus: int = 8,
+    job: str | None = None,
+    affinity: Sequence[Sequence[model.Requirement]] = (),
+    node_selector: Mapping[str, str] | None = None,
+    tolerations: tuple[model.Toleration, ...] = TRAINING_TOLERATIONS,
+    priority: int = 0,
+) -> model.PendingPod:
+    """A pending training pod that tolerates lent nodes of the tests' pool."""
+    return model.PendingPod(
+        namespace="train",
+        name=name,
+        tolerations=tolerations,
+        requests=model.Resources(gpu=gpus, cpu=8_000, memory=64 * 2**30),
+        node_selector=tuple(sorted((node_selector or {}).items())),
+        affinity=tuple(tuple(term) for term in affinity),
+        job=job,
+        priority=priority,
+        created=T0 - timedelta(minutes=5),
+    )
+
+
+def gpu_node(node: model.NodeView, **labels: str) -> model.NodeView:
+    """``node`` with a GPU node's allocatable, and ``labels`` added."""
+    return dataclasses.replace(node, labels={**node.labels, **labels}, allocatable=GPU_NODE)
 
 
 def proposal(target: int) -> model.Proposal:
