@@ -6,6 +6,8 @@ conftest only turns it into fixtures. By where a test sits in the flow:
 Pure values (the core and the strategies)
 - ``factories``: node views in every phase, built with the node-state codec; policies, plans.
 - ``series``: Hypothesis strategies of demand histories (zeros, gaps, spikes, floods).
+- ``nvidia_smi``: what nvidia-smi prints on seven real cards (with where each value comes from),
+  and a fake ``nvidia-smi`` executable that prints it, fails as a broken driver does, or hangs.
 
 The Reconciler on in-memory seams
 - ``fakes``: ``Views``, ``Demand``, ``CodecActuator`` (moves nodes through the codec), ``Calls``,
