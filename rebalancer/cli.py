@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from rebalancer import __version__
 from rebalancer.errors import ConfigError, RebalancerError
-from rebalancer.settings import InvalidSettings, Settings
+from rebalancer.settings import InvalidSettings, PositiveDuration, Settings
 from strategies import registry
 
 if TYPE_CHECKING:  # the runtime is imported by the commands that use it, not at start
@@ -152,6 +152,29 @@ def _controller_commands(commands: Any) -> None:
     show.add_argument("--json", action="store_true", help="one JSON object per line")
     show.set_defaults(handler=_audit)
 
+    gpus = commands.add_parser(
+        "gpu-labeler",
+        help="keep this node's nvidia.com/gpu.* labels in step with its GPUs",
+        description="Ask nvidia-smi what GPUs this node has and keep the node's "
+        "nvidia.com/gpu.product, .memory (MiB), .count, .family, .compute.major/.minor and .mixed "
+        "labels in step, patching only what changed; on a mixed node the weakest GPU speaks for "
+        "it. An nvidia-smi error changes nothing. A node GPU Feature Discovery labels is left "
+        "alone (docs/design/gpu-labels.md). Runs until SIGTERM, or one pass with --once (exit 1 "
+        "when nvidia-smi could not be read).",
+    )
+    gpus.add_argument("--node", help="the node to label (default: $NODE_NAME)")
+    gpus.add_argument("--interval", default="60s", help="time between passes (60s)")
+    gpus.add_argument("--once", action="store_true", help="one pass, then exit")
+    gpus.add_argument("--nvidia-smi", default="nvidia-smi", metavar="PATH", help="(nvidia-smi)")
+    gpus.add_argument("--timeout", default="10s", help="nvidia-smi's deadline (10s)")
+    gpus.add_argument(
+        "--kubeconfig",
+        type=Path,
+        help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)",
+    )
+    gpus.add_argument("--dry-run", action="store_true", help="log the changes, write nothing")
+    gpus.set_defaults(handler=_gpu_labeler)
+
 
 def _settings(args: argparse.Namespace) -> Settings:
     from rebalancer import settings
@@ -174,6 +197,43 @@ def _run(args: argparse.Namespace) -> int:
             return await controller.run()
 
     return asyncio.run(go())
+
+
+def _duration(flag: str, text: str) -> float:
+    """A positive duration flag (``90s``, ``2m``) in seconds, or a one-line ConfigError."""
+    import pydantic
+
+    try:
+        value = pydantic.TypeAdapter(PositiveDuration).validate_python(text)
+    except pydantic.ValidationError as exc:
+        why = exc.errors()[0]["msg"]
+        raise ConfigError(f"{flag}={text!r}: {why}") from None
+    return value.total_seconds()
+
+
+def _gpu_labeler(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+    import os
+
+    from rebalancer.runtime import gpulabeler, loop
+
+    node = args.node or os.environ.get("NODE_NAME", "")
+    if not node.strip():
+        raise ConfigError(
+            "--node: required (or set NODE_NAME, as the chart does from spec.nodeName)"
+        )
+    options = gpulabeler.Options(
+        node=node.strip(),
+        interval=_duration("--interval", args.interval),
+        once=args.once,
+        nvidia_smi=args.nvidia_smi,
+        timeout=_duration("--timeout", args.timeout),
+        kubeconfig=args.kubeconfig,
+        dry_run=args.dry_run,
+    )
+    loop.json_logging(logging.INFO)
+    return asyncio.run(gpulabeler.main(options))
 
 
 # Mirrors takeback.DEFAULT_CONCURRENCY and MAX_CONCURRENCY: the parser is built without importing
