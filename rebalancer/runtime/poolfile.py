@@ -132,16 +132,17 @@ class PoolModel(_Model):
     @pydantic.field_validator("taints")
     @classmethod
     def _one_per_key_and_effect(cls, value: tuple[TaintModel, ...]) -> tuple[TaintModel, ...]:
-        seen: set[tuple[str, str]] = set()
-        for taint in value:
-            if (taint.key, taint.effect) in seen:
+        seen: dict[tuple[str, str], int] = {}
+        for index, taint in enumerate(value):
+            first = seen.setdefault((taint.key, taint.effect), index)
+            if first != index:
                 # The API refuses a node with two taints of one key and effect.
                 raise PydanticCustomError(
                     "taints",
-                    "two taints with key {key!r} and effect {effect}: the API allows one",
-                    {"key": taint.key, "effect": taint.effect},
+                    "taints {first} and {index} both have key '{key}' and effect {effect}; "
+                    "a node may have one",
+                    {"first": first, "index": index, "key": taint.key, "effect": taint.effect},
                 )
-            seen.add((taint.key, taint.effect))
         return value
 
     def pool(self) -> nodepools.NodePool:
