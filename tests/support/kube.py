@@ -38,7 +38,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,9 +108,11 @@ class KubeServer:
         body: Any = None,
         token: str = ADMIN_TOKEN,
         content_type: str = "application/json",
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[int, Any]:
-        """One raw HTTPS request: the status code and the answer (JSON decoded when it is)."""
-        code, raw = self.raw(method, path, body, token, content_type)
+        """One raw HTTPS request: the status code and the answer (JSON decoded when it is);
+        ``headers`` are sent too (``Impersonate-User``...)."""
+        code, raw = self.raw(method, path, body, token, content_type, headers)
         return code, _decoded(raw)
 
     def raw(
@@ -120,13 +122,18 @@ class KubeServer:
         body: Any = None,
         token: str = ADMIN_TOKEN,
         content_type: str = "application/json",
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[int, bytes]:
         """One raw HTTPS request, its answer read to the end (a watch: until the server ends it).
         Requests share one kept-alive connection per server, one request at a time (a TLS
         handshake per request would cost the suite much of its time on this server); one the
         server closed while idle is opened again and the request sent once more."""
         data = None if body is None else json.dumps(body).encode()
-        headers = {"Authorization": f"Bearer {token}", "Content-Type": content_type}
+        headers = {
+            "Authorization": f"Bearer {token}",
+            "Content-Type": content_type,
+            **(headers or {}),
+        }
         kept = _kept.setdefault(self.url, _Kept(self.url, self.ca))
         with kept.lock:
             for attempt in range(2):

@@ -68,3 +68,26 @@ sqlite+aiosqlite:////var/lib/rebalancer/audit.sqlite3
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The GPU labeler (gpuLabeler.enabled): its own names and labels, so that no selector of the
+controller's (Deployment, Service, PodDisruptionBudget, NetworkPolicy) ever matches its pods. */}}
+{{- define "rebalancer.gpuLabeler.name" -}}
+{{- printf "%s-gpu-labeler" (include "rebalancer.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "rebalancer.gpuLabeler.serviceAccountName" -}}
+{{- default (include "rebalancer.gpuLabeler.name" .) .Values.gpuLabeler.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "rebalancer.gpuLabeler.selectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-gpu-labeler" (include "rebalancer.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "rebalancer.gpuLabeler.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "rebalancer.gpuLabeler.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: gpu-labeler
+{{- end -}}
