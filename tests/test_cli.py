@@ -161,7 +161,7 @@ def test_the_harness_commands_are_listed_with_their_help(
     with pytest.raises(SystemExit) as caught:
         cli.main(["--help"])
     assert caught.value.code == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # the wording, wherever argparse wraps it
     assert "replay a load trace through strategies, baselines and the oracle" in out
     assert "serve an emulated Kubernetes API" in out
     assert "run the controller on an emulated cluster" in out
@@ -277,3 +277,20 @@ def test_audit_shows_one_cluster_of_a_shared_store_when_asked(
 
     assert cli.main(["audit", "--cluster", "", "--config", str(config)]) == 2
     assert capsys.readouterr().err == "rebalancer: --cluster='': must not be empty\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["gpu-labeler", "--node", "gpu-1", "--interval", "soon"], "--interval='soon': write a"),
+        (["gpu-labeler", "--node", "gpu-1", "--timeout", "0s"], "--timeout='0s': must be"),
+        (["gpu-labeler", "--node", " "], "--node: required (or set NODE_NAME"),
+    ],
+)
+def test_gpu_labeler_flags_are_refused_in_one_line(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert says in err
