@@ -332,6 +332,8 @@ class PoolSettings(_Model):
     lent_taints: tuple[TaintSettings, ...] | None = None  # None: <prefix>lent=training:NoSchedule
     lent_labels: dict[str, str] = Field(default_factory=dict)
     inference_selector: dict[str, str] = Field(default_factory=dict)
+    # Lend a node only when a pending training job would run on it (core.takers).
+    lend_only_to_takers: bool = True
     zone: Zone = "UTC"
     window: str = "always"
     strategy: StrategySettings = StrategySettings()
@@ -418,6 +420,7 @@ class PoolSettings(_Model):
             window=self.parsed_window(),
             zone=self.zone,
             lend_spec=self.lend_spec(keys),
+            lend_only_to_takers=self.lend_only_to_takers,
         )
 
     def pod_rules(self, keys: nodestate.Keys) -> model.PodRules:

@@ -263,8 +263,8 @@ BAD: list[tuple[str, object, str]] = [
         "unknown pool key",
         pool(lend="never"),
         "pools[0].lend='never': unknown setting; known: name, node_selector, serving_taints, "
-        "serving_labels, lent_taints, lent_labels, inference_selector, zone, window, strategy, "
-        "paused, frozen, rps_per_node, limits, metrics, slo",
+        "serving_labels, lent_taints, lent_labels, inference_selector, lend_only_to_takers, "
+        "zone, window, strategy, paused, frozen, rps_per_node, limits, metrics, slo",
     ),
     (
         "slo with both figures",
@@ -473,7 +473,7 @@ def test_default_pool_builds_the_documented_values() -> None:
     assert keys == nodestate.Keys()
     (p,) = s.pools
     assert p.lend_spec(keys) == default_lend_spec(keys)
-    assert p.policy(keys) == PoolPolicy(rps_per_node=10.0)
+    assert p.policy(keys) == PoolPolicy(rps_per_node=10.0, lend_only_to_takers=True)
     assert p.pod_rules(keys) == model.PodRules(
         lend_taints=(model.Taint(key="rebalancer.io/lent", value="training", effect="NoSchedule"),),
         serving_taints=(model.Taint(key="workload", value="inference", effect="NoSchedule"),),
@@ -517,6 +517,7 @@ def test_custom_pool_builds_its_values() -> None:
                 "lent_taints": ["spot:NoSchedule"],
                 "lent_labels": {"role": "training", "pool": "borrowed"},
                 "inference_selector": {"app": "vllm"},
+                "lend_only_to_takers": False,
                 "zone": "Asia/Shanghai",
                 "window": "Mon-Fri 22:00-06:00",
                 "rps_per_node": 12.5,

@@ -55,6 +55,8 @@ T = TypeVar("T")
 
 # Only pods on a node that still hold it; the API server filters, so the cache stays small.
 POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+# Pods no node holds yet: the possible takers of lent capacity (``core.takers``).
+PENDING_FIELD_SELECTOR = "spec.nodeName=,status.phase=Pending"
 
 
 @dataclass(frozen=True)
@@ -278,7 +280,8 @@ class _Views:
 
 
 class Informer:
-    """Nodes and their (running, unfinished) pods, kept current by two reflectors."""
+    """Nodes and their (running, unfinished) pods, kept current by two reflectors, and, when
+    a pool lends only to takers (``watch_pending``), the pods waiting for a node by a third."""
 
     def __init__(
         self,
@@ -290,6 +293,7 @@ class Informer:
         sleep: Sleep = asyncio.sleep,
         on_change: OnChange | None = None,
         freeze_after_sync: bool = False,
+        watch_pending: bool = False,
     ) -> None:
         core = client.CoreV1Api(api)
         settings = settings or WatchSettings()
@@ -327,12 +331,28 @@ class Informer:
             settings,
             sleep,
         )
+        self._pending: dict[Key, _Pending] = {}
+        self.pending_pods: Reflector | None = None
+        if watch_pending:
+            self.pending_pods = Reflector(
+                "pending pods",
+                core.list_pod_for_all_namespaces,
+                {"field_selector": PENDING_FIELD_SELECTOR},
+                _Pending.of,
+                self._apply_pending,
+                self._replace_pending,
+                settings,
+                sleep,
+            )
 
     async def run(self) -> None:
         """Run until cancelled."""
         async with asyncio.TaskGroup() as group:
             group.create_task(self.nodes.run(), name="informer-nodes")
             group.create_task(self.pods.run(), name="informer-pods")
+            if self.pending_pods is not None:
+                group.create_task(self.pending_pods.run(), name="informer-pending-pods")
+                await self.pending_pods.listed.wait()
             await self.nodes.listed.wait()
             await self.pods.listed.wait()
             # The cache is the process's bulk and lives as long as it: out of the collector's
@@ -368,6 +388,16 @@ class Informer:
             self._by_rules.append(cached)
         return cached
 
+    def pending(self, rules: model.PodRules) -> tuple[model.PendingPod, ...]:
+        """The pods waiting for a node that tolerate every lend taint of ``rules``: who would
+        use a node lent under them. Empty when pending pods are not watched."""
+        return tuple(
+            seen.pod
+            for _, seen in sorted(self._pending.items())
+            if seen.pod is not None
+            and all(model.tolerates(seen.pod.tolerations, t) for t in rules.lend_taints)
+        )
+
     def unreadable(self) -> dict[str, str]:
         """Objects that could not be turned into views, and why: their node is left out of
         every view (so nothing decides about it) until they can be read again."""
@@ -376,7 +406,12 @@ class Informer:
             for node, bad in self._bad_pods.items()
             for (namespace, name), why in bad.items()
         }
-        return self._unreadable | pods
+        pending = {
+            f"pod/{key[0]}/{key[1]}": seen.problem
+            for key, seen in self._pending.items()
+            if seen.pod is None
+        }
+        return self._unreadable | pods | pending
 
     def _touch(self, name: str) -> None:
         """The node or its pods changed: every set of views builds it again when next asked."""
@@ -526,6 +561,27 @@ class Informer:
         _replace(known, fresh, self._apply_pod, lambda seen: seen.version, _PodSeen.gone)
 
     # -----------------------------------------------------------------------------------------
+    # Pending pods: no node holds them, so no view changes; a new one may be a taker, so the
+    # loop is woken (a pod that only changed, or left, wakes nothing: no loan waits on that)
+
+    def _apply_pending(self, kind: str, seen: _Pending) -> None:
+        if kind == "DELETED" or seen.scheduled:
+            self._pending.pop(seen.key, None)
+            return
+        known = seen.key in self._pending
+        self._pending[seen.key] = seen
+        if not known and self.synced.is_set():
+            log.debug("pod %s/%s waits for a node", *seen.key)
+            self.changed.set()
+            if self._on_change is not None:
+                self._on_change("", f"pod {seen.key[0]}/{seen.key[1]} waits for a node")
+
+    def _replace_pending(self, items: list[_Pending]) -> None:
+        fresh = {seen.key: seen for seen in items}
+        known = {k: v.version for k, v in self._pending.items()}
+        _replace(known, fresh, self._apply_pending, lambda seen: seen.version, _Pending.gone)
+
+    # -----------------------------------------------------------------------------------------
 
     def _notify(self, node: str, why: str) -> None:
         # One line per object at DEBUG: a sync of 150,000 pods is a line per list at INFO.
@@ -584,6 +640,33 @@ class _PodSeen:
     @staticmethod
     def gone(key: Key) -> _PodSeen:
         return _PodSeen(key, "", "")
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """A pod waiting for a node, as a possible taker, or why it cannot be read (it is then no
+    taker: a job the controller cannot read is not lent for)."""
+
+    key: Key
+    version: str
+    pod: model.PendingPod | None = None
+    problem: str = ""
+    scheduled: bool = False  # the event that tells it left the selector (it got a node)
+
+    @staticmethod
+    def of(pod: Obj) -> _Pending:
+        key, version = _pod_key(pod), _version(pod)
+        try:
+            if _node_of(pod) or (pod.get("status") or {}).get("phase") != "Pending":
+                return _Pending(key, version, scheduled=True)
+            taker = convert.pending_pod(pod, pod.get("spec") or {})
+        except Exception as exc:  # one bad object must not take the others with it
+            return _Pending(key, version, problem=f"{type(exc).__name__}: {exc}")
+        return _Pending(key, version, taker)
+
+    @staticmethod
+    def gone(key: Key) -> _Pending:
+        return _Pending(key, "")
 
 
 def _pod_key(pod: Obj) -> Key:

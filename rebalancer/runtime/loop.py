@@ -142,7 +142,7 @@ class ReconcileLoop:
 
     def on_change(self, node: str, why: str) -> None:
         """``Informer(on_change=...)``: the informer calls it only for changes that matter."""
-        self.wake(f"node {node}: {why}")
+        self.wake(f"node {node}: {why}" if node else why)
 
     # -- the job ------------------------------------------------------------------------------
 

@@ -154,6 +154,10 @@ class ViewSource(Protocol):
 
     def node_views(self, rules: PodRules) -> tuple[NodeView, ...]: ...
 
+    def pending(self, rules: PodRules) -> tuple[model.PendingPod, ...]:
+        """The pods waiting for a node that tolerate the lend taints of ``rules``."""
+        ...
+
     def unreadable(self) -> Mapping[str, str]:
         """Objects left out of the views because they could not be read: key -> why."""
         ...
@@ -697,6 +701,7 @@ class Reconciler:
                 unknown_since=reading.unknown_since,
                 held=reading.held,
                 budget=pool.slo.budget(self._costs.get(pool.name, ()), now) if pool.slo else None,
+                takers=self.views.pending(pool.rules) if pool.policy.lend_only_to_takers else (),
             )
         snapshot = model.Snapshot(now=now, pools=pools, paused=self.paused(), frozen=self.frozen())
         return Observation(snapshot, read)

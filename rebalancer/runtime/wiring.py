@@ -260,7 +260,10 @@ class Controller:
                 api, instance=me, clock=clock, cluster=settings.cluster_name, keys=keys
             )
             informer = Informer(
-                api, prefix=settings.key_prefix, freeze_after_sync=role is Role.CONTROLLER
+                api,
+                prefix=settings.key_prefix,
+                freeze_after_sync=role is Role.CONTROLLER,
+                watch_pending=any(p.lend_only_to_takers for p in settings.pools),
             )
             reconciler = Reconciler(
                 pools,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -106,3 +107,41 @@ def test_a_pod_belongs_to_its_job_label_before_its_controller() -> None:
 def test_finished_pods_are_recognised() -> None:
     assert convert.finished(pod(phase="Succeeded"))
     assert not convert.finished(pod(phase="Running"))
+
+
+# ---------------------------------------------------------------------------------------------
+# What a pod requests and a node offers (the room a taker needs)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("500m", "0.5"), ("8", "8"), ("16Gi", str(16 * 2**30)), ("1e3", "1000"), ("1.5k", "1500")],
+)
+def test_quantities_read_as_the_api_writes_them(text: str, value: str) -> None:
+    assert convert.quantity(text) == Decimal(value)
+
+
+@pytest.mark.parametrize("text", ["", "8 GPUs", "1..2", "Gi", None, True])
+def test_a_quantity_the_api_would_refuse_is_an_error_naming_it(text: object) -> None:
+    with pytest.raises(ValueError, match="is not a resource quantity"):
+        convert.quantity(text)
+
+
+def test_a_pod_requests_what_the_scheduler_counts() -> None:
+    spec = {
+        "containers": [
+            {"resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+            {"resources": {"limits": {"nvidia.com/gpu": "2", "cpu": "1"}}},  # limit stands in
+        ],
+        "initContainers": [{"resources": {"requests": {"cpu": "4"}}}],  # the larger: 4 CPUs
+        "overhead": {"memory": "1Gi"},
+    }
+
+    assert convert.requests(spec) == model.Resources(gpu=2, cpu=4000, memory=2 * 2**30)
+
+
+def test_a_node_without_a_readable_allocatable_offers_nothing_known() -> None:
+    node = {"metadata": {"name": "n"}, "status": {"allocatable": {"cpu": "lots"}}}
+
+    assert convert.node_view(node).allocatable is None
+    assert convert.node_view({"metadata": {"name": "n"}}).allocatable is None

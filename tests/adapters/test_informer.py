@@ -81,7 +81,7 @@ def as_opened(box: Sandbox) -> Opened:
 
 
 @asynccontextmanager
-async def informing(box: Opened) -> AsyncIterator[Running]:
+async def informing(box: Opened, watch_pending: bool = False) -> AsyncIterator[Running]:
     pulse = box.requests.pulse
     gate = Gate(pulse)
 
@@ -94,6 +94,7 @@ async def informing(box: Opened) -> AsyncIterator[Running]:
         settings=WatchSettings(timeout_seconds=TIMEOUT),
         sleep=gate.sleep,
         on_change=record,
+        watch_pending=watch_pending,
     )
     running = Running(informer, gate, pulse)
     task = asyncio.create_task(informer.run())
@@ -132,6 +133,32 @@ async def test_the_first_sync_holds_every_node_with_its_running_pods(
     assert sum(len(v.pods) for v in views) == 2  # the pending pod is on no node
     assert seeded.requests.lists_of("nodes") == 1
     assert seeded.requests.lists_of("pods") == 1
+
+
+async def test_pods_waiting_for_a_node_are_the_takers_of_lent_nodes(seeded: Opened) -> None:
+    """Only with ``watch_pending``: a pending pod that tolerates the lent taint is a taker; one
+    that does not is not; one bound to a node never was; a deleted one leaves."""
+    objects.add(seeded.objects, cluster.training_pod("early", 0))
+    foreign = cluster.training_pod("foreign", 0)
+    foreign["spec"]["tolerations"] = []
+    objects.add(seeded.objects, foreign)
+    _bind(seeded.objects, cluster.training_pod("placed", 0), "inference-1")
+
+    async with informing(seeded, watch_pending=True) as run:
+        assert [p.name for p in run.informer.pending(RULES)] == ["early-0"]
+        early = run.informer.pending(RULES)[0]
+        assert early.job == "training/early"
+        assert early.requests == model.Resources(gpu=8)
+        assert early.affinity[0][0] == model.Requirement(
+            "gpu-pool", "In", ("training", "inference")
+        )
+        objects.add(seeded.objects, cluster.training_pod("late", 0))
+        await run.until(lambda: len(run.informer.pending(RULES)) == 2)
+        assert ("", "pod training/late-0 waits for a node") in run.changes
+        core = client.CoreV1Api(seeded.api)
+        await core.delete_namespaced_pod("early-0", "training", grace_period_seconds=0)
+        await run.until(lambda: [p.name for p in run.informer.pending(RULES)] == ["late-0"])
+        assert seeded.requests.lists_of("pods") == 2  # running pods, pending pods: once each
 
 
 async def test_a_sync_logs_a_line_per_list_not_per_object(

@@ -49,9 +49,17 @@ class Views:
 
     nodes: list[model.NodeView]
     broken: dict[str, str] = field(default_factory=dict)  # key -> why it cannot be read
+    waiting: list[model.PendingPod] = field(default_factory=list)  # pods no node holds yet
 
     def node_views(self, rules: PodRules) -> tuple[model.NodeView, ...]:
         return tuple(self.nodes)
+
+    def pending(self, rules: PodRules) -> tuple[model.PendingPod, ...]:
+        return tuple(
+            p
+            for p in self.waiting
+            if all(model.tolerates(p.tolerations, t) for t in rules.lend_taints)
+        )
 
     def unreadable(self) -> Mapping[str, str]:
         return self.broken

@@ -106,6 +106,10 @@ class Harness(Cluster):
             ),
             "limits": limits,
             "metrics": {"demand": {"value": DEMAND, "sampled": DEMAND_SAMPLED}},
+            # These suites are about the rules around lending and taking back; nothing here
+            # re-creates an evicted training pod, so after a reclaim no pod would wait for a
+            # lent node. Lending to takers only is proved on its own (tests/test_takers.py).
+            "lend_only_to_takers": False,
             **settings.pop("pool", {}),
         }
         doc = {
@@ -211,12 +215,13 @@ class Harness(Cluster):
 
 @contextlib.asynccontextmanager
 async def harness(
-    tmp_path: Path, rps: float = LOW, faults: Faults | None = None
+    tmp_path: Path, rps: float = LOW, faults: Faults | None = None, waiting: int = 10
 ) -> AsyncIterator[Harness]:
+    """The cluster of the module docstring, with ``waiting`` training pods pending."""
     store = Store(seed=1)
     cluster.seed(store)
     pools.add_replicas(store)
-    pools.add_waiting_training(store, 10)
+    pools.add_waiting_training(store, waiting)
     store.schedule()
     exporter = Exporter(pods=pools.REPLICAS, rps=rps)
     async with (
