@@ -419,6 +419,7 @@ class Reason(StrEnum):
     METRICS_LOST = "metrics_lost"
     RECOVERY = "recovery"  # a restart ends a transition left in flight
     BAD_OVERRIDE_RECLAIM = "bad_override_reclaim"
+    GANG_PREEMPTED = "gang_preempted"  # a job losing pods elsewhere: its other nodes come back
     # why something is refused
     PAUSED = "paused"
     FROZEN = "frozen"

@@ -51,9 +51,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
+from functools import partial
 
 from rebalancer.core import demand as demand_module
-from rebalancer.core import model, nodestate, overrides, takers, warmth, windows
+from rebalancer.core import model, nodestate, overrides, takers, victims, warmth, windows
 from rebalancer.core.model import Action, Intent, Origin, Reason
 from rebalancer.core.nodestate import Phase
 from rebalancer.core.policy import Guard, PoolPolicy
@@ -126,6 +127,7 @@ def plan_pool(
     _operator_intents(draft)
     _safety_intents(draft)
     _strategy_intent(draft, proposal)
+    _gang_intent(draft)
     return draft.finish(proposal)
 
 
@@ -577,8 +579,10 @@ def _grant(draft: _Draft, intent: Intent, nodes: Sequence[_Node]) -> None:
     candidates = _candidates(draft.pool, intent, nodes)
     budget = _budget(intent, _limits(draft, intent))
     draft.rejections.extend(budget.refused)
-    cheapest = _lend_cost if intent.action is Action.LEND else _reclaim_cost
-    ordered = sorted(candidates.eligible, key=cheapest)
+    if intent.action is Action.LEND:
+        ordered = sorted(candidates.eligible, key=_lend_cost)
+    else:
+        ordered = _reclaim_order(candidates.eligible, _preempted(draft), budget.allowed)
     if _to_takers(draft.pool, intent):
         _lend_to_takers(draft, intent, ordered, budget.allowed, candidates.excluded)
         return
@@ -870,11 +874,71 @@ def _lend_cost(node: _Node) -> tuple[int, str]:
     return len(node.view.pods), node.name
 
 
-def _reclaim_cost(node: _Node) -> tuple[int, int, str]:
-    """Cheapest first: fewest training jobs preempted, then fewest pods."""
-    borrowed = node.view.borrowed_pods
-    jobs = {p.job or f"{p.namespace}/{p.name}" for p in borrowed}
-    return len(jobs), len(borrowed), node.name
+def _reclaim_order(nodes: Sequence[_Node], preempted: set[str], count: int) -> list[_Node]:
+    """The ``count`` nodes a reclaim takes first, cheapest first in what they cost training:
+    a job (a gang) is preempted whole as soon as one of its pods goes, so each next node is
+    the one that preempts the fewest jobs not preempted already (``preempted``: by this tick's
+    earlier steps, or by nodes on their way back), then the cheapest such jobs by
+    ``victims``' order (lowest priority, least work lost), then the fewest pods. The other
+    nodes of a gang taken once cost nothing more, and come next."""
+    remaining = list(nodes)
+    lost = set(preempted)
+    cost = {job.key: rank for rank, job in enumerate(victims.jobs(_borrowed(remaining)))}
+    chosen: list[_Node] = []
+    while remaining and len(chosen) < count:
+        best = min(remaining, key=partial(_price, lost=frozenset(lost), cost=cost))
+        remaining.remove(best)
+        chosen.append(best)
+        lost |= _jobs_on(best)
+    return chosen
+
+
+def _price(
+    node: _Node, lost: frozenset[str], cost: Mapping[str, int]
+) -> tuple[int, list[int], int, str]:
+    """What taking ``node`` back costs when the jobs in ``lost`` are lost already: the jobs
+    it preempts besides, the dearest of them first (by their rank in ``cost``), its pods."""
+    new = _jobs_on(node) - lost
+    return len(new), sorted((cost[j] for j in new), reverse=True), len(node.view.pods), node.name
+
+
+def _jobs_on(node: _Node) -> set[str]:
+    return {victims.job_key(p) for p in node.view.borrowed_pods}
+
+
+def _borrowed(nodes: Iterable[_Node]) -> list[model.PodView]:
+    return [p for node in nodes for p in node.view.borrowed_pods]
+
+
+def _preempted(draft: _Draft) -> set[str]:
+    """The jobs that lose pods this tick or are losing them: those on nodes a step of this
+    tick takes back, and those on nodes already on their way back."""
+    pool = draft.pool
+    back = {s.node for s in draft.steps if s.action is Action.RECLAIM}
+    nodes = [n for n in pool.by_phase[Phase.LENT] if n.name in back]
+    nodes += pool.by_phase[Phase.RECLAIMING]
+    return {job for node in nodes for job in _jobs_on(node)}
+
+
+def _gang_intent(draft: _Draft) -> None:
+    """No gang is left half-running: the lent nodes that still run pods of a job that is
+    losing pods elsewhere (a step of this tick, or a node on its way back) come back too. The
+    job is lost already, so taking its other nodes back costs it nothing more, and frees them
+    for inference or for a job that can run whole. As urgent as any reclaim that is not the
+    strategy's; a node an operator paused stays as it is."""
+    preempted = _preempted(draft)
+    if not preempted:
+        return
+    siblings = [n for n in draft.untouched(Phase.LENT) if _jobs_on(n) & preempted]
+    if not siblings:
+        return
+    jobs = sorted({j for n in siblings for j in _jobs_on(n) & preempted})
+    shown = ", ".join(jobs[:3]) + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")
+    why = f"job {shown} is losing pods on a node taken back: its other nodes come back with it"
+    intent = Intent(
+        draft.pool.name, Action.RECLAIM, len(siblings), Origin.SAFETY, Reason.GANG_PREEMPTED, why
+    )
+    _grant(draft, intent, siblings)
 
 
 def _shortfall(

@@ -1,8 +1,10 @@
 """Which borrowed pods to evict first, and which training jobs to preempt: least cost first.
 
 Where it sits: the actuator orders a reclaiming node's borrowed pods with ``eviction_order``
-before it evicts them; ``pick_jobs`` is for later, when only part of a pool's borrowed capacity is
-needed back. Pure: no I/O, no clock.
+before it evicts them; the planner ranks the jobs on lent nodes with ``jobs`` to choose which
+nodes a reclaim takes (``planning._reclaim_order``: whole nodes, so a job's cost is not a sum
+of units as ``pick_jobs`` counts it); ``pick_jobs`` is for taking back part of a pool's
+borrowed capacity by pods or GPUs. Pure: no I/O, no clock.
 
 Cost, as DESIGN section 3 puts it: fewest training jobs preempted, then lowest priority, then the
 youngest (least work lost). A job is the pods sharing ``PodView.job``; a pod without a job is a job
