@@ -286,6 +286,7 @@ def config(audit: Path, nodes: int, rules: str) -> str:
     node_selector: {{gpu-pool: inf-{i}}}
     inference_selector: {selector}
     serving_taints: [workload=inference:NoSchedule]
+    lend_only_to_takers: false  # the waves are what is measured, not who would take them
     rps_per_node: {RPS_PER_NODE}
     strategy: {{name: reactive}}
     limits: {{drop_floor: 0, max_step_fraction: {min(1.0, (WAVE + 1) / per_pool)}}}"""
