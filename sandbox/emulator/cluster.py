@@ -8,15 +8,21 @@ ReplicaSet, so a ``maxUnavailable`` budget can count it); ``training_pod`` makes
 preemptible Job (``batch.kubernetes.io/job-name``) that tolerates the lend taint
 ``rebalancer.io/lent=training:NoSchedule`` and the training pool's own taint, and only the GPU
 nodes. The objects are plain dicts, written to a store with ``seed`` or ``add``.
+
+``HETEROGENEOUS`` is the demo's cluster: an L20 and a T4 inference pool and an A100 training
+pool, every node labelled as GPU Feature Discovery labels it (product, family, memory, compute
+capability), so a job's node affinity can ask for the GPU it needs; its training pods may be
+members of a Volcano PodGroup (``group``), which the scheduler stand-in places all or none.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sandbox.emulator import scheduling
 from sandbox.emulator.resources import NODES, PDBS, PODS
 from sandbox.emulator.store import Store
 
@@ -37,11 +43,34 @@ class Pool:
     product: str
     taint: Mapping[str, str]
     gpus: int = 8
+    # GPU Feature Discovery's other labels, written when given (``nvidia.com/gpu.family``,
+    # ``.memory`` in MiB, ``.compute.major``/``.minor``): what a job's node affinity reads.
+    family: str | None = None
+    memory: int | None = None
+    compute: tuple[int, int] | None = None
+
+    def gpu_labels(self) -> dict[str, str]:
+        labels = {"nvidia.com/gpu.product": self.product, "nvidia.com/gpu.count": str(self.gpus)}
+        if self.family is not None:
+            labels["nvidia.com/gpu.family"] = self.family
+        if self.memory is not None:
+            labels["nvidia.com/gpu.memory"] = str(self.memory)
+        if self.compute is not None:
+            labels["nvidia.com/gpu.compute.major"] = str(self.compute[0])
+            labels["nvidia.com/gpu.compute.minor"] = str(self.compute[1])
+        return labels
 
 
 INFERENCE = Pool("inference", 8, "NVIDIA-L20", INFERENCE_TAINT)
 TRAINING = Pool("training", 4, "NVIDIA-A100-SXM4-80GB", TRAINING_TAINT)
 DEFAULT_POOLS = (INFERENCE, TRAINING)
+
+# A heterogeneous cluster, labelled as GPU Feature Discovery labels it: two inference pools of
+# different cards and a training pool (the demo's).
+L20 = Pool("l20", 8, "NVIDIA-L20", INFERENCE_TAINT, 8, "ada", 46068, (8, 9))
+T4 = Pool("t4", 4, "NVIDIA-Tesla-T4", INFERENCE_TAINT, 4, "turing", 15360, (7, 5))
+A100 = Pool("a100", 4, "NVIDIA-A100-SXM4-80GB", TRAINING_TAINT, 8, "ampere", 81920, (8, 0))
+HETEROGENEOUS = (L20, T4, A100)
 
 
 def node(name: str, pool: Pool) -> Obj:
@@ -55,8 +84,7 @@ def node(name: str, pool: Pool) -> Obj:
                 "kubernetes.io/hostname": name,
                 "kubernetes.io/os": "linux",
                 "gpu-pool": pool.name,
-                "nvidia.com/gpu.product": pool.product,
-                "nvidia.com/gpu.count": str(pool.gpus),
+                **pool.gpu_labels(),
             },
         },
         "spec": {"taints": [dict(pool.taint)]},
@@ -119,8 +147,9 @@ def inference_pod(
     gpus: int = 1,
     node_name: str | None = None,
     namespace: str = INFERENCE_NAMESPACE,
+    pool: str = INFERENCE.name,
 ) -> Obj:
-    """Replica ``index`` of a serving Deployment, pinned to the inference pool."""
+    """Replica ``index`` of a serving Deployment, pinned to an inference pool."""
     replica_set = f"{deployment}-7d9f8c6b5"
     pod: Obj = {
         "apiVersion": "v1",
@@ -141,7 +170,7 @@ def inference_pod(
             ],
         },
         "spec": {
-            "nodeSelector": {"gpu-pool": "inference"},
+            "nodeSelector": {"gpu-pool": pool},
             "tolerations": [{**INFERENCE_TAINT, "operator": "Equal"}],
             "terminationGracePeriodSeconds": 30,
             "containers": [_container("server", "vllm/vllm-openai:v0.6.3", gpus)],
@@ -158,8 +187,14 @@ def training_pod(
     gpus: int = 8,
     namespace: str = TRAINING_NAMESPACE,
     priority_class: str | None = "preemptible",
+    needs: Sequence[Obj] = (),
+    group: str | None = None,
+    pools: Sequence[str] = ("training", "inference"),
 ) -> Obj:
-    """Worker ``index`` of a preemptible training Job: any GPU node it is let onto."""
+    """Worker ``index`` of a preemptible training Job: any GPU node of ``pools`` it is let onto
+    whose labels meet ``needs`` (node selector requirements, ``nvidia.com/gpu.family In
+    [hopper]``). With a ``group`` it is a member of that Volcano PodGroup, scheduled by
+    ``volcano`` with its other members, all or none."""
     pod: Obj = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -195,8 +230,9 @@ def training_pod(
                                     {
                                         "key": "gpu-pool",
                                         "operator": "In",
-                                        "values": ["training", "inference"],
-                                    }
+                                        "values": list(pools),
+                                    },
+                                    *(dict(n) for n in needs),
                                 ]
                             }
                         ]
@@ -212,6 +248,9 @@ def training_pod(
     }
     if priority_class is not None:
         pod["spec"]["priorityClassName"] = priority_class
+    if group is not None:
+        pod["metadata"]["annotations"] = {scheduling.GROUP_ANNOTATION: group}
+        pod["spec"]["schedulerName"] = scheduling.VOLCANO
     return pod
 
 

@@ -9,6 +9,10 @@ node affinity terms, with ``In``/``NotIn``/``Exists``/``DoesNotExist``/``Gt``/``
 allocatable minus what the node's non-terminal pods request). Toleration matching is
 ``Toleration.ToleratesTaint`` from ``k8s.io/api/core/v1``.
 
+It also stands in for Volcano (``schedulerName: volcano``): the pending pods of one PodGroup
+(the ``scheduling.k8s.io/group-name`` annotation) are bound all together or not at all, as its
+gang plugin does, so a training job never runs with part of its workers.
+
 The choice among feasible nodes is deterministic (the real scheduler breaks ties at random): the
 node left with the largest free share of the requested resources, then the lowest name. The
 refusal message is aggregated the way the scheduler writes it into ``PodScheduled=False``.
@@ -26,6 +30,9 @@ from sandbox.emulator import quantity
 
 Obj = dict[str, Any]
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+GROUP_ANNOTATION = "scheduling.k8s.io/group-name"  # Volcano's PodGroup of a pod
+VOLCANO = "volcano"
+SCHEDULERS = ("default-scheduler", VOLCANO)  # the scheduler names the stand-in answers for
 
 
 def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
@@ -196,19 +203,71 @@ def _free_share(node: Obj, wanted: Mapping[str, Decimal], used: Mapping[str, Dec
 
 def placements(pods: Iterable[Obj], nodes: list[Obj]) -> list[tuple[Obj, Placement]]:
     """Where each pending pod goes, in queue order (priority, then age), each placement taking
-    its requests from what the later pods may use: one scheduling pass over a snapshot."""
+    its requests from what the later pods may use: one scheduling pass over a snapshot. The
+    pending members of one Volcano PodGroup are placed together where the first of them stands
+    in the queue, all of them or none."""
     pods = list(pods)
     used = _usage(pods)
     out = []
-    for pod in sorted(filter(_pending, pods), key=_queue_order):
-        placement = place(pod, nodes, used)
+    for unit in _units(sorted(filter(_pending, pods), key=_queue_order)):
+        out.extend(_place_unit(unit, nodes, used))
+    return out
+
+
+def _units(queue: list[Obj]) -> list[list[Obj]]:
+    """The queue as what is placed at once: a pod, or the pending members of a PodGroup."""
+    units: list[list[Obj]] = []
+    groups: dict[tuple[str, str], list[Obj]] = {}
+    for pod in queue:
+        group = _group(pod)
+        if group is None:
+            units.append([pod])
+        elif group in groups:
+            groups[group].append(pod)
+        else:
+            groups[group] = [pod]
+            units.append(groups[group])
+    return units
+
+
+def _group(pod: Obj) -> tuple[str, str] | None:
+    spec, meta = pod.get("spec") or {}, pod["metadata"]
+    name = (meta.get("annotations") or {}).get(GROUP_ANNOTATION)
+    if spec.get("schedulerName") != VOLCANO or not name:
+        return None
+    return meta.get("namespace", ""), name
+
+
+def _place_unit(
+    unit: list[Obj], nodes: list[Obj], used: dict[str, dict[str, Decimal]]
+) -> list[tuple[Obj, Placement]]:
+    """Place every pod of ``unit`` on a trial copy of ``used``; keep it only if all fit, as
+    Volcano's gang plugin binds a job's tasks only once ``minMember`` of them can run (here
+    every member still pending: the stand-in reads no PodGroup object)."""
+    trial = {name: dict(slot) for name, slot in used.items()}
+    out = []
+    for pod in unit:
+        placement = place(pod, nodes, trial)
         out.append((pod, placement))
         if placement.node is None:
             continue
-        slot = used.setdefault(placement.node, {})
+        slot = trial.setdefault(placement.node, {})
         for resource, amount in {**requests(pod), "pods": Decimal(1)}.items():
             slot[resource] = slot.get(resource, Decimal(0)) + amount
-    return out
+    refused = [p.message for _, p in out if p.node is None]
+    if not refused:
+        used.clear()
+        used.update(trial)
+        return out
+    if len(unit) == 1:
+        return out
+    group = _group(unit[0])
+    assert group is not None
+    message = (
+        f"pod group {group[1]}: {len(unit) - len(refused)} of {len(unit)} pods fit, "
+        f"none is bound: {refused[0]}"
+    )
+    return [(pod, Placement(None, message)) for pod in unit]
 
 
 def _pending(pod: Obj) -> bool:
@@ -216,7 +275,7 @@ def _pending(pod: Obj) -> bool:
     return (
         not spec.get("nodeName")
         and not meta.get("deletionTimestamp")
-        and spec.get("schedulerName", "default-scheduler") == "default-scheduler"
+        and spec.get("schedulerName", "default-scheduler") in SCHEDULERS
         and not spec.get("schedulingGates")
         and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
     )

@@ -172,6 +172,30 @@ async def test_training_waits_until_an_inference_node_is_lent(gpu_cluster: Sandb
     assert bound == [(TRAINING, "pretrain-4", "inference-5")]
 
 
+async def test_a_volcano_pod_group_is_bound_all_together_or_not_at_all(
+    gpu_cluster: Sandbox,
+) -> None:
+    # Queued by name (one creation time): a trio, then a pair, then a pod of no group.
+    for job, size in (("a-trio", 3), ("b-pair", 2)):
+        for index in range(size):
+            await gpu_cluster.core.create_namespaced_pod(
+                TRAINING, cluster.training_pod(job, index, group=job)
+            )
+    await gpu_cluster.core.create_namespaced_pod(TRAINING, cluster.training_pod("c-solo", 0))
+    bound = gpu_cluster.schedule()  # the pair would fit one pod on the fourth node: it gets none
+    assert sorted(b[1] for b in bound) == ["a-trio-0", "a-trio-1", "a-trio-2", "c-solo-0"]
+    waiting = await gpu_cluster.core.read_namespaced_pod("b-pair-0", TRAINING)
+    message = next(c.message for c in waiting.status.conditions if c.type == "PodScheduled")
+    assert message.startswith("pod group b-pair: 1 of 2 pods fit, none is bound: 0/12 nodes")
+    await gpu_cluster.core.delete_namespaced_pod("c-solo-0", TRAINING, grace_period_seconds=0)
+    assert gpu_cluster.schedule() == []  # one node free: still not both
+    await gpu_cluster.core.patch_node("inference-5", {"spec": {"taints": [cluster.LEND_TAINT]}})
+    assert sorted(b[1:] for b in gpu_cluster.schedule()) == [
+        ("b-pair-0", "inference-5"),
+        ("b-pair-1", "training-3"),
+    ]
+
+
 async def test_a_cordoned_node_gets_no_pods_and_carries_the_unschedulable_taint(
     sandbox: Sandbox,
 ) -> None:
