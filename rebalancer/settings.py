@@ -247,6 +247,7 @@ class LimitSettings(_Model):
     headroom: float = Field(default=0.2, ge=0, allow_inf_nan=False)
     max_lent_fraction: float = Field(default=1.0, ge=0, le=1)
     min_loan: Duration = timedelta(0)
+    unused_loan: Duration = timedelta(minutes=5)
     cooldown: Duration = timedelta(minutes=15)
     max_step_fraction: float = Field(default=0.25, gt=0, le=1)
     staleness: PositiveDuration = timedelta(minutes=2)
@@ -407,6 +408,7 @@ class PoolSettings(_Model):
             headroom=lim.headroom,
             max_lent_fraction=lim.max_lent_fraction,
             min_loan=lim.min_loan,
+            unused_loan=lim.unused_loan,
             cooldown=lim.cooldown,
             max_step_fraction=lim.max_step_fraction,
             staleness=lim.staleness,

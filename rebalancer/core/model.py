@@ -420,6 +420,7 @@ class Reason(StrEnum):
     RECOVERY = "recovery"  # a restart ends a transition left in flight
     BAD_OVERRIDE_RECLAIM = "bad_override_reclaim"
     GANG_PREEMPTED = "gang_preempted"  # a job losing pods elsewhere: its other nodes come back
+    UNUSED_LOAN = "unused_loan"  # lent, yet no job runs on it or waits for it
     # why something is refused
     PAUSED = "paused"
     FROZEN = "frozen"

@@ -127,6 +127,7 @@ def plan_pool(
     _operator_intents(draft)
     _safety_intents(draft)
     _strategy_intent(draft, proposal)
+    _unused_loans(draft)
     _gang_intent(draft)
     return draft.finish(proposal)
 
@@ -632,6 +633,32 @@ def _lend_to_takers(
         draft.rejections.append(
             model.Rejection(intent, Reason.NO_TAKER, note, no_taker, intent.node)
         )
+
+
+def _unused_loans(draft: _Draft) -> None:
+    """In a pool that lends only to takers, a loan is for a job: one that no borrowed pod runs
+    on and no pending job would take, ``unused_loan`` after it began (the job finished, was
+    deleted, or went elsewhere), harvests nothing and is given back. A strategy's move: held
+    to ``min_loan``, an operator's ``lend=now`` and the pause, as any."""
+    pool = draft.pool
+    grace = pool.policy.unused_loan
+    if not pool.policy.lend_only_to_takers:
+        return
+    used = takers.place(pool.takers, _lent_rooms(draft), (), 0).used
+    idle = [
+        n
+        for n in draft.untouched(Phase.LENT)
+        if not n.view.borrowed_pods
+        and n.name not in used
+        and n.state.since is not None
+        and pool.now - n.state.since >= grace
+    ]
+    if idle:
+        why = f"lent over {grace} ago, and no job runs on it or waits for it"
+        intent = Intent(
+            pool.name, Action.RECLAIM, len(idle), Origin.STRATEGY, Reason.UNUSED_LOAN, why
+        )
+        _grant(draft, intent, idle)
 
 
 def _why_no_taker(pool: _Pool, placed: takers.Placement) -> str:

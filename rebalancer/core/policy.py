@@ -67,6 +67,8 @@ class PoolPolicy:
     # The controller's settings turn this on for every pool unless told otherwise; the value
     # here is off so that a policy built for a pool without pods (the simulator's) lends.
     lend_only_to_takers: bool = False
+    # With it: a loan no job runs on or waits for this long after it began is given back.
+    unused_loan: timedelta = timedelta(minutes=5)
 
     def __post_init__(self) -> None:
         problems = []

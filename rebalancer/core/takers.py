@@ -83,6 +83,7 @@ class Placement:
     lend: tuple[tuple[NodeName, str], ...] = ()
     served: tuple[str, ...] = ()
     waiting: Mapping[str, str] = field(default_factory=dict)
+    used: frozenset[NodeName] = frozenset()  # the ``lent`` rooms a placed pod went to
 
 
 def gangs(pods: Iterable[PendingPod]) -> tuple[Gang, ...]:
@@ -111,10 +112,13 @@ def place(
     lend: list[tuple[NodeName, str]] = []
     served: list[str] = []
     waiting: dict[str, str] = {}
+    used: set[NodeName] = set()
+    held = {room.node for room in lent}
     for gang in jobs:
         trial = dict(free)
         taken: list[Room] = []
         why = None
+        landed: set[NodeName] = set()
         for pod in gang.pods:
             room = _first_fit(pod, rooms + taken, trial) or _first_fit(pod, fresh, trial)
             if room is None:
@@ -124,6 +128,7 @@ def place(
                 fresh.remove(room)
                 taken.append(room)
             trial[room.node] = _less(trial[room.node], pod.requests)
+            landed.add(room.node)
         if why is None and len(lend) + len(taken) > budget:
             why = f"needs {len(taken)} more nodes at once; {budget - len(lend)} may be lent"
         if why is not None:
@@ -131,11 +136,12 @@ def place(
             fresh = [room for room in offered if room in fresh or room in taken]
             continue
         free = trial
+        used |= landed & held
         rooms.extend(taken)
         lend.extend((room.node, gang.key) for room in taken)
         if not taken:
             served.append(gang.key)
-    return Placement(tuple(lend), tuple(served), waiting)
+    return Placement(tuple(lend), tuple(served), waiting, frozenset(used))
 
 
 def accepts(pod: PendingPod, labels: Mapping[str, str], taints: Iterable[Taint]) -> str | None:

@@ -32,6 +32,7 @@ from tests.support.factories import (
     stepped,
     taker,
     unaccounted,
+    with_overrides,
 )
 
 LEND = Action.LEND
@@ -296,3 +297,51 @@ def test_no_gang_is_ever_lent_part_of_its_nodes(sizes: list[int], jobs: int, bud
         assert (gang.key in lent_for) != (gang.key in placed.waiting)
     placed_gpus = sum(p.requests.gpu for p in pods if p.job in lent_for)
     assert placed_gpus <= 8 * len(placed.lend)
+
+
+# ---------------------------------------------------------------------------------------------
+# A loan no job uses is given back
+
+
+def lent_ago(name: str, ago: timedelta) -> model.NodeView:
+    return gpu_node(lend(serving(name), T0 - ago))
+
+
+def test_a_loan_no_job_uses_is_given_back_once_unused_long_enough() -> None:
+    old, new = lent_ago("old", timedelta(minutes=10)), lent_ago("new", timedelta(minutes=1))
+
+    result = checked(plan([old, new], target=2, pool_policy=TAKERS))
+
+    assert stepped(result, Action.RECLAIM) == ["old"]
+    assert result.steps[0].reason is Reason.UNUSED_LOAN
+
+
+def test_a_loan_a_pending_job_would_take_is_kept() -> None:
+    old = lent_ago("old", timedelta(minutes=10))
+
+    result = checked(plan([old], target=1, pool_policy=TAKERS, takers=[taker("a")]))
+
+    assert stepped(result) == []
+
+
+def test_a_loan_training_runs_on_is_kept() -> None:
+    busy = gpu_node(lend(serving("busy"), T0 - timedelta(hours=1), pods=[borrowed_pod("j")]))
+
+    assert stepped(checked(plan([busy], target=1, pool_policy=TAKERS))) == []
+
+
+def test_unused_loans_are_kept_where_a_pool_lends_to_anyone() -> None:
+    old = lent_ago("old", timedelta(minutes=10))
+
+    result = checked(plan([old], target=1, pool_policy=policy(min_serving=0)))
+
+    assert stepped(result) == []
+
+
+def test_an_operators_loan_is_kept_unused() -> None:
+    asked = with_overrides(lent_ago("asked", timedelta(hours=1)), lend="now")
+
+    result = checked(plan([asked], target=1, pool_policy=TAKERS))
+
+    assert stepped(result) == []
+    assert refusals(result) == {Reason.OPERATOR_LEND_NOW: 1}
