@@ -2,21 +2,29 @@
 
 In one process, with no network, cluster or Prometheus:
 
-- the settings of one inference pool, as a platform team would write them;
+- the settings of two inference pools, as a platform team would write them: 8 L20 nodes serving
+  one service of the trace, 4 T4 nodes serving another, each lending only to a pending job that
+  would run on its nodes (``lend_only_to_takers``, the default);
 - the controller as ``rebalancer run`` builds it (``runtime.wiring.Controller.open``), given the
-  emulator's client, a manual clock and the replayed trace as its seams: informer, actuator,
+  emulator's client, a manual clock and the replayed traces as its seams: informer, actuator,
   Events, reconciler, audit log (SQLite in a temporary directory), telemetry;
-- the Kubernetes API emulator serving its default cluster over HTTP on 127.0.0.1 (8 L20
-  inference nodes, 4 A100 training nodes) on a ``ManualClock`` set to the trace's start;
-  inference replicas run on a few inference nodes (so those are never idle), and preemptible
-  training jobs (tolerating the lend taint) wait, a few always pending;
-- ``sim.replay.Replay`` replays the trace behind the controller's metrics seam: the clock moves
-  one trace minute per step, so cooldowns and deadlines follow the trace.
+- the Kubernetes API emulator serving a heterogeneous cluster over HTTP on 127.0.0.1 (the L20
+  and T4 inference pools and 4 A100 training nodes, labelled as GPU Feature Discovery labels
+  them) on a ``ManualClock`` set to the trace's start; inference replicas run on a few inference
+  nodes (so those are never idle);
+- ``sandbox.training``: preemptible training jobs of one, two and four nodes, each asking by node
+  affinity for the GPU it can use (48 GB cards, Turing cards, Hopper cards that no pool has),
+  a few of each always waiting, each job a gang placed whole or not at all, restarted whole from
+  its last checkpoint when preempted;
+- ``sim.replay.Replay`` replays each pool's demand behind the controller's metrics seam: the
+  clock moves one trace minute per step, so cooldowns and deadlines follow the trace.
 
-Each decision is printed as it happens and every minute is scored as the simulator scores it
-(``sim.engine.score``). At the end every loan is taken back by ``rebalancer reclaim``'s own wave
-(``runtime.takeback``), and a summary says what was lent, what was breached, and whether every
-node's taints and labels are back byte for byte. See docs/demo.md.
+Each decision is printed as it happens and every minute of each pool is scored as the simulator
+scores it (``sim.engine.score``). At the end every loan is taken back by ``rebalancer
+reclaim``'s own wave (``runtime.takeback``), and a summary says what was lent and what training
+used of it, what was refused for want of a taker, what reclaims cost training, whether a gang
+was ever left half-running or a job put on a GPU it cannot use, what was breached, and whether
+every node's taints and labels are back byte for byte. See docs/demo.md.
 """
 
 from __future__ import annotations
@@ -24,11 +32,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -40,12 +49,14 @@ from rebalancer.adapters import convert
 from rebalancer.adapters.audit import SqlAuditStore, UlidFactory, every_record, json_line
 from rebalancer.core import model, nodestate, warmth
 from rebalancer.core.audit import AuditRecord
+from rebalancer.core.model import HistoryResult, NodeName, PoolMetrics, PoolName
 from rebalancer.core.outcomes import Outcome
 from rebalancer.errors import TraceError
 from rebalancer.runtime import takeback
 from rebalancer.runtime.reconcile import TickReport
 from rebalancer.runtime.wiring import Controller, Seams
 from rebalancer.settings import Settings
+from sandbox import training
 from sandbox.emulator import cluster
 from sandbox.emulator.clock import ManualClock
 from sandbox.emulator.resources import NODES, PODS
@@ -66,9 +77,13 @@ DEFAULT_TRACE = (
 )
 DEFAULT_SPEED = 1  # trace minutes per reconcile tick: a day is 1440 ticks
 DEFAULT_PACE = 60.0  # wall seconds per trace day: a day runs in about a minute
-BUSY = ("inference-0", "inference-1")  # run inference replicas: never idle, never lent
-PENDING = 3  # training pods kept waiting, so borrowed capacity is really used
-MODEL = engine.PoolModel(size=cluster.INFERENCE.size)  # 2 min drain, 5 min warm-up, as scored
+LENDERS = (cluster.L20, cluster.T4)  # the inference pools the controller lends from
+CLUSTER = cluster.HETEROGENEOUS  # and the A100 training pool
+SERVING = {cluster.L20.name: "llm-serving", cluster.T4.name: "llm-small"}  # each pool's service
+BUSY = ("l20-0", "l20-1", "t4-0")  # run inference replicas: never idle, never lent
+# A gang of four must be lendable in one tick (a job is lent all its nodes at once or none):
+# half the pool per tick, where the controller's default is a quarter.
+STEP_FRACTION = 0.5
 REPORT_KEYS = ("options", "rps_per_node", "summary", "nodes", "audit")
 
 
@@ -80,6 +95,7 @@ class DemoError(Exception):
 class Options:
     trace: Path
     service: str | None
+    t4_service: str | None
     hours: float
     start: float
     speed: int
@@ -89,28 +105,34 @@ class Options:
     quiet: bool
 
 
-def settings(strategy: str, rps_per_node: float) -> Settings:
-    """The demo's settings: one inference pool; no election (one replica), no HTTP server."""
-    return Settings.model_validate(
-        {
-            "leader_election": {"enabled": False},
-            "pools": [
-                {
-                    "name": "inference",
-                    "node_selector": {"gpu-pool": cluster.INFERENCE.name},
-                    "inference_selector": {"app": "llm-serving"},
-                    "rps_per_node": rps_per_node,
-                    "strategy": {"name": strategy},
-                    "limits": {
-                        "min_serving": MODEL.min_serving,
-                        "headroom": MODEL.headroom,
-                        "reclaim_deadline": MODEL.drain,
-                        "warmup": MODEL.warmup,
-                    },
-                }
-            ],
-        }
-    )
+def pool_model(pool: cluster.Pool) -> engine.PoolModel:
+    """The simulator's model of ``pool``: 2 min drain, 5 min warm-up, as scored."""
+    return engine.PoolModel(size=pool.size)
+
+
+def settings(strategy: str, rps_per_node: dict[str, float]) -> Settings:
+    """The demo's settings: the two inference pools; no election (one replica), no server."""
+    pools = []
+    for pool in LENDERS:
+        m = pool_model(pool)
+        pools.append(
+            {
+                "name": pool.name,
+                "node_selector": {"gpu-pool": pool.name},
+                "inference_selector": {"app": SERVING[pool.name]},
+                "rps_per_node": rps_per_node[pool.name],
+                "strategy": {"name": strategy},
+                "lend_only_to_takers": True,
+                "limits": {
+                    "min_serving": m.min_serving,
+                    "headroom": m.headroom,
+                    "reclaim_deadline": m.drain,
+                    "warmup": m.warmup,
+                    "max_step_fraction": STEP_FRACTION,
+                },
+            }
+        )
+    return Settings.model_validate({"leader_election": {"enabled": False}, "pools": pools})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -126,7 +148,12 @@ def parse(argv: Sequence[str]) -> Options:
         ),
     )
     p.add_argument("--trace", type=Path, default=DEFAULT_TRACE, help="trace CSV (bundled Azure)")
-    p.add_argument("--service", default="code", help="service of a per-minute trace (code)")
+    p.add_argument(
+        "--service", default="code", help="service the L20 pool serves, of a per-minute trace"
+    )
+    p.add_argument(
+        "--t4-service", default="conv", help="service the T4 pool serves, of a per-minute trace"
+    )
     p.add_argument("--hours", type=float, default=24.0, help="trace hours to replay (24)")
     p.add_argument("--start", type=float, default=0.0, help="hours into the trace to begin (0)")
     p.add_argument(
@@ -155,6 +182,7 @@ def parse(argv: Sequence[str]) -> Options:
     return Options(
         trace=a.trace,
         service=a.service or None,
+        t4_service=a.t4_service or None,
         hours=a.hours,
         start=a.start,
         speed=a.speed,
@@ -179,12 +207,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 # The world
 
 
-def _load(opts: Options) -> traces.Trace:
-    service = opts.service
-    with contextlib.suppress(OSError), opts.trace.open() as handle:
+def _load(path: Path, service: str | None) -> traces.Trace:
+    with contextlib.suppress(OSError), path.open() as handle:
         if handle.readline().startswith("time,"):
-            service = None  # a time,rps trace has one series
-    return traces.load(opts.trace, service)
+            service = None  # a time,rps trace has one series: both pools replay it
+    return traces.load(path, service)
 
 
 def scheduling(store: Store, name: str) -> dict[str, str]:
@@ -203,97 +230,22 @@ def _gpus(obj: Obj) -> float:
     return total
 
 
-class Training:
-    """Preemptible training jobs: a few always pending, so lent nodes are really used."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.jobs = 0
-
-    def top_up(self) -> None:
-        pending = sum(
-            1
-            for p in self.store.peek(PODS)
-            if p["metadata"].get("namespace") == cluster.TRAINING_NAMESPACE
-            and not p["spec"].get("nodeName")
-            and not p["metadata"].get("deletionTimestamp")
-        )
-        for _ in range(PENDING - pending):
-            cluster.add(
-                self.store,
-                cluster.training_pod(f"train-{self.jobs:04d}", 0, priority_class=None),
-            )
-            self.jobs += 1
-        self.store.schedule()
-
-
-@dataclass
-class World:
-    """The emulated cluster and the trace, before the controller runs."""
-
-    trace: traces.Trace
-    first: int  # the trace minute the replay begins at
-    steps: int  # trace minutes to replay
-    rps_per_node: float
-    clock: ManualClock
-    store: Store
-    training: Training
-    names: list[str]  # every node
-    inference: list[str]  # the inference pool's nodes
-    at_start: dict[str, dict[str, str]]
-    replay: Replay
-
-
-def build(opts: Options) -> World:
-    trace = _load(opts)
-    first = round(opts.start * 60)
-    steps = min(round(opts.hours * 60), trace.minutes - first)
-    if steps <= 0:
-        raise DemoError(f"--start {opts.start} h is past the trace's end ({trace.minutes} min)")
-    if trace.peak <= 0:
-        raise DemoError(f"trace {trace.name} has no demand above zero")
-    rps_per_node = MODEL.calibrate(trace)
-    clock = ManualClock(trace.start + timedelta(minutes=first))
-    store = Store(clock, seed=1)
-    cluster.seed(store)
-    for i, name in enumerate(BUSY):
-        cluster.add(store, cluster.inference_pod(i, node_name=name))
-    training = Training(store)
-    training.top_up()
-    names = sorted(n["metadata"]["name"] for n in store.peek(NODES))
-    return World(
-        trace=trace,
-        first=first,
-        steps=steps,
-        rps_per_node=rps_per_node,
-        clock=clock,
-        store=store,
-        training=training,
-        names=names,
-        inference=[n for n in names if n.startswith(cluster.INFERENCE.name + "-")],
-        at_start={name: scheduling(store, name) for name in names},
-        replay=Replay(trace, clock, rps_per_node),
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Scoring: every replayed minute, as the simulator scores its own
-
-
 @dataclass
 class Tally:
-    """What the demo counts minute by minute and step by step."""
+    """What the demo counts minute by minute and step by step, for one pool."""
 
     timeline: list[engine.Minute] = field(default_factory=list)
     lent_since: dict[str, datetime] = field(default_factory=dict)
     loan_minutes: list[float] = field(default_factory=list)
+    lent_gpu_minutes: float = 0.0  # GPUs of the nodes lent
     borrowed_gpu_minutes: float = 0.0  # GPUs training pods actually ran on lent nodes
     loans: int = 0
     reclaims: int = 0  # taken back by the controller during the replay
     operator_reclaims: int = 0  # taken back at the end
-    refused: int = 0
-    first_lend: datetime | None = None
-    first_reclaim: datetime | None = None
+    no_taker: int = 0  # refusals for want of a taker (one per tick it happened)
+    no_taker_nodes: int = 0  # nodes the strategy wanted to lend in them
+    no_taker_hopper: int = 0  # of the refusals, those naming a job that waits for Hopper
+    last_no_taker: str = ""
 
     @property
     def minutes(self) -> int:
@@ -304,10 +256,111 @@ class Tally:
         return max((m.lent for m in self.timeline), default=0)
 
 
-def score_minute(w: World, rules: model.PodRules, tally: Tally, now: datetime) -> None:
-    """The minute that begins at ``now``: warm capacity by the planner's own rule
-    (``core.warmth.is_warm``, with a returned node's cold start), what is lent, what training
-    ran on it, and the demand that arrived."""
+@dataclass
+class Lender:
+    """One inference pool the controller lends from: its nodes, its trace, its score."""
+
+    pool: cluster.Pool
+    model: engine.PoolModel
+    trace: traces.Trace
+    rps_per_node: float
+    replay: Replay
+    nodes: list[str]
+    tally: Tally = field(default_factory=Tally)
+
+
+@dataclass
+class Replays:
+    """The controller's metrics seam: each pool's demand from its own replay."""
+
+    replays: dict[str, Replay]
+
+    async def read(
+        self, pool: PoolName, nodes: Iterable[NodeName], now: datetime | None = None
+    ) -> PoolMetrics:
+        return await self.replays[pool].read(pool, nodes, now)
+
+    async def history(
+        self,
+        pool: PoolName,
+        nodes: Iterable[NodeName],
+        since: datetime,
+        until: datetime,
+        step: timedelta,
+    ) -> HistoryResult:
+        return await self.replays[pool].history(pool, nodes, since, until, step)
+
+
+@dataclass
+class World:
+    """The emulated cluster and the traces, before the controller runs."""
+
+    first: int  # the trace minute the replay begins at
+    steps: int  # trace minutes to replay
+    clock: ManualClock
+    store: Store
+    training: training.Training
+    names: list[str]  # every node
+    lenders: dict[str, Lender]
+    at_start: dict[str, dict[str, str]]
+    refused: int = 0  # steps the actuator could not carry out
+
+    def lender_of(self, node: str) -> Lender | None:
+        return next((x for x in self.lenders.values() if node in x.nodes), None)
+
+
+def build(opts: Options) -> World:
+    first = round(opts.start * 60)
+    services = {cluster.L20.name: opts.service, cluster.T4.name: opts.t4_service}
+    loaded = {pool.name: _load(opts.trace, services[pool.name]) for pool in LENDERS}
+    # Each pool replays its service from that series' own first minute (in the bundled trace
+    # ``conv`` begins two days after ``code``), both on the L20 pool's calendar.
+    start = loaded[cluster.L20.name].start
+    loaded = {name: dataclasses.replace(t, start=start) for name, t in loaded.items()}
+    steps = min(round(opts.hours * 60), *(t.minutes - first for t in loaded.values()))
+    if steps <= 0:
+        raise DemoError(f"--start {opts.start} h is past the trace's end")
+    for trace in loaded.values():
+        if trace.peak <= 0:
+            raise DemoError(f"trace {trace.name} has no demand above zero")
+    clock = ManualClock(start + timedelta(minutes=first))
+    store = Store(clock, seed=1)
+    cluster.seed(store, CLUSTER)
+    names = sorted(n["metadata"]["name"] for n in store.peek(NODES))
+    lenders = {}
+    for pool in LENDERS:
+        trace, m = loaded[pool.name], pool_model(pool)
+        rps = m.calibrate(trace)
+        nodes = [n for n in names if n.startswith(pool.name + "-")]
+        lenders[pool.name] = Lender(pool, m, trace, rps, Replay(trace, clock, rps), nodes)
+        busy = [n for n in BUSY if n in nodes]
+        for i, name in enumerate(busy):
+            replica = cluster.inference_pod(
+                i, deployment=SERVING[pool.name], node_name=name, pool=pool.name
+            )
+            cluster.add(store, replica)
+    jobs = training.Training(store, CLUSTER)
+    jobs.step()
+    return World(
+        first=first,
+        steps=steps,
+        clock=clock,
+        store=store,
+        training=jobs,
+        names=names,
+        lenders=lenders,
+        at_start={name: scheduling(store, name) for name in names},
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring: every replayed minute, as the simulator scores its own
+
+
+def score_minute(w: World, rules: model.PodRules, now: datetime) -> None:
+    """The minute that begins at ``now``, for each pool: warm capacity by the planner's own
+    rule (``core.warmth.is_warm``, with a returned node's cold start), what is lent, what
+    training ran on it, and the demand that arrived."""
     pods: dict[str, list[model.PodView]] = {}
     borrowed: dict[str, float] = {}
     for pod in w.store.peek(PODS):
@@ -316,43 +369,46 @@ def score_minute(w: World, rules: model.PodRules, tally: Tally, now: datetime) -
             pods.setdefault(node, []).append(convert.pod_view(pod, rules))
             if (pod.get("status") or {}).get("phase") == "Running":
                 borrowed[node] = borrowed.get(node, 0.0) + _gpus(pod)
-    serving = lent = returning = 0
-    for raw in w.store.peek(NODES):
-        name = raw["metadata"]["name"]
-        if name not in w.inference:
-            continue
-        view = convert.node_view(raw, pods.get(name, ()))
-        state = nodestate.read(view, nodestate.Keys())
-        assert isinstance(state, nodestate.NodeState), state
-        if state.phase in (nodestate.Phase.LENDING, nodestate.Phase.LENT):
-            lent += 1
-            tally.lent_since.setdefault(name, now)
-            tally.borrowed_gpu_minutes += borrowed.get(name, 0.0)
-            continue
-        if name in tally.lent_since:
-            tally.loan_minutes.append((now - tally.lent_since.pop(name)) / timedelta(minutes=1))
-        if warmth.is_warm(view, state, now, MODEL.warmup):
-            serving += 1
-        else:
-            returning += 1
-    minute = w.replay.minute(now)
-    demand = w.replay.demand_at(minute)
-    need = None if demand is None else MODEL.need(demand, w.rps_per_node)
-    tally.timeline.append(
-        engine.Minute(now, demand, need, serving, lent, returning, w.replay.queue)
-    )
-    w.replay.record(serving)
+    raw = {n["metadata"]["name"]: n for n in w.store.peek(NODES)}
+    for x in w.lenders.values():
+        tally = x.tally
+        serving = lent = returning = 0
+        for name in x.nodes:
+            view = convert.node_view(raw[name], pods.get(name, ()))
+            state = nodestate.read(view, nodestate.Keys())
+            assert isinstance(state, nodestate.NodeState), state
+            if state.phase in (nodestate.Phase.LENDING, nodestate.Phase.LENT):
+                lent += 1
+                tally.lent_since.setdefault(name, now)
+                tally.lent_gpu_minutes += x.pool.gpus
+                tally.borrowed_gpu_minutes += borrowed.get(name, 0.0)
+                continue
+            if name in tally.lent_since:
+                since = tally.lent_since.pop(name)
+                tally.loan_minutes.append((now - since) / timedelta(minutes=1))
+            if warmth.is_warm(view, state, now, x.model.warmup):
+                serving += 1
+            else:
+                returning += 1
+        minute = x.replay.minute(now)
+        demand = x.replay.demand_at(minute)
+        need = None if demand is None else x.model.need(demand, x.rps_per_node)
+        tally.timeline.append(
+            engine.Minute(now, demand, need, serving, lent, returning, x.replay.queue)
+        )
+        x.replay.record(serving)
 
 
-def figures(w: World, tally: Tally) -> engine.Figures:
+def figures(x: Lender) -> engine.Figures:
+    t = x.tally
     return engine.score(
-        tally.timeline,
-        [m.need for m in tally.timeline],
-        MODEL,
-        w.rps_per_node,
-        tally.loan_minutes,
-        tally.loans,
-        tally.reclaims + tally.operator_reclaims,
+        t.timeline,
+        [m.need for m in t.timeline],
+        x.model,
+        x.rps_per_node,
+        t.loan_minutes,
+        t.loans,
+        t.reclaims + t.operator_reclaims,
     )
 
 
@@ -366,14 +422,56 @@ def _stamp(when: datetime) -> str:
 
 @dataclass(frozen=True)
 class Summary:
+    """What the day showed. The lending figures add both pools up; ``pools`` has each one."""
+
     exit_code: int
     restored: bool
-    tally: Tally
-    figures: engine.Figures
-    rps_per_node: float
+    lenders: dict[str, Lender]
+    figures: dict[str, engine.Figures]
+    training: training.Record
+    replay_end: datetime  # preemptions from here on are the operator's take-back's
     audit_rows: int
+    refused: int
     wall_seconds: float
     ticks: int
+
+    @property
+    def lent_gpu_hours(self) -> float:
+        return sum(x.tally.lent_gpu_minutes for x in self.lenders.values()) / 60.0
+
+    @property
+    def used_gpu_hours(self) -> float:
+        return sum(x.tally.borrowed_gpu_minutes for x in self.lenders.values()) / 60.0
+
+    @property
+    def used_share(self) -> float:
+        """GPU-hours training used on lent nodes over GPU-hours lent (1 when nothing was)."""
+        lent = self.lent_gpu_hours
+        return self.used_gpu_hours / lent if lent > 0 else 1.0
+
+    @property
+    def no_taker(self) -> int:
+        return sum(x.tally.no_taker for x in self.lenders.values())
+
+    @property
+    def loans(self) -> int:
+        return sum(x.tally.loans for x in self.lenders.values())
+
+    @property
+    def reclaims(self) -> int:
+        return sum(x.tally.reclaims for x in self.lenders.values())
+
+    @property
+    def operator_reclaims(self) -> int:
+        return sum(x.tally.operator_reclaims for x in self.lenders.values())
+
+    @property
+    def breach_minutes(self) -> int:
+        return sum(f.breach_minutes for f in self.figures.values())
+
+    @property
+    def minutes(self) -> int:
+        return max(x.tally.minutes for x in self.lenders.values())
 
 
 async def run(opts: Options, out: TextIO) -> Summary:
@@ -385,30 +483,37 @@ async def run(opts: Options, out: TextIO) -> Summary:
         if not opts.quiet:
             print(line, file=out, flush=True)
 
+    pools = "; ".join(
+        f"{x.pool.name}: {len(x.nodes)} {x.pool.product} nodes serving {x.trace.name} at "
+        f"{x.rps_per_node:.2f} rps per node"
+        for x in w.lenders.values()
+    )
     say(
-        f"demo: {w.trace.name}, {w.steps / 60:g} h from {_stamp(w.clock())} UTC, strategy "
-        f"{opts.strategy}, {len(w.inference)} inference nodes ({', '.join(BUSY)} run "
-        f"inference), {w.rps_per_node:.2f} rps per node"
+        f"demo: {w.steps / 60:g} h from {_stamp(w.clock())} UTC, strategy {opts.strategy}; "
+        f"{pools}; {', '.join(BUSY)} run inference"
     )
     say(f"{'time (UTC)':<20} {'pool':<10} {'node':<12} {'action':<14} reason")
-    tally = Tally()
     with tempfile.TemporaryDirectory(prefix="rebalancer-demo-") as tmp:
         url = f"sqlite+aiosqlite:///{Path(tmp) / 'audit.sqlite3'}"
         audit_store = await SqlAuditStore.open(url, now=w.clock)
         try:
-            ticks = await _drive(opts, w, audit_store, tally, say)
+            ticks, replay_end = await _drive(opts, w, audit_store, say)
             records = await every_record(audit_store)
         finally:
             await audit_store.close()
     at_end = {name: scheduling(w.store, name) for name in w.names}
     restored = at_end == w.at_start
+    record = w.training.record
+    sound = restored and not record.broken and not record.misplaced
     summary = Summary(
-        exit_code=0 if restored else 1,
+        exit_code=0 if sound else 1,
         restored=restored,
-        tally=tally,
-        figures=figures(w, tally),
-        rps_per_node=w.rps_per_node,
+        lenders=w.lenders,
+        figures={name: figures(x) for name, x in w.lenders.items()},
+        training=record,
+        replay_end=replay_end,
         audit_rows=len(records),
+        refused=w.refused,
         wall_seconds=time.monotonic() - began,
         ticks=ticks,
     )
@@ -420,13 +525,10 @@ async def run(opts: Options, out: TextIO) -> Summary:
 
 
 async def _drive(
-    opts: Options,
-    w: World,
-    audit_store: SqlAuditStore,
-    tally: Tally,
-    say: Callable[[str], None],
-) -> int:
-    """Serve the emulator, open the controller on it, tick it through the replay; the ticks."""
+    opts: Options, w: World, audit_store: SqlAuditStore, say: Callable[[str], None]
+) -> tuple[int, datetime]:
+    """Serve the emulator, open the controller on it, tick it through the replay; the ticks
+    and the time the replay ended."""
     ticks = 0
     loop = asyncio.get_running_loop()
     pace = opts.pace / (24 * 60)  # wall seconds per trace minute
@@ -438,15 +540,16 @@ async def _drive(
         seams = Seams(
             api=api,
             clock=w.clock,
-            metrics=w.replay,
+            metrics=Replays({name: x.replay for name, x in w.lenders.items()}),
             audit_store=audit_store,
             new_id=UlidFactory(w.clock),
             sink=None,
             name="rebalancer-demo",
             serve_http=False,
         )
-        async with Controller.open(settings(opts.strategy, w.rps_per_node), seams) as c:
-            (pool,) = c.pools
+        rps = {name: x.rps_per_node for name, x in w.lenders.items()}
+        async with Controller.open(settings(opts.strategy, rps), seams) as c:
+            rules = c.pools[0].rules
             task = asyncio.create_task(c.informer.run())
             try:
                 await asyncio.wait_for(c.informer.synced.wait(), 10)
@@ -455,36 +558,62 @@ async def _drive(
                         await _caught_up(c, w.store)
                         report = await c.reconciler.tick()
                         ticks += 1
-                        _print_tick(report, str(pool.name), tally, say)
-                    score_minute(w, pool.rules, tally, w.clock())
+                        _print_tick(report, w, say)
+                    score_minute(w, rules, w.clock())
                     w.clock.advance(60)
-                    w.training.top_up()
+                    w.training.step()
                     due += pace
                     if pace > 0 and due > loop.time():
                         await asyncio.sleep(due - loop.time())
+                replay_end = w.clock()
                 await _caught_up(c, w.store)
-                await _take_back(c, w, tally, say)
+                await _take_back(c, w, say)
             finally:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-    return ticks
+    return ticks, replay_end
 
 
 async def _caught_up(c: Controller, store: Store, within: float = 10.0) -> None:
-    """Until the informer's cache holds what the store holds, so every tick sees the minute
-    it is in (woken by the informer's changes, checked every few milliseconds)."""
-    (pool,) = c.pools
+    """Until the informer's cache holds what the store holds (every pool's nodes and the pods
+    waiting for one), so every tick sees the minute it is in (woken by the informer's changes,
+    checked every few milliseconds)."""
     async with asyncio.timeout(within):
-        while c.informer.node_views(pool.rules) != expected_views(store, pool.rules):
+        while not _same(c, store):
             c.informer.changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(c.informer.changed.wait(), 0.005)
 
 
-def _print_tick(report: TickReport, pool: str, tally: Tally, say: Callable[[str], None]) -> None:
+def _same(c: Controller, store: Store) -> bool:
+    for pool in c.pools:
+        if c.informer.node_views(pool.rules) != expected_views(store, pool.rules):
+            return False
+    waiting = {
+        (p["metadata"]["namespace"], p["metadata"]["name"])
+        for p in store.peek(PODS)
+        if not p["spec"].get("nodeName") and (p.get("status") or {}).get("phase") == "Pending"
+    }
+    seen = {(p.namespace, p.name) for p in c.informer.pending(c.pools[0].rules)}
+    return seen == waiting
+
+
+def _print_tick(report: TickReport, w: World, say: Callable[[str], None]) -> None:
     when = _stamp(report.now)
+    for r in report.plan.rejections:
+        if r.reason is not model.Reason.NO_TAKER:
+            continue
+        t = w.lenders[str(r.intent.pool)].tally
+        t.no_taker += 1
+        t.no_taker_nodes += r.count
+        t.no_taker_hopper += "hopper" in r.message
+        if r.message != t.last_no_taker:
+            t.last_no_taker = r.message
+            say(f"{when:<20} {r.intent.pool:<10} {'-':<12} {'no taker':<14} {r.message}")
     for a in report.applied:
+        x = w.lender_of(a.node)
+        pool = x.pool.name if x is not None else "?"
         intent = a.intent
         outcome = a.result.outcome if a.result is not None else None
         if a.call is model.Action.PROGRESS:
@@ -499,26 +628,24 @@ def _print_tick(report: TickReport, pool: str, tally: Tally, say: Callable[[str]
         reason = intent.message if intent is not None else ""
         code = intent.reason if intent is not None else ""
         if outcome not in (Outcome.APPLIED, Outcome.IN_PROGRESS):
-            tally.refused += 1
+            w.refused += 1
             say(f"{when:<20} {pool:<10} {a.node:<12} {a.call + ' ' + str(outcome):<14} {reason}")
             continue
-        if a.call is model.Action.LEND:
-            tally.loans += 1
-            tally.first_lend = tally.first_lend or report.now
-        else:
-            tally.reclaims += 1
-            tally.first_reclaim = tally.first_reclaim or report.now
+        if x is not None and a.call is model.Action.LEND:
+            x.tally.loans += 1
+        elif x is not None:
+            x.tally.reclaims += 1
         say(f"{when:<20} {pool:<10} {a.node:<12} {a.call:<14} [{code}] {reason}")
 
 
-async def _take_back(c: Controller, w: World, tally: Tally, say: Callable[[str], None]) -> None:
+async def _take_back(c: Controller, w: World, say: Callable[[str], None]) -> None:
     """Every loan back as ``rebalancer reclaim --all`` takes it: one audited wave; the clock
-    moves a poll at a time while the drains run."""
+    moves a poll at a time while the drains run, and the training jobs react as they do."""
     say(f"{_stamp(w.clock()):<20} {'operator':<10} {'(all)':<12} {'reclaim all':<14} end of replay")
 
     async def wait(seconds: float) -> None:
         w.clock.advance(seconds)
-        w.training.top_up()
+        w.training.step()
         await _caught_up(c, w.store)
 
     known = await takeback.lent_nodes(c)
@@ -526,31 +653,62 @@ async def _take_back(c: Controller, w: World, tally: Tally, say: Callable[[str],
     for d in done:
         if not d.ok:
             raise DemoError(f"{d.node} was not taken back: {d.message}")
-        tally.operator_reclaims += 1
-        say(f"{_stamp(w.clock()):<20} {'operator':<10} {d.node:<12} {'restored':<14} {d.message}")
+        x = w.lender_of(d.node)
+        if x is not None:
+            x.tally.operator_reclaims += 1
+        pool = x.pool.name if x is not None else "?"
+        say(f"{_stamp(w.clock()):<20} {pool:<10} {d.node:<12} {'restored':<14} {d.message}")
+    w.training.check(w.clock())
 
 
 def _print_summary(
     s: Summary, at_start: dict[str, dict[str, str]], at_end: dict[str, dict[str, str]], out: TextIO
 ) -> None:
-    t, f, gpus = s.tally, s.figures, cluster.INFERENCE.gpus
-    breaches = [m.time for m in t.timeline if engine.breached(m, s.rps_per_node)]
+    r = s.training
     changed = sorted(n for n in at_start if at_start[n] != at_end.get(n))
+    at_end_preempted = sum(1 for p in r.preemptions if p.time > s.replay_end)
     lines = [
         "",
         "summary",
-        f"  replayed            {t.minutes / 60:g} h of trace in {s.ticks} reconcile ticks, "
+        f"  replayed            {s.minutes / 60:g} h of trace in {s.ticks} reconcile ticks, "
         f"{s.wall_seconds:.1f} s wall",
-        f"  GPU-hours lent      {f.lent_node_hours * gpus:.1f} "
-        f"({f.lent_node_hours:.2f} node-hours x {gpus} GPUs; at most {t.max_lent} nodes "
-        f"at once; {f.harvest_ratio:.3f} of the oracle's)",
-        f"  GPU-hours trained   {t.borrowed_gpu_minutes / 60:.1f} (training pods running on "
-        "lent nodes)",
-        f"  loans               {t.loans}",
-        f"  reclaims            {t.reclaims + t.operator_reclaims} ({t.reclaims} by the "
-        f"controller, {t.operator_reclaims} by the operator at the end)",
-        f"  breach minutes      {f.breach_minutes} of {t.minutes}"
-        + (f" (from {', '.join(_stamp(b)[4:] for b in breaches[:5])})" if breaches else ""),
+        f"  GPU-hours lent      {s.lent_gpu_hours:.1f}",
+        *(
+            f"    {name:<16}  {x.tally.lent_gpu_minutes / 60:.1f} ({f.lent_node_hours:.2f} "
+            f"node-hours x {x.pool.gpus} GPUs; at most {x.tally.max_lent} nodes at once; "
+            f"{f.harvest_ratio:.3f} of the oracle's)"
+            for (name, x), f in zip(s.lenders.items(), s.figures.values(), strict=True)
+        ),
+        f"  GPU-hours used      {s.used_gpu_hours:.1f} by training on lent nodes: "
+        f"{s.used_share:.1%} of what was lent",
+        f"  refused, no taker   {s.no_taker} times a lend was refused for want of a taker ("
+        + ", ".join(
+            f"{name} {x.tally.no_taker} for {x.tally.no_taker_nodes} nodes"
+            for name, x in s.lenders.items()
+        )
+        + f"); {sum(x.tally.no_taker_hopper for x in s.lenders.values())} of them name "
+        "a job that waits for Hopper",
+        f"  jobs preempted      {r.jobs_preempted} ({len(r.preemptions)} preemptions, "
+        f"{at_end_preempted} by the take-back at the end)",
+        f"  GPU-hours lost      {r.lost_gpu_hours:.1f} of training at reclaims (work since "
+        f"each job's last checkpoint, every {training.CHECKPOINT.seconds // 60} min)",
+        f"  gangs half-running  {r.gangs_broken} ({len(r.broken)} sightings in "
+        f"{r.checks} checks, one a minute)",
+        f"  jobs on a wrong GPU {len({m.pod for m in r.misplaced})} pods "
+        f"({len(r.misplaced)} sightings in {r.checks} checks)",
+        "  training jobs       "
+        + ", ".join(
+            f"{kind}: {r.submitted.get(kind, 0)} submitted, {r.completed.get(kind, 0)} done"
+            for kind in (k.name for k in training.KINDS)
+        ),
+        f"  loans               {s.loans}",
+        f"  reclaims            {s.reclaims + s.operator_reclaims} ({s.reclaims} by the "
+        f"controller, {s.operator_reclaims} by the operator at the end)",
+        "  breach minutes      "
+        + "; ".join(
+            f"{name} {f.breach_minutes} of {x.tally.minutes}" + _first_breaches(x)
+            for (name, x), f in zip(s.lenders.items(), s.figures.values(), strict=True)
+        ),
         f"  audit rows          {s.audit_rows}",
         f"  nodes restored      {'yes' if s.restored else 'NO'}: "
         + (
@@ -559,9 +717,16 @@ def _print_summary(
             else f"changed: {', '.join(changed)}"
         ),
     ]
-    if t.refused:
-        lines.append(f"  steps not done      {t.refused}")
+    if s.refused:
+        lines.append(f"  steps not done      {s.refused}")
     print("\n".join(lines), file=out, flush=True)
+
+
+def _first_breaches(x: Lender) -> str:
+    breaches = [m.time for m in x.tally.timeline if engine.breached(m, x.rps_per_node)]
+    if not breaches:
+        return ""
+    return f" (from {', '.join(_stamp(b)[4:] for b in breaches[:5])})"
 
 
 def _write_report(
@@ -572,38 +737,52 @@ def _write_report(
     records: Sequence[AuditRecord],
 ) -> None:
     assert opts.report is not None
-    t, f, gpus = s.tally, s.figures, cluster.INFERENCE.gpus
+    r = s.training
     doc = {
         "options": {
             "trace": str(opts.trace),
-            "trace_name": w.trace.name,
             "service": opts.service,
+            "t4_service": opts.t4_service,
             "hours": opts.hours,
             "start_hours": opts.start,
             "speed": opts.speed,
             "pace": opts.pace,
             "strategy": opts.strategy,
         },
-        "rps_per_node": w.rps_per_node,
+        "rps_per_node": {name: x.rps_per_node for name, x in w.lenders.items()},
         "summary": {
-            "minutes": t.minutes,
+            "minutes": s.minutes,
             "ticks": s.ticks,
-            "lent_node_hours": round(f.lent_node_hours, 4),
-            "lent_gpu_hours": round(f.lent_node_hours * gpus, 4),
-            "harvest_ratio": f.harvest_ratio,
-            "trained_gpu_hours": round(t.borrowed_gpu_minutes / 60.0, 4),
-            "loans": t.loans,
-            "reclaims": t.reclaims,
-            "operator_reclaims": t.operator_reclaims,
-            "breach_minutes": f.breach_minutes,
-            "breaches": [
-                nodestate.format_time(m.time)
-                for m in t.timeline
-                if engine.breached(m, w.rps_per_node)
+            "lent_gpu_hours": round(s.lent_gpu_hours, 4),
+            "used_gpu_hours": round(s.used_gpu_hours, 4),
+            "used_share": round(s.used_share, 4),
+            "no_taker_refusals": s.no_taker,
+            "jobs_preempted": r.jobs_preempted,
+            "preemptions": len(r.preemptions),
+            "preemptions_at_take_back": sum(1 for p in r.preemptions if p.time > s.replay_end),
+            "lost_gpu_hours": round(r.lost_gpu_hours, 4),
+            "gangs_half_running": r.gangs_broken,
+            "half_running_sightings": [
+                {
+                    "time": nodestate.format_time(b.time),
+                    "job": b.job,
+                    "running": b.running,
+                    "size": b.size,
+                }
+                for b in r.broken
             ],
+            "pods_on_wrong_gpu": len({m.pod for m in r.misplaced}),
+            "checks": r.checks,
+            "jobs_submitted": r.submitted,
+            "jobs_completed": r.completed,
+            "loans": s.loans,
+            "reclaims": s.reclaims,
+            "operator_reclaims": s.operator_reclaims,
+            "breach_minutes": s.breach_minutes,
             "audit_rows": s.audit_rows,
             "restored": s.restored,
             "wall_seconds": round(s.wall_seconds, 2),
+            "pools": {name: _pool_report(x, s.figures[name]) for name, x in s.lenders.items()},
         },
         "nodes": {
             name: {
@@ -617,6 +796,29 @@ def _write_report(
     }
     opts.report.mkdir(parents=True, exist_ok=True)
     (opts.report / "demo.json").write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def _pool_report(x: Lender, f: engine.Figures) -> dict[str, Any]:
+    t = x.tally
+    return {
+        "trace_name": x.trace.name,
+        "nodes": len(x.nodes),
+        "gpus_per_node": x.pool.gpus,
+        "lent_node_hours": round(f.lent_node_hours, 4),
+        "lent_gpu_hours": round(t.lent_gpu_minutes / 60.0, 4),
+        "used_gpu_hours": round(t.borrowed_gpu_minutes / 60.0, 4),
+        "harvest_ratio": f.harvest_ratio,
+        "no_taker_refusals": t.no_taker,
+        "no_taker_nodes": t.no_taker_nodes,
+        "no_taker_naming_hopper": t.no_taker_hopper,
+        "loans": t.loans,
+        "reclaims": t.reclaims,
+        "operator_reclaims": t.operator_reclaims,
+        "breach_minutes": f.breach_minutes,
+        "breaches": [
+            nodestate.format_time(m.time) for m in t.timeline if engine.breached(m, x.rps_per_node)
+        ],
+    }
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """``rebalancer demo``: the real controller against the emulator on a replayed trace.
 
-One short run (4 hours of the bundled Azure ``code`` trace from 10:00 UTC, when load is low and
-then rises, as fast as it runs) is shared by the tests below: it must lend at low load, take
-nodes back as load rises, put every node back byte for byte, write demo.json and exit 0.
+One short run (4 hours of the bundled Azure ``code`` and ``conv`` traces from 10:00 UTC, when
+load is low and then rises, as fast as it runs) is shared by the tests below: it must lend at
+low load, take nodes back as load rises, lend only for jobs that can use the GPU, never leave a
+gang half-running, put every node back byte for byte, write demo.json and exit 0.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def test_defaults_are_the_documented_ones() -> None:
     opts = demo.parse([])
     assert opts.trace == demo.DEFAULT_TRACE
     assert opts.trace.is_file()
-    assert (opts.service, opts.hours, opts.start, opts.speed) == ("code", 24.0, 0.0, 1)
+    assert (opts.service, opts.t4_service) == ("code", "conv")
+    assert (opts.hours, opts.start, opts.speed) == (24.0, 0.0, 1)
     assert opts.strategy == registry.DEFAULT
     assert opts.report is None
     assert not opts.quiet
@@ -56,6 +58,12 @@ def test_short_run_exits_zero_and_prints_decisions_and_summary(
     assert " reclaim " in text
     for label in (
         "GPU-hours lent",
+        "GPU-hours used",
+        "refused, no taker",
+        "jobs preempted",
+        "GPU-hours lost",
+        "gangs half-running  0 ",
+        "jobs on a wrong GPU 0 pods",
         "loans",
         "reclaims",
         "breach minutes",
@@ -110,7 +118,7 @@ def test_every_node_ends_exactly_as_it_started(short_run: tuple[int, str, dict[s
     assert list(doc) == list(demo.REPORT_KEYS)
     assert doc["summary"]["restored"] is True
     nodes = doc["nodes"]
-    assert len(nodes) == 12
+    assert len(nodes) == 16
     lent = {r["node"] for r in doc["audit"] if r["kind"] == "intent" and r["action"] == "lend"}
     assert lent <= set(nodes)
     for name, entry in nodes.items():
@@ -127,3 +135,50 @@ def test_a_missing_trace_is_an_error_not_a_crash(
 ) -> None:
     assert demo.main(["--trace", str(tmp_path / "none.csv"), "--quiet"]) == 2
     assert "cannot read the trace" in capsys.readouterr().err
+
+
+def test_no_gang_is_ever_half_running_and_no_pod_runs_on_a_gpu_it_refuses(
+    short_run: tuple[int, str, dict[str, Any]],
+) -> None:
+    _, _, doc = short_run
+    summary = doc["summary"]
+    assert summary["checks"] >= summary["minutes"]  # once a minute, and during the take-back
+    assert summary["gangs_half_running"] == 0, summary["half_running_sightings"]
+    assert summary["half_running_sightings"] == []
+    assert summary["pods_on_wrong_gpu"] == 0
+    # Reclaims did preempt jobs, so the gang check had something to look at.
+    assert summary["jobs_preempted"] > 0
+    assert summary["lost_gpu_hours"] > 0
+    gang = [r for r in doc["audit"] if r["kind"] == "intent" and r["reason"] == "gang_preempted"]
+    assert gang, "no reclaim took a gang's other node back: the check saw no multi-node gang"
+
+
+def test_what_is_lent_is_used_by_training(short_run: tuple[int, str, dict[str, Any]]) -> None:
+    _, _, doc = short_run
+    summary = doc["summary"]
+    assert summary["lent_gpu_hours"] > 0
+    assert summary["used_gpu_hours"] <= summary["lent_gpu_hours"]
+    assert summary["used_share"] >= 0.9
+    for name, pool in summary["pools"].items():
+        assert pool["lent_gpu_hours"] > 0, name  # both pools lent
+    assert sum(p["lent_gpu_hours"] for p in summary["pools"].values()) == pytest.approx(
+        summary["lent_gpu_hours"], abs=1e-3
+    )
+
+
+def test_each_pool_lends_only_for_jobs_that_can_use_its_gpu_and_hopper_jobs_get_nothing(
+    short_run: tuple[int, str, dict[str, Any]],
+) -> None:
+    _, _, doc = short_run
+    lends = [r for r in doc["audit"] if r["kind"] == "intent" and r["action"] == "lend"]
+    takers: dict[str, set[str]] = {r["pool"]: set() for r in lends}
+    for r in lends:
+        assert "; for job training/" in r["message"], r
+        takers[r["pool"]].add(r["message"].rsplit("/", 1)[1].rsplit("-", 1)[0])
+    assert takers == {"l20": {"48gb"}, "t4": {"turing"}}
+    summary = doc["summary"]
+    assert summary["no_taker_refusals"] > 0
+    assert summary["jobs_completed"].get("hopper", 0) == 0
+    refused = [r for r in doc["audit"] if r["kind"] == "refusal" and r["reason"] == "no_taker"]
+    assert refused
+    assert any("nvidia.com/gpu.family In ['hopper']" in r["message"] for r in refused)

@@ -1,0 +1,69 @@
+"""The demo's training jobs: gangs placed whole, restarted whole, and the two checks that must
+never fire in the demo (a half-running gang, a pod on a GPU it refuses) do fire when it happens."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sandbox import training
+from sandbox.emulator import cluster
+from sandbox.emulator.clock import ManualClock
+from sandbox.emulator.resources import NODES, PODS
+from sandbox.emulator.store import DeleteOptions, Store
+from tests.support.factories import T0
+
+PAIR = training.Kind("pair", training.KINDS[0].needs, 8, (2,), (1.0, 1.0), 1)
+
+
+def _store() -> tuple[ManualClock, Store]:
+    clock = ManualClock(T0)
+    store = Store(clock, seed=1)
+    cluster.seed(store, cluster.HETEROGENEOUS)
+    return clock, store
+
+
+def _bound(store: Store) -> dict[str, str]:
+    return {
+        p["metadata"]["name"]: p["spec"]["nodeName"]
+        for p in store.peek(PODS)
+        if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
+    }
+
+
+def test_each_kind_fits_only_the_gpus_it_asks_for() -> None:
+    fits = {k.name: {p.name for p in cluster.HETEROGENEOUS if k.fits(p)} for k in training.KINDS}
+    assert fits == {"48gb": {"l20", "a100"}, "turing": {"t4"}, "hopper": set()}
+
+
+def test_a_gang_runs_whole_and_restarts_whole_from_its_last_checkpoint() -> None:
+    clock, store = _store()
+    jobs = training.Training(store, cluster.HETEROGENEOUS, kinds=[PAIR])
+    jobs.step()
+    assert sorted(_bound(store).values()) == ["a100-0", "a100-1"]
+    (job,) = jobs.jobs.values()
+    clock.advance(45 * 60)
+    victim = f"{job.name}-0-0"
+    store.delete(PODS, cluster.TRAINING_NAMESPACE, victim, DeleteOptions(grace_period=0))
+    jobs.step()
+    (broken,) = jobs.record.broken
+    assert (broken.running, broken.size) == (1, 2)
+    (preempted,) = jobs.record.preemptions
+    assert preempted.lost_gpu_hours == 15 / 60 * 16  # 15 min past the 30-min checkpoint
+    assert (job.attempt, job.done) == (1, timedelta(minutes=30))
+    clock.advance(60)  # the other pod's grace period ends; the restart is placed whole
+    jobs.step()
+    mine = sorted(name for name in _bound(store) if name.startswith(job.name))
+    assert mine == [f"{job.name}-1-0", f"{job.name}-1-1"]
+    assert len(jobs.record.broken) == 1
+
+
+def test_a_pod_on_a_node_whose_gpu_its_affinity_refuses_is_counted() -> None:
+    clock, store = _store()
+    jobs = training.Training(store, cluster.HETEROGENEOUS, kinds=[PAIR])
+    jobs.step()
+    assert jobs.record.misplaced == []
+    node = store.get(NODES, None, "a100-0")
+    node["metadata"]["labels"]["nvidia.com/gpu.memory"] = "16384"
+    store.replace(NODES, None, "a100-0", node)
+    jobs.check(clock())
+    assert [m.node for m in jobs.record.misplaced] == ["a100-0"]
