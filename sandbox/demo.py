@@ -81,9 +81,6 @@ LENDERS = (cluster.L20, cluster.T4)  # the inference pools the controller lends 
 CLUSTER = cluster.HETEROGENEOUS  # and the A100 training pool
 SERVING = {cluster.L20.name: "llm-serving", cluster.T4.name: "llm-small"}  # each pool's service
 BUSY = ("l20-0", "l20-1", "t4-0")  # run inference replicas: never idle, never lent
-# A gang of four must be lendable in one tick (a job is lent all its nodes at once or none):
-# half the pool per tick, where the controller's default is a quarter.
-STEP_FRACTION = 0.5
 REPORT_KEYS = ("options", "rps_per_node", "summary", "nodes", "audit")
 
 
@@ -128,7 +125,6 @@ def settings(strategy: str, rps_per_node: dict[str, float]) -> Settings:
                     "headroom": m.headroom,
                     "reclaim_deadline": m.drain,
                     "warmup": m.warmup,
-                    "max_step_fraction": STEP_FRACTION,
                 },
             }
         )

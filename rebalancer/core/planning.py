@@ -800,7 +800,19 @@ def _limits(draft: _Draft, intent: Intent) -> Iterator[_Limit]:
     if intent.origin is Origin.STRATEGY:
         per_tick = pool.policy.step_budget(pool.size)
         why = f"at most {per_tick} strategy changes per tick"
-        yield _Limit(draft.per_tick_left, Reason.RATE_LIMIT, why)
+        yield _Limit(_per_tick_cap(draft, intent), Reason.RATE_LIMIT, why)
+
+
+def _per_tick_cap(draft: _Draft, intent: Intent) -> int:
+    """The strategy's moves left this tick. A gang is lent whole in one tick or not at all, so
+    where lends go to takers, the first move of a tick may be as large as the largest waiting
+    gang (its pods: at least the nodes it needs): a job of four is never kept waiting for
+    ever by a limit of two a tick. The capacity rules still bound it."""
+    left = draft.per_tick_left
+    pool = draft.pool
+    if not _to_takers(pool, intent) or left < pool.policy.step_budget(pool.size):
+        return left
+    return max(left, max((len(g.pods) for g in pool.takers), default=0))
 
 
 def _pause_limit(pool: _Pool, intent: Intent) -> _Limit | None:

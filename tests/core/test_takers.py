@@ -345,3 +345,19 @@ def test_an_operators_loan_is_kept_unused() -> None:
 
     assert stepped(result) == []
     assert refusals(result) == {Reason.OPERATOR_LEND_NOW: 1}
+
+
+def test_a_gang_larger_than_the_per_tick_limit_is_still_lent_whole() -> None:
+    """Two strategy moves a tick (a quarter of 8 nodes): a job of four would otherwise wait
+    for ever. It is lent its four nodes in one tick; lone jobs stay held to two."""
+    limited = policy(lend_only_to_takers=True, min_serving=0, max_step_fraction=0.25)
+    gang = [taker(f"w{i}", job="train/four") for i in range(4)]
+    lone = [taker(f"lone-{i}", priority=-1) for i in range(3)]
+
+    four = checked(plan(nodes(8), target=8, pool_policy=limited, takers=gang))
+    singles = checked(plan(nodes(8), target=8, pool_policy=limited, takers=lone))
+
+    assert len(stepped(four, LEND)) == 4
+    assert {s.taker for s in four.steps} == {"train/four"}
+    assert len(stepped(singles, LEND)) == 2
+    assert refusals(singles)[Reason.RATE_LIMIT] == 6
