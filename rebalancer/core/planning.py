@@ -806,13 +806,20 @@ def _limits(draft: _Draft, intent: Intent) -> Iterator[_Limit]:
 def _per_tick_cap(draft: _Draft, intent: Intent) -> int:
     """The strategy's moves left this tick. A gang is lent whole in one tick or not at all, so
     where lends go to takers, the first move of a tick may be as large as the largest waiting
-    gang (its pods: at least the nodes it needs): a job of four is never kept waiting for
-    ever by a limit of two a tick. The capacity rules still bound it."""
+    gang a node of the pool would accept (its pods: at least the nodes it needs): a job of four
+    is never kept waiting for ever by a limit of two a tick. The capacity rules still bound
+    it."""
     left = draft.per_tick_left
     pool = draft.pool
     if not _to_takers(pool, intent) or left < pool.policy.step_budget(pool.size):
         return left
-    return max(left, max((len(g.pods) for g in pool.takers), default=0))
+    rooms = [_room(pool, node, lent=False) for node in draft.untouched(Phase.SERVING)]
+
+    def welcome(pod: model.PendingPod) -> bool:
+        return any(takers.accepts(pod, r.labels, r.taints) is None for r in rooms)
+
+    gangs = [len(g.pods) for g in pool.takers if all(welcome(p) for p in g.pods)]
+    return max(left, max(gangs, default=0))
 
 
 def _pause_limit(pool: _Pool, intent: Intent) -> _Limit | None:

@@ -361,3 +361,13 @@ def test_a_gang_larger_than_the_per_tick_limit_is_still_lent_whole() -> None:
     assert {s.taker for s in four.steps} == {"train/four"}
     assert len(stepped(singles, LEND)) == 2
     assert refusals(singles)[Reason.RATE_LIMIT] == 6
+
+
+def test_a_gang_no_node_would_accept_does_not_lift_the_per_tick_limit() -> None:
+    limited = policy(lend_only_to_takers=True, min_serving=0, max_step_fraction=0.25)
+    hopper_gang = [taker(f"h{i}", job="train/fp8", affinity=[FP8]) for i in range(4)]
+    lone = [taker(f"lone-{i}") for i in range(3)]
+
+    result = checked(plan(nodes(8), target=8, pool_policy=limited, takers=[*hopper_gang, *lone]))
+
+    assert len(stepped(result, LEND)) == 2
