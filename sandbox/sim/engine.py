@@ -9,6 +9,10 @@ This implements docs/evaluation.md (the pool model and figures every report uses
 4. the fake pool carries out the steps with the node-state codec's transitions;
 5. the minute is scored against the demand that actually arrived.
 
+With a training queue (``sandbox.sim.jobs``, opt-in) the pool lends only to takers: before
+step 2 finished jobs end and new ones arrive, their pods go into the snapshot as takers, and
+after step 4 the queue preempts what was reclaimed and binds waiting gangs to lent nodes.
+
 The baselines (and the oracle) run through the same planner without the guards in
 ``BASELINE_DROPS`` and without churn limits, so that their own rule shows: nothing protects them
 from themselves. The oracle is the one place that sees the future: it is handed the physical
@@ -28,6 +32,7 @@ from rebalancer.core import demand as demand_belief
 from rebalancer.core import model, nodestate, tick
 from rebalancer.core.policy import ALL_GUARDS, Guard, PoolPolicy
 from rebalancer.errors import TraceError
+from sandbox.sim import jobs
 from sandbox.sim.pool import FakePool
 from sandbox.sim.traces import MINUTE, Trace
 from strategies import base
@@ -129,6 +134,7 @@ class Run:
     baseline: bool
     timeline: list[Minute]
     figures: Figures
+    training: jobs.TrainingFigures | None = None  # with a training queue only
 
 
 def needs(trace: Trace, pool: PoolModel, rps_per_node: float) -> list[int | None]:
@@ -168,11 +174,26 @@ def run(
     keys: nodestate.Keys | None = None,
     on_minute: Callable[[], object] | None = None,
     slo: model.Slo | None = None,
+    training: jobs.TrainingModel | None = None,
 ) -> Run:
+    """Replay ``trace`` through ``strategy``; with ``training``, lend only to its queue's jobs."""
     keys = keys or nodestate.Keys()
     rps_per_node = pool_model.calibrate(trace)
     policy = pool_model.policy(rps_per_node, baseline)
-    fake = FakePool(pool_model.size, policy.lend_spec, keys, pool_model.drain, pool_model.warmup)
+    room = None
+    trainer = None
+    if training is not None:
+        policy = replace(policy, lend_only_to_takers=True)
+        room = training.allocatable
+        trainer = jobs.Queue(training, policy.lend_spec.add_taints)
+    fake = FakePool(
+        pool_model.size,
+        policy.lend_spec,
+        keys,
+        pool_model.drain,
+        pool_model.warmup,
+        allocatable=room,
+    )
     need = needs(trace, pool_model, rps_per_node)
     timeline: list[Minute] = []
     queue = 0.0
@@ -182,13 +203,17 @@ def run(
     for t, demand in enumerate(trace.rps):
         now = trace.start + MINUTE * t
         fake.advance(now)
+        takers: tuple[model.PendingPod, ...] = ()
+        if trainer is not None:
+            trainer.arrive(now, fake)
+            takers = trainer.takers()
         budget = None
         if slo is not None:
             while breaches and breaches[0] <= t - slo.window / MINUTE:
                 breaches.popleft()
             budget = model.ErrorBudget(slo.max_breach_minutes, slo.window, len(breaches))
         snapshot, belief = _observe(
-            trace, t, now, fake, queue, pool_model.sample_age, belief, policy, budget
+            trace, t, now, fake, queue, pool_model.sample_age, belief, policy, budget, takers
         )
         lent_now = fake.counts(now)[1]
         view = policy.view(POOL, now, snapshot.pools[POOL], lent_now)
@@ -196,6 +221,8 @@ def run(
         plan = tick.plan_tick(snapshot, {POOL: answer}, {POOL: tick.PoolRules(policy)}, keys).plan
         steps = plan.steps
         fake.apply(steps, now, decision=f"sim-{t}")
+        if trainer is not None:
+            trainer.react(plan, now, fake)
         loans += sum(1 for s in steps if s.action is model.Action.LEND)
         reclaims += sum(1 for s in steps if s.action is model.Action.RECLAIM)
         serving, lent, returning = fake.counts(now)
@@ -207,7 +234,8 @@ def run(
         if on_minute is not None:
             on_minute()
     figures = score(timeline, need, pool_model, rps_per_node, fake.loan_minutes, loans, reclaims)
-    return Run(strategy.name, baseline, timeline, figures)
+    trained = None if trainer is None else trainer.figures()
+    return Run(strategy.name, baseline, timeline, figures, trained)
 
 
 def _answer(strategy: base.Strategy, view: model.PoolView) -> tick.Answer:
@@ -228,6 +256,7 @@ def _observe(
     belief: demand_belief.Belief,
     policy: PoolPolicy,
     budget: model.ErrorBudget | None,
+    takers: tuple[model.PendingPod, ...] = (),
 ) -> tuple[model.Snapshot, demand_belief.Belief]:
     """What the metric pipeline shows at minute ``t``: only minutes before ``t``, aged, judged
     by the controller's own demand belief (``core.demand``).
@@ -248,6 +277,7 @@ def _observe(
         unknown_since=reading.unknown_since,
         held=reading.held,
         budget=budget,
+        takers=takers,
     )
     return model.Snapshot(now=now, pools={POOL: pool}), belief
 

@@ -11,6 +11,7 @@ planner counted.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from rebalancer.core import model, nodestate, warmth
@@ -25,6 +26,7 @@ class FakePool:
         drain: timedelta,
         warmup: timedelta,
         prefix: str = "node",
+        allocatable: model.Resources | None = None,
     ) -> None:
         serving_taints = spec.remove_taints
         self.spec, self.keys, self.drain, self.warmup = spec, keys, drain, warmup
@@ -34,6 +36,7 @@ class FakePool:
                 name=model.NodeName(f"{prefix}-{i:0{width}d}"),
                 labels={"gpu-pool": "inference"},
                 taints=serving_taints,
+                allocatable=allocatable,
             )
             for i in range(size)
         }
@@ -75,6 +78,30 @@ class FakePool:
                 self._warming.discard(name)
         returning = len(self._drained_at) + len(self._warming)
         return len(self._nodes) - lent - returning, lent, returning
+
+    def lent(self) -> tuple[model.NodeName, ...]:
+        """The nodes lent now, in the order they were lent."""
+        return tuple(self._loans)
+
+    # Borrowed pods, for the training queue (``sandbox.sim.jobs``): the planner reads them on
+    # their node as it reads a cluster's.
+
+    def free(self, name: model.NodeName) -> model.Resources:
+        """What ``name`` offers less what its pods hold (nothing when its room is unknown)."""
+        node = self._nodes[name]
+        if node.allocatable is None:
+            return model.Resources()
+        held = sum((p.requests for p in node.pods), model.Resources())
+        return node.allocatable - held
+
+    def add_pod(self, name: model.NodeName, pod: model.PodView) -> None:
+        node = self._nodes[name]
+        self._set(replace(node, pods=(*node.pods, pod)))
+
+    def remove_pods(self, name: model.NodeName, job: str) -> None:
+        """Take ``job``'s pods off ``name``: ended, or evicted by a reclaim."""
+        node = self._nodes[name]
+        self._set(replace(node, pods=tuple(p for p in node.pods if p.job != job)))
 
     def _lend(self, node: model.NodeView, now: datetime, decision: str) -> None:
         begun = nodestate.apply(

@@ -16,6 +16,7 @@ from rebalancer.core.model import Slo
 from sandbox.sim import frontier
 from sandbox.sim.engine import Minute, PoolModel, Run, most_spent
 from sandbox.sim.frontier import Point
+from sandbox.sim.jobs import CHECKPOINT, TrainingModel
 from sandbox.sim.traces import Trace
 
 TIMELINE_FIELDS = ("time", "demand_rps", "need", "serving", "lent", "returning", "queue")
@@ -29,10 +30,12 @@ def write_all(
     runs: Sequence[Run],
     slo: Slo | None = None,
     rule: Sequence[tuple[str, Run]] = (),
+    training: TrainingModel | None = None,
 ) -> dict[str, Any]:
-    """Write everything; ``rule`` is the peak rule's grid, (label, run), for the trade."""
+    """Write everything; ``rule`` is the peak rule's grid, (label, run), for the trade;
+    ``training`` the queue the runs lent to, if any."""
     out.mkdir(parents=True, exist_ok=True)
-    summary = summarise(trace, pool, rps_per_node, runs, slo, rule)
+    summary = summarise(trace, pool, rps_per_node, runs, slo, rule, training)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     for run in runs:
         write_timeline(out / f"timeline-{run.strategy}.csv", run.timeline)
@@ -48,6 +51,7 @@ def summarise(
     runs: Sequence[Run],
     slo: Slo | None = None,
     rule: Sequence[tuple[str, Run]] = (),
+    training: TrainingModel | None = None,
 ) -> dict[str, Any]:
     strategies: dict[str, Any] = {}
     for run in runs:
@@ -56,6 +60,8 @@ def summarise(
         if slo is not None:
             spent = most_spent(run.timeline, rps_per_node, slo.window)
             strategies[run.strategy]["budget_spent_minutes"] = spent
+        if run.training is not None:
+            strategies[run.strategy]["training"] = asdict(run.training)
     budget = None
     if slo is not None:
         budget = {
@@ -66,6 +72,7 @@ def summarise(
         "strategies": strategies,
         "slo": budget,
         "trade": trade(strategies, rule, rps_per_node, slo),
+        "training": None if training is None else _training(training),
         "pool": {
             "size": pool.size,
             "min_serving": pool.min_serving,
@@ -87,6 +94,17 @@ def summarise(
             "peak_rps": round(trace.peak, 6),
             "native_step_seconds": trace.native_step.total_seconds(),
         },
+    }
+
+
+def _training(spec: TrainingModel) -> dict[str, Any]:
+    return {
+        "backlog": spec.backlog,
+        "seed": spec.seed,
+        "gpus_per_node": spec.gpus_per_node,
+        "sizes": list(spec.sizes),
+        "hours": list(spec.hours),
+        "checkpoint_minutes": CHECKPOINT / timedelta(minutes=1),
     }
 
 
@@ -212,6 +230,7 @@ def markdown(summary: dict[str, Any]) -> str:
             f"The most any window spent: {spent}.",
         ]
     lines += _trade_lines(summary)
+    lines += _training_lines(summary)
     lines += [
         "",
         "Ranked as docs/evaluation.md says: zero breach minutes first, then the highest harvest "
@@ -258,6 +277,40 @@ def _trade_lines(summary: dict[str, Any]) -> list[str]:
             f"The dashed line in the plot is the budget: {budget['max_breach_minutes']} minutes "
             f"per {budget['window_days']:g} days. A strategy right of it overspent.",
         ]
+    return lines
+
+
+def _training_lines(summary: dict[str, Any]) -> list[str]:
+    """What training made of the loans, per run, when the runs lent to a training queue."""
+    spec = summary.get("training")
+    if spec is None:
+        return []
+    sizes = ", ".join(str(n) for n in sorted(set(spec["sizes"])))
+    lines = [
+        "",
+        "## Training on lent nodes",
+        "",
+        f"Every run lent only to takers: a queue (seed {spec['seed']}) keeping "
+        f"{spec['backlog']} preemptible jobs waiting, of {sizes} nodes with "
+        f"{spec['gpus_per_node']} GPUs each, {spec['hours'][0]:g} to {spec['hours'][1]:g} h "
+        f"of work, a checkpoint every {spec['checkpoint_minutes']:g} min of running. A "
+        "reclaim preempts the whole gang, which restarts from its last checkpoint.",
+        "",
+        "| strategy | GPU-h lent | GPU-h used | used | refused, no taker | jobs preempted "
+        "| preemptions | GPU-h lost | jobs done | gangs half-running |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, f in summary["strategies"].items():
+        t = f.get("training")
+        if t is None:
+            continue
+        label = name if f["guarded"] or name == "oracle" else f"{name} (baseline)"
+        lines.append(
+            f"| {label} | {t['lent_gpu_hours']:.1f} | {t['used_gpu_hours']:.1f} "
+            f"| {t['used_share']:.1%} | {t['no_taker_refusals']} | {t['jobs_preempted']} "
+            f"| {t['preemptions']} | {t['lost_gpu_hours']:.1f} | {t['jobs_completed']} "
+            f"| {t['gangs_half_running']} |"
+        )
     return lines
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from tqdm import tqdm
 
 from rebalancer.core import model
-from sandbox.sim import engine, frontier, report
+from sandbox.sim import engine, frontier, jobs, report
 from sandbox.sim.traces import Trace
 from strategies import registry
 
@@ -25,12 +25,15 @@ def simulate(
     progress: bool = True,
     slo: model.Slo | None = None,
     trade: bool = True,
+    training: jobs.TrainingModel | None = None,
 ) -> dict[str, Any]:
     """Run ``strategies`` (with every guard), the baselines and the oracle (without the guards
     in ``engine.BASELINE_DROPS``); write the report to ``out``. With ``slo``, the strategies
     (not the baselines) are shown that error budget and may spend it. With ``trade``, the peak
     rule's coarse grid (``frontier.REPORT_MARGINS``) runs too, guarded, and the report shows
-    each strategy against its frontier.
+    each strategy against its frontier. With ``training``, every run (the grid's too, so the
+    trade compares like with like) lends only to its own copy of that training queue, and the
+    report shows what training made of the loans.
 
     Strategy parameters are validated before anything runs, so a typo costs no time.
     """
@@ -58,10 +61,19 @@ def simulate(
             bar.set_postfix_str(strategy.name)
             budget = None if baseline else slo
             runs.append(
-                engine.run(trace, strategy, pool, baseline=baseline, on_minute=tick, slo=budget)
+                engine.run(
+                    trace,
+                    strategy,
+                    pool,
+                    baseline=baseline,
+                    on_minute=tick,
+                    slo=budget,
+                    training=training,
+                )
             )
         for label, values in rule:
             bar.set_postfix_str(label)
             peak = registry.build("peak", values)
-            rule_runs.append((label, engine.run(trace, peak, pool, on_minute=tick)))
-    return report.write_all(out, trace, pool, rps_per_node, runs, slo, rule_runs)
+            run = engine.run(trace, peak, pool, on_minute=tick, training=training)
+            rule_runs.append((label, run))
+    return report.write_all(out, trace, pool, rps_per_node, runs, slo, rule_runs, training)
