@@ -21,6 +21,7 @@ from strategies import registry
 if TYPE_CHECKING:
     from rebalancer.core.model import Slo
     from sandbox.sim.engine import PoolModel
+    from sandbox.sim.jobs import TrainingModel
 
 
 def simulate(argv: Sequence[str]) -> int:
@@ -67,11 +68,20 @@ def simulate(argv: Sequence[str]) -> int:
         action="store_false",
         help="skip the peak rule's grid (20 more runs) and the report's trade section",
     )
+    sim.add_argument(
+        "--training-backlog",
+        type=int,
+        metavar="N",
+        help="lend only to a queue of preemptible training jobs that keeps N jobs waiting, "
+        "and report what training made of the loans (off by default)",
+    )
+    sim.add_argument("--training-seed", type=int, default=7, help="the training queue's seed (7)")
     sim.add_argument("--out", required=True, type=Path, help="directory for the results")
     sim.add_argument("--quiet", action="store_true", help="no progress bar, no table")
     args = sim.parse_args(argv)
     pool = _pool_model(args)
     slo = _slo(args.slo)
+    training = _training(args.training_backlog, args.training_seed)
     trace = traces.load(args.trace, args.service)
     strategies = args.strategy or [registry.DEFAULT]
     summary = replay(
@@ -83,6 +93,7 @@ def simulate(argv: Sequence[str]) -> int:
         progress=not args.quiet,
         slo=slo,
         trade=args.trade,
+        training=training,
     )
     if not args.quiet:
         print(report.markdown(summary))
@@ -98,6 +109,16 @@ def _slo(minutes: int | None) -> Slo | None:
     from rebalancer.core.model import Slo
 
     return Slo(minutes)
+
+
+def _training(backlog: int | None, seed: int) -> TrainingModel | None:
+    if backlog is None:
+        return None
+    if backlog < 1:
+        raise ConfigError(f"--training-backlog={backlog}: must be at least 1 waiting job")
+    from sandbox.sim.jobs import TrainingModel
+
+    return TrainingModel(backlog=backlog, seed=seed)
 
 
 def _pool_model(args: argparse.Namespace) -> PoolModel:

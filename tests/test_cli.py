@@ -230,6 +230,38 @@ def test_simulate_refuses_a_negative_slo(
     assert "--slo=-1: must be >= 0 breach minutes per 7 days" in capsys.readouterr().err
 
 
+def test_simulate_with_a_training_queue_reports_what_training_made_of_the_loans(
+    small_trace: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    argv = ["simulate", "--trace", str(small_trace), "--no-trade", "--quiet"]
+    assert cli.main([*argv, "--training-backlog", "2", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["training"]["backlog"] == 2
+    assert summary["training"]["seed"] == 7
+    for name, figures in summary["strategies"].items():
+        t = figures["training"]
+        assert t["used_gpu_hours"] <= t["lent_gpu_hours"], name
+        assert t["gangs_half_running"] == 0, name
+    assert summary["strategies"]["forecast"]["training"]["lent_gpu_hours"] > 0
+    report = (out / "report.md").read_text()
+    assert "## Training on lent nodes" in report
+    assert "| strategy | GPU-h lent | GPU-h used | used | refused, no taker |" in report
+    plain = tmp_path / "plain"
+    assert cli.main([*argv, "--out", str(plain)]) == 0
+    untrained = json.loads((plain / "summary.json").read_text())
+    assert untrained["training"] is None
+    assert "## Training on lent nodes" not in (plain / "report.md").read_text()
+
+
+def test_simulate_refuses_a_training_queue_with_nothing_waiting(
+    small_trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["simulate", "--trace", str(small_trace), "--training-backlog", "0"]
+    assert cli.main([*argv, "--out", str(tmp_path)]) == 2
+    assert "--training-backlog=0: must be at least 1 waiting job" in capsys.readouterr().err
+
+
 def test_audit_shows_one_cluster_of_a_shared_store_when_asked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
