@@ -192,6 +192,11 @@ def _run(args: argparse.Namespace) -> int:
     from rebalancer.runtime import loop, wiring
 
     config = _settings(args)
+    if not config.pools:
+        raise ConfigError(
+            "pools=[]: the settings name no pool, so the controller would have nothing to "
+            "watch or lend; add one (docs/configuration.md)"
+        )
     loop.json_logging(getattr(logging, config.log_level))
 
     async def go() -> int:

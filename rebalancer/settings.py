@@ -125,7 +125,12 @@ def _to_duration(value: object) -> object:
         raise PydanticCustomError("duration", "write a duration such as 90s, 15m or 2h")
     if seconds < 0:
         raise PydanticCustomError("duration", "must not be negative")
+    if seconds > _LONGEST:  # a time plus it must still be a time: no setting needs more
+        raise PydanticCustomError("duration", "must be at most 100 years")
     return timedelta(seconds=seconds)
+
+
+_LONGEST = 100 * 365 * 24 * 3600.0
 
 
 Duration = Annotated[timedelta, pydantic.BeforeValidator(_to_duration)]

@@ -317,3 +317,16 @@ async def test_reclaim_pool_reports_a_refused_node_and_brings_the_others_back_ex
         assert "3 nodes: 2 back, 1 not back; last serving taint " in out
         assert lines[-2].startswith("not back: inference-3: refused: unreadable state")
         assert lines[-1] == "exit 1: 1 node(s) not back"
+
+
+async def test_a_config_with_no_pool_is_refused_at_start_in_one_line(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("pools: []\n", encoding="utf-8")
+
+    code, _out, err = await run_cli("run", "--config", str(empty))
+
+    assert code == 2
+    assert err.splitlines() == [
+        "rebalancer: pools=[]: the settings name no pool, so the controller would have nothing "
+        "to watch or lend; add one (docs/configuration.md)"
+    ]

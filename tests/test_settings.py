@@ -340,6 +340,11 @@ BAD: list[tuple[str, object, str]] = [
         "prometheus.lookback='1.5s': must be a whole number of seconds > 0",
     ),
     (
+        "a duration past any time",
+        {"tick_interval": 1e30},
+        "tick_interval=1e+30: must be at most 100 years",
+    ),
+    (
         "port",
         {"http": {"port": 70000}},
         "http.port=70000: Input should be less than or equal to 65535",
