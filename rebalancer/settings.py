@@ -488,6 +488,20 @@ class PrometheusSettings(_Model):
 class AuditSettings(_Model):
     url: str = Field(default=DEFAULT_AUDIT_URL, min_length=1)
 
+    @pydantic.field_validator("url")
+    @classmethod
+    def _supported(cls, value: str) -> str:
+        if not value.startswith(AUDIT_SCHEMES):
+            raise PydanticCustomError(
+                "audit_url",
+                "the audit log is kept in SQLite (sqlite+aiosqlite:///PATH) or PostgreSQL "
+                "(postgresql+asyncpg://USER@HOST/DB)",
+            )
+        return value
+
+
+AUDIT_SCHEMES = ("sqlite+aiosqlite://", "postgresql+asyncpg://")  # the drivers installed
+
 
 class HttpSettings(_Model):
     host: str = Field(default="0.0.0.0", min_length=1)  # all interfaces: it serves in a pod

@@ -13,6 +13,7 @@ import contextlib
 import json
 import re
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -329,4 +330,53 @@ async def test_a_config_with_no_pool_is_refused_at_start_in_one_line(tmp_path: P
     assert err.splitlines() == [
         "rebalancer: pools=[]: the settings name no pool, so the controller would have nothing "
         "to watch or lend; add one (docs/configuration.md)"
+    ]
+
+
+UNREACHABLE_KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "http://127.0.0.1:9"}}]
+users: [{name: u, user: {}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+
+
+async def test_an_audit_store_that_cannot_be_made_and_a_port_in_use_are_one_line_each(
+    tmp_path: Path,
+) -> None:
+    """Each fails before the controller touches the cluster (none answers at that address)."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(UNREACHABLE_KUBECONFIG, encoding="utf-8")
+    (tmp_path / "a-file").write_text("", encoding="utf-8")
+    pool = "pools: [{name: a, node_selector: {gpu-pool: a}, rps_per_node: 10}]\n"
+    no_dir = tmp_path / "no-dir.yaml"
+    no_dir.write_text(
+        f"audit: {{url: 'sqlite+aiosqlite:///{tmp_path}/a-file/audit.db'}}\n{pool}",
+        encoding="utf-8",
+    )
+    taken = tmp_path / "taken.yaml"
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        taken.write_text(
+            f"audit: {{url: 'sqlite+aiosqlite:///{tmp_path}/audit.db'}}\n"
+            f"http: {{host: 127.0.0.1, port: {port}}}\n{pool}",
+            encoding="utf-8",
+        )
+        port_code, _, port_err = await run_cli(
+            "run", "--config", str(taken), "--kubeconfig", str(kubeconfig)
+        )
+    dir_code, _, dir_err = await run_cli(
+        "run", "--config", str(no_dir), "--kubeconfig", str(kubeconfig)
+    )
+
+    assert (dir_code, port_code) == (2, 2)
+    assert len(dir_err.splitlines()) == 1
+    assert dir_err.startswith("rebalancer: audit.url='sqlite+aiosqlite:///")
+    assert "cannot open the audit store" in dir_err
+    assert port_err.splitlines() == [
+        f"rebalancer: http.host='127.0.0.1', http.port={port}: "
+        f"error while attempting to bind on address ('127.0.0.1', {port}): address already in use"
     ]

@@ -340,6 +340,12 @@ BAD: list[tuple[str, object, str]] = [
         "prometheus.lookback='1.5s': must be a whole number of seconds > 0",
     ),
     (
+        "audit store without its driver",
+        {"audit": {"url": "mysql://u@h/db"}},
+        "audit.url='mysql://u@h/db': the audit log is kept in SQLite (sqlite+aiosqlite:///PATH) "
+        "or PostgreSQL (postgresql+asyncpg://USER@HOST/DB)",
+    ),
+    (
         "a duration past any time",
         {"tick_interval": 1e30},
         "tick_interval=1e+30: must be at most 100 years",

@@ -482,16 +482,22 @@ class SqlAuditStore:
         """Connect and bring the schema up to date (idempotent: opening twice changes nothing)."""
         made = sa.make_url(url)
         kwargs: dict[str, Any] = {}
-        if made.get_backend_name() == "sqlite":
-            if made.database and made.database != ":memory:":
-                Path(made.database).parent.mkdir(parents=True, exist_ok=True)
-            kwargs["connect_args"] = {"timeout": 30}
-        engine = create_async_engine(made, **kwargs)
+        try:
+            if made.get_backend_name() == "sqlite":
+                if made.database and made.database != ":memory:":
+                    Path(made.database).parent.mkdir(parents=True, exist_ok=True)
+                kwargs["connect_args"] = {"timeout": 30}
+            engine = create_async_engine(made, **kwargs)
+        except (OSError, ImportError, sa.exc.ArgumentError) as exc:
+            raise _unopened(made, exc) from None
         if made.get_backend_name() == "sqlite":
             sa.event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         try:
             async with engine.begin() as conn:
                 await conn.run_sync(migrate, now())
+        except (OSError, sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+            await engine.dispose()
+            raise _unopened(made, exc) from None
         except BaseException:
             await engine.dispose()
             raise
@@ -569,6 +575,16 @@ class SqlAuditStore:
 
     async def close(self) -> None:
         await self.engine.dispose()
+
+
+class UnopenedStore(RebalancerError):
+    """The audit store cannot be opened (a path that cannot be made, a server that refuses)."""
+
+
+def _unopened(url: sa.URL, exc: BaseException) -> UnopenedStore:
+    why = " ".join(str(getattr(exc, "orig", None) or exc).split())
+    shown = url.render_as_string(hide_password=True)
+    return UnopenedStore(f"audit.url={shown!r}: cannot open the audit store: {why[:200]}")
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -35,6 +35,7 @@ from rebalancer.adapters.audit import AuditQuery, AuditStore, Cursor
 from rebalancer.core import audit
 from rebalancer.core.audit import Kind
 from rebalancer.core.model import Action
+from rebalancer.errors import ConfigError
 from rebalancer.runtime.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
@@ -254,6 +255,10 @@ class HttpServer:
         try:
             site = web.TCPSite(runner, self.host, self.port)
             await site.start()
+        except OSError as exc:  # the port is taken, the address is not this machine's
+            await runner.cleanup()
+            why = exc.strerror or str(exc)
+            raise ConfigError(f"http.host={self.host!r}, http.port={self.port}: {why}") from None
         except BaseException:
             await runner.cleanup()
             raise
