@@ -29,6 +29,7 @@ import math
 import os
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -680,26 +681,40 @@ class InvalidSettings(ConfigError):
         super().__init__("\n".join(self.lines))
 
 
-def _read_yaml(path: Path) -> dict[str, Any] | str:
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """Why a YAML file could not be read: the words after its name in an error line."""
+
+    why: str
+
+
+def read_yaml(path: Path) -> Any:
+    """The YAML document in ``path`` (the settings file, a pools file), or ``Unreadable``."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return f"config file {str(path)!r}: does not exist"
+        return Unreadable("does not exist")
     except IsADirectoryError:
-        return f"config file {str(path)!r}: is a directory, not a file"
+        return Unreadable("is a directory, not a file")
     except PermissionError:
-        return f"config file {str(path)!r}: cannot be read (permission denied)"
+        return Unreadable("cannot be read (permission denied)")
     except UnicodeDecodeError:
-        return f"config file {str(path)!r}: is not UTF-8 text"
+        return Unreadable("is not UTF-8 text")
     except OSError as exc:
-        return f"config file {str(path)!r}: cannot be read ({exc.strerror or exc})"
+        return Unreadable(f"cannot be read ({exc.strerror or exc})")
     try:
-        doc = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or "cannot be parsed"
-        return f"config file {str(path)!r}: not valid YAML{where}: {problem}"
+        return Unreadable(f"not valid YAML{where}: {problem}")
+
+
+def _read_yaml(path: Path) -> dict[str, Any] | str:
+    doc = read_yaml(path)
+    if isinstance(doc, Unreadable):
+        return f"config file {str(path)!r}: {doc.why}"
     if doc is None:
         return {}  # an empty file: every default
     if not isinstance(doc, dict):

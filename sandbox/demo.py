@@ -37,7 +37,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -49,12 +49,12 @@ from rebalancer.adapters import convert
 from rebalancer.adapters.audit import SqlAuditStore, UlidFactory, every_record, json_line
 from rebalancer.core import model, nodestate, warmth
 from rebalancer.core.audit import AuditRecord
-from rebalancer.core.model import HistoryResult, NodeName, PoolMetrics, PoolName
+from rebalancer.core.model import PoolName
 from rebalancer.core.outcomes import Outcome
 from rebalancer.errors import TraceError
 from rebalancer.runtime import takeback
 from rebalancer.runtime.reconcile import TickReport
-from rebalancer.runtime.wiring import Controller, Seams
+from rebalancer.runtime.wiring import Controller, PoolMetricsRouter, Seams
 from rebalancer.settings import Settings
 from sandbox import training
 from sandbox.emulator import cluster
@@ -263,28 +263,6 @@ class Lender:
     replay: Replay
     nodes: list[str]
     tally: Tally = field(default_factory=Tally)
-
-
-@dataclass
-class Replays:
-    """The controller's metrics seam: each pool's demand from its own replay."""
-
-    replays: dict[str, Replay]
-
-    async def read(
-        self, pool: PoolName, nodes: Iterable[NodeName], now: datetime | None = None
-    ) -> PoolMetrics:
-        return await self.replays[pool].read(pool, nodes, now)
-
-    async def history(
-        self,
-        pool: PoolName,
-        nodes: Iterable[NodeName],
-        since: datetime,
-        until: datetime,
-        step: timedelta,
-    ) -> HistoryResult:
-        return await self.replays[pool].history(pool, nodes, since, until, step)
 
 
 @dataclass
@@ -536,7 +514,7 @@ async def _drive(
         seams = Seams(
             api=api,
             clock=w.clock,
-            metrics=Replays({name: x.replay for name, x in w.lenders.items()}),
+            metrics=PoolMetricsRouter({PoolName(n): x.replay for n, x in w.lenders.items()}),
             audit_store=audit_store,
             new_id=UlidFactory(w.clock),
             sink=None,

@@ -29,12 +29,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pydantic
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
 from rebalancer.core import model, nodepools, nodestate
-from rebalancer.settings import InvalidSettings
+from rebalancer.settings import InvalidSettings, Unreadable, read_yaml
 
 
 class InvalidPoolFile(InvalidSettings):
@@ -172,9 +171,11 @@ class PoolFileModel(_Model):
 def load(path: Path, keys: nodestate.Keys) -> nodepools.Layout:
     """The layout in ``path``, or ``InvalidPoolFile`` with every problem, one line each."""
     where = str(path)
-    doc = _read_yaml(path)
-    if isinstance(doc, str):
-        raise InvalidPoolFile([f"{where}: {doc}"])
+    doc = read_yaml(path)
+    if isinstance(doc, Unreadable):
+        raise InvalidPoolFile([f"{where}: {doc.why}"])
+    if not isinstance(doc, dict):
+        raise InvalidPoolFile([f"{where}: must be a mapping with a list of pools under 'pools:'"])
     try:
         parsed = PoolFileModel.model_validate(doc)
     except pydantic.ValidationError as exc:
@@ -184,29 +185,6 @@ def load(path: Path, keys: nodestate.Keys) -> nodepools.Layout:
     if found:
         raise InvalidPoolFile([f"{where}: {p}" for p in found])
     return layout
-
-
-def _read_yaml(path: Path) -> Any:
-    """The document, or why it cannot be read (a string)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return "does not exist"
-    except IsADirectoryError:
-        return "is a directory, not a file"
-    except UnicodeDecodeError:
-        return "is not UTF-8 text"
-    except OSError as exc:
-        return f"cannot be read ({exc.strerror or exc})"
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        return f"not valid YAML{at}: {getattr(exc, 'problem', None) or 'cannot be parsed'}"
-    if not isinstance(doc, dict):
-        return "must be a mapping with a list of pools under 'pools:'"
-    return doc
 
 
 _MAPPINGS = ("labels", "matchLabels")  # the next part of a path is a key of the mapping

@@ -123,9 +123,10 @@ def actuators(
 
 @dataclass
 class PoolMetricsRouter:
-    """``MetricsSource`` over one ``Metrics`` per pool (each pool has its own queries)."""
+    """``MetricsSource`` over one source per pool (each pool has its own queries, or its own
+    replayed trace)."""
 
-    by_pool: Mapping[PoolName, Metrics]
+    by_pool: Mapping[PoolName, MetricsSource]
 
     async def read(
         self, pool: PoolName, nodes: Iterable[NodeName], now: datetime | None = None
@@ -141,10 +142,6 @@ class PoolMetricsRouter:
         step: timedelta,
     ) -> HistoryResult:
         return await self.by_pool[pool].history(pool, nodes, since, until, step)
-
-    def close(self) -> None:
-        for m in self.by_pool.values():
-            m.close()
 
 
 @dataclass
@@ -350,8 +347,7 @@ def _leadership(
 
 
 def _prometheus(settings: Settings, stack: AsyncExitStack) -> PoolMetricsRouter:
-    router = PoolMetricsRouter(
-        {PoolName(p.name): Metrics(settings.metrics_settings(p)) for p in settings.pools}
-    )
-    stack.callback(router.close)
-    return router
+    by_pool = {PoolName(p.name): Metrics(settings.metrics_settings(p)) for p in settings.pools}
+    for metrics in by_pool.values():
+        stack.callback(metrics.close)
+    return PoolMetricsRouter(by_pool)

@@ -28,33 +28,13 @@ from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Action, NodeName, Origin, PoolName, Reason
 from rebalancer.runtime.http import HttpServer, Readiness, readiness
 from rebalancer.runtime.telemetry import Telemetry
-from tests.support.factories import T0
+from tests.support.factories import T0, audit_record
 
 
 def record(
-    ident: str,
-    minutes: int,
-    *,
-    pool: str = "l20",
-    node: str | None = None,
-    action: str | None = "lend",
-    kind: Kind = Kind.REFUSAL,
-    cluster: str = "eu",
+    ident: str, minutes: int, *, pool: str = "l20", cluster: str = "eu", **rest: Any
 ) -> AuditRecord:
-    return AuditRecord(
-        id=ident,
-        cluster=cluster,
-        time=T0 + timedelta(minutes=minutes),
-        kind=kind,
-        pool=pool,
-        controller="rebalancer-0",
-        reason="cooldown",
-        message=f"record {ident}",
-        node=node,
-        action=None if action is None else model.Action(action),
-        inputs={"demand": {"value": 1.5, "at": "2026-03-02T11:59:30Z"}},
-        before={"taints": [{"key": "a", "effect": "NoSchedule"}], "labels": {"x": "y"}},
-    )
+    return audit_record(ident, T0 + timedelta(minutes=minutes), pool=pool, cluster=cluster, **rest)
 
 
 # Three records share minute 1 (one tick): they come back in id order. Two are another cluster's
