@@ -13,7 +13,23 @@ RebalancerError
 Decisions never raise: a refusal is a ``core.model.Rejection`` value and bad annotations are
 ``core.overrides.Problem`` values. These exceptions are for the edges, where a person must fix
 an input before anything can run.
+
+Every error line that repeats a value a person gave shows it with ``shown``: a value pasted by
+mistake (a whole file in an environment variable, a 5,000-character template) is cut to its
+first characters and its length, so the line stays one line a person can read.
 """
+
+SHOWN_CHARACTERS = 80
+
+
+def shown(value: object) -> str:
+    """``value`` as an error line quotes it (``repr``), cut after ``SHOWN_CHARACTERS``:
+    ``'abc…' (5000 characters)``."""
+    text = repr(value)
+    if len(text) <= SHOWN_CHARACTERS:
+        return text
+    length = len(value) if isinstance(value, str) else len(text)
+    return f"{text[:SHOWN_CHARACTERS]}… ({length} characters)"
 
 
 class RebalancerError(Exception):

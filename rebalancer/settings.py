@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from string import Template
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -46,6 +47,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from rebalancer import errors
 from rebalancer.core import audit, model, nodestate, windows
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.errors import ConfigError
@@ -233,6 +235,23 @@ class MetricsSettings(_Model):
     history: str = Field(default=_VLLM_HISTORY, min_length=1)
     scope: str = Field(default=_DEFAULT_SCOPE, min_length=1)
 
+    def template_problems(self) -> list[tuple[str, str, str]]:
+        """``(field, template, why)`` for each template ``metrics.render`` could not fill in.
+
+        Checked when the settings are read, so that a typo in a placeholder stops the start
+        instead of failing the pool's query on every tick."""
+        templates: list[tuple[str, str, tuple[str, ...]]] = [
+            ("history", self.history, _HISTORY_PLACEHOLDERS),
+            ("scope", self.scope, _SCOPE_PLACEHOLDERS),
+        ]
+        for name in ("demand", "queue", "running", "gpu_busy"):
+            query: MetricQuerySettings | None = getattr(self, name)
+            if query is not None:
+                templates.append((f"{name}.value", query.value, _QUERY_PLACEHOLDERS))
+                templates.append((f"{name}.sampled", query.sampled, _QUERY_PLACEHOLDERS))
+        found = ((f, t, _template_problem(t, allowed)) for f, t, allowed in templates)
+        return [(f, t, why) for f, t, why in found if why is not None]
+
     def queries(self) -> metrics.Queries:
         from rebalancer.adapters import metrics
 
@@ -244,6 +263,29 @@ class MetricsSettings(_Model):
             history=self.history,
             scope=self.scope,
         )
+
+
+# What ``rebalancer.adapters.metrics.render`` fills in (a test holds them equal): ``$scope``,
+# ``$nodes`` and ``$pool`` in a query, ``$window`` too in ``history``; ``scope`` itself is filled
+# in with ``$nodes`` and ``$pool``.
+_QUERY_PLACEHOLDERS = ("scope", "nodes", "pool")
+_HISTORY_PLACEHOLDERS = (*_QUERY_PLACEHOLDERS, "window")
+_SCOPE_PLACEHOLDERS = ("nodes", "pool")
+
+
+def _template_problem(template: str, allowed: Sequence[str]) -> str | None:
+    """Why ``string.Template(template).substitute(<allowed>)`` would raise, or None."""
+    may = ", ".join(f"${name}" for name in allowed)
+    for found in Template.pattern.finditer(template):
+        name = found["named"] or found["braced"]
+        if found["invalid"] is not None:
+            return (
+                f"a '$' at character {found.start() + 1} starts no placeholder; "
+                f"write $$ for a literal $ (this template may use {may})"
+            )
+        if name is not None and name not in allowed:
+            return f"unknown placeholder ${name}; this template may use {may} ($$ for a literal $)"
+    return None
 
 
 class LimitSettings(_Model):
@@ -366,6 +408,21 @@ class PoolSettings(_Model):
         if not value:
             raise PydanticCustomError(
                 "selector", "a pool needs at least one label to select its nodes"
+            )
+        return value
+
+    @pydantic.field_validator("metrics")
+    @classmethod
+    def _templates_fill_in(
+        cls, value: MetricsSettings, info: pydantic.ValidationInfo
+    ) -> MetricsSettings:
+        name = info.data.get("name")  # absent when the name itself was refused
+        pool = f"pool {name!r}: " if name else ""
+        lines = [f"{f}={errors.shown(t)}: {pool}{why}" for f, t, why in value.template_problems()]
+        if lines:
+            # One line per template; ``_lines`` puts each under ``.metrics``.
+            raise PydanticCustomError(
+                "templates", "{problems}", {"problems": "; ".join(lines), "lines": tuple(lines)}
             )
         return value
 
@@ -724,7 +781,8 @@ def _read_yaml(path: Path) -> dict[str, Any] | str:
         )
     bad_keys = [k for k in doc if not isinstance(k, str)]
     if bad_keys:
-        return f"config file {str(path)!r}: setting names must be text, not {bad_keys[0]!r}"
+        name = errors.shown(bad_keys[0])
+        return f"config file {str(path)!r}: setting names must be text, not {name}"
     return doc
 
 
@@ -751,14 +809,16 @@ def _read_env(environ: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
         top = rest.split("__", 1)[0].lower()
         if top not in fields:
             lines.append(
-                f"{upper}={value!r}: unknown setting; known: "
+                f"{upper}={errors.shown(value)}: unknown setting; known: "
                 + ", ".join(ENV_PREFIX + f.upper() for f in Settings.model_fields)
             )
         elif top in _COMPOUND and "__" not in rest:
             try:
                 json.loads(value)
             except ValueError as exc:
-                lines.append(f"{upper}={value!r}: not JSON ({exc}); write this setting as JSON")
+                lines.append(
+                    f"{upper}={errors.shown(value)}: not JSON ({exc}); write this setting as JSON"
+                )
                 unreadable = True
     if unreadable:
         return {}, lines
@@ -793,8 +853,8 @@ def _duplicate_pools(pools: object) -> list[str]:
             continue
         if name in first:
             lines.append(
-                f"pools[{index}].name={name!r}: duplicate pool name; pools[{first[name]}] "
-                "has it already"
+                f"pools[{index}].name={errors.shown(name)}: duplicate pool name; "
+                f"pools[{first[name]}] has it already"
             )
         else:
             first[name] = index
@@ -847,7 +907,12 @@ def _lines(exc: pydantic.ValidationError) -> list[str]:
             base = _path(loc)
             lines.extend(f"{base}.params.{problem}" for problem in ctx.get("lines", ()))
             continue
+        if kind == "templates":
+            base = _path(loc)
+            lines.extend(f"{base}.{problem}" for problem in ctx.get("lines", ()))
+            continue
         path = _path(loc)
+        given = errors.shown(value)
         if kind == "timings":
             lines.append(f"{path}: {error['msg']}")
         elif kind == "missing":
@@ -856,16 +921,16 @@ def _lines(exc: pydantic.ValidationError) -> list[str]:
             holder = _model_at(loc[:-1])
             known = ", ".join(holder.model_fields) if holder is not None else ""
             lines.append(
-                f"{path}={value!r}: unknown setting" + (f"; known: {known}" if known else "")
+                f"{path}={given}: unknown setting" + (f"; known: {known}" if known else "")
             )
         elif kind == "model_type":
-            lines.append(f"{path}={value!r}: must be a mapping of settings (key: value)")
+            lines.append(f"{path}={given}: must be a mapping of settings (key: value)")
         elif kind == "string_type" and isinstance(value, bool | int | float):
-            lines.append(f"{path}={value!r}: must be text; quote it in YAML: '{json.dumps(value)}'")
+            lines.append(f"{path}={given}: must be text; quote it in YAML: '{json.dumps(value)}'")
         else:
             # Lists are kept as tuples (settings are immutable); a YAML user writes a list.
             msg = error["msg"].removeprefix("Value error, ").replace("valid tuple", "valid list")
-            lines.append(f"{path}={value!r}: {msg}")
+            lines.append(f"{path}={given}: {msg}")
     return _dedupe(lines)
 
 

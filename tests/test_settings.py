@@ -366,6 +366,44 @@ BAD: list[tuple[str, object, str]] = [
         "pools={'name': 'l20'}: Input should be a valid list",
     ),
     (
+        "a query template with an unknown placeholder",
+        pool(metrics={"queue": {"value": 'sum(q{ns="$namespace"})', "sampled": "$scope"}}),
+        "pools[0].metrics.queue.value='sum(q{ns=\"$namespace\"})': pool 'l20': unknown "
+        "placeholder $namespace; this template may use $scope, $nodes, $pool ($$ for a literal $)",
+    ),
+    (
+        "a history template with a placeholder only the others have",
+        pool(metrics={"scope": 'kube_pod_info{node=~"$nodes"} and $window'}),
+        "pools[0].metrics.scope='kube_pod_info{node=~\"$nodes\"} and $window': pool 'l20': "
+        "unknown placeholder $window; this template may use $nodes, $pool ($$ for a literal $)",
+    ),
+    (
+        "a PromQL $1 not written $$1",
+        pool(
+            metrics={
+                "gpu_busy": {
+                    "value": 'label_replace(g, "node", "$1", "h", "(.*)")',
+                    "sampled": "timestamp(g)",
+                }
+            }
+        ),
+        'pools[0].metrics.gpu_busy.value=\'label_replace(g, "node", "$1", "h", "(.*)")\': '
+        "pool 'l20': a '$' at character 27 starts no placeholder; write $$ for a literal $ "
+        "(this template may use $scope, $nodes, $pool)",
+    ),
+    (
+        "a 5,000-character value is cut",
+        {"tick_interval": "9" * 4999 + "x"},
+        f"tick_interval='{'9' * 79}… (5000 characters): write a duration such as 90s, 15m or 2h",
+    ),
+    (
+        "a 5,000-character template is cut",
+        pool(metrics={"history": "r" * 4990 + "$interval"}),
+        f"pools[0].metrics.history='{'r' * 79}… (4999 characters): pool 'l20': unknown "
+        "placeholder $interval; this template may use $scope, $nodes, $pool, $window "
+        "($$ for a literal $)",
+    ),
+    (
         "non-mapping YAML",
         "- name: l20\n",
         "config file '{path}': must be a mapping of settings (key: value), not a list",
@@ -615,6 +653,28 @@ def test_lent_taint_follows_the_key_prefix() -> None:
 
 def test_metric_defaults_are_the_adapters() -> None:
     assert settings.MetricsSettings().queries() == metrics.Queries()
+
+
+def test_the_placeholders_a_template_may_use_are_those_render_fills_in() -> None:
+    every = " ".join(f"${name}" for name in settings._QUERY_PLACEHOLDERS)
+    history = " ".join(f"${name}" for name in settings._HISTORY_PLACEHOLDERS)
+    scope = " ".join(f"${name}" for name in settings._SCOPE_PLACEHOLDERS)
+    assert metrics.render(every, "l20", ["n-1"], scope) == "n-1 l20 n-1 l20"
+    assert metrics.render(history, "l20", ["n-1"], scope, window="60s") == "n-1 l20 n-1 l20 60s"
+    settings.MetricsSettings(history=history, scope=scope)  # and the settings take them
+    with pytest.raises(KeyError):
+        metrics.render("$window", "l20", ["n-1"], scope)
+    with pytest.raises(KeyError):
+        metrics.render("x", "l20", ["n-1"], "$scope")
+
+
+def test_every_bad_template_of_a_pool_is_a_line_of_its_own(tmp_path: Path) -> None:
+    bad = {"value": "$a", "sampled": "$b"}
+    lines = errors(write(tmp_path, pool(metrics={"demand": bad, "running": None})))
+    assert [line.split(":")[0] for line in lines] == [
+        "pools[0].metrics.demand.value='$a'",
+        "pools[0].metrics.demand.sampled='$b'",
+    ]
 
 
 def test_strategy_may_be_given_by_name_alone() -> None:
