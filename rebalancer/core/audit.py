@@ -387,6 +387,18 @@ def pool_inputs(
             "seen": _sample(pool.held.seen),
             "since": _time(pool.held.since),
         }
+    if pool.alerts:  # the Alertmanager alerts the pool was held to, and what matched each
+        doc["alerts"] = [
+            {
+                "alertname": a.name,
+                "fingerprint": a.fingerprint,
+                "starts_at": _time(a.starts_at),
+                "matcher": a.matcher,
+                "received": _time(a.received),
+                "until": _time(a.until),
+            }
+            for a in pool.alerts
+        ]
     if proposal is not None:
         doc["proposal"] = {
             "lend_target": proposal.lend_target,

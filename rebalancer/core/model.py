@@ -348,6 +348,22 @@ class DropHeld:
     since: datetime  # when the fall was first seen
 
 
+@dataclass(frozen=True, slots=True)
+class FiringAlert:
+    """An Alertmanager alert that fires and matched one of the pool's ``wake_on`` selectors:
+    inference is short, as the alert's rule sees it (docs/design/alertmanager.md). It counts
+    as pressure until ``until``: its own ``endsAt`` when the notification gave one, else the
+    last firing notification plus the configured maximum age, so that a lost ``resolved``
+    cannot hold a pool for ever."""
+
+    name: str  # the alert's ``alertname`` label
+    fingerprint: str  # Alertmanager's identity of the alert (its label set)
+    starts_at: datetime
+    matcher: str  # the selector that matched, in Alertmanager's syntax
+    received: datetime  # the last firing notification of it
+    until: datetime
+
+
 @dataclass(frozen=True)
 class PoolSnapshot:
     """One pool at ``Snapshot.now``.
@@ -373,6 +389,9 @@ class PoolSnapshot:
     # Pending pods that tolerate the pool's lend taints: who would use a lent node. A pool
     # that lends only to takers (``PoolPolicy.lend_only_to_takers``) lends none without one.
     takers: tuple[PendingPod, ...] = ()
+    # Alertmanager alerts that fire and match the pool's ``wake_on``: the pool lends nothing
+    # while one holds, and the planner takes nodes back as it does for a queue.
+    alerts: tuple[FiringAlert, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -421,6 +440,7 @@ class Reason(StrEnum):
     BAD_OVERRIDE_RECLAIM = "bad_override_reclaim"
     GANG_PREEMPTED = "gang_preempted"  # a job losing pods elsewhere: its other nodes come back
     UNUSED_LOAN = "unused_loan"  # lent, yet no job runs on it or waits for it
+    ALERT_FIRING = "alert_firing"  # a matched Alertmanager alert fires: no lending, reclaim
     # why something is refused
     PAUSED = "paused"
     FROZEN = "frozen"

@@ -198,6 +198,7 @@ class _Pool:
     paused: bool  # a global or pool pause: lending and non-safety moves are refused
     frozen: bool  # a global or pool freeze: every intent is refused
     takers: tuple[takers.Gang, ...]  # pending jobs no other pool has room for, in place order
+    alerts: tuple[model.FiringAlert, ...] = ()  # matched Alertmanager alerts firing now
 
     @property
     def size(self) -> int:
@@ -362,6 +363,7 @@ def _observe(
         paused=paused,
         frozen=frozen,
         takers=tuple(g for g in takers.gangs(snapshot.takers) if g.key not in served),
+        alerts=tuple(a for a in snapshot.alerts if a.until > now),
     )
 
 
@@ -506,6 +508,7 @@ def _safety_intents(draft: _Draft) -> None:
         _reclaim_for_demand(draft, demand.need)
     if policy.queue_reclaims and Guard.QUEUE_LIMIT in policy.guards:
         _reclaim_for_queue(draft)
+    _reclaim_for_alerts(draft)
 
 
 def _reclaim_for_demand(draft: _Draft, need: int) -> None:
@@ -529,8 +532,33 @@ def _reclaim_for_queue(draft: _Draft) -> None:
         f"{queue:.0f} requests wait (limit {limit:.0f}): {backlog} nodes clear them within "
         f"a minute, {draft.returning} are on their way back"
     )
-    count = min(backlog - draft.returning, draft.lent_count)
-    _safety_reclaim(draft, count, Reason.QUEUE_ABOVE_LIMIT, why)
+    _keep_returning(draft, backlog, Reason.QUEUE_ABOVE_LIMIT, why)
+
+
+def _reclaim_for_alerts(draft: _Draft) -> None:
+    """A matched Alertmanager alert fires: inference is short as its rule sees it, whatever
+    the samples here say. Stepped as the queue rule is: a wave of the pool's per-tick step
+    is kept on its way back while an alert fires, so each wave is warm before the next is
+    taken (docs/design/alertmanager.md)."""
+    pool = draft.pool
+    if not pool.alerts or draft.lent_count <= 0:
+        return
+    wave = pool.policy.step_budget(pool.size)
+    why = (
+        f"{_alert_names(pool.alerts)} fires: {wave} nodes come back at a time, "
+        f"{draft.returning} are on their way back"
+    )
+    _keep_returning(draft, wave, Reason.ALERT_FIRING, why)
+
+
+def _alert_names(alerts: Sequence[model.FiringAlert]) -> str:
+    shown = ", ".join(f"alert {a.name} ({a.matcher})" for a in alerts[:3])
+    return shown + (f" and {len(alerts) - 3} more" if len(alerts) > 3 else "")
+
+
+def _keep_returning(draft: _Draft, wanted: int, reason: Reason, why: str) -> None:
+    """Reclaim until ``wanted`` nodes are on their way back, those returning included."""
+    _safety_reclaim(draft, min(wanted - draft.returning, draft.lent_count), reason, why)
 
 
 def _safety_reclaim(draft: _Draft, count: int, reason: Reason, why: str) -> None:
@@ -863,6 +891,8 @@ def _lend_blocked(pool: _Pool) -> _Limit | None:
             f"traffic falls; not believed until it lasts {policy.drop_hold} "
             f"(since {held.since.isoformat()})",
         )
+    if pool.alerts:
+        return _Limit(0, Reason.ALERT_FIRING, f"no lending while {_alert_names(pool.alerts)} fires")
     queue = demand.queue
     if Guard.QUEUE_LIMIT in policy.guards and queue is not None and queue > policy.queue_limit:
         return _Limit(
