@@ -111,6 +111,12 @@ def _controller_commands(commands: Any) -> None:
         "HTTP server (metrics, probes, audit API), until SIGTERM or SIGINT.",
     )
     common(run)
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="plan and audit (outcome would_apply), write nothing to the cluster: no node, pod, "
+        "Event or Lease (the dry_run setting)",
+    )
     run.set_defaults(handler=_run)
 
     reclaim = commands.add_parser(
@@ -192,6 +198,8 @@ def _run(args: argparse.Namespace) -> int:
     from rebalancer.runtime import loop, wiring
 
     config = _settings(args)
+    if args.dry_run:
+        config = config.model_copy(update={"dry_run": True})
     if not config.pools:
         raise ConfigError(
             "pools=[]: the settings name no pool, so the controller would have nothing to "

@@ -70,9 +70,25 @@ class _Pass:
     writes: list[Write] = field(default_factory=list)
 
     def result(self, outcome: Outcome, message: str) -> ActionResult:
+        if self.dry_run and outcome in (Outcome.APPLIED, Outcome.IN_PROGRESS):
+            outcome, message = Outcome.WOULD_APPLY, self._would(message)
         return ActionResult(
             self.node, self.action, outcome, message, tuple(self.writes), self.dry_run
         )
+
+    def _would(self, message: str) -> str:
+        """A dry run's words for a change it did not make: ``would lend (lent): 2 writes not
+        sent``."""
+        verb = _WOULD[self.action]
+        count = len(self.writes)
+        return f"would {verb} ({message}): {count} write{'s' * (count != 1)} not sent"
+
+
+_WOULD = {
+    model.Action.LEND: "lend",
+    model.Action.RECLAIM: "reclaim",
+    model.Action.PROGRESS: "drive on",
+}
 
 
 class NodeCache(Protocol):
@@ -258,7 +274,7 @@ class Actuator:
             else:
                 blocked = await self._evict(run, borrowed)
             if self._dry_run:
-                return run.result(Outcome.IN_PROGRESS, "dry-run: borrowed pods still on the node")
+                return run.result(Outcome.IN_PROGRESS, "borrowed pods would be evicted or deleted")
             # What the writes did: pods deleted at once, or still terminating.
             pods = await self._pods(run.node)
             left = [p for p in pods if p.view.role is model.PodRole.BORROWED]

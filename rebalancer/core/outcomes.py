@@ -4,7 +4,9 @@ An actuator call answers with an ``ActionResult``: its ``Outcome`` and every ``W
 (or, in a dry run, would have made). The outcome record the audit log writes for it carries the
 same ``Outcome``, so a call's result and its record never need translating. Two outcomes only
 records have: ``SUPERSEDED`` (never carried out: a newer decision or a restart replaced it) and
-``INTERRUPTED`` (begun, then the run stopped; a recovery intent takes it over).
+``INTERRUPTED`` (begun, then the run stopped; a recovery intent takes it over). A dry run's
+call that would have changed the node answers ``WOULD_APPLY``, never ``APPLIED``: a dry run's
+audit log and logs must not read like a real run's.
 
 A step's outcome and one write's outcome are two types on purpose: a reclaim can be
 ``IN_PROGRESS`` while one of its evictions was ``BLOCKED`` by a budget and another ``EVICTED``.
@@ -30,6 +32,7 @@ class Outcome(StrEnum):
     FAILED = "failed"  # the API refused or kept failing; nothing more was written
     SUPERSEDED = "superseded"  # never carried out: a restart or a newer decision replaced it
     INTERRUPTED = "interrupted"  # begun, then the run stopped; a recovery intent takes it over
+    WOULD_APPLY = "would_apply"  # a dry run: the writes it lists would have been sent, none was
 
 
 BACK = frozenset({Outcome.APPLIED, Outcome.NOTHING})  # a reclaim after which the node serves

@@ -47,9 +47,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 from functools import partial
 
@@ -750,51 +750,66 @@ def _candidates(pool: _Pool, intent: Intent, nodes: Sequence[_Node]) -> _Candida
     return _Candidates(tuple(eligible), excluded)
 
 
-def _why_not_lend(pool: _Pool, node: _Node, strategy: bool) -> Reason | None:
-    """Why ``node`` may not be lent now, or None when it may. An operator's ``lend=now``
-    skips the window, the cooldown and the warm-up; nothing else."""
-    ov = node.overrides
-    if node.unreadable:
-        return Reason.BAD_OVERRIDE
-    if ov.paused:
-        return Reason.NODE_PAUSED
-    if ov.lend is overrides.LendMode.NEVER:
-        return Reason.LEND_NEVER
-    if ov.reclaim_now:
-        return Reason.OPERATOR_RECLAIM_NOW
-    if not node.view.ready:
-        return Reason.NOT_READY
-    if not node.view.idle:
-        return Reason.NOT_IDLE
-    if not strategy:
-        return None
-    if not pool.is_open(node):
-        return Reason.OUTSIDE_WINDOW
-    if node.state.since and pool.now - node.state.since < pool.policy.cooldown:
-        return Reason.COOLDOWN
-    if node.name in pool.warming:
-        return Reason.WARMING  # on its way back: lending it again is churn
+# The rules a node is held to, in the order they are judged: (reason, refuses, the strategy's
+# only). The first that refuses is the reason a node is excluded; ``rules_for`` shows them all.
+_NodeRule = tuple[Reason, Callable[["_Pool", "_Node"], bool], bool]
+
+_LEND_RULES: tuple[_NodeRule, ...] = (
+    (Reason.BAD_OVERRIDE, lambda pool, node: node.unreadable, False),
+    (Reason.NODE_PAUSED, lambda pool, node: node.overrides.paused, False),
+    (Reason.LEND_NEVER, lambda pool, node: node.overrides.lend is overrides.LendMode.NEVER, False),
+    (Reason.OPERATOR_RECLAIM_NOW, lambda pool, node: node.overrides.reclaim_now, False),
+    (Reason.NOT_READY, lambda pool, node: not node.view.ready, False),
+    (Reason.NOT_IDLE, lambda pool, node: not node.view.idle, False),
+    # An operator's lend=now skips the window, the cooldown and the warm-up; nothing else.
+    (Reason.OUTSIDE_WINDOW, lambda pool, node: not pool.is_open(node), True),
+    (Reason.COOLDOWN, lambda pool, node: _within(pool, node, pool.policy.cooldown), True),
+    # On its way back: lending it again is churn.
+    (Reason.WARMING, lambda pool, node: node.name in pool.warming, True),
+)
+
+_RECLAIM_RULES: tuple[_NodeRule, ...] = (
+    # The actuator finishes or rolls back a lend in flight first.
+    (Reason.IN_FLIGHT, lambda pool, node: node.phase is Phase.LENDING, False),
+    (Reason.NODE_PAUSED, lambda pool, node: node.overrides.paused, False),
+    # The operator outranks the strategy: taking the node back would only have it lent again
+    # (lend=now skips the cooldown) as soon as it returns, a loop that preempts the training
+    # on it every few minutes.
+    (
+        Reason.OPERATOR_LEND_NOW,
+        lambda pool, node: node.overrides.lend is overrides.LendMode.NOW,
+        True,
+    ),
+    (Reason.MIN_LOAN_TIME, lambda pool, node: _within(pool, node, pool.policy.min_loan), True),
+)
+
+
+def _within(pool: _Pool, node: _Node, span: timedelta) -> bool:
+    """Whether the node's phase began less than ``span`` ago."""
+    since = node.state.since
+    return since is not None and pool.now - since < span
+
+
+def _first_refusal(
+    rules: Sequence[_NodeRule], pool: _Pool, node: _Node, strategy: bool
+) -> Reason | None:
+    for reason, refuses, strategy_only in rules:
+        if strategy_only and not strategy:
+            return None  # the strategy's rules come last
+        if refuses(pool, node):
+            return reason
     return None
+
+
+def _why_not_lend(pool: _Pool, node: _Node, strategy: bool) -> Reason | None:
+    """Why ``node`` may not be lent now, or None when it may (``_LEND_RULES``)."""
+    return _first_refusal(_LEND_RULES, pool, node, strategy)
 
 
 def _why_not_reclaim(pool: _Pool, node: _Node, strategy: bool) -> Reason | None:
-    """Why ``node`` may not be reclaimed now, or None when it may. Only the strategy is held
-    to ``min_loan`` and to an operator's ``lend=now``."""
-    if node.phase is Phase.LENDING:
-        return Reason.IN_FLIGHT  # the actuator finishes or rolls it back first
-    if node.overrides.paused:
-        return Reason.NODE_PAUSED
-    if not strategy:
-        return None
-    if node.overrides.lend is overrides.LendMode.NOW:
-        # The operator outranks the strategy: taking the node back would only have it lent
-        # again (lend=now skips the cooldown) as soon as it returns, a loop that preempts
-        # the training on it every few minutes.
-        return Reason.OPERATOR_LEND_NOW
-    since = node.state.since
-    if since is not None and pool.now - since < pool.policy.min_loan:
-        return Reason.MIN_LOAN_TIME
-    return None
+    """Why ``node`` may not be reclaimed now, or None when it may (``_RECLAIM_RULES``). Only
+    the strategy is held to ``min_loan`` and to an operator's ``lend=now``."""
+    return _first_refusal(_RECLAIM_RULES, pool, node, strategy)
 
 
 # -- budget ------------------------------------------------------------------------------------

@@ -443,6 +443,11 @@ class Reconciler:
         self._running: dict[PoolName, asyncio.Future[object]] = {}  # strategy calls in threads
         self._unreadable: dict[str, str] = {}  # what was last reported unreadable
         self.last: model.Snapshot | None = None  # the last tick's snapshot (for wake-ups)
+        self.last_decision: Decision | None = None  # and what it decided (for explain)
+        # A dry run writes nothing, so it plans the same steps tick after tick: each is
+        # audited once, when it enters the plan (``_new_steps``).
+        self._would: frozenset[tuple[PoolName, NodeName, Action]] = frozenset()
+        self._would_drive: frozenset[NodeName] = frozenset()
 
     # -----------------------------------------------------------------------------------------
     # Start-up
@@ -608,10 +613,11 @@ class Reconciler:
         seen = await self.observe(now)
         self.last = seen.snapshot
         decision = await self.decide(seen.snapshot)
+        self.last_decision = decision
         proposals, plan = decision.proposals, decision.plan
         report = TickReport(now, seen.snapshot, proposals, plan, leading=False)
         for line in (p.summary for p in plan.pools.values()):
-            log.info("plan: %s", line)
+            log.info("%s: %s", "dry run, would plan" if self.dry_run else "plan", line)
         leading = self._leading()
         self.observer.observe_leader(self.leadership.identity, leading)
         self._observe_health(seen.snapshot, plan)
@@ -641,17 +647,38 @@ class Reconciler:
                 if p.slo is not None
             }
         )
+        acting = self._new_steps(plan) if self.dry_run else plan
         try:
-            tick, written = await self.audit_intents(seen.snapshot, proposals, plan)
+            tick, written = await self.audit_intents(seen.snapshot, proposals, acting)
         except Exception as exc:  # the store failed: an action with no intent must not happen
             log.exception("audit store failed; nothing is written this tick")
             self.observer.observe_audit_failure("tick")
             return replace(report, leading=True, error=f"audit store failed: {exc}")
+        if self.dry_run:
+            self._would = frozenset((s.pool, s.node, s.action) for s in plan.steps)
         await self.events.findings(plan)
-        applied = await self.apply(plan, tick)
-        acted = {a.node for a in applied}
+        applied = await self.apply(acting, tick)
+        acted = {a.node for a in plan.steps} if self.dry_run else {a.node for a in applied}
         progressed = await self.drive(seen.snapshot, acted)
         return replace(report, leading=True, audited=written, applied=applied + progressed)
+
+    def _new_steps(self, plan: model.Plan) -> model.Plan:
+        """A dry run's plan to audit and carry out: only the steps the last tick did not plan.
+        Nothing it "did" changed the cluster, so the rest would be the same records again
+        every tick; a step that leaves the plan and comes back is audited again."""
+        pools = {
+            name: replace(
+                pool,
+                steps=tuple(s for s in pool.steps if (s.pool, s.node, s.action) not in self._would),
+            )
+            for name, pool in plan.pools.items()
+        }
+        kept = sum(len(p.steps) for p in plan.pools.values()) - sum(
+            len(p.steps) for p in pools.values()
+        )
+        if kept:
+            log.info("dry run: %d step(s) still planned as before, not audited again", kept)
+        return replace(plan, pools=pools)
 
     # -- observe ------------------------------------------------------------------------------
 
@@ -952,6 +979,21 @@ class Reconciler:
             for view in snapshot.pools[pool.name].nodes
             if view.name not in acted and phase(view, self.keys) in _IN_FLIGHT
         ]
+        if self.dry_run:
+            # A node in flight was left so by a run that writes: a dry run neither drives it
+            # on nor closes the intent it answers to. Each is said once.
+            names = frozenset(view.name for _, view in in_flight)
+            for pool, view in in_flight:
+                if view.name not in self._would_drive:
+                    state = phase(view, self.keys)
+                    log.warning(
+                        "dry run: node %s of pool %s is %s; a run that writes would drive it on",
+                        view.name,
+                        pool.name,
+                        state.value if state else "unreadable",
+                    )
+            self._would_drive = names
+            return ()
 
         async def one(item: tuple[PoolConfig, NodeView]) -> Applied | None:
             pool, view = item

@@ -67,6 +67,7 @@ from rebalancer.runtime.reconcile import (
     Leadership,
     MetricsSource,
     NodeActuator,
+    NoEvents,
     PoolConfig,
     Reconciler,
 )
@@ -220,7 +221,7 @@ class Controller:
     store: AuditStore
     audit_log: AuditLog
     telemetry: Telemetry
-    events: KubeEvents
+    events: EventRecorder
     elector: LeaderElector | None
     leadership: Leadership
     reconciler: Reconciler
@@ -253,9 +254,11 @@ class Controller:
                 store, sink=seams.sink, new_id=seams.new_id, cluster=settings.cluster_name
             )
             keys, pools = settings.keys(), pool_configs(settings)
-            events = KubeEvents(
+            events: EventRecorder = KubeEvents(
                 api, instance=me, clock=clock, cluster=settings.cluster_name, keys=keys
             )
+            if settings.dry_run:
+                events = NoEvents()  # an Event is a write: a dry run records none
             informer = Informer(
                 api,
                 prefix=settings.key_prefix,
@@ -330,7 +333,9 @@ def _leadership(
     """Who may write, and the writer that holds every node write to it."""
     kube = KubeWriter(client.CoreV1Api(api))
     le = settings.leader_election
-    if role is Role.OPERATOR or not le.enabled:
+    if role is Role.OPERATOR or not le.enabled or settings.dry_run:
+        # A dry run writes nothing, not even a Lease: it plans and audits as if leading
+        # (docs/design/dry-run.md).
         return None, AlwaysLeader(identity=me, now=clock), kube
     # The gauge follows the Lease as the elector sees it change (set after the write that won
     # it, cleared before the release write), not the next tick.

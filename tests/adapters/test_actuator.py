@@ -161,7 +161,8 @@ async def test_dry_run_writes_nothing_and_reports_the_exact_writes_it_would_make
         assert rec.writes == []
         assert node_obj(w.objects, "gpu-0")["metadata"]["resourceVersion"] == rv
         assert result.dry_run
-        assert result.outcome is Outcome.APPLIED
+        assert result.outcome is Outcome.WOULD_APPLY  # never "applied": nothing was
+        assert result.message == "would lend (lent): 2 writes not sent"
         assert [(x.kind, x.outcome) for x in result.writes] == [
             (WriteKind.BEGIN_LEND, WriteOutcome.PLANNED),
             (WriteKind.FINISH_LEND, WriteOutcome.PLANNED),
@@ -189,6 +190,10 @@ async def test_dry_run_of_a_reclaim_lists_the_evictions_without_sending_them(
         assert [x.kind for x in result.writes] == [WriteKind.BEGIN_RECLAIM] + [WriteKind.EVICT] * 2
         assert {x.target for x in result.writes[1:]} == {f"pod/training/{n}" for n in names}
         assert result.writes[1].body["kind"] == "Eviction"
+        assert result.outcome is Outcome.WOULD_APPLY
+        assert result.message == (
+            "would reclaim (borrowed pods would be evicted or deleted): 3 writes not sent"
+        )
 
 
 @dataclass

@@ -11,6 +11,7 @@ performs succeeds under them, and removing the one rule an operation needs makes
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -27,6 +28,8 @@ from rebalancer.adapters.actuator import Actuator
 from rebalancer.adapters.events import KubeEvents, NodeEvent
 from rebalancer.adapters.leadership import LeaderElector
 from rebalancer.adapters.writer import KubeWriter
+from rebalancer.core.audit import Kind
+from rebalancer.core.model import PoolName
 from rebalancer.core.outcomes import Outcome
 from rebalancer.runtime import wiring
 from sandbox.emulator import cluster
@@ -35,7 +38,8 @@ from tests.support import kube, objects
 from tests.support.backends import Backend, Opened
 from tests.support.chart import NAMESPACE, RELEASE, Doc, of_kind, one, render
 from tests.support.emulated import Requests
-from tests.support.processes import config_text, free_port
+from tests.support.fakes import Demand
+from tests.support.processes import config_text, free_port, read_audit
 from tests.support.rbac import CONTROLLER_TOKEN, apply_to, grants, service_account_of
 
 SA = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
@@ -247,20 +251,50 @@ async def test_removing_the_rule_an_operation_needs_makes_it_fail_with_403(
         assert c.denied() == {(verb, group, resource)}
 
 
-async def test_a_dry_run_controller_works_under_the_dry_run_role(
+async def test_a_dry_run_controller_writes_nothing_under_the_dry_run_role(
     backend: Backend, tmp_path: Path
 ) -> None:
+    """The whole controller in dry run, as the chart's dry-run account: the informer, two ticks
+    of planning and auditing. Every step answers ``would_apply``, each intent is audited once,
+    the server is asked no write at all (no Lease, no Event) and refuses nothing."""
     docs = render({"config": {"dry_run": True}})
+    assert list(of_kind(docs, "Role")) == []  # neither the Lease's nor the Events'
     async with running(backend, docs, tmp_path, dry_run=True) as c:
-        assert (await c.actuator.lend(SERVING, "test")).outcome is Outcome.APPLIED
+        assert (await c.actuator.lend(SERVING, "test")).outcome is Outcome.WOULD_APPLY
         deadline = datetime.now(UTC) + timedelta(hours=1)
-        assert (await c.actuator.reclaim(LENT, "test", deadline)).outcome is Outcome.IN_PROGRESS
+        assert (await c.actuator.reclaim(LENT, "test", deadline)).outcome is Outcome.WOULD_APPLY
         past = datetime.now(UTC) - timedelta(seconds=1)
-        assert (await c.actuator.reclaim(LENT_TOO, "test", past)).outcome is Outcome.IN_PROGRESS
-        assert await take_a_new_lease(c)
-        assert await record_an_event(c)
+        assert (await c.actuator.reclaim(LENT_TOO, "test", past)).outcome is Outcome.WOULD_APPLY
+
+        path = tmp_path / "dry-run.yaml"
+        audit_db = tmp_path / "dry-run.sqlite3"
+        # Leader election asked for: a dry run elects no leader, so it takes no Lease.
+        text = config_text(audit_db, free_port(), election=True)
+        text += "    lend_only_to_takers: false\n"  # no training waits in this cluster
+        path.write_text(f"dry_run: true\n{text}", encoding="utf-8")
+        config = settings_mod.load(path, env={})
+        demand = Demand({PoolName("inference"): 1.0}, wiring.utc_now)
+        seams = wiring.Seams(api=c.controller, metrics=demand, sink=None, serve_http=False)
+        async with wiring.Controller.open(config, seams) as controller:
+            assert controller.elector is None
+            informer = asyncio.create_task(controller.informer.run())
+            try:
+                await asyncio.wait_for(controller.informer.synced.wait(), 10)
+                first = await controller.reconciler.tick()
+                again = await controller.reconciler.tick()
+            finally:
+                informer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await informer
+        assert first.plan.steps
+        assert again.plan.steps == first.plan.steps
+        assert {a.result.outcome for a in first.applied if a.result} == {Outcome.WOULD_APPLY}
+        assert again.applied == ()  # the same plan: nothing audited or "done" twice
+        records = await read_audit(f"sqlite+aiosqlite:///{audit_db}")
+        intents = [r for r in records if r.kind is Kind.INTENT]
+        outcomes = [r for r in records if r.kind is Kind.OUTCOME]
+        assert len(intents) == len(first.plan.steps)
+        assert {r.outcome for r in outcomes} == {Outcome.WOULD_APPLY}
+        assert all(r.dry_run for r in intents + outcomes)
         assert c.denied() == set()
-        assert {(r.verb, r.resource) for r in c.asked.seen} >= {("get", "nodes")}
-        # nothing but the Lease and the Event was written
-        writes = [(r.verb, r.resource, r.status) for r in c.asked.seen if r.is_write]
-        assert writes == [("create", "leases", 201), ("create", "events", 201)]
+        assert [(r.verb, r.resource) for r in c.asked.seen if r.is_write] == []

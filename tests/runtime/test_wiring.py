@@ -64,6 +64,7 @@ async def test_the_cluster_name_reaches_the_audit_log_the_metrics_and_the_events
             assert stored is not None
             assert stored.cluster == "prod-eu-1"
 
+            assert isinstance(c.events, events.KubeEvents)
             assert await c.events.record(
                 events.NodeEvent("inference-5", "Normal", "Lent", "Lend", "lent")
             )

@@ -59,6 +59,9 @@ sqlite+aiosqlite:////var/lib/rebalancer/audit.sqlite3
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) -}}
 {{- fail (printf "replicaCount=%d: more than one replica needs leaderElection.enabled=true (two writers would fight over the same nodes)" (int .Values.replicaCount)) -}}
 {{- end -}}
+{{- if and (gt (int .Values.replicaCount) 1) .Values.config.dry_run -}}
+{{- fail (printf "replicaCount=%d: a dry run writes no Lease, so it elects no leader; run one replica (every replica would audit the same decisions)" (int .Values.replicaCount)) -}}
+{{- end -}}
 {{- if and (eq .Values.audit.store "postgresql") (not .Values.audit.postgresql.existingSecret) -}}
 {{- fail "audit.postgresql.existingSecret: required when audit.store=postgresql (the Secret holding the database URL)" -}}
 {{- end -}}
