@@ -380,3 +380,55 @@ async def test_an_audit_store_that_cannot_be_made_and_a_port_in_use_are_one_line
         f"rebalancer: http.host='127.0.0.1', http.port={port}: "
         f"error while attempting to bind on address ('127.0.0.1', {port}): address already in use"
     ]
+
+
+async def test_a_kubeconfig_that_is_not_one_is_one_line_naming_its_path(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"audit: {{url: 'sqlite+aiosqlite:///{tmp_path}/audit.db'}}\n"
+        "pools: [{name: a, node_selector: {gpu-pool: a}, rps_per_node: 10}]\n",
+        encoding="utf-8",
+    )
+    garbage = tmp_path / "garbage"
+    garbage.write_bytes(bytes(range(128, 256)) * 4)
+    no_clusters = tmp_path / "no-clusters"
+    no_clusters.write_text("apiVersion: v1\nkind: Config\ncurrent-context: x\n", encoding="utf-8")
+    text = tmp_path / "text"
+    text.write_text("just some words\n", encoding="utf-8")
+    missing = tmp_path / "missing"
+    how = "give a file with clusters, users and contexts, as kubectl writes it"
+    why = {
+        garbage: f"not a kubeconfig (not UTF-8 text); {how}",
+        no_clusters: f"not a kubeconfig (no list of clusters); {how}",
+        text: f"not a kubeconfig (a YAML string, not a mapping); {how}",
+        missing: "does not exist",
+    }
+    expected = {k: f"cannot configure the Kubernetes client from {k}: {w}" for k, w in why.items()}
+
+    runs = await asyncio.gather(
+        *(run_cli("run", "--config", str(config), "--kubeconfig", str(k)) for k in expected)
+    )
+
+    for (code, _out, err), line in zip(runs, expected.values(), strict=True):
+        assert (code, err.splitlines()) == (2, [f"rebalancer: {line}"])
+
+
+async def test_an_audit_directory_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(UNREACHABLE_KUBECONFIG, encoding="utf-8")
+    config = tmp_path / "config.yaml"
+    # Not even root may make a directory in /proc.
+    url = "sqlite+aiosqlite:////proc/rebalancer-test/audit.db"
+    config.write_text(
+        f"audit: {{url: '{url}'}}\n"
+        "pools: [{name: a, node_selector: {gpu-pool: a}, rps_per_node: 10}]\n",
+        encoding="utf-8",
+    )
+
+    code, _out, err = await run_cli("run", "--config", str(config), "--kubeconfig", str(kubeconfig))
+
+    assert code == 2
+    assert err.splitlines() == [
+        f"rebalancer: audit.url='{url}': cannot open the audit store: [Errno 2] No such file or "
+        "directory: '/proc/rebalancer-test'"
+    ]

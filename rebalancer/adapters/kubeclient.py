@@ -8,6 +8,10 @@ sockets, so it lives in an async context manager that always closes it.
 Configuration, in order: an explicit kubeconfig path; the in-cluster service account when the
 process runs in a pod (``KUBERNETES_SERVICE_HOST`` is set); else the default kubeconfig
 (``$KUBECONFIG`` or ``~/.kube/config``).
+
+A kubeconfig given by path that is not one (missing, not text, not YAML, no clusters) is a
+``ConfigError`` of one line naming the path: the client library would otherwise raise whatever
+its parser tripped on (a ``UnicodeDecodeError``, a ``TypeError``), as a traceback.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes_asyncio import client, config
 
 from rebalancer.errors import ConfigError
@@ -26,6 +31,8 @@ from rebalancer.errors import ConfigError
 async def configuration(kubeconfig: Path | None = None, context: str | None = None) -> Any:
     """A ``kubernetes_asyncio.client.Configuration`` for the cluster (see the module docstring)."""
     settings = client.Configuration()
+    if kubeconfig is not None:
+        _check(kubeconfig)
     try:
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
             # Re-reads the projected service-account token as it rotates.
@@ -41,10 +48,60 @@ async def configuration(kubeconfig: Path | None = None, context: str | None = No
                 client_configuration=settings,
                 persist_config=False,
             )
-    except (config.ConfigException, OSError) as exc:
+    # Beyond its own ConfigException, the library's parser raises whatever it trips on (a
+    # UnicodeDecodeError, a TypeError on a list where it wants a mapping, a YAMLError).
+    except (
+        config.ConfigException,
+        OSError,
+        ValueError,
+        TypeError,
+        KeyError,
+        yaml.YAMLError,
+    ) as exc:
         where = kubeconfig or "the in-cluster service account or the default kubeconfig"
-        raise ConfigError(f"cannot configure the Kubernetes client from {where}: {exc}") from exc
+        why = " ".join(f"{exc}".split())
+        raise ConfigError(f"cannot configure the Kubernetes client from {where}: {why}") from exc
     return settings
+
+
+def _check(path: Path) -> None:
+    """Refuse, in one line naming ``path``, a file that cannot be a kubeconfig."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise _unusable(path, "does not exist") from None
+    except IsADirectoryError:
+        raise _unusable(path, "is a directory, not a file") from None
+    except UnicodeDecodeError:
+        raise _not_one(path, "not UTF-8 text") from None
+    except OSError as exc:
+        raise _unusable(path, f"cannot be read ({exc.strerror})") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise _not_one(path, f"not valid YAML{where}") from None
+    if doc is None:
+        raise _not_one(path, "an empty file")
+    if not isinstance(doc, dict):
+        kind = "list" if isinstance(doc, list) else "string" if isinstance(doc, str) else "value"
+        raise _not_one(path, f"a YAML {kind}, not a mapping")
+    for key in ("clusters", "contexts"):
+        if not doc.get(key) or not isinstance(doc[key], list):
+            raise _not_one(path, f"no list of {key}")
+
+
+def _not_one(path: Path, why: str) -> ConfigError:
+    return _unusable(
+        path,
+        f"not a kubeconfig ({why}); give a file with clusters, users and contexts, as kubectl "
+        "writes it",
+    )
+
+
+def _unusable(path: Path, why: str) -> ConfigError:
+    return ConfigError(f"cannot configure the Kubernetes client from {path}: {why}")
 
 
 @asynccontextmanager
