@@ -48,7 +48,7 @@ from pydantic_settings import (
 )
 
 from rebalancer import errors
-from rebalancer.core import audit, model, nodestate, windows
+from rebalancer.core import alerts, audit, model, nodestate, windows
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.errors import ConfigError
 from strategies import registry
@@ -373,6 +373,31 @@ class SloSettings(_Model):
         return model.Slo(minutes, self.window)
 
 
+class WakeOnSettings(_Model):
+    """One selector of Alertmanager alerts that speak for a pool: a route's ``matchers`` list
+    (every matcher must hold; docs/design/alertmanager.md)."""
+
+    matchers: tuple[str, ...]
+
+    @pydantic.field_validator("matchers")
+    @classmethod
+    def _parses(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise PydanticCustomError(
+                "matcher", "no matcher: a selector needs one, or it would match every alert"
+            )
+        for text in value:
+            parsed = alerts.parse_selector(text)
+            if isinstance(parsed, alerts.MatcherError):
+                raise PydanticCustomError("matcher", "{why}", {"why": parsed.why})
+        return value
+
+    def selector(self) -> alerts.Selector:
+        parsed = alerts.parse_selector(self.matchers)
+        assert isinstance(parsed, alerts.Selector), "validated at load"
+        return parsed
+
+
 class PoolSettings(_Model):
     name: str = Field(min_length=1, max_length=63)
     node_selector: dict[str, str]
@@ -392,6 +417,9 @@ class PoolSettings(_Model):
     limits: LimitSettings = LimitSettings()
     metrics: MetricsSettings = MetricsSettings()
     slo: SloSettings | None = None  # None: no error budget; the strategy keeps fixed margins
+    # Alertmanager alerts that hold the pool's loans and take nodes back while they fire; any
+    # one selector admits an alert (docs/design/alertmanager.md)
+    wake_on: tuple[WakeOnSettings, ...] = ()
 
     @pydantic.field_validator("name")
     @classmethod
@@ -499,6 +527,9 @@ class PoolSettings(_Model):
     def build_strategy(self) -> Strategy:
         return self.strategy.build()
 
+    def alert_selectors(self) -> tuple[alerts.Selector, ...]:
+        return tuple(w.selector() for w in self.wake_on)
+
 
 class LeaderElectionSettings(_Model):
     enabled: bool = True
@@ -561,6 +592,17 @@ class AuditSettings(_Model):
 AUDIT_SCHEMES = ("sqlite+aiosqlite://", "postgresql+asyncpg://")  # the drivers installed
 
 
+class AlertmanagerSettings(_Model):
+    """``POST /api/v1/alertmanager`` (docs/design/alertmanager.md)."""
+
+    # Set: a notification must carry ``Authorization: Bearer <token>`` (Alertmanager's
+    # ``http_config.authorization``). Unset: anyone who reaches the port may post.
+    token: pydantic.SecretStr | None = None
+    # A firing alert holds its pool at most this long after its last notification: keep the
+    # receiver's route ``repeat_interval`` well under it.
+    max_age: PositiveDuration = timedelta(hours=1)
+
+
 class HttpSettings(_Model):
     host: str = Field(default="0.0.0.0", min_length=1)  # all interfaces: it serves in a pod
     port: int = Field(default=8080, ge=1, le=65535)
@@ -594,6 +636,7 @@ class Settings(_Model):
     prometheus: PrometheusSettings = PrometheusSettings()
     audit: AuditSettings = AuditSettings()
     http: HttpSettings = HttpSettings()
+    alertmanager: AlertmanagerSettings = AlertmanagerSettings()
     pools: tuple[PoolSettings, ...] = ()
 
     @pydantic.field_validator("cluster_name")
@@ -794,7 +837,7 @@ def _yaml_kind(doc: object) -> str:
     return type(doc).__name__
 
 
-_COMPOUND = ("leader_election", "prometheus", "audit", "http", "pools")
+_COMPOUND = ("leader_election", "prometheus", "audit", "http", "alertmanager", "pools")
 
 
 def _read_env(environ: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:

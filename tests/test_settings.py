@@ -264,7 +264,7 @@ BAD: list[tuple[str, object, str]] = [
         pool(lend="never"),
         "pools[0].lend='never': unknown setting; known: name, node_selector, serving_taints, "
         "serving_labels, lent_taints, lent_labels, inference_selector, lend_only_to_takers, "
-        "zone, window, strategy, paused, frozen, rps_per_node, limits, metrics, slo",
+        "zone, window, strategy, paused, frozen, rps_per_node, limits, metrics, slo, wake_on",
     ),
     (
         "slo with both figures",
@@ -293,7 +293,7 @@ BAD: list[tuple[str, object, str]] = [
         {"dryrun": True},
         "dryrun=True: unknown setting; known: cluster_name, key_prefix, dry_run, paused, frozen, "
         "tick_interval, strategy_timeout, lend_concurrency, log_level, leader_election, "
-        "prometheus, audit, http, pools",
+        "prometheus, audit, http, alertmanager, pools",
     ),
     (
         "cluster name with capitals and an underscore",
@@ -441,6 +441,7 @@ BAD_ENV: list[tuple[str, dict[str, str], str]] = [
         "REBALANCER_TICK_INTERVAL, "
         "REBALANCER_STRATEGY_TIMEOUT, REBALANCER_LEND_CONCURRENCY, REBALANCER_LOG_LEVEL, "
         "REBALANCER_LEADER_ELECTION, REBALANCER_PROMETHEUS, REBALANCER_AUDIT, REBALANCER_HTTP, "
+        "REBALANCER_ALERTMANAGER, "
         "REBALANCER_POOLS",
     ),
     (
@@ -501,7 +502,7 @@ def test_every_error_is_reported_at_once(tmp_path: Path) -> None:
             "choose one of adaptive, cron, forecast, peak, reactive, static, watermark, window",
             "bogus=1: unknown setting; known: cluster_name, key_prefix, dry_run, paused, frozen, "
             "tick_interval, strategy_timeout, lend_concurrency, log_level, leader_election, "
-            "prometheus, audit, http, pools",
+            "prometheus, audit, http, alertmanager, pools",
         ]
     )
 

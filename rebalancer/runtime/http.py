@@ -7,6 +7,9 @@
   election, the lease holder known, whoever it is), else 503 with the reason.
 - ``GET /api/v1/decisions``: a page of audit records (``AuditStore.query``), oldest first
   unless ``order=desc``, with the store's keyset cursor as ``next``.
+- ``POST /api/v1/alertmanager``: Alertmanager's webhook (version 4), when the server is given
+  a ``runtime.alerts.Receiver``: a firing alert that matches a pool's ``wake_on`` runs the
+  reconcile step at once and holds the pool (docs/design/alertmanager.md).
 
 Errors are JSON, never a traceback: a bad parameter is a 400 naming the parameter, its value
 and why; a store that raises or does not answer within ``query_timeout`` is a 503 (the
@@ -36,6 +39,7 @@ from rebalancer.core import audit
 from rebalancer.core.audit import Kind
 from rebalancer.core.model import Action
 from rebalancer.errors import ConfigError
+from rebalancer.runtime import alerts as alerting
 from rebalancer.runtime.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
@@ -232,6 +236,7 @@ class HttpServer:
         host: str = DEFAULT_HOST,
         port: int = DEFAULT_PORT,
         query_timeout: float = 10.0,
+        alerts: alerting.Receiver | None = None,
     ) -> None:
         self.telemetry, self.store, self.ready = telemetry, store, ready
         self.host, self.port = host, port
@@ -241,6 +246,9 @@ class HttpServer:
         self.app.router.add_get("/healthz", self._healthz)
         self.app.router.add_get("/readyz", self._readyz)
         self.app.router.add_get("/api/v1/decisions", self._decisions)
+        self.alerts = alerts
+        if alerts is not None:
+            self.app.router.add_post("/api/v1/alertmanager", self._alertmanager)
         self._runner: web.AppRunner | None = None
 
     @property
@@ -302,6 +310,25 @@ class HttpServer:
         return web.json_response(
             {"ready": state.ready, "reason": state.reason}, status=200 if state.ready else 503
         )
+
+    async def _alertmanager(self, request: web.Request) -> web.Response:
+        receiver = self.alerts
+        assert receiver is not None, "the route exists only with a receiver"
+        if not receiver.authorized(request.headers.get("Authorization")):
+            return web.json_response(
+                {"error": "unauthorized", "message": "a bearer token is required (Authorization)"},
+                status=401,
+                headers={"WWW-Authenticate": 'Bearer realm="rebalancer"'},
+            )
+        parsed = alerting.parse_notification(await request.read())
+        if isinstance(parsed, alerting.BadPayload):
+            return web.json_response(parsed.body(), status=400)
+        receipt = receiver.store.receive(parsed)
+        if not receiver.leading():
+            # Kept here too, but the leader must hear it: a new connection may reach it.
+            body = {"error": "not_leader", "message": "this replica does not lead; retry"}
+            return web.json_response(body, status=503, headers={"Connection": "close"})
+        return web.json_response(receipt.body())
 
     async def _decisions(self, request: web.Request) -> web.Response:
         params: dict[str, list[str]] = {}

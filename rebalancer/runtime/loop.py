@@ -8,6 +8,10 @@ once, woken early by window edges and by informer changes (debounced), and a cle
   ``now + debounce`` unless a run is due sooner already (``debounced``): a burst of changes (a
   drain's dozen pod events) collapses into one run at the first event plus the delay. After a run
   the interval starts again from it (the trigger counts from the last fire time).
+- ``wake(why, at_once=True)`` skips the debounce: a matched Alertmanager alert
+  (``runtime.alerts``, its ``rung`` event) says inference is short now, and Alertmanager has
+  grouped the burst already (its ``group_wait``). A wake-up at once that arrives during a run
+  makes the next run start as soon as that one ends.
 - After each run the next window edge (``edges(now)``, e.g. ``Reconciler.next_edge``) is
   compared with the next scheduled run (``edge_wake``); if it comes first the job is moved to
   just after the edge, so a window that closes is acted on at once, not up to an interval late.
@@ -41,6 +45,10 @@ Edges = Callable[[datetime], datetime | None]
 
 JOB_ID = "reconcile"
 SETTLE = timedelta(seconds=1)  # run this long after a window edge, safely on its far side
+# A wake-up "at once" still waits this long: APScheduler counts a run as running until its
+# task's done callback, so a run moved to "now" from the end of a run would be skipped
+# (max_instances) and the wake-up lost.
+AT_ONCE = timedelta(milliseconds=10)
 
 
 def _utc_now() -> datetime:
@@ -88,6 +96,7 @@ class ReconcileLoop:
         self.runs = 0
         self._running = False
         self._again = False  # a wake-up came during a run
+        self._again_at_once = False  # ... and it asked for a run at once
         self._idle = asyncio.Event()
         self._idle.set()
         self._stopping = False
@@ -125,17 +134,18 @@ class ReconcileLoop:
         when: datetime | None = None if job is None else job.next_run_time
         return when
 
-    def wake(self, why: str = "") -> None:
-        """Run soon (debounced). Safe to call from the informer's callbacks."""
+    def wake(self, why: str = "", at_once: bool = False) -> None:
+        """Run soon (debounced; ``at_once``: now). Safe to call from the informer's callbacks."""
         if self._stopping:
             return
         if self._running:
             self._again = True
+            self._again_at_once |= at_once
             return
         due = self.due()
         if due is None:  # not started yet: the first run comes at once anyway
             return
-        when = debounced(self.clock(), due, self.debounce)
+        when = debounced(self.clock(), due, AT_ONCE if at_once else self.debounce)
         if when != due:
             log.debug("wake-up at %s: %s", when.isoformat(), why)
             self.scheduler.modify_job(JOB_ID, next_run_time=when)
@@ -149,7 +159,7 @@ class ReconcileLoop:
     async def _run(self) -> None:
         if self._running or self._stopping:  # belt and braces: max_instances=1 already
             return
-        self._running, self._again = True, False
+        self._running, self._again, self._again_at_once = True, False, False
         self._idle.clear()
         try:
             self.runs += 1
@@ -162,8 +172,8 @@ class ReconcileLoop:
         if self._stopping:
             return
         if self._again:
-            self._again = False
-            self.wake("changes during the last run")
+            at_once, self._again, self._again_at_once = self._again_at_once, False, False
+            self.wake("changes during the last run", at_once=at_once)
             return
         edge = self.edges(self.clock())
         when = edge_wake(self.due(), edge)
@@ -216,6 +226,14 @@ class Source(Protocol):
     async def run(self) -> None: ...
 
 
+class Bell(Protocol):
+    """``runtime.alerts.AlertStore``: ``rung`` is set when a matched alert fires; ``why``
+    names it."""
+
+    rung: asyncio.Event
+    why: str
+
+
 class Candidate(Protocol):
     """``adapters.leadership.LeaderElector``: cancelling ``run`` releases the lease."""
 
@@ -232,11 +250,13 @@ async def run_controller(
     debounce: timedelta = timedelta(seconds=2),
     stop: asyncio.Event | None = None,
     signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT),
+    alerts: Bell | None = None,
 ) -> int:
     """The controller process: informer and election in the background; once the informer has
     listed, the loop (``step`` is ``Reconciler.tick``; the reconciler runs its start-up on the
-    first tick of each stretch of leadership). On a signal: the step in flight finishes, the
-    election is cancelled (which releases the lease), the informer stops; 0 is returned."""
+    first tick of each stretch of leadership), run at once whenever ``alerts`` rings. On a
+    signal: the step in flight finishes, the election is cancelled (which releases the lease),
+    the informer stops; 0 is returned."""
     background: list[asyncio.Task[None]] = [
         asyncio.create_task(informer.run(), name="informer"),
     ]
@@ -249,6 +269,12 @@ async def run_controller(
             await informer.changed.wait()
             informer.changed.clear()
             loop.wake("informer change")
+
+    async def forward_alerts(bell: Bell) -> None:
+        while True:
+            await bell.rung.wait()
+            bell.rung.clear()
+            loop.wake(f"alertmanager: {bell.why}", at_once=True)
 
     async def release() -> None:
         if campaign is not None:
@@ -269,6 +295,8 @@ async def run_controller(
             await release()
             return 0
         background.append(asyncio.create_task(forward_changes(), name="wake-ups"))
+        if alerts is not None:
+            background.append(asyncio.create_task(forward_alerts(alerts), name="alert-wake-ups"))
         return await serve(loop, release=release, stop=stop, signals=())
     finally:
         for sig in signals:

@@ -243,6 +243,12 @@ class EventRecorder(Protocol):
     async def findings(self, plan: model.Plan) -> None: ...
 
 
+class AlertSource(Protocol):
+    """``runtime.alerts.AlertStore``: the matched Alertmanager alerts that hold a pool now."""
+
+    def firing(self, pool: PoolName, now: datetime) -> tuple[model.FiringAlert, ...]: ...
+
+
 class NoEvents:
     async def action(self, result: ActionResult, decision: str | None = None) -> None:
         pass
@@ -411,6 +417,7 @@ class Reconciler:
         strategy_timeout: timedelta = timedelta(seconds=10),
         reclaim_concurrency: int = 32,
         lend_concurrency: int = 4,
+        alerts: AlertSource | None = None,
     ) -> None:
         names = [p.name for p in pools]
         if len(set(names)) != len(names):
@@ -429,6 +436,7 @@ class Reconciler:
         self.reclaim_concurrency = reclaim_concurrency
         self.lend_concurrency = lend_concurrency
         self.observer: Observer = observer or NoObserver()
+        self.alerts = alerts  # None: no Alertmanager receiver, no alert holds a pool
         # Transitions are recorded by the actuators (see wiring.RecordingActuator); the refused
         # overrides are known only here, from the plan.
         self.events: EventRecorder = events or NoEvents()
@@ -729,6 +737,7 @@ class Reconciler:
                 held=reading.held,
                 budget=pool.slo.budget(self._costs.get(pool.name, ()), now) if pool.slo else None,
                 takers=self.views.pending(pool.rules) if pool.policy.lend_only_to_takers else (),
+                alerts=self.alerts.firing(pool.name, now) if self.alerts is not None else (),
             )
         snapshot = model.Snapshot(now=now, pools=pools, paused=self.paused(), frozen=self.frozen())
         return Observation(snapshot, read)

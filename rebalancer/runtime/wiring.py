@@ -23,7 +23,9 @@ What is built:
 - the cluster's name (``cluster_name``) on what leaves the controller: the audit log (which
   also reads back only that cluster's records), ``Telemetry`` and the Events;
 - ``Telemetry``, the HTTP server, the ``LeaderElector`` (or ``AlwaysLeader``) and the
-  ``Reconciler``; ``Controller.run`` is ``runtime.loop.run_controller``.
+  ``Reconciler``; ``Controller.run`` is ``runtime.loop.run_controller``;
+- the ``AlertStore`` of the pools' ``wake_on`` selectors: the reconciler reads it, the HTTP
+  server's Alertmanager receiver fills it, and the loop runs at once when it rings.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from rebalancer.core.audit import NewId
 from rebalancer.core.model import Clock, HistoryResult, NodeName, PoolMetrics, PoolName
 from rebalancer.core.nodestate import Keys
 from rebalancer.core.outcomes import ActionResult
+from rebalancer.runtime import alerts as alerting
 from rebalancer.runtime import http
 from rebalancer.runtime.loop import run_controller
 from rebalancer.runtime.reconcile import (
@@ -226,6 +229,7 @@ class Controller:
     leadership: Leadership
     reconciler: Reconciler
     server: http.HttpServer | None = None
+    alerts: alerting.AlertStore | None = None
 
     @staticmethod
     @asynccontextmanager
@@ -254,6 +258,11 @@ class Controller:
                 store, sink=seams.sink, new_id=seams.new_id, cluster=settings.cluster_name
             )
             keys, pools = settings.keys(), pool_configs(settings)
+            alert_store = alerting.AlertStore(
+                {PoolName(p.name): p.alert_selectors() for p in settings.pools},
+                max_age=settings.alertmanager.max_age,
+                clock=clock,
+            )
             events: EventRecorder = KubeEvents(
                 api, instance=me, clock=clock, cluster=settings.cluster_name, keys=keys
             )
@@ -291,11 +300,13 @@ class Controller:
                 observer=telemetry,
                 strategy_timeout=settings.strategy_timeout,
                 lend_concurrency=settings.lend_concurrency,
+                alerts=alert_store,
             )
             built = Controller(
                 settings, role, me, clock, api, keys, pools, writer, informer, metrics, store,
                 audit_log, telemetry, events, elector, leadership, reconciler,
             )  # fmt: skip
+            built.alerts = alert_store
             if role is Role.CONTROLLER and seams.serve_http:
                 built.server = await stack.enter_async_context(built._http())
             yield built
@@ -305,12 +316,21 @@ class Controller:
             holder = self.elector.holder if self.elector is not None else ""
             return http.readiness(self.informer.synced.is_set(), self.elector is not None, holder)
 
+        token = self.settings.alertmanager.token
+        receiver = None
+        if self.alerts is not None:
+            receiver = alerting.Receiver(
+                self.alerts,
+                token=None if token is None else token.get_secret_value(),
+                leading=lambda: self.leadership.may_write(self.leadership.now()),
+            )
         return http.HttpServer(
             telemetry=self.telemetry,
             store=self.store,
             ready=ready,
             host=self.settings.http.host,
             port=self.settings.http.port,
+            alerts=receiver,
         )
 
     async def run(self, stop: asyncio.Event | None = None) -> int:
@@ -324,6 +344,7 @@ class Controller:
             edges=self.reconciler.next_edge,
             interval=self.settings.tick_interval,
             stop=stop,
+            alerts=self.alerts,
         )
 
 
