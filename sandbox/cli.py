@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -18,10 +19,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from rebalancer.errors import ConfigError
 from strategies import registry
 
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
 if TYPE_CHECKING:
     from rebalancer.core.model import Slo
     from sandbox.sim.engine import PoolModel
+    from sandbox.sim.history import Source
     from sandbox.sim.jobs import TrainingModel
+    from sandbox.sim.traces import Trace
 
 
 def simulate(argv: Sequence[str]) -> int:
@@ -35,8 +40,40 @@ def simulate(argv: Sequence[str]) -> int:
         "the baselines static, cron, reactive and oracle; write summary.json, timelines, "
         "report.md and report.png to --out.",
     )
-    sim.add_argument("--trace", required=True, type=Path, help="per-minute or time,rps CSV")
+    where = sim.add_mutually_exclusive_group(required=True)
+    where.add_argument("--trace", type=Path, help="per-minute or time,rps CSV")
+    where.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="replay the demand --pool had, read from this Prometheus with the pool's own "
+        "demand query (with --since, or --from and --to)",
+    )
     sim.add_argument("--service", help="which service of a multi-service trace (e.g. code)")
+    sim.add_argument(
+        "--config",
+        type=Path,
+        help="with --prometheus: the controller's settings file (default: $REBALANCER_CONFIG, "
+        "else none)",
+    )
+    sim.add_argument("--pool", help="with --prometheus: the configured pool to read")
+    sim.add_argument("--since", metavar="DURATION", help="with --prometheus: e.g. 14d, 36h")
+    sim.add_argument(
+        "--from", dest="start", metavar="TIME", help="RFC 3339, e.g. 2024-05-10T00:00:00Z"
+    )
+    sim.add_argument("--to", dest="end", metavar="TIME", help="RFC 3339, with --from")
+    sim.add_argument(
+        "--nodes",
+        metavar="NAME,...",
+        help="with --prometheus: the pool's nodes, for a query scoped to them ($scope); "
+        "default: those kube_node_labels shows with the pool's node_selector",
+    )
+    sim.add_argument(
+        "--hold",
+        type=int,
+        metavar="MINUTES",
+        help="with --prometheus: carry the last value over a gap this long or shorter "
+        "(default: the pool's staleness limit in whole minutes, 2)",
+    )
     sim.add_argument(
         "--strategy",
         action="append",
@@ -55,7 +92,9 @@ def simulate(argv: Sequence[str]) -> int:
     sim.add_argument("--headroom", type=float, default=0.2, help="share over demand (0.2)")
     sim.add_argument("--drain", type=float, default=120, help="seconds to drain a node (120)")
     sim.add_argument("--warmup", type=float, default=300, help="inference cold start s (300)")
-    sim.add_argument("--tz", default="UTC", help="the pool's IANA time zone (UTC)")
+    sim.add_argument(
+        "--tz", help="the pool's IANA time zone (UTC; with --prometheus the pool's zone)"
+    )
     sim.add_argument(
         "--slo",
         type=int,
@@ -79,10 +118,20 @@ def simulate(argv: Sequence[str]) -> int:
     sim.add_argument("--out", required=True, type=Path, help="directory for the results")
     sim.add_argument("--quiet", action="store_true", help="no progress bar, no table")
     args = sim.parse_args(argv)
+    if args.prometheus is None:
+        given = [f for f in _HISTORY_FLAGS if getattr(args, f) is not None]
+        if given:
+            flag = {"start": "from", "end": "to"}.get(given[0], given[0])
+            raise ConfigError(f"--{flag}: only with --prometheus (it reads the pool's history)")
+    source = None if args.prometheus is None else _history_source(args)
+    args.tz = args.tz or "UTC"
     pool = _pool_model(args)
     slo = _slo(args.slo)
     training = _training(args.training_backlog, args.training_seed)
-    trace = traces.load(args.trace, args.service)
+    if source is None:
+        trace = traces.load(args.trace, args.service)
+    else:
+        trace = _history_trace(source, args)
     strategies = args.strategy or [registry.DEFAULT]
     summary = replay(
         trace,
@@ -99,6 +148,67 @@ def simulate(argv: Sequence[str]) -> int:
         print(report.markdown(summary))
         print(f"results in {args.out}/")
     return 0
+
+
+_HISTORY_FLAGS = ("config", "pool", "since", "start", "end", "nodes", "hold")
+
+
+def _history_source(args: argparse.Namespace) -> Source:
+    """The settings' Prometheus (at ``--prometheus``), the pool and its queries; sets ``--tz``
+    and ``--hold`` from the pool where they are not given."""
+    import pydantic
+
+    from rebalancer import settings
+    from rebalancer.core.model import PoolName
+    from sandbox.sim.history import Source
+
+    if args.service is not None:
+        raise ConfigError(f"--service={args.service}: for --trace; --prometheus reads --pool")
+    if args.pool is None:
+        raise ConfigError(f"--prometheus={args.prometheus}: name the pool to read with --pool")
+    config = settings.load(settings.config_path(args.config))
+    try:
+        pool = config.pool(args.pool)
+    except KeyError:
+        known = ", ".join(p.name for p in config.pools) or "none in the settings"
+        raise ConfigError(
+            f"--pool={args.pool}: no configured pool has that name ({known})"
+        ) from None
+    try:
+        prometheus = settings.PrometheusSettings.model_validate(
+            {**config.prometheus.model_dump(), "url": args.prometheus}
+        )
+    except pydantic.ValidationError as exc:
+        why = exc.errors()[0]["msg"]
+        raise ConfigError(f"--prometheus={args.prometheus!r}: {why}") from None
+    if args.hold is None:
+        args.hold = int(pool.limits.staleness // timedelta(minutes=1))
+    elif args.hold < 0:
+        raise ConfigError(f"--hold={args.hold}: must be >= 0 minutes")
+    args.tz = args.tz or pool.zone
+    nodes = None
+    if args.nodes is not None:
+        nodes = [n.strip() for n in args.nodes.split(",") if n.strip()]
+        bad = [n for n in nodes if not _NODE_NAME.fullmatch(n)]
+        if bad or not nodes:
+            raise ConfigError(f"--nodes={args.nodes!r}: write node names separated by commas")
+    with_url = config.model_copy(update={"prometheus": prometheus})
+    return Source(
+        settings=with_url.metrics_settings(pool),
+        pool=PoolName(pool.name),
+        node_selector=dict(pool.node_selector),
+        nodes=nodes,
+    )
+
+
+def _history_trace(source: Source, args: argparse.Namespace) -> Trace:
+    from sandbox.sim import history
+
+    first, until = history.window(args.since, args.start, args.end, datetime.now(UTC))
+    read = history.load(source, first, until, args.hold, args.out)
+    if not args.quiet:
+        print("\n".join(history.summary(read)))
+    return read.trace
 
 
 def _slo(minutes: int | None) -> Slo | None:
