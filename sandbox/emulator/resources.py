@@ -38,6 +38,9 @@ class ResourceType:
     # The group an Invalid answer names, when it is not the resource's own: events.k8s.io/v1
     # Events are validated as the core Events they are stored as (``Event "x" is invalid``).
     validated_as: str | None = None
+    # What discovery lists for kubectl: ``kubectl get no``, ``kubectl get all``.
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
 
     @property
     def invalid_group(self) -> str:
@@ -46,6 +49,10 @@ class ResourceType:
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
 
     @property
     def list_kind(self) -> str:
@@ -115,6 +122,7 @@ NODES = ResourceType(
     storage="nodes",
     status_subresource=True,
     fields={"metadata.name": ("metadata", "name"), "spec.unschedulable": ("spec", "unschedulable")},
+    short_names=("no",),
 )
 PODS = ResourceType(
     group="",
@@ -128,6 +136,8 @@ PODS = ResourceType(
     graceful=True,
     return_deleted=True,
     fields=_POD_FIELDS,
+    short_names=("po",),
+    categories=("all",),
 )
 PDBS = ResourceType(
     group="policy",
@@ -139,6 +149,7 @@ PDBS = ResourceType(
     status_subresource=True,
     generation=True,
     fields=_META,
+    short_names=("pdb",),
 )
 LEASES = ResourceType(
     group="coordination.k8s.io",
@@ -160,6 +171,7 @@ CORE_EVENTS = ResourceType(
     storage="events",
     create_on_update=True,
     fields=_CORE_EVENT_FIELDS,
+    short_names=("ev",),
 )
 EVENTS = ResourceType(
     group="events.k8s.io",
@@ -171,6 +183,7 @@ EVENTS = ResourceType(
     create_on_update=True,
     fields=_V1_EVENT_FIELDS,
     validated_as="",
+    short_names=("ev",),
 )
 
 SERVICEACCOUNTS = ResourceType(
@@ -181,6 +194,7 @@ SERVICEACCOUNTS = ResourceType(
     namespaced=True,
     storage="serviceaccounts",
     fields=_META,
+    short_names=("sa",),
 )
 
 

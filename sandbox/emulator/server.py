@@ -40,7 +40,16 @@ from typing import Any
 
 from aiohttp import web
 
-from sandbox.emulator import cluster, conversion, rbac, resources, selector, status
+from sandbox.emulator import (
+    cluster,
+    conversion,
+    discovery,
+    rbac,
+    resources,
+    selector,
+    status,
+    tables,
+)
 from sandbox.emulator.auth import Access
 from sandbox.emulator.faults import FaultInjector, Faults
 from sandbox.emulator.resources import PODS, ResourceType
@@ -224,7 +233,7 @@ async def _dispatch(request: web.Request, where: Route) -> web.StreamResponse:
         if method == "GET":
             if flag(query, "watch"):
                 return await _watch(request, where, None)
-            return _respond(_list(store, where, query))
+            return _respond(_list(store, where, query, _table_version(request)))
         if method == "POST" and (where.namespace is not None or not rt.namespaced):
             body = await _body(request)
             created = store.create(
@@ -246,7 +255,12 @@ async def _item(request: web.Request, where: Route, method: str) -> web.StreamRe
     if method == "GET":
         if flag(query, "watch"):
             return await _watch(request, where, name)
-        return _respond(conversion.from_storage(rt, store.get(rt, where.namespace, name)))
+        obj = store.get(rt, where.namespace, name)
+        version = _table_version(request)
+        if version is not None and where.subresource is None:
+            meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
+            return _respond(_table(store, rt, [obj], meta, version, query))
+        return _respond(conversion.from_storage(rt, obj))
     if method == "PUT":
         body = conversion.to_storage(rt, await _body(request))
         out = store.replace(
@@ -320,7 +334,33 @@ def _scope(where: Route, query: Any, name: str | None) -> Scope:
     return Scope(where.rt, where.namespace, labels, fields)
 
 
-def _list(store: Store, where: Route, query: Any) -> Obj:
+def _asked(request: web.Request, group: str, kind: str, versions: Sequence[str]) -> str | None:
+    """The first of ``versions`` of ``group``'s ``kind`` that the ``Accept`` header asks for
+    (``application/json;as=Table;v=v1;g=meta.k8s.io``), or ``None``: plain objects. The
+    versions offered have the same fields, so the order is only a preference."""
+    asked = set()
+    for media in request.headers.get("Accept", "").split(","):
+        params = {
+            k.strip(): v.strip() for k, _, v in (p.partition("=") for p in media.split(";")[1:])
+        }
+        if params.get("as") == kind and params.get("g") == group:
+            asked.add(params.get("v", ""))
+    return next((v for v in versions if v in asked), None)
+
+
+def _table_version(request: web.Request) -> str | None:
+    """The ``Table`` version the client asks for (``kubectl get``), or ``None`` for objects."""
+    return _asked(request, "meta.k8s.io", "Table", ("v1", "v1beta1"))
+
+
+def _table(
+    store: Store, rt: ResourceType, objs: list[Obj], meta: Obj, version: str, query: Any
+) -> Obj:
+    include = tables.include_object(query)
+    return tables.table(rt, objs, store.clock(), metadata=meta, version=version, include=include)
+
+
+def _list(store: Store, where: Route, query: Any, table: str | None = None) -> Obj:
     scope = _scope(where, query, None)
     page = store.list_page(
         ListRequest(
@@ -336,6 +376,8 @@ def _list(store: Store, where: Route, query: Any) -> Obj:
         metadata["continue"] = page.continue_token
     if page.remaining is not None:
         metadata["remainingItemCount"] = page.remaining
+    if table is not None:
+        return _table(store, where.rt, list(page.items), metadata, table, query)
     items = []
     for obj in page.items:
         item = conversion.from_storage(where.rt, obj)
@@ -363,12 +405,44 @@ async def _watch(request: web.Request, where: Route, name: str | None) -> web.St
         )
     )
     try:
-        return await _stream(request, watcher)
+        return await _stream(request, watcher, _watch_tables(request, where))
     finally:
         store.forget(watcher)
 
 
-async def _stream(request: web.Request, watcher: Watcher) -> web.StreamResponse:
+def _watch_tables(request: web.Request, where: Route) -> Callable[[Obj], Obj]:
+    """What a watch sends for each event: the event itself, or, when the client asked for
+    tables (``kubectl get -w``), its object as a one-row ``Table``, the column definitions in
+    the first one only. Bookmarks and errors pass as they are."""
+    version = _table_version(request)
+    if version is None:
+        return lambda event: event
+    store, rt, sent = request.app[STORE], where.rt, [False]
+
+    def convert(event: Obj) -> Obj:
+        if event.get("type") not in ("ADDED", "MODIFIED", "DELETED"):
+            return event
+        obj = conversion.to_storage(rt, event["object"])
+        meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+        include = tables.include_object(request.query)
+        converted = tables.table(
+            rt,
+            [obj],
+            store.clock(),
+            metadata=meta,
+            version=version,
+            include=include,
+            headers=not sent[0],
+        )
+        sent[0] = True
+        return {"type": event["type"], "object": converted}
+
+    return convert
+
+
+async def _stream(
+    request: web.Request, watcher: Watcher, convert: Callable[[Obj], Obj]
+) -> web.StreamResponse:
     faults = request.app[FAULTS]
     response = web.StreamResponse(status=200, headers={"Content-Type": _JSON})
     response.enable_chunked_encoding()
@@ -380,7 +454,7 @@ async def _stream(request: web.Request, watcher: Watcher) -> web.StreamResponse:
             event = await watcher.queue.get()
             if event is None:
                 break
-            await response.write(json.dumps(event).encode() + b"\n")
+            await response.write(json.dumps(convert(event)).encode() + b"\n")
             sent += 1
             if faults.drop_watch(sent):
                 break
@@ -466,6 +540,32 @@ async def _version(_: web.Request) -> web.Response:
     )
 
 
+async def _discover(request: web.Request) -> web.Response:
+    """``/api`` and ``/apis``, aggregated when the client asks for it (kubectl does)."""
+    core = request.path.rstrip("/") == "/api"
+    version = _asked(request, "apidiscovery.k8s.io", "APIGroupDiscoveryList", ("v2", "v2beta1"))
+    if version is not None:
+        body = json.dumps(discovery.aggregated(core, version)).encode()
+        kind = discovery.AGGREGATED.format(version=version)
+        return web.Response(body=body, headers={"Content-Type": kind, "Vary": "Accept"})
+    return _respond(discovery.api_versions(request.host) if core else discovery.api_group_list())
+
+
+async def _discover_group(request: web.Request) -> web.Response:
+    group = request.match_info["group"]
+    if group not in discovery.groups():
+        return _failure(status.no_such_path())
+    return _respond(discovery.api_group(group))
+
+
+async def _discover_version(request: web.Request) -> web.Response:
+    """``/api/v1`` and ``/apis/{group}/{version}``: that version's ``APIResourceList``."""
+    found = discovery.api_resource_list(
+        request.match_info.get("group", ""), request.match_info["version"]
+    )
+    return _failure(status.no_such_path()) if found is None else _respond(found)
+
+
 async def _healthy(_: web.Request) -> web.Response:
     return web.Response(text="ok")
 
@@ -486,6 +586,11 @@ def make_app(
     if on_request is not None:
         app[OBSERVER] = on_request
     app.router.add_get("/version", _version)
+    for path in ("/api", "/apis"):
+        app.router.add_get(path, _discover)
+    app.router.add_get("/api/{version}", _discover_version)
+    app.router.add_get("/apis/{group}", _discover_group)
+    app.router.add_get("/apis/{group}/{version}", _discover_version)
     for probe in ("/healthz", "/readyz", "/livez"):
         app.router.add_get(probe, _healthy)
     app.router.add_route("*", "/{tail:.*}", _handle)
