@@ -1,5 +1,6 @@
 """The what-if simulator: real traces replayed through the same strategies and planner.
 
-``traces`` reads load files, ``pool`` is the fake node pool, ``engine`` runs the minutes and
-scores them, ``report`` writes the results, ``simulate`` ties them together for the CLI.
+``traces`` reads load files, ``history`` makes one of a pool's demand history in Prometheus,
+``pool`` is the fake node pool, ``engine`` runs the minutes and scores them, ``report`` writes
+the results, ``simulate`` ties them together for the CLI.
 """

@@ -40,6 +40,8 @@ Servers and processes
 - ``kube``: a real kube-apiserver with etcd (built by ``tests/kube/build.sh``), as envtest starts
   them: its own serving certificate, static tokens, RBAC.
 - ``prometheus``: a real Prometheus, backfilled with a trace or scraping a live target.
+- ``demand_history``: a real Prometheus holding the bundled week as pool demand, with gaps, for
+  ``rebalancer simulate --prometheus``.
 - ``postgres``: a throwaway PostgreSQL server (``initdb``, ``pg_ctl``) for the audit store.
 - ``exporter``: a fake vLLM exporter for the scraping Prometheus.
 - ``processes``: the ``rebalancer`` command as a process: its environment, a cluster and
