@@ -44,6 +44,7 @@ from sandbox.emulator import (
     cluster,
     conversion,
     discovery,
+    openapi,
     rbac,
     resources,
     selector,
@@ -566,6 +567,16 @@ async def _discover_version(request: web.Request) -> web.Response:
     return _failure(status.no_such_path()) if found is None else _respond(found)
 
 
+async def _openapi_index(_: web.Request) -> web.Response:
+    return _respond(openapi.index())
+
+
+async def _openapi_document(request: web.Request) -> web.Response:
+    """One group version's document; the ``hash`` the index gave is not checked."""
+    found = openapi.find(request.match_info["path"])
+    return _failure(status.no_such_path()) if found is None else _respond(found)
+
+
 async def _healthy(_: web.Request) -> web.Response:
     return web.Response(text="ok")
 
@@ -591,6 +602,8 @@ def make_app(
     app.router.add_get("/api/{version}", _discover_version)
     app.router.add_get("/apis/{group}", _discover_group)
     app.router.add_get("/apis/{group}/{version}", _discover_version)
+    app.router.add_get("/openapi/v3", _openapi_index)
+    app.router.add_get("/openapi/v3/{path:.+}", _openapi_document)
     for probe in ("/healthz", "/readyz", "/livez"):
         app.router.add_get(probe, _healthy)
     app.router.add_route("*", "/{tail:.*}", _handle)
