@@ -1,7 +1,8 @@
 #!/bin/sh
-# Builds kube-apiserver and etcd from their published Go modules (the versions tests/kube/go.mod
-# pins), as `go install` would, into a per-user cache keyed by those versions, only when they are
-# missing. Prints the directory that holds both binaries. Nothing is downloaded but Go modules.
+# Builds kube-apiserver, kubectl and etcd from their published Go modules (the versions
+# tests/kube/go.mod pins), as `go install` would, into a per-user cache keyed by those versions,
+# each only when it is missing. Prints the directory that holds the three binaries. Nothing is
+# downloaded but Go modules.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -14,11 +15,15 @@ kubernetes=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
 etcd=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/rebalancer
 dir="$cache/kube/kubernetes-$kubernetes-etcd-$etcd"
-if [ -x "$dir/kube-apiserver" ] && [ -x "$dir/etcd" ]; then
+missing=""
+for binary in kube-apiserver kubectl etcd; do
+	[ -x "$dir/$binary" ] || missing="$missing $binary"
+done
+if [ -z "$missing" ]; then
 	echo "$dir"
 	exit 0
 fi
-echo "building kube-apiserver $kubernetes and etcd $etcd into $dir (once; a few minutes)" >&2
+echo "building$missing ($kubernetes, etcd $etcd) into $dir (once; a few minutes)" >&2
 mkdir -p "$dir"
 work=$(mktemp -d "$dir/.build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -30,8 +35,12 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 	stamp="$stamp -X $pkg.gitVersion=$kubernetes -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
 	stamp="$stamp -X $pkg.gitTreeState=clean"
 done
-go build -buildvcs=false -trimpath -ldflags "$stamp" -o "$work/kube-apiserver" \
-	k8s.io/kubernetes/cmd/kube-apiserver
-go build -buildvcs=false -trimpath -o "$work/etcd" ./etcd
-mv "$work/kube-apiserver" "$work/etcd" "$dir/"
+for binary in $missing; do
+	case $binary in
+	etcd) go build -buildvcs=false -trimpath -o "$work/etcd" ./etcd ;;
+	*) go build -buildvcs=false -trimpath -ldflags "$stamp" -o "$work/$binary" \
+		"k8s.io/kubernetes/cmd/$binary" ;;
+	esac
+	mv "$work/$binary" "$dir/"
+done
 echo "$dir"
