@@ -14,7 +14,12 @@ What is recorded (events.k8s.io/v1, ``reportingController`` ``rebalancer.io/cont
 - a reclaim finished (the node serves again): Normal ``Restored``, action ``Reclaim``;
 - an unfinished lend was rolled back: Normal ``LendRolledBack``, action ``Lend``;
 - the planner refused an override annotation (a ``core.model.Finding``): Warning
-  ``OverrideRefused``, action ``Refuse``, the note naming the key, the value and why.
+  ``OverrideRefused``, action ``Refuse``, the note naming the key, the value and why;
+- the planner refused, for now, what an operator asked of the node by a valid annotation
+  (``lend=now`` with no room to lend, a ``reclaim=now`` on a frozen pool: a ``Rejection`` of an
+  operator's intent about the node): Warning ``RequestRefused``, action ``Refuse``, the note
+  naming the request, the rule and its sentence. Once while the refusal lasts: when it leaves
+  the plan (granted, or the annotation removed) and comes back, it is recorded again.
 
 Why it is shaped like this:
 - Every Event about a Node is created in the ``default`` namespace with ``regarding`` the Node:
@@ -70,6 +75,7 @@ NAME_LIMIT = 253
 
 LENT, RECLAIMING, RESTORED, ROLLED_BACK = "Lent", "Reclaiming", "Restored", "LendRolledBack"
 OVERRIDE_REFUSED = "OverrideRefused"
+REQUEST_REFUSED = "RequestRefused"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +123,24 @@ def transition_events(result: ActionResult, decision: str | None = None) -> list
 def finding_event(finding: model.Finding) -> NodeEvent:
     note = f"annotation {finding.key}={finding.value!r} refused: {finding.message}"
     return NodeEvent(str(finding.node), "Warning", OVERRIDE_REFUSED, "Refuse", note)
+
+
+def request_event(rejection: model.Rejection) -> NodeEvent:
+    intent = rejection.intent
+    note = (
+        f"{intent.action.value} asked by an operator ({intent.reason.value}) refused for now: "
+        f"{rejection.reason.value}: {rejection.message}"
+    )
+    return NodeEvent(str(rejection.node), "Warning", REQUEST_REFUSED, "Refuse", note)
+
+
+def _operator_requests(plan: model.Plan) -> dict[tuple[str, str, str], model.Rejection]:
+    """The refusals of what an operator asked of one node, by (node, asked, refused)."""
+    return {
+        (str(r.node), r.intent.reason.value, r.reason.value): r
+        for r in plan.rejections
+        if r.node is not None and r.intent.origin is model.Origin.OPERATOR
+    }
 
 
 def micro_time(when: datetime) -> str:
@@ -178,6 +202,7 @@ class KubeEvents:
         self.annotations = {(keys or Keys()).cluster: cluster}
         self._last_stamp = 0
         self._seen: set[tuple[str, str, str]] = set()  # (node, key, value) already reported
+        self._requests: set[tuple[str, str, str]] = set()  # refused requests still refused
         self.recorded = 0
         self.failures = 0
 
@@ -188,6 +213,11 @@ class KubeEvents:
     async def findings(self, plan: model.Plan) -> None:
         for pool in plan.pools.values():
             await self.refused(pool.findings)
+        requests = _operator_requests(plan)
+        self._requests &= requests.keys()  # a refusal that went away is reported when it returns
+        for key, rejection in requests.items():
+            if key not in self._requests and await self.record(request_event(rejection)):
+                self._requests.add(key)
 
     async def refused(self, findings: Iterable[model.Finding]) -> None:
         for finding in findings:

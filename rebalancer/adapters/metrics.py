@@ -38,7 +38,6 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
-import logging
 import math
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -70,8 +69,6 @@ from rebalancer.core.model import (
     PoolName,
     Sample,
 )
-
-log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -410,8 +407,7 @@ class Metrics:
             one("running", q.running),
             one("gpu_busy", q.gpu_busy, by="node"),
         )
-        for e in errors:
-            log.warning("%s", e)
+        # Not logged here: the caller logs ``errors`` once (``Reconciler._read``).
         return PoolMetrics(
             pool=pool,
             demand=demand.get(""),

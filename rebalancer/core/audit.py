@@ -164,8 +164,19 @@ def _refusal(stamp: _Stamp, rejection: model.Rejection) -> AuditRecord:
         reason=rejection.reason.value,
         message=rejection.message,
         count=rejection.count,
-        detail={"intent": _intent_doc(rejection.intent)},
+        detail={"intent": _intent_doc(rejection.intent)}
+        | ({"excluded": excluded_doc(rejection.excluded)} if rejection.excluded else {}),
     )
+
+
+EXCLUDED_SHOWN = 50  # per refusal: the nodes named one by one, the rest counted
+
+
+def excluded_doc(pairs: Sequence[tuple[model.NodeName, model.Reason]]) -> Json:
+    """The nodes a refused intent could not take, each with its reason: the first
+    ``EXCLUDED_SHOWN`` by name, and how many more."""
+    shown = {str(n): r.value for n, r in pairs[:EXCLUDED_SHOWN]}
+    return {"nodes": shown, "more": max(0, len(pairs) - EXCLUDED_SHOWN)}
 
 
 def _finding(stamp: _Stamp, finding: model.Finding) -> AuditRecord:

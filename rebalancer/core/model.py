@@ -520,6 +520,9 @@ class Rejection:
     message: str
     count: int
     node: NodeName | None = None
+    # The nodes the intent was about that could not take a step, each with its own reason
+    # (a refusal for want of candidates): what ``explain`` and the audit log say per node.
+    excluded: tuple[tuple[NodeName, Reason], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,7 +50,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from enum import Enum
+from enum import Enum, StrEnum
 from functools import partial
 
 from rebalancer.core import demand as demand_module
@@ -790,6 +790,10 @@ def _within(pool: _Pool, node: _Node, span: timedelta) -> bool:
     return since is not None and pool.now - since < span
 
 
+# The rules about one node, as against those about the pool (its limits): ``core.explain``.
+NODE_RULES = frozenset(reason for reason, _, _ in _LEND_RULES + _RECLAIM_RULES)
+
+
 def _first_refusal(
     rules: Sequence[_NodeRule], pool: _Pool, node: _Node, strategy: bool
 ) -> Reason | None:
@@ -1041,12 +1045,14 @@ def _shortfall(
     reasons = Counter(excluded.values())
     if intent.action is Action.LEND:
         reason, note = _why_no_lend_candidate(reasons)
-        return [model.Rejection(intent, reason, note, missing, intent.node)]
+        nodes = tuple(excluded.items())
+        return [model.Rejection(intent, reason, note, missing, intent.node, nodes)]
     refused = []
     for reason, note in _reclaim_exclusions(pool.policy, intent):
         count = min(missing, reasons[reason])
         if count > 0:
-            refused.append(model.Rejection(intent, reason, note, count, intent.node))
+            nodes = tuple((n, r) for n, r in excluded.items() if r is reason)
+            refused.append(model.Rejection(intent, reason, note, count, intent.node, nodes))
         missing -= count
     if missing > 0:
         note = "no lent node is left to reclaim"
@@ -1086,3 +1092,132 @@ def _reclaim_exclusions(policy: PoolPolicy, intent: Intent) -> list[tuple[Reason
         (Reason.OPERATOR_LEND_NOW, "kept lent by an operator (lend=now)"),
         (Reason.IN_FLIGHT, "still being lent; finished or rolled back first"),
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Explain: every rule that holds one node, judged as the planner judges it
+
+
+class Verdict(StrEnum):
+    ASKS = "asks"  # the rule calls for the move (a closed window, an operator's reclaim=now)
+    ALLOWS = "allows"
+    REFUSES = "refuses"
+    SKIPPED = "skipped"  # the rule does not hold this move (an operator's lend=now skips it)
+
+
+@dataclass(frozen=True, slots=True)
+class RuleCheck:
+    rule: Reason
+    verdict: Verdict
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRules:
+    """The rules on one node's next move: lending it (a serving node) or taking it back (a lent
+    one), each judged on its own, as if it were the tick's first move; ``move`` None when no
+    rule applies (``note`` says why)."""
+
+    move: Action | None
+    checks: tuple[RuleCheck, ...] = ()
+    note: str = ""
+
+
+def node_rules(
+    now: datetime,
+    name: model.PoolName,
+    snapshot: model.PoolSnapshot,
+    policy: PoolPolicy,
+    keys: nodestate.Keys,
+    node: model.NodeName,
+    paused: bool = False,
+    frozen: bool = False,
+) -> NodeRules:
+    """What ``rebalancer explain NODE`` lists: the same rule tables, limits and takers the
+    planner uses (``_LEND_RULES``, ``_RECLAIM_RULES``, ``_limits``), every one evaluated rather
+    than the first that refuses. A node of ``snapshot`` only."""
+    pool = _observe(now, name, snapshot, policy, keys, paused, frozen)
+    found = next((n for nodes in pool.by_phase.values() for n in nodes if n.name == node), None)
+    if found is None:
+        return NodeRules(None, note="its state cannot be read: left as it is until fixed")
+    if found.phase is Phase.SERVING:
+        return NodeRules(Action.LEND, tuple(_lend_checks(pool, found)))
+    if found.phase is Phase.LENT:
+        return NodeRules(Action.RECLAIM, tuple(_reclaim_checks(pool, found)))
+    return NodeRules(
+        None,
+        note=f"{found.phase.value}: in flight; the next tick carries it on (a lend in flight is "
+        "rolled back) before any rule applies to it",
+    )
+
+
+_LEND_PASSES = {
+    Reason.BAD_OVERRIDE: "its overrides can be read",
+    Reason.NODE_PAUSED: "not paused",
+    Reason.LEND_NEVER: "not marked lend=never",
+    Reason.OPERATOR_RECLAIM_NOW: "not marked reclaim=now",
+    Reason.NOT_READY: "Ready",
+    Reason.NOT_IDLE: "idle: no inference or other pods",
+    Reason.OUTSIDE_WINDOW: "inside its window",
+    Reason.COOLDOWN: "past its cooldown",
+    Reason.WARMING: "not warming up",
+}
+
+_RECLAIM_NOTES = {
+    Reason.IN_FLIGHT: ("not being lent", "still being lent"),
+    Reason.NODE_PAUSED: ("not paused", "paused by an operator: nothing takes it back"),
+    Reason.OPERATOR_LEND_NOW: ("not marked lend=now", "kept lent by lend=now"),
+    Reason.MIN_LOAN_TIME: ("lent for its minimum loan", "lent for less than min_loan"),
+}
+
+
+def _lend_checks(pool: _Pool, node: _Node) -> Iterator[RuleCheck]:
+    operator = node.overrides.lend is overrides.LendMode.NOW
+    for reason, refuses, strategy_only in _LEND_RULES:
+        if strategy_only and operator:
+            yield RuleCheck(reason, Verdict.SKIPPED, "lend=now skips it")
+        elif refuses(pool, node):
+            yield RuleCheck(reason, Verdict.REFUSES, _LEND_EXCLUSIONS[reason])
+        else:
+            yield RuleCheck(reason, Verdict.ALLOWS, _LEND_PASSES[reason])
+    if operator:
+        why = "an operator asked to lend this node now"
+        intent = Intent(pool.name, Action.LEND, 1, Origin.OPERATOR, Reason.OPERATOR_LEND_NOW, why)
+    else:
+        intent = Intent(pool.name, Action.LEND, 1, Origin.STRATEGY, Reason.STRATEGY, "")
+    draft = _Draft(pool)
+    yield from _limit_checks(draft, intent)
+    if _to_takers(pool, intent):
+        placed = takers.place(pool.takers, _lent_rooms(draft), [_room(pool, node, False)], 1)
+        if placed.lend:
+            yield RuleCheck(Reason.NO_TAKER, Verdict.ALLOWS, f"job {placed.lend[0][1]} would run")
+        else:
+            yield RuleCheck(Reason.NO_TAKER, Verdict.REFUSES, _why_no_taker(pool, placed))
+
+
+def _reclaim_checks(pool: _Pool, node: _Node) -> Iterator[RuleCheck]:
+    asked = _operator_reclaim(pool, node)
+    if asked is not None:
+        yield RuleCheck(asked.reason, Verdict.ASKS, asked.message)
+    elif pool.is_open(node):
+        yield RuleCheck(
+            Reason.WINDOW_CLOSED, Verdict.ALLOWS, "its window is open: it may stay lent"
+        )
+    for reason, refuses, strategy_only in _RECLAIM_RULES:
+        passed, refused = _RECLAIM_NOTES[reason]
+        if refuses(pool, node):
+            who = " (holds against the strategy only)" if strategy_only else ""
+            yield RuleCheck(reason, Verdict.REFUSES, refused + who)
+        else:
+            yield RuleCheck(reason, Verdict.ALLOWS, passed)
+    intent = Intent(pool.name, Action.RECLAIM, 1, Origin.STRATEGY, Reason.STRATEGY, "")
+    yield from _limit_checks(_Draft(pool), intent)
+
+
+def _limit_checks(draft: _Draft, intent: Intent) -> Iterator[RuleCheck]:
+    """Each pool rule that bounds ``intent``, and what it leaves (one more step, or none)."""
+    for limit in _limits(draft, intent):
+        if limit.cap >= 1:
+            yield RuleCheck(limit.reason, Verdict.ALLOWS, f"{limit.message}: room for {limit.cap}")
+        else:
+            yield RuleCheck(limit.reason, Verdict.REFUSES, limit.message)

@@ -342,3 +342,7 @@ def json_logging(level: int = logging.INFO) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # APScheduler says "Running job ..." and "... executed successfully" at INFO on every tick:
+    # two lines a tick that tell nothing the reconcile step's own lines do not. Its warnings
+    # (a run missed, or skipped because the last one still runs) still come through.
+    logging.getLogger("apscheduler").setLevel(max(level, logging.WARNING))

@@ -451,7 +451,8 @@ class Reconciler:
         self._running: dict[PoolName, asyncio.Future[object]] = {}  # strategy calls in threads
         self._unreadable: dict[str, str] = {}  # what was last reported unreadable
         self.last: model.Snapshot | None = None  # the last tick's snapshot (for wake-ups)
-        self.last_decision: Decision | None = None  # and what it decided (for explain)
+        # The last tick's snapshot with what was decided on it (for explain).
+        self.last_decided: tuple[model.Snapshot, Decision] | None = None
         # A dry run writes nothing, so it plans the same steps tick after tick: each is
         # audited once, when it enters the plan (``_new_steps``).
         self._would: frozenset[tuple[PoolName, NodeName, Action]] = frozenset()
@@ -621,7 +622,7 @@ class Reconciler:
         seen = await self.observe(now)
         self.last = seen.snapshot
         decision = await self.decide(seen.snapshot)
-        self.last_decision = decision
+        self.last_decided = (seen.snapshot, decision)
         proposals, plan = decision.proposals, decision.plan
         report = TickReport(now, seen.snapshot, proposals, plan, leading=False)
         for line in (p.summary for p in plan.pools.values()):
@@ -687,6 +688,22 @@ class Reconciler:
         if kept:
             log.info("dry run: %d step(s) still planned as before, not audited again", kept)
         return replace(plan, pools=pools)
+
+    async def preview(self) -> tuple[model.Snapshot, Decision]:
+        """Observe and decide as a tick does, and write nothing, to the cluster or the audit
+        log: ``rebalancer explain``. The error budgets' minutes are read from the audit log
+        first when no start-up has (a process that only explains)."""
+        if self._started is _NOT_STARTED:
+            now = self.clock()
+            for config in self.pools:
+                if config.slo is not None and config.name not in self._costs:
+                    since = now - config.slo.window
+                    self._costs[config.name] = list(await self.audit_log.costs(config.name, since))
+        seen = await self.observe(self.clock())
+        return seen.snapshot, await self.decide(seen.snapshot)
+
+    def pool_rules(self, name: PoolName) -> PoolRules:
+        return self._rules[name]
 
     # -- observe ------------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@ kube-apiserver."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -165,3 +166,42 @@ async def test_every_event_names_the_cluster_in_an_annotation_under_the_key_pref
     assert default.metadata.annotations == {"rebalancer.io/cluster": "default"}
     # the rest is as it was: the replica reports, and the note is for the cluster's own readers
     assert (named.reporting_instance, named.note) == (default.reporting_instance, default.note)
+
+
+def plan_refusing(*rejections: model.Rejection) -> model.Plan:
+    pool = model.PoolName("inference")
+    pool_plan = model.PoolPlan(pool, (), (), tuple(rejections), (), "")
+    return model.Plan(now=T0, pools={pool: pool_plan})
+
+
+async def test_a_refused_lend_now_is_an_event_on_the_node_while_it_lasts(seeded: Opened) -> None:
+    rec = recorder(seeded)
+    asked = model.Intent(
+        model.PoolName("inference"),
+        model.Action.LEND,
+        1,
+        model.Origin.OPERATOR,
+        model.Reason.OPERATOR_LEND_NOW,
+        "an operator asked to lend this node now",
+        node=model.NodeName(NODE),
+    )
+    refused = model.Rejection(
+        asked, model.Reason.MIN_SERVING, "2 must serve", 1, model.NodeName(NODE)
+    )
+    pool_wide = model.Rejection(
+        dataclasses.replace(asked, origin=model.Origin.STRATEGY, node=None),
+        model.Reason.HEADROOM,
+        "demand needs 4 of 8 nodes",
+        2,
+    )
+    for _ in range(3):  # three ticks refuse it: one Event
+        await rec.findings(plan_refusing(refused, pool_wide))
+    await rec.findings(plan_refusing())  # granted, or the annotation taken off
+    await rec.findings(plan_refusing(refused))  # asked again, refused again: a new Event
+    items = await listed(seeded)
+    assert [(e.type, e.reason, e.action, e.regarding.name) for e in items] == [
+        ("Warning", events.REQUEST_REFUSED, "Refuse", NODE)
+    ] * 2
+    assert items[0].note == (
+        "lend asked by an operator (operator_lend_now) refused for now: min_serving: 2 must serve"
+    )

@@ -1,0 +1,327 @@
+"""Why a node is lent or not, and what the next tick would do to it: ``rebalancer explain``.
+
+Where it sits: the runtime observes and decides exactly as a tick does (``Reconciler.preview``,
+or the loop's last tick for ``GET /api/v1/explain``) and hands the snapshot and the decision
+here; nothing here decides anything of its own. The rules come from ``planning.node_rules``
+(the planner's own tables and limits, every one evaluated), the next move from the plan.
+
+The answer is one JSON document (the CLI's ``--json`` and the HTTP API print it as it is) and
+``lines``, its words for a person. The first line says it all: the node, its phase and since
+when, and what the next tick does to it. Pure: time, state and the decision are arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from rebalancer.core import audit, model, nodestate, overrides, planning, tick
+from rebalancer.core import demand as demand_module
+from rebalancer.core.model import NodeName, PoolName
+from rebalancer.core.policy import PoolPolicy
+from rebalancer.core.tick import Decision, Stage
+
+Json = dict[str, Any]
+
+
+def node(
+    name: NodeName,
+    pool: PoolName,
+    snapshot: model.Snapshot,
+    decision: Decision,
+    policy: PoolPolicy,
+    keys: nodestate.Keys,
+    paused: bool = False,
+    frozen: bool = False,
+) -> Json:
+    """Everything about one node of ``pool`` as the tick of ``snapshot`` saw and decided it."""
+    now, seen = snapshot.now, snapshot.pools[pool]
+    view = next(v for v in seen.nodes if v.name == name)
+    state = nodestate.read(view, keys)
+    parsed = overrides.parse(view.annotations, keys, policy.zone)
+    rules = planning.node_rules(now, pool, seen, policy, keys, name, paused, frozen)
+    plan = decision.plan.pools.get(pool)
+    doc: Json = {
+        "node": str(name),
+        "pool": str(pool),
+        "as_of": _time(now),
+        **_state(state, now),
+        "ready": view.ready,
+        "pods": _pods(view.pods),
+        "overrides": _overrides(parsed.overrides.active(now)),
+        "override_problems": [str(p) for p in parsed.problems],
+        **_pool_inputs(pool, seen, decision, policy, now),
+        "rules": {
+            "move": rules.move.value if rules.move else None,
+            "note": rules.note,
+            "checks": [
+                {"rule": c.rule.value, "verdict": c.verdict.value, "note": c.note}
+                for c in rules.checks
+            ],
+        },
+        "next": _next(name, rules.move, plan) if plan else [],
+    }
+    doc["headline"] = _headline(doc, tick.lent_count(seen, keys))
+    return doc
+
+
+def _headline(doc: Json, lent: int) -> str:
+    """The first line: the node, its phase and since when, and what the next tick does."""
+    since = ""
+    if doc.get("since"):
+        since = f" since {doc['since']} ({_ago(doc['for_seconds'])} ago)"
+    # Most specific first: a step or a refusal about this node, then the first of its own
+    # rules that refuses, then a pool-wide intent cut short, then what the strategy wants.
+    nexts = doc["next"]
+    about = [n for n in nexts if n["what"] != "not_chosen"]
+    rules = doc["rules"]
+    refusing = [c for c in rules["checks"] if c["verdict"] == planning.Verdict.REFUSES]
+    if about:
+        what = about[0]["text"]
+    elif rules["move"] is None:
+        what = f"nothing, it stays {doc['phase']}: {rules['note']}"
+    elif refusing and refusing[0]["rule"] in planning.NODE_RULES:
+        what = f"nothing, it stays {doc['phase']}: {_refusing(refusing[0])}"
+    elif nexts:
+        what = nexts[0]["text"]
+    elif refusing:
+        what = f"nothing, it stays {doc['phase']}: {_refusing(refusing[0])}"
+    elif doc["proposal"] is None:
+        what = f"nothing, it stays {doc['phase']}: the strategy gave no usable answer"
+    else:
+        wanted = doc["proposal"]["lend_target"]
+        what = f"nothing, it stays {doc['phase']}: the strategy wants {wanted} lent, {lent} are"
+    return f"node {doc['node']} (pool {doc['pool']}): {doc['phase']}{since}; next tick: {what}"
+
+
+def _refusing(check: Json) -> str:
+    return f"{check['rule']} refuses ({check['note']})"
+
+
+def _ago(seconds: float) -> str:
+    minutes = int(seconds // 60)
+    if minutes < 1:
+        return f"{seconds:.0f}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m"
+
+
+def pool(
+    name: PoolName,
+    snapshot: model.Snapshot,
+    decision: Decision,
+    policy: PoolPolicy,
+    keys: nodestate.Keys,
+    paused: bool = False,
+    frozen: bool = False,
+) -> Json:
+    """The pool as the tick saw it, what its strategy proposed, and what the plan does."""
+    now, seen = snapshot.now, snapshot.pools[name]
+    plan = decision.plan.pools.get(name)
+    by_phase: dict[str, list[str]] = {}
+    for view in seen.nodes:
+        state = nodestate.read(view, keys)
+        phase = "unreadable" if isinstance(state, nodestate.StateError) else state.phase.value
+        by_phase.setdefault(phase, []).append(str(view.name))
+    return {
+        "pool": str(name),
+        "as_of": _time(now),
+        "summary": plan.summary if plan else "not planned",
+        "paused": paused,
+        "frozen": frozen,
+        "nodes": {phase: sorted(names) for phase, names in sorted(by_phase.items())},
+        **_pool_inputs(name, seen, decision, policy, now),
+        "steps": [_step(s) for s in plan.steps] if plan else [],
+        "refusals": [_refusal(r) for r in plan.rejections] if plan else [],
+        "findings": [
+            {"node": str(f.node), "key": f.key, "value": f.value, "message": f.message}
+            for f in (plan.findings if plan else ())
+        ],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Words for a person
+
+
+def node_lines(doc: Json) -> list[str]:
+    lines = [doc["headline"]]
+    lines += [f"  also: {n['text']}" for n in doc["next"][1:]]
+    if doc.get("state_error"):
+        lines.append(f"  state: {doc['state_error']}")
+    if doc.get("decision"):
+        lines.append(f"  decision: {doc['decision']}")
+    pods = doc["pods"]
+    shown = "; ".join(f"{role}: {', '.join(names)}" for role, names in pods.items() if names)
+    lines.append(f"  pods: {shown or 'none'}; {'Ready' if doc['ready'] else 'NotReady'}")
+    ov = doc["overrides"]
+    set_ = [f"{k}={v}" for k, v in ov.items() if v not in (None, False, "auto")]
+    lines.append(f"  overrides: {', '.join(set_) or 'none'}")
+    lines += [f"  override refused: {p}" for p in doc["override_problems"]]
+    lines += _input_lines(doc)
+    rules = doc["rules"]
+    if rules["move"] is None:
+        lines.append(f"  rules: {rules['note']}")
+    else:
+        lines.append(f"  rules on {'lending' if rules['move'] == 'lend' else 'taking it back'}:")
+        lines += [f"    {c['verdict']:<8} {c['rule']}: {c['note']}" for c in rules["checks"]]
+    return lines
+
+
+def pool_lines(doc: Json) -> list[str]:
+    lines = [doc["summary"]]
+    lines += [f"  {phase}: {', '.join(names)}" for phase, names in doc["nodes"].items()]
+    lines += _input_lines(doc)
+    lines += [f"  step: {s['text']}" for s in doc["steps"]]
+    lines += [f"  refused: {r['text']}" for r in doc["refusals"]]
+    lines += [f"  finding: {f['node']}: {f['message']}" for f in doc["findings"]]
+    return lines
+
+
+def _input_lines(doc: Json) -> list[str]:
+    d = doc["demand"]
+    if d["rps"] is None:
+        demand = "unknown (no sample)"
+    elif isinstance(d["rps"], str):
+        demand = f"unknown (the sample {d['rps']} is not a rate)"
+    else:
+        demand = f"{d['rps']:.4g} rps sampled {d['age_seconds']:.0f}s ago, needs {d['need']} nodes"
+        if not d["known"]:
+            demand += f"; unknown since {d['unknown_since'] or d['sampled_at']}"
+    if d["held"]:
+        demand += f"; a fall to {d['held']['seen']:.4g} rps is held"
+    queue = "" if d["queue"] is None else f", {d['queue']:.0f} requests waiting"
+    lines = [f"  demand: {demand}{queue}"]
+    p = doc["proposal"]
+    if doc["strategy_failure"]:
+        lines.append(f"  strategy failed: {doc['strategy_failure']}")
+    if p is not None:
+        evidence = ", ".join(f"{k}={v}" for k, v in p["evidence"].items())
+        lines.append(f"  strategy: lend {p['lend_target']}: {p['reason']}")
+        if evidence:
+            lines.append(f"  evidence: {evidence}")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Parts
+
+
+def _state(state: nodestate.NodeState | nodestate.StateError, now: datetime) -> Json:
+    if isinstance(state, nodestate.StateError):
+        return {"phase": "unreadable", "since": None, "state_error": str(state)}
+    return {
+        "phase": state.phase.value,
+        "since": _time(state.since) if state.since else None,
+        "for_seconds": (now - state.since).total_seconds() if state.since else None,
+        "decision": state.decision,
+        "deadline": _time(state.deadline) if state.deadline else None,
+    }
+
+
+def _pods(pods: Iterable[model.PodView]) -> Json:
+    by_role: Json = {role.value: [] for role in model.PodRole}
+    for pod in pods:
+        by_role[pod.role.value].append(f"{pod.namespace}/{pod.name}")
+    return by_role
+
+
+def _overrides(ov: overrides.Overrides) -> Json:
+    return {
+        "lend": ov.lend.value,
+        "reclaim_now": ov.reclaim_now,
+        "paused": ov.paused,
+        "window": str(ov.window) if ov.window else None,
+        "until": _time(ov.until) if ov.until else None,
+    }
+
+
+def _pool_inputs(
+    pool: PoolName,
+    seen: model.PoolSnapshot,
+    decision: Decision,
+    policy: PoolPolicy,
+    now: datetime,
+) -> Json:
+    sample, usable = seen.demand, demand_module.usable(seen.demand)
+    held = seen.held
+    demand = {
+        # A sample that is no rate (NaN, negative) is shown as the text it was: JSON has no NaN.
+        "rps": usable.value if usable else (str(sample.value) if sample else None),
+        "sampled_at": _time(sample.at) if sample else None,
+        "age_seconds": sample.age(now).total_seconds() if sample else None,
+        "known": seen.demand_known,
+        "unknown_since": _time(seen.unknown_since) if seen.unknown_since else None,
+        "need": policy.need(usable.value) if usable else None,
+        "queue": seen.queue.value if seen.queue else None,
+        "held": {"level": held.level.value, "seen": held.seen.value, "since": _time(held.since)}
+        if held
+        else None,
+    }
+    proposal = decision.proposals.get(pool)
+    failure = decision.failures.get((pool, Stage.STRATEGY))
+    return {
+        "demand": demand,
+        "proposal": {
+            "lend_target": proposal.lend_target,
+            "reason": proposal.reason,
+            "evidence": dict(proposal.evidence),
+        }
+        if proposal
+        else None,
+        "strategy_failure": str(failure) if failure else None,
+    }
+
+
+def _next(name: NodeName, move: model.Action | None, plan: model.PoolPlan) -> list[Json]:
+    """What the plan does to the node: its step, the refusals about it by name, and the
+    refusals of pool-wide intents it was left out of, each with its own reason; else, for a
+    node the rules allow to move, the pool-wide intents of that move that were cut short."""
+    out: list[Json] = [_step(s, named=False) for s in plan.steps if s.node == name]
+    cut: list[Json] = []
+    for r in plan.rejections:
+        what = f"{r.intent.origin.value} {r.intent.action.value} of {r.intent.count}"
+        reason = dict(r.excluded).get(name)
+        if r.node == name:
+            out.append(_refusal(r, named=False))
+        elif reason is not None:
+            text = f"left out of the {what}: {reason.value}"
+            out.append({"what": "excluded", "reason": reason.value, "text": text})
+        elif r.node is None and r.intent.action is move and not r.excluded:
+            text = f"not chosen: the {what} had {r.count} refused ({r.reason.value}: {r.message})"
+            cut.append({"what": "not_chosen", "reason": r.reason.value, "text": text})
+    return out or cut
+
+
+def _step(step: model.Step, named: bool = True) -> Json:
+    node = f" {step.node}" if named else ""
+    return {
+        "what": step.action.value,
+        "node": str(step.node),
+        "reason": step.reason.value,
+        "origin": step.intent.origin.value,
+        "message": step.message,
+        "text": f"{step.action.value}{node} ({step.reason.value}: {step.message})",
+    }
+
+
+def _refusal(r: model.Rejection, named: bool = True) -> Json:
+    excluded = audit.excluded_doc(r.excluded)
+    about = (f" {r.node}" if named else "") if r.node else f" {r.count}"
+    return {
+        "what": "refused",
+        "action": r.intent.action.value,
+        "origin": r.intent.origin.value,
+        "node": str(r.node) if r.node else None,
+        "count": r.count,
+        "reason": r.reason.value,
+        "message": r.message,
+        "excluded": excluded,
+        "text": f"{r.intent.origin.value} {r.intent.action.value}{about} refused "
+        f"({r.reason.value}: {r.message})",
+    }
+
+
+def _time(when: datetime) -> str:
+    return when.isoformat().replace("+00:00", "Z")

@@ -1,0 +1,70 @@
+"""``rebalancer explain`` and ``GET /api/v1/explain``: one node, or one pool, as a tick sees it.
+
+The CLI observes and decides once, read-only (``Reconciler.preview``: the loop's own observe
+and decide, then ``core.tick.plan_tick``); the HTTP API answers from the running loop's last tick
+(``Reconciler.last``), so a dry run's plan is one request away. Either way ``core.explain`` reads
+the snapshot and the decision; no rule is judged twice in two places.
+"""
+
+from __future__ import annotations
+
+from rebalancer.core import explain, model
+from rebalancer.core.explain import Json
+from rebalancer.core.tick import Decision
+from rebalancer.errors import RebalancerError
+from rebalancer.runtime.reconcile import Reconciler
+
+
+class NotExplained(RebalancerError):
+    """The node or pool asked about is not one the controller drives."""
+
+
+def answer(
+    reconciler: Reconciler,
+    snapshot: model.Snapshot,
+    decision: Decision,
+    *,
+    node: str | None = None,
+    pool: str | None = None,
+) -> Json:
+    """The explanation of ``node`` (found in whichever pool selects it) or of ``pool``."""
+    configs = {str(p.name): p for p in reconciler.pools}
+    if pool is not None:
+        config = configs.get(pool)
+        if config is None or config.name not in snapshot.pools:
+            known = ", ".join(configs) or "none"
+            raise NotExplained(f"pool={pool!r}: no configured pool has that name ({known})")
+        paused, frozen = _held(reconciler, snapshot, config.name)
+        return explain.pool(
+            config.name, snapshot, decision, config.policy, reconciler.keys, paused, frozen
+        )
+    assert node is not None
+    for config in reconciler.pools:
+        seen = snapshot.pools.get(config.name)
+        if seen is not None and any(v.name == node for v in seen.nodes):
+            paused, frozen = _held(reconciler, snapshot, config.name)
+            return explain.node(
+                model.NodeName(node),
+                config.name,
+                snapshot,
+                decision,
+                config.policy,
+                reconciler.keys,
+                paused,
+                frozen,
+            )
+    raise NotExplained(
+        f"node={node!r}: no configured pool selects it, or it does not exist "
+        f"(pools: {', '.join(configs) or 'none'})"
+    )
+
+
+def _held(
+    reconciler: Reconciler, snapshot: model.Snapshot, pool: model.PoolName
+) -> tuple[bool, bool]:
+    rules = reconciler.pool_rules(pool)
+    return snapshot.paused or rules.paused, snapshot.frozen or rules.frozen
+
+
+def lines(doc: Json) -> list[str]:
+    return explain.node_lines(doc) if "node" in doc else explain.pool_lines(doc)

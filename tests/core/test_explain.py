@@ -1,0 +1,298 @@
+"""``core.explain``: one node in each phase and under each rule that moves or holds it, through
+``core.tick.plan_tick`` as the loop plans, and the first line an operator reads for each.
+
+The table is the contract: a change to a rule's wording or to what the planner decides shows here
+as the one line that changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from datetime import timedelta
+
+import pytest
+
+from rebalancer.core import explain, model, windows
+from rebalancer.core.tick import PoolRules, plan_tick
+from tests.support.factories import (
+    KEYS,
+    POOL,
+    T0,
+    begin_reclaim,
+    demand,
+    inference_pod,
+    lend,
+    lending,
+    policy,
+    proposal,
+    returned,
+    serving,
+    with_overrides,
+)
+
+HOUR = timedelta(hours=1)
+NIGHT = windows.parse("Mon-Sun 22:00-06:00 UTC")
+assert isinstance(NIGHT, windows.Window)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    nodes: Sequence[model.NodeView]  # the pool; the first node is the one explained
+    target: int  # what the strategy proposes
+    rps: float | None = 5.0  # one node's worth is 10 rps
+    age: timedelta = timedelta(seconds=30)
+    queue: float | None = None
+    frozen: bool = False
+    changes: dict[str, object] = dataclasses.field(default_factory=dict)  # to the policy
+
+
+def explained(case: Case) -> dict[str, object]:
+    pool_policy = policy(**case.changes)
+    sample = None if case.rps is None else demand(case.rps, case.age)
+    queue = None if case.queue is None else demand(case.queue)
+    seen = model.PoolSnapshot(nodes=tuple(case.nodes), demand=sample, queue=queue)
+    if case.rps is None:
+        seen = dataclasses.replace(seen, demand_known=False, unknown_since=T0 - case.age)
+    snapshot = model.Snapshot(now=T0, pools={POOL: seen})
+    rules = PoolRules(pool_policy, frozen=case.frozen)
+    decision = plan_tick(snapshot, {POOL: proposal(case.target)}, {POOL: rules}, KEYS)
+    name = case.nodes[0].name
+    doc = explain.node(name, POOL, snapshot, decision, pool_policy, KEYS, frozen=case.frozen)
+    json.dumps(doc)  # what the CLI and the HTTP API print: plain JSON
+    return doc
+
+
+def with_label(node: model.NodeView, key: str, value: str) -> model.NodeView:
+    return dataclasses.replace(node, labels={**node.labels, key: value})
+
+
+def others(count: int, prefix: str = "s") -> list[model.NodeView]:
+    return [serving(f"{prefix}-{i}") for i in range(count)]
+
+
+LENT_AT = T0 - HOUR
+TOO_SOON = T0 - timedelta(minutes=5)
+
+CASES = {
+    "serving, lent by the strategy": (
+        Case([serving("n"), *others(3)], target=1),
+        "node n (pool gpu): serving; next tick: lend (strategy: test wants 1 lent)",
+    ),
+    "serving, not idle": (
+        Case([serving("n", pods=[inference_pod()]), serving("s-0")], target=2, rps=0),
+        "node n (pool gpu): serving; next tick: nothing, it stays serving: not_idle refuses "
+        "(running inference or other pods)",
+    ),
+    "serving, NotReady": (
+        Case([serving("n", ready=False), serving("s-0")], target=2, rps=0),
+        "node n (pool gpu): serving; next tick: nothing, it stays serving: not_ready refuses "
+        "(not ready)",
+    ),
+    "serving, lend=never": (
+        Case([with_overrides(serving("n"), lend="never"), serving("s-0")], target=2, rps=0),
+        "node n (pool gpu): serving; next tick: nothing, it stays serving: lend_never refuses "
+        "(marked lend=never)",
+    ),
+    "serving, paused by an operator": (
+        Case([with_overrides(serving("n"), paused="true"), serving("s-0")], target=2, rps=0),
+        "node n (pool gpu): serving; next tick: nothing, it stays serving: node_paused refuses "
+        "(paused)",
+    ),
+    "serving, an override that cannot be read": (
+        Case([with_overrides(serving("n"), lend="sometimes"), serving("s-0")], target=2, rps=0),
+        "node n (pool gpu): serving; next tick: nothing, it stays serving: bad_override refuses "
+        "(with an override that cannot be read)",
+    ),
+    "serving, outside its own window": (
+        Case(
+            [with_overrides(serving("n"), window="Mon-Sun 22:00-06:00 UTC"), serving("s-0")],
+            2,
+            rps=0,
+        ),
+        "node n (pool gpu): serving; next tick: nothing, it stays serving: outside_window "
+        "refuses (outside their window)",
+    ),
+    "serving, in cooldown": (
+        Case(
+            [returned("n", T0 - 2 * HOUR, T0 - timedelta(minutes=10)), serving("s-0")],
+            target=2,
+            rps=0,
+            changes={"cooldown": timedelta(minutes=30)},
+        ),
+        "node n (pool gpu): serving since 2026-03-02T11:50:00Z (10m ago); next tick: nothing, "
+        "it stays serving: cooldown refuses (in cooldown after a reclaim)",
+    ),
+    "serving, lend=now with no room": (
+        Case([with_overrides(serving("n"), lend="now")], target=0, rps=0),
+        "node n (pool gpu): serving; next tick: operator lend refused (min_serving: 1 must serve)",
+    ),
+    "serving, lend=now on a frozen pool": (
+        Case([with_overrides(serving("n"), lend="now"), *others(2)], target=0, frozen=True),
+        "node n (pool gpu): serving; next tick: operator lend refused (frozen: the pool is "
+        "frozen: nothing moves, not even safety reclaims)",
+    ),
+    "serving, headroom": (
+        Case([serving("n"), *others(3)], target=3, rps=35),
+        "node n (pool gpu): serving; next tick: not chosen: the strategy lend of 3 had 3 "
+        "refused (headroom: demand needs 4 of 4 nodes with 0% headroom)",
+    ),
+    "serving, the strategy wants nothing lent": (
+        Case([serving("n"), *others(3)], target=0),
+        "node n (pool gpu): serving; next tick: nothing, it stays serving: the strategy wants "
+        "0 lent, 0 are",
+    ),
+    "serving, demand unknown": (
+        Case([serving("n"), *others(3)], target=1, rps=None),
+        "node n (pool gpu): serving; next tick: not chosen: the strategy lend of 1 had 1 "
+        "refused (metrics_stale: no lending while demand is unknown (demand unknown now; 30s "
+        "since the start, with no sample))",
+    ),
+    "serving, requests queueing": (
+        Case([serving("n"), *others(3)], target=1, queue=500, changes={"queue_limit": 50}),
+        "node n (pool gpu): serving; next tick: not chosen: the strategy lend of 1 had 1 "
+        "refused (queue_building: 500 requests wait (limit 50): serving is short already)",
+    ),
+    "serving, not chosen under the per-tick limit": (
+        Case([serving("s-9"), *others(4)], target=4, changes={"max_step_fraction": 0.2}),
+        "node s-9 (pool gpu): serving; next tick: not chosen: the strategy lend of 4 had 3 "
+        "refused (rate_limit: at most 1 strategy changes per tick)",
+    ),
+    "lending": (
+        Case([lending(serving("n"), LENT_AT), *others(2)], target=1),
+        "node n (pool gpu): lending since 2026-03-02T11:00:00Z (1h00m ago); next tick: "
+        "nothing, it stays lending: lending: in flight; the next tick carries it on (a lend in "
+        "flight is rolled back) before any rule applies to it",
+    ),
+    "lent, kept": (
+        Case([lend(serving("n"), LENT_AT), *others(2)], target=1),
+        "node n (pool gpu): lent since 2026-03-02T11:00:00Z (1h00m ago); next tick: nothing, "
+        "it stays lent: the strategy wants 1 lent, 1 are",
+    ),
+    "lent, taken back by the strategy": (
+        Case([lend(serving("n"), LENT_AT), *others(2)], target=0),
+        "node n (pool gpu): lent since 2026-03-02T11:00:00Z (1h00m ago); next tick: reclaim "
+        "(strategy: test wants 0 lent)",
+    ),
+    "lent, for less than min_loan": (
+        Case(
+            [lend(serving("n"), TOO_SOON), *others(2)],
+            target=0,
+            changes={"min_loan": timedelta(minutes=30)},
+        ),
+        "node n (pool gpu): lent since 2026-03-02T11:55:00Z (5m ago); next tick: left out of "
+        "the strategy reclaim of 1: min_loan_time",
+    ),
+    "lent, demand above serving": (
+        Case([lend(serving("n"), LENT_AT), serving("s-0")], target=1, rps=15),
+        "node n (pool gpu): lent since 2026-03-02T11:00:00Z (1h00m ago); next tick: reclaim "
+        "(demand_above_serving: demand needs 2 serving nodes, 1 serve or are returning)",
+    ),
+    "lent, outside the pool's window": (
+        Case([lend(serving("n"), LENT_AT), *others(2)], target=1, changes={"window": NIGHT}),
+        "node n (pool gpu): lent since 2026-03-02T11:00:00Z (1h00m ago); next tick: reclaim "
+        "(window_closed: window Mon-Sun 22:00-06:00 UTC)",
+    ),
+    "lent, reclaim=now": (
+        Case([with_overrides(lend(serving("n"), LENT_AT), reclaim="now"), *others(2)], 1),
+        "node n (pool gpu): lent since 2026-03-02T11:00:00Z (1h00m ago); next tick: reclaim "
+        "(operator_reclaim_now: an operator asked for it)",
+    ),
+    "lent, demand unknown past the grace period": (
+        Case([lend(serving("n"), LENT_AT), *others(2)], target=1, rps=None, age=HOUR),
+        "node n (pool gpu): lent since 2026-03-02T11:00:00Z (1h00m ago); next tick: reclaim "
+        "(metrics_lost: demand is unknown (demand unknown 3600s since the start, with no "
+        "sample, past the grace period): inference comes first)",
+    ),
+    "lent, paused, while demand needs it": (
+        Case(
+            [with_overrides(lend(serving("n"), LENT_AT), paused="true"), serving("s-0")],
+            target=1,
+            rps=15,
+        ),
+        "node n (pool gpu): lent since 2026-03-02T11:00:00Z (1h00m ago); next tick: left out "
+        "of the safety reclaim of 1: node_paused",
+    ),
+    "reclaiming": (
+        Case([begin_reclaim(lend(serving("n"), LENT_AT), TOO_SOON), *others(2)], target=0),
+        "node n (pool gpu): reclaiming since 2026-03-02T11:55:00Z (5m ago); next tick: "
+        "nothing, it stays reclaiming: reclaiming: in flight; the next tick carries it on (a "
+        "lend in flight is rolled back) before any rule applies to it",
+    ),
+    "a state that cannot be read": (
+        Case([with_label(serving("n"), KEYS.state, "borrowed"), *others(2)], target=0),
+        "node n (pool gpu): unreadable; next tick: nothing, it stays unreadable: its state "
+        "cannot be read: left as it is until fixed",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_first_line_says_the_phase_and_what_the_next_tick_does(name: str) -> None:
+    case, first = CASES[name]
+    assert explain.node_lines(explained(case))[0] == first
+
+
+def test_every_rule_on_a_lend_is_listed_with_its_verdict() -> None:
+    doc = explained(CASES["serving, not idle"][0])
+    rules = doc["rules"]
+    assert isinstance(rules, dict)
+    verdicts = {c["rule"]: c["verdict"] for c in rules["checks"]}
+    assert verdicts == {
+        "bad_override": "allows",
+        "node_paused": "allows",
+        "lend_never": "allows",
+        "operator_reclaim_now": "allows",
+        "not_ready": "allows",
+        "not_idle": "refuses",
+        "outside_window": "allows",
+        "cooldown": "allows",
+        "warming": "allows",
+        "min_serving": "allows",
+        "rate_limit": "allows",
+    }
+    assert doc["pods"] == {"inference": ["ns/llm-0"], "borrowed": [], "daemon": [], "other": []}
+
+
+def test_lend_now_skips_the_strategy_only_rules_and_a_bad_override_is_named() -> None:
+    node = with_overrides(serving("n"), lend="now", window=str(NIGHT))
+    doc = explained(Case([node, *others(2)], target=0))
+    rules = doc["rules"]
+    assert isinstance(rules, dict)
+    skipped = [c["rule"] for c in rules["checks"] if c["verdict"] == "skipped"]
+    assert skipped == ["outside_window", "cooldown", "warming"]
+    assert doc["next"] == [
+        {
+            "what": "lend",
+            "node": "n",
+            "reason": "operator_lend_now",
+            "origin": "operator",
+            "message": "an operator asked to lend this node now",
+            "text": "lend (operator_lend_now: an operator asked to lend this node now)",
+        }
+    ]
+    bad = explained(Case([with_overrides(serving("n"), paused="yes"), *others(2)], target=0))
+    assert bad["override_problems"] == [f"{KEYS.paused}='yes' is ignored: must be true or false"]
+
+
+def test_the_pool_view_lists_steps_refusals_and_each_nodes_reason() -> None:
+    nodes = [serving("busy", pods=[inference_pod()]), serving("idle"), serving("s-0")]
+    seen = model.PoolSnapshot(nodes=tuple(nodes), demand=demand(0))
+    snapshot = model.Snapshot(now=T0, pools={POOL: seen})
+    rules = PoolRules(policy(min_serving=0))
+    decision = plan_tick(snapshot, {POOL: proposal(3)}, {POOL: rules}, KEYS)
+    doc = explain.pool(POOL, snapshot, decision, rules.policy, KEYS)
+    assert [s["node"] for s in doc["steps"]] == ["idle", "s-0"]
+    (refused,) = [r for r in doc["refusals"] if r["excluded"]["nodes"]]
+    assert refused["excluded"] == {"nodes": {"busy": "not_idle"}, "more": 0}
+    assert explain.pool_lines(doc)[0].startswith("pool gpu: 3 serving")
+
+
+def test_a_sample_that_is_no_rate_is_shown_as_text() -> None:
+    doc = explained(Case([serving("n"), *others(2)], target=0, rps=float("nan")))
+    sample = doc["demand"]
+    assert isinstance(sample, dict)
+    assert sample["rps"] == "nan"
+    assert "not a rate" in "\n".join(explain.node_lines(doc))
+    json.dumps(doc, allow_nan=False)
