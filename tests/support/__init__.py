@@ -39,6 +39,8 @@ Two servers
 Servers and processes
 - ``kube``: a real kube-apiserver with etcd (built by ``tests/kube/build.sh``), as envtest starts
   them: its own serving certificate, static tokens, RBAC.
+- ``kubectl``: the real kubectl (built by the same script), run against a server without
+  blocking the loop that serves the emulator; ``columns`` reads its tables.
 - ``prometheus``: a real Prometheus, backfilled with a trace or scraping a live target.
 - ``demand_history``: a real Prometheus holding the bundled week as pool demand, with gaps, for
   ``rebalancer simulate --prometheus``.
