@@ -58,9 +58,12 @@ def simulate(argv: Sequence[str]) -> int:
     sim.add_argument("--pool", help="with --prometheus: the configured pool to read")
     sim.add_argument("--since", metavar="DURATION", help="with --prometheus: e.g. 14d, 36h")
     sim.add_argument(
-        "--from", dest="start", metavar="TIME", help="RFC 3339, e.g. 2024-05-10T00:00:00Z"
+        "--from",
+        dest="start",
+        metavar="TIME",
+        help="with --prometheus: RFC 3339, e.g. 2024-05-10T00:00:00Z",
     )
-    sim.add_argument("--to", dest="end", metavar="TIME", help="RFC 3339, with --from")
+    sim.add_argument("--to", dest="end", metavar="TIME", help="with --from: RFC 3339")
     sim.add_argument(
         "--nodes",
         metavar="NAME,...",
