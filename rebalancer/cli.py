@@ -10,17 +10,19 @@ import argparse
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
-from rebalancer import __version__
+from rebalancer import __version__, errors
+from rebalancer.core import audit, model
 from rebalancer.errors import ConfigError, RebalancerError
 from rebalancer.settings import InvalidSettings, PositiveDuration, Settings
 from strategies import registry
 
 if TYPE_CHECKING:  # the runtime is imported by the commands that use it, not at start
+    from rebalancer.adapters.audit import AuditQuery
     from rebalancer.core.nodepools import NodePlan
     from rebalancer.runtime.poolmanager import Report
     from rebalancer.runtime.takeback import Reclaimed, ReclaimEvent
@@ -146,18 +148,41 @@ def _controller_commands(commands: Any) -> None:
 
     show = commands.add_parser(
         "audit",
-        help="show audit records",
-        description="Read the audit store named by the settings (audit.url), oldest first.",
+        help="show audit records, newest first; --follow to watch new ones come",
+        description="Read the audit store the settings name (audit.url, or "
+        "REBALANCER_AUDIT__URL): the newest --limit records that match, newest first. With "
+        "--follow, those oldest first, then each new record as it is committed, until Ctrl-C. "
+        "A TIME is RFC 3339 (2026-03-02T12:00:00Z) or a time ago (30m, 2h, 7d, 1h30m).",
     )
     common(show, kube=False)
-    show.add_argument("--since", help="RFC 3339 time, e.g. 2026-03-02T12:00:00Z")
+    show.add_argument("--since", metavar="TIME", help="records at or after TIME")
+    show.add_argument("--until", metavar="TIME", help="records before TIME")
     show.add_argument(
         "--cluster", help="only this cluster's records (a store shared by a fleet); default all"
     )
     show.add_argument("--pool", help="only this pool")
     show.add_argument("--node", help="only this node")
-    show.add_argument("--action", choices=("lend", "reclaim"), help="only this action")
+    show.add_argument("--action", help=f"only this action: {', '.join(model.Action)}")
+    show.add_argument(
+        "--kind",
+        action="append",
+        help=f"only this kind: {', '.join(audit.Kind)} (repeatable, or comma-separated)",
+    )
     show.add_argument("--limit", type=int, default=100, help="at most this many records (100)")
+    show.add_argument(
+        "--oldest-first",
+        action="store_true",
+        help="the oldest --limit records (from --since on), oldest first",
+    )
+    show.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="then print each new record as it is committed, until Ctrl-C",
+    )
+    show.add_argument(
+        "--interval", default="2s", help="with --follow: time between reads of the store (2s)"
+    )
     show.add_argument("--json", action="store_true", help="one JSON object per line")
     show.set_defaults(handler=_audit)
 
@@ -439,60 +464,128 @@ COLUMNS = ("time", "cluster", "kind", "pool", "node", "action", "origin", "resul
 
 def _audit(args: argparse.Namespace) -> int:
     import asyncio
+    from datetime import UTC, datetime
 
-    from rebalancer.adapters.audit import AuditQuery, json_line
-    from rebalancer.runtime import http, wiring
+    from rebalancer.adapters import audit as audit_store
+    from rebalancer.runtime import wiring
 
     config = _settings(args)
-    since = None
-    if args.since is not None:
-        try:
-            since = http.parse_time("--since", args.since)
-        except http.BadParameter as exc:
-            raise ConfigError(str(exc)) from None
-    if args.limit < 1:
-        raise ConfigError(f"--limit={args.limit}: must be at least 1")
-    if args.cluster is not None and not args.cluster.strip():
-        raise ConfigError(f"--cluster={args.cluster!r}: must not be empty")
-    query = AuditQuery(
-        since=since,
-        cluster=args.cluster,
-        pool=args.pool,
-        node=args.node,
-        action=args.action,
-        limit=args.limit,
-    )
+    query = audit_query(args, datetime.now(UTC))
+    interval = _duration("--interval", args.interval)
+    if args.follow and query.until is not None:
+        raise ConfigError(f"--until={args.until!r}: --follow runs until Ctrl-C; leave one out")
+    _audit_store_exists(config)
+    view = AuditView(sys.stdout, args.json)
 
     async def go() -> int:
         store = await wiring.open_audit_store(config)
         try:
-            page = await store.query(query)
+            if not args.follow:
+                view.show((await store.query(query)).records)
+                return 0
+            tail = audit_store.Tail(query)
+            view.show(await tail.first(store))
+            while True:
+                await asyncio.sleep(interval)
+                view.show(await tail.more(store))
         finally:
             await store.close()
-        if args.json:
-            for record in page.records:
-                print(json_line(record))
-            return 0
-        rows = [
-            (
-                r.time.isoformat(timespec="seconds"),
-                r.cluster,
-                r.kind.value,
-                r.pool,
-                r.node or "-",
-                r.action or "-",
-                r.origin or "-",
-                r.outcome or r.reason,
-                r.message,
-            )
-            for r in page.records
-        ]
-        widths = [max([len(c)] + [len(row[i]) for row in rows]) for i, c in enumerate(COLUMNS)]
-        for row in [COLUMNS, *rows]:
-            print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+    try:
+        return asyncio.run(go())
+    except KeyboardInterrupt:  # how --follow ends; asyncio.run has closed the store
         return 0
 
-    return asyncio.run(go())
+
+def audit_query(args: argparse.Namespace, now: datetime) -> AuditQuery:
+    """The query ``rebalancer audit``'s flags ask for, read by the HTTP API's parser (the same
+    values, the same checks); a bad flag is a ``ConfigError`` naming it and its value."""
+    from dataclasses import replace
+
+    from rebalancer.runtime import http
+
+    given = {
+        "since": args.since,
+        "until": args.until,
+        "cluster": args.cluster,
+        "pool": args.pool,
+        "node": args.node,
+        "action": args.action,
+    }
+    params = {name: [value] for name, value in given.items() if value is not None}
+    if args.kind:
+        params["kind"] = args.kind
+    try:
+        query = http.parse_query(params, now)
+    except http.BadParameter as exc:
+        why = exc.message.replace("after since", "after --since")
+        raise ConfigError(f"--{exc.parameter}={errors.shown(exc.value)}: {why}") from None
+    if args.limit < 1:
+        raise ConfigError(f"--limit={args.limit}: must be at least 1")
+    return replace(query, limit=args.limit, newest_first=not args.oldest_first)
+
+
+def _audit_store_exists(config: Settings) -> None:
+    """Refuse to read a SQLite store that is not there: opening it would make an empty one, and
+    an empty table would say "nothing happened" where the truth is "wrong file"."""
+    from rebalancer import settings
+    from rebalancer.adapters import audit as audit_store
+
+    path = audit_store.sqlite_file(config.audit.url)
+    if path is None or path.exists():
+        return
+    variable = f"{settings.ENV_PREFIX}AUDIT__URL"
+    if "url" not in config.audit.model_fields_set:
+        raise ConfigError(
+            f"no audit store to read: audit.url is not set and the default, {path}, does not "
+            f"exist here; set audit.url in the --config file or {variable} to the controller's"
+        )
+    raise ConfigError(
+        f"audit.url names {path}, which does not exist: no audit store to read there; set "
+        f"audit.url (or {variable}) to the controller's"
+    )
+
+
+@dataclass
+class AuditView:
+    """Records as a table (columns as wide as the first records need) or as JSON lines."""
+
+    out: TextIO
+    json: bool
+    widths: list[int] | None = None
+
+    def show(self, records: Sequence[audit.AuditRecord]) -> None:
+        from rebalancer.adapters.audit import json_line
+
+        if self.json:
+            for record in records:
+                print(json_line(record), file=self.out)
+            self.out.flush()
+            return
+        rows = [audit_row(r) for r in records]
+        if self.widths is None:
+            self.widths = [
+                max([len(c)] + [len(row[i]) for row in rows]) for i, c in enumerate(COLUMNS)
+            ]
+            rows.insert(0, COLUMNS)
+        for row in rows:
+            line = "  ".join(v.ljust(w) for v, w in zip(row, self.widths, strict=True))
+            print(line.rstrip(), file=self.out)
+        self.out.flush()
+
+
+def audit_row(r: audit.AuditRecord) -> tuple[str, ...]:
+    return (
+        r.time.isoformat(timespec="seconds"),
+        r.cluster,
+        r.kind.value,
+        r.pool,
+        r.node or "-",
+        r.action or "-",
+        r.origin or "-",
+        r.outcome or r.reason,
+        r.message,
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -300,7 +300,7 @@ def test_audit_shows_one_cluster_of_a_shared_store_when_asked(
 
     assert cli.main(["audit", "--json", "--cluster", "prod-eu", "--config", str(config)]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [(r["id"][-1], r["cluster"]) for r in rows] == [("0", "prod-eu"), ("2", "prod-eu")]
+    assert [(r["id"][-1], r["cluster"]) for r in rows] == [("2", "prod-eu"), ("0", "prod-eu")]
 
     assert cli.main(["audit", "--config", str(config)]) == 0  # every cluster, each one named
     table = [line.split()[:2] for line in capsys.readouterr().out.splitlines()]

@@ -6,7 +6,9 @@
 - ``GET /readyz``: 200 once the ``ready`` callable says so (caches synced and, with leader
   election, the lease holder known, whoever it is), else 503 with the reason.
 - ``GET /api/v1/decisions``: a page of audit records (``AuditStore.query``), oldest first
-  unless ``order=desc``, with the store's keyset cursor as ``next``.
+  unless ``order=desc``, with the store's keyset cursor as ``next``. ``parse_query`` reads its
+  parameters; ``rebalancer audit`` reads its flags with it too, so both take the same values
+  (``since=2h`` as well as an RFC 3339 time).
 - ``POST /api/v1/alertmanager``: Alertmanager's webhook (version 4), when the server is given
   a ``runtime.alerts.Receiver``: a firing alert that matches a pool's ``wake_on`` runs the
   reconcile step at once and holds the pool (docs/design/alertmanager.md).
@@ -27,13 +29,14 @@ import logging
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 
 from aiohttp import web
 from prometheus_client.exposition import choose_encoder
 
+from rebalancer import errors
 from rebalancer.adapters.audit import AuditQuery, AuditStore, Cursor
 from rebalancer.core import audit
 from rebalancer.core.audit import Kind
@@ -57,6 +60,12 @@ PARAMETERS = frozenset(
 # RFC 3339 section 5.6 date-time: a full date, a full time, and an offset (Z or +hh:mm).
 _RFC3339 = re.compile(
     r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?P<frac>\.\d+)?(?P<tz>[Zz]|[+-]\d{2}:\d{2})"
+)
+# A time ago: days, hours, minutes and seconds, largest first, each at most once (7d, 2h, 1h30m).
+_AGO = re.compile(r"(?:(\d{1,6})d)?(?:(\d{1,7})h)?(?:(\d{1,9})m)?(?:(\d{1,10})s)?")
+_LONGEST_AGO = timedelta(days=100 * 365)  # keeps now minus it a time (year 1 is the floor)
+TIME_FORMS = (
+    "an RFC 3339 date-time with an offset (2026-03-02T12:00:00Z) or a time ago (30m, 2h, 7d)"
 )
 
 
@@ -94,7 +103,7 @@ def readiness(synced: bool, election: bool, holder: str) -> Readiness:
 
 class BadParameter(Exception):
     def __init__(self, parameter: str, value: str, message: str) -> None:
-        super().__init__(f"{parameter}={value!r}: {message}")
+        super().__init__(f"{parameter}={errors.shown(value)}: {message}")
         self.parameter, self.value, self.message = parameter, value, message
 
     def body(self) -> dict[str, Any]:
@@ -106,14 +115,20 @@ class BadParameter(Exception):
         }
 
 
-def parse_time(name: str, text: str) -> datetime:
-    """An RFC 3339 date-time with its offset, as an aware UTC datetime."""
+def parse_time(name: str, text: str, now: datetime) -> datetime:
+    """An RFC 3339 date-time with its offset, or a time ago (``2h``: ``now`` minus two hours),
+    as an aware UTC datetime."""
+    ago = _AGO.fullmatch(text)
+    if text and ago is not None:
+        days, hours, minutes, seconds = (int(n or 0) for n in ago.groups())
+        span = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+        if span > _LONGEST_AGO:
+            raise BadParameter(name, text, "must be at most 100 years ago")
+        return (now - span).astimezone(UTC)
     # A '+hh:mm' offset sent unencoded in a URL arrives as ' hh:mm'.
     found = _RFC3339.fullmatch(re.sub(r" (\d{2}:\d{2})$", r"+\1", text))
     if found is None:
-        raise BadParameter(
-            name, text, "must be an RFC 3339 date-time with an offset, e.g. 2026-03-02T12:00:00Z"
-        )
+        raise BadParameter(name, text, f"must be {TIME_FORMS}")
     frac = found["frac"] or ""
     # Python parses at most microseconds; RFC 3339 allows any number of digits.
     given = found.string
@@ -127,10 +142,11 @@ def parse_time(name: str, text: str) -> datetime:
         raise BadParameter(name, text, f"is not a valid date-time: {e}") from None
 
 
-def parse_query(params: Mapping[str, list[str]]) -> AuditQuery:
+def parse_query(params: Mapping[str, list[str]], now: datetime) -> AuditQuery:
     """The ``AuditQuery`` a request's parameters ask for; ``BadParameter`` names what is wrong.
 
-    ``params`` maps each parameter to every value it was given (repeats kept), in order.
+    ``params`` maps each parameter to every value it was given (repeats kept), in order;
+    ``now`` is what a time ago (``since=2h``) counts back from.
     """
     for name in sorted(params):
         if name not in PARAMETERS:
@@ -144,8 +160,8 @@ def parse_query(params: Mapping[str, list[str]]) -> AuditQuery:
         values = params.get(name)
         return values[0] if values else None
 
-    since = _maybe(one("since"), lambda t: parse_time("since", t))
-    until = _maybe(one("until"), lambda t: parse_time("until", t))
+    since = _maybe(one("since"), lambda t: parse_time("since", t, now))
+    until = _maybe(one("until"), lambda t: parse_time("until", t, now))
     if since is not None and until is not None and until <= since:
         raise BadParameter("until", one("until") or "", "must be after since")
 
@@ -335,7 +351,7 @@ class HttpServer:
         for name, value in request.query.items():
             params.setdefault(name, []).append(value)
         try:
-            query = parse_query(params)
+            query = parse_query(params, datetime.now(UTC))
         except BadParameter as e:
             return web.json_response(e.body(), status=400)
         try:

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -22,6 +23,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from rebalancer.adapters import writer
 from rebalancer.adapters.audit import (
+    LATE,
     MIGRATIONS,
     AuditLog,
     AuditQuery,
@@ -29,11 +31,13 @@ from rebalancer.adapters.audit import (
     Cursor,
     MemoryAuditStore,
     SqlAuditStore,
+    Tail,
     UlidFactory,
     UnreadableRecord,
     json_line,
     migrate,
     schema_version,
+    sqlite_file,
 )
 from rebalancer.adapters.audit import records as audit_records
 from rebalancer.core import audit, model, nodestate, planning
@@ -539,6 +543,58 @@ async def test_filters_and_keyset_pages(store: SqlAuditStore, query: AuditQuery)
     fake = MemoryAuditStore()
     await fake.append(corpus)
     assert [r.id for r in await _all_pages(fake, query)] == [r.id for r in expected]
+
+
+async def test_a_tail_shows_each_record_once_even_one_committed_behind_a_later_one(
+    store: SqlAuditStore,
+) -> None:
+    def at(ident: str, seconds: float, **rest: Any) -> AuditRecord:
+        return audit_record(ident, f.T0 + timedelta(seconds=seconds), pool="l20", **rest)
+
+    await store.append([at("01A", 0), at("01B", 10), at("01C", 20), at("01D", 20), at("01Z", 1)])
+    await store.append([at("01X", 30, node="n1")])
+    await store.append([replace(at("01Y", 31), pool="a100")])  # another pool's: never shown
+    tail = Tail(AuditQuery(pool="l20", limit=3))
+
+    first = await tail.first(store)
+    assert [r.id for r in first] == ["01C", "01D", "01X"]  # the newest three, oldest first
+    assert await tail.more(store) == []  # nothing new: nothing shown twice
+
+    # The same second as one shown, and one committed after a later one was shown (an intent
+    # carries its tick's time; two writers commit in any order); 01Z (1 s) is older than
+    # anything ``first`` showed and was left out by the limit, so it stays out.
+    await store.append([at("01E", 30), at("01F", 45)])
+    assert [r.id for r in await tail.more(store)] == ["01E", "01F"]
+    await store.append([at("01G", 40)])  # behind 01F, shown already
+    await store.append([at("01H", 45)])  # the same instant as 01F, a later id
+    assert [r.id for r in await tail.more(store)] == ["01G", "01H"]
+    assert await tail.more(store) == []
+
+    # Later than LATE behind the newest shown is not looked for again (nor kept in memory).
+    await store.append([at("01J", 45 + LATE.total_seconds() + 60)])
+    assert [r.id for r in await tail.more(store)] == ["01J"]
+    await store.append([at("01K", 44)])
+    assert await tail.more(store) == []
+
+
+async def test_a_tail_of_nothing_yet_shows_every_record_that_comes() -> None:
+    fake = MemoryAuditStore()
+    tail = Tail(AuditQuery(kinds=(Kind.INTENT,), limit=1))
+    assert await tail.first(fake) == []
+    await fake.append([audit_record("01B", f.T0, kind=Kind.INTENT)])
+    await fake.append([audit_record("01A", f.T0 - timedelta(hours=1), kind=Kind.INTENT)])
+    await fake.append([audit_record("01C", f.T0, kind=Kind.OUTCOME)])
+    assert [r.id for r in await tail.more(fake)] == ["01A", "01B"]
+    assert await tail.more(fake) == []
+
+
+def test_a_sqlite_url_names_its_file_and_no_other_does() -> None:
+    assert sqlite_file("sqlite+aiosqlite:////var/lib/a.db") == Path("/var/lib/a.db")
+    assert sqlite_file("sqlite+aiosqlite:///a.db") == Path("a.db")
+    assert sqlite_file("sqlite+aiosqlite://") is None  # in memory
+    assert sqlite_file("sqlite+aiosqlite:///:memory:") is None
+    assert sqlite_file("postgresql+asyncpg://u@h/db") is None
+    assert sqlite_file("not a url") is None
 
 
 def test_ids_sort_by_time_then_by_creation() -> None:

@@ -26,6 +26,7 @@ from rebalancer.adapters.audit import (
 from rebalancer.core import audit, model
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Action, NodeName, Origin, PoolName, Reason
+from rebalancer.runtime import http
 from rebalancer.runtime.http import HttpServer, Readiness, readiness
 from rebalancer.runtime.telemetry import Telemetry
 from tests.support.factories import T0, audit_record
@@ -446,6 +447,10 @@ BAD: list[tuple[str, str, str]] = [  # raw query string, the parameter named, it
     ("since=2026-03-02T12:00:00", "since", "2026-03-02T12:00:00"),  # no offset
     ("since=2026-03-02", "since", "2026-03-02"),
     ("since=2026-02-30T12:00:00Z", "since", "2026-02-30T12:00:00Z"),
+    ("since=2x", "since", "2x"),
+    ("since=2H", "since", "2H"),
+    ("since=36501d", "since", "36501d"),  # more than 100 years ago
+    ("since=1h&until=2h", "until", "2h"),
     ("until=2026-03-02T25:00:00Z", "until", "2026-03-02T25:00:00Z"),
     ("since=2026-03-02T12:00:00Z&until=2026-03-02T12:00:00Z", "until", "2026-03-02T12:00:00Z"),
     ("pool=", "pool", ""),
@@ -484,6 +489,32 @@ async def test_a_bad_parameter_is_a_400_naming_it(query: str, parameter: str, gi
     assert body["value"] == given
     assert body["message"]
     assert "Traceback" not in body["message"]
+
+
+@pytest.mark.parametrize(
+    ("params", "since", "until"),
+    [
+        ({"since": ["2h"]}, T0 - timedelta(hours=2), None),
+        ({"since": ["7d"], "until": ["30m"]}, T0 - timedelta(days=7), T0 - timedelta(minutes=30)),
+        ({"since": ["1h30m"]}, T0 - timedelta(minutes=90), None),
+        ({"until": ["90s"]}, None, T0 - timedelta(seconds=90)),
+        ({"since": ["0s"]}, T0, None),
+        ({"since": ["2026-03-02T13:00:00+01:00"]}, T0, None),
+    ],
+)
+def test_since_and_until_may_be_a_time_ago(
+    params: dict[str, list[str]], since: datetime | None, until: datetime | None
+) -> None:
+    query = http.parse_query(params, T0)
+    assert (query.since, query.until) == (since, until)
+
+
+async def test_a_time_ago_counts_back_from_the_server_s_now() -> None:
+    async with serve(await memory_store()) as (_, session):
+        # The records are of 2026-03-02: long enough ago, and not 100 years.
+        assert (await all_pages(session, {"since": "36500d"}))[0] == ALL
+        assert (await all_pages(session, {"until": "1m"}))[0] == ALL
+        assert (await all_pages(session, {"since": "1m"}))[0] == []
 
 
 async def test_an_unencoded_plus_still_works() -> None:
