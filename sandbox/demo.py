@@ -60,7 +60,7 @@ from sandbox import training
 from sandbox.emulator import cluster
 from sandbox.emulator.clock import ManualClock
 from sandbox.emulator.resources import NODES, PODS
-from sandbox.emulator.server import serve
+from sandbox.emulator.server import serve, write_kubeconfig
 from sandbox.emulator.store import Store
 from sandbox.emulator.views import expected_views
 from sandbox.sim import engine, traces
@@ -471,7 +471,8 @@ async def run(opts: Options, out: TextIO) -> Summary:
         url = f"sqlite+aiosqlite:///{Path(tmp) / 'audit.sqlite3'}"
         audit_store = await SqlAuditStore.open(url, now=w.clock)
         try:
-            ticks, replay_end = await _drive(opts, w, audit_store, say)
+            kubeconfig = Path(tmp) / "kubeconfig"
+            ticks, replay_end = await _drive(opts, w, audit_store, say, kubeconfig)
             records = await every_record(audit_store)
         finally:
             await audit_store.close()
@@ -499,10 +500,15 @@ async def run(opts: Options, out: TextIO) -> Summary:
 
 
 async def _drive(
-    opts: Options, w: World, audit_store: SqlAuditStore, say: Callable[[str], None]
+    opts: Options,
+    w: World,
+    audit_store: SqlAuditStore,
+    say: Callable[[str], None],
+    kubeconfig: Path,
 ) -> tuple[int, datetime]:
     """Serve the emulator, open the controller on it, tick it through the replay; the ticks
-    and the time the replay ended."""
+    and the time the replay ended. A kubeconfig for the emulator is written to ``kubeconfig``
+    for kubectl while the demo runs."""
     ticks = 0
     loop = asyncio.get_running_loop()
     pace = opts.pace / (24 * 60)  # wall seconds per trace minute
@@ -511,6 +517,7 @@ async def _drive(
         serve(w.store) as url,
         client.ApiClient(client.Configuration(host=url)) as api,
     ):
+        _kubectl_hints(url, write_kubeconfig(url, kubeconfig), w.names[0], say)
         seams = Seams(
             api=api,
             clock=w.clock,
@@ -547,6 +554,15 @@ async def _drive(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
     return ticks, replay_end
+
+
+def _kubectl_hints(url: str, kubeconfig: Path, node: str, say: Callable[[str], None]) -> None:
+    """How to watch the emulated cluster with kubectl while the demo runs (docs/demo.md)."""
+    kubectl = f"kubectl --kubeconfig {kubeconfig}"
+    say(f"kubectl: the cluster is served at {url} until the demo ends; for example")
+    say(f"  {kubectl} get nodes -L {nodestate.Keys().state} -w")
+    say(f"  {kubectl} describe node {node}")
+    say(f"  {kubectl} get events -A")
 
 
 async def _caught_up(c: Controller, store: Store, within: float = 10.0) -> None:

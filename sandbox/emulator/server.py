@@ -6,9 +6,11 @@ server enforces ``auth.Access``: tokens and RBAC, off by default); ``main`` is t
 ``rebalancer sandbox --port N`` command. Paths, verbs, query parameters, status codes and bodies
 follow the real server: ``/api/v1/...`` and ``/apis/{group}/{version}/...``, lists that carry
 ``metadata.resourceVersion`` and items without ``kind``, watches as a chunked stream of JSON
-lines, failures as ``Status`` objects. Boolean query parameters are read the way apimachinery
-converts them (``Convert_Slice_string_To_bool``): absent, ``0`` and ``false`` (any case) are
-false and everything else, ``True`` and the empty string included, is true.
+lines, failures as ``Status`` objects; and what kubectl reads first: discovery (``discovery``),
+``Table`` answers to ``kubectl get`` (``tables``) and OpenAPI v3 (``openapi``). Boolean query
+parameters are read the way apimachinery converts them (``Convert_Slice_string_To_bool``):
+absent, ``0`` and ``false`` (any case) are false and everything else, ``True`` and the empty
+string included, is true.
 
 Besides the request handlers, the server runs a ticker that calls ``store.tick`` (so a wall
 clock works without a test driving it) and, when asked, the scheduler on an interval.
@@ -727,5 +729,9 @@ async def _run(args: argparse.Namespace) -> None:
         print(f"rebalancer sandbox: serving {url}", flush=True)
         written = write_kubeconfig(url, args.kubeconfig)
         print(f"rebalancer sandbox: kubeconfig written to {written}", flush=True)
+        kubectl = f"kubectl --kubeconfig {written}"
+        print(f"rebalancer sandbox: try  {kubectl} get nodes -L rebalancer.io/state", flush=True)
+        if not args.empty:
+            print(f"rebalancer sandbox: or   {kubectl} describe node inference-0", flush=True)
         await stop.wait()
     print("rebalancer sandbox: stopped", file=sys.stderr, flush=True)
