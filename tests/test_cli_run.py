@@ -275,7 +275,9 @@ async def test_reclaim_all_taints_every_node_before_any_drain_ends_then_drains_t
         assert lines[12].startswith("6 nodes: 6 back, 0 not back; last serving taint "), out
         assert len(lines) == 13, out
 
-        code, out, err = await run_cli("audit", "--json", "--limit", "1000", *args[:2])
+        code, out, err = await run_cli(
+            "audit", "--json", "--oldest-first", "--limit", "1000", *args[:2]
+        )
         assert code == 0, err
         rows = [json.loads(line) for line in out.splitlines()]
         intents = [r for r in rows if r["kind"] == "intent" and r["origin"] == "operator"]
