@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 ZERO_TIME = "0001-01-01T00:00:00Z"
@@ -47,7 +46,3 @@ def notification(
         "externalURL": "http://alertmanager:9093",
         "alerts": list(alerts),
     }
-
-
-def time_of(text: str) -> datetime:
-    return datetime.fromisoformat(text)

@@ -1,0 +1,73 @@
+"""End to end: an Alertmanager notification posted to the controller PROCESS takes lent nodes
+back at once, and the audit record of the reclaim names the alert.
+
+The controller runs against the API emulator and a real, scraping Prometheus
+(``tests.support.harness``) with a 60 s tick: the lends come from its first tick and the
+informer's wake-ups, so a reclaim seen within seconds of the notification was the notification's
+doing, not the next scheduled tick's. Demand stays low throughout: nothing but the alert says
+inference is short."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from rebalancer.core.audit import Kind
+from rebalancer.core.model import Action, Reason
+from tests.support.alertmanager import alert, notification
+from tests.support.harness import INFERENCE, Harness, harness
+from tests.support.waits import until
+
+
+async def demand_known(h: Harness) -> bool:
+    query = {"query": "sum(rate(vllm:request_success_total[4s]))"}
+    async with h.session.get(h.prometheus.url + "/api/v1/query", params=query) as r:
+        return bool((await r.json())["data"]["result"])
+
+
+WAKE_ON = [{"matchers": ['alertname="InferenceQueueHigh"', 'service="llm"']}]
+IDLE_NODES = set(INFERENCE[2:])  # the two first run an inference replica
+
+
+async def test_a_posted_alert_takes_lent_nodes_back_at_once_with_the_alert_in_the_audit(
+    tmp_path: Path,
+) -> None:
+    async with harness(tmp_path) as h:
+        config = h.config(tick_interval="60s", pool={"wake_on": WAKE_ON})
+        # The first tick must find demand known: the next is a minute later.
+        await until("demand in Prometheus", lambda: demand_known(h), None, 20)
+        async with h.controller(config) as c:
+            await h.wait_lent(c, IDLE_NODES)
+
+            posted = time.monotonic()
+            body = notification([alert(service="llm", fingerprint="9a1b2c3d4e5f6071")])
+            async with h.session.post(c.base + "/api/v1/alertmanager", data=json.dumps(body)) as r:
+                assert r.status == 200, await r.text()
+                receipt = await r.json()
+
+            async def some_node_comes_back() -> bool:
+                return await h.lent() != IDLE_NODES
+
+            await until("a node taken back", some_node_comes_back, c.proc, 10)
+            took = time.monotonic() - posted
+            await h.wait_all_serving(c)
+
+        assert [h["pool"] for h in receipt["held"]] == ["inference"]
+        assert took < 10  # the next scheduled tick was up to a minute away
+        records = await h.records()
+        reclaims = [r for r in records if r.kind is Kind.INTENT and r.action is Action.RECLAIM]
+        assert {r.node for r in reclaims} == IDLE_NODES
+        assert {r.reason for r in reclaims} == {Reason.ALERT_FIRING.value}
+        (named,) = reclaims[0].inputs["alerts"]
+        assert named["alertname"] == "InferenceQueueHigh"
+        assert named["fingerprint"] == "9a1b2c3d4e5f6071"
+        assert named["matcher"] == '{alertname="InferenceQueueHigh", service="llm"}'
+        assert named["starts_at"] == "2026-03-02T11:58:00.123456Z"
+        # While it fires the pool lends nothing: the nodes stay serving.
+        first = min(r.time for r in reclaims)
+        assert not [
+            r
+            for r in records
+            if r.kind is Kind.INTENT and r.action is Action.LEND and r.time > first
+        ]
