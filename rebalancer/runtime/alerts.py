@@ -3,7 +3,8 @@
 Where it sits: ``POST /api/v1/alertmanager`` (``runtime.http``) hands the body to
 ``parse_notification``, then to ``AlertStore.receive``; a firing alert that matches a pool's
 ``wake_on`` selectors (``core.alerts``) is held for that pool and rings ``AlertStore.rung``,
-which ``runtime.loop`` turns into a run of the reconcile step at once. The step's observe asks
+which ``runtime.loop`` turns into a run of the reconcile step at once (a resolved one that
+lets a pool go rings it too: the pool may lend again). The step's observe asks
 ``AlertStore.firing`` for each pool and puts the answer on the pool's snapshot, so the
 planner's alert rule decides from a plain value (docs/design/alertmanager.md).
 
@@ -218,6 +219,9 @@ class AlertStore:
             self.rung.set()
         for fingerprint in resolved:
             log.info("alertmanager: alert %s resolved; it holds no pool now", fingerprint)
+        if resolved and not held:  # a pool may lend again: sooner than the next tick
+            self.why = f"alert {', '.join(resolved[:3])} resolved"
+            self.rung.set()
         return Receipt(tuple(held), tuple(resolved), unmatched)
 
     def firing(self, pool: PoolName, now: datetime) -> tuple[FiringAlert, ...]:

@@ -132,7 +132,7 @@ async def test_an_alert_no_pool_selects_is_counted_and_rings_nothing() -> None:
     assert not store.rung.is_set()
 
 
-async def test_a_resolved_notification_lets_the_pool_go() -> None:
+async def test_a_resolved_notification_lets_the_pool_go_and_runs_the_step() -> None:
     store = store_for(Clock())
     async with serving(alerts.Receiver(store)) as post:
         await post(notification([alert(service="llm")]))
@@ -141,7 +141,8 @@ async def test_a_resolved_notification_lets_the_pool_go() -> None:
 
     assert (status, body["resolved"]) == (200, ["5f0e2c8a1b3d4e6f"])
     assert store.firing(L20, T0) == ()
-    assert not store.rung.is_set()  # lending again is not urgent: the next tick sees it
+    assert store.rung.is_set()  # the pool may lend again: the step runs to see it
+    assert store.why == "alert 5f0e2c8a1b3d4e6f resolved"
 
 
 def test_a_lost_resolved_holds_the_pool_no_longer_than_the_maximum_age() -> None:
