@@ -93,6 +93,13 @@ async def test_run_serves_healthz_and_stops_on_sigterm(tmp_path: Path, election:
                 while not page["items"]:
                     await asyncio.sleep(0.2)
                     page = await poll(f"{base}/api/v1/decisions?kind=summary", proc=proc)
+            # The loop's last tick, explained: the same document as rebalancer explain --json.
+            explained = await poll(f"{base}/api/v1/explain?node={NODE}", proc=proc)
+            assert (explained["node"], explained["phase"]) == (NODE, "serving")
+            verdicts = {c["rule"]: c["verdict"] for c in explained["rules"]["checks"]}
+            assert verdicts["metrics_stale"] == "refuses"  # Prometheus is not there
+            assert (await get(f"{base}/api/v1/explain?node=nope"))[0] == 404
+            assert (await get(f"{base}/api/v1/explain"))[0] == 400
             proc.send_signal(signal.SIGTERM)
             async with asyncio.timeout(15):
                 out, err = await proc.communicate()
@@ -112,6 +119,11 @@ async def test_run_serves_healthz_and_stops_on_sigterm(tmp_path: Path, election:
         assert lines
         assert all({"time", "level", "logger", "message"} <= set(d) for d in lines)
         assert any(d["message"] == "stopped" for d in lines)
+        # Nothing from APScheduler at INFO (two lines a tick), and each metrics failure once.
+        assert not [d for d in lines if d["logger"].startswith("apscheduler")]
+        ticks = sum(1 for d in lines if d["message"].startswith("plan: pool inference"))
+        failures = [d for d in lines if d["message"].startswith("pool inference: demand unknown")]
+        assert 0 < len(failures) <= ticks
         # Metrics unknown: no node was lent.
         core = client.CoreV1Api(box.api)
         listed = await core.list_node(label_selector="rebalancer.io/state")

@@ -9,6 +9,9 @@
   unless ``order=desc``, with the store's keyset cursor as ``next``. ``parse_query`` reads its
   parameters; ``rebalancer audit`` reads its flags with it too, so both take the same values
   (``since=2h`` as well as an RFC 3339 time).
+- ``GET /api/v1/explain?node=NAME`` or ``?pool=NAME``: the node or pool as the loop's last tick
+  saw and planned it (``runtime.explain``, the same document as ``rebalancer explain --json``);
+  404 for a node no pool selects, 503 before the first tick.
 - ``POST /api/v1/alertmanager``: Alertmanager's webhook (version 4), when the server is given
   a ``runtime.alerts.Receiver``: a firing alert that matches a pool's ``wake_on`` runs the
   reconcile step at once and holds the pool (docs/design/alertmanager.md).
@@ -43,10 +46,13 @@ from rebalancer.core.audit import Kind
 from rebalancer.core.model import Action
 from rebalancer.errors import ConfigError
 from rebalancer.runtime import alerts as alerting
+from rebalancer.runtime.explain import NotExplained
 from rebalancer.runtime.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# ``node``, ``pool`` (one of them) -> the explanation; None before the first tick.
+Explainer = Callable[[str | None, str | None], dict[str, Any] | None]
 
 DEFAULT_HOST = "0.0.0.0"  # probes and scrapes come from outside the Pod
 DEFAULT_PORT = 8081
@@ -253,6 +259,7 @@ class HttpServer:
         port: int = DEFAULT_PORT,
         query_timeout: float = 10.0,
         alerts: alerting.Receiver | None = None,
+        explain: Explainer | None = None,
     ) -> None:
         self.telemetry, self.store, self.ready = telemetry, store, ready
         self.host, self.port = host, port
@@ -263,6 +270,9 @@ class HttpServer:
         self.app.router.add_get("/readyz", self._readyz)
         self.app.router.add_get("/api/v1/decisions", self._decisions)
         self.alerts = alerts
+        self.explain = explain
+        if explain is not None:
+            self.app.router.add_get("/api/v1/explain", self._explain)
         if alerts is not None:
             self.app.router.add_post("/api/v1/alertmanager", self._alertmanager)
         self._runner: web.AppRunner | None = None
@@ -326,6 +336,27 @@ class HttpServer:
         return web.json_response(
             {"ready": state.ready, "reason": state.reason}, status=200 if state.ready else 503
         )
+
+    async def _explain(self, request: web.Request) -> web.Response:
+        assert self.explain is not None, "the route exists only with an explainer"
+        node, pool = request.query.get("node"), request.query.get("pool")
+        if (node is None) == (pool is None):
+            return web.json_response(
+                {
+                    "error": "bad_parameter",
+                    "parameter": "node" if node is None else "pool",
+                    "message": "give exactly one of node=NAME or pool=NAME",
+                },
+                status=400,
+            )
+        try:
+            doc = self.explain(node, pool)
+        except NotExplained as exc:
+            return web.json_response({"error": "not_found", "message": str(exc)}, status=404)
+        if doc is None:
+            body = {"error": "no_tick_yet", "message": "the loop has not planned yet; retry"}
+            return web.json_response(body, status=503)
+        return web.json_response(doc)
 
     async def _alertmanager(self, request: web.Request) -> web.Response:
         receiver = self.alerts

@@ -62,7 +62,7 @@ from rebalancer.core.model import Clock, HistoryResult, NodeName, PoolMetrics, P
 from rebalancer.core.nodestate import Keys
 from rebalancer.core.outcomes import ActionResult
 from rebalancer.runtime import alerts as alerting
-from rebalancer.runtime import http
+from rebalancer.runtime import explain, http
 from rebalancer.runtime.loop import run_controller
 from rebalancer.runtime.reconcile import (
     AlwaysLeader,
@@ -331,7 +331,15 @@ class Controller:
             host=self.settings.http.host,
             port=self.settings.http.port,
             alerts=receiver,
+            explain=self._explain,
         )
+
+    def _explain(self, node: str | None, pool: str | None) -> dict[str, Any] | None:
+        """``GET /api/v1/explain``: from the loop's last tick; None before the first."""
+        decided = self.reconciler.last_decided
+        if decided is None:
+            return None
+        return explain.answer(self.reconciler, *decided, node=node, pool=pool)
 
     async def run(self, stop: asyncio.Event | None = None) -> int:
         """Until SIGTERM/SIGINT (or ``stop``): the informer, the election and the loop."""

@@ -28,7 +28,7 @@ import aiohttp
 from rebalancer.core.audit import AuditRecord
 from sandbox.emulator import cluster
 from sandbox.emulator.faults import Faults
-from sandbox.emulator.server import serve, write_kubeconfig
+from sandbox.emulator.server import RequestObserver, serve, write_kubeconfig
 from sandbox.emulator.store import Store
 from tests.support import pools
 from tests.support.exporter import Exporter, serve_exporter
@@ -215,9 +215,14 @@ class Harness(Cluster):
 
 @contextlib.asynccontextmanager
 async def harness(
-    tmp_path: Path, rps: float = LOW, faults: Faults | None = None, waiting: int = 10
+    tmp_path: Path,
+    rps: float = LOW,
+    faults: Faults | None = None,
+    waiting: int = 10,
+    on_request: RequestObserver | None = None,
 ) -> AsyncIterator[Harness]:
-    """The cluster of the module docstring, with ``waiting`` training pods pending."""
+    """The cluster of the module docstring, with ``waiting`` training pods pending; the
+    emulator tells ``on_request`` of every request it answers."""
     store = Store(seed=1)
     cluster.seed(store)
     pools.add_replicas(store)
@@ -225,7 +230,7 @@ async def harness(
     store.schedule()
     exporter = Exporter(pods=pools.REPLICAS, rps=rps)
     async with (
-        serve(store, schedule_every=0.5, faults=faults) as url,
+        serve(store, schedule_every=0.5, faults=faults, on_request=on_request) as url,
         aiohttp.ClientSession() as session,
         serve_exporter(exporter) as target,
     ):

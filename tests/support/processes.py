@@ -29,7 +29,7 @@ from kubernetes_asyncio import client
 from rebalancer.adapters.audit import SqlAuditStore, every_record
 from rebalancer.core.audit import AuditRecord
 from sandbox.emulator import cluster
-from sandbox.emulator.server import serve, write_kubeconfig
+from sandbox.emulator.server import RequestObserver, serve, write_kubeconfig
 from sandbox.emulator.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -233,10 +233,15 @@ pools:
 
 
 @contextlib.asynccontextmanager
-async def setup(tmp_path: Path, election: bool = False) -> AsyncIterator[Setup]:
+async def setup(
+    tmp_path: Path, election: bool = False, on_request: RequestObserver | None = None
+) -> AsyncIterator[Setup]:
+    """The default cluster served over HTTP (every request told to ``on_request``), a
+    kubeconfig for it and settings with one pool."""
     store = Store(seed=1)
     cluster.seed(store)
-    async with serve(store) as url, client.ApiClient(client.Configuration(host=url)) as api:
+    served = serve(store, on_request=on_request)
+    async with served as url, client.ApiClient(client.Configuration(host=url)) as api:
         kubeconfig = write_kubeconfig(url, tmp_path / "kubeconfig")
         audit_db = tmp_path / "audit.sqlite3"
         port = free_port()
