@@ -193,6 +193,10 @@ def _input_lines(doc: Json) -> list[str]:
         demand += f"; a fall to {d['held']['seen']:.4g} rps is held"
     queue = "" if d["queue"] is None else f", {d['queue']:.0f} requests waiting"
     lines = [f"  demand: {demand}{queue}"]
+    lines += [
+        f"  alert firing: {a['name']} (matched {a['matcher']}), holds until {a['until']}"
+        for a in doc["alerts"]
+    ]
     p = doc["proposal"]
     if doc["strategy_failure"]:
         lines.append(f"  strategy failed: {doc['strategy_failure']}")
@@ -263,6 +267,17 @@ def _pool_inputs(
     failure = decision.failures.get((pool, Stage.STRATEGY))
     return {
         "demand": demand,
+        "alerts": [
+            {
+                "name": a.name,
+                "fingerprint": a.fingerprint,
+                "starts_at": _time(a.starts_at),
+                "matcher": a.matcher,
+                "until": _time(a.until),
+            }
+            for a in seen.alerts
+            if a.until > now
+        ],
         "proposal": {
             "lend_target": proposal.lend_target,
             "reason": proposal.reason,

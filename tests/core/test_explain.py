@@ -46,13 +46,16 @@ class Case:
     queue: float | None = None
     frozen: bool = False
     changes: dict[str, object] = dataclasses.field(default_factory=dict)  # to the policy
+    alerts: tuple[model.FiringAlert, ...] = ()
 
 
 def explained(case: Case) -> dict[str, object]:
     pool_policy = policy(**case.changes)
     sample = None if case.rps is None else demand(case.rps, case.age)
     queue = None if case.queue is None else demand(case.queue)
-    seen = model.PoolSnapshot(nodes=tuple(case.nodes), demand=sample, queue=queue)
+    seen = model.PoolSnapshot(
+        nodes=tuple(case.nodes), demand=sample, queue=queue, alerts=case.alerts
+    )
     if case.rps is None:
         seen = dataclasses.replace(seen, demand_known=False, unknown_since=T0 - case.age)
     snapshot = model.Snapshot(now=T0, pools={POOL: seen})
@@ -73,6 +76,14 @@ def others(count: int, prefix: str = "s") -> list[model.NodeView]:
 
 
 LENT_AT = T0 - HOUR
+QUEUE_HIGH = model.FiringAlert(
+    name="InferenceQueueHigh",
+    fingerprint="3f2a",
+    starts_at=T0 - timedelta(minutes=2),
+    matcher='{alertname="InferenceQueueHigh"}',
+    received=T0 - timedelta(minutes=1),
+    until=T0 + HOUR,
+)
 TOO_SOON = T0 - timedelta(minutes=5)
 
 CASES = {
@@ -214,6 +225,12 @@ CASES = {
         "node n (pool gpu): lent since 2026-03-02T11:00:00Z (1h00m ago); next tick: left out "
         "of the safety reclaim of 1: node_paused",
     ),
+    "lent, an Alertmanager alert fires": (
+        Case([lend(serving("n"), LENT_AT), *others(2)], target=1, alerts=(QUEUE_HIGH,)),
+        "node n (pool gpu): lent since 2026-03-02T11:00:00Z (1h00m ago); next tick: reclaim "
+        '(alert_firing: alert InferenceQueueHigh ({alertname="InferenceQueueHigh"}) fires: 3 '
+        "nodes come back at a time, 0 are on their way back)",
+    ),
     "reclaiming": (
         Case([begin_reclaim(lend(serving("n"), LENT_AT), TOO_SOON), *others(2)], target=0),
         "node n (pool gpu): reclaiming since 2026-03-02T11:55:00Z (5m ago); next tick: "
@@ -287,6 +304,23 @@ def test_the_pool_view_lists_steps_refusals_and_each_nodes_reason() -> None:
     (refused,) = [r for r in doc["refusals"] if r["excluded"]["nodes"]]
     assert refused["excluded"] == {"nodes": {"busy": "not_idle"}, "more": 0}
     assert explain.pool_lines(doc)[0].startswith("pool gpu: 3 serving")
+
+
+def test_a_firing_alert_is_shown_with_the_selector_it_matched() -> None:
+    doc = explained(CASES["lent, an Alertmanager alert fires"][0])
+    assert doc["alerts"] == [
+        {
+            "name": "InferenceQueueHigh",
+            "fingerprint": "3f2a",
+            "starts_at": "2026-03-02T11:58:00Z",
+            "matcher": '{alertname="InferenceQueueHigh"}',
+            "until": "2026-03-02T13:00:00Z",
+        }
+    ]
+    assert (
+        '  alert firing: InferenceQueueHigh (matched {alertname="InferenceQueueHigh"}), holds '
+        "until 2026-03-02T13:00:00Z"
+    ) in explain.node_lines(doc)
 
 
 def test_a_sample_that_is_no_rate_is_shown_as_text() -> None:
