@@ -9,6 +9,7 @@ import json
 import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -21,22 +22,37 @@ from rebalancer.core.audit import AuditRecord, Kind
 from tests.support.factories import audit_record
 from tests.support.processes import ROOT, child_env
 
-NOW = datetime.now(UTC).replace(microsecond=0)
+
+def ago(ident: str, minutes: float, now: datetime | None = None, **rest: Any) -> AuditRecord:
+    """A record ``minutes`` before ``now`` (the wall clock when None)."""
+    now = now or datetime.now(UTC).replace(microsecond=0)
+    return audit_record(ident, now - timedelta(minutes=minutes), **rest)
 
 
-def ago(ident: str, minutes: float, **rest: Any) -> AuditRecord:
-    return audit_record(ident, NOW - timedelta(minutes=minutes), **rest)
+def records(now: datetime) -> tuple[AuditRecord, ...]:
+    """Oldest to newest, counted back from ``now``; two share an instant (one tick): they come
+    in id order. Made when a test starts, not when the module is read: a time ago counts back
+    from the wall clock, and a long suite must not move the records across a bound."""
+    return (
+        ago("01A", 600, now, pool="l20", node="n1", kind=Kind.INTENT),
+        ago("01B", 180, now, pool="l20", node="n1", kind=Kind.OUTCOME),
+        ago("01C", 90, now, pool="a100", node="t1", action="reclaim", kind=Kind.INTENT),
+        ago("01D", 90, now, pool="l20", node=None, action=None, kind=Kind.SUMMARY),
+        ago("01E", 30, now, pool="l20", node="n2", action="reclaim", kind=Kind.INTENT),
+        ago("01F", 5, now, pool="l20", node="n2", action="reclaim", kind=Kind.OUTCOME),
+    )
 
 
-# Oldest to newest; two share an instant (one tick): they come in id order.
-RECORDS = (
-    ago("01A", 600, pool="l20", node="n1", kind=Kind.INTENT),
-    ago("01B", 180, pool="l20", node="n1", kind=Kind.OUTCOME),
-    ago("01C", 90, pool="a100", node="t1", action="reclaim", kind=Kind.INTENT),
-    ago("01D", 90, pool="l20", node=None, action=None, kind=Kind.SUMMARY),
-    ago("01E", 30, pool="l20", node="n2", action="reclaim", kind=Kind.INTENT),
-    ago("01F", 5, pool="l20", node="n2", action="reclaim", kind=Kind.OUTCOME),
-)
+@dataclass(frozen=True)
+class At:
+    """An absolute time flag: ``minutes`` before the records' ``now``, in ``form``."""
+
+    minutes: int
+    form: str = "iso"  # or "Z": 2026-03-02T12:00:00Z
+
+    def text(self, now: datetime) -> str:
+        when = now - timedelta(minutes=self.minutes)
+        return when.isoformat() if self.form == "iso" else when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def seed(url: str, records: Sequence[AuditRecord]) -> None:
@@ -51,9 +67,14 @@ def seed(url: str, records: Sequence[AuditRecord]) -> None:
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> Path:
+def now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+@pytest.fixture
+def config(tmp_path: Path, now: datetime) -> Path:
     url = f"sqlite+aiosqlite:///{tmp_path / 'audit.sqlite3'}"
-    seed(url, RECORDS)
+    seed(url, records(now))
     path = tmp_path / "config.yaml"
     path.write_text(f"audit:\n  url: {url}\n", encoding="utf-8")
     return path
@@ -87,16 +108,21 @@ def test_audit_shows_the_newest_first_unless_asked_for_the_oldest(
         (["--since", "1h31m"], ["01F", "01E", "01D", "01C"]),
         (["--until", "1d"], []),
         (["--since", "7d", "--until", "3h"], ["01B", "01A"]),
-        (["--since", (NOW - timedelta(minutes=31)).isoformat()], ["01F", "01E"]),
+        (["--since", At(31)], ["01F", "01E"]),
         # records at or after since, strictly before until
-        (["--since", (NOW - timedelta(minutes=90)).isoformat()], ["01F", "01E", "01D", "01C"]),
-        (["--until", (NOW - timedelta(minutes=90)).strftime("%Y-%m-%dT%H:%M:%SZ")], ["01B", "01A"]),
+        (["--since", At(90)], ["01F", "01E", "01D", "01C"]),
+        (["--until", At(90, "Z")], ["01B", "01A"]),
     ],
 )
 def test_audit_since_and_until_take_a_time_or_a_time_ago(
-    config: Path, capsys: pytest.CaptureFixture[str], flags: list[str], expected: list[str]
+    config: Path,
+    now: datetime,
+    capsys: pytest.CaptureFixture[str],
+    flags: list[str | At],
+    expected: list[str],
 ) -> None:
-    assert ids(config, capsys, *flags) == expected
+    given = [f.text(now) if isinstance(f, At) else f for f in flags]
+    assert ids(config, capsys, *given) == expected
 
 
 @pytest.mark.parametrize(
@@ -182,7 +208,7 @@ async def test_audit_follow_prints_each_new_record_once_in_order_until_ctrl_c(
     config = tmp_path / "config.yaml"
     config.write_text(f"audit:\n  url: {url}\n", encoding="utf-8")
     try:
-        await store.append(RECORDS)
+        await store.append(records(datetime.now(UTC).replace(microsecond=0)))
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
