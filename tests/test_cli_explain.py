@@ -7,38 +7,21 @@ be lent, and an operator's ``lend=now`` is refused for it.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sys
 from pathlib import Path
 
 from kubernetes_asyncio import client
 
 from rebalancer.core.nodestate import Keys
 from sandbox.emulator.server import Request
-from tests.support.processes import ROOT, Setup, child_env, setup
+from tests.support.processes import Setup, run_cli, setup
 
 KEYS = Keys()
 
 
 async def explain(box: Setup, *args: str) -> tuple[int, str, str]:
     files = ("--config", str(box.config), "--kubeconfig", str(box.kubeconfig))
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "rebalancer",
-        "explain",
-        *args,
-        *files,
-        cwd=ROOT,
-        env=child_env(),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    async with asyncio.timeout(60):
-        out, err = await proc.communicate()
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await run_cli("explain", *args, *files, within=60)
 
 
 async def annotate(box: Setup, node: str, **values: str) -> None:

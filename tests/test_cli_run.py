@@ -14,7 +14,6 @@ import json
 import re
 import signal
 import socket
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,30 +30,9 @@ from rebalancer.core.outcomes import Outcome
 from rebalancer.runtime import wiring
 from sandbox.emulator import cluster
 from sandbox.emulator.store import Store
-from tests.support.processes import ROOT, child_env, setup
+from tests.support.processes import run_cli, setup, start
 
 NODE = "inference-5"  # idle: no inference replica runs on it
-
-
-async def start(*args: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "rebalancer",
-        *args,
-        cwd=ROOT,
-        env=child_env(),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-
-
-async def run_cli(*args: str, within: float = 20.0) -> tuple[int, str, str]:
-    proc = await start(*args)
-    async with asyncio.timeout(within):
-        out, err = await proc.communicate()
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 async def get(url: str) -> tuple[int, Any]:

@@ -20,18 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pytest
-
 from tests.support import prometheus
-from tests.support.processes import free_port
 
 TRACE = Path(__file__).parents[2] / "examples" / "traces" / "azure_llm_2024_week_per_minute.csv"
 WEEK = 7 * 24 * 60
@@ -122,53 +116,6 @@ def config(path: Path) -> Path:
 @contextlib.contextmanager
 def serving(workdir: Path, pools: dict[str, Series]) -> Iterator[str]:
     """A Prometheus serving ``pools`` (backfilled); yields its URL, stops it on exit."""
-    binary = prometheus.require("prometheus")
-    promtool = prometheus.require("promtool")
-    source = workdir / "series.om"
-    source.write_text(openmetrics(pools))
-    store = workdir / "data"
-    store.mkdir()
-    cmd = [promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(store)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
-    if done.returncode != 0:
-        pytest.fail(f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}", pytrace=False)
-    settings = workdir / "prometheus.yml"
-    settings.write_text("global:\n  scrape_interval: 1m\nscrape_configs: []\n")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log_path = workdir / "prometheus.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={settings}",
-                f"--storage.tsdb.path={store}",
-                "--storage.tsdb.retention.time=10y",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            _wait_ready(url, proc, log_path)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"prometheus exited ({proc.returncode}):\n{log.read_text()[-2000:]}")
-        with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/-/ready", timeout=1) as r:
-            if r.status == 200:
-                return
-        if time.monotonic() > deadline:
-            pytest.fail("prometheus did not become ready in 30 s", pytrace=False)
-        time.sleep(0.1)
+    store, _ = prometheus.backfill(workdir, openmetrics(pools))
+    with prometheus.serving(workdir, store) as (url, _, _):
+        yield url

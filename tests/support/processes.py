@@ -7,7 +7,7 @@ Prometheus pointed at a closed port so demand is unknown and nothing is lent, th
 SQLite file). ``as_pod`` lays out the rendered Deployment's volumes under a directory and
 resolves its container; ``start_pod`` runs it as the kubelet would. ``Cluster`` reads the
 emulator through its API; ``probe`` is a kubelet's HTTP probe; ``read_audit`` reads an audit
-store back.
+store back. ``start`` runs ``rebalancer ARGS`` with its output piped, ``run_cli`` to its end.
 """
 
 from __future__ import annotations
@@ -174,6 +174,29 @@ async def start_pod(pod: Pod, kubeconfig: Path) -> asyncio.subprocess.Process:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
+
+
+async def start(*args: str) -> asyncio.subprocess.Process:
+    """``rebalancer ARGS`` as a process of its own, its output piped."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rebalancer",
+        *args,
+        cwd=ROOT,
+        env=child_env(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def run_cli(*args: str, within: float = 20.0) -> tuple[int, str, str]:
+    """``rebalancer ARGS`` to its end: exit code, stdout, stderr."""
+    proc = await start(*args)
+    async with asyncio.timeout(within):
+        out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
 
 
 # ---------------------------------------------------------------------------------------------

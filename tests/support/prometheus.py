@@ -178,15 +178,16 @@ def require(binary: str) -> str:
     return path
 
 
-def backfill(workdir: Path, data: Data) -> tuple[Path, list[str]]:
-    """Write the OpenMetrics file and make TSDB blocks of it; returns the data dir and command."""
+def backfill(workdir: Path, text: str) -> tuple[Path, list[str]]:
+    """Write ``text`` (OpenMetrics) and make TSDB blocks of it; returns the data dir and the
+    command."""
     promtool = require("promtool")
     source = workdir / "series.om"
-    source.write_text(openmetrics(data))
+    source.write_text(text)
     store = workdir / "data"
     store.mkdir()
     cmd = [promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(store)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     if done.returncode != 0:
         pytest.fail(f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}", pytrace=False)
     return store, cmd
@@ -204,31 +205,36 @@ class Server:
 @contextlib.contextmanager
 def running(workdir: Path) -> Iterator[Server]:
     """A Prometheus serving the backfilled series; stopped (and waited for) on exit."""
-    prometheus = require("prometheus")
     data = generate()
-    store, backfill_cmd = backfill(workdir, data)
+    store, backfill_cmd = backfill(workdir, openmetrics(data))
+    with serving(workdir, store) as (url, proc, cmd):
+        yield Server(url, proc, cmd, backfill_cmd, data)
+
+
+@contextlib.contextmanager
+def serving(workdir: Path, store: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], list[str]]]:
+    """A Prometheus over the TSDB in ``store``, scraping nothing, keeping ten years; yields its
+    URL, its process and its command once it is ready, and stops it (waited for) on exit."""
     config = workdir / "prometheus.yml"
     config.write_text("global:\n  scrape_interval: 1m\nscrape_configs: []\n")
     port = free_port()
     cmd = [
-        prometheus,
+        require("prometheus"),
         f"--config.file={config}",
         f"--storage.tsdb.path={store}",
         "--storage.tsdb.retention.time=10y",
         f"--web.listen-address=127.0.0.1:{port}",
     ]
-    log = (workdir / "prometheus.log").open("wb")
+    log_path = workdir / "prometheus.log"
+    log = log_path.open("wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 30
         while True:
             if proc.poll() is not None:
-                pytest.fail(
-                    f"prometheus exited ({proc.returncode}):\n"
-                    + (workdir / "prometheus.log").read_text()[-2000:],
-                    pytrace=False,
-                )
+                tail = log_path.read_text()[-2000:]
+                pytest.fail(f"prometheus exited ({proc.returncode}):\n{tail}", pytrace=False)
             with (
                 contextlib.suppress(OSError),
                 urllib.request.urlopen(f"{url}/-/ready", timeout=1) as r,
@@ -236,9 +242,9 @@ def running(workdir: Path) -> Iterator[Server]:
                 if r.status == 200:
                     break
             if time.monotonic() > deadline:
-                pytest.fail("prometheus did not become ready in 20 s", pytrace=False)
+                pytest.fail("prometheus did not become ready in 30 s", pytrace=False)
             time.sleep(0.1)
-        yield Server(url, proc, cmd, backfill_cmd, data)
+        yield url, proc, cmd
     finally:
         proc.terminate()
         try:
