@@ -14,7 +14,7 @@ from datetime import timedelta
 
 import pytest
 
-from rebalancer.core import explain, model, windows
+from rebalancer.core import audit, explain, model, windows
 from rebalancer.core.tick import PoolRules, plan_tick
 from tests.support.factories import (
     KEYS,
@@ -330,3 +330,24 @@ def test_a_sample_that_is_no_rate_is_shown_as_text() -> None:
     assert sample["rps"] == "nan"
     assert "not a rate" in "\n".join(explain.node_lines(doc))
     json.dumps(doc, allow_nan=False)
+
+
+def test_the_audit_record_of_a_refusal_names_each_node_left_out_and_why() -> None:
+    nodes = [
+        serving("busy", pods=[inference_pod()]),
+        with_overrides(serving("kept"), lend="never"),
+        serving("idle"),
+    ]
+    seen = model.PoolSnapshot(nodes=tuple(nodes), demand=demand(0))
+    snapshot = model.Snapshot(now=T0, pools={POOL: seen})
+    rules = PoolRules(policy(min_serving=0))
+    decision = plan_tick(snapshot, {POOL: proposal(3)}, {POOL: rules}, KEYS)
+    ctx = audit.Context(controller="test", term=None, strategy="test")
+    ids = iter(range(100))
+    tick = audit.build_tick(decision.plan, snapshot, ctx, lambda: f"r{next(ids)}", keys=KEYS)
+    (refusal,) = [r for r in tick.records if r.kind is audit.Kind.REFUSAL]
+    assert (refusal.reason, refusal.count) == ("not_idle", 2)
+    assert refusal.detail["excluded"] == {
+        "nodes": {"busy": "not_idle", "kept": "lend_never"},
+        "more": 0,
+    }
