@@ -17,7 +17,7 @@ from rebalancer.core.outcomes import Outcome, WriteKind, WriteOutcome
 from sandbox.emulator import cluster
 from sandbox.emulator.resources import NODES
 from tests.support import objects
-from tests.support.actuation import KEYS, LEND, SPEC, Crash, Recorder, drive, world
+from tests.support.actuation import KEYS, LEND, SPEC, Crash, Forwarding, Recorder, drive, world
 from tests.support.backends import Backend, Objects
 from tests.support.objects import TAINTS, budget, gpu_node, training
 from tests.support.reads import node_obj, pods_on, scheduling_of
@@ -197,22 +197,12 @@ async def test_dry_run_of_a_reclaim_lists_the_evictions_without_sending_them(
 
 
 @dataclass
-class Meddler:
+class Meddler(Forwarding):
     """Someone else writes the node just before the actuator's ``before_patch``-th patch."""
 
-    inner: Recorder
     store: Objects
     before_patch: int
     patches: int = 0
-
-    async def get_node(self, name: str) -> Obj:
-        return await self.inner.get_node(name)
-
-    async def list_nodes(self, label_selector: str) -> list[Obj]:
-        return await self.inner.list_nodes(label_selector)
-
-    async def list_pods(self, node: str) -> list[Obj]:
-        return await self.inner.list_pods(node)
 
     async def patch_node(self, name: str, change: NodeChange, resource_version: str) -> Obj:
         self.patches += 1
@@ -220,12 +210,6 @@ class Meddler:
             body = b'{"metadata": {"annotations": {"example.com/owner": "someone-else"}}}'
             self.store.patch(NODES, None, name, "application/merge-patch+json", body)
         return await self.inner.patch_node(name, change, resource_version)
-
-    async def evict(self, namespace: str, name: str, uid: str) -> WriteOutcome:
-        return await self.inner.evict(namespace, name, uid)
-
-    async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
-        return await self.inner.delete_pod(namespace, name, uid)
 
 
 async def test_recover_touches_only_nodes_in_flight_and_leaves_lent_and_serving_ones_alone(

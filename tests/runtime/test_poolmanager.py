@@ -16,7 +16,7 @@ import pytest
 
 from rebalancer.adapters import convert
 from rebalancer.adapters.actuator import Actuator
-from rebalancer.adapters.writer import KubeWriter, NodeWriter, RetryPolicy
+from rebalancer.adapters.writer import KubeWriter, RetryPolicy
 from rebalancer.core import model, nodepools
 from rebalancer.core.nodepools import Verdict
 from rebalancer.core.nodestate import NodeChange
@@ -25,7 +25,7 @@ from rebalancer.runtime import poolfile, poolmanager
 from sandbox.emulator import cluster
 from sandbox.emulator.resources import NODES
 from tests.support import objects
-from tests.support.actuation import KEYS, RULES, SPEC
+from tests.support.actuation import KEYS, RULES, SPEC, Forwarding
 from tests.support.backends import Backend, Objects, Opened
 from tests.support.reads import node_obj
 from tests.support.waits import no_sleep
@@ -188,24 +188,14 @@ async def test_a_node_two_pools_select_stops_the_apply_before_any_write(
 
 
 @dataclass
-class Meddler:
+class Meddler(Forwarding):
     """Another writer changes the node between the apply's read and its write: before the first
     ``times`` patches of ``node``, ``meddle`` runs."""
 
-    inner: NodeWriter
     node: str
     meddle: Any  # an async function of no arguments
     times: int = 1
     sent: list[str] = field(default_factory=list)
-
-    async def get_node(self, name: str) -> Obj:
-        return await self.inner.get_node(name)
-
-    async def list_nodes(self, label_selector: str) -> list[Obj]:
-        return await self.inner.list_nodes(label_selector)
-
-    async def list_pods(self, node: str) -> list[Obj]:
-        return await self.inner.list_pods(node)
 
     async def patch_node(self, name: str, change: NodeChange, resource_version: str) -> Obj:
         if name == self.node and self.sent.count(name) < self.times:

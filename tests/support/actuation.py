@@ -59,19 +59,11 @@ class Crash(Exception):
 
 
 @dataclass
-class Recorder:
-    """A ``NodeWriter`` that logs every write the actuator makes, and can crash after the k-th.
-
-    ``states`` holds, per node, the state label each applied node patch wrote (``"serving"`` for
-    its removal): the transitions as the cluster saw them.
-    """
+class Forwarding:
+    """A ``NodeWriter`` that hands every call to ``inner``: a test's writer overrides only the
+    calls it watches or meddles with."""
 
     inner: NodeWriter
-    crash_after: int | None = None
-    clock: Callable[[], datetime] | None = None  # when given, ``times`` has each write's time
-    writes: list[tuple[str, str]] = field(default_factory=list)  # (kind, target)
-    states: dict[str, list[str]] = field(default_factory=dict)
-    times: list[datetime] = field(default_factory=list)
 
     async def get_node(self, name: str) -> Obj:
         return await self.inner.get_node(name)
@@ -81,6 +73,30 @@ class Recorder:
 
     async def list_pods(self, node: str) -> list[Obj]:
         return await self.inner.list_pods(node)
+
+    async def patch_node(self, name: str, change: NodeChange, resource_version: str) -> Obj:
+        return await self.inner.patch_node(name, change, resource_version)
+
+    async def evict(self, namespace: str, name: str, uid: str) -> WriteOutcome:
+        return await self.inner.evict(namespace, name, uid)
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        return await self.inner.delete_pod(namespace, name, uid)
+
+
+@dataclass
+class Recorder(Forwarding):
+    """A ``NodeWriter`` that logs every write the actuator makes, and can crash after the k-th.
+
+    ``states`` holds, per node, the state label each applied node patch wrote (``"serving"`` for
+    its removal): the transitions as the cluster saw them.
+    """
+
+    crash_after: int | None = None
+    clock: Callable[[], datetime] | None = None  # when given, ``times`` has each write's time
+    writes: list[tuple[str, str]] = field(default_factory=list)  # (kind, target)
+    states: dict[str, list[str]] = field(default_factory=dict)
+    times: list[datetime] = field(default_factory=list)
 
     async def patch_node(self, name: str, change: NodeChange, resource_version: str) -> Obj:
         out = await self.inner.patch_node(name, change, resource_version)
