@@ -48,7 +48,7 @@ from pydantic_settings import (
 )
 
 from rebalancer import errors
-from rebalancer.core import alerts, audit, model, nodestate, windows
+from rebalancer.core import alerts, audit, model, nodepools, nodestate, windows
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.errors import ConfigError
 from strategies import registry
@@ -92,7 +92,6 @@ _DEFAULT_SCOPE = 'max by (namespace, pod, node) (kube_pod_info{node=~"$nodes"})'
 
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
-_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,20 +186,27 @@ class TaintSettings(_Model):
     @pydantic.model_validator(mode="before")
     @classmethod
     def _from_text(cls, data: Any) -> Any:
-        if not isinstance(data, str):
-            return data
-        head, sep, effect = data.rpartition(":")
-        if not sep or effect not in _EFFECTS or not head:
-            raise PydanticCustomError(
-                "taint",
-                "write a taint as key=value:Effect or key:Effect, Effect one of {effects}",
-                {"effects": ", ".join(_EFFECTS)},
-            )
-        key, eq, value = head.partition("=")
-        return {"key": key, "value": value if eq else None, "effect": effect}
+        return taint_text(data)
 
     def taint(self) -> model.Taint:
         return model.Taint(key=self.key, value=self.value, effect=self.effect)
+
+
+def taint_text(data: Any) -> Any:
+    """A taint written ``key=value:Effect`` (or ``key:Effect``) as the mapping it stands for;
+    anything else as it is. For a taint model's ``before`` validator: the settings' and the pools
+    file's."""
+    if not isinstance(data, str):
+        return data
+    head, sep, effect = data.rpartition(":")
+    if not sep or effect not in nodepools.EFFECTS or not head:
+        raise PydanticCustomError(
+            "taint",
+            "write a taint as key=value:Effect or key:Effect, Effect one of {effects}",
+            {"effects": ", ".join(nodepools.EFFECTS)},
+        )
+    key, eq, value = head.partition("=")
+    return {"key": key, "value": value if eq else None, "effect": effect}
 
 
 def _default_serving_taints() -> tuple[TaintSettings, ...]:

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
 from rebalancer.core import model, nodepools, nodestate
-from rebalancer.settings import InvalidSettings, Unreadable, read_yaml
+from rebalancer.settings import InvalidSettings, Unreadable, read_yaml, taint_text
 
 
 class InvalidPoolFile(InvalidSettings):
@@ -93,9 +93,6 @@ class SelectorModel(_Model):
         return self
 
 
-_EFFECTS = ", ".join(nodepools.EFFECTS)
-
-
 class TaintModel(_Model):
     """A taint, as a mapping or as ``key=value:Effect`` (``key:Effect`` without a value)."""
 
@@ -106,17 +103,7 @@ class TaintModel(_Model):
     @pydantic.model_validator(mode="before")
     @classmethod
     def _from_text(cls, data: Any) -> Any:
-        if not isinstance(data, str):
-            return data
-        head, sep, effect = data.rpartition(":")
-        if not sep or effect not in nodepools.EFFECTS or not head:
-            raise PydanticCustomError(
-                "taint",
-                "write a taint as key=value:Effect or key:Effect, Effect one of {effects}",
-                {"effects": _EFFECTS},
-            )
-        key, eq, value = head.partition("=")
-        return {"key": key, "value": value if eq else None, "effect": effect}
+        return taint_text(data)
 
     def taint(self) -> model.Taint:
         return model.Taint(key=self.key, effect=self.effect, value=self.value)
