@@ -667,8 +667,7 @@ class Reconciler:
             self._would = frozenset((s.pool, s.node, s.action) for s in plan.steps)
         await self.events.findings(plan)
         applied = await self.apply(acting, tick)
-        acted = {a.node for a in plan.steps} if self.dry_run else {a.node for a in applied}
-        progressed = await self.drive(seen.snapshot, acted)
+        progressed = await self.drive(seen.snapshot, {a.node for a in applied})
         return replace(report, leading=True, audited=written, applied=applied + progressed)
 
     def _new_steps(self, plan: model.Plan) -> model.Plan:
@@ -682,9 +681,7 @@ class Reconciler:
             )
             for name, pool in plan.pools.items()
         }
-        kept = sum(len(p.steps) for p in plan.pools.values()) - sum(
-            len(p.steps) for p in pools.values()
-        )
+        kept = len(plan.steps) - sum(len(p.steps) for p in pools.values())
         if kept:
             log.info("dry run: %d step(s) still planned as before, not audited again", kept)
         return replace(plan, pools=pools)
