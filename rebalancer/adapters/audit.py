@@ -236,10 +236,9 @@ def migrate(
     current = conn.execute(sa.select(sa.func.max(schema_version.c.version))).scalar() or 0
     newest = migrations[-1].version
     if current > newest:
-        raise RuntimeError(
-            f"the audit database is at schema version {current}, newer than this program's "
-            f"{newest}: upgrade the controller"
-        )
+        # Nothing is written: the transaction only read the version (the table existed, or
+        # ``current`` would be 0), and the caller's rollback leaves the database as it was.
+        raise NewerSchema(current, newest)
     applied = []
     for migration in migrations:
         if migration.version <= current:
@@ -556,6 +555,10 @@ class SqlAuditStore:
         try:
             async with engine.begin() as conn:
                 await conn.run_sync(migrate, now())
+        except NewerSchema as exc:
+            await engine.dispose()
+            shown = made.render_as_string(hide_password=True)
+            raise NewerSchema(exc.found, exc.reads, shown) from None
         except (OSError, sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
             await engine.dispose()
             raise _unopened(made, exc) from None
@@ -652,6 +655,20 @@ def sqlite_file(url: str) -> Path | None:
 
 class UnopenedStore(RebalancerError):
     """The audit store cannot be opened (a path that cannot be made, a server that refuses)."""
+
+
+class NewerSchema(UnopenedStore):
+    """The store was migrated by a newer release (a downgrade): this one refuses it, in one
+    line, and leaves it as it is; its rows may mean what this release does not know."""
+
+    def __init__(self, found: int, reads: int, url: str = "") -> None:
+        where = f"audit.url={url!r}: " if url else ""
+        super().__init__(
+            f"{where}the audit store is at schema version {found}, newer than version {reads} "
+            "that this release reads: run the release that migrated it (or a newer one); "
+            "nothing in the store was changed"
+        )
+        self.found, self.reads, self.url = found, reads, url
 
 
 def _unopened(url: sa.URL, exc: BaseException) -> UnopenedStore:
