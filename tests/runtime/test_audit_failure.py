@@ -216,7 +216,8 @@ async def test_a_full_audit_disk_does_not_hold_back_the_reclaims_that_keep_infer
         report = await w.tick()
 
         # The same tick: every lent node is taken back, though no record reached the store.
-        assert report.error is not None and "readonly database" in report.error
+        assert report.error is not None
+        assert "readonly database" in report.error
         assert {str(s.node) for s in report.steps} == set(IDLE)
         assert {s.call for s in report.steps} == {model.Action.RECLAIM}
         for name in IDLE:
@@ -228,8 +229,10 @@ async def test_a_full_audit_disk_does_not_hold_back_the_reclaims_that_keep_infer
         for name in IDLE:
             notes = w.annotations(name)
             [kept] = json.loads(notes[PENDING])
-            assert kept["kind"] == "intent" and kept["action"] == "reclaim"
-            assert kept["reason"] == "demand_above_serving" and kept["node"] == name
+            assert kept["kind"] == "intent"
+            assert kept["action"] == "reclaim"
+            assert kept["reason"] == "demand_above_serving"
+            assert kept["node"] == name
             assert notes[KEYS.decision] == kept["id"]
             intents[name] = kept["id"]
         warned = await store_failing_events(w)
@@ -241,7 +244,8 @@ async def test_a_full_audit_disk_does_not_hold_back_the_reclaims_that_keep_infer
         assert w.gauge("rebalancer_audit_store_failing") == 1
         assert w.gauge("rebalancer_audit_spooled_records") == len(w.log.spool) >= len(IDLE)
         ready = http.readiness(True, True, "replica-a", w.log.failing)
-        assert ready.ready and "the audit store fails" in ready.reason
+        assert ready.ready
+        assert "the audit store fails" in ready.reason
 
         # Still failing: the drain goes on, nothing is lent, and no second traceback.
         w.metrics.rps[POOL] = LOW
@@ -262,9 +266,11 @@ async def test_a_full_audit_disk_does_not_hold_back_the_reclaims_that_keep_infer
         assert spooled == sorted(spooled)  # made in this order (ids increase in a process)
         by_id = {r.id: r for r in stored}
         for name, ident in intents.items():
-            assert by_id[ident].kind is Kind.INTENT and by_id[ident].node == name
+            assert by_id[ident].kind is Kind.INTENT
+            assert by_id[ident].node == name
             closes = [r for r in stored if r.intent_id == ident]
-            assert closes and all(new.index(r.id) > new.index(ident) for r in closes)
+            assert closes
+            assert all(new.index(r.id) > new.index(ident) for r in closes)
             assert PENDING not in w.annotations(name)
         assert w.log.spool == []
         assert w.gauge("rebalancer_audit_store_failing") == 0
@@ -289,7 +295,8 @@ async def test_a_run_that_dies_before_the_store_recovers_loses_nothing_the_nodes
 
         stored = {r.id: r for r in await w.stored()}
         for name, ident in taken.items():
-            assert stored[ident].kind is Kind.INTENT and stored[ident].node == name
+            assert stored[ident].kind is Kind.INTENT
+            assert stored[ident].node == name
             assert any(r.intent_id == ident for r in stored.values())  # judged: closed
             assert PENDING not in w.annotations(name)
         assert await again.audit_log.unfinished_intents() == ()
@@ -313,4 +320,5 @@ async def test_a_full_spool_stops_what_it_cannot_record_and_says_so(
             assert PENDING not in w.annotations(name)
         assert "the audit spool is full" in caplog.text
         overflows = w.gauge("rebalancer_audit_spool_overflows_total")
-        assert overflows is not None and overflows >= len(IDLE) - 2
+        assert overflows is not None
+        assert overflows >= len(IDLE) - 2
