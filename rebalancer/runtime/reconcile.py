@@ -1162,15 +1162,21 @@ class Reconciler:
         ``core.tick.operator_reclaims``, its intents built like a tick's and committed in one
         batch before any write. Raises if the store fails. Each step is then carried out with
         ``carry_out``, as a tick's are."""
+        plan, tick = self.operator_plan(members, message)
+        await self.audit_log.tick(tick.records)
+        return plan, tick
+
+    def operator_plan(
+        self, members: Mapping[PoolName, Sequence[NodeView]], message: str
+    ) -> tuple[model.Plan, audit.Tick]:
+        """``operator_reclaims``' plan and intents, not committed yet."""
         now = self.clock()
         names = {pool: [v.name for v in views] for pool, views in members.items()}
         plan = operator_reclaims(now, names, message)
         snapshot = model.Snapshot(
             now, {pool: model.PoolSnapshot(nodes=tuple(v)) for pool, v in members.items()}
         )
-        tick = self._records(snapshot, {}, plan)
-        await self.audit_log.tick(tick.records)
-        return plan, tick
+        return plan, self._records(snapshot, {}, plan)
 
     async def apply(self, plan: model.Plan, tick: audit.Tick) -> tuple[Applied, ...]:
         """The tick's steps: reclaims first, ``reclaim_concurrency`` at a time and every
