@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from rebalancer import cli
-from rebalancer.adapters.audit import SqlAuditStore
+from rebalancer.adapters.audit import SCHEMA_VERSION, SqlAuditStore, schema_version
 from rebalancer.core.audit import AuditRecord, Kind
 from tests.support.factories import audit_record
-from tests.support.processes import ROOT, child_env
+from tests.support.processes import ROOT, child_env, run_cli
 
 
 def ago(ident: str, minutes: float, now: datetime | None = None, **rest: Any) -> AuditRecord:
@@ -264,3 +264,33 @@ async def test_audit_follow_prints_each_new_record_once_in_order_until_ctrl_c(
     assert proc.returncode == 0, err.decode()
     assert rest == b""  # nothing shown twice
     assert err == b""  # no traceback
+
+
+async def test_a_store_a_newer_release_migrated_is_refused_in_one_line_exit_2(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'audit.sqlite3'}"
+    store = await SqlAuditStore.open(url)
+    try:
+        await store.append(records(datetime.now(UTC).replace(microsecond=0)))
+        async with store.engine.begin() as conn:  # as a newer release's migration leaves it
+            await conn.execute(
+                schema_version.insert().values(
+                    version=SCHEMA_VERSION + 1, description="newer", applied_at=datetime.now(UTC)
+                )
+            )
+    finally:
+        await store.close()
+    path = tmp_path / "config.yaml"
+    path.write_text(f"audit:\n  url: {url}\n", encoding="utf-8")
+    before = (tmp_path / "audit.sqlite3").read_bytes()
+
+    code, out, err = await run_cli("audit", "--config", str(path))
+
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"rebalancer: audit.url={url!r}: the audit store is at schema version "
+        f"{SCHEMA_VERSION + 1}, newer than version {SCHEMA_VERSION} that this release reads: "
+        "run the release that migrated it (or a newer one); nothing in the store was changed"
+    ]
+    assert (tmp_path / "audit.sqlite3").read_bytes() == before

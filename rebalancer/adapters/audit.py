@@ -236,10 +236,9 @@ def migrate(
     current = conn.execute(sa.select(sa.func.max(schema_version.c.version))).scalar() or 0
     newest = migrations[-1].version
     if current > newest:
-        raise RuntimeError(
-            f"the audit database is at schema version {current}, newer than this program's "
-            f"{newest}: upgrade the controller"
-        )
+        # Nothing is written: the transaction only read the version (the table existed, or
+        # ``current`` would be 0), and the caller's rollback leaves the database as it was.
+        raise NewerSchema(current, newest)
     applied = []
     for migration in migrations:
         if migration.version <= current:
@@ -414,11 +413,14 @@ class MemoryAuditStore:
     def __init__(self) -> None:
         self.records: list[AuditRecord] = []
         self.fail_next: Exception | None = None  # raised (once) by the next append
+        self.failing: Exception | None = None  # raised by every append until cleared
 
     async def append(self, batch: Sequence[AuditRecord]) -> None:
         if self.fail_next is not None:
             error, self.fail_next = self.fail_next, None
             raise error
+        if self.failing is not None:
+            raise self.failing
         ids = {r.id for r in self.records}
         for record in batch:
             if record.id in ids:
@@ -556,6 +558,10 @@ class SqlAuditStore:
         try:
             async with engine.begin() as conn:
                 await conn.run_sync(migrate, now())
+        except NewerSchema as exc:
+            await engine.dispose()
+            shown = made.render_as_string(hide_password=True)
+            raise NewerSchema(exc.found, exc.reads, shown) from None
         except (OSError, sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
             await engine.dispose()
             raise _unopened(made, exc) from None
@@ -654,6 +660,20 @@ class UnopenedStore(RebalancerError):
     """The audit store cannot be opened (a path that cannot be made, a server that refuses)."""
 
 
+class NewerSchema(UnopenedStore):
+    """The store was migrated by a newer release (a downgrade): this one refuses it, in one
+    line, and leaves it as it is; its rows may mean what this release does not know."""
+
+    def __init__(self, found: int, reads: int, url: str = "") -> None:
+        where = f"audit.url={url!r}: " if url else ""
+        super().__init__(
+            f"{where}the audit store is at schema version {found}, newer than version {reads} "
+            "that this release reads: run the release that migrated it (or a newer one); "
+            "nothing in the store was changed"
+        )
+        self.found, self.reads, self.url = found, reads, url
+
+
 def _unopened(url: sa.URL, exc: BaseException) -> UnopenedStore:
     why = " ".join(str(getattr(exc, "orig", None) or exc).split())
     shown = url.render_as_string(hide_password=True)
@@ -738,7 +758,30 @@ def json_line(record: AuditRecord) -> str:
     return json.dumps(audit.to_json(record), sort_keys=True, separators=(",", ":"))
 
 
+def from_json(doc: Mapping[str, Any]) -> AuditRecord:
+    """A record back from its JSON form (``core.audit.to_json``, a ``json_line``): how a record
+    kept on a Node while the store failed is read back (``adapters.ledger``). Raises
+    ``UnreadableRecord`` naming what is wrong."""
+    try:
+        when = datetime.fromisoformat(str(doc["time"]).replace("Z", "+00:00"))
+        row = {**{c.name: None for c in records.columns}, **doc, "time": when}
+        row["pods"] = row["pods"] or ()
+        for column in ("params", "inputs", "detail"):
+            row[column] = row[column] or {}
+        return _record(row)  # type: ignore[arg-type]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UnreadableRecord(f"audit record {doc.get('id')!r}: {exc}") from None
+
+
 _POD_GONE = frozenset({WriteOutcome.EVICTED, WriteOutcome.GONE, WriteOutcome.APPLIED})
+
+
+class SpoolFull(RebalancerError):
+    """The spool of records the store has not taken is full: nothing more may be done until
+    the store takes them (an action with no record anywhere must not happen)."""
+
+
+SPOOL_LIMIT = 10_000  # records; about 3 KB each: 30 MB at most, hours of a failing store
 
 
 class AuditLog:
@@ -748,7 +791,14 @@ class AuditLog:
     The store may be shared by the controllers of a fleet (docs/design/fleet.md): every record
     this log writes names ``cluster``, and every record it reads back for the runtime (the
     intents a restart judges, the one a node's decision names, the error budget's minutes) is
-    one of that cluster's, never another controller's."""
+    one of that cluster's, never another controller's.
+
+    When the store cannot take a write (docs/design/audit-failure.md), records that must not be
+    lost wait in a bounded, ordered spool: an outcome (what it describes is done) goes there by
+    itself, an intent only when the runtime ``hold``s it, having recorded it on its Node first.
+    Every later write first writes the spool, oldest first, ids kept, so the store ends up with
+    every record in the order it was made. A spooled record's JSON line is printed when it is
+    spooled (and not again when the store takes it): the log pipeline hears of it at once."""
 
     def __init__(
         self,
@@ -757,10 +807,17 @@ class AuditLog:
         deduper: Deduper | None = None,
         new_id: NewId | None = None,
         cluster: str = audit.DEFAULT_CLUSTER,
+        spool_limit: int = SPOOL_LIMIT,
     ) -> None:
         self.store, self.sink, self.cluster = store, sink, cluster
         self.deduper = deduper if deduper is not None else Deduper()
         self.new_id: NewId = new_id if new_id is not None else UlidFactory()
+        self.spool_limit = spool_limit
+        self.spool: list[AuditRecord] = []  # taken by no store yet, oldest first
+        self.failing: str | None = None  # why the store's last write failed; None: it works
+        self.overflowed = 0  # records refused because the spool was full
+        self._flushed: list[AuditRecord] = []  # spooled records the store has taken since asked
+        self._flushing = asyncio.Lock()
 
     async def tick(self, batch: Iterable[AuditRecord]) -> tuple[AuditRecord, ...]:
         """Write a tick's records (``core.audit.build_tick``), steady-state repeats left out.
@@ -814,15 +871,62 @@ class AuditLog:
             ctx=ctx,
         )
         record = replace(record, dry_run=result.dry_run or intent.dry_run)
-        (written,) = await self._write([record])
+        (written,) = await self._write([record], keep=True)
         return written
 
     async def supersede(
         self, intent: AuditRecord, now: datetime, why: str, ctx: Context | None = None
     ) -> AuditRecord:
         record = audit.outcome_record(intent, self.new_id, now, Outcome.SUPERSEDED, why, ctx=ctx)
-        (written,) = await self._write([record])
+        (written,) = await self._write([record], keep=True)
         return written
+
+    # The spool: what the store has not taken yet
+
+    def room(self, count: int = 1) -> bool:
+        """Whether ``count`` more records fit in the spool."""
+        return len(self.spool) + count <= self.spool_limit
+
+    def hold(self, batch: Iterable[AuditRecord]) -> tuple[AuditRecord, ...]:
+        """Keep ``batch`` in the spool, after what is there, and print its JSON lines; the store
+        gets it with the next write that succeeds. ``SpoolFull`` when it does not fit: then
+        nothing of it is kept, and what it describes must not be done."""
+        stamped = self._stamped(batch)
+        if not self.room(len(stamped)):
+            self.overflowed += len(stamped)
+            raise SpoolFull(
+                f"the audit spool is full ({len(self.spool)} records of {self.spool_limit} "
+                f"waiting for the store, which fails: {self.failing}); {len(stamped)} more "
+                "refused, and what they describe is not done"
+            )
+        self.spool.extend(stamped)
+        self._print(stamped)
+        return stamped
+
+    async def flush(self) -> tuple[AuditRecord, ...]:
+        """Write the spool to the store (oldest first, one transaction); raises if the store
+        still fails. Returns the spooled records the store has taken since last asked (by this
+        call or by a write before it)."""
+        try:
+            await self._flush()
+        except Exception as exc:
+            self.failing = _why(exc)
+            raise
+        self.failing = None
+        return self.take_flushed()
+
+    def take_flushed(self) -> tuple[AuditRecord, ...]:
+        taken, self._flushed = tuple(self._flushed), []
+        return taken
+
+    async def _flush(self) -> None:
+        async with self._flushing:  # concurrent writers (a wave's outcomes) flush it once
+            if not self.spool:
+                return
+            batch = list(self.spool)
+            await self.store.append(batch)
+            del self.spool[: len(batch)]
+            self._flushed.extend(batch)
 
     # What the runtime reads back, of this cluster only: the intents a restart must judge, the
     # one a node names, and the minutes its pools' error budgets have spent. Another cluster's
@@ -844,18 +948,42 @@ class AuditLog:
         )
         return tuple(r.time for r in await every_record(self.store, query) if r.time > since)
 
-    async def _write(self, batch: Sequence[AuditRecord]) -> tuple[AuditRecord, ...]:
-        """Store ``batch`` as this cluster's records, then sink them; returns them as stored."""
-        stamped = tuple(
-            r if r.cluster == self.cluster else replace(r, cluster=self.cluster) for r in batch
-        )
+    async def _write(
+        self, batch: Sequence[AuditRecord], keep: bool = False
+    ) -> tuple[AuditRecord, ...]:
+        """Store ``batch`` as this cluster's records (after the spool, which goes first), then
+        sink them; returns them as stored. If the store fails: with ``keep`` (a record of what
+        is done already) the batch joins the spool, else the error is raised."""
+        stamped = self._stamped(batch)
         if not stamped:
             return stamped
-        await self.store.append(stamped)
-        if self.sink is not None:
-            for record in stamped:
-                self.sink(json_line(record))
+        try:
+            await self._flush()
+            await self.store.append(stamped)
+        except Exception as exc:
+            self.failing = _why(exc)
+            if not keep:
+                raise
+            return self.hold(stamped)
+        self.failing = None
+        self._print(stamped)
         return stamped
+
+    def _stamped(self, batch: Iterable[AuditRecord]) -> tuple[AuditRecord, ...]:
+        return tuple(
+            r if r.cluster == self.cluster else replace(r, cluster=self.cluster) for r in batch
+        )
+
+    def _print(self, records: Iterable[AuditRecord]) -> None:
+        if self.sink is not None:
+            for record in records:
+                self.sink(json_line(record))
+
+
+def _why(exc: BaseException) -> str:
+    """An error in one line, short (a database error may carry a whole statement)."""
+    text = " ".join(str(getattr(exc, "orig", None) or exc).split())
+    return f"{type(exc).__name__}: {text[:200]}"
 
 
 def _patched(before: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:

@@ -88,19 +88,31 @@ class Readiness:
 ReadyCheck = Callable[[], Readiness]
 
 
-def readiness(synced: bool, election: bool, holder: str) -> Readiness:
+def readiness(
+    synced: bool, election: bool, holder: str, audit_failing: str | None = None
+) -> Readiness:
     """The controller's readiness: caches synced, and with leader election a holder known.
 
     ``holder`` is the identity the Lease names ('' when not read yet or released): being a
     follower is ready (the replica serves metrics and the audit API), not knowing is not.
+
+    ``audit_failing`` (why the store fails this replica's writes) is said, and leaves the
+    replica ready: readiness only takes a Pod out of its Service, and the Service is how the
+    Alertmanager webhook and Prometheus reach the leader that is still taking nodes back for
+    inference (docs/design/audit-failure.md). The ``rebalancer_audit_store_failing`` gauge
+    and its alert are what call a person.
     """
     if not synced:
         return Readiness(False, "the informer caches are not synced yet")
     if election and not holder:
         return Readiness(False, "leader election has not settled: no lease holder known yet")
-    if election:
-        return Readiness(True, f"caches synced; the leader is {holder}")
-    return Readiness(True, "caches synced")
+    said = f"caches synced; the leader is {holder}" if election else "caches synced"
+    if audit_failing is not None:
+        said += (
+            f"; the audit store fails ({audit_failing}): no lending, safety reclaims recorded "
+            "on their nodes until it takes writes"
+        )
+    return Readiness(True, said)
 
 
 # ---------------------------------------------------------------------------------------------

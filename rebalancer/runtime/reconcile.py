@@ -23,7 +23,11 @@ The order inside a tick (docs/design/runtime.md):
 3. plan: ``planning.plan_pool`` per pool with its policy, pause and freeze; a planner failure
    in one pool is isolated the same way;
 4. audit: the tick's records (intents first of all) are committed through ``AuditLog.tick``
-   BEFORE anything is written; if the store fails, nothing is written this tick;
+   BEFORE anything is written. If the store fails, nothing is lent; the safety reclaims (an
+   urgent step: any reclaim not the strategy's own) and the drives of nodes in flight still
+   happen, each intent first recorded on its Node (``NodeLedger``), in an Event, on stdout and
+   in the log's spool, which the store gets, in order, once it takes writes again
+   (docs/design/audit-failure.md);
 5. apply: each step through its pool's actuator (whose writer is leader-gated), the intent id as
    the node's ``decision`` annotation; leadership is checked again before each step, and a step
    not carried out because leadership went away is closed as ``superseded``;
@@ -219,6 +223,35 @@ class AuditTrail(Protocol):
         """The minutes after ``since`` that lending cost ``pool`` (its ``cost`` records)."""
         ...
 
+    # The spool (``adapters.audit.AuditLog``): what the store has not taken yet.
+    spool: list[AuditRecord]
+    failing: str | None  # why the store's last write failed; None: it works
+
+    def room(self, count: int = 1) -> bool: ...
+
+    def hold(self, batch: Iterable[AuditRecord]) -> tuple[AuditRecord, ...]:
+        """Keep ``batch`` for the store (raises ``SpoolFull`` when there is no room)."""
+        ...
+
+    async def flush(self) -> tuple[AuditRecord, ...]:
+        """Write the spool; raises if the store still fails. The spooled records taken."""
+        ...
+
+
+class NodeLedger(Protocol):
+    """``adapters.ledger.NodeLedger``: records kept on their Nodes while the store fails."""
+
+    async def hold(self, node: str, records: Sequence[AuditRecord], why: str) -> None:
+        """Record on the node (and in an Event) before what they describe is done; raises
+        if the node cannot carry them."""
+        ...
+
+    async def release(self, node: str, ids: Iterable[str]) -> None: ...
+
+    def kept(self, view: NodeView) -> tuple[AuditRecord, ...]:
+        """The records the node carries (raises if they cannot be read)."""
+        ...
+
 
 class Leadership(Protocol):
     """``adapters.leadership.LeaderElector``: whether this replica may write, on its clock."""
@@ -290,6 +323,10 @@ class Observer(Protocol):
 
     def observe_budgets(self, budgets: Mapping[str, model.ErrorBudget]) -> None: ...
 
+    def observe_audit_store(self, failing: bool, spooled: int) -> None: ...
+
+    def observe_spool_overflow(self) -> None: ...
+
 
 class NoObserver:
     """An ``Observer`` that ignores everything; test observers extend it."""
@@ -337,6 +374,12 @@ class NoObserver:
         pass
 
     def observe_budgets(self, budgets: Mapping[str, model.ErrorBudget]) -> None:
+        pass
+
+    def observe_audit_store(self, failing: bool, spooled: int) -> None:
+        pass
+
+    def observe_spool_overflow(self) -> None:
         pass
 
 
@@ -418,6 +461,7 @@ class Reconciler:
         reclaim_concurrency: int = 32,
         lend_concurrency: int = 4,
         alerts: AlertSource | None = None,
+        ledger: NodeLedger | None = None,
     ) -> None:
         names = [p.name for p in pools]
         if len(set(names)) != len(names):
@@ -437,6 +481,10 @@ class Reconciler:
         self.lend_concurrency = lend_concurrency
         self.observer: Observer = observer or NoObserver()
         self.alerts = alerts  # None: no Alertmanager receiver, no alert holds a pool
+        # Where a record goes when the store fails (None: nowhere, so nothing is done then).
+        self.ledger = ledger
+        self._store_since: datetime | None = None  # the store's failure episode began then
+        self._start_unaudited = False  # start-up could not write to the store: tried again
         # Transitions are recorded by the actuators (see wiring.RecordingActuator); the refused
         # overrides are known only here, from the plan.
         self.events: EventRecorder = events or NoEvents()
@@ -480,6 +528,9 @@ class Reconciler:
             view.name: (pool, view) for pool, views in self._members().items() for view in views
         }
         try:
+            # Records a run kept on its nodes while the store failed come first: the intents
+            # judged below may be among them.
+            await self._catch_up([view for _, view in members.values()], now)
             records, takeovers = await self._recovery_records(now, members)
             await self.audit_log.tick(records)
             for config in self.pools:
@@ -617,7 +668,16 @@ class Reconciler:
             # First tick of this stretch of leadership: what a previous leader (or this
             # process before a restart) left unfinished is closed and ended first, then the
             # tick observes and plans from what start-up left.
-            await self.start()
+            try:
+                await self.start()
+                self._start_unaudited = False
+            except Exception as exc:
+                if self.ledger is None or self.audit_log.failing is None:
+                    raise
+                # The store fails: the safety reclaims below must not wait for it. Start-up is
+                # tried again next tick; the nodes in flight are driven by this one.
+                self._store_failed(exc, self.clock())
+                self._start_unaudited = True
         now = self.clock()
         seen = await self.observe(now)
         self.last = seen.snapshot
@@ -641,7 +701,7 @@ class Reconciler:
         if not leading:
             log.info("not leading: %d step(s) planned, none carried out", len(plan.steps))
             return report
-        if self._started != self._term_key():
+        if self._started != self._term_key() and not self._start_unaudited:
             # Leadership came between the start-up check and now: start up on the next tick.
             log.info("leading since this tick began: start-up runs first next tick")
             return report
@@ -657,12 +717,15 @@ class Reconciler:
             }
         )
         acting = self._new_steps(plan) if self.dry_run else plan
+        if not self.dry_run:
+            await self._catch_up(self._all_views(seen.snapshot), now)
+        tick, episodes = self._tick_records(seen.snapshot, proposals, acting)
         try:
-            tick, written = await self.audit_intents(seen.snapshot, proposals, acting)
-        except Exception as exc:  # the store failed: an action with no intent must not happen
-            log.exception("audit store failed; nothing is written this tick")
-            self.observer.observe_audit_failure("tick")
-            return replace(report, leading=True, error=f"audit store failed: {exc}")
+            written = await self.audit_log.tick(tick.records)
+        except Exception as exc:  # no intent on record in the store: only what keeps inference
+            return await self._without_store(report, seen.snapshot, acting, tick, exc)
+        self._episodes.announced(episodes)
+        self._store_works(now)
         if self.dry_run:
             self._would = frozenset((s.pool, s.node, s.action) for s in plan.steps)
         await self.events.findings(plan)
@@ -898,6 +961,17 @@ class Reconciler:
     ) -> tuple[audit.Tick, tuple[AuditRecord, ...]]:
         """Build every record of the tick (one context per pool: its strategy) and commit them.
         Raises if the store fails."""
+        tick, episodes = self._tick_records(snapshot, proposals, plan)
+        written = await self.audit_log.tick(tick.records)
+        self._episodes.announced(episodes)
+        return tick, written
+
+    def _tick_records(
+        self,
+        snapshot: model.Snapshot,
+        proposals: Mapping[PoolName, model.Proposal],
+        plan: model.Plan,
+    ) -> tuple[audit.Tick, list[Announcement]]:
         by_name = {p.name: p for p in self.pools}
         episodes = self._episodes.to_announce()
         new_id = self.audit_log.new_id
@@ -907,9 +981,155 @@ class Reconciler:
         ]
         built = self._records(snapshot, proposals, plan)
         tick = audit.Tick(records=(*announced, *built.records), intents=built.intents)
-        written = await self.audit_log.tick(tick.records)
-        self._episodes.announced(episodes)
-        return tick, written
+        return tick, episodes
+
+    # -- when the audit store fails -----------------------------------------------------------
+
+    async def _without_store(
+        self,
+        report: TickReport,
+        snapshot: model.Snapshot,
+        plan: model.Plan,
+        tick: audit.Tick,
+        exc: Exception,
+    ) -> TickReport:
+        """The tick's intents were not committed. Nothing is lent; each safety reclaim is
+        carried out once its intent is kept on its node and in the spool (``keep``), and the
+        nodes in flight are driven on; their outcomes wait in the spool."""
+        self._store_failed(exc, snapshot.now)
+        error = f"audit store failed: {exc}"
+        if self.dry_run or self.ledger is None:
+            return replace(report, leading=True, error=error)
+        kept = [s for s in plan.steps if keeps_inference(s)]
+        kept = [s for s in kept if await self.keep(s.node, tick.intent_for(s))]
+        left = len(plan.steps) - len(kept)
+        log.warning(
+            "audit store failing: %d safety reclaim(s) carried out, recorded on their nodes; "
+            "%d step(s) not carried out (no lending while the store fails)",
+            len(kept),
+            left,
+        )
+        chosen = {(s.pool, s.node, s.action) for s in kept}
+        only = replace(
+            plan,
+            pools={
+                name: replace(
+                    pool,
+                    steps=tuple(s for s in pool.steps if (s.pool, s.node, s.action) in chosen),
+                )
+                for name, pool in plan.pools.items()
+            },
+        )
+        applied = await self.apply(only, tick)
+        progressed = await self.drive(snapshot, {a.node for a in applied})
+        self.observer.observe_audit_store(True, len(self.audit_log.spool))
+        return replace(report, leading=True, error=error, applied=applied + progressed)
+
+    async def keep(self, node: NodeName | str, intent: AuditRecord) -> bool:
+        """Record ``intent`` where a record can still be written, before what it describes is
+        done: on its node (with an Event), then in the spool (and its JSON line on stdout).
+        False when it could not be: then it must not be done."""
+        if self.ledger is None:
+            return False
+        if not self.audit_log.room(1):
+            self.observer.observe_spool_overflow()
+            log.error(
+                "node %s: %s %s NOT carried out: the audit spool is full (%d records wait for "
+                "the store, which fails: %s); fix the store",
+                node,
+                intent.action,
+                intent.id,
+                len(self.audit_log.spool),
+                self.audit_log.failing,
+            )
+            return False
+        try:
+            await self.ledger.hold(str(node), [intent], self.audit_log.failing or "")
+        except Exception as exc:
+            log.error(
+                "node %s: %s %s not carried out this tick: it cannot be recorded on the node "
+                "while the audit store fails (%s)",
+                node,
+                intent.action,
+                intent.id,
+                exc,
+            )
+            return False
+        self.audit_log.hold([intent])
+        return True
+
+    def _store_failed(self, exc: BaseException, now: datetime) -> None:
+        """Count a failed write; the traceback once per episode, a line on later ticks."""
+        self.observer.observe_audit_failure("tick")
+        if self._store_since is None:
+            self._store_since = now
+            log.error(
+                "audit store failed; lending stops, safety reclaims go on recorded on their "
+                "nodes until it takes writes again",
+                exc_info=exc,
+            )
+        else:
+            log.warning(
+                "audit store still failing since %s: %s",
+                nodestate.format_time(self._store_since),
+                self.audit_log.failing or exc,
+            )
+        self.observer.observe_audit_store(True, len(self.audit_log.spool))
+
+    def _store_works(self, now: datetime) -> None:
+        if self._store_since is not None:
+            log.info(
+                "audit store takes writes again after %ss",
+                int((now - self._store_since).total_seconds()),
+            )
+            self._store_since = None
+        self.observer.observe_audit_store(False, len(self.audit_log.spool))
+
+    async def _catch_up(self, views: Iterable[NodeView], now: datetime) -> None:
+        """Bring the store up to date before the tick writes: the spool first, then every
+        record a node carries that the store does not have (kept there by this process, by a
+        run that died before its spool was written, or by ``rebalancer reclaim``), oldest
+        first; each node then lets go of what the store has. Raises nothing: a store still
+        failing is found by the tick's own write."""
+        if self.ledger is None:
+            return
+        on_nodes: dict[str, tuple[AuditRecord, ...]] = {}
+        for view in views:
+            try:
+                found = self.ledger.kept(view)
+            except Exception as exc:
+                if view.name not in self._warned:
+                    self._warned.add(view.name)
+                    log.error("node %s: %s; left as it is", view.name, exc)
+                continue
+            if found:
+                on_nodes[str(view.name)] = found
+        if not on_nodes and not self.audit_log.spool:
+            return
+        try:
+            await self.audit_log.flush()
+            spooled = {r.id for r in self.audit_log.spool}
+            missing = []
+            for record in sorted(
+                (r for rs in on_nodes.values() for r in rs), key=lambda r: (r.time, r.id)
+            ):
+                if record.id not in spooled and await self.audit_log.get(record.id) is None:
+                    missing.append(record)
+            if missing:
+                self.audit_log.hold(missing)
+                await self.audit_log.flush()
+                log.info("%d record(s) kept on nodes written to the audit store", len(missing))
+        except Exception:
+            return  # the store still fails: the nodes keep their records
+        self._store_works(now)
+        for node, found in on_nodes.items():
+            try:
+                await self.ledger.release(node, [r.id for r in found])
+            except Exception as exc:  # harmless: the next tick finds them in the store
+                log.warning("node %s: records kept on it not removed yet: %s", node, exc)
+
+    def _all_views(self, snapshot: model.Snapshot) -> list[NodeView]:
+        return [v for pool in snapshot.pools.values() for v in pool.nodes]
 
     def _records(
         self,
@@ -942,15 +1162,21 @@ class Reconciler:
         ``core.tick.operator_reclaims``, its intents built like a tick's and committed in one
         batch before any write. Raises if the store fails. Each step is then carried out with
         ``carry_out``, as a tick's are."""
+        plan, tick = self.operator_plan(members, message)
+        await self.audit_log.tick(tick.records)
+        return plan, tick
+
+    def operator_plan(
+        self, members: Mapping[PoolName, Sequence[NodeView]], message: str
+    ) -> tuple[model.Plan, audit.Tick]:
+        """``operator_reclaims``' plan and intents, not committed yet."""
         now = self.clock()
         names = {pool: [v.name for v in views] for pool, views in members.items()}
         plan = operator_reclaims(now, names, message)
         snapshot = model.Snapshot(
             now, {pool: model.PoolSnapshot(nodes=tuple(v)) for pool, v in members.items()}
         )
-        tick = self._records(snapshot, {}, plan)
-        await self.audit_log.tick(tick.records)
-        return plan, tick
+        return plan, self._records(snapshot, {}, plan)
 
     async def apply(self, plan: model.Plan, tick: audit.Tick) -> tuple[Applied, ...]:
         """The tick's steps: reclaims first, ``reclaim_concurrency`` at a time and every
@@ -1075,10 +1301,13 @@ class Reconciler:
         )
         try:
             await self.audit_log.tick([intent])
-        except Exception:  # no intent on record, no write
-            log.exception("audit store failed; node %s stays lending this tick", view.name)
-            self.observer.observe_audit_failure("tick")
-            return Applied(view.name, Action.PROGRESS, None, None, None)
+        except Exception as exc:  # a rollback keeps inference: recorded on the node instead
+            self._store_failed(exc, now)
+            if not await self.keep(view.name, intent):
+                log.warning(
+                    "node %s stays lending this tick: its rollback is not recorded", view.name
+                )
+                return Applied(view.name, Action.PROGRESS, None, None, None)
         result = await self.actuators[pool.name].progress(view.name, intent.id)
         log.info("roll back %s: %s (%s)", view.name, result.outcome.value, result.message)
         outcome = await self._safely(self.audit_log.outcome(intent, result, self.clock()))
@@ -1099,13 +1328,18 @@ class Reconciler:
         return found
 
     async def _safely(self, write: Awaitable[AuditRecord]) -> AuditRecord | None:
-        """An outcome the store did not take is logged: the write it describes is done."""
+        """An outcome the store did not take waits in the spool (``AuditLog.outcome``); one the
+        spool has no room for is logged: the write it describes is done."""
         try:
-            return await write
+            written = await write
         except Exception:
-            log.exception("audit store failed writing an outcome")
+            log.exception("audit store failed writing an outcome, and the spool is full")
             self.observer.observe_audit_failure("outcome")
+            self.observer.observe_spool_overflow()
             return None
+        if self.audit_log.failing is not None:
+            self.observer.observe_audit_failure("outcome")
+        return written
 
     def _reclaimed(self, pool: PoolName, intent: AuditRecord | None, result: ActionResult) -> None:
         if (
@@ -1273,6 +1507,14 @@ def _in_thread(fn: Callable[[Any], object], arg: object, name: str) -> asyncio.F
 
     threading.Thread(target=work, name=name, daemon=True).start()
     return future
+
+
+def keeps_inference(step: model.Step) -> bool:
+    """Whether a step is carried out while the audit store fails: a reclaim for anything but
+    the strategy's own plan (demand or queue above what serves, metrics lost, an alert, the
+    window closed, a gang preempted, an operator's reclaim), the same steps the planner makes
+    urgent. Never a lend; not the strategy's own give-backs (they can wait for the store)."""
+    return step.action is Action.RECLAIM and step.urgent
 
 
 def _frozen_under_pressure(plan: model.PoolPlan) -> bool:

@@ -6,6 +6,13 @@ committed in one batch before the first write, and each step carried out by
 ``Reconciler.carry_out``, which writes its outcome record; then passes of ``progress`` drive the
 drains until each node serves again or the one deadline has passed.
 
+When the audit store cannot take the intents (a full disk, a database gone), the wave goes on
+as the controller's tick does (docs/design/audit-failure.md): each intent is first recorded on
+its node (``adapters.ledger``), in a Warning Event and on stdout; a node that cannot carry it
+is not touched. At the end, outcomes the store still refuses are added to their nodes too, and
+each node's report says where its records are; the controller writes them to the store once
+it takes writes again.
+
 Why a wave and not one node after another: the runbook's fix for a controller that is down is
 ``rebalancer reclaim --all``, and inference needs every serving taint back at once, not node N
 after the drains of the N-1 before it. So every node gets its first call (the serving taints and
@@ -18,6 +25,7 @@ deadline means the same thing for every node.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -25,6 +33,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from rebalancer.adapters import convert
+from rebalancer.adapters import ledger as ledgers
 from rebalancer.core import audit, model
 from rebalancer.core.audit import AuditRecord
 from rebalancer.core.model import NodeView, PoolName
@@ -179,8 +188,10 @@ async def reclaim_wave(
 
     1. Each node is read (``known`` holds nodes already listed, which are not read again) and its
        pool found; a node that cannot be read or that no pool selects is reported and left out.
-    2. One intent per node (origin operator), all committed in one batch before the first write;
-       if the store refuses them, ``IntentsNotRecorded`` and nothing is written.
+    2. One intent per node (origin operator), all committed in one batch before the first write.
+       If the store refuses them, each is recorded on its node instead (a node that cannot carry
+       it is left out); with nowhere to record them (no ledger), ``IntentsNotRecorded`` and
+       nothing is written.
     3. Every node's ``reclaim`` (serving taints and labels restored, then the evictions asked
        for), at most ``concurrency`` at once, against one deadline: the wave's start plus the
        pool's ``reclaim_deadline``. Only when every node has had it does any wait begin.
@@ -201,6 +212,7 @@ async def reclaim_wave(
     while draining := [n for n in moving if not n.final]:
         await sleep(poll)
         await asyncio.gather(*(wave.again(n) for n in draining))
+    await wave.settle_records(moving)
     done = {n.name: n.done() for n in moving}
     return [wave.lost[n] if n in wave.lost else done[n] for n in names]
 
@@ -213,6 +225,7 @@ class _Wave:
     grace: timedelta
     on_event: Callable[[ReclaimEvent], None] | None
     lost: dict[str, Reclaimed] = field(default_factory=dict)  # never called: not read, no pool
+    unaudited: str | None = None  # why the store refused the intents (kept on the nodes)
     tick: audit.Tick = field(default_factory=lambda: audit.Tick((), {}))  # the wave's intents
 
     def since(self) -> timedelta:
@@ -255,13 +268,26 @@ class _Wave:
         if not members:
             return []
         reconciler = controller.reconciler
+        plan, self.tick = reconciler.operator_plan(members, OPERATOR_MESSAGE)
         try:  # durable before any write
-            plan, self.tick = await reconciler.operator_reclaims(members, OPERATOR_MESSAGE)
+            await reconciler.audit_log.tick(self.tick.records)
         except Exception as exc:
-            raise IntentsNotRecorded(
-                f"audit store: the intents were not recorded, no node was touched: {exc}"
-            ) from exc
+            if reconciler.ledger is None:
+                raise IntentsNotRecorded(
+                    f"audit store: the intents were not recorded, no node was touched: {exc}"
+                ) from exc
+            self.unaudited = reconciler.audit_log.failing or str(exc)
         by_node = {str(s.node): s for s in plan.steps}
+        if self.unaudited is not None:
+            for name in list(by_node):
+                if not await reconciler.keep(name, self.tick.intent_for(by_node[name])):
+                    why = (
+                        f"the audit store fails ({self.unaudited}) and the intent could not be "
+                        "recorded on the node: not touched"
+                    )
+                    self.lost[name] = Reclaimed(name, str(pools[name].name), None, None, why)
+                    self.tell(ReclaimEvent(name, Stage.FAILED, self.since(), why))
+                    del by_node[name]
         moving = []
         for name in (n for n in names if n in by_node):
             pool, step = pools[name], by_node[name]
@@ -300,10 +326,43 @@ class _Wave:
             await self.record(node, result)
 
     async def record(self, node: _Node, result: ActionResult) -> None:
+        trail = self.controller.reconciler.audit_log
         try:
-            await self.controller.audit_log.outcome(node.intent, result, self.controller.clock())
+            await trail.outcome(node.intent, result, self.controller.clock())
         except Exception as exc:  # the write it describes is done: the wave goes on
             node.audit_errors.append(f"outcome of {result.action} not recorded: {exc}")
+
+    async def settle_records(self, moving: Sequence[_Node]) -> None:
+        """Before the command ends (and its memory with it): the records the store refused go
+        to the store if it takes them now, else onto their nodes, and each node says where."""
+        reconciler = self.controller.reconciler
+        trail, ledger = reconciler.audit_log, reconciler.ledger
+        if not trail.spool or ledger is None:
+            return
+        with contextlib.suppress(Exception):
+            await trail.flush()
+        if not trail.spool:
+            return
+        why = trail.failing or self.unaudited or "unknown"
+        for node in moving:
+            mine = [r for r in trail.spool if r.node == node.name]
+            if not mine:
+                continue
+            # Kept on the node beside its intent; the stale "outcome not recorded" lines go.
+            node.audit_errors = [e for e in node.audit_errors if "not recorded" not in e]
+            try:
+                await ledger.hold(node.name, mine, why)
+                node.audit_errors.append(
+                    f"the audit store fails ({why}): {len(mine)} record(s) of intent "
+                    f"{node.intent.id} are kept on the node (annotation "
+                    f"{ledgers.annotation(self.controller.keys)}), in its Events and on stdout; "
+                    "the controller writes them to the store once it takes writes"
+                )
+            except Exception as exc:
+                node.audit_errors.append(
+                    f"the audit store fails ({why}) and {len(mine)} record(s) could not be "
+                    f"added to the node ({exc}); they are on stdout only"
+                )
 
     def settle(self, node: _Node, result: ActionResult) -> None:
         """What ``result`` says about ``node``: counts, times, whether it is final; the events."""

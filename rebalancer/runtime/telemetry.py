@@ -30,6 +30,12 @@ Metrics (docs/http.md has the table):
   (``+Inf`` until this process has seen one).
 - ``rebalancer_leader{identity}``: 1 while this instance leads, else 0.
 - ``rebalancer_audit_store_failures_total{operation}``: audit store calls that raised.
+- ``rebalancer_audit_store_failing``: 1 while the leader's writes to the audit store fail (no
+  lending; safety reclaims recorded on their nodes and spooled), else 0.
+- ``rebalancer_audit_spooled_records``: records waiting in memory (and on their nodes) for the
+  store to take them.
+- ``rebalancer_audit_spool_overflows_total``: records the full spool refused: the actions they
+  describe were not carried out.
 - ``rebalancer_strategy_failures_total{pool,strategy,kind}``: strategy calls that raised,
   answered garbage or overran (``kind`` ``raised``, ``invalid``, ``timeout``).
 - ``rebalancer_planner_failures_total{pool}``: planner runs for the pool that raised.
@@ -117,6 +123,22 @@ class Telemetry:
             "rebalancer_audit_store_failures",
             "Audit store calls that raised, by operation (tick, outcome, supersede, query).",
             ["operation"],
+            registry=r,
+        )
+        self.audit_store_failing = Gauge(
+            "rebalancer_audit_store_failing",
+            "1 while the audit store fails the leader's writes: nothing is lent, safety "
+            "reclaims go on recorded on their nodes and spooled for the store.",
+            registry=r,
+        )
+        self.audit_spooled = Gauge(
+            "rebalancer_audit_spooled_records",
+            "Audit records waiting, in order, for the store to take them.",
+            registry=r,
+        )
+        self.spool_overflows = Counter(
+            "rebalancer_audit_spool_overflows",
+            "Records the full audit spool refused: what they describe was not carried out.",
             registry=r,
         )
         self.strategy_failures = Counter(
@@ -238,6 +260,14 @@ class Telemetry:
     def observe_audit_failure(self, operation: str) -> None:
         """An audit store call raised (``tick``, ``outcome``, ``supersede``, ``query``)."""
         self.audit_failures.labels(operation).inc()
+
+    def observe_audit_store(self, failing: bool, spooled: int) -> None:
+        """Whether the store fails the leader's writes now, and how many records wait."""
+        self.audit_store_failing.set(1 if failing else 0)
+        self.audit_spooled.set(spooled)
+
+    def observe_spool_overflow(self) -> None:
+        self.spool_overflows.inc()
 
     def observe_strategy_failure(self, pool: str, strategy: str, kind: str) -> None:
         """A strategy call failed (``raised``, ``invalid``, ``timeout``)."""

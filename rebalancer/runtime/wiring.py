@@ -55,6 +55,7 @@ from rebalancer.adapters.events import KubeEvents
 from rebalancer.adapters.gate import LeaderGatedWriter
 from rebalancer.adapters.informer import Informer
 from rebalancer.adapters.leadership import LeaderElector
+from rebalancer.adapters.ledger import NodeLedger
 from rebalancer.adapters.metrics import Metrics
 from rebalancer.adapters.writer import KubeWriter, NodeWriter
 from rebalancer.core.audit import NewId
@@ -301,6 +302,11 @@ class Controller:
                 strategy_timeout=settings.strategy_timeout,
                 lend_concurrency=settings.lend_concurrency,
                 alerts=alert_store,
+                # Where a record goes while the audit store fails (docs/design/audit-failure.md);
+                # a dry run writes nothing, so it has none.
+                ledger=None
+                if settings.dry_run
+                else NodeLedger(writer, keys, events if isinstance(events, KubeEvents) else None),
             )
             built = Controller(
                 settings, role, me, clock, api, keys, pools, writer, informer, metrics, store,
@@ -314,7 +320,10 @@ class Controller:
     def _http(self) -> http.HttpServer:
         def ready() -> http.Readiness:
             holder = self.elector.holder if self.elector is not None else ""
-            return http.readiness(self.informer.synced.is_set(), self.elector is not None, holder)
+            failing = self.audit_log.failing if self.reconciler.ledger is not None else None
+            return http.readiness(
+                self.informer.synced.is_set(), self.elector is not None, holder, failing
+            )
 
         token = self.settings.alertmanager.token
         receiver = None

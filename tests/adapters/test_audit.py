@@ -25,11 +25,13 @@ from rebalancer.adapters import writer
 from rebalancer.adapters.audit import (
     LATE,
     MIGRATIONS,
+    SCHEMA_VERSION,
     AuditLog,
     AuditQuery,
     AuditStore,
     Cursor,
     MemoryAuditStore,
+    NewerSchema,
     SqlAuditStore,
     Tail,
     UlidFactory,
@@ -339,13 +341,25 @@ async def test_migrations_are_idempotent(db_url: str) -> None:
             await again.close()
 
 
-async def test_a_newer_schema_is_refused(store: SqlAuditStore, db_url: str) -> None:
+async def test_a_newer_schema_is_refused_in_one_line_and_left_as_it_is(
+    store: SqlAuditStore, db_url: str
+) -> None:
+    # A downgrade: a newer release migrated the store to version 99 and wrote a row.
+    await store.append([audit_record("01A", f.T0)])
     async with store.engine.begin() as conn:
         await conn.execute(
             schema_version.insert().values(version=99, description="future", applied_at=f.T0)
         )
-    with pytest.raises(RuntimeError, match="schema version 99"):
+    with pytest.raises(NewerSchema) as refused:
         await SqlAuditStore.open(db_url)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(f"audit.url={sa.make_url(db_url).render_as_string()!r}: ")
+    assert "schema version 99, newer than version 2 that this release reads" in message
+    assert (refused.value.found, refused.value.reads) == (99, SCHEMA_VERSION)
+    # Nothing was touched: the versions and the row are as the newer release left them.
+    assert await store.schema_versions() == [1, 2, 99]
+    assert [r.id for r in (await store.query(AuditQuery())).records] == ["01A"]
 
 
 async def test_replicas_starting_together_migrate_once(postgres_server: PostgresServer) -> None:

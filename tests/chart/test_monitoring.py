@@ -609,6 +609,30 @@ CASES: dict[str, list[Case]] = {
             (("4m", (Fire(POOL, value="2"),)), ("8m", QUIET)),
         ),
     ],
+    "RebalancerAuditStoreFailing": [
+        Case(
+            "the leader's writes fail for 3 minutes, then the store takes them again",
+            {s("rebalancer_audit_store_failing", pod="rebalancer-0"): "0 1 1 1 1 0x10"},
+            (("2m", QUIET), ("3m", (Fire(TARGET),)), ("6m", QUIET)),
+        ),
+        Case(
+            "the store works",
+            {s("rebalancer_audit_store_failing", pod="rebalancer-0"): "0x15"},
+            (("10m", QUIET),),
+        ),
+    ],
+    "RebalancerAuditSpoolFull": [
+        Case(
+            "records refused at 2m: firing at once, quiet once 5 minutes pass without more",
+            {s("rebalancer_audit_spool_overflows_total", pod="rebalancer-0"): "0 0 3x15"},
+            (("1m", QUIET), ("2m", (Fire(TARGET),)), ("8m", QUIET)),
+        ),
+        Case(
+            "an old count that does not grow",
+            {s("rebalancer_audit_spool_overflows_total", pod="rebalancer-0"): "4x15"},
+            (("10m", QUIET),),
+        ),
+    ],
     "RebalancerStrategyFailing": [
         Case(
             "every strategy answers",
@@ -1016,6 +1040,9 @@ def play(t: Telemetry, pod: str, k: int, now: datetime, site: Site) -> None:
             t.observe_reclaim_done(pool, now - timedelta(seconds=20 + 9 * k), now)
         if 120 <= k < 130:
             t.observe_audit_failure("tick")
+        t.observe_audit_store(120 <= k < 130, max(0, min(k, 130) - 119) * 3 if k < 131 else 0)
+        if k == 128:
+            t.observe_spool_overflow()
         if 60 <= k < 66:  # six minutes of h100 queueing with a node lent
             t.observe_borrowing_cost("h100")
         # h100 has an slo of 10 minutes a week; the six minutes stay in its window

@@ -184,6 +184,8 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
     t.observe_leader("rebalancer-0", leading=True)
     t.observe_audit_failure("tick")
     t.observe_audit_failure("tick")
+    t.observe_audit_store(True, 7)
+    t.observe_spool_overflow()
     t.observe_strategy_failure("l20", "forecast", "raised")
     t.observe_strategy_failure("l20", "forecast", "raised")
     t.observe_strategy_failure("l20", "forecast", "timeout")
@@ -215,6 +217,9 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
         "rebalancer_demand_sample_age_seconds",
         "rebalancer_leader",
         "rebalancer_audit_store_failures",
+        "rebalancer_audit_store_failing",
+        "rebalancer_audit_spooled_records",
+        "rebalancer_audit_spool_overflows",
         "rebalancer_reclaims_overdue",
         "rebalancer_strategy_failures",
         "rebalancer_planner_failures",
@@ -256,6 +261,11 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
 
     leader = got["rebalancer_leader"]
     assert [(s.labels, s.value) for s in leader] == [({"identity": "rebalancer-0"}, 1.0)]
+
+    assert [s.value for s in got["rebalancer_audit_store_failing"]] == [1.0]
+    assert [s.value for s in got["rebalancer_audit_spooled_records"]] == [7.0]
+    overflows = got["rebalancer_audit_spool_overflows"]
+    assert [s.value for s in overflows if s.name.endswith("_total")] == [1.0]
 
     failures = got["rebalancer_audit_store_failures"]
     total = "rebalancer_audit_store_failures_total"

@@ -24,6 +24,7 @@ import pytest
 
 from rebalancer import cli
 from rebalancer import settings as settings_mod
+from rebalancer.adapters import ledger
 from rebalancer.adapters.audit import AuditLog, AuditQuery, MemoryAuditStore
 from rebalancer.core import model, nodestate
 from rebalancer.core.audit import AuditRecord, Kind
@@ -318,14 +319,43 @@ async def test_a_pool_takes_back_only_its_own_lent_nodes(tmp_path: Path) -> None
         assert list(await takeback.lent_nodes(box.controller)) == list(LENT[:2])
 
 
-async def test_an_intent_batch_the_store_refuses_leaves_every_node_untouched(
+async def test_an_intent_batch_the_store_refuses_with_nowhere_else_to_record_it_touches_nothing(
     tmp_path: Path,
 ) -> None:
     async with lent(tmp_path, pods=0) as box:
         box.controller.reconciler.audit_log = AuditLog(RefusingStore(), sink=None)
+        box.controller.reconciler.ledger = None
         with pytest.raises(takeback.IntentsNotRecorded, match="no node was touched"):
             await box.wave(list(LENT))
         assert box.journal == []
+
+
+async def test_a_store_that_refuses_the_intents_still_takes_every_node_back_recorded_on_it(
+    tmp_path: Path,
+) -> None:
+    async with lent(tmp_path, pods=1) as box:
+        lines: list[str] = []
+        refused = AuditLog(RefusingStore(), sink=lines.append)
+        box.controller.reconciler.audit_log = refused
+        done = await box.wave(list(LENT))
+        assert all(d.ok for d in done), [d.message for d in done]
+        key = ledger.annotation(box.controller.keys)
+        for d in done:
+            node = box.store.get(NODES, None, d.node)
+            notes = node["metadata"]["annotations"]
+            kept = json.loads(notes[key])
+            assert d.intent is not None
+            # The intent first, then its outcomes, as made; the node's decision names it.
+            assert [r["kind"] for r in kept] == ["intent"] + ["outcome"] * (len(kept) - 1)
+            assert kept[0]["id"] == notes[box.controller.keys.decision] == d.intent.id
+            assert {r["intent_id"] for r in kept[1:]} == {d.intent.id}
+            assert kept[-1]["outcome"] == "applied"
+            [said] = d.audit_errors
+            assert said.startswith("the audit store fails (OSError: disk full): ")
+            assert f"record(s) of intent {d.intent.id} are kept on the node" in said
+            assert f"(annotation {key})" in said
+        printed = {json.loads(line)["id"] for line in lines}
+        assert {d.intent.id for d in done if d.intent is not None} <= printed
 
 
 def test_the_cli_default_concurrency_is_the_wave_s() -> None:
