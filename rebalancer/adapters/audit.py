@@ -549,6 +549,7 @@ class SqlAuditStore:
             if made.get_backend_name() == "sqlite":
                 if made.database and made.database != ":memory:":
                     Path(made.database).parent.mkdir(parents=True, exist_ok=True)
+                    _refuse_unwritable(made, Path(made.database))
                 kwargs["connect_args"] = {"timeout": 30}
             engine = create_async_engine(made, **kwargs)
         except (OSError, ImportError, sa.exc.ArgumentError) as exc:
@@ -678,6 +679,23 @@ def _unopened(url: sa.URL, exc: BaseException) -> UnopenedStore:
     why = " ".join(str(getattr(exc, "orig", None) or exc).split())
     shown = url.render_as_string(hide_password=True)
     return UnopenedStore(f"audit.url={shown!r}: cannot open the audit store: {why[:200]}")
+
+
+def _refuse_unwritable(url: sa.URL, database: Path) -> None:
+    """A SQLite store whose files this process cannot write is refused at open, naming the
+    file. In WAL mode every connection, a reader's too, maps the ``-shm`` file into memory: one
+    it cannot write (immutable, on a read-only mount, another user's) turns SQLite to a
+    read-only fallback at best and, where the mapping outruns the file, ends the process with
+    SIGBUS, a signal no Python code can catch. ``os.access`` asks the kernel, which says no for
+    an immutable file or a read-only mount even to root."""
+    for path in (database.parent, database, *(Path(f"{database}{s}") for s in ("-wal", "-shm"))):
+        if path.exists() and not os.access(path, os.W_OK):
+            shown = url.render_as_string(hide_password=True)
+            raise UnopenedStore(
+                f"audit.url={shown!r}: cannot write {path} (immutable, on a read-only mount, "
+                "or another user's): SQLite needs to write it; fix the file, or point audit.url "
+                "at a directory this process can write"
+            )
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

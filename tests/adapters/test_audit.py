@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -35,6 +36,7 @@ from rebalancer.adapters.audit import (
     SqlAuditStore,
     Tail,
     UlidFactory,
+    UnopenedStore,
     UnreadableRecord,
     json_line,
     migrate,
@@ -360,6 +362,33 @@ async def test_a_newer_schema_is_refused_in_one_line_and_left_as_it_is(
     # Nothing was touched: the versions and the row are as the newer release left them.
     assert await store.schema_versions() == [1, 2, 99]
     assert [r.id for r in (await store.query(AuditQuery())).records] == ["01A"]
+
+
+async def test_a_sqlite_store_whose_shm_file_cannot_be_written_is_refused_naming_the_file(
+    tmp_path: Path,
+) -> None:
+    # An immutable -shm file: SQLite maps it into every connection, and one it cannot write
+    # can end the process with SIGBUS. The kernel refuses the write even to root.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'audit.sqlite3'}"
+    store = await SqlAuditStore.open(url)
+    await store.append([audit_record("01A", f.T0)])
+    await store.close()
+    shm = tmp_path / "audit.sqlite3-shm"
+    shm.touch()
+    subprocess.run(["chattr", "+i", str(shm)], check=True)
+    try:
+        with pytest.raises(UnopenedStore) as refused:
+            await SqlAuditStore.open(url)
+    finally:
+        subprocess.run(["chattr", "-i", str(shm)], check=True)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(f"audit.url={url!r}: cannot write {shm} (immutable, ")
+    again = await SqlAuditStore.open(url)  # writable again: the store and its row are there
+    try:
+        assert [r.id for r in (await again.query(AuditQuery())).records] == ["01A"]
+    finally:
+        await again.close()
 
 
 async def test_replicas_starting_together_migrate_once(postgres_server: PostgresServer) -> None:
