@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -481,6 +482,63 @@ async def recreated(w: World) -> None:
     w.case.show(f"audit rows: {rows(await w.records('inference-2', meddled))}")
 
 
+async def disk_full(w: World) -> None:
+    """7. The audit store's file system fills up with nodes lent, and demand then needs every
+    node: the safety reclaims still happen, recorded on the Node and in Events, readiness says
+    the store fails, and the records reach the store once it has room again."""
+    mount = w.h.tmp / "auditfs"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
+        check=False,
+        capture_output=True,
+    )
+    if made.returncode != 0:
+        w.case.check(False, f"a small tmpfs cannot be mounted here: {made.stderr.decode()}")
+        return
+    url = f"sqlite+aiosqlite:///{mount / 'audit.sqlite3'}"
+    try:
+        await w.start(audit={"url": url})
+        w.case.check(await w.wait_lent(set(IDLE)), "the 6 idle nodes are lent")
+        filler = mount / "filler"
+        subprocess.run(
+            ["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], check=False, capture_output=True
+        )
+        full = time.time()
+        w.h.exporter.set_load(PEAK, 0)
+        took = await w.back(IDLE, within=40)
+        w.case.check(took is not None, f"every node back {took} s after the rise, disk full")
+        assert w.c is not None
+        async with w.h.session.get(w.c.base + "/readyz") as r:
+            ready = f"{r.status} {(await r.text()).strip()[:160]}"
+        w.case.show(f"/readyz with the disk full: {ready}")
+        w.case.check("audit" in ready, "readiness names the failing audit store")
+        failing = await w.h.metric(w.c, "rebalancer_audit_store_failing")
+        w.case.check(failing == 1.0, f"rebalancer_audit_store_failing is {failing}")
+        events = await w.events("inference-2")
+        w.case.show(f"Events on inference-2: {events[-3:]}")
+        w.case.check(
+            any("AuditStoreFailing" in e for e in events), "an Event carries the unstored record"
+        )
+        filler.unlink()
+        await asyncio.sleep(4)
+        stored = await processes.read_audit(url)
+        reclaims = [
+            r
+            for r in stored
+            if r.kind.value == "intent" and r.action == "reclaim" and r.time.timestamp() >= full - 1
+        ]
+        w.case.figures["reclaim_intents_stored_after_the_disk_had_room"] = len(reclaims)
+        w.case.check(
+            sorted(str(r.node) for r in reclaims) == IDLE,
+            f"the store holds a reclaim intent for each node once it has room ({len(reclaims)})",
+        )
+    finally:
+        if w.c is not None:
+            await w.stop()
+        subprocess.run(["umount", str(mount)], check=False, capture_output=True)
+
+
 async def overlapping(w: World) -> None:
     """9a. Two pools selecting the same nodes: an audit finding and an Event, not a log line."""
     second = {
@@ -606,6 +664,7 @@ CASES: dict[str, tuple[str, Callable[[World], Awaitable[None]], Sequence[str]]] 
     "unreadable": ("4. unreadable originals", unreadable_original, ()),
     "orphan": ("5. a lent node no pool selects", orphan, ()),
     "recreated": ("6. a node re-created under its name", recreated, ()),
+    "disk-full": ("7. the audit store's disk fills up", disk_full, ("mount",)),
     "clock-behind": ("8a. controller clock 90 s behind", clock_behind, ("faketime",)),
     "clock-ahead": ("8b. controller clock 10 min ahead", clock_ahead, ("faketime",)),
     "overlapping": ("9a. two pools select one node", overlapping, ()),
