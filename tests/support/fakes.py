@@ -172,7 +172,15 @@ class CodecActuator:
         view, now = self.views.get(node), self.clock()
         if self._phase(view) is not Phase.LENT:
             return self._done("reclaim", node, decision, Outcome.REFUSED, "not lent", deadline)
-        change = nodestate.begin_reclaim(self._state(view), self.keys, now, deadline, decision)
+        change = nodestate.begin_reclaim(
+            self._state(view),
+            self.keys,
+            now,
+            deadline,
+            decision,
+            taints=view.taints,
+            spec=self.spec,
+        )
         self.views.put(nodestate.apply(view, change))
         if any(p.role is PodRole.BORROWED for p in view.pods):
             return self._done("reclaim", node, decision, Outcome.IN_PROGRESS, "draining", deadline)
@@ -197,7 +205,9 @@ class CodecActuator:
         """Borrowed pods evicted (gone at once), then the node back to serving."""
         view = self.views.get(node)
         kept = [p for p in view.pods if p.role is not PodRole.BORROWED]
-        change = nodestate.finish(self._state(view), self.keys, self.clock())
+        change = nodestate.finish(
+            self._state(view), self.keys, self.clock(), taints=view.taints, spec=self.spec
+        )
         self.views.put(dataclasses.replace(nodestate.apply(view, change), pods=tuple(kept)))
         return self._done(call, node, decision, Outcome.APPLIED, "serving", deadline)
 
