@@ -119,11 +119,15 @@ class Calls:
         self.made.append(("lend", node))
         return ActionResult(node, model.Action.LEND, Outcome.APPLIED, "lent")
 
-    async def reclaim(self, node: str, decision: str, deadline: datetime) -> ActionResult:
+    async def reclaim(
+        self, node: str, decision: str, deadline: datetime, *, uid: str | None = None
+    ) -> ActionResult:
         self.made.append(("reclaim", node))
         return ActionResult(node, model.Action.RECLAIM, Outcome.APPLIED, "serving")
 
-    async def progress(self, node: str, decision: str | None = None) -> ActionResult:
+    async def progress(
+        self, node: str, decision: str | None = None, *, uid: str | None = None
+    ) -> ActionResult:
         return ActionResult(node, model.Action.PROGRESS, Outcome.NOTHING, "")
 
     def of(self, call: str) -> list[str]:
@@ -168,7 +172,9 @@ class CodecActuator:
         self.views.put(nodestate.apply(begun, finish))
         return self._done("lend", node, decision, Outcome.APPLIED, "lent")
 
-    async def reclaim(self, node: str, decision: str, deadline: datetime) -> ActionResult:
+    async def reclaim(
+        self, node: str, decision: str, deadline: datetime, *, uid: str | None = None
+    ) -> ActionResult:
         view, now = self.views.get(node), self.clock()
         if self._phase(view) is not Phase.LENT:
             return self._done("reclaim", node, decision, Outcome.REFUSED, "not lent", deadline)
@@ -186,7 +192,9 @@ class CodecActuator:
             return self._done("reclaim", node, decision, Outcome.IN_PROGRESS, "draining", deadline)
         return self._finish("reclaim", node, decision, deadline)
 
-    async def progress(self, node: str, decision: str | None = None) -> ActionResult:
+    async def progress(
+        self, node: str, decision: str | None = None, *, uid: str | None = None
+    ) -> ActionResult:
         view = self.views.get(node)
         if decision is not None:  # the transition changes hands (a recovery's intent)
             view = nodestate.apply(view, nodestate.take_over(self.keys, decision))
