@@ -13,9 +13,17 @@ Why it is shaped like this:
   ``begin_lend`` records the originals before anything that changes scheduling, ``begin_reclaim``
   restores taints and labels before any pod is evicted, and ``finish`` comes only when no borrowed
   pod is left. See docs/design/actuator.md for each crash point.
-- Only pods whose role is ``BORROWED`` are ever evicted or deleted; evictions go through the
-  Eviction API (PodDisruptionBudgets honoured, 429 means wait), and only past the deadline are the
-  remaining borrowed pods deleted with grace 0.
+- The controller is not the only writer on the node: a restore undoes only what the lend
+  changed and keeps every other writer's taints (``nodestate.restore``); the result names them.
+- A drain takes the pods that landed during the loan and nothing else (``_taken``): neither
+  inference nor a DaemonSet's (nor a static pod's mirror). A lend needs the node idle, so
+  every such pod came during the loan, whether it tolerates the lent taint or landed because
+  someone removed it. Evictions go through the Eviction API
+  (PodDisruptionBudgets honoured, 429 means wait), and only past the deadline are the pods left
+  deleted with grace 0. A pod bound to the name before this node was created belongs to an
+  earlier node of that name: it is deleted at once, as the pod garbage collector would have.
+- A node is known by its UID: a step or pass for one incarnation of a name finds another (the
+  node was deleted and re-created) and ends ``gone`` without a write.
 - Every call returns an ``ActionResult`` naming each write it made (or, in dry-run mode, would
   make, with the exact body) so the audit log can record it.
 
@@ -37,6 +45,7 @@ lends must not queue 600 requests behind each other; docs/design/actuator.md):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -53,7 +62,7 @@ from rebalancer.adapters.writer import (
     merge_patch,
 )
 from rebalancer.core import model, nodestate, victims
-from rebalancer.core.model import Clock
+from rebalancer.core.model import Clock, Taint
 from rebalancer.core.nodestate import Keys, LendSpec, NodeChange, NodeState, Phase
 from rebalancer.core.outcomes import ActionResult, Outcome, Write, WriteKind, WriteOutcome
 
@@ -68,12 +77,26 @@ class _Pass:
     action: model.Action
     dry_run: bool
     writes: list[Write] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # other writers' taints a restore kept
+    notes: list[str] = field(default_factory=list)  # what else the result must say
+    held: tuple[str, ...] = ()  # pods a finalizer holds past the deadline
 
     def result(self, outcome: Outcome, message: str) -> ActionResult:
+        for note in self.notes:
+            message += f"; {note}"
+        if self.kept:
+            message += f"; kept taints other writers own: {', '.join(dict.fromkeys(self.kept))}"
         if self.dry_run and outcome in (Outcome.APPLIED, Outcome.IN_PROGRESS):
             outcome, message = Outcome.WOULD_APPLY, self._would(message)
         return ActionResult(
-            self.node, self.action, outcome, message, tuple(self.writes), self.dry_run
+            self.node,
+            self.action,
+            outcome,
+            message,
+            tuple(self.writes),
+            self.dry_run,
+            kept=tuple(dict.fromkeys(self.kept)),
+            held=self.held,
         )
 
     def _would(self, message: str) -> str:
@@ -109,6 +132,10 @@ class NoCache:
 class _Pod:
     view: model.PodView
     uid: str
+    bound: datetime | None = None  # its PodScheduled condition's time, else its creation
+    finalizers: tuple[str, ...] = ()
+    grace: int | None = None  # the grace period of a deletion under way
+    mirror: bool = False  # a static pod's mirror: the kubelet owns it, no API call removes it
 
 
 class Actuator:
@@ -133,15 +160,22 @@ class Actuator:
         run = _Pass(node, model.Action.LEND, self._dry_run)
         return await self._guarded(run, self._lend(run, decision))
 
-    async def reclaim(self, node: str, decision: str, deadline: datetime) -> ActionResult:
+    async def reclaim(
+        self, node: str, decision: str, deadline: datetime, *, uid: str | None = None
+    ) -> ActionResult:
+        """Take the node back. With ``uid``, only that incarnation of the name: another one
+        (the node was deleted and re-created) ends the step ``gone``, with no write."""
         run = _Pass(node, model.Action.RECLAIM, self._dry_run)
-        return await self._guarded(run, self._reclaim(run, decision, deadline))
+        return await self._guarded(run, self._reclaim(run, decision, deadline, uid))
 
-    async def progress(self, node: str, decision: str | None = None) -> ActionResult:
+    async def progress(
+        self, node: str, decision: str | None = None, *, uid: str | None = None
+    ) -> ActionResult:
         """Drive a node in flight one pass on. With ``decision`` (a recovery's intent), the
-        transition is first taken over by it, so its remaining writes name that record."""
+        transition is first taken over by it, so its remaining writes name that record; with
+        ``uid``, only that incarnation of the name is driven (another one: ``gone``)."""
         run = _Pass(node, model.Action.PROGRESS, self._dry_run)
-        return await self._guarded(run, self._progress(run, None, decision))
+        return await self._guarded(run, self._progress(run, None, decision, uid))
 
     async def recover(self) -> tuple[ActionResult, ...]:
         """Start-up: roll back every ``lending`` node and drive every ``reclaiming`` one on."""
@@ -183,8 +217,7 @@ class Actuator:
             again = await self._pods(run.node)
             busy = model.NodeView(after.name, after.labels, after.taints, pods=_views(again))
             if not busy.idle:
-                back = nodestate.finish(lending, self._keys, now)
-                await self._patch(run, WriteKind.FINISH, after, back)
+                await self._patch(run, WriteKind.FINISH, after, self._finish(run, after, lending))
                 return run.result(Outcome.REFUSED, f"node became busy: {_busy(busy)}; rolled back")
         finish = nodestate.finish_lend(self._spec, lending, self._keys, now)
         await self._patch(run, WriteKind.FINISH_LEND, after, finish)
@@ -194,24 +227,44 @@ class Actuator:
     # Reclaim: lent -> reclaiming -> (evict, then after the deadline delete) -> serving
 
     async def _reclaim(
-        self, run: _Pass, decision: str, deadline: datetime, cached: bool = True
+        self,
+        run: _Pass,
+        decision: str,
+        deadline: datetime,
+        uid: str | None,
+        cached: bool = True,
     ) -> ActionResult:
         view, state = await self._observe(run.node, cached, with_pods=False)
+        if _replaced(view, uid):
+            if cached:  # a cache behind the server may not have seen the new node yet
+                return await self._reclaim(run, decision, deadline, uid, cached=False)
+            return run.result(Outcome.GONE, _replaced_note(view, uid))
         if isinstance(state, nodestate.StateError):
             return run.result(Outcome.REFUSED, f"unreadable state: {state}")
         if state.phase in (Phase.LENDING, Phase.RECLAIMING):  # already on its way
-            return await self._progress(run, None if cached else (view, state))
+            return await self._progress(run, None if cached else (view, state), None, uid)
         if state.phase is not Phase.LENT:
             if cached:  # nothing to do on the cache's word: the server says so first
-                return await self._reclaim(run, decision, deadline, cached=False)
+                return await self._reclaim(run, decision, deadline, uid, cached=False)
             return run.result(Outcome.NOTHING, "node is already serving")
-        change = nodestate.begin_reclaim(state, self._keys, self._clock(), deadline, decision)
+        restored = self._restore(run, view, state)
+        change = nodestate.begin_reclaim(
+            state,
+            self._keys,
+            self._clock(),
+            deadline,
+            decision,
+            taints=view.taints,
+            spec=self._spec,
+        )
+        assert change.taints == restored
         try:
             after = await self._patch(run, WriteKind.BEGIN_RECLAIM, view, change)
         except Conflict:
             if not cached:
                 raise
-            return await self._reclaim(run, decision, deadline, cached=False)
+            run.kept.clear()  # what the server's node holds is judged again
+            return await self._reclaim(run, decision, deadline, uid, cached=False)
         reclaiming = nodestate.read(after, self._keys)
         assert isinstance(reclaiming, NodeState)
         return await self._drain(run, after, reclaiming)
@@ -221,11 +274,16 @@ class Actuator:
         run: _Pass,
         seen: tuple[model.NodeView, NodeState] | None,
         decision: str | None = None,
+        uid: str | None = None,
     ) -> ActionResult:
         if seen is not None:
             return await self._carry_on(run, *seen, decision)
         for cached in (True, False):
             view, state = await self._observe(run.node, cached, with_pods=False)
+            if _replaced(view, uid):
+                if cached:
+                    continue  # the server says so first
+                return run.result(Outcome.GONE, _replaced_note(view, uid))
             if isinstance(state, nodestate.StateError):
                 return run.result(Outcome.REFUSED, f"unreadable state: {state}")
             try:
@@ -255,47 +313,66 @@ class Actuator:
         if state.phase is Phase.LENDING:
             # An unfinished lend (a crash, a 409) is rolled back, never finished: the plan that
             # asked for it is stale, and rolling back only restores what begin_lend recorded.
-            await self._patch(run, WriteKind.FINISH, view, self._finish(state))
+            await self._patch(run, WriteKind.FINISH, view, self._finish(run, view, state))
             return run.result(Outcome.APPLIED, "rolled back an unfinished lend")
         if state.phase is not Phase.RECLAIMING:
             return run.result(Outcome.NOTHING, f"node is {state.phase.value}: nothing in flight")
         return await self._drain(run, view, state)
 
     async def _drain(self, run: _Pass, view: model.NodeView, state: NodeState) -> ActionResult:
-        """One pass: evict (before the deadline) or delete (after) the borrowed pods; when none
-        is left, finish. A missing deadline counts as passed: fail toward inference."""
+        """One pass: evict (before the deadline) or delete (after) the pods that landed during
+        the loan, and delete at once those bound to an earlier node of this name; when none is
+        left, finish. A missing deadline counts as passed: fail toward inference."""
         pods = await self._pods(run.node)
-        borrowed = [p for p in pods if p.view.role is model.PodRole.BORROWED]
-        if borrowed:
+        taken = [p for p in pods if _taken(p)]
+        if taken:
             past = state.deadline is None or self._clock() >= state.deadline
+            stale = [p for p in taken if _earlier(p, view)]
             blocked = 0
+            if stale and not self._dry_run:
+                names = ", ".join(f"{p.view.namespace}/{p.view.name}" for p in stale)
+                run.notes.append(f"deleted pod(s) bound to an earlier node of this name: {names}")
             if past:
-                await self._delete(run, borrowed)
+                await self._delete(run, taken)
             else:
-                blocked = await self._evict(run, borrowed)
+                await self._delete(run, stale)
+                fresh = [p for p in taken if p not in stale]
+                blocked = await self._evict(run, fresh)
             if self._dry_run:
                 return run.result(Outcome.IN_PROGRESS, "borrowed pods would be evicted or deleted")
             # What the writes did: pods deleted at once, or still terminating.
             pods = await self._pods(run.node)
-            left = [p for p in pods if p.view.role is model.PodRole.BORROWED]
+            left = [p for p in pods if _taken(p)]
             if left:
-                why = f"{len(left)} borrowed pod(s) left, {blocked} blocked by a budget"
-                return run.result(Outcome.IN_PROGRESS, why)
-        await self._patch(run, WriteKind.FINISH, view, self._finish(state))
+                return run.result(Outcome.IN_PROGRESS, self._left(run, left, blocked, past))
+        await self._patch(run, WriteKind.FINISH, view, self._finish(run, view, state))
         return run.result(Outcome.APPLIED, "reclaimed: serving again")
 
-    async def _evict(self, run: _Pass, borrowed: Sequence[_Pod]) -> int:
-        """Evict the borrowed pods not yet terminating, cheapest first; how many were blocked."""
-        by_name = {(p.view.namespace, p.view.name): p for p in borrowed}
+    def _left(self, run: _Pass, left: Sequence[_Pod], blocked: int, past: bool) -> str:
+        """What holds the node reclaiming, in words that change only when it does: how many
+        pods are left, how many a budget blocks, and, past the deadline, the pods a finalizer
+        holds with their finalizers (``run.held``, for a Warning Event of its own)."""
+        why = f"{len(left)} pod(s) of the loan left, {blocked} blocked by a budget"
+        if past:
+            run.held = tuple(
+                f"{p.view.namespace}/{p.view.name} ({', '.join(p.finalizers)})"
+                for p in sorted(left, key=lambda p: (p.view.namespace, p.view.name))
+                if p.finalizers
+            )
+            if run.held:
+                why += f"; held past the deadline by finalizers: {'; '.join(run.held)}"
+        return why
+
+    async def _evict(self, run: _Pass, pods: Sequence[_Pod]) -> int:
+        """Evict the pods not yet terminating, cheapest first; how many were blocked."""
         blocked = 0
-        for view in victims.eviction_order(p.view for p in borrowed if not p.view.terminating):
-            pod = by_name[(view.namespace, view.name)]
+        for pod in _cheapest_first([p for p in pods if not p.view.terminating]):
             outcome = await self._evict_one(run, pod)
             blocked += outcome is WriteOutcome.BLOCKED
         return blocked
 
     async def _evict_one(self, run: _Pass, pod: _Pod) -> WriteOutcome:
-        assert pod.view.role is model.PodRole.BORROWED  # never evict anything else
+        assert _taken(pod)  # never evict anything else
         ns, name = pod.view.namespace, pod.view.name
         body = eviction_body(ns, name, pod.uid)
         outcome = WriteOutcome.PLANNED
@@ -304,13 +381,13 @@ class Actuator:
         run.writes.append(Write(WriteKind.EVICT, f"pod/{ns}/{name}", body, outcome))
         return outcome
 
-    async def _delete(self, run: _Pass, borrowed: Sequence[_Pod]) -> None:
-        """Past the deadline: delete every borrowed pod with grace 0, terminating ones too."""
-        by_name = {(p.view.namespace, p.view.name): p for p in borrowed}
-        for view in victims.eviction_order(p.view for p in borrowed):
-            pod = by_name[(view.namespace, view.name)]
-            assert pod.view.role is model.PodRole.BORROWED  # never delete anything else
-            ns, name = view.namespace, view.name
+    async def _delete(self, run: _Pass, pods: Sequence[_Pod]) -> None:
+        """Delete the pods with grace 0, terminating ones too (a shorter grace is allowed); not
+        one whose deletion already has grace 0 (a finalizer holds it: asking again changes
+        nothing, and would write every pass)."""
+        for pod in _cheapest_first([p for p in pods if p.grace != 0]):
+            assert _taken(pod)  # never delete anything else
+            ns, name = pod.view.namespace, pod.view.name
             outcome = WriteOutcome.PLANNED
             if not self._dry_run:
                 deleted = await self._writer.delete_pod(ns, name, pod.uid)
@@ -335,11 +412,7 @@ class Actuator:
 
     async def _pods(self, node: str) -> list[_Pod]:
         raw = await self._writer.list_pods(node)
-        return [
-            _Pod(convert.pod_view(p, self._rules), str((p.get("metadata") or {}).get("uid", "")))
-            for p in raw
-            if not convert.finished(p)
-        ]
+        return [_pod(p, self._rules) for p in raw if not convert.finished(p)]
 
     async def _patch(
         self, run: _Pass, kind: WriteKind, view: model.NodeView, change: NodeChange
@@ -354,12 +427,92 @@ class Actuator:
         run.writes.append(Write(kind, f"node/{view.name}", body, WriteOutcome.APPLIED))
         return convert.node_view(raw, view.pods)
 
-    def _finish(self, state: NodeState) -> NodeChange:
-        return nodestate.finish(state, self._keys, self._clock())
+    def _restore(self, run: _Pass, view: model.NodeView, state: NodeState) -> tuple[Taint, ...]:
+        """The taints a restore of ``view`` writes; other writers' taints it keeps are noted."""
+        restored = nodestate.restore(state, view.taints, self._spec, self._keys)
+        run.kept.extend(str(t) for t in restored.kept)
+        return restored.taints
+
+    def _finish(self, run: _Pass, view: model.NodeView, state: NodeState) -> NodeChange:
+        restored = self._restore(run, view, state)
+        change = nodestate.finish(
+            state, self._keys, self._clock(), taints=view.taints, spec=self._spec
+        )
+        assert change.taints == restored
+        return change
 
 
 def _views(pods: Sequence[_Pod]) -> tuple[model.PodView, ...]:
     return tuple(p.view for p in pods)
+
+
+def _pod(raw: Obj, rules: model.PodRules) -> _Pod:
+    meta = raw.get("metadata") or {}
+    scheduled = next(
+        (
+            c.get("lastTransitionTime")
+            for c in (raw.get("status") or {}).get("conditions") or ()
+            if c.get("type") == "PodScheduled" and c.get("status") == "True"
+        ),
+        None,
+    )
+    grace = meta.get("deletionGracePeriodSeconds")
+    return _Pod(
+        view=convert.pod_view(raw, rules),
+        uid=str(meta.get("uid", "")),
+        bound=_when(scheduled) or _when(meta.get("creationTimestamp")),
+        finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
+        grace=grace if isinstance(grace, int) and meta.get("deletionTimestamp") else None,
+        mirror=_MIRROR in (meta.get("annotations") or {}),
+    )
+
+
+_MIRROR = "kubernetes.io/config.mirror"
+
+
+def _when(text: object) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def _taken(pod: _Pod) -> bool:
+    """Whether a drain takes ``pod``: it is neither inference nor a DaemonSet's nor a static
+    pod's mirror (the kubelet owns that one). A lend needs the node idle (DaemonSet and borrowed
+    pods only), so every other pod landed during the loan, tolerant of the lent taint or not.
+
+    No bind time is compared with the reclaim's ``since``: the one is the API server's clock,
+    the other the controller's, and they differ. Nothing is lost by it: once ``begin_reclaim``
+    has put the serving taints back, a pod the scheduler places there tolerates them, which
+    makes it inference."""
+    return pod.view.role not in (model.PodRole.INFERENCE, model.PodRole.DAEMON) and not pod.mirror
+
+
+def _cheapest_first(pods: Sequence[_Pod]) -> list[_Pod]:
+    """``victims.eviction_order`` over every pod a drain takes: one that landed without
+    tolerating the lent taint costs what a borrowed one does (its job, priority and age)."""
+    by_name = {(p.view.namespace, p.view.name): p for p in pods}
+    views = (dataclasses.replace(p.view, role=model.PodRole.BORROWED) for p in pods)
+    return [by_name[(v.namespace, v.name)] for v in victims.eviction_order(views)]
+
+
+def _earlier(pod: _Pod, node: model.NodeView) -> bool:
+    """Bound to an earlier node of this name: before this one was created."""
+    return node.created is not None and pod.bound is not None and pod.bound < node.created
+
+
+def _replaced(view: model.NodeView, uid: str | None) -> bool:
+    return bool(uid) and bool(view.uid) and view.uid != uid
+
+
+def _replaced_note(view: model.NodeView, uid: str | None) -> str:
+    return (
+        f"node {view.name} was replaced: the step was for uid {uid}, the node now is uid "
+        f"{view.uid} (deleted and created again under its name)"
+    )
 
 
 def _busy(view: model.NodeView) -> str:

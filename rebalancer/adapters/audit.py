@@ -876,6 +876,10 @@ class AuditLog:
                 for w in result.writes
             ],
         }
+        if result.kept:  # other writers' taints a restore left on the node
+            detail["kept_taints"] = list(result.kept)
+        if result.held:  # the pods a finalizer holds past the deadline
+            detail["held_by_finalizers"] = list(result.held)
         record = audit.outcome_record(
             intent,
             self.new_id,

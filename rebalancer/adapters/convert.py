@@ -70,6 +70,8 @@ def node_view(node: Object, pods: Sequence[model.PodView] = ()) -> model.NodeVie
         ready=_ready(node),
         resource_version=str(meta.get("resourceVersion", "")),
         allocatable=_allocatable(node),
+        uid=str(meta.get("uid") or ""),
+        created=_time(meta.get("creationTimestamp")),
     )
 
 
@@ -107,7 +109,7 @@ def slim_node(node: Object) -> dict[str, Any]:
     return kept
 
 
-_NODE_METADATA = ("name", "uid", "resourceVersion", "labels", "annotations")
+_NODE_METADATA = ("name", "uid", "creationTimestamp", "resourceVersion", "labels", "annotations")
 _PLACED_BY = (GPU, "cpu", "memory")  # the resources a taker is placed by
 
 

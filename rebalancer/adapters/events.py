@@ -13,6 +13,12 @@ What is recorded (events.k8s.io/v1, ``reportingController`` ``rebalancer.io/cont
   starts): Normal ``Reclaiming``, action ``Reclaim``;
 - a reclaim finished (the node serves again): Normal ``Restored``, action ``Reclaim``;
 - an unfinished lend was rolled back: Normal ``LendRolledBack``, action ``Lend``;
+- each of the three restores above (``Reclaiming``, ``Restored``, ``LendRolledBack``) names, in
+  its note, the taints of other writers it kept (``kept taints other writers own: ...``): the
+  restore undoes only what the lend changed (docs/design/actuator.md);
+- a drain past its deadline that a finalizer holds (``ActionResult.held``): Warning
+  ``DrainBlocked``, action ``Reclaim``, the note naming each pod and its finalizers. Once per
+  change: the same pods held by the same finalizers on every pass make one Event;
 - the planner refused an override annotation (a ``core.model.Finding``): Warning
   ``OverrideRefused``, action ``Refuse``, the note naming the key, the value and why;
 - the planner refused, for now, what an operator asked of the node by a valid annotation
@@ -75,6 +81,7 @@ NAME_LIMIT = 253
 
 LENT, RECLAIMING, RESTORED, ROLLED_BACK = "Lent", "Reclaiming", "Restored", "LendRolledBack"
 OVERRIDE_REFUSED = "OverrideRefused"
+DRAIN_BLOCKED = "DrainBlocked"
 REQUEST_REFUSED = "RequestRefused"
 
 
@@ -102,22 +109,35 @@ def transition_events(result: ActionResult, decision: str | None = None) -> list
     if result.dry_run:
         return []
     tail = f" (decision {decision})" if decision else ""
+    kept = f"; kept taints other writers own: {', '.join(result.kept)}" if result.kept else ""
     out: list[NodeEvent] = []
     node = result.node
     if _applied(result, WriteKind.FINISH_LEND) and result.outcome is Outcome.APPLIED:
         note = f"lent to training: serving taints and labels replaced{tail}"
         out.append(NodeEvent(node, "Normal", LENT, "Lend", note))
     if _applied(result, WriteKind.BEGIN_RECLAIM):
-        note = f"reclaim started: serving taints and labels restored, draining borrowed pods{tail}"
+        note = (
+            "reclaim started: serving taints and labels restored, draining the pods of the "
+            f"loan{kept}{tail}"
+        )
         out.append(NodeEvent(node, "Normal", RECLAIMING, "Reclaim", note))
     if _applied(result, WriteKind.FINISH) and result.outcome is Outcome.APPLIED:
         if result.message.startswith("rolled back"):
-            note = f"unfinished lend rolled back: the node serves as before{tail}"
+            note = f"unfinished lend rolled back: the node serves as before{kept}{tail}"
             out.append(NodeEvent(node, "Normal", ROLLED_BACK, "Lend", note))
         elif result.action in (model.Action.RECLAIM, model.Action.PROGRESS):
-            note = f"restored: the node serves inference again{tail}"
+            note = f"restored: the node serves inference again{kept}{tail}"
             out.append(NodeEvent(node, "Normal", RESTORED, "Reclaim", note))
     return out
+
+
+def drain_blocked_event(result: ActionResult, decision: str | None = None) -> NodeEvent:
+    tail = f" (decision {decision})" if decision else ""
+    note = (
+        "reclaim past its deadline held by finalizers nobody removes: "
+        f"{'; '.join(result.held)}; the node stays reclaiming (counted away){tail}"
+    )
+    return NodeEvent(result.node, "Warning", DRAIN_BLOCKED, "Reclaim", note)
 
 
 def finding_event(finding: model.Finding) -> NodeEvent:
@@ -203,12 +223,21 @@ class KubeEvents:
         self._last_stamp = 0
         self._seen: set[tuple[str, str, str]] = set()  # (node, key, value) already reported
         self._requests: set[tuple[str, str, str]] = set()  # refused requests still refused
+        self._held: dict[str, tuple[str, ...]] = {}  # node -> the pods a finalizer holds, told
         self.recorded = 0
         self.failures = 0
 
     async def action(self, result: ActionResult, decision: str | None = None) -> None:
         for event in transition_events(result, decision):
             await self.record(event)
+        if result.dry_run:
+            return
+        if not result.held:
+            self._held.pop(result.node, None)  # a block that ends is told again if it returns
+        elif self._held.get(result.node) != result.held and await self.record(
+            drain_blocked_event(result, decision)
+        ):
+            self._held[result.node] = result.held
 
     async def findings(self, plan: model.Plan) -> None:
         for pool in plan.pools.values():

@@ -144,6 +144,10 @@ def build_tick(
 
 
 def _intent(stamp: _Stamp, step: model.Step) -> AuditRecord:
+    detail: Json = {"urgent": step.urgent, "intent": _intent_doc(step.intent)}
+    view = stamp.nodes.get(step.node)
+    if view is not None and view.uid:  # the incarnation of the name it was decided for
+        detail["node_uid"] = view.uid
     return stamp(
         kind=Kind.INTENT,
         node=str(step.node),
@@ -151,7 +155,7 @@ def _intent(stamp: _Stamp, step: model.Step) -> AuditRecord:
         origin=step.intent.origin,
         reason=step.reason.value,
         message=step.message,
-        detail={"urgent": step.urgent, "intent": _intent_doc(step.intent)},
+        detail=detail,
     )
 
 
@@ -325,7 +329,11 @@ def recovery_intent(
         action=action,
         origin=model.Origin.RECOVERY,
         before=node_doc(view),
-        detail={"recovers": recovers, "urgent": action is model.Action.RECLAIM},
+        detail={
+            "recovers": recovers,
+            "urgent": action is model.Action.RECLAIM,
+            **({"node_uid": view.uid} if view.uid else {}),
+        },
     )
 
 

@@ -171,6 +171,10 @@ class NodeView:
     ready: bool = True
     resource_version: str = ""
     allocatable: Resources | None = None  # None: unknown, so no taker can be shown to fit
+    # Which incarnation of the name this is: a node deleted and re-created under its name is
+    # another node, and a pod bound before ``created`` was bound to an earlier one.
+    uid: str = ""
+    created: datetime | None = None
     # Derived values the core computes once per node value (parsed state, overrides). Not an
     # init field, so ``dataclasses.replace`` gives the new value a memo of its own.
     memo: dict[object, object] = field(default_factory=dict, compare=False, repr=False, init=False)

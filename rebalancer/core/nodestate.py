@@ -14,6 +14,13 @@ serving ──lend──► lending ──► lent ──reclaim──► reclai
 
 ``original`` is written before any taint or label changes and is the only source for restore, so
 a crash at any instant leaves enough on the node to put it back byte for byte.
+
+The controller is not the only writer on its nodes: a GPU health checker, the node lifecycle
+controller, a cordon add and remove taints while a node is lent. So a restore (``begin_reclaim``,
+``finish``) owns only what the lend changed: it takes out the taints the lend added, puts back the
+ones it removed (both by key and effect), and leaves every other taint as it is on the node now
+(``restore_taints``). Where nobody else wrote, that is the original list byte for byte. Labels
+follow the same rule: restore writes only the labels the lend changed.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -71,15 +78,27 @@ class Phase(StrEnum):
     RECLAIMING = "reclaiming"
 
 
+TaintKey = tuple[str, str]  # (key, effect): what the API keeps unique in a node's taints
+
+
+def taint_key(taint: model.Taint) -> TaintKey:
+    return (taint.key, taint.effect)
+
+
 @dataclass(frozen=True, slots=True)
 class Original:
     """What lending changed: the whole taint list before, and each changed label's old value.
 
-    A label that lending added has ``None`` here: restore removes it.
+    A label that lending added has ``None`` here: restore removes it. ``added`` and ``removed``
+    are what the lend did to the taints (the taints it added; the key and effect of those it
+    took out), as recorded by this release (format version 2); ``None`` in a version 1 record,
+    as older releases wrote it, whose restore derives them from the pool's ``LendSpec``.
     """
 
     taints: tuple[model.Taint, ...]
     labels: Mapping[str, str | None]
+    added: tuple[model.Taint, ...] | None = None
+    removed: tuple[TaintKey, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,11 +219,16 @@ def _time_or_none(ann: Mapping[str, str], key: str) -> datetime | StateError | N
 
 
 def encode_original(original: Original) -> str:
-    doc = {
+    """Version 2 when the record says what the lend did to the taints, else version 1."""
+    doc: dict[str, Any] = {
         "v": 1,
         "taints": [t.to_doc() for t in original.taints],
         "labels": dict(original.labels),
     }
+    if original.added is not None and original.removed is not None:
+        doc["v"] = 2
+        doc["added"] = [t.to_doc() for t in original.added]
+        doc["removed"] = [{"key": k, "effect": e} for k, e in original.removed]
     return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
 
@@ -215,13 +239,41 @@ def decode_original(text: str) -> Original | str:
         return f"not JSON ({exc.msg} at character {exc.pos})"
     except (ValueError, RecursionError) as exc:  # an over-long integer, nesting too deep
         return f"not readable JSON ({type(exc).__name__})"
-    if not isinstance(doc, dict) or type(doc.get("v")) is not int or doc["v"] != 1:
-        return 'not a version 1 record ({"v": 1, "taints": [...], "labels": {...}})'
+    if not isinstance(doc, dict) or type(doc.get("v")) is not int or doc["v"] not in (1, 2):
+        return (
+            'not a version 1 or 2 record ({"v": 2, "taints": [...], "labels": {...}, '
+            '"added": [...], "removed": [...]})'
+        )
     taints_doc, labels_doc = doc.get("taints"), doc.get("labels")
     if not isinstance(taints_doc, list) or not isinstance(labels_doc, dict):
         return "needs a list 'taints' and an object 'labels'"
+    taints = _taints_from_docs(taints_doc)
+    if isinstance(taints, str):
+        return taints
+    for key, value in labels_doc.items():
+        if not (value is None or isinstance(value, str)):
+            return f"label {key!r} must map to a string or null, not {value!r}"
+    if doc["v"] == 1:
+        return Original(taints=taints, labels=dict(labels_doc))
+    added_doc, removed_doc = doc.get("added"), doc.get("removed")
+    if not isinstance(added_doc, list) or not isinstance(removed_doc, list):
+        return "a version 2 record needs the lists 'added' and 'removed'"
+    added = _taints_from_docs(added_doc)
+    if isinstance(added, str):
+        return added
+    removed: list[TaintKey] = []
+    for item in removed_doc:
+        if not isinstance(item, dict) or not all(
+            isinstance(item.get(k), str) for k in ("key", "effect")
+        ):
+            return f"removed taint {item!r} needs string 'key' and 'effect'"
+        removed.append((item["key"], item["effect"]))
+    return Original(taints=taints, labels=dict(labels_doc), added=added, removed=tuple(removed))
+
+
+def _taints_from_docs(docs: list[Any]) -> tuple[model.Taint, ...] | str:
     taints: list[model.Taint] = []
-    for item in taints_doc:
+    for item in docs:
         taint = _taint_from_doc(item)
         if taint is None:
             return (
@@ -229,10 +281,7 @@ def decode_original(text: str) -> Original | str:
                 "and 'timeAdded'"
             )
         taints.append(taint)
-    for key, value in labels_doc.items():
-        if not (value is None or isinstance(value, str)):
-            return f"label {key!r} must map to a string or null, not {value!r}"
-    return Original(taints=tuple(taints), labels=dict(labels_doc))
+    return tuple(taints)
 
 
 def _taint_from_doc(item: Any) -> model.Taint | None:
@@ -267,9 +316,15 @@ def serving_labels(node: model.NodeView, state: NodeState) -> Mapping[str, str]:
 def begin_lend(
     node: model.NodeView, spec: LendSpec, keys: Keys, now: datetime, decision: str
 ) -> NodeChange:
-    """serving -> lending: record the originals before anything else changes."""
+    """serving -> lending: record the originals, and what the lend will do to the taints, before
+    anything else changes."""
     changed = {key: node.labels.get(key) for key in spec.labels}
-    original = Original(taints=node.taints, labels=changed)
+    original = Original(
+        taints=node.taints,
+        labels=changed,
+        added=spec.add_taints,
+        removed=tuple(dict.fromkeys(taint_key(t) for t in spec.remove_taints)),
+    )
     return NodeChange(
         taints=None,
         labels={keys.state: Phase.LENDING.value},
@@ -289,27 +344,127 @@ def lent_taints(original: tuple[model.Taint, ...], spec: LendSpec) -> tuple[mode
     return kept + spec.add_taints
 
 
+def recorded_lend(original: Original, spec: LendSpec | None) -> LendSpec | None:
+    """What the lend did to the taints: as recorded (version 2), else as the pool's ``spec``
+    says now (a version 1 record); None when neither can say (a version 1 record of a node no
+    pool selects)."""
+    if original.added is not None and original.removed is not None:
+        removed = tuple(model.Taint(key=k, effect=e) for k, e in original.removed)
+        return LendSpec(removed, original.added, spec.labels if spec is not None else {})
+    return spec
+
+
+def owned_taints(
+    original: Original, spec: LendSpec | None, now: Sequence[model.Taint], keys: Keys
+) -> set[TaintKey]:
+    """The keys and effects of the taints a restore owns: those the lend added or removed.
+
+    Without a record of the lend and without a spec (a version 1 record on a node no pool
+    selects), the lend's doing is read off the node: the controller's own lent taint, and any
+    original taint the node no longer has (putting one back errs toward inference)."""
+    lend = recorded_lend(original, spec)
+    if lend is not None:
+        return {taint_key(t) for t in (*lend.remove_taints, *lend.add_taints)}
+    present = {taint_key(t) for t in now}
+    gone = {taint_key(t) for t in original.taints} - present
+    return gone | {taint_key(t) for t in now if t.key == keys.lent_taint}
+
+
+@dataclass(frozen=True, slots=True)
+class Restore:
+    """The taints a restore writes, and what of other writers' work it keeps or leaves."""
+
+    taints: tuple[model.Taint, ...]
+    kept: tuple[model.Taint, ...]  # on the node now and not in the original: another writer's
+    left_removed: tuple[model.Taint, ...]  # in the original, not ours, removed by another writer
+
+
+def restore_taints(now: Sequence[model.Taint], original: Original, owned: set[TaintKey]) -> Restore:
+    """The node's taints once what the lend changed is undone, and nothing else.
+
+    Every taint whose key and effect the lend owns (``owned``) is taken off the node, and the
+    original's taints of those keys are put back; every other taint stays exactly as it is now
+    (value, ``timeAdded``, order). A taint the lend removed goes back where it stood in the
+    original list: right after the nearest original taint before it that is still on the node
+    (at the front when there is none), so that where nobody else wrote, the result is the
+    original list byte for byte. Another writer's taint with a key and effect the lend owns is
+    replaced by the recorded one (the API allows one taint per key and effect, and the recorded
+    one is what the pool served under); a taint another writer removed stays removed.
+    """
+    kept = [t for t in now if taint_key(t) not in owned]
+    # Pair each original taint that is not ours with the taint on the node now of the same key
+    # and effect, in order (the API keeps them unique; the pairing is also exact for lists
+    # that are not, as a hand-written record may be).
+    unpaired = list(range(len(kept)))
+    anchor_of: dict[int, int] = {}  # original index -> index in ``kept``
+    for index, taint in enumerate(original.taints):
+        if taint_key(taint) in owned:
+            continue
+        match = next((i for i in unpaired if taint_key(kept[i]) == taint_key(taint)), None)
+        if match is not None:
+            unpaired.remove(match)
+            anchor_of[index] = match
+    after: dict[int, list[model.Taint]] = {}  # kept index (-1: the front) -> put back there
+    anchor = -1
+    for index, taint in enumerate(original.taints):
+        if taint_key(taint) in owned:
+            after.setdefault(anchor, []).append(taint)
+        elif index in anchor_of:
+            anchor = anchor_of[index]
+    result = list(after.get(-1, []))
+    for i, taint in enumerate(kept):
+        result.append(taint)
+        result.extend(after.get(i, []))
+    left = tuple(
+        t for i, t in enumerate(original.taints) if taint_key(t) not in owned and i not in anchor_of
+    )
+    foreign = tuple(t for t in kept if t not in original.taints)
+    return Restore(taints=tuple(result), kept=foreign, left_removed=left)
+
+
+def restore(
+    state: NodeState, taints: Sequence[model.Taint], spec: LendSpec | None, keys: Keys
+) -> Restore:
+    """``restore_taints`` for a node whose state is ``state`` and whose taints now are
+    ``taints``; ``spec`` is its pool's (None when no pool selects it)."""
+    assert state.original is not None, "a node in flight or lent always carries its originals"
+    owned = owned_taints(state.original, spec, taints, keys)
+    return restore_taints(taints, state.original, owned)
+
+
 def finish_lend(spec: LendSpec, state: NodeState, keys: Keys, now: datetime) -> NodeChange:
-    """lending -> lent: swap taints and labels as the pool says. Needs the recorded originals."""
+    """lending -> lent: swap taints and labels as the pool says. Needs the recorded originals.
+    The taints change as ``begin_lend`` recorded, so that the restore undoes exactly this."""
     assert state.original is not None, "finish_lend needs the originals written by begin_lend"
     labels: dict[str, str | None] = dict(spec.labels)
     labels[keys.state] = Phase.LENT.value
+    lend = recorded_lend(state.original, spec) or spec
     return NodeChange(
-        taints=lent_taints(state.original.taints, spec),
+        taints=lent_taints(state.original.taints, lend),
         labels=labels,
         annotations={keys.since: format_time(now)},
     )
 
 
 def begin_reclaim(
-    state: NodeState, keys: Keys, now: datetime, deadline: datetime, decision: str
+    state: NodeState,
+    keys: Keys,
+    now: datetime,
+    deadline: datetime,
+    decision: str,
+    *,
+    taints: Sequence[model.Taint],
+    spec: LendSpec | None,
 ) -> NodeChange:
-    """lent -> reclaiming: restore the inference taints and labels first, so nothing new lands."""
+    """lent -> reclaiming: restore the inference taints and labels first, so nothing new lands.
+
+    ``taints`` are the node's taints as just read; only what the lend changed is undone
+    (``restore``), ``spec`` being the pool's lend spec (for a version 1 record)."""
     assert state.original is not None, "a lent node always carries its originals"
     labels: dict[str, str | None] = dict(state.original.labels)
     labels[keys.state] = Phase.RECLAIMING.value
     return NodeChange(
-        taints=state.original.taints,
+        taints=restore(state, taints, spec, keys).taints,
         labels=labels,
         annotations={
             keys.since: format_time(now),
@@ -325,12 +480,21 @@ def take_over(keys: Keys, decision: str) -> NodeChange:
     return NodeChange(taints=None, labels={}, annotations={keys.decision: decision})
 
 
-def finish(state: NodeState, keys: Keys, now: datetime) -> NodeChange:
-    """reclaiming or lending -> serving: originals restored, every key of ours removed.
+def finish(
+    state: NodeState,
+    keys: Keys,
+    now: datetime,
+    *,
+    taints: Sequence[model.Taint],
+    spec: LendSpec | None,
+) -> NodeChange:
+    """reclaiming or lending -> serving: what the lend changed undone, every key of ours removed.
 
-    Used both to end a reclaim and to roll back a lend that a crash interrupted. ``since`` stays,
-    and so does ``decision``: the cooldown after a reclaim is measured from the one, and the
-    other still names the audit record of the last transition.
+    Used both to end a reclaim and to roll back a lend that a crash interrupted; ``taints`` and
+    ``spec`` as for ``begin_reclaim`` (on a ``lending`` node the lend changed no taint yet, so
+    the taints stay as they are, bar a lent taint of ours). ``since`` stays, and so does
+    ``decision``: the cooldown after a reclaim is measured from the one, and the other still
+    names the audit record of the last transition.
     """
     assert state.original is not None
     labels: dict[str, str | None] = dict(state.original.labels)
@@ -340,7 +504,8 @@ def finish(state: NodeState, keys: Keys, now: datetime) -> NodeChange:
         keys.deadline: None,
         keys.since: format_time(now),
     }
-    return NodeChange(taints=state.original.taints, labels=labels, annotations=annotations)
+    restored = restore(state, taints, spec, keys).taints
+    return NodeChange(taints=restored, labels=labels, annotations=annotations)
 
 
 def apply(node: model.NodeView, change: NodeChange) -> model.NodeView:

@@ -77,6 +77,12 @@ class ActionResult:
     message: str
     writes: tuple[Write, ...] = ()
     dry_run: bool = False
+    # What a restore of this call kept of other writers' work: their taints on the node, as
+    # ``key=value:Effect`` (``nodestate.Restore.kept``); the Events and the audit record name them.
+    kept: tuple[str, ...] = ()
+    # The pods a drain past its deadline cannot remove because a finalizer holds them, each as
+    # ``namespace/name (finalizer, ...)``: the node stays reclaiming, and says why.
+    held: tuple[str, ...] = ()
 
     @property
     def applied(self) -> tuple[Write, ...]:

@@ -11,7 +11,9 @@ not "never carried out" just because no outcome follows it: the node says how fa
 ``decision`` annotation names the record of the last transition it went through
 (docs/design/node-state.md), so for an open intent ``X`` on node ``n``:
 
-- ``decision`` is not ``X`` (or ``n`` is gone): ``superseded`` (``gone``), never carried out;
+- ``n`` is gone, or is another node of that name (its UID is not the one ``X`` recorded):
+  ``gone``;
+- ``decision`` is not ``X``: ``superseded``, never carried out;
 - a lend ``X`` and ``n`` lent, or a reclaim or a recovery's rollback ``X`` and ``n`` serving:
   ``applied``, by the run that wrote ``X``;
 - a lend ``X`` and ``n`` serving: ``refused``, begun and then undone by that run (a pod landed);
@@ -52,6 +54,11 @@ def judge(
     ``begun``: it has ``in_progress`` outcomes already (a reclaim that was draining)."""
     if view is None:
         return Verdict(intent, Outcome.GONE, "the node no longer exists")
+    uid = intent.detail.get("node_uid")
+    if isinstance(uid, str) and uid and view.uid and view.uid != uid:
+        # Deleted and created again under its name: what the intent was for is gone, and
+        # the node there now is another, read as it is.
+        return Verdict(intent, Outcome.GONE, f"the node was replaced (uid {uid}, now {view.uid})")
     state = nodestate.read(view, keys)
     if isinstance(state, nodestate.StateError):
         # Nothing can be concluded, and nothing is touched: the planner reports the node.

@@ -66,7 +66,7 @@ from rebalancer.core.model import (
     Term,
 )
 from rebalancer.core.nodestate import Keys, Phase
-from rebalancer.core.outcomes import ActionResult, Outcome
+from rebalancer.core.outcomes import ActionResult, Outcome, WriteOutcome
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.core.tick import (
     Answer,
@@ -189,9 +189,15 @@ class NodeActuator(Protocol):
 
     async def lend(self, node: str, decision: str) -> ActionResult: ...
 
-    async def reclaim(self, node: str, decision: str, deadline: datetime) -> ActionResult: ...
+    async def reclaim(
+        self, node: str, decision: str, deadline: datetime, *, uid: str | None = None
+    ) -> ActionResult:
+        """With ``uid``, only that incarnation of the node: another one ends ``gone``."""
+        ...
 
-    async def progress(self, node: str, decision: str | None = None) -> ActionResult: ...
+    async def progress(
+        self, node: str, decision: str | None = None, *, uid: str | None = None
+    ) -> ActionResult: ...
 
 
 class AuditTrail(Protocol):
@@ -505,6 +511,14 @@ class Reconciler:
         # audited once, when it enters the plan (``_new_steps``).
         self._would: frozenset[tuple[PoolName, NodeName, Action]] = frozenset()
         self._would_drive: frozenset[NodeName] = frozenset()
+        # The reclaims in flight, each with its pool, the UID of the node it drains and its
+        # intent: one whose node is no longer seen in flight under that UID (deleted, created
+        # again under its name, or out of every pool) is looked at once more (``_vanished``).
+        self._draining: dict[NodeName, tuple[PoolConfig, str, str]] = {}
+        # What the last in_progress record of each drain said (intent id, message): a pass that
+        # says the same and changed nothing is not recorded again (a drain a finalizer holds
+        # would write a record every tick).
+        self._said: dict[NodeName, tuple[str, str]] = {}
 
     # -----------------------------------------------------------------------------------------
     # Start-up
@@ -1210,12 +1224,17 @@ class Reconciler:
         if step.action is model.Action.LEND:
             result = await actuator.lend(step.node, intent.id)
         else:
-            policy = next(p.policy for p in self.pools if p.name == step.pool)
-            result = await actuator.reclaim(step.node, intent.id, started + policy.reclaim_deadline)
+            pool = next(p for p in self.pools if p.name == step.pool)
+            deadline = started + pool.policy.reclaim_deadline
+            uid = _node_uid(intent)
+            result = await actuator.reclaim(step.node, intent.id, deadline, uid=uid)
+            if result.outcome is Outcome.IN_PROGRESS and uid:
+                self._draining[step.node] = (pool, uid, intent.id)
         log.info(
             "%s %s: %s (%s)", step.action.value, step.node, result.outcome.value, result.message
         )
         outcome = await self._safely(self.audit_log.outcome(intent, result, self.clock()))
+        self._remember(step.node, intent, result, outcome)
         self._reclaimed(step.pool, intent, result)
         return Applied(step.node, step.action, result, intent, outcome)
 
@@ -1251,20 +1270,91 @@ class Reconciler:
             if phase(view, self.keys) is Phase.LENDING:
                 return await self._roll_back(pool, view, snapshot.now)
             decision = view.annotations.get(self.keys.decision)
-            result = await self.actuators[pool.name].progress(view.name, decision)
+            progress = self.actuators[pool.name].progress
+            result = await progress(view.name, decision, uid=view.uid or None)
             log.info("progress %s: %s (%s)", view.name, result.outcome.value, result.message)
             intent = await self._intent_of(view)
-            outcome = None
-            if intent is not None:
-                outcome = await self._safely(self.audit_log.outcome(intent, result, self.clock()))
-            self._reclaimed(pool.name, intent, result)
-            return Applied(view.name, Action.PROGRESS, result, intent, outcome)
+            return await self._passed(pool, view.name, intent, result)
 
-        return tuple(
-            a
-            for a in await self._together(in_flight, one, self.reclaim_concurrency)
-            if a is not None
-        )
+        seen = {v.name: v for p in self.pools for v in snapshot.pools[p.name].nodes}
+        vanished = self._vanished(seen, {v.name for _, v in in_flight} | acted)
+        self._draining = {
+            **{name: d for name, d in self._draining.items() if name in acted},  # this tick's
+            **{
+                view.name: (pool, view.uid, view.annotations.get(self.keys.decision, ""))
+                for pool, view in in_flight
+                if view.uid and phase(view, self.keys) is Phase.RECLAIMING
+            },
+        }
+        done = await self._together(in_flight, one, self.reclaim_concurrency)
+        done += await self._together(vanished, self._drive_vanished, self.reclaim_concurrency)
+        return tuple(a for a in done if a is not None)
+
+    def _vanished(
+        self, seen: Mapping[NodeName, NodeView], looked_at: set[NodeName]
+    ) -> list[tuple[NodeName, tuple[PoolConfig, str, str]]]:
+        """The drains of the last pass whose node is not seen in flight under the same UID:
+        deleted, created again under its name, or out of every pool's selector."""
+        return [
+            (name, drain)
+            for name, drain in self._draining.items()
+            if name not in looked_at and (name not in seen or seen[name].uid != drain[1])
+        ]
+
+    async def _drive_vanished(
+        self, item: tuple[NodeName, tuple[PoolConfig, str, str]]
+    ) -> Applied | None:
+        """One pass over a drain whose node vanished from the pools: for its own UID only, so
+        a node that was replaced ends ``gone`` at once (a new node under the name is not in
+        flight, and nothing else would close the intent), and one that is out of every pool
+        but still there is driven on."""
+        name, (pool, uid, decision) = item
+        if not self._leading():
+            return None
+        result = await self.actuators[pool.name].progress(name, decision or None, uid=uid)
+        log.info("progress %s: %s (%s)", name, result.outcome.value, result.message)
+        intent = None
+        if decision:
+            with contextlib.suppress(Exception):  # a store failure: the outcome is logged
+                intent = await self.audit_log.get(decision)
+        if intent is not None and intent.kind is not audit.Kind.INTENT:
+            intent = None
+        if result.outcome is Outcome.IN_PROGRESS:
+            self._draining[name] = (pool, uid, decision)
+        return await self._passed(pool, name, intent, result)
+
+    async def _passed(
+        self, pool: PoolConfig, name: NodeName, intent: AuditRecord | None, result: ActionResult
+    ) -> Applied:
+        """The outcome record of one pass over a node in flight, unless it says only what the
+        last one said."""
+        outcome = None
+        if intent is not None and self._news(name, intent, result):
+            outcome = await self._safely(self.audit_log.outcome(intent, result, self.clock()))
+            self._remember(name, intent, result, outcome)
+        self._reclaimed(pool.name, intent, result)
+        return Applied(name, Action.PROGRESS, result, intent, outcome)
+
+    def _news(self, name: NodeName, intent: AuditRecord, result: ActionResult) -> bool:
+        """Whether a pass is worth a record: it ended, changed something (a pod evicted or
+        deleted, a node written), or says something else than the last record of its drain.
+        A budget's 429 changes nothing."""
+        if result.outcome is not Outcome.IN_PROGRESS:
+            return True
+        changed = any(w.outcome in _CHANGED for w in result.writes)
+        return changed or self._said.get(name) != (intent.id, result.message)
+
+    def _remember(
+        self,
+        name: NodeName,
+        intent: AuditRecord,
+        result: ActionResult,
+        outcome: AuditRecord | None,
+    ) -> None:
+        if result.outcome is not Outcome.IN_PROGRESS:
+            self._said.pop(name, None)
+        elif outcome is not None:  # recorded: the next pass saying the same is not news
+            self._said[name] = (intent.id, result.message)
 
     async def _together(
         self, items: Sequence[T], work: Callable[[T], Awaitable[R]], limit: int
@@ -1391,6 +1481,14 @@ class Reconciler:
 _NOT_STARTED = object()
 MINUTE = timedelta(minutes=1)
 _IN_FLIGHT = (Phase.LENDING, Phase.RECLAIMING)
+# What a write that changed something came to (a 429 from a budget changed nothing).
+_CHANGED = frozenset({WriteOutcome.APPLIED, WriteOutcome.EVICTED, WriteOutcome.GONE})
+
+
+def _node_uid(intent: AuditRecord) -> str | None:
+    """The UID of the node an intent was decided for, as its record holds it."""
+    uid = intent.detail.get("node_uid")
+    return uid if isinstance(uid, str) and uid else None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -164,13 +164,17 @@ class RecordingActuator:
         await self.events.action(result, decision)
         return result
 
-    async def reclaim(self, node: str, decision: str, deadline: datetime) -> ActionResult:
-        result = await self.inner.reclaim(node, decision, deadline)
+    async def reclaim(
+        self, node: str, decision: str, deadline: datetime, *, uid: str | None = None
+    ) -> ActionResult:
+        result = await self.inner.reclaim(node, decision, deadline, uid=uid)
         await self.events.action(result, decision)
         return result
 
-    async def progress(self, node: str, decision: str | None = None) -> ActionResult:
-        result = await self.inner.progress(node, decision)
+    async def progress(
+        self, node: str, decision: str | None = None, *, uid: str | None = None
+    ) -> ActionResult:
+        result = await self.inner.progress(node, decision, uid=uid)
         await self.events.action(result, decision)
         return result
 

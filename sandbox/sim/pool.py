@@ -65,7 +65,14 @@ class FakePool:
             if drained <= now:
                 node = self._nodes[name]
                 state = self._state(node)
-                self._set(nodestate.apply(node, nodestate.finish(state, self.keys, drained)))
+                self._set(
+                    nodestate.apply(
+                        node,
+                        nodestate.finish(
+                            state, self.keys, drained, taints=node.taints, spec=self.spec
+                        ),
+                    )
+                )
                 del self._drained_at[name]
                 self._warming.add(name)
 
@@ -116,7 +123,9 @@ class FakePool:
     def _reclaim(self, node: model.NodeView, now: datetime, decision: str) -> None:
         state = self._state(node)
         deadline = now + self.drain
-        change = nodestate.begin_reclaim(state, self.keys, now, deadline, decision)
+        change = nodestate.begin_reclaim(
+            state, self.keys, now, deadline, decision, taints=node.taints, spec=self.spec
+        )
         self._set(nodestate.apply(node, change))
         self._drained_at[node.name] = deadline
         started = self._loans.pop(node.name)

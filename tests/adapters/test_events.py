@@ -4,6 +4,7 @@ kube-apiserver."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +18,7 @@ from rebalancer.core import model
 from rebalancer.core.nodestate import Keys
 from rebalancer.core.outcomes import ActionResult, Outcome
 from rebalancer.core.policy import default_lend_spec
+from sandbox.emulator.resources import NODES
 from tests.support.backends import Opened
 from tests.support.factories import T0
 
@@ -204,4 +206,47 @@ async def test_a_refused_lend_now_is_an_event_on_the_node_while_it_lasts(seeded:
     ] * 2
     assert items[0].note == (
         "lend asked by an operator (operator_lend_now) refused for now: min_serving: 2 must serve"
+    )
+
+
+async def test_a_restore_that_kept_other_writers_taints_names_them_in_its_events(
+    seeded: Opened,
+) -> None:
+    actuator = Actuator(KubeWriter(client.CoreV1Api(seeded.api)), KEYS, SPEC, RULES, seeded.clock)
+    rec = recorder(seeded)
+    await actuator.lend(NODE, "D1")
+    node = seeded.objects.get(NODES, None, NODE)
+    unhealthy = {"key": "nvidia.com/gpu.unhealthy", "value": "true", "effect": "NoSchedule"}
+    body = json.dumps({"spec": {"taints": [*node["spec"]["taints"], unhealthy]}}).encode()
+    seeded.objects.patch(NODES, None, NODE, "application/merge-patch+json", body)
+    back = await actuator.reclaim(NODE, "D2", seeded.clock() + timedelta(minutes=2))
+    await rec.action(back, "D2")
+    reclaiming, restored = await listed(seeded)
+    kept = "kept taints other writers own: nvidia.com/gpu.unhealthy=true:NoSchedule"
+    assert (reclaiming.reason, restored.reason) == (events.RECLAIMING, events.RESTORED)
+    assert kept in reclaiming.note
+    assert restored.note == f"restored: the node serves inference again; {kept} (decision D2)"
+
+
+def held(*pods: str) -> ActionResult:
+    return ActionResult(
+        NODE, model.Action.PROGRESS, Outcome.IN_PROGRESS, "1 pod(s) of the loan left", held=pods
+    )
+
+
+async def test_a_drain_a_finalizer_holds_is_one_warning_per_change(seeded: Opened) -> None:
+    rec = recorder(seeded)
+    pod = "training/job-a-0 (example.com/checkpoint)"
+    for _ in range(4):  # four passes find the same pod held by the same finalizer
+        await rec.action(held(pod), "D2")
+    await rec.action(held(pod, "training/job-a-1 (example.com/checkpoint)"), "D2")  # another
+    await rec.action(held(), "D2")  # let go (before the deadline, or the pods went)
+    await rec.action(held(pod), "D2")  # held again: told again
+    items = await listed(seeded)
+    assert [(e.type, e.reason, e.action) for e in items] == [
+        ("Warning", events.DRAIN_BLOCKED, "Reclaim")
+    ] * 3
+    assert items[0].note == (
+        "reclaim past its deadline held by finalizers nobody removes: "
+        f"{pod}; the node stays reclaiming (counted away) (decision D2)"
     )

@@ -258,30 +258,52 @@ GARBAGE = [
         LENT_LABELS, {KEYS.original: "[" * 100_000}, KEYS.original, "not readable", id="nesting"
     ),
     pytest.param(
-        LENT_LABELS, {KEYS.original: "[]"}, KEYS.original, "not a version 1 record", id="a list"
+        LENT_LABELS,
+        {KEYS.original: "[]"},
+        KEYS.original,
+        "not a version 1 or 2 record",
+        id="a list",
     ),
     pytest.param(
-        LENT_LABELS, {KEYS.original: "null"}, KEYS.original, "not a version 1 record", id="null"
+        LENT_LABELS,
+        {KEYS.original: "null"},
+        KEYS.original,
+        "not a version 1 or 2 record",
+        id="null",
+    ),
+    pytest.param(
+        LENT_LABELS,
+        {KEYS.original: '{"v": 3, "taints": [], "labels": {}}'},
+        KEYS.original,
+        "not a version 1 or 2 record",
+        id="version 3",
     ),
     pytest.param(
         LENT_LABELS,
         {KEYS.original: '{"v": 2, "taints": [], "labels": {}}'},
         KEYS.original,
-        "not a version 1 record",
-        id="version 2",
+        "a version 2 record needs the lists 'added' and 'removed'",
+        id="version 2 without what the lend did",
+    ),
+    pytest.param(
+        LENT_LABELS,
+        {KEYS.original: '{"v": 2, "taints": [], "labels": {}, "added": [], "removed": [1]}'},
+        KEYS.original,
+        "removed taint 1 needs string 'key' and 'effect'",
+        id="version 2 with a removed taint that is not one",
     ),
     pytest.param(
         LENT_LABELS,
         {KEYS.original: '{"v": "1", "taints": [], "labels": {}}'},
         KEYS.original,
-        "not a version 1 record",
+        "not a version 1 or 2 record",
         id="version as a string",
     ),
     pytest.param(
         LENT_LABELS,
         {KEYS.original: '{"taints": [], "labels": {}}'},
         KEYS.original,
-        "not a version 1 record",
+        "not a version 1 or 2 record",
         id="no version",
     ),
     pytest.param(
@@ -400,7 +422,7 @@ GARBAGE = [
         LABELS,
         {KEYS.original: "{}"},
         KEYS.original,
-        "not a version 1 record",
+        "not a version 1 or 2 record",
         id="a serving node with a bad original",
     ),
 ]
@@ -455,6 +477,8 @@ def test_begin_lend_writes_the_originals_and_changes_no_taint_or_label_yet() -> 
                     "serving.example/tier": "gold",
                     "never-there": None,
                 },
+                added=SPEC.add_taints,
+                removed=(("workload", "NoSchedule"),),
             )
         ),
         KEYS.since: "2026-03-02T12:00:00Z",
@@ -494,7 +518,9 @@ def test_a_full_lend_and_reclaim_restores_taints_and_labels_exactly() -> None:
     assert without_ours(nodestate.serving_labels(lent, state_of(lent))) == LABELS
 
     later = T0 + timedelta(hours=3)
-    reclaim = nodestate.begin_reclaim(state_of(lent), KEYS, later, deadline, "audit-0002")
+    reclaim = nodestate.begin_reclaim(
+        state_of(lent), KEYS, later, deadline, "audit-0002", taints=lent.taints, spec=SPEC
+    )
     reclaiming = nodestate.apply(lent, reclaim)
     assert reclaiming.taints == TAINTS
     assert reclaiming.labels == {**LABELS, KEYS.state: "reclaiming"}
@@ -502,7 +528,8 @@ def test_a_full_lend_and_reclaim_restores_taints_and_labels_exactly() -> None:
     assert (state.phase, state.deadline, state.since) == (Phase.RECLAIMING, deadline, later)
 
     back = T0 + timedelta(hours=3, minutes=1)
-    served = nodestate.apply(reclaiming, nodestate.finish(state, KEYS, back))
+    done = nodestate.finish(state, KEYS, back, taints=reclaiming.taints, spec=SPEC)
+    served = nodestate.apply(reclaiming, done)
     assert served.taints == TAINTS
     assert served.labels == LABELS
     assert served.annotations == {KEYS.since: "2026-03-02T15:01:00Z", KEYS.decision: "audit-0002"}
@@ -514,7 +541,8 @@ def test_a_full_lend_and_reclaim_restores_taints_and_labels_exactly() -> None:
 def test_a_lend_rolled_back_from_lending_restores_the_node_exactly() -> None:
     start = node(annotations={"unrelated": "kept"})
     lending = nodestate.apply(start, nodestate.begin_lend(start, SPEC, KEYS, T0, DECISION))
-    rolled_back = nodestate.apply(lending, nodestate.finish(state_of(lending), KEYS, T0))
+    back = nodestate.finish(state_of(lending), KEYS, T0, taints=lending.taints, spec=SPEC)
+    rolled_back = nodestate.apply(lending, back)
     assert rolled_back.taints == TAINTS
     assert rolled_back.labels == LABELS
     assert rolled_back.annotations == {
@@ -531,10 +559,12 @@ def test_a_node_lent_twice_still_returns_to_its_first_originals() -> None:
         when = T0 + timedelta(hours=hour)
         once = nodestate.apply(once, nodestate.begin_lend(once, SPEC, KEYS, when, DECISION))
         once = nodestate.apply(once, nodestate.finish_lend(SPEC, state_of(once), KEYS, when))
-        once = nodestate.apply(
-            once, nodestate.begin_reclaim(state_of(once), KEYS, when, when, DECISION)
+        change = nodestate.begin_reclaim(
+            state_of(once), KEYS, when, when, DECISION, taints=once.taints, spec=SPEC
         )
-        once = nodestate.apply(once, nodestate.finish(state_of(once), KEYS, when))
+        once = nodestate.apply(once, change)
+        done = nodestate.finish(state_of(once), KEYS, when, taints=once.taints, spec=SPEC)
+        once = nodestate.apply(once, done)
     assert (once.taints, once.labels) == (TAINTS, LABELS)
 
 
@@ -617,12 +647,224 @@ def test_any_node_comes_back_with_the_same_taints_and_labels(
         assert not any((t.key, t.effect) in removed for t in current.taints)
         assert current.taints[len(current.taints) - len(spec.add_taints) :] == spec.add_taints
         assert without_ours(nodestate.serving_labels(current, lent)) == labels
-        change = nodestate.begin_reclaim(lent, KEYS, T0, T0 + timedelta(minutes=2), DECISION)
+        change = nodestate.begin_reclaim(
+            lent, KEYS, T0, T0 + timedelta(minutes=2), DECISION, taints=current.taints, spec=spec
+        )
         current = nodestate.apply(current, change)
         assert current.taints == taints
-    current = nodestate.apply(current, nodestate.finish(state_of(current), KEYS, T0))
+    done = nodestate.finish(state_of(current), KEYS, T0, taints=current.taints, spec=spec)
+    current = nodestate.apply(current, done)
     assert current.taints == taints
     assert current.labels == labels
     assert state_of(current).phase is Phase.SERVING
     assert KEYS.original not in current.annotations
     assert KEYS.deadline not in current.annotations
+
+
+# ---------------------------------------------------------------------------------------------
+# Other writers: restore undoes what the lend changed, and keeps everything else as it is now
+
+UNHEALTHY = Taint(key="nvidia.com/gpu.unhealthy", effect="NoSchedule", value="true")
+UNREACHABLE = Taint(
+    key="node.kubernetes.io/unreachable", effect="NoExecute", time_added="2026-03-02T13:00:00Z"
+)
+CORDON = Taint(
+    key="node.kubernetes.io/unschedulable", effect="NoSchedule", time_added="2026-03-02T13:05:00Z"
+)
+
+
+def lent_node(
+    start: model.NodeView | None = None, spec: nodestate.LendSpec = SPEC
+) -> model.NodeView:
+    start = start or node()
+    lending = nodestate.apply(start, nodestate.begin_lend(start, spec, KEYS, T0, DECISION))
+    return nodestate.apply(lending, nodestate.finish_lend(spec, state_of(lending), KEYS, T0))
+
+
+def with_taints(view: model.NodeView, taints: tuple[Taint, ...]) -> model.NodeView:
+    """``view`` once another writer has set its taints to ``taints``."""
+    return model.NodeView(view.name, view.labels, taints, view.annotations)
+
+
+def reclaimed(view: model.NodeView, spec: nodestate.LendSpec | None = SPEC) -> model.NodeView:
+    later = T0 + timedelta(hours=1)
+    change = nodestate.begin_reclaim(
+        state_of(view), KEYS, later, later, DECISION, taints=view.taints, spec=spec
+    )
+    reclaiming = nodestate.apply(view, change)
+    done = nodestate.finish(state_of(reclaiming), KEYS, later, taints=reclaiming.taints, spec=spec)
+    return nodestate.apply(reclaiming, done)
+
+
+def test_a_reclaim_keeps_the_taints_a_health_checker_and_the_node_lifecycle_added_while_lent() -> (
+    None
+):
+    lent = lent_node()
+    touched = with_taints(lent, (UNHEALTHY, *lent.taints, UNREACHABLE))
+    back = reclaimed(touched)
+    assert back.taints == (UNHEALTHY, *TAINTS, UNREACHABLE)
+    restored = nodestate.restore(state_of(touched), touched.taints, SPEC, KEYS)
+    assert restored.kept == (UNHEALTHY, UNREACHABLE)
+    assert [str(t) for t in restored.kept] == [
+        "nvidia.com/gpu.unhealthy=true:NoSchedule",
+        "node.kubernetes.io/unreachable:NoExecute",
+    ]
+
+
+def test_a_cordon_made_while_lent_survives_the_reclaim() -> None:
+    lent = lent_node()
+    back = reclaimed(with_taints(lent, (*lent.taints, CORDON)))
+    assert back.taints == (*TAINTS, CORDON)
+
+
+def test_a_taint_another_writer_changed_or_removed_during_the_loan_stays_as_they_left_it() -> None:
+    lent = lent_node()
+    zeta, alpha = lent.taints[0], lent.taints[1]
+    assert (zeta.key, alpha.key) == ("zeta.example/maintenance", "alpha")
+    changed = Taint(zeta.key, zeta.effect, "now", "2026-03-02T14:00:00Z")
+    back = reclaimed(with_taints(lent, (changed, *lent.taints[2:])))  # alpha removed
+    assert back.taints == (changed, INFERENCE, *TAINTS[3:])
+    state = state_of(with_taints(lent, (changed, *lent.taints[2:])))
+    restored = nodestate.restore(state, (changed, *lent.taints[2:]), SPEC, KEYS)
+    assert restored.left_removed == (alpha,)
+    assert restored.kept == (changed,)
+
+
+def test_another_writers_copy_of_a_taint_the_lend_removed_is_replaced_by_the_recorded_one() -> None:
+    lent = lent_node()
+    theirs = Taint("workload", "NoSchedule", "batch", "2026-03-02T14:00:00Z")
+    back = reclaimed(with_taints(lent, (theirs, *lent.taints)))
+    assert back.taints == TAINTS  # one taint per key and effect: the one the pool served under
+
+
+def test_a_lend_rolled_back_keeps_a_taint_added_while_it_was_lending() -> None:
+    start = node()
+    lending = nodestate.apply(start, nodestate.begin_lend(start, SPEC, KEYS, T0, DECISION))
+    touched = with_taints(lending, (*lending.taints, UNHEALTHY))
+    change = nodestate.finish(state_of(touched), KEYS, T0, taints=touched.taints, spec=SPEC)
+    assert nodestate.apply(touched, change).taints == (*TAINTS, UNHEALTHY)
+
+
+def test_a_lend_records_what_it_did_so_a_pool_spec_changed_during_the_loan_still_restores() -> None:
+    lent = lent_node()
+    other_lent = Taint(KEYS.lent_taint, "NoSchedule", "batch")
+    changed = nodestate.LendSpec(remove_taints=(), add_taints=(other_lent,), labels=SPEC.labels)
+    assert reclaimed(lent, changed).taints == TAINTS
+    assert reclaimed(lent, None).taints == TAINTS  # no pool selects it: its own record says
+
+
+def test_a_version_1_record_is_restored_from_the_pools_lend_spec() -> None:
+    lent = lent_node()
+    state = state_of(lent)
+    assert state.original is not None
+    old = Original(taints=state.original.taints, labels=state.original.labels)
+    assert json.loads(nodestate.encode_original(old))["v"] == 1
+    written_by_an_older_release = model.NodeView(
+        lent.name,
+        lent.labels,
+        (UNHEALTHY, *lent.taints),
+        {**lent.annotations, KEYS.original: nodestate.encode_original(old)},
+    )
+    assert reclaimed(written_by_an_older_release).taints == (UNHEALTHY, *TAINTS)
+
+
+def test_a_version_1_record_on_a_node_no_pool_selects_is_restored_from_what_the_node_shows() -> (
+    None
+):
+    spec = nodestate.LendSpec(remove_taints=(INFERENCE,), add_taints=(LENT,))
+    start = node(taints=(INFERENCE, UNHEALTHY))
+    lent = lent_node(start, spec)
+    state = state_of(lent)
+    assert state.original is not None
+    old = Original(taints=state.original.taints, labels=state.original.labels)
+    v1 = model.NodeView(
+        lent.name,
+        lent.labels,
+        lent.taints,
+        {**lent.annotations, KEYS.original: nodestate.encode_original(old)},
+    )
+    assert reclaimed(v1, None).taints == (INFERENCE, UNHEALTHY)
+
+
+def test_a_version_2_record_decodes_to_what_was_encoded() -> None:
+    original = Original(
+        taints=TAINTS,
+        labels={"a": None, "b": "c"},
+        added=(LENT,),
+        removed=(("workload", "NoSchedule"),),
+    )
+    text = nodestate.encode_original(original)
+    assert json.loads(text)["v"] == 2
+    assert nodestate.decode_original(text) == original
+
+
+_FOREIGN_KEYS = st.sampled_from(
+    [
+        "nvidia.com/gpu.unhealthy",
+        "node.kubernetes.io/unreachable",
+        "node.kubernetes.io/unschedulable",
+        "workload",
+        "a",
+        KEYS.lent_taint,
+    ]
+)
+_FOREIGN = st.builds(
+    Taint,
+    key=_FOREIGN_KEYS,
+    effect=_EFFECTS,
+    value=_TAINT_VALUES,
+    time_added=st.one_of(st.none(), st.just("2026-03-02T13:00:00Z")),
+)
+_UNIQUE_TAINTS = st.lists(_TAINTS, max_size=6, unique_by=lambda t: (t.key, t.effect)).map(tuple)
+
+
+@settings(deadline=None)
+@given(
+    taints=_UNIQUE_TAINTS,
+    spec=_SPECS,
+    added=st.lists(_FOREIGN, max_size=3),
+    removed=st.sets(st.integers(0, 9), max_size=3),
+    changed=st.dictionaries(st.integers(0, 9), _TAINT_VALUES, max_size=2),
+    at=st.integers(0, 9),
+    rollback=st.booleans(),
+)
+def test_any_other_writers_taints_survive_the_restore_and_nothing_else_changes(
+    taints: tuple[Taint, ...],
+    spec: nodestate.LendSpec,
+    added: list[Taint],
+    removed: set[int],
+    changed: dict[int, str | None],
+    at: int,
+    rollback: bool,
+) -> None:
+    start = node(taints=taints)
+    current = nodestate.apply(start, nodestate.begin_lend(start, spec, KEYS, T0, DECISION))
+    if not rollback:
+        current = nodestate.apply(current, nodestate.finish_lend(spec, state_of(current), KEYS, T0))
+    owned = {(t.key, t.effect) for t in (*spec.remove_taints, *spec.add_taints)}
+    # Another writer edits the taints the lend does not own: changes some, removes some, adds
+    # some (one taint per key and effect, as the API keeps them).
+    now = list(current.taints)
+    theirs = [i for i, t in enumerate(now) if (t.key, t.effect) not in owned]
+    for i, value in changed.items():
+        if i < len(theirs):
+            old = now[theirs[i]]
+            now[theirs[i]] = Taint(old.key, old.effect, value, "2026-03-02T14:00:00Z")
+    gone = {now[theirs[i]] for i in removed if i < len(theirs)}
+    now = [t for t in now if t not in gone]
+    for taint in added:
+        if (taint.key, taint.effect) not in owned | {(t.key, t.effect) for t in now}:
+            now.insert(min(at, len(now)), taint)
+    touched = with_taints(current, tuple(now))
+    untouched = tuple(now) == current.taints
+
+    done = nodestate.finish(state_of(touched), KEYS, T0, taints=touched.taints, spec=spec)
+    back = nodestate.apply(touched, done).taints
+
+    foreign = [t for t in now if (t.key, t.effect) not in owned]
+    assert [t for t in back if (t.key, t.effect) not in owned] == foreign  # kept, in order
+    assert [t for t in back if (t.key, t.effect) in owned] == [
+        t for t in taints if (t.key, t.effect) in owned
+    ]
+    if untouched:
+        assert back == taints

@@ -211,7 +211,9 @@ class PlannerMachine(RuleBasedStateMachine):
     @rule()
     def the_actuator_rolls_back_interrupted_lends(self) -> None:
         for node in self.in_phase(nodestate.Phase.LENDING):
-            rolled_back = nodestate.finish(state_of(node), KEYS, self.now)
+            rolled_back = nodestate.finish(
+                state_of(node), KEYS, self.now, taints=node.taints, spec=self.policy.lend_spec
+            )
             self.nodes[node.name] = nodestate.apply(node, rolled_back)
 
     @rule()
@@ -220,7 +222,10 @@ class PlannerMachine(RuleBasedStateMachine):
             state = state_of(node)
             assert state.deadline is not None
             if state.deadline <= self.now:
-                done = nodestate.apply(node, nodestate.finish(state, KEYS, self.now))
+                change = nodestate.finish(
+                    state, KEYS, self.now, taints=node.taints, spec=self.policy.lend_spec
+                )
+                done = nodestate.apply(node, change)
                 kept = tuple(p for p in node.pods if p.role is not PodRole.BORROWED)
                 self.nodes[node.name] = rebuilt(done, pods=kept)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from rebalancer.core import model, recovery
@@ -118,3 +120,15 @@ def test_a_drain_that_had_begun_is_interrupted_not_superseded_when_the_node_move
 
     assert recovery.judge(RECLAIM, moved, KEYS, begun=True).result is Outcome.INTERRUPTED
     assert recovery.judge(RECLAIM, moved, KEYS).result is Outcome.SUPERSEDED
+
+
+def test_an_intent_for_a_node_that_was_replaced_under_its_name_is_gone() -> None:
+    for_old = dataclasses.replace(RECLAIM, detail={"node_uid": "uid-old"})
+    reclaiming = begin_reclaim(lend(serving("n")))
+    replaced = dataclasses.replace(serving("n"), uid="uid-new")
+    verdict = recovery.judge(for_old, replaced, KEYS, begun=True)
+    assert (verdict.result, verdict.take_over) == (Outcome.GONE, False)
+    assert verdict.message == "the node was replaced (uid uid-old, now uid-new)"
+    # The same node (its UID as recorded) is judged as before.
+    same = dataclasses.replace(reclaiming, uid="uid-old")
+    assert recovery.judge(for_old, same, KEYS, begun=True).result is Outcome.INTERRUPTED

@@ -228,7 +228,9 @@ class SlowReclaims(Calls):
     most: int = 0
     deadlines: list[datetime] = field(default_factory=list)
 
-    async def reclaim(self, node: str, decision: str, deadline: datetime) -> ActionResult:
+    async def reclaim(
+        self, node: str, decision: str, deadline: datetime, *, uid: str | None = None
+    ) -> ActionResult:
         self.running += 1
         self.most = max(self.most, self.running)
         self.deadlines.append(deadline)
@@ -258,7 +260,9 @@ class SlowDrains(Calls):
     most: int = 0
     passes: list[str] = field(default_factory=list)
 
-    async def progress(self, node: str, decision: str | None = None) -> ActionResult:
+    async def progress(
+        self, node: str, decision: str | None = None, *, uid: str | None = None
+    ) -> ActionResult:
         self.running += 1
         self.most = max(self.most, self.running)
         self.passes.append(node)

@@ -91,14 +91,18 @@ class Watched:
     async def lend(self, node: str, decision: str) -> ActionResult:
         return await self.inner.lend(node, decision)
 
-    async def reclaim(self, node: str, decision: str, deadline: datetime) -> ActionResult:
+    async def reclaim(
+        self, node: str, decision: str, deadline: datetime, *, uid: str | None = None
+    ) -> ActionResult:
         page = await self.controller.store.query(AuditQuery(kinds=(Kind.INTENT,), limit=1000))
         self.intents_seen.append(len(page.records))
         assert any(r.id == decision for r in page.records), "the intent is stored first"
-        return await self.inner.reclaim(node, decision, deadline)
+        return await self.inner.reclaim(node, decision, deadline, uid=uid)
 
-    async def progress(self, node: str, decision: str | None = None) -> ActionResult:
-        return await self.inner.progress(node)
+    async def progress(
+        self, node: str, decision: str | None = None, *, uid: str | None = None
+    ) -> ActionResult:
+        return await self.inner.progress(node, uid=uid)
 
 
 class RefusingStore(MemoryAuditStore):

@@ -154,13 +154,16 @@ def begin_reclaim(
     node: model.NodeView, at: datetime = T0, deadline: timedelta = timedelta(minutes=2)
 ) -> model.NodeView:
     """lent -> reclaiming at ``at``, with the deadline ``deadline`` later."""
-    change = nodestate.begin_reclaim(state_of(node), KEYS, at, at + deadline, "test-reclaim")
+    change = nodestate.begin_reclaim(
+        state_of(node), KEYS, at, at + deadline, "test-reclaim", taints=node.taints, spec=None
+    )
     return nodestate.apply(node, change)
 
 
 def finish(node: model.NodeView, at: datetime = T0) -> model.NodeView:
     """reclaiming (or lending) -> serving at ``at``: ``since`` records when it came back."""
-    return nodestate.apply(node, nodestate.finish(state_of(node), KEYS, at))
+    change = nodestate.finish(state_of(node), KEYS, at, taints=node.taints, spec=None)
+    return nodestate.apply(node, change)
 
 
 def returned(name: str, lent_at: datetime, back_at: datetime) -> model.NodeView:
@@ -332,7 +335,13 @@ def apply_step(
     if step.action is model.Action.LEND:
         return lend(node, now, pool_policy.lend_spec)
     change = nodestate.begin_reclaim(
-        state_of(node), KEYS, now, now + pool_policy.reclaim_deadline, "test-reclaim"
+        state_of(node),
+        KEYS,
+        now,
+        now + pool_policy.reclaim_deadline,
+        "test-reclaim",
+        taints=node.taints,
+        spec=pool_policy.lend_spec,
     )
     return nodestate.apply(node, change)
 

@@ -119,11 +119,15 @@ class Calls:
         self.made.append(("lend", node))
         return ActionResult(node, model.Action.LEND, Outcome.APPLIED, "lent")
 
-    async def reclaim(self, node: str, decision: str, deadline: datetime) -> ActionResult:
+    async def reclaim(
+        self, node: str, decision: str, deadline: datetime, *, uid: str | None = None
+    ) -> ActionResult:
         self.made.append(("reclaim", node))
         return ActionResult(node, model.Action.RECLAIM, Outcome.APPLIED, "serving")
 
-    async def progress(self, node: str, decision: str | None = None) -> ActionResult:
+    async def progress(
+        self, node: str, decision: str | None = None, *, uid: str | None = None
+    ) -> ActionResult:
         return ActionResult(node, model.Action.PROGRESS, Outcome.NOTHING, "")
 
     def of(self, call: str) -> list[str]:
@@ -168,17 +172,29 @@ class CodecActuator:
         self.views.put(nodestate.apply(begun, finish))
         return self._done("lend", node, decision, Outcome.APPLIED, "lent")
 
-    async def reclaim(self, node: str, decision: str, deadline: datetime) -> ActionResult:
+    async def reclaim(
+        self, node: str, decision: str, deadline: datetime, *, uid: str | None = None
+    ) -> ActionResult:
         view, now = self.views.get(node), self.clock()
         if self._phase(view) is not Phase.LENT:
             return self._done("reclaim", node, decision, Outcome.REFUSED, "not lent", deadline)
-        change = nodestate.begin_reclaim(self._state(view), self.keys, now, deadline, decision)
+        change = nodestate.begin_reclaim(
+            self._state(view),
+            self.keys,
+            now,
+            deadline,
+            decision,
+            taints=view.taints,
+            spec=self.spec,
+        )
         self.views.put(nodestate.apply(view, change))
         if any(p.role is PodRole.BORROWED for p in view.pods):
             return self._done("reclaim", node, decision, Outcome.IN_PROGRESS, "draining", deadline)
         return self._finish("reclaim", node, decision, deadline)
 
-    async def progress(self, node: str, decision: str | None = None) -> ActionResult:
+    async def progress(
+        self, node: str, decision: str | None = None, *, uid: str | None = None
+    ) -> ActionResult:
         view = self.views.get(node)
         if decision is not None:  # the transition changes hands (a recovery's intent)
             view = nodestate.apply(view, nodestate.take_over(self.keys, decision))
@@ -197,7 +213,9 @@ class CodecActuator:
         """Borrowed pods evicted (gone at once), then the node back to serving."""
         view = self.views.get(node)
         kept = [p for p in view.pods if p.role is not PodRole.BORROWED]
-        change = nodestate.finish(self._state(view), self.keys, self.clock())
+        change = nodestate.finish(
+            self._state(view), self.keys, self.clock(), taints=view.taints, spec=self.spec
+        )
         self.views.put(dataclasses.replace(nodestate.apply(view, change), pods=tuple(kept)))
         return self._done(call, node, decision, Outcome.APPLIED, "serving", deadline)
 
