@@ -331,9 +331,13 @@ def apply_step(
     """The node once ``step`` is carried out: a lend at once to lent, a reclaim to reclaiming."""
     if step.action is model.Action.LEND:
         return lend(node, now, pool_policy.lend_spec)
-    change = nodestate.begin_reclaim(
-        state_of(node), KEYS, now, now + pool_policy.reclaim_deadline, "test-reclaim"
-    )
+    deadline = now + pool_policy.reclaim_deadline
+    state = nodestate.read_in_pool(node, KEYS, pool_policy.lend_spec.add_taints)
+    if isinstance(state, nodestate.StateError):  # taken back from the pool's specification
+        spec = pool_policy.lend_spec
+        change = nodestate.begin_restore_from_spec(node, spec, KEYS, now, deadline, "test-reclaim")
+    else:
+        change = nodestate.begin_reclaim(state, KEYS, now, deadline, "test-reclaim")
     return nodestate.apply(node, change)
 
 
