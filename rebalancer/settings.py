@@ -491,10 +491,14 @@ class PoolSettings(_Model):
             add = tuple(t.taint() for t in self.lent_taints)
         labels: dict[str, str | None] = dict.fromkeys(self.serving_labels)
         labels.update(self.lent_labels)
+        # What a restore from the specification sets: a label the lend changes that the pool
+        # selects on serves with the selector's value.
+        serving = {k: v for k, v in self.node_selector.items() if k in labels}
         return nodestate.LendSpec(
             remove_taints=tuple(t.taint() for t in self.serving_taints),
             add_taints=add,
             labels=labels,
+            serving_labels={**serving, **self.serving_labels},
         )
 
     def policy(self, keys: nodestate.Keys) -> PoolPolicy:

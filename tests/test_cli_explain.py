@@ -59,7 +59,7 @@ async def test_explain_reads_and_never_writes(tmp_path: Path) -> None:
         assert doc["override_problems"] == [
             f"{KEYS.paused}='yes' is ignored: must be true or false"
         ]
-        assert doc["rules"]["checks"][0] == {
+        assert doc["rules"]["checks"][1] == {
             "rule": "bad_override",
             "verdict": "refuses",
             "note": "with an override that cannot be read",

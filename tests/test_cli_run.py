@@ -278,7 +278,7 @@ async def test_reclaim_all_taints_every_node_before_any_drain_ends_then_drains_t
             assert calls == ["reclaim", "progress"], outcomes
 
 
-async def test_reclaim_pool_reports_a_refused_node_and_brings_the_others_back_exit_1(
+async def test_reclaim_pool_brings_back_a_node_whose_since_is_garbled_with_the_others(
     tmp_path: Path,
 ) -> None:
     lent = ["inference-2", "inference-3", "inference-4"]
@@ -292,24 +292,18 @@ async def test_reclaim_pool_reports_a_refused_node_and_brings_the_others_back_ex
         for node in lent:
             assert (await actuator.lend(node, "test-lend")).outcome is Outcome.APPLIED
             train_on(box.store, node, pods=1, grace=1)
+        # Another writer garbled a time of ours: the original still says what it served with.
         broken = {"metadata": {"annotations": {config.keys().since: "yesterday"}}}
         await core.patch_node("inference-3", broken)
         args = ("--config", str(box.config), "--kubeconfig", str(box.kubeconfig))
 
         code, out, err = await run_cli("reclaim", "--pool", "inference", *args)
-        assert code == 1, err
+        assert code == 0, err
         assert "Traceback" not in err
         lines = out.splitlines()
-        failed = [line for line in lines if line.startswith("inference-3 ")]
-        assert len(failed) == 1, out
-        assert re.fullmatch(
-            r"inference-3 failed \d+\.\ds: refused: unreadable state: .*", failed[0]
-        )
-        for node in ("inference-2", "inference-4"):
+        for node in lent:
             assert any(re.fullmatch(rf"{node} back .* \(1 pod evicted\)", ln) for ln in lines), out
-        assert "3 nodes: 2 back, 1 not back; last serving taint " in out
-        assert lines[-2].startswith("not back: inference-3: refused: unreadable state")
-        assert lines[-1] == "exit 1: 1 node(s) not back"
+        assert "3 nodes: 3 back, 0 not back; last serving taint " in out
 
 
 async def test_a_config_with_no_pool_is_refused_at_start_in_one_line(tmp_path: Path) -> None:

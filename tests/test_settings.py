@@ -602,6 +602,8 @@ def test_custom_pool_builds_its_values() -> None:
         ),
         add_taints=(model.Taint(key="spot", effect="NoSchedule"),),
         labels={"role": "training", "pool": "borrowed"},
+        # What a restore from the specification writes back (docs/design/other-writers.md).
+        serving_labels={"role": "inference"},
     )
     assert p.lend_spec(keys) == spec
     window = windows.parse("Mon-Fri 22:00-06:00", "Asia/Shanghai")

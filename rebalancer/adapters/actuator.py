@@ -203,6 +203,9 @@ class Actuator:
         view, state = await self._observe(run.node)
         if isinstance(state, nodestate.StateError):
             return run.result(Outcome.REFUSED, f"unreadable state: {state}")
+        if self._keys.original in view.annotations:
+            # Never overwritten: it may be the only record of what the node served with.
+            return run.result(Outcome.REFUSED, f"node carries {self._keys.original} already")
         if state.phase is not Phase.SERVING:
             return run.result(Outcome.REFUSED, f"node is {state.phase.value}, not serving")
         if not view.idle:
@@ -240,7 +243,15 @@ class Actuator:
                 return await self._reclaim(run, decision, deadline, uid, cached=False)
             return run.result(Outcome.GONE, _replaced_note(view, uid))
         if isinstance(state, nodestate.StateError):
-            return run.result(Outcome.REFUSED, f"unreadable state: {state}")
+            # Its own original cannot be read: back from the pool's specification, then the
+            # drain and finish of any reclaim (docs/design/other-writers.md).
+            change = nodestate.begin_restore_from_spec(
+                view, self._spec, self._keys, self._clock(), deadline, decision
+            )
+            after = await self._patch(run, WriteKind.BEGIN_RECLAIM, view, change)
+            from_spec = nodestate.read(after, self._keys)
+            assert isinstance(from_spec, NodeState)
+            return await self._drain(run, after, from_spec)
         if state.phase in (Phase.LENDING, Phase.RECLAIMING):  # already on its way
             return await self._progress(run, None if cached else (view, state), None, uid)
         if state.phase is not Phase.LENT:
@@ -408,7 +419,7 @@ class Actuator:
             raw = await self._writer.get_node(name)
             pods = _views(await self._pods(name)) if with_pods else ()
             view = convert.node_view(raw, pods)
-        return view, nodestate.read(view, self._keys)
+        return view, nodestate.read_in_pool(view, self._keys, self._spec.add_taints)
 
     async def _pods(self, node: str) -> list[_Pod]:
         raw = await self._writer.list_pods(node)

@@ -21,6 +21,11 @@ What is recorded (events.k8s.io/v1, ``reportingController`` ``rebalancer.io/cont
   change: the same pods held by the same finalizers on every pass make one Event;
 - the planner refused an override annotation (a ``core.model.Finding``): Warning
   ``OverrideRefused``, action ``Refuse``, the note naming the key, the value and why;
+- the planner found a node another writer changed, or that is not where it belongs (a
+  ``Finding`` with a state reason): Warning, action ``Report``, the reason saying what it is
+  (``StateUnreadable``, ``StateLabelLost``, ``LentTaintLost``, ``ForeignPodOnLentNode``,
+  ``NodeOrphaned``, ``SelectedByManyPools``), the note saying what is done about it. Once per
+  node, key and value, as a refused override;
 - the planner refused, for now, what an operator asked of the node by a valid annotation
   (``lend=now`` with no room to lend, a ``reclaim=now`` on a frozen pool: a ``Rejection`` of an
   operator's intent about the node): Warning ``RequestRefused``, action ``Refuse``, the note
@@ -83,6 +88,15 @@ LENT, RECLAIMING, RESTORED, ROLLED_BACK = "Lent", "Reclaiming", "Restored", "Len
 OVERRIDE_REFUSED = "OverrideRefused"
 DRAIN_BLOCKED = "DrainBlocked"
 REQUEST_REFUSED = "RequestRefused"
+# Every state problem says what it is (docs/design/other-writers.md).
+STATE_EVENTS = {
+    model.Reason.STATE_UNREADABLE: "StateUnreadable",
+    model.Reason.STATE_LABEL_LOST: "StateLabelLost",
+    model.Reason.LENT_TAINT_LOST: "LentTaintLost",
+    model.Reason.FOREIGN_POD: "ForeignPodOnLentNode",
+    model.Reason.ORPHANED: "NodeOrphaned",
+    model.Reason.SELECTED_BY_MANY_POOLS: "SelectedByManyPools",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +155,9 @@ def drain_blocked_event(result: ActionResult, decision: str | None = None) -> No
 
 
 def finding_event(finding: model.Finding) -> NodeEvent:
+    reason = STATE_EVENTS.get(finding.reason)
+    if reason is not None:
+        return NodeEvent(str(finding.node), "Warning", reason, "Report", finding.message)
     note = f"annotation {finding.key}={finding.value!r} refused: {finding.message}"
     return NodeEvent(str(finding.node), "Warning", OVERRIDE_REFUSED, "Refuse", note)
 

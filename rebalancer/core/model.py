@@ -396,6 +396,11 @@ class PoolSnapshot:
     # Alertmanager alerts that fire and match the pool's ``wake_on``: the pool lends nothing
     # while one holds, and the planner takes nodes back as it does for a queue.
     alerts: tuple[FiringAlert, ...] = ()
+    # Nodes of ``nodes`` no pool selects that carry our keys: the pool adopted them to finish
+    # them (``runtime.reconcile``); each is taken back from its own original.
+    orphans: frozenset[NodeName] = frozenset()
+    # Nodes of ``nodes`` other pools select too, with those pools: this pool drives them.
+    overlaps: Mapping[NodeName, tuple[PoolName, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -445,6 +450,13 @@ class Reason(StrEnum):
     GANG_PREEMPTED = "gang_preempted"  # a job losing pods elsewhere: its other nodes come back
     UNUSED_LOAN = "unused_loan"  # lent, yet no job runs on it or waits for it
     ALERT_FIRING = "alert_firing"  # a matched Alertmanager alert fires: no lending, reclaim
+    # a node another writer changed, reported and taken back (docs/design/other-writers.md)
+    STATE_UNREADABLE = "state_unreadable"  # an owned key cannot be read: back from the spec
+    STATE_LABEL_LOST = "state_label_lost"  # the state label is gone, the original is there
+    LENT_TAINT_LOST = "lent_taint_lost"  # a lent node lost a lent taint: anything may land
+    FOREIGN_POD = "foreign_pod"  # a lent node runs a pod neither inference, daemon nor borrowed
+    ORPHANED = "orphaned"  # carries our keys, yet no pool selects it now
+    SELECTED_BY_MANY_POOLS = "selected_by_many_pools"  # a finding: the first pool drives it
     # why something is refused
     PAUSED = "paused"
     FROZEN = "frozen"

@@ -102,12 +102,29 @@ class Original:
 
 
 @dataclass(frozen=True, slots=True)
+class Drift:
+    """Something another writer changed on a node that is ours to finish: the node is still
+    readable, but not as the controller left it (docs/design/other-writers.md)."""
+
+    reason: model.Reason  # its own code: state_label_lost, state_unreadable, lent_taint_lost, ...
+    key: str
+    value: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value!r}: {self.why}"
+
+
+@dataclass(frozen=True, slots=True)
 class NodeState:
     phase: Phase
     original: Original | None = None
     since: datetime | None = None
     decision: str | None = None
     deadline: datetime | None = None
+    # What another writer changed that the read worked around (a lost state label read as
+    # lent, a garbled time read as unknown); empty when the node is as the controller left it.
+    drift: tuple[Drift, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +146,9 @@ class LendSpec:
     remove_taints: tuple[model.Taint, ...]  # matched by key and effect
     add_taints: tuple[model.Taint, ...]
     labels: Mapping[str, str | None] = field(default_factory=dict)  # None removes the label
+    # The labels a serving node of the pool carries (its ``serving_labels`` setting): what a
+    # restore from the specification sets, when a node's own original cannot be read.
+    serving_labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,9 +196,22 @@ def read(node: model.NodeView, keys: Keys) -> NodeState | StateError:
 
 
 def _read(node: model.NodeView, keys: Keys) -> NodeState | StateError:
+    """The state as written, read so that it cannot be lost (docs/design/other-writers.md): a
+    node that carries our ``original`` is never serving, whatever its labels say (one that
+    carries a pool's lent taint is not either: ``read_in_pool``), and a garbled time next to a
+    readable original is a drift, not a reason to give up."""
     raw_phase = node.labels.get(keys.state)
+    ann = node.annotations
+    drift: list[Drift] = []
     if raw_phase is None:
         phase = Phase.SERVING
+        if keys.original in ann:
+            # Another writer removed the label: lend, lent and reclaim all write the label and
+            # the original together, so the node was lent or on its way; read as lent, the
+            # planner takes it back through the ordinary reclaim, from its own original.
+            phase = Phase.LENT
+            why = f"the state label is gone but {keys.original} is there: read as lent"
+            drift.append(Drift(model.Reason.STATE_LABEL_LOST, keys.state, "", why))
     else:
         try:
             phase = Phase(raw_phase)
@@ -186,12 +219,6 @@ def _read(node: model.NodeView, keys: Keys) -> NodeState | StateError:
             return StateError(keys.state, raw_phase, "not one of lending, lent, reclaiming")
         if phase is Phase.SERVING:
             return StateError(keys.state, raw_phase, "serving is written as no label")
-    ann = node.annotations
-    since = _time_or_none(ann, keys.since)
-    deadline = _time_or_none(ann, keys.deadline)
-    for parsed in (since, deadline):
-        if isinstance(parsed, StateError):
-            return parsed
     original: Original | None = None
     if keys.original in ann:
         decoded = decode_original(ann[keys.original])
@@ -200,15 +227,50 @@ def _read(node: model.NodeView, keys: Keys) -> NodeState | StateError:
         original = decoded
     if phase is not Phase.SERVING and original is None:
         return StateError(keys.state, raw_phase or "", f"no {keys.original} to restore from")
-    assert not isinstance(since, StateError)
-    assert not isinstance(deadline, StateError)
+    times: list[datetime | None] = []
+    for key in (keys.since, keys.deadline):
+        parsed = _time_or_none(ann, key)
+        if isinstance(parsed, StateError):
+            # Unknown, not fatal: no cooldown or loan time is measured from it, and a missing
+            # deadline counts as passed. The planner reports it and takes a lent node back.
+            reason = model.Reason.STATE_UNREADABLE
+            drift.append(Drift(reason, key, parsed.value, f"{parsed.why}; read as unknown"))
+            parsed = None
+        times.append(parsed)
+    since, deadline = times
     return NodeState(
         phase=phase,
         original=original,
         since=since,
         decision=ann.get(keys.decision),
         deadline=deadline,
+        drift=tuple(drift),
     )
+
+
+def read_in_pool(
+    node: model.NodeView, keys: Keys, lent: tuple[model.Taint, ...]
+) -> NodeState | StateError:
+    """``read``, for a node of a pool whose lend adds the taints ``lent``: a node read as
+    serving that carries one of them (key, value and effect) has lost its original, and cannot
+    be read. The planner, the counts of a tick and the actuator all read a pool's nodes so."""
+    memo_key = ("state-in-pool", keys.prefix, lent)
+    found = node.memo.get(memo_key)
+    if not isinstance(found, NodeState | StateError):
+        found = node.memo[memo_key] = _left_behind(node, read(node, keys), keys, lent)
+    return found
+
+
+def _left_behind(
+    node: model.NodeView, state: NodeState | StateError, keys: Keys, lent: tuple[model.Taint, ...]
+) -> NodeState | StateError:
+    if isinstance(state, StateError) or state.phase is not Phase.SERVING:
+        return state
+    wanted = {(t.key, t.value, t.effect) for t in lent}
+    found = next((t for t in node.taints if (t.key, t.value, t.effect) in wanted), None)
+    if found is None:
+        return state
+    return StateError(found.key, str(found), f"a lent taint with no {keys.original} beside it")
 
 
 def _time_or_none(ann: Mapping[str, str], key: str) -> datetime | StateError | None:
@@ -307,6 +369,70 @@ def serving_labels(node: model.NodeView, state: NodeState) -> Mapping[str, str]:
         else:
             labels[key] = value
     return labels
+
+
+def carries_ours(node: model.NodeView, keys: Keys, lent: tuple[model.Taint, ...] = ()) -> bool:
+    """Whether the node carries a key that says the controller has not finished with it: the
+    state label, ``original``, or a lent taint (ours by prefix, or one of ``lent`` by key and
+    effect). ``since`` and ``decision`` stay after a reclaim, so they do not count."""
+    if keys.state in node.labels or keys.original in node.annotations:
+        return True
+    wanted = {(t.key, t.effect) for t in lent}
+    return any(t.key.startswith(keys.prefix) or (t.key, t.effect) in wanted for t in node.taints)
+
+
+def missing_lent_taints(node: model.NodeView, spec: LendSpec) -> tuple[model.Taint, ...]:
+    """The lent taints of ``spec`` a node does not carry (by key and effect): on a lent node,
+    what another writer removed, so that pods with no toleration may land on it."""
+    present = {(t.key, t.effect) for t in node.taints}
+    return tuple(t for t in spec.add_taints if (t.key, t.effect) not in present)
+
+
+def spec_original(node: model.NodeView, spec: LendSpec, keys: Keys) -> Original:
+    """What a node serves with by its pool's specification alone, for a node whose own
+    ``original`` cannot be read: the taints it has now without the pool's lent taints and
+    ours, with the serving taints added where missing (by key and effect), and each label the
+    lend changes at its serving value (removed when the pool names none). Everything another
+    writer put on the node stays, in its place."""
+    lent = {(t.key, t.effect) for t in spec.add_taints}
+    kept = [
+        t
+        for t in node.taints
+        if (t.key, t.effect) not in lent and not t.key.startswith(keys.prefix)
+    ]
+    present = {(t.key, t.effect) for t in kept}
+    serving = tuple(t for t in spec.remove_taints if (t.key, t.effect) not in present)
+    labels: dict[str, str | None] = dict.fromkeys(spec.labels)
+    labels.update(spec.serving_labels)
+    return Original(taints=(*kept, *serving), labels=labels)
+
+
+def begin_restore_from_spec(
+    node: model.NodeView,
+    spec: LendSpec,
+    keys: Keys,
+    now: datetime,
+    deadline: datetime,
+    decision: str,
+) -> NodeChange:
+    """unreadable -> reclaiming, from the pool's specification (``spec_original``): the serving
+    taints and labels are written at once, so nothing new lands, and the rebuilt original
+    replaces the unreadable one so that the drain and ``finish`` go on as for any reclaim.
+    The unreadable text itself is kept in the audit log (the finding and the intent's
+    ``before``), not on the node."""
+    original = spec_original(node, spec, keys)
+    labels: dict[str, str | None] = dict(original.labels)
+    labels[keys.state] = Phase.RECLAIMING.value
+    return NodeChange(
+        taints=original.taints,
+        labels=labels,
+        annotations={
+            keys.original: encode_original(original),
+            keys.since: format_time(now),
+            keys.deadline: format_time(deadline),
+            keys.decision: decision,
+        },
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -125,6 +125,7 @@ def plan_pool(
     draft = _Draft(_observe(now, name, pool, policy, keys, paused, frozen, served))
     # Every intent is still formed under a pause or a freeze, and refused: nothing is silent.
     _operator_intents(draft)
+    _state_intents(draft)
     _safety_intents(draft)
     _strategy_intent(draft, proposal)
     _unused_loans(draft)
@@ -153,6 +154,13 @@ class _Node:
     overrides: overrides.Overrides
     window: windows.Window | None  # the node's own window override; None: the pool's
     unreadable: bool = False  # an override could not be read: fail closed, never lend it
+    # Why the node is taken back whatever the strategy says (another writer changed it: its
+    # state is unreadable, its label or lent taint lost, a foreign pod on it; or no pool
+    # selects it now), None for a node as the controller left it. Lent nodes only.
+    problem: Reason | None = None
+    # The node's state could not be read: it is planned as lent (away from serving, for every
+    # cap) and taken back from the pool's specification.
+    error: nodestate.StateError | None = None
 
     def as_of(self, now: datetime) -> _Node:
         """The node at ``now``: past ``override-until`` every override lapses, an unreadable
@@ -164,7 +172,7 @@ class _Node:
 
 @dataclass(frozen=True, slots=True)
 class _Decoded:
-    node: _Node | None  # None when the node's state cannot be read
+    node: _Node  # one whose state cannot be read too, planned as lent (``_Node.error``)
     findings: tuple[model.Finding, ...]
 
 
@@ -188,7 +196,7 @@ class _Pool:
     now: datetime
     policy: PoolPolicy
     by_phase: Mapping[Phase, tuple[_Node, ...]]  # every phase, in the order of ``Phase``
-    unreadable: int  # nodes whose state could not be read: neither serving nor lendable
+    unreadable: int  # nodes whose state could not be read: planned as lent, taken back
     not_ready: int  # serving nodes that are NotReady: no capacity, not lendable
     warming: frozenset[model.NodeName]  # serving, Ready, not warm yet: capacity soon, not now
     demand: _Demand
@@ -202,7 +210,7 @@ class _Pool:
 
     @property
     def size(self) -> int:
-        return self.count(*Phase) + self.unreadable
+        return self.count(*Phase)  # an unreadable node is among the lent ones
 
     def count(self, *phases: Phase) -> int:
         return sum(len(self.by_phase[phase]) for phase in phases)
@@ -314,6 +322,8 @@ class _Draft:
         counts = ", ".join(
             f"{len(nodes)} {phase.value}" for phase, nodes in pool.by_phase.items() if nodes
         )
+        if pool.unreadable:
+            counts += f" ({pool.unreadable} of them unreadable)"
         return model.PoolPlan(
             pool=pool.name,
             intents=tuple(self.intents),
@@ -342,7 +352,7 @@ def _observe(
     frozen: bool,
     served: frozenset[str] = frozenset(),
 ) -> _Pool:
-    by_phase, findings, unreadable = _read_nodes(now, snapshot.nodes, keys, policy.zone)
+    by_phase, findings, unreadable = _read_nodes(now, name, snapshot, keys, policy)
     serving = by_phase[Phase.SERVING]
     return _Pool(
         name=name,
@@ -368,54 +378,117 @@ def _observe(
 
 
 def _read_nodes(
-    now: datetime, views: Iterable[model.NodeView], keys: nodestate.Keys, zone: str
+    now: datetime,
+    name: model.PoolName,
+    snapshot: model.PoolSnapshot,
+    keys: nodestate.Keys,
+    policy: PoolPolicy,
 ) -> tuple[dict[Phase, tuple[_Node, ...]], tuple[model.Finding, ...], int]:
-    """The readable nodes by phase (every phase, in the order of ``Phase``), what could not
-    be read on any node, and how many nodes' state could not be read at all."""
+    """The nodes by phase (every phase, in the order of ``Phase``; a node whose state cannot
+    be read among the lent), what could not be read or was changed by another writer on any
+    node, and how many nodes' state could not be read at all."""
     by_phase: dict[Phase, list[_Node]] = {phase: [] for phase in Phase}
     findings: list[model.Finding] = []
     unreadable = 0
+    spec = policy.lend_spec
     # This runs for every node every tick: the common case costs no call.
-    memo_key = ("planning", keys.prefix, zone)
-    for view in views:
+    memo_key = ("planning", keys.prefix, policy.zone, spec.add_taints)
+    for view in snapshot.nodes:
         decoded = view.memo.get(memo_key)
         if not isinstance(decoded, _Decoded):
-            decoded = view.memo[memo_key] = _decode(view, keys, zone)
+            decoded = view.memo[memo_key] = _decode(view, keys, policy.zone, spec)
         if decoded.findings:
             findings.extend(decoded.findings)
         node = decoded.node
-        if node is None:
-            unreadable += 1
-            continue
+        unreadable += node.error is not None
         if node.overrides.until is not None:
             node = node.as_of(now)
+        if snapshot.orphans or snapshot.overlaps:
+            node = _membership(name, snapshot, node, findings)
         by_phase[node.phase].append(node)
     return {phase: tuple(nodes) for phase, nodes in by_phase.items()}, tuple(findings), unreadable
 
 
-def _decode(view: model.NodeView, keys: nodestate.Keys, zone: str) -> _Decoded:
+def _membership(
+    name: model.PoolName, snapshot: model.PoolSnapshot, node: _Node, findings: list[model.Finding]
+) -> _Node:
+    """An orphan (no pool selects it, yet it carries our keys) is this pool's to take back;
+    a node other pools select too is this pool's to drive. Both are reported."""
+    others = snapshot.overlaps.get(node.name)
+    if others:
+        pools = ", ".join(others)
+        why = f"selected by pools {name} and {pools}: only {name} drives it; fix the selectors"
+        findings.append(model.Finding(node.name, "pools", f"{name},{','.join(others)}", _MANY, why))
+    if node.name not in snapshot.orphans:
+        return node
+    why = (
+        f"no configured pool selects it, yet it carries the controller's keys: pool {name} "
+        "takes it back from its own original"
+    )
+    findings.append(model.Finding(node.name, "pools", "", Reason.ORPHANED, why))
+    if node.phase is Phase.LENT and node.problem is None:
+        return dataclasses.replace(node, problem=Reason.ORPHANED)
+    return node
+
+
+_MANY = Reason.SELECTED_BY_MANY_POOLS
+
+
+def _decode(
+    view: model.NodeView, keys: nodestate.Keys, zone: str, spec: nodestate.LendSpec
+) -> _Decoded:
     """Everything about a node that depends only on its metadata: computed once per version."""
-    state = nodestate.read(view, keys)
+    state = nodestate.read_in_pool(view, keys, spec.add_taints)
     parsed = overrides.parse(view.annotations, keys, zone)
     findings = [
         model.Finding(view.name, p.key, p.value, Reason.BAD_OVERRIDE, str(p))
         for p in parsed.problems
     ]
-    if isinstance(state, nodestate.StateError):
-        findings.append(
-            model.Finding(
-                view.name,
-                state.key,
-                state.value,
-                Reason.BAD_STATE,
-                f"{state}; the node is left as it is until someone fixes it",
-            )
-        )
-        return _Decoded(None, tuple(findings))
     ov = parsed.overrides
-    # Fail closed: an override that cannot be read may have been meant to protect the node.
-    node = _Node(view, view.name, state, state.phase, ov, ov.window, bool(parsed.problems))
+    bad_override = bool(parsed.problems)
+    if isinstance(state, nodestate.StateError):
+        why = f"{state}; planned as lent and taken back from the pool's specification"
+        findings.append(
+            model.Finding(view.name, state.key, state.value, Reason.STATE_UNREADABLE, why)
+        )
+        # Away from serving for every cap, as a lent node is: whatever it runs, it is not the
+        # capacity the pool counts on until it is back.
+        stand_in = nodestate.NodeState(phase=Phase.LENT)
+        node = _Node(view, view.name, stand_in, Phase.LENT, ov, ov.window, bad_override)
+        node = dataclasses.replace(node, problem=Reason.STATE_UNREADABLE, error=state)
+        return _Decoded(node, tuple(findings))
+    drift = list(state.drift)
+    if state.phase is Phase.LENT:
+        drift += _lent_drift(view, spec)
+    after = "the node is taken back" if state.phase is Phase.LENT else "it is not lent until fixed"
+    findings += [model.Finding(view.name, d.key, d.value, d.reason, f"{d}; {after}") for d in drift]
+    problem = drift[0].reason if drift and state.phase is Phase.LENT else None
+    node = _Node(view, view.name, state, state.phase, ov, ov.window, bad_override, problem)
     return _Decoded(node, tuple(findings))
+
+
+def _lent_drift(view: model.NodeView, spec: nodestate.LendSpec) -> list[nodestate.Drift]:
+    """What another writer did to a lent node that lets inference down: a lent taint removed
+    (pods with no toleration may land), or a pod landed that is neither inference, a
+    DaemonSet's, nor tolerant of the lent taints."""
+    drift = [
+        nodestate.Drift(
+            Reason.LENT_TAINT_LOST, t.key, str(t), "the lent taint is gone: any pod may land"
+        )
+        for t in nodestate.missing_lent_taints(view, spec)
+    ]
+    drift += [
+        nodestate.Drift(
+            Reason.FOREIGN_POD,
+            "pod",
+            f"{p.namespace}/{p.name}",
+            "landed on the lent node: neither inference, a DaemonSet's, nor tolerant of the "
+            "lent taint",
+        )
+        for p in view.pods
+        if p.role is model.PodRole.OTHER
+    ]
+    return drift
 
 
 def _judge_demand(now: datetime, pool: model.PoolSnapshot, policy: PoolPolicy) -> _Demand:
@@ -493,6 +566,35 @@ def _operator_reclaim(pool: _Pool, node: _Node) -> Intent | None:
     else:
         return None
     return Intent(pool.name, Action.RECLAIM, 1, origin, reason, why, node=node.name)
+
+
+_PROBLEMS = {
+    Reason.STATE_UNREADABLE: "its state cannot be read: it is taken back from the pool's "
+    "specification, so that it serves again",
+    Reason.STATE_LABEL_LOST: "another writer removed its state label: it is taken back from "
+    "its original before it can be mistaken for a serving node",
+    Reason.LENT_TAINT_LOST: "another writer removed its lent taint: pods that do not tolerate "
+    "it may land, so it is taken back",
+    Reason.FOREIGN_POD: "a pod that is neither inference, a DaemonSet's, nor borrowed landed "
+    "on it: it is taken back",
+    Reason.ORPHANED: "no configured pool selects it, yet it is lent: it is taken back from its "
+    "original",
+}
+
+
+def _state_intents(draft: _Draft) -> None:
+    """Lent nodes another writer changed, or that no pool selects now: each is taken back at
+    once, as a safety reclaim of its own. The controller does not keep a node lent whose state
+    it cannot vouch for (docs/design/other-writers.md); an operator's pause still holds it."""
+    pool = draft.pool
+    for node in draft.untouched(Phase.LENT):
+        if node.problem is None:
+            continue
+        why = _PROBLEMS[node.problem]
+        intent = Intent(
+            pool.name, Action.RECLAIM, 1, Origin.SAFETY, node.problem, why, node=node.name
+        )
+        _grant(draft, intent, [node])
 
 
 def _safety_intents(draft: _Draft) -> None:
@@ -755,6 +857,8 @@ def _candidates(pool: _Pool, intent: Intent, nodes: Sequence[_Node]) -> _Candida
 _NodeRule = tuple[Reason, Callable[["_Pool", "_Node"], bool], bool]
 
 _LEND_RULES: tuple[_NodeRule, ...] = (
+    # A serving node with a state key another writer garbled: fail closed, as for an override.
+    (Reason.BAD_STATE, lambda pool, node: bool(node.state.drift), False),
     (Reason.BAD_OVERRIDE, lambda pool, node: node.unreadable, False),
     (Reason.NODE_PAUSED, lambda pool, node: node.overrides.paused, False),
     (Reason.LEND_NEVER, lambda pool, node: node.overrides.lend is overrides.LendMode.NEVER, False),
@@ -886,9 +990,21 @@ def _pause_limit(pool: _Pool, intent: Intent) -> _Limit | None:
 
 
 def _lend_blocked(pool: _Pool) -> _Limit | None:
-    """The rules under which nothing is lent at all: demand unknown, a fall not believed yet,
-    requests queueing, or an error budget that could not pay for what a loan may cost."""
+    """The rules under which nothing is lent at all: a node of the pool not as the controller
+    left it, demand unknown, a fall not believed yet, requests queueing, or an error budget
+    that could not pay for what a loan may cost."""
     demand, policy = pool.demand, pool.policy
+    changed = [n for n in pool.by_phase[Phase.LENT] if n.problem is not None]
+    if changed:
+        # Until it is back, the node is away, and what else another writer did to the pool is
+        # not known: lending waits for every node to read as the controller wrote it.
+        first = changed[0]
+        more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
+        return _Limit(
+            0,
+            first.problem or Reason.STATE_UNREADABLE,
+            f"no lending while node {first.name}{more} is taken back ({first.problem})",
+        )
     budget, worst = pool.budget, policy.loan_risk_minutes
     if Guard.ERROR_BUDGET in policy.guards and budget is not None and not budget.covers(worst):
         return _Limit(
@@ -1061,6 +1177,7 @@ def _shortfall(
 
 
 _LEND_EXCLUSIONS = {
+    Reason.BAD_STATE: "with a state key that cannot be read",
     Reason.BAD_OVERRIDE: "with an override that cannot be read",
     Reason.OPERATOR_RECLAIM_NOW: "marked reclaim=now",
     Reason.NODE_PAUSED: "paused",
@@ -1139,7 +1256,7 @@ def node_rules(
     pool = _observe(now, name, snapshot, policy, keys, paused, frozen)
     found = next((n for nodes in pool.by_phase.values() for n in nodes if n.name == node), None)
     if found is None:
-        return NodeRules(None, note="its state cannot be read: left as it is until fixed")
+        return NodeRules(None, note=f"not a node of pool {name}")
     if found.phase is Phase.SERVING:
         return NodeRules(Action.LEND, tuple(_lend_checks(pool, found)))
     if found.phase is Phase.LENT:
@@ -1152,6 +1269,7 @@ def node_rules(
 
 
 _LEND_PASSES = {
+    Reason.BAD_STATE: "its state keys can be read",
     Reason.BAD_OVERRIDE: "its overrides can be read",
     Reason.NODE_PAUSED: "not paused",
     Reason.LEND_NEVER: "not marked lend=never",
@@ -1196,6 +1314,8 @@ def _lend_checks(pool: _Pool, node: _Node) -> Iterator[RuleCheck]:
 
 
 def _reclaim_checks(pool: _Pool, node: _Node) -> Iterator[RuleCheck]:
+    if node.problem is not None:
+        yield RuleCheck(node.problem, Verdict.ASKS, _PROBLEMS[node.problem])
     asked = _operator_reclaim(pool, node)
     if asked is not None:
         yield RuleCheck(asked.reason, Verdict.ASKS, asked.message)

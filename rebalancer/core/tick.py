@@ -110,17 +110,17 @@ def plan_tick(
 
 
 def away(pool: model.PoolSnapshot, policy: PoolPolicy, keys: nodestate.Keys, now: datetime) -> int:
-    """Nodes that lending keeps from serving now: lent or being lent, being taken back, or back
-    from a loan within the warm-up (their inference replica may still be starting)."""
-    states = (nodestate.read(view, keys) for view in pool.nodes)
+    """Nodes that lending keeps from serving now: lent or being lent, being taken back, back
+    from a loan within the warm-up (their inference replica may still be starting), or whose
+    state cannot be read (until they are back, they are not the capacity the pool counts on)."""
+    lent = policy.lend_spec.add_taints
+    states = (nodestate.read_in_pool(view, keys, lent) for view in pool.nodes)
     return sum(
         1
         for s in states
-        if isinstance(s, nodestate.NodeState)
-        and (
-            s.phase in (Phase.LENDING, Phase.LENT, Phase.RECLAIMING)
-            or (s.since is not None and now - s.since < policy.warmup)
-        )
+        if isinstance(s, nodestate.StateError)
+        or s.phase in (Phase.LENDING, Phase.LENT, Phase.RECLAIMING)
+        or (s.since is not None and now - s.since < policy.warmup)
     )
 
 
@@ -135,14 +135,21 @@ def costs(pool: model.PoolSnapshot, policy: PoolPolicy, keys: nodestate.Keys, no
     return away(pool, policy, keys, now)
 
 
-def lent_count(pool: model.PoolSnapshot, keys: nodestate.Keys) -> int:
-    """Nodes lent or being lent: what the safety-only proposal holds."""
-    return sum(1 for v in pool.nodes if phase(v, keys) in (Phase.LENDING, Phase.LENT))
+def lent_count(
+    pool: model.PoolSnapshot, keys: nodestate.Keys, lent: tuple[model.Taint, ...] = ()
+) -> int:
+    """Nodes lent or being lent, and those whose state cannot be read (the planner counts them
+    as lent, for every cap, until they are taken back): what the safety-only proposal holds.
+    ``lent``: the pool's lent taints (``nodestate.read_in_pool``)."""
+    return sum(1 for v in pool.nodes if phase(v, keys, lent) in (Phase.LENDING, Phase.LENT, None))
 
 
-def phase(view: model.NodeView, keys: nodestate.Keys) -> Phase | None:
-    """The node's phase, None when its state cannot be read."""
-    state = nodestate.read(view, keys)
+def phase(
+    view: model.NodeView, keys: nodestate.Keys, lent: tuple[model.Taint, ...] = ()
+) -> Phase | None:
+    """The node's phase, None when its state cannot be read (``lent``: the pool's lent taints,
+    ``nodestate.read_in_pool``)."""
+    state = nodestate.read_in_pool(view, keys, lent)
     return None if isinstance(state, nodestate.StateError) else state.phase
 
 

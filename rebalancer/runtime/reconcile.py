@@ -499,7 +499,9 @@ class Reconciler:
         # for a pool without a budget); restored from the audit log by ``start``.
         self._costs: dict[PoolName, list[datetime]] = {}
         self._histories: dict[PoolName, tuple[datetime, model.DemandHistory]] = {}
-        self._warned: set[NodeName] = set()
+        self._warned: set[tuple[NodeName, PoolName]] = set()  # overlaps logged, per pair
+        self._unkept: set[NodeName] = set()  # nodes whose kept records cannot be read, logged
+        self._adopted: set[NodeName] = set()  # orphans logged
         self._beliefs: dict[PoolName, demand.Belief] = {}
         self._episodes = _Episodes()
         self._running: dict[PoolName, asyncio.Future[object]] = {}  # strategy calls in threads
@@ -782,18 +784,29 @@ class Reconciler:
     # -- observe ------------------------------------------------------------------------------
 
     def _members(self) -> dict[PoolName, tuple[NodeView, ...]]:
-        """Each pool's nodes; a node two pools select goes to the first (and is warned about)."""
+        """Each pool's nodes, orphans adopted (``_membership``)."""
+        return self._membership().members
+
+    def _membership(self) -> _Membership:
+        """Each pool's nodes. A node two pools select goes to the first, and is reported to it
+        (``PoolSnapshot.overlaps``: a finding and an Event on the node, once per pair of
+        pools). A node no pool selects that carries our keys (GPU Feature Discovery relabelled
+        a lent node out of every selector) is an orphan: the pool ``adopter`` names takes it
+        as a member to finish it (``PoolSnapshot.orphans``), and it is logged once."""
+        found = _Membership()
         taken: dict[NodeName, PoolName] = {}
-        out: dict[PoolName, tuple[NodeView, ...]] = {}
+        every: dict[PoolName, tuple[NodeView, ...]] = {}
         for pool in self.pools:
             mine = []
-            for view in self.views.node_views(pool.rules):
+            every[pool.name] = views = self.views.node_views(pool.rules)
+            for view in views:
                 if not pool.selects(view, self.keys):
                     continue
                 first = taken.setdefault(view.name, pool.name)
                 if first != pool.name:
-                    if view.name not in self._warned:
-                        self._warned.add(view.name)
+                    found.overlap(first, view.name, pool.name)
+                    if (view.name, pool.name) not in self._warned:
+                        self._warned.add((view.name, pool.name))
                         log.warning(
                             "node %s is selected by pools %s and %s; only %s drives it",
                             view.name,
@@ -803,13 +816,44 @@ class Reconciler:
                         )
                     continue
                 mine.append(view)
-            out[pool.name] = tuple(mine)
+            found.members[pool.name] = tuple(mine)
+        for pool, view in self._orphans(every, taken):
+            found.adopt(pool.name, view)
+        return found
+
+    def _orphans(
+        self,
+        every: Mapping[PoolName, tuple[NodeView, ...]],
+        taken: Mapping[NodeName, PoolName],
+    ) -> list[tuple[PoolConfig, NodeView]]:
+        """The nodes no pool selects that carry our keys, each with the pool that adopts it
+        (as that pool's pod rules see the node)."""
+        if not self.pools:
+            return []
+        out = []
+        for view in every[self.pools[0].name]:
+            if view.name in taken:
+                continue
+            pool = adopter(self.pools, view, self.keys)
+            if pool is None:
+                continue
+            if view.name not in self._adopted:
+                self._adopted.add(view.name)
+                log.warning(
+                    "node %s carries the controller's keys but no pool selects it: pool %s "
+                    "takes it back",
+                    view.name,
+                    pool.name,
+                )
+            adopted = next(v for v in every[pool.name] if v.name == view.name)
+            out.append((pool, adopted))
         return out
 
     async def observe(self, now: datetime) -> Observation:
         pools: dict[PoolName, model.PoolSnapshot] = {}
         read: dict[PoolName, PoolMetrics] = {}
-        members = self._members()
+        membership = self._membership()
+        members = membership.members
         self._report_unreadable()
         for pool in self.pools:
             views = members[pool.name]
@@ -829,6 +873,8 @@ class Reconciler:
                 budget=pool.slo.budget(self._costs.get(pool.name, ()), now) if pool.slo else None,
                 takers=self.views.pending(pool.rules) if pool.policy.lend_only_to_takers else (),
                 alerts=self.alerts.firing(pool.name, now) if self.alerts is not None else (),
+                orphans=membership.orphans.get(pool.name, frozenset()),
+                overlaps=membership.overlaps.get(pool.name, {}),
             )
         snapshot = model.Snapshot(now=now, pools=pools, paused=self.paused(), frozen=self.frozen())
         return Observation(snapshot, read)
@@ -909,7 +955,8 @@ class Reconciler:
         answers: dict[PoolName, Answer] = {}
         for pool in self.pools:
             seen = snapshot.pools[pool.name]
-            view = pool.policy.view(pool.name, snapshot.now, seen, lent_count(seen, self.keys))
+            lent = lent_count(seen, self.keys, pool.lend_spec.add_taints)
+            view = pool.policy.view(pool.name, snapshot.now, seen, lent)
             answers[pool.name] = await self._propose(pool, view)
         decision = plan_tick(snapshot, answers, self._rules, self.keys)
         for pool in self.pools:
@@ -1112,8 +1159,8 @@ class Reconciler:
             try:
                 found = self.ledger.kept(view)
             except Exception as exc:
-                if view.name not in self._warned:
-                    self._warned.add(view.name)
+                if view.name not in self._unkept:
+                    self._unkept.add(view.name)
                     log.error("node %s: %s; left as it is", view.name, exc)
                 continue
             if found:
@@ -1476,6 +1523,41 @@ class Reconciler:
             params=dict(pool.strategy_params) if pool else {},
             dry_run=self.dry_run,
         )
+
+
+@dataclass
+class _Membership:
+    """Which pool drives each node, as ``Reconciler._membership`` found it."""
+
+    members: dict[PoolName, tuple[NodeView, ...]] = field(default_factory=dict)
+    orphans: dict[PoolName, frozenset[NodeName]] = field(default_factory=dict)
+    overlaps: dict[PoolName, dict[NodeName, tuple[PoolName, ...]]] = field(default_factory=dict)
+
+    def overlap(self, first: PoolName, node: NodeName, other: PoolName) -> None:
+        seen = self.overlaps.setdefault(first, {})
+        seen[node] = (*seen.get(node, ()), other)
+
+    def adopt(self, pool: PoolName, view: NodeView) -> None:
+        self.members[pool] = (*self.members.get(pool, ()), view)
+        self.orphans[pool] = self.orphans.get(pool, frozenset()) | {view.name}
+
+
+def adopter(pools: Sequence[PoolConfig], view: NodeView, keys: Keys) -> PoolConfig | None:
+    """The pool that finishes a node no pool selects, or None when the node carries none of
+    our keys (state label, original, a lent taint): the first pool whose every lent taint the
+    node carries (its own lend, most likely), else the first configured pool. A readable
+    original restores the node whatever pool finishes it; the pool's pod rules say which pods
+    on it are borrowed, and its specification what it serves with when the original cannot
+    be read (docs/design/other-writers.md)."""
+    lent = tuple(t for p in pools for t in p.lend_spec.add_taints)
+    if not pools or not nodestate.carries_ours(view, keys, lent):
+        return None
+    carried = {(t.key, t.value, t.effect) for t in view.taints}
+    for pool in pools:
+        wanted = pool.lend_spec.add_taints
+        if wanted and all((t.key, t.value, t.effect) in carried for t in wanted):
+            return pool
+    return pools[0]
 
 
 _NOT_STARTED = object()

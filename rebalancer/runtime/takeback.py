@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING, Any
 
 from rebalancer.adapters import convert
 from rebalancer.adapters import ledger as ledgers
-from rebalancer.core import audit, model
+from rebalancer.core import audit, model, nodestate
 from rebalancer.core.audit import AuditRecord
 from rebalancer.core.model import NodeView, PoolName
-from rebalancer.core.nodestate import Phase
 from rebalancer.core.outcomes import BACK, ActionResult, Outcome, WriteKind, WriteOutcome
 from rebalancer.errors import RebalancerError
+from rebalancer.runtime import reconcile
 from rebalancer.runtime.reconcile import NodeActuator, PoolConfig
 
 if TYPE_CHECKING:
@@ -102,19 +102,33 @@ _SERVING = BACK | {Outcome.IN_PROGRESS}  # after any of these the serving taints
 async def lent_nodes(
     controller: Controller, pools: Collection[str] = ()
 ) -> dict[str, dict[str, Any]]:
-    """Every node the controller has lent or is moving (any non-serving phase), by name in name
-    order, as listed: the wave needs no second read of them. With ``pools``, only the nodes one
-    of those pools selects."""
+    """Every node the controller has not finished with, by name in name order, as listed: the
+    wave needs no second read of them. That is every node that carries our keys (the state
+    label, ``original``, a lent taint: ``nodestate.carries_ours``), whether a pool selects it
+    or not, so a node whose state label another writer removed, or that no pool selects now,
+    is taken back too. With ``pools``, only the nodes one of those pools selects or adopts."""
     k = controller.keys
-    phases = ",".join(p.value for p in (Phase.LENDING, Phase.LENT, Phase.RECLAIMING))
-    found = await controller.writer.list_nodes(f"{k.state} in ({phases})")
+    lent = tuple(t for p in controller.pools for t in p.lend_spec.add_taints)
+    found = await controller.writer.list_nodes("")  # a label selector cannot find them all
     chosen = [p for p in controller.pools if str(p.name) in pools]
     by_name: dict[str, dict[str, Any]] = {}
     for raw in found:
-        if chosen and not any(p.selects(convert.node_view(raw), k) for p in chosen):
+        view = convert.node_view(raw)
+        if not nodestate.carries_ours(view, k, lent):
+            continue
+        if chosen and _pool_of(controller.pools, view, k) not in chosen:
             continue
         by_name[str((raw.get("metadata") or {}).get("name", ""))] = raw
     return dict(sorted(by_name.items()))
+
+
+def _pool_of(
+    pools: Sequence[PoolConfig], view: NodeView, keys: nodestate.Keys
+) -> PoolConfig | None:
+    """The pool that drives the node: the first that selects it, else the one that adopts it
+    because it carries our keys (``reconcile.adopter``); None when neither."""
+    pool = next((p for p in pools if p.selects(view, keys)), None)
+    return pool if pool is not None else reconcile.adopter(pools, view, keys)
 
 
 async def operator_reclaim(
@@ -187,7 +201,9 @@ async def reclaim_wave(
     """Take ``nodes`` back now, all at once; one ``Reclaimed`` per node, in the order given.
 
     1. Each node is read (``known`` holds nodes already listed, which are not read again) and its
-       pool found; a node that cannot be read or that no pool selects is reported and left out.
+       pool found (an orphan's is the pool that adopts it, ``reconcile.adopter``); a node that
+       cannot be read, or that no pool selects and carries none of our keys, is reported and
+       left out.
     2. One intent per node (origin operator), all committed in one batch before the first write.
        If the store refuses them, each is recorded on its node instead (a node that cannot carry
        it is left out); with nowhere to record them (no ledger), ``IntentsNotRecorded`` and
@@ -255,9 +271,9 @@ class _Wave:
             if name in self.lost:
                 continue
             view = convert.node_view(seen[name])
-            pool = next((p for p in controller.pools if p.selects(view, controller.keys)), None)
+            pool = _pool_of(controller.pools, view, controller.keys)
             if pool is None:
-                why = "no configured pool selects this node"
+                why = "no configured pool selects this node, and it carries none of our keys"
                 self.lost[name] = Reclaimed(name, None, None, None, why)
                 continue
             members.setdefault(pool.name, []).append(view)

@@ -45,6 +45,9 @@ Metrics (docs/http.md has the table):
 - ``rebalancer_frozen_under_pressure{pool}``: 1 while a freeze (or paused nodes) holds lent nodes
   that demand needs.
 - ``rebalancer_demand_held{pool}``: 1 while an implausibly fast fall of demand is held.
+- ``rebalancer_node_drift{pool,kind}``: nodes of the pool another writer changed (a state
+  that cannot be read, a lost state label or lent taint, a foreign pod on a lent node), or
+  that are not where they belong (orphaned, selected by many pools), as the last plan found.
 """
 
 from __future__ import annotations
@@ -65,6 +68,16 @@ RECLAIM_BUCKETS: tuple[float, ...] = (5, 15, 30, 60, 120, 300, 600, 900, 1800, 3
 
 STEP = "step"
 REFUSAL = "refusal"
+# The findings ``rebalancer_node_drift`` counts: a node another writer changed, or that is not
+# where it belongs (docs/design/other-writers.md).
+DRIFT_KINDS = (
+    model.Reason.STATE_UNREADABLE,
+    model.Reason.STATE_LABEL_LOST,
+    model.Reason.LENT_TAINT_LOST,
+    model.Reason.FOREIGN_POD,
+    model.Reason.ORPHANED,
+    model.Reason.SELECTED_BY_MANY_POOLS,
+)
 
 
 class Telemetry:
@@ -174,6 +187,14 @@ class Telemetry:
             ["pool"],
             registry=r,
         )
+        self.node_drift = Gauge(
+            "rebalancer_node_drift",
+            "Nodes of the pool another writer changed, or that are not where they belong, by "
+            "kind (state_unreadable, state_label_lost, lent_taint_lost, foreign_pod, orphaned, "
+            "selected_by_many_pools), as the last plan found them.",
+            ["pool", "kind"],
+            registry=r,
+        )
         self.safety_only = Gauge(
             "rebalancer_pool_safety_only",
             "1 while the pool is planned with the safety-only proposal (strategy or planner "
@@ -206,12 +227,17 @@ class Telemetry:
     # What the runtime calls
 
     def observe_plan(self, plan: model.Plan) -> None:
-        """Count a tick's decisions: one per step and one per refusal, by action and reason."""
+        """Count a tick's decisions: one per step and one per refusal, by action and reason;
+        and set the nodes each pool found changed by another writer, by kind."""
         for step in plan.steps:
             self.decisions.labels(STEP, step.action.value, step.reason.value).inc()
         for rejection in plan.rejections:
             action = rejection.intent.action.value
             self.decisions.labels(REFUSAL, action, rejection.reason.value).inc()
+        for pool, pool_plan in plan.pools.items():
+            for kind in DRIFT_KINDS:
+                nodes = {f.node for f in pool_plan.findings if f.reason is kind}
+                self.node_drift.labels(str(pool), kind.value).set(len(nodes))
 
     def observe_lent(self, lent: Mapping[str, int]) -> None:
         """Set the nodes lent per pool; a pool no longer given loses its series."""

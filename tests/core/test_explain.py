@@ -239,8 +239,8 @@ CASES = {
     ),
     "a state that cannot be read": (
         Case([with_label(serving("n"), KEYS.state, "borrowed"), *others(2)], target=0),
-        "node n (pool gpu): unreadable; next tick: nothing, it stays unreadable: its state "
-        "cannot be read: left as it is until fixed",
+        "node n (pool gpu): unreadable; next tick: reclaim (state_unreadable: its state cannot "
+        "be read: it is taken back from the pool's specification, so that it serves again)",
     ),
 }
 
@@ -257,6 +257,7 @@ def test_every_rule_on_a_lend_is_listed_with_its_verdict() -> None:
     assert isinstance(rules, dict)
     verdicts = {c["rule"]: c["verdict"] for c in rules["checks"]}
     assert verdicts == {
+        "bad_state": "allows",
         "bad_override": "allows",
         "node_paused": "allows",
         "lend_never": "allows",

@@ -384,6 +384,19 @@ GARBAGE = [
         id="a list label value",
     ),
     pytest.param(
+        LABELS,
+        {KEYS.original: "{}"},
+        KEYS.original,
+        "not a version 1 or 2 record",
+        id="a serving node with a bad original",
+    ),
+]
+
+
+# A time another writer garbled is unknown, not a reason to give the node up: its original can
+# still be read (docs/design/other-writers.md).
+GARBLED_TIMES = [
+    pytest.param(
         LENT_LABELS,
         {KEYS.original: GOOD_ORIGINAL, KEYS.since: "yesterday"},
         KEYS.since,
@@ -418,14 +431,26 @@ GARBAGE = [
         "not an RFC 3339 time",
         id="a serving node with 30 February",
     ),
-    pytest.param(
-        LABELS,
-        {KEYS.original: "{}"},
-        KEYS.original,
-        "not a version 1 or 2 record",
-        id="a serving node with a bad original",
-    ),
 ]
+
+
+@pytest.mark.parametrize(("labels", "annotations", "key", "why"), GARBLED_TIMES)
+def test_a_garbled_time_is_read_as_unknown_and_named_as_drift(
+    labels: Mapping[str, str], annotations: Mapping[str, str], key: str, why: str
+) -> None:
+    state = nodestate.read(node(labels=labels, annotations=annotations), KEYS)
+    assert isinstance(state, NodeState)
+    assert (state.since if key == KEYS.since else state.deadline) is None
+    (drift,) = state.drift
+    assert (drift.reason, drift.key, drift.value) == (
+        model.Reason.STATE_UNREADABLE,
+        key,
+        annotations[key],
+    )
+    assert why in drift.why
+    assert state.original == (
+        None if KEYS.original not in annotations else nodestate.decode_original(GOOD_ORIGINAL)
+    )
 
 
 @pytest.mark.parametrize(("labels", "annotations", "key", "why"), GARBAGE)

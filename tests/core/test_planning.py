@@ -14,6 +14,7 @@ import pytest
 
 from rebalancer.core import model, nodestate, planning, windows
 from rebalancer.core.model import Action, Origin, PodRole, PoolName, Reason
+from rebalancer.core.policy import PoolPolicy
 from tests.support.factories import (
     KEYS,
     POOL,
@@ -892,18 +893,19 @@ def test_a_bad_window_override_falls_back_to_the_pool_window() -> None:
 # Unreadable state
 
 
-def test_a_node_with_an_unreadable_state_is_left_alone_and_reported() -> None:
+def test_a_node_with_an_unreadable_state_is_taken_back_and_reported() -> None:
     broken = corrupted_original("broken")
 
     result = checked(plan([*serving_nodes(3), broken, *lent_nodes(1)], rps=None))
 
-    assert stepped(result) == ["l-00"]
+    assert stepped(result) == ["broken", "l-00"]
+    assert [s.reason for s in result.steps] == [Reason.STATE_UNREADABLE, Reason.METRICS_LOST]
     assert [(f.node, f.key, f.reason) for f in result.findings] == [
-        ("broken", KEYS.original, Reason.BAD_STATE)
+        ("broken", KEYS.original, Reason.STATE_UNREADABLE)
     ]
 
 
-def test_a_node_with_an_unknown_state_label_is_left_alone_and_reported() -> None:
+def test_a_node_with_an_unknown_state_label_is_taken_back_and_nothing_is_lent_meanwhile() -> None:
     node = serving("odd")
     odd = model.NodeView(
         name=node.name,
@@ -913,31 +915,51 @@ def test_a_node_with_an_unknown_state_label_is_left_alone_and_reported() -> None
 
     result = checked(plan([serving("s"), odd], target=2, pool_policy=policy(min_serving=0)))
 
-    assert stepped(result) == ["s"]
+    assert stepped(result, RECLAIM) == ["odd"]
+    assert stepped(result, LEND) == []
+    assert {r.reason for r in result.rejections} == {Reason.STATE_UNREADABLE}
     assert [(f.node, f.value, f.reason) for f in result.findings] == [
-        ("odd", "borrowed", Reason.BAD_STATE)
+        ("odd", "borrowed", Reason.STATE_UNREADABLE)
     ]
 
 
-def test_a_node_with_an_unreadable_state_counts_in_the_pool_size() -> None:
-    # Half of 4 nodes may be lent (half of the 3 readable ones would be 1).
-    nodes = [*serving_nodes(3), corrupted_original("broken")]
+def lend_limits(nodes: list[model.NodeView], pool_policy: PoolPolicy) -> dict[str, str]:
+    """The pool's limits on lending the first serving node, each judged on its own (what
+    ``explain`` shows), by rule: a limit hidden by another that refuses first still shows."""
+    snap = pool_snapshot(nodes, demand(0.0, timedelta(seconds=30), T0), None)
+    name = next(n.name for n in nodes if n.name.startswith("s-"))
+    rules = planning.node_rules(T0, POOL, snap, pool_policy, KEYS, name)
+    limits = (Reason.MIN_SERVING, Reason.MAX_FRACTION, Reason.HEADROOM, Reason.STATE_UNREADABLE)
+    return {c.rule.value: c.verdict.value for c in rules.checks if c.rule in limits}
 
-    result = checked(
-        plan(nodes, target=4, pool_policy=policy(max_lent_fraction=0.5, min_serving=0))
-    )
 
-    assert len(stepped(result, LEND)) == 2
-    assert refusals(result) == {Reason.MAX_FRACTION: 2}
+def test_a_node_with_an_unreadable_state_counts_as_away_for_the_lent_fraction() -> None:
+    # One lent node and one unreadable: half of 4 are away, so the fraction (the tightest of
+    # the capacity rules here) leaves no room.
+    nodes = [*serving_nodes(2), corrupted_original("broken"), *lent_nodes(1)]
+
+    limits = lend_limits(nodes, policy(max_lent_fraction=0.5, min_serving=0))
+
+    assert limits == {"state_unreadable": "refuses", "max_fraction": "refuses"}
 
 
 def test_a_node_with_an_unreadable_state_never_counts_as_serving() -> None:
+    # Two serving nodes are all that serve: the unreadable one is not capacity.
+    nodes = [*serving_nodes(2), corrupted_original("broken")]
+
+    limits = lend_limits(nodes, policy(min_serving=2))
+
+    assert limits["min_serving"] == "refuses"
+
+
+def test_nothing_is_lent_while_a_node_is_taken_back_for_a_state_problem() -> None:
     nodes = [*serving_nodes(3), corrupted_original("broken")]
 
-    result = checked(plan(nodes, target=4, pool_policy=policy(min_serving=2)))
+    result = checked(plan(nodes, target=4, pool_policy=policy(min_serving=0)))
 
-    assert len(stepped(result, LEND)) == 1
-    assert refusals(result) == {Reason.MIN_SERVING: 3}
+    assert stepped(result, RECLAIM) == ["broken"]
+    assert stepped(result, LEND) == []
+    assert refusals(result) == {Reason.STATE_UNREADABLE: 4}
 
 
 # ---------------------------------------------------------------------------------------------

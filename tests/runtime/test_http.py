@@ -230,7 +230,12 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
         "rebalancer_borrowing_cost_minutes",
         "rebalancer_error_budget_allowed_minutes",
         "rebalancer_error_budget_spent_minutes",
+        "rebalancer_node_drift",
     }
+    # The plan found nothing another writer changed: every kind of the pool reads 0.
+    drift = got["rebalancer_node_drift"]
+    assert {s.labels["kind"] for s in drift} >= {"state_unreadable", "orphaned"}
+    assert {s.value for s in drift} == {0.0}
     lent = got["rebalancer_nodes_lent"]
     assert [(s.labels, s.value) for s in lent] == [({"pool": "l20"}, 2.0)]
     overdue = got["rebalancer_reclaims_overdue"]

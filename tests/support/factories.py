@@ -334,15 +334,15 @@ def apply_step(
     """The node once ``step`` is carried out: a lend at once to lent, a reclaim to reclaiming."""
     if step.action is model.Action.LEND:
         return lend(node, now, pool_policy.lend_spec)
-    change = nodestate.begin_reclaim(
-        state_of(node),
-        KEYS,
-        now,
-        now + pool_policy.reclaim_deadline,
-        "test-reclaim",
-        taints=node.taints,
-        spec=pool_policy.lend_spec,
-    )
+    deadline = now + pool_policy.reclaim_deadline
+    spec = pool_policy.lend_spec
+    state = nodestate.read_in_pool(node, KEYS, spec.add_taints)
+    if isinstance(state, nodestate.StateError):  # taken back from the pool's specification
+        change = nodestate.begin_restore_from_spec(node, spec, KEYS, now, deadline, "test-reclaim")
+    else:
+        change = nodestate.begin_reclaim(
+            state, KEYS, now, deadline, "test-reclaim", taints=node.taints, spec=spec
+        )
     return nodestate.apply(node, change)
 
 

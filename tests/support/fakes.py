@@ -39,7 +39,7 @@ from rebalancer.core.model import (
     PoolName,
     Term,
 )
-from rebalancer.core.nodestate import Keys, LendSpec, Phase
+from rebalancer.core.nodestate import Keys, LendSpec, Phase, StateError
 from rebalancer.core.outcomes import ActionResult, Outcome
 
 
@@ -176,6 +176,13 @@ class CodecActuator:
         self, node: str, decision: str, deadline: datetime, *, uid: str | None = None
     ) -> ActionResult:
         view, now = self.views.get(node), self.clock()
+        if isinstance(nodestate.read_in_pool(view, self.keys, self.spec.add_taints), StateError):
+            # As the real one: back from the pool's specification, then drained and finished.
+            change = nodestate.begin_restore_from_spec(
+                view, self.spec, self.keys, now, deadline, decision
+            )
+            self.views.put(nodestate.apply(view, change))
+            return self._finish("reclaim", node, decision, deadline)
         if self._phase(view) is not Phase.LENT:
             return self._done("reclaim", node, decision, Outcome.REFUSED, "not lent", deadline)
         change = nodestate.begin_reclaim(
