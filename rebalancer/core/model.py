@@ -17,6 +17,8 @@ from enum import StrEnum
 from functools import cached_property
 from typing import NewType
 
+from rebalancer.core import clocks as clocks_module
+
 NodeName = NewType("NodeName", str)
 PoolName = NewType("PoolName", str)
 Clock = Callable[[], datetime]  # the one clock type: every seam that reads time is given one
@@ -392,6 +394,9 @@ class PoolSnapshot:
     # Alertmanager alerts that fire and match the pool's ``wake_on``: the pool lends nothing
     # while one holds, and the planner takes nodes back as it does for a queue.
     alerts: tuple[FiringAlert, ...] = ()
+    # The clocks as this tick measured them (``core.clocks``): sample ages are judged on
+    # Prometheus' clock, and nothing is lent while one is past the bound or unmeasured.
+    clocks: clocks_module.Clocks = clocks_module.NONE
 
 
 @dataclass(frozen=True)
@@ -441,6 +446,8 @@ class Reason(StrEnum):
     GANG_PREEMPTED = "gang_preempted"  # a job losing pods elsewhere: its other nodes come back
     UNUSED_LOAN = "unused_loan"  # lent, yet no job runs on it or waits for it
     ALERT_FIRING = "alert_firing"  # a matched Alertmanager alert fires: no lending, reclaim
+    CLOCK_SKEW = "clock_skew"  # a clock is past the skew bound, or cannot be measured: no lending
+    SINCE_IN_FUTURE = "since_in_future"  # a node's since is ahead of the API server's clock
     # why something is refused
     PAUSED = "paused"
     FROZEN = "frozen"
