@@ -94,7 +94,8 @@ def test_readings_older_than_the_max_age_say_nothing_and_only_the_recent_ones_co
     assert len(estimator.readings) == clocks.RECENT
     assert clocks.estimate(estimator, T0 + 40 * S + clocks.MAX_AGE + S) is None
     found = clocks.estimate(estimator, T0 + 40 * S)
-    assert found is not None and found.offset == timedelta(seconds=32)  # median of 25..39
+    assert found is not None
+    assert found.offset == timedelta(seconds=32)
 
 
 def test_an_answer_received_before_it_was_sent_is_no_reading() -> None:
@@ -164,7 +165,8 @@ def test_past_the_bound_nothing_is_lent_and_the_refusal_names_the_clock() -> Non
     assert stepped(result, Action.LEND) == []
     assert refusals(result) == {Reason.CLOCK_SKEW: 2}
     message = result.rejections[0].message
-    assert "the API server's clock is 600.0s" in message and "behind this controller's" in message
+    assert "the API server's clock is 600.0s" in message
+    assert "behind this controller's" in message
     assert "bound of 30s" in message
 
 
@@ -203,7 +205,8 @@ def test_a_since_ahead_of_the_api_server_is_reported_and_holds_no_reclaim() -> N
     )
     assert stepped(result, Action.RECLAIM) == ["l-00"]
     (finding,) = result.findings
-    assert finding.reason is Reason.SINCE_IN_FUTURE and finding.node == "l-00"
+    assert finding.reason is Reason.SINCE_IN_FUTURE
+    assert finding.node == "l-00"
     assert "600s ahead of the API server's clock" in finding.message
 
 
