@@ -645,8 +645,10 @@ class Reconciler:
             # process before a restart) left unfinished is closed and ended first, then the
             # tick observes and plans from what start-up left.
             await self.start()
+        # The clocks first: the tick's now is the API server's, corrected by what they say.
+        measured = await self._measure_clocks()
         now = self.clock()
-        seen = await self.observe(now)
+        seen = await self.observe(now, measured)
         self.last = seen.snapshot
         decision = await self.decide(seen.snapshot)
         self.last_decided = (seen.snapshot, decision)
@@ -723,7 +725,8 @@ class Reconciler:
                 if config.slo is not None and config.name not in self._costs:
                     since = now - config.slo.window
                     self._costs[config.name] = list(await self.audit_log.costs(config.name, since))
-        seen = await self.observe(self.clock())
+        measured = await self._measure_clocks()
+        seen = await self.observe(self.clock(), measured)
         return seen.snapshot, await self.decide(seen.snapshot)
 
     def pool_rules(self, name: PoolName) -> PoolRules:
@@ -756,12 +759,17 @@ class Reconciler:
             out[pool.name] = tuple(mine)
         return out
 
-    async def observe(self, now: datetime) -> Observation:
+    async def observe(
+        self, now: datetime, measured: Mapping[PoolName, clocks.Clocks] | None = None
+    ) -> Observation:
+        """The snapshot at ``now``; ``measured``: the clocks, measured before ``now`` was read
+        (so that ``now`` is corrected by the same readings); None: measured here."""
         pools: dict[PoolName, model.PoolSnapshot] = {}
         read: dict[PoolName, PoolMetrics] = {}
         members = self._members()
         self._report_unreadable()
-        measured = await self._measure_clocks()
+        if measured is None:
+            measured = await self._measure_clocks()
         for pool in self.pools:
             views = members[pool.name]
             names = [v.name for v in views]
