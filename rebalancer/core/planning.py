@@ -356,7 +356,7 @@ def _observe(
     served: frozenset[str] = frozenset(),
 ) -> _Pool:
     by_phase, findings, unreadable = _read_nodes(now, snapshot.nodes, keys, policy.zone)
-    future = _in_future(now, by_phase, snapshot.clocks)
+    future = _in_future(now, by_phase, snapshot.clocks, keys)
     serving = by_phase[Phase.SERVING]
     return _Pool(
         name=name,
@@ -384,7 +384,10 @@ def _observe(
 
 
 def _in_future(
-    now: datetime, by_phase: Mapping[Phase, Sequence[_Node]], measured: clocks.Clocks
+    now: datetime,
+    by_phase: Mapping[Phase, Sequence[_Node]],
+    measured: clocks.Clocks,
+    keys: nodestate.Keys,
 ) -> dict[model.NodeName, model.Finding]:
     """The nodes whose ``since`` is ahead of the API server's clock (a clock ahead wrote it),
     each with its finding. Judged every tick, not once per node value: the clock moves."""
@@ -396,7 +399,7 @@ def _in_future(
             continue
         found[node.name] = model.Finding(
             node.name,
-            "since",
+            keys.since,
             since.isoformat().replace("+00:00", "Z"),
             Reason.SINCE_IN_FUTURE,
             f"since is {ahead.total_seconds():.0f}s ahead of the API server's clock (a clock "
