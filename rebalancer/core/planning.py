@@ -962,11 +962,6 @@ def _lend_blocked(pool: _Pool) -> _Limit | None:
     requests queueing, or an error budget that could not pay for what a loan may cost."""
     demand, policy = pool.demand, pool.policy
     budget, worst = pool.budget, policy.loan_risk_minutes
-    problems = pool.clocks.problems()
-    if problems:
-        # The ages of samples and the times written on nodes rest on the clocks: a clock that
-        # cannot be trusted fails toward inference, as unknown demand does. Reclaims go on.
-        return _Limit(0, Reason.CLOCK_SKEW, f"no lending: {'; '.join(problems)}")
     if Guard.ERROR_BUDGET in policy.guards and budget is not None and not budget.covers(worst):
         return _Limit(
             0,
@@ -978,6 +973,13 @@ def _lend_blocked(pool: _Pool) -> _Limit | None:
         stale = demand.health is Health.STALE
         reason = Reason.METRICS_STALE if stale else Reason.METRICS_MISSING
         return _Limit(0, reason, f"no lending while demand is unknown ({demand.note})")
+    problems = pool.clocks.problems()
+    if problems:
+        # The ages of samples and the times written on nodes rest on the clocks: a clock that
+        # cannot be trusted fails toward inference, as unknown demand does. Reclaims go on.
+        # After the metrics rule: a Prometheus that is down is not a clock's fault (its
+        # ``time()`` fails with the rest, and the refusal above names the clocks too).
+        return _Limit(0, Reason.CLOCK_SKEW, f"no lending: {'; '.join(problems)}")
     if demand.held is not None:
         held = demand.held
         return _Limit(
