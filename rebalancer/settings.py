@@ -48,7 +48,7 @@ from pydantic_settings import (
 )
 
 from rebalancer import errors
-from rebalancer.core import alerts, audit, model, nodepools, nodestate, windows
+from rebalancer.core import alerts, audit, clocks, model, nodepools, nodestate, windows
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.errors import ConfigError
 from strategies import registry
@@ -154,6 +154,15 @@ def _whole_seconds(value: timedelta) -> timedelta:
 
 
 WholeSeconds = Annotated[Duration, pydantic.AfterValidator(_whole_seconds)]
+
+
+def _a_second_or_more(value: timedelta) -> timedelta:
+    if value < timedelta(seconds=1):
+        raise PydanticCustomError(
+            "duration",
+            "must be at least 1s: the API server states its clock to the second",
+        )
+    return value
 
 
 def _check_zone(value: str) -> str:
@@ -640,6 +649,11 @@ class Settings(_Model):
     frozen: bool = False  # every pool: nothing moves at all, not even safety reclaims
     tick_interval: PositiveDuration = timedelta(seconds=30)
     strategy_timeout: PositiveDuration = timedelta(seconds=10)
+    # A clock (the API server's, a pool's Prometheus) further than this from the controller's,
+    # for certain, stops lending (docs/design/clocks.md).
+    clock_skew_bound: Annotated[Duration, pydantic.AfterValidator(_a_second_or_more)] = (
+        clocks.DEFAULT_BOUND
+    )
     lend_concurrency: int = Field(default=4, ge=1, le=64)  # lends of one tick sent at once
     log_level: Annotated[LogLevel, pydantic.BeforeValidator(_upper)] = "INFO"
     leader_election: LeaderElectionSettings = LeaderElectionSettings()

@@ -45,6 +45,7 @@ def test_defaults_load_without_a_file() -> None:
     assert s.key_prefix == "rebalancer.io/"
     assert (s.dry_run, s.paused, s.log_level) == (False, False, "INFO")
     assert s.tick_interval == timedelta(seconds=30)
+    assert s.clock_skew_bound == timedelta(seconds=30)
     assert s.leader_election.enabled
     assert s.prometheus.url == "http://127.0.0.1:9090"
     assert s.http.port == 8080
@@ -292,8 +293,8 @@ BAD: list[tuple[str, object, str]] = [
         "unknown top-level key",
         {"dryrun": True},
         "dryrun=True: unknown setting; known: cluster_name, key_prefix, dry_run, paused, frozen, "
-        "tick_interval, strategy_timeout, lend_concurrency, log_level, leader_election, "
-        "prometheus, audit, http, alertmanager, pools",
+        "tick_interval, strategy_timeout, clock_skew_bound, lend_concurrency, log_level, "
+        "leader_election, prometheus, audit, http, alertmanager, pools",
     ),
     (
         "cluster name with capitals and an underscore",
@@ -344,6 +345,16 @@ BAD: list[tuple[str, object, str]] = [
         {"audit": {"url": "mysql://u@h/db"}},
         "audit.url='mysql://u@h/db': the audit log is kept in SQLite (sqlite+aiosqlite:///PATH) "
         "or PostgreSQL (postgresql+asyncpg://USER@HOST/DB)",
+    ),
+    (
+        "a clock skew bound finer than the API server states its clock",
+        {"clock_skew_bound": 0.5},
+        "clock_skew_bound=0.5: must be at least 1s: the API server states its clock to the second",
+    ),
+    (
+        "a clock skew bound that is not a duration",
+        {"clock_skew_bound": "soon"},
+        "clock_skew_bound='soon': write a duration such as 90s, 15m or 2h",
     ),
     (
         "a duration past any time",
@@ -439,7 +450,8 @@ BAD_ENV: list[tuple[str, dict[str, str], str]] = [
         "REBALANCER_DRYRUN='1': unknown setting; known: REBALANCER_CLUSTER_NAME, "
         "REBALANCER_KEY_PREFIX, REBALANCER_DRY_RUN, REBALANCER_PAUSED, REBALANCER_FROZEN, "
         "REBALANCER_TICK_INTERVAL, "
-        "REBALANCER_STRATEGY_TIMEOUT, REBALANCER_LEND_CONCURRENCY, REBALANCER_LOG_LEVEL, "
+        "REBALANCER_STRATEGY_TIMEOUT, REBALANCER_CLOCK_SKEW_BOUND, REBALANCER_LEND_CONCURRENCY, "
+        "REBALANCER_LOG_LEVEL, "
         "REBALANCER_LEADER_ELECTION, REBALANCER_PROMETHEUS, REBALANCER_AUDIT, REBALANCER_HTTP, "
         "REBALANCER_ALERTMANAGER, "
         "REBALANCER_POOLS",
@@ -501,8 +513,8 @@ def test_every_error_is_reported_at_once(tmp_path: Path) -> None:
             "pools[1].strategy.name='nope': unknown strategy; "
             "choose one of adaptive, cron, forecast, peak, reactive, static, watermark, window",
             "bogus=1: unknown setting; known: cluster_name, key_prefix, dry_run, paused, frozen, "
-            "tick_interval, strategy_timeout, lend_concurrency, log_level, leader_election, "
-            "prometheus, audit, http, alertmanager, pools",
+            "tick_interval, strategy_timeout, clock_skew_bound, lend_concurrency, log_level, "
+            "leader_election, prometheus, audit, http, alertmanager, pools",
         ]
     )
 

@@ -96,6 +96,7 @@ STATE_EVENTS = {
     model.Reason.FOREIGN_POD: "ForeignPodOnLentNode",
     model.Reason.ORPHANED: "NodeOrphaned",
     model.Reason.SELECTED_BY_MANY_POOLS: "SelectedByManyPools",
+    model.Reason.SINCE_IN_FUTURE: "SinceInFuture",  # written by a clock ahead of the server's
 }
 
 

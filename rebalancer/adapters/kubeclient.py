@@ -12,20 +12,35 @@ process runs in a pod (``KUBERNETES_SERVICE_HOST`` is set); else the default kub
 A kubeconfig given by path that is not one (missing, not text, not YAML, no clusters) is a
 ``ConfigError`` of one line naming the path: the client library would otherwise raise whatever
 its parser tripped on (a ``UnicodeDecodeError``, a ``TypeError``), as a traceback.
+
+The API server's clock (``ClockProbe``): every answer carries a ``Date`` header, the server's
+clock cut to the second, so each request the client sends anyway (the informer's lists and
+watches, the writes, the lease) is also a reading of it, timed on the controller's own clock
+(``core.clocks``). ``measure_skew`` asks ``/version`` (open to every client, as ``/healthz`` is)
+only when no answer came lately, so the skew is measured every tick even when a long watch
+is all the traffic there is. ``now`` is the controller's clock corrected by the skew: the
+clock every time written on a node is read from (docs/design/clocks.md).
 """
 
 from __future__ import annotations
 
+import email.utils
+import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes_asyncio import client, config
 
+from rebalancer.core import clocks
+from rebalancer.core.model import Clock
 from rebalancer.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 async def configuration(kubeconfig: Path | None = None, context: str | None = None) -> Any:
@@ -112,3 +127,77 @@ async def api_client(
     settings = await configuration(kubeconfig, context)
     async with client.ApiClient(settings) as api:
         yield api
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class ClockProbe:
+    """The API server's clock as its answers state it (see the module docstring)."""
+
+    def __init__(self, clock: Clock = _utc_now, fresh: timedelta = timedelta(seconds=5)) -> None:
+        self.clock = clock  # the controller's own clock: what the skew is measured against
+        self.fresh = fresh  # a reading this recent makes a probe request needless
+        self.estimator = clocks.Estimator(clocks.Against.APISERVER)
+        self.last: datetime | None = None  # when the newest reading was received
+        self.api: Any = None  # the client watched, which ``measure_skew`` probes with
+
+    def watch(self, api: Any) -> None:
+        """Read the clock of every answer ``api`` gets: its one request call is timed."""
+        self.api, inner = api, api.rest_client.request
+
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            sent = self.clock()
+            try:
+                response = await inner(*args, **kwargs)
+            except client.ApiException as exc:  # a refusal is an answer, with a Date too
+                headers: Any = exc.headers
+                self.observe(sent, self.clock(), headers.get("Date") if headers else None)
+                raise
+            self.observe(sent, self.clock(), _header(response, "Date"))
+            return response
+
+        api.rest_client.request = timed
+
+    def observe(self, sent: datetime, received: datetime, date: str | None) -> None:
+        """One answer: sent and received on the controller's clock, its ``Date`` header."""
+        if not date:
+            return
+        try:
+            server = email.utils.parsedate_to_datetime(date)
+        except (TypeError, ValueError):
+            return  # not a date: no reading, never a guess
+        if server.tzinfo is None:
+            return
+        reading = clocks.Reading(sent, received, server.astimezone(UTC), clocks.SECOND)
+        self.estimator = clocks.add(self.estimator, reading)
+        self.last = received
+
+    def skew(self) -> clocks.Skew | None:
+        return clocks.estimate(self.estimator, self.clock())
+
+    async def measure_skew(self) -> clocks.Skew | None:
+        """The skew now; asks ``/version`` first when no answer came within ``fresh``. A
+        failed probe is no reading (the estimate keeps what the recent ones say)."""
+        now = self.clock()
+        if self.api is not None and (self.last is None or now - self.last > self.fresh):
+            try:
+                await client.VersionApi(self.api).get_code()
+            except Exception as exc:  # the skew is what the readings so far say
+                log.debug("the API server's clock could not be probed: %s", exc)
+        return self.skew()
+
+    def now(self) -> datetime:
+        """The API server's now, from the controller's clock (``clocks.corrected``)."""
+        own = self.clock()
+        return clocks.corrected(own, clocks.estimate(self.estimator, own))
+
+
+def _header(response: Any, name: str) -> str | None:
+    """A header of the library's ``RESTResponse`` or, for a watch, aiohttp's own response."""
+    if hasattr(response, "getheader"):
+        found = response.getheader(name)
+    else:
+        found = getattr(response, "headers", {}).get(name)
+    return found if isinstance(found, str) else None

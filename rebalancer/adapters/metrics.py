@@ -31,6 +31,12 @@ retries (a urllib3 ``Retry`` with 3 attempts and backoff that it mounts on its s
 default) are switched off by passing ``retry=Retry(total=0, ...)`` with no status to retry on.
 A 4xx (a bad query, a refusal) is never retried. Errors never escape as exceptions: they become
 ``MetricError`` values naming the pool, the query and the reason.
+
+Prometheus' clock (``measure_skew``): once a tick, ``time()`` evaluated at its own now (no
+``time`` parameter) answers its clock to the millisecond; timed on the controller's clock, it is
+a reading of the skew (``core.clocks``). One attempt, never retried: a retry's backoff would
+widen the round trip the reading is judged by. The runtime reads the pool's samples at
+Prometheus' now, and the planner ages them on it (docs/design/clocks.md).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
+import logging
 import math
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -60,7 +67,9 @@ from tenacity import (
 )
 from urllib3.util.retry import Retry
 
+from rebalancer.core import clocks
 from rebalancer.core.model import (
+    Clock,
     DemandHistory,
     HistoryResult,
     MetricError,
@@ -71,6 +80,7 @@ from rebalancer.core.model import (
 )
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # A Kubernetes node name is a DNS subdomain: nothing in it needs more than escaping the dot.
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -259,11 +269,29 @@ def _utc(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, tz=UTC)
 
 
+def _scalar_time(answer: object) -> datetime:
+    """The evaluation time of a scalar answer ``[<time>, "<value>"]``, or ``ValueError``."""
+    if not (isinstance(answer, list) and len(answer) == 2):
+        raise ValueError(f"unexpected answer to time() (not a scalar): {answer!r:.200}")
+    ts = _finite(answer[0])
+    if ts is None:
+        raise ValueError(f"unexpected time in the answer to time(): {answer[0]!r:.100}")
+    return _utc(ts)
+
+
 class Metrics:
     """The Prometheus adapter. One instance per controller; safe to share between tasks."""
 
-    def __init__(self, settings: Settings, *, client: PrometheusConnect | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        client: PrometheusConnect | None = None,
+        clock: Clock = lambda: datetime.now(UTC),
+    ) -> None:
         self.settings = settings
+        self.clock = clock  # the controller's own: what Prometheus' skew is measured against
+        self.estimator = clocks.Estimator(clocks.Against.PROMETHEUS)
         # The library mounts ``Retry(total=3, backoff_factor=1, status_forcelist=[408, 429, 5xx])``
         # unless given one. Give it what requests itself uses when nobody asks for retries
         # (``Retry(0, read=False)``, no status list): nothing is repeated below tenacity, and a
@@ -275,6 +303,25 @@ class Metrics:
 
     def close(self) -> None:
         self._client.close()
+
+    async def measure_skew(self) -> clocks.Skew | None:
+        """Prometheus' clock against the controller's, from one ``time()`` now and the recent
+        readings; a failed query is no reading (see the module docstring)."""
+        timeout = self.settings.timeout
+        sent = self.clock()
+        try:
+            answer = await asyncio.wait_for(
+                asyncio.to_thread(self._client.custom_query, "time()", timeout=timeout),
+                timeout + 1.0,
+            )
+            server = _scalar_time(answer)
+        except Exception as exc:  # unreachable, refused, garbled: the readings so far stand
+            log.debug("Prometheus' clock could not be read: %s", _describe(exc))
+        else:
+            received = self.clock()
+            reading = clocks.Reading(sent, received, server, clocks.MILLISECOND)
+            self.estimator = clocks.add(self.estimator, reading)
+        return clocks.estimate(self.estimator, self.clock())
 
     async def _call(self, fn: Callable[[], T]) -> T:
         """``fn`` off the event loop, retried on transient failures; raises ``QueryFailed``."""

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from rebalancer.core import model, nodestate, overrides
+from rebalancer.core import clocks, model, nodestate, overrides
 from rebalancer.core.outcomes import Outcome
 from rebalancer.core.policy import PoolPolicy
 
@@ -400,6 +400,8 @@ def pool_inputs(
         doc["demand_unknown"] = {
             "since": _time(pool.demand.at if pool.demand else pool.unknown_since or now)
         }
+    if pool.clocks.skews or pool.clocks.unmeasured:  # what sample ages were told on
+        doc["clocks"] = clocks.doc(pool.clocks)
     if pool.held is not None:  # the evidence of a fall not believed yet
         doc["demand_held"] = {
             "level": _sample(pool.held.level),

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from rebalancer.core import audit, model, nodestate, overrides, planning, tick
+from rebalancer.core import audit, clocks, model, nodestate, overrides, planning, tick
 from rebalancer.core import demand as demand_module
 from rebalancer.core.model import NodeName, PoolName
 from rebalancer.core.policy import PoolPolicy
@@ -254,7 +254,10 @@ def _pool_inputs(
         # A sample that is no rate (NaN, negative) is shown as the text it was: JSON has no NaN.
         "rps": usable.value if usable else (str(sample.value) if sample else None),
         "sampled_at": _time(sample.at) if sample else None,
-        "age_seconds": sample.age(now).total_seconds() if sample else None,
+        # On Prometheus' clock, as the planner ages it.
+        "age_seconds": sample.age(clocks.prometheus_now(seen.clocks, now)).total_seconds()
+        if sample
+        else None,
         "known": seen.demand_known,
         "unknown_since": _time(seen.unknown_since) if seen.unknown_since else None,
         "need": policy.need(usable.value) if usable else None,
@@ -267,6 +270,7 @@ def _pool_inputs(
     failure = decision.failures.get((pool, Stage.STRATEGY))
     return {
         "demand": demand,
+        "clocks": clocks.doc(seen.clocks),
         "alerts": [
             {
                 "name": a.name,

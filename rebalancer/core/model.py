@@ -17,6 +17,8 @@ from enum import StrEnum
 from functools import cached_property
 from typing import NewType
 
+from rebalancer.core import clocks as clocks_module
+
 NodeName = NewType("NodeName", str)
 PoolName = NewType("PoolName", str)
 Clock = Callable[[], datetime]  # the one clock type: every seam that reads time is given one
@@ -401,6 +403,9 @@ class PoolSnapshot:
     orphans: frozenset[NodeName] = frozenset()
     # Nodes of ``nodes`` other pools select too, with those pools: this pool drives them.
     overlaps: Mapping[NodeName, tuple[PoolName, ...]] = field(default_factory=dict)
+    # The clocks as this tick measured them (``core.clocks``): sample ages are judged on
+    # Prometheus' clock, and nothing is lent while one is past the bound or unmeasured.
+    clocks: clocks_module.Clocks = clocks_module.NONE
 
 
 @dataclass(frozen=True)
@@ -457,6 +462,8 @@ class Reason(StrEnum):
     FOREIGN_POD = "foreign_pod"  # a lent node runs a pod neither inference, daemon nor borrowed
     ORPHANED = "orphaned"  # carries our keys, yet no pool selects it now
     SELECTED_BY_MANY_POOLS = "selected_by_many_pools"  # a finding: the first pool drives it
+    CLOCK_SKEW = "clock_skew"  # a clock is past the skew bound, or cannot be measured: no lending
+    SINCE_IN_FUTURE = "since_in_future"  # a node's since is ahead of the API server's clock
     # why something is refused
     PAUSED = "paused"
     FROZEN = "frozen"

@@ -53,8 +53,17 @@ from datetime import datetime, timedelta
 from enum import Enum, StrEnum
 from functools import partial
 
+from rebalancer.core import (
+    clocks,
+    model,
+    nodestate,
+    overrides,
+    takers,
+    victims,
+    warmth,
+    windows,
+)
 from rebalancer.core import demand as demand_module
-from rebalancer.core import model, nodestate, overrides, takers, victims, warmth, windows
 from rebalancer.core.model import Action, Intent, Origin, Reason
 from rebalancer.core.nodestate import Phase
 from rebalancer.core.policy import Guard, PoolPolicy
@@ -207,6 +216,10 @@ class _Pool:
     frozen: bool  # a global or pool freeze: every intent is refused
     takers: tuple[takers.Gang, ...]  # pending jobs no other pool has room for, in place order
     alerts: tuple[model.FiringAlert, ...] = ()  # matched Alertmanager alerts firing now
+    clocks: clocks.Clocks = clocks.NONE  # as the tick measured them: no lending past the bound
+    # Nodes whose ``since`` is ahead of the API server's clock: not trusted to hold a reclaim
+    # (the minimum loan); the cooldown and the warm-up count it as now, or later.
+    future: frozenset[model.NodeName] = frozenset()
 
     @property
     def size(self) -> int:
@@ -353,6 +366,7 @@ def _observe(
     served: frozenset[str] = frozenset(),
 ) -> _Pool:
     by_phase, findings, unreadable = _read_nodes(now, name, snapshot, keys, policy)
+    future = _in_future(now, by_phase, snapshot.clocks, keys)
     serving = by_phase[Phase.SERVING]
     return _Pool(
         name=name,
@@ -368,13 +382,41 @@ def _observe(
         ),
         demand=_judge_demand(now, snapshot, policy),
         budget=snapshot.budget,
-        findings=findings,
+        findings=findings + tuple(future.values()),
         window_open=policy.window.is_open(now),
         paused=paused,
         frozen=frozen,
         takers=tuple(g for g in takers.gangs(snapshot.takers) if g.key not in served),
         alerts=tuple(a for a in snapshot.alerts if a.until > now),
+        clocks=snapshot.clocks,
+        future=frozenset(future),
     )
+
+
+def _in_future(
+    now: datetime,
+    by_phase: Mapping[Phase, Sequence[_Node]],
+    measured: clocks.Clocks,
+    keys: nodestate.Keys,
+) -> dict[model.NodeName, model.Finding]:
+    """The nodes whose ``since`` is ahead of the API server's clock (a clock ahead wrote it),
+    each with its finding. Judged every tick, not once per node value: the clock moves."""
+    found = {}
+    for node in (n for nodes in by_phase.values() for n in nodes):
+        since = node.state.since
+        ahead = clocks.in_future(measured, since, now) if since is not None else None
+        if ahead is None or since is None:
+            continue
+        found[node.name] = model.Finding(
+            node.name,
+            keys.since,
+            since.isoformat().replace("+00:00", "Z"),
+            Reason.SINCE_IN_FUTURE,
+            f"since is {ahead.total_seconds():.0f}s ahead of the API server's clock (a clock "
+            "ahead wrote it): not trusted; the cooldown and the warm-up count it as now, "
+            "the minimum loan does not hold a reclaim",
+        )
+    return found
 
 
 def _read_nodes(
@@ -499,7 +541,8 @@ def _judge_demand(now: datetime, pool: model.PoolSnapshot, policy: PoolPolicy) -
     if demand is None and pool.demand is not None:
         note = f"demand sample {pool.demand.value} is not a rate"
     queue = pool.queue
-    fresh_queue = queue is not None and queue.age(now) <= policy.staleness
+    sampled_now = clocks.prometheus_now(pool.clocks, now)
+    fresh_queue = queue is not None and queue.age(sampled_now) <= policy.staleness
     return _Demand(
         health=health,
         note=note,
@@ -514,21 +557,43 @@ def _health(
 ) -> tuple[Health, str]:
     """Unreachable, empty, NaN and old all mean one thing: demand is unknown since the last
     good sample (or since the controller started, before any). No lending at once; past
-    ``staleness + stale_grace`` since then, everything lent is reclaimed."""
+    ``staleness + stale_grace`` since then, everything lent is reclaimed.
+
+    A sample's age is Prometheus' now minus its sample time (``clocks.prometheus_now``): a
+    controller behind Prometheus does not read old samples as fresh, nor one ahead fresh ones
+    as lost. The start, with no sample yet, is a time of the controller's: aged on ``now``."""
     if Guard.METRICS not in policy.guards:
         return Health.FRESH, "metrics not checked"
     since = demand.at if demand is not None else pool.unknown_since
     if since is None:
         return Health.LOST, "no demand sample"
-    age = now - since
+    age = (clocks.prometheus_now(pool.clocks, now) if demand is not None else now) - since
     seconds = age.total_seconds()
     what = "the last good demand sample" if demand is not None else "the start, with no sample"
     if pool.demand_known and demand is not None and age <= policy.staleness:
         return Health.FRESH, f"demand sample {seconds:.0f}s old"
+    # Past the fresh mark: say on which clock, so that a clock's fault is not Prometheus'.
+    judged = _judged_on(pool.clocks) if demand is not None else ""
     if age <= policy.staleness + policy.stale_grace:
         unknown = "unknown now" if not pool.demand_known else f"older than {policy.staleness}"
-        return Health.STALE, f"demand {unknown}; {seconds:.0f}s since {what}"
-    return Health.LOST, f"demand unknown {seconds:.0f}s since {what}, past the grace period"
+        return Health.STALE, f"demand {unknown}; {seconds:.0f}s since {what}{judged}"
+    return (
+        Health.LOST,
+        f"demand unknown {seconds:.0f}s since {what}{judged}, past the grace period",
+    )
+
+
+def _judged_on(measured: clocks.Clocks) -> str:
+    """Which clock a sample's age was told on, and what is wrong with the clocks, if anything."""
+    skew = measured.skew(clocks.Against.PROMETHEUS)
+    if skew is not None:
+        on = f" (aged on Prometheus' clock, {skew.offset.total_seconds():+.1f}s from this one's)"
+    elif clocks.Against.PROMETHEUS in measured.unmeasured:
+        on = " (aged on the API server's clock: Prometheus' could not be read)"
+    else:
+        on = ""
+    problems = measured.problems()
+    return on + (f"; clocks: {'; '.join(problems)}" if problems else "")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -884,7 +949,14 @@ _RECLAIM_RULES: tuple[_NodeRule, ...] = (
         lambda pool, node: node.overrides.lend is overrides.LendMode.NOW,
         True,
     ),
-    (Reason.MIN_LOAN_TIME, lambda pool, node: _within(pool, node, pool.policy.min_loan), True),
+    # A since ahead of the API server's clock holds no reclaim: inference comes first.
+    (
+        Reason.MIN_LOAN_TIME,
+        lambda pool, node: (
+            node.name not in pool.future and _within(pool, node, pool.policy.min_loan)
+        ),
+        True,
+    ),
 )
 
 
@@ -1017,6 +1089,13 @@ def _lend_blocked(pool: _Pool) -> _Limit | None:
         stale = demand.health is Health.STALE
         reason = Reason.METRICS_STALE if stale else Reason.METRICS_MISSING
         return _Limit(0, reason, f"no lending while demand is unknown ({demand.note})")
+    problems = pool.clocks.problems()
+    if problems:
+        # The ages of samples and the times written on nodes rest on the clocks: a clock that
+        # cannot be trusted fails toward inference, as unknown demand does. Reclaims go on.
+        # After the metrics rule: a Prometheus that is down is not a clock's fault (its
+        # ``time()`` fails with the rest, and the refusal above names the clocks too).
+        return _Limit(0, Reason.CLOCK_SKEW, f"no lending: {'; '.join(problems)}")
     if demand.held is not None:
         held = demand.held
         return _Limit(

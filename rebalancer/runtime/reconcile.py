@@ -52,7 +52,7 @@ from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any, Protocol, TypeVar
 
-from rebalancer.core import audit, demand, model, nodestate, recovery, windows
+from rebalancer.core import audit, clocks, demand, model, nodestate, recovery, windows
 from rebalancer.core.audit import AuditRecord, Context
 from rebalancer.core.model import (
     Action,
@@ -182,6 +182,20 @@ class MetricsSource(Protocol):
         until: datetime,
         step: timedelta,
     ) -> HistoryResult: ...
+
+
+class ApiServerClock(Protocol):
+    """``adapters.kubeclient.ClockProbe``: the API server's clock against the controller's own.
+    The Reconciler's ``clock`` is the one it corrects (``ClockProbe.now``)."""
+
+    async def measure_skew(self) -> clocks.Skew | None: ...
+
+
+class PrometheusClock(Protocol):
+    """``runtime.wiring.PoolMetricsRouter``: the clock of the Prometheus a pool is read from,
+    against the controller's own."""
+
+    async def measure_skew(self, pool: PoolName) -> clocks.Skew | None: ...
 
 
 class NodeActuator(Protocol):
@@ -332,6 +346,7 @@ class Observer(Protocol):
     def observe_audit_store(self, failing: bool, spooled: int) -> None: ...
 
     def observe_spool_overflow(self) -> None: ...
+    def observe_clocks(self, measured: Mapping[PoolName, clocks.Clocks]) -> None: ...
 
 
 class NoObserver:
@@ -386,6 +401,9 @@ class NoObserver:
         pass
 
     def observe_spool_overflow(self) -> None:
+        pass
+
+    def observe_clocks(self, measured: Mapping[PoolName, clocks.Clocks]) -> None:
         pass
 
 
@@ -468,6 +486,9 @@ class Reconciler:
         lend_concurrency: int = 4,
         alerts: AlertSource | None = None,
         ledger: NodeLedger | None = None,
+        apiserver_clock: ApiServerClock | None = None,
+        prometheus_clock: PrometheusClock | None = None,
+        clock_bound: timedelta = clocks.DEFAULT_BOUND,
     ) -> None:
         names = [p.name for p in pools]
         if len(set(names)) != len(names):
@@ -491,6 +512,11 @@ class Reconciler:
         self.ledger = ledger
         self._store_since: datetime | None = None  # the store's failure episode began then
         self._start_unaudited = False  # start-up could not write to the store: tried again
+        # The clocks measured each tick (None: not measured, as with in-memory fakes), and the
+        # skew past which a pool lends nothing (docs/design/clocks.md).
+        self.apiserver_clock, self.prometheus_clock = apiserver_clock, prometheus_clock
+        self.clock_bound = clock_bound
+        self._clock_problems: dict[PoolName, tuple[str, ...]] = {}
         # Transitions are recorded by the actuators (see wiring.RecordingActuator); the refused
         # overrides are known only here, from the plan.
         self.events: EventRecorder = events or NoEvents()
@@ -694,8 +720,10 @@ class Reconciler:
                 # tried again next tick; the nodes in flight are driven by this one.
                 self._store_failed(exc, self.clock())
                 self._start_unaudited = True
+        # The clocks first: the tick's now is the API server's, corrected by what they say.
+        measured = await self._measure_clocks()
         now = self.clock()
-        seen = await self.observe(now)
+        seen = await self.observe(now, measured)
         self.last = seen.snapshot
         decision = await self.decide(seen.snapshot)
         self.last_decided = (seen.snapshot, decision)
@@ -775,7 +803,8 @@ class Reconciler:
                 if config.slo is not None and config.name not in self._costs:
                     since = now - config.slo.window
                     self._costs[config.name] = list(await self.audit_log.costs(config.name, since))
-        seen = await self.observe(self.clock())
+        measured = await self._measure_clocks()
+        seen = await self.observe(self.clock(), measured)
         return seen.snapshot, await self.decide(seen.snapshot)
 
     def pool_rules(self, name: PoolName) -> PoolRules:
@@ -849,16 +878,25 @@ class Reconciler:
             out.append((pool, adopted))
         return out
 
-    async def observe(self, now: datetime) -> Observation:
+    async def observe(
+        self, now: datetime, measured: Mapping[PoolName, clocks.Clocks] | None = None
+    ) -> Observation:
+        """The snapshot at ``now``; ``measured``: the clocks, measured before ``now`` was read
+        (so that ``now`` is corrected by the same readings); None: measured here."""
         pools: dict[PoolName, model.PoolSnapshot] = {}
         read: dict[PoolName, PoolMetrics] = {}
         membership = self._membership()
         members = membership.members
         self._report_unreadable()
+        if measured is None:
+            measured = await self._measure_clocks()
         for pool in self.pools:
             views = members[pool.name]
             names = [v.name for v in views]
-            metrics = await self._read(pool.name, names, now)
+            # Read at Prometheus' now, not this controller's: a clock behind would be answered
+            # with samples as old as it is behind, one ahead with none at all.
+            seen_clocks = measured[pool.name]
+            metrics = await self._read(pool.name, names, clocks.prometheus_now(seen_clocks, now))
             read[pool.name] = metrics
             reading = self._believe(pool, metrics.demand, now)
             history = await self._history(pool, names, now) if pool.needs_history else None
@@ -875,9 +913,50 @@ class Reconciler:
                 alerts=self.alerts.firing(pool.name, now) if self.alerts is not None else (),
                 orphans=membership.orphans.get(pool.name, frozenset()),
                 overlaps=membership.overlaps.get(pool.name, {}),
+                clocks=seen_clocks,
             )
+        self.observer.observe_clocks(measured)
         snapshot = model.Snapshot(now=now, pools=pools, paused=self.paused(), frozen=self.frozen())
         return Observation(snapshot, read)
+
+    async def _measure_clocks(self) -> dict[PoolName, clocks.Clocks]:
+        """Each pool's clocks this tick: the API server's skew (which the tick's ``now`` is
+        already corrected by) and that of the pool's Prometheus. A clock that should be
+        measured and has no reading lately is ``unmeasured``: the pool lends nothing."""
+        unmeasured: set[clocks.Against] = set()
+        skews: list[clocks.Skew] = []
+        if self.apiserver_clock is not None:
+            api = await self._safely_measure(self.apiserver_clock.measure_skew())
+            skews += [api] if api is not None else []
+            unmeasured |= {clocks.Against.APISERVER} if api is None else set()
+        api_skew = skews[0] if skews else None
+        correction = api_skew.offset if api_skew is not None and api_skew.known else timedelta(0)
+        out: dict[PoolName, clocks.Clocks] = {}
+        for pool in self.pools:
+            mine, missing = list(skews), set(unmeasured)
+            if self.prometheus_clock is not None:
+                prom = await self._safely_measure(self.prometheus_clock.measure_skew(pool.name))
+                mine += [prom] if prom is not None else []
+                missing |= {clocks.Against.PROMETHEUS} if prom is None else set()
+            out[pool.name] = clocks.Clocks(
+                tuple(mine), frozenset(missing), self.clock_bound, correction
+            )
+            problems = out[pool.name].problems()
+            if problems != self._clock_problems.get(pool.name, ()):  # logged once a change
+                if problems:
+                    log.warning("pool %s: no lending: %s", pool.name, "; ".join(problems))
+                else:
+                    log.info("pool %s: the clocks can be trusted again", pool.name)
+            self._clock_problems[pool.name] = problems
+        return out
+
+    @staticmethod
+    async def _safely_measure(measuring: Awaitable[clocks.Skew | None]) -> clocks.Skew | None:
+        try:
+            return await measuring
+        except Exception:  # not measured is what it means: the pool lends nothing
+            log.exception("a clock could not be measured")
+            return None
 
     def _believe(
         self, pool: PoolConfig, seen: model.Sample | None, now: datetime

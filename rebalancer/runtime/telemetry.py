@@ -59,8 +59,9 @@ from datetime import datetime
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import Metric
 
-from rebalancer.core import model
+from rebalancer.core import clocks, model
 from rebalancer.core.audit import DEFAULT_CLUSTER
+from rebalancer.core.model import PoolName
 
 # A reclaim drains borrowed pods (a grace period of seconds to minutes), then the node warms up
 # (image pull, model load): the interesting range is ten seconds to an hour.
@@ -124,6 +125,26 @@ class Telemetry:
             "rebalancer_demand_sample_age_seconds",
             "Seconds since the last good (finite) demand sample of the pool; +Inf if none yet.",
             ["pool"],
+            registry=r,
+        )
+        self.clock_skew = Gauge(
+            "rebalancer_clock_skew_seconds",
+            "The clock's offset from this controller's own (positive: it is ahead), the median "
+            "of its recent readings; for prometheus the largest of the pools' Prometheus.",
+            ["against"],
+            registry=r,
+        )
+        self.clock_uncertainty = Gauge(
+            "rebalancer_clock_skew_uncertainty_seconds",
+            "How far the measured skew may be off (half the round trip, half the resolution).",
+            ["against"],
+            registry=r,
+        )
+        self.clock_untrusted = Gauge(
+            "rebalancer_clock_untrusted",
+            "1 while the clock is past the skew bound, or cannot be measured: the pool lends "
+            "nothing; else 0.",
+            ["pool", "against"],
             registry=r,
         )
         self.leader = Gauge(
@@ -265,10 +286,25 @@ class Telemetry:
         age = math.inf if last is None else max(0.0, (now - last).total_seconds())
         self.demand_age.labels(pool).set(age)
 
+    def observe_clocks(self, measured: Mapping[PoolName, clocks.Clocks]) -> None:
+        """Each clock's skew and uncertainty, and per pool whether it is trusted."""
+        for against in clocks.Against:
+            found = [s for c in measured.values() if (s := c.skew(against)) is not None]
+            if found:
+                worst = max(found, key=lambda s: abs(s.offset))
+                self.clock_skew.labels(against).set(worst.offset.total_seconds())
+                self.clock_uncertainty.labels(against).set(worst.uncertainty.total_seconds())
+            for pool, c in measured.items():
+                skew = c.skew(against)
+                untrusted = against in c.unmeasured or (skew is not None and skew.beyond(c.bound))
+                self.clock_untrusted.labels(pool, against).set(1 if untrusted else 0)
+
     def observe_snapshot(self, snapshot: model.Snapshot) -> None:
         """``observe_demand`` for every pool of the snapshot, at the snapshot's ``now``."""
         for pool, snap in snapshot.pools.items():
-            self.observe_demand(str(pool), snap.demand, snapshot.now)
+            # Aged on Prometheus' clock, as the planner ages it.
+            at = clocks.prometheus_now(snap.clocks, snapshot.now)
+            self.observe_demand(str(pool), snap.demand, at)
         pools = {str(p) for p in snapshot.pools}
         self._forget(self.demand_age, pools)
         for gone in set(self._last_demand) - pools:

@@ -58,6 +58,7 @@ from rebalancer.adapters.leadership import LeaderElector
 from rebalancer.adapters.ledger import NodeLedger
 from rebalancer.adapters.metrics import Metrics
 from rebalancer.adapters.writer import KubeWriter, NodeWriter
+from rebalancer.core import clocks
 from rebalancer.core.audit import NewId
 from rebalancer.core.model import Clock, HistoryResult, NodeName, PoolMetrics, PoolName
 from rebalancer.core.nodestate import Keys
@@ -132,6 +133,12 @@ class PoolMetricsRouter:
     replayed trace)."""
 
     by_pool: Mapping[PoolName, MetricsSource]
+
+    async def measure_skew(self, pool: PoolName) -> clocks.Skew | None:
+        """The clock of the pool's Prometheus (``Metrics.measure_skew``); None for a source
+        that has no clock to read (a replayed trace)."""
+        source = self.by_pool[pool]
+        return await source.measure_skew() if isinstance(source, Metrics) else None
 
     async def read(
         self, pool: PoolName, nodes: Iterable[NodeName], now: datetime | None = None
@@ -244,17 +251,28 @@ class Controller:
         """Everything built (and the HTTP server serving); all of it closed when the block
         ends, except what ``seams`` handed in."""
         seams = seams or Seams()
-        me, clock = seams.name or identity(), seams.clock
+        me, own = seams.name or identity(), seams.clock
         async with AsyncExitStack() as stack:
             api = seams.api
             if api is None:
                 api = await stack.enter_async_context(kubeclient.api_client(seams.kubeconfig))
+            # Every answer of the API server is a reading of its clock; every time the
+            # controller writes on a node or compares with one is told on that clock
+            # (docs/design/clocks.md). The lease keeps the controller's own, monotonic one.
+            probe = kubeclient.ClockProbe(own)
+            probe.watch(api)
+            clock: Clock = probe.now
             telemetry = Telemetry(cluster=settings.cluster_name)
-            elector, leadership, writer = _leadership(settings, role, api, me, clock, telemetry)
+            elector, leadership, writer = _leadership(settings, role, api, me, own, telemetry)
             # From the start, not from the first tick: a follower (or a candidate that has not
             # won yet) says 0 as soon as it serves /metrics.
             telemetry.observe_leader(me, leadership.may_write(leadership.now()))
-            metrics = seams.metrics or _prometheus(settings, stack)
+            prometheus: PoolMetricsRouter | None = None  # whose clocks are read, when built here
+            metrics: MetricsSource
+            if seams.metrics is None:
+                metrics = prometheus = _prometheus(settings, stack, own)
+            else:
+                metrics = seams.metrics
             store = seams.audit_store
             if store is None:
                 store = await open_audit_store(settings)
@@ -311,6 +329,9 @@ class Controller:
                 ledger=None
                 if settings.dry_run
                 else NodeLedger(writer, keys, events if isinstance(events, KubeEvents) else None),
+                apiserver_clock=probe,
+                prometheus_clock=prometheus,
+                clock_bound=settings.clock_skew_bound,
             )
             built = Controller(
                 settings, role, me, clock, api, keys, pools, writer, informer, metrics, store,
@@ -393,8 +414,10 @@ def _leadership(
     return elector, elector, LeaderGatedWriter(kube, elector.may_write, elector.now, me)
 
 
-def _prometheus(settings: Settings, stack: AsyncExitStack) -> PoolMetricsRouter:
-    by_pool = {PoolName(p.name): Metrics(settings.metrics_settings(p)) for p in settings.pools}
+def _prometheus(settings: Settings, stack: AsyncExitStack, clock: Clock) -> PoolMetricsRouter:
+    by_pool = {
+        PoolName(p.name): Metrics(settings.metrics_settings(p), clock=clock) for p in settings.pools
+    }
     for metrics in by_pool.values():
         stack.callback(metrics.close)
     return PoolMetricsRouter(by_pool)

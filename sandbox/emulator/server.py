@@ -30,17 +30,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import email.utils
 import json
 import logging
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from sandbox.emulator import (
     cluster,
@@ -532,6 +534,14 @@ async def _inject(request: web.Request, handler: Any) -> web.StreamResponse:
     return response
 
 
+async def _date(request: web.Request, response: web.StreamResponse) -> None:
+    """Every answer's ``Date`` header on the store's clock, as kube-apiserver's is on its own
+    (Go's net/http sets it): a client measures its skew against the server by it, and aiohttp's
+    default would be the wall clock even when the store runs on a ``ManualClock``."""
+    clock = request.app[STORE].clock()
+    response.headers[hdrs.DATE] = email.utils.format_datetime(clock.astimezone(UTC), usegmt=True)
+
+
 async def _version(_: web.Request) -> web.Response:
     return _respond(
         {
@@ -594,6 +604,7 @@ def make_app(
     )
     app[STORE] = store
     app[FAULTS] = faults or FaultInjector()
+    app.on_response_prepare.append(_date)
     if access is not None:
         app[ACCESS] = access
     if on_request is not None:

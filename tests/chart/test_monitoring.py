@@ -37,8 +37,9 @@ import pytest
 import yaml
 
 from rebalancer.adapters.audit import SqlAuditStore
-from rebalancer.core import model
+from rebalancer.core import clocks, model
 from rebalancer.core.audit import AuditRecord, Kind
+from rebalancer.core.model import PoolName
 from rebalancer.runtime.telemetry import Telemetry
 from tests.support import prometheus as prom
 from tests.support.chart import Doc, of_kind, one, render
@@ -471,6 +472,7 @@ def budget(spent: str, allowed: str, follower: str = "0x20") -> dict[str, str]:
 QUIET: tuple[Fire, ...] = ()
 STALE_LEADER = {**POOL, "pod": "rebalancer-0"}
 UNREADABLE_PODS = {**TARGET, "kind": "pod"}
+POOL_APISERVER = {**POOL, "against": "apiserver"}
 
 CASES: dict[str, list[Case]] = {
     "RebalancerDown": [
@@ -686,6 +688,28 @@ CASES: dict[str, list[Case]] = {
         ),
         Case("a budget of zero, nothing spent", budget("0x20", "0x20"), (("10m", QUIET),)),
         Case("only the follower counts minutes", budget("0x20", "5x20", "7x20"), (("10m", QUIET),)),
+    ],
+    "RebalancerClockUntrusted": [
+        Case(
+            "the clocks can be trusted",
+            leading("rebalancer_clock_untrusted", "0x20", pool="l20", against="apiserver"),
+            (("10m", QUIET),),
+        ),
+        Case(
+            "past the bound for a minute, then back",
+            leading("rebalancer_clock_untrusted", "1 1 0x18", pool="l20", against="apiserver"),
+            (("2m", QUIET), ("10m", QUIET)),
+        ),
+        Case(
+            "past the bound: after 2 minutes, naming the clock",
+            leading("rebalancer_clock_untrusted", "1x20", pool="l20", against="apiserver"),
+            (("1m", QUIET), ("2m", (Fire(POOL_APISERVER, value="1"),))),
+        ),
+        Case(
+            "only the follower's clock is off (the leader decides)",
+            leading("rebalancer_clock_untrusted", "0x20", "1x20", pool="l20", against="apiserver"),
+            (("10m", QUIET),),
+        ),
     ],
     "RebalancerUnreadableObjects": [
         Case(
@@ -1010,6 +1034,9 @@ def telemetry_series() -> str:
     return "\n".join(lines) + "\n"
 
 
+ZERO = timedelta(0)
+
+
 def play(t: Telemetry, pod: str, k: int, now: datetime, site: Site) -> None:
     """What replica ``pod`` of ``site`` is told at minute ``k``."""
     leading = pod == site.leader
@@ -1027,6 +1054,11 @@ def play(t: Telemetry, pod: str, k: int, now: datetime, site: Site) -> None:
     t.observe_frozen_under_pressure({"l20": False, "h100": 70 <= k < 75})
     t.observe_demand_held({"l20": k % 50 == 7, "h100": False})
     t.observe_unreadable({"node": 0, "pod": 1 if 80 <= k < 90 else 0})
+    off = timedelta(seconds=40 if 60 <= k < 70 else 0.2)  # the API server's clock, for a while
+    api_skew = clocks.Skew(clocks.Against.APISERVER, off, timedelta(seconds=0.5), 5, now)
+    prom_skew = clocks.Skew(clocks.Against.PROMETHEUS, timedelta(seconds=0.01), ZERO, 5, now)
+    measured = clocks.Clocks((api_skew, prom_skew))
+    t.observe_clocks({PoolName(pool): measured for pool in ("l20", "h100")})
     if leading:
         if 30 <= k < 40:
             t.observe_strategy_failure("l20", "forecast", "raised")

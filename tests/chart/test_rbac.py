@@ -273,8 +273,13 @@ async def test_a_dry_run_controller_writes_nothing_under_the_dry_run_role(
         text += "    lend_only_to_takers: false\n"  # no training waits in this cluster
         path.write_text(f"dry_run: true\n{text}", encoding="utf-8")
         config = settings_mod.load(path, env={})
-        demand = Demand({PoolName("inference"): 1.0}, wiring.utc_now)
-        seams = wiring.Seams(api=c.controller, metrics=demand, sink=None, serve_http=False)
+        # The cluster's clock: the controller measures the API server's, and one that is far
+        # off (the emulator's manual clock against the wall's) would stop every lend.
+        clock = c.opened.clock
+        demand = Demand({PoolName("inference"): 1.0}, clock)
+        seams = wiring.Seams(
+            api=c.controller, clock=clock, metrics=demand, sink=None, serve_http=False
+        )
         async with wiring.Controller.open(config, seams) as controller:
             assert controller.elector is None
             informer = asyncio.create_task(controller.informer.run())

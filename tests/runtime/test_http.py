@@ -23,7 +23,7 @@ from rebalancer.adapters.audit import (
     MemoryAuditStore,
     SqlAuditStore,
 )
-from rebalancer.core import audit, model
+from rebalancer.core import audit, clocks, model
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Action, NodeName, Origin, PoolName, Reason
 from rebalancer.runtime import http
@@ -200,6 +200,17 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
     week, day = timedelta(days=7), timedelta(days=1)
     t.observe_budgets({"l20": model.ErrorBudget(10, week, 3), "a100": model.ErrorBudget(0, day, 0)})
     t.observe_budgets({"l20": model.ErrorBudget(10, week, 4)})  # a100 lost its slo
+    api = clocks.Skew(
+        clocks.Against.APISERVER, timedelta(seconds=-600), timedelta(seconds=0.5), 3, T0
+    )
+    near = clocks.Skew(clocks.Against.PROMETHEUS, timedelta(seconds=0.2), timedelta(0), 3, T0)
+    far = clocks.Skew(clocks.Against.PROMETHEUS, timedelta(seconds=-90), timedelta(0), 3, T0)
+    t.observe_clocks(
+        {
+            PoolName("l20"): clocks.Clocks((api, near)),
+            PoolName("a100"): clocks.Clocks((api, far), bound=timedelta(minutes=15)),
+        }
+    )
 
     async with (
         serve(await memory_store(), telemetry=t) as (_, session),
@@ -231,6 +242,20 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
         "rebalancer_error_budget_allowed_minutes",
         "rebalancer_error_budget_spent_minutes",
         "rebalancer_node_drift",
+        "rebalancer_clock_skew_seconds",
+        "rebalancer_clock_skew_uncertainty_seconds",
+        "rebalancer_clock_untrusted",
+    }
+    skew = {s.labels["against"]: s.value for s in got["rebalancer_clock_skew_seconds"]}
+    assert skew == {"apiserver": -600.0, "prometheus": -90.0}  # the largest of the pools'
+    untrusted = {
+        (s.labels["pool"], s.labels["against"]): s.value for s in got["rebalancer_clock_untrusted"]
+    }
+    assert untrusted == {
+        ("l20", "apiserver"): 1.0,
+        ("l20", "prometheus"): 0.0,
+        ("a100", "apiserver"): 0.0,  # within its pool's bound
+        ("a100", "prometheus"): 0.0,
     }
     # The plan found nothing another writer changed: every kind of the pool reads 0.
     drift = got["rebalancer_node_drift"]

@@ -7,6 +7,9 @@ them, as plain objects a test passes in and then reads:
   test edits, and the objects it pretends it could not read;
 - ``Demand`` (a ``MetricsSource``): each pool's demand as the test sets it, sampled at the
   moment of the read (or at ``at``, to make it stale);
+- ``ClockedPrometheus`` (a ``MetricsSource`` and a ``PrometheusClock``): a Prometheus that
+  scrapes on its own clock, answers a read with the last sample at or before the time asked,
+  and answers ``time()`` with its clock, timed on the controller's;
 - ``CodecActuator`` (a ``NodeActuator``): moves the nodes of a ``Views`` through the node-state
   codec as the real actuator's writes would, and records each call; ``Calls`` only records them
   and says every call worked;
@@ -27,7 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from rebalancer.adapters.audit import MemoryAuditStore
-from rebalancer.core import model, nodestate
+from rebalancer.core import clocks, model, nodestate
 from rebalancer.core.audit import AuditRecord
 from rebalancer.core.model import (
     Clock,
@@ -107,6 +110,70 @@ class Demand:
         step: timedelta,
     ) -> HistoryResult:
         return HistoryResult(model.DemandHistory.empty(since))
+
+
+@dataclass
+class ClockedPrometheus:
+    """One pool's demand on a Prometheus whose clock is not the controller's.
+
+    ``clock`` is Prometheus' own (the true time), ``own`` the controller's; it scrapes every
+    ``every`` on its own clock (sample times are multiples of it), each sample the rps set for
+    the pool at that time (``rps``, changed by the test as time goes; ``stopped``: no sample
+    after it). ``read(now=t)`` answers the newest sample at or before ``t``, as the adapter's
+    query evaluated at ``t`` does, or none within the 10 minutes of its lookback."""
+
+    clock: Clock
+    own: Clock
+    rps: dict[PoolName, float]
+    every: timedelta = timedelta(seconds=15)
+    stopped: datetime | None = None
+    asked: list[datetime] = field(default_factory=list)  # the evaluation times of the reads
+    estimator: clocks.Estimator = field(
+        default_factory=lambda: clocks.Estimator(clocks.Against.PROMETHEUS)
+    )
+    _seen: dict[PoolName, list[tuple[datetime, float]]] = field(default_factory=dict)
+
+    def scrape(self) -> None:
+        """Take this scrape interval's sample of every pool (call it as time moves)."""
+        now = self.clock()
+        if self.stopped is not None and now > self.stopped:
+            return
+        at = now - timedelta(seconds=now.timestamp() % self.every.total_seconds())
+        for pool, value in self.rps.items():
+            samples = self._seen.setdefault(pool, [])
+            if not samples or samples[-1][0] < at:
+                samples.append((at, value))
+
+    async def read(
+        self, pool: PoolName, nodes: Iterable[NodeName], now: datetime | None = None
+    ) -> PoolMetrics:
+        self.scrape()
+        when = self.clock() if now is None else now
+        self.asked.append(when)
+        older = [(t, v) for t, v in self._seen.get(pool, []) if when - LOOKBACK <= t <= when]
+        if not older:
+            return PoolMetrics(pool, None, None)
+        at, value = older[-1]
+        return PoolMetrics(pool, model.Sample(value, at), model.Sample(0.0, at))
+
+    async def history(
+        self,
+        pool: PoolName,
+        nodes: Iterable[NodeName],
+        since: datetime,
+        until: datetime,
+        step: timedelta,
+    ) -> HistoryResult:
+        return HistoryResult(model.DemandHistory.empty(since))
+
+    async def measure_skew(self, pool: PoolName) -> clocks.Skew | None:
+        sent, server, received = self.own(), self.clock(), self.own()
+        reading = clocks.Reading(sent, received, server, clocks.MILLISECOND)
+        self.estimator = clocks.add(self.estimator, reading)
+        return clocks.estimate(self.estimator, self.own())
+
+
+LOOKBACK = timedelta(minutes=10)
 
 
 @dataclass
