@@ -1075,6 +1075,8 @@ def play(t: Telemetry, pod: str, k: int, now: datetime, site: Site) -> None:
         t.observe_audit_store(120 <= k < 130, max(0, min(k, 130) - 119) * 3 if k < 131 else 0)
         if k == 128:
             t.observe_spool_overflow()
+        # a node of l20 relabelled out of every pool for five minutes, then taken back
+        t.node_drift.labels("l20", "orphaned").set(1 if 90 <= k < 95 else 0)
         if 60 <= k < 66:  # six minutes of h100 queueing with a node lent
             t.observe_borrowing_cost("h100")
         # h100 has an slo of 10 minutes a week; the six minutes stay in its window
