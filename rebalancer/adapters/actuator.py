@@ -241,6 +241,7 @@ class Actuator:
         if _replaced(view, uid):
             if cached:  # a cache behind the server may not have seen the new node yet
                 return await self._reclaim(run, decision, deadline, uid, cached=False)
+            await self._clear_earlier(run, view)
             return run.result(Outcome.GONE, _replaced_note(view, uid))
         if isinstance(state, nodestate.StateError):
             # Its own original cannot be read: back from the pool's specification, then the
@@ -294,6 +295,7 @@ class Actuator:
             if _replaced(view, uid):
                 if cached:
                     continue  # the server says so first
+                await self._clear_earlier(run, view)
                 return run.result(Outcome.GONE, _replaced_note(view, uid))
             if isinstance(state, nodestate.StateError):
                 return run.result(Outcome.REFUSED, f"unreadable state: {state}")
@@ -358,6 +360,19 @@ class Actuator:
                 return run.result(Outcome.IN_PROGRESS, self._left(run, left, blocked, past))
         await self._patch(run, WriteKind.FINISH, view, self._finish(run, view, state))
         return run.result(Outcome.APPLIED, "reclaimed: serving again")
+
+    async def _clear_earlier(self, run: _Pass, view: model.NodeView) -> None:
+        """The loan of a node that was replaced is over, and so is its drain: the pods it took,
+        still bound to the name, are deleted at once, as the pod garbage collector would have
+        (the kubelet of the new node would otherwise run them on a node that serves). Only
+        those bound before the new node was created: anything bound since is the new node's."""
+        stale = [p for p in await self._pods(run.node) if _taken(p) and _earlier(p, view)]
+        if not stale:
+            return
+        if not self._dry_run:
+            names = ", ".join(f"{p.view.namespace}/{p.view.name}" for p in stale)
+            run.notes.append(f"deleted pod(s) bound to an earlier node of this name: {names}")
+        await self._delete(run, stale)
 
     def _left(self, run: _Pass, left: Sequence[_Pod], blocked: int, past: bool) -> str:
         """What holds the node reclaiming, in words that change only when it does: how many

@@ -543,6 +543,9 @@ class Reconciler:
         # intent: one whose node is no longer seen in flight under that UID (deleted, created
         # again under its name, or out of every pool) is looked at once more (``_vanished``).
         self._draining: dict[NodeName, tuple[PoolConfig, str, str]] = {}
+        # The lent nodes of the last leading tick, as seen then: a loan whose node is deleted
+        # (and perhaps created again under its name) is ended here (``_replaced_loans``).
+        self._loans: dict[NodeName, tuple[PoolConfig, NodeView]] = {}
         # What the last in_progress record of each drain said (intent id, message): a pass that
         # says the same and changed nothing is not recorded again (a drain a finalizer holds
         # would write a record every tick).
@@ -1412,9 +1415,63 @@ class Reconciler:
                 if view.uid and phase(view, self.keys) is Phase.RECLAIMING
             },
         }
+        # By UID alone, acted on this tick or not: a new node under the name may be lent
+        # already, and the pods bound to the old one are still there.
+        ended = [
+            loan
+            for name, loan in self._loans.items()
+            if name not in seen or seen[name].uid != loan[1].uid
+        ]
+        self._loans = {
+            view.name: (pool, view)
+            for pool in self.pools
+            for view in snapshot.pools[pool.name].nodes
+            if view.uid and phase(view, self.keys) is Phase.LENT
+        }
         done = await self._together(in_flight, one, self.reclaim_concurrency)
         done += await self._together(vanished, self._drive_vanished, self.reclaim_concurrency)
+        for pool, view in ended:
+            done.append(await self._end_replaced_loan(pool, view, snapshot.now))
         return tuple(a for a in done if a is not None)
+
+    async def _end_replaced_loan(
+        self, pool: PoolConfig, lent: NodeView, now: datetime
+    ) -> Applied | None:
+        """A lent node that was deleted, and perhaps created again under its name, is not
+        lent any more, and nothing in its snapshot says so: the new node is serving, and the
+        pods the loan took are still bound to the name. The loan is ended under an intent of
+        its own (a reclaim for the lent node's UID, which finds it gone) and the pods bound to
+        the earlier node are deleted, as the pod garbage collector would have."""
+        if not self._leading():
+            return None
+        decision = lent.annotations.get(self.keys.decision)
+        why = (
+            f"node {lent.name} (uid {lent.uid}) was lent under {decision} and has been deleted: "
+            "its loan ends, and the pods bound to it are removed"
+        )
+        intent = audit.recovery_intent(
+            self._context(pool),
+            self.audit_log.new_id,
+            now,
+            str(pool.name),
+            lent,
+            Action.RECLAIM,
+            decision,
+            why,
+        )
+        try:
+            await self.audit_log.tick([intent])
+        except Exception as exc:  # the node is gone: nothing waits on it; tried next tick
+            self._store_failed(exc, now)
+            self._loans.setdefault(lent.name, (pool, lent))
+            return None
+        deadline = now + pool.policy.reclaim_deadline
+        result = await self.actuators[pool.name].reclaim(
+            lent.name, intent.id, deadline, uid=lent.uid
+        )
+        log.info("end loan %s: %s (%s)", lent.name, result.outcome.value, result.message)
+        outcome = await self._safely(self.audit_log.outcome(intent, result, self.clock()))
+        return Applied(lent.name, Action.RECLAIM, result, intent, outcome)
 
     def _vanished(
         self, seen: Mapping[NodeName, NodeView], looked_at: set[NodeName]

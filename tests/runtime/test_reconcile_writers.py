@@ -7,7 +7,7 @@ from __future__ import annotations
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.outcomes import Outcome
 from sandbox.emulator import cluster
-from sandbox.emulator.resources import NODES
+from sandbox.emulator.resources import NODES, PODS
 from sandbox.emulator.store import DeleteOptions
 from tests.runtime.test_reconcile import HIGH, LOW, World, world
 from tests.support.pools import IDLE, POOL
@@ -83,3 +83,34 @@ async def test_a_drain_a_finalizer_holds_is_recorded_when_what_it_says_changes_n
             "training/job-a-0 (example.com/checkpoint)"
         ]
         assert len({message for _, message in said}) == len(said)  # each says something new
+
+
+async def test_a_lent_node_deleted_and_created_again_ends_its_loan_and_removes_the_old_pods() -> (
+    None
+):
+    async with world() as w:
+        pod = cluster.training_pod("job-a", 0, gpus=1, priority_class=None)
+        node = await lent_with(w, pod)
+        await w.tick()  # the loan is seen lent
+        lent_uid = w.store.get(NODES, None, node)["metadata"]["uid"]
+        w.advance(5)
+        w.store.delete(NODES, None, node, DeleteOptions())
+        cluster.add(w.store, cluster.node(node, cluster.INFERENCE))
+        w.advance(1)
+        await w.tick()
+
+        (ended,) = [r for r in w.records(Kind.INTENT) if r.node == node and r.origin == "recovery"]
+        assert ended.action == "reclaim"
+        assert ended.detail["node_uid"] == lent_uid
+        assert "has been deleted: its loan ends" in ended.message
+        (closed,) = outcomes_of(w, ended)
+        assert closed.outcome is Outcome.GONE
+        assert "deleted pod(s) bound to an earlier node of this name: training/job-a-0" in (
+            closed.message
+        )
+        bound = [
+            p["metadata"]["name"] for p in w.store.peek(PODS) if p["spec"].get("nodeName") == node
+        ]
+        assert bound == [f"gpu-exporter-{node}"]  # the new node's DaemonSet pod stays
+        await w.tick()  # ended once (the new node, idle at low demand, may be lent anew)
+        assert [r for r in w.records(Kind.INTENT) if r.origin == "recovery"] == [ended]
