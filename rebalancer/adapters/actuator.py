@@ -365,8 +365,13 @@ class Actuator:
         """The loan of a node that was replaced is over, and so is its drain: the pods it took,
         still bound to the name, are deleted at once, as the pod garbage collector would have
         (the kubelet of the new node would otherwise run them on a node that serves). Only
-        those bound before the new node was created: anything bound since is the new node's."""
-        stale = [p for p in await self._pods(run.node) if _taken(p) and _earlier(p, view)]
+        those bound no later than the second the new node was created (the API's times are
+        whole seconds, and a node may be replaced within the second a pod was bound to the old
+        one): a pod the drain takes is never placed on a new, serving node by the scheduler,
+        so one bound in that second was bound to the old node."""
+        stale = [
+            p for p in await self._pods(run.node) if _taken(p) and _earlier(p, view, or_same=True)
+        ]
         if not stale:
             return
         if not self._dry_run:
@@ -525,9 +530,12 @@ def _cheapest_first(pods: Sequence[_Pod]) -> list[_Pod]:
     return [by_name[(v.namespace, v.name)] for v in victims.eviction_order(views)]
 
 
-def _earlier(pod: _Pod, node: model.NodeView) -> bool:
-    """Bound to an earlier node of this name: before this one was created."""
-    return node.created is not None and pod.bound is not None and pod.bound < node.created
+def _earlier(pod: _Pod, node: model.NodeView, or_same: bool = False) -> bool:
+    """Bound to an earlier node of this name: before this one was created (``or_same``: or
+    in the same whole second)."""
+    if node.created is None or pod.bound is None:
+        return False
+    return pod.bound <= node.created if or_same else pod.bound < node.created
 
 
 def _replaced(view: model.NodeView, uid: str | None) -> bool:

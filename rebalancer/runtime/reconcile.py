@@ -777,7 +777,7 @@ class Reconciler:
             self._would = frozenset((s.pool, s.node, s.action) for s in plan.steps)
         await self.events.findings(plan)
         applied = await self.apply(acting, tick)
-        progressed = await self.drive(seen.snapshot, {a.node for a in applied})
+        progressed = await self.drive(seen.snapshot, applied)
         return replace(report, leading=True, audited=written, applied=applied + progressed)
 
     def _new_steps(self, plan: model.Plan) -> model.Plan:
@@ -1164,7 +1164,7 @@ class Reconciler:
             },
         )
         applied = await self.apply(only, tick)
-        progressed = await self.drive(snapshot, {a.node for a in applied})
+        progressed = await self.drive(snapshot, applied)
         self.observer.observe_audit_store(True, len(self.audit_log.spool))
         return replace(report, leading=True, error=error, applied=applied + progressed)
 
@@ -1367,9 +1367,13 @@ class Reconciler:
         self._reclaimed(step.pool, intent, result)
         return Applied(step.node, step.action, result, intent, outcome)
 
-    async def drive(self, snapshot: model.Snapshot, acted: set[NodeName]) -> tuple[Applied, ...]:
-        """``progress`` on every node in flight that got no step this tick, the drains of a
-        wave together (``reclaim_concurrency`` at a time), as the reclaims that began them."""
+    async def drive(
+        self, snapshot: model.Snapshot, applied: Sequence[Applied]
+    ) -> tuple[Applied, ...]:
+        """``progress`` on every node in flight that got no step this tick (``applied``), the
+        drains of a wave together (``reclaim_concurrency`` at a time), as the reclaims that
+        began them; then the end of every loan whose node was replaced."""
+        acted = {a.node for a in applied}
         in_flight = [
             (pool, view)
             for pool in self.pools
@@ -1422,11 +1426,18 @@ class Reconciler:
             for name, loan in self._loans.items()
             if name not in seen or seen[name].uid != loan[1].uid
         ]
+        # The nodes lent as of this tick: those the snapshot shows lent, and those this tick
+        # lent (a node may be replaced before the next tick sees it lent).
+        lent_now = {
+            a.node
+            for a in applied
+            if a.call is Action.LEND and a.result and a.result.outcome is Outcome.APPLIED
+        }
         self._loans = {
             view.name: (pool, view)
             for pool in self.pools
             for view in snapshot.pools[pool.name].nodes
-            if view.uid and phase(view, self.keys) is Phase.LENT
+            if view.uid and (phase(view, self.keys) is Phase.LENT or view.name in lent_now)
         }
         done = await self._together(in_flight, one, self.reclaim_concurrency)
         done += await self._together(vanished, self._drive_vanished, self.reclaim_concurrency)
