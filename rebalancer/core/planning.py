@@ -139,6 +139,7 @@ def plan_pool(
     _strategy_intent(draft, proposal)
     _unused_loans(draft)
     _gang_intent(draft)
+    _room_lent_already(draft)
     return draft.finish(proposal)
 
 
@@ -854,6 +855,16 @@ def _unused_loans(draft: _Draft) -> None:
             pool.name, Action.RECLAIM, len(idle), Origin.STRATEGY, Reason.UNUSED_LOAN, why
         )
         _grant(draft, intent, idle)
+
+
+def _room_lent_already(draft: _Draft) -> None:
+    """Jobs that fit on what the pool holds lent once this tick's steps are taken are the
+    pool's (``PoolPlan.served``), whether or not it lends more now: a pool that holds, is
+    paused or plans safety only still has the room it lent for a job the scheduler has not
+    placed yet, and no pool planned after it lends that job a second node. Counting a job
+    served that will not land here costs at most a loan not made: the side of inference."""
+    placed = takers.place(draft.pool.takers, _lent_rooms(draft), (), 0)
+    draft.served.update(placed.served)
 
 
 def _why_no_taker(pool: _Pool, placed: takers.Placement) -> str:

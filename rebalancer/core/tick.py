@@ -11,7 +11,11 @@ episode once when it starts and once when it ends). What is decided here, and on
   is lent: no new loans, and every safety rule still reclaims);
 - each pool is planned on its own (``planning.plan_pool``): a planner failure in one pool is
   that pool's only. It is planned again with the safety-only proposal; if that fails too, nothing
-  of the pool moves this tick.
+  of the pool moves this tick;
+- a pending job is lent for by one pool only: the jobs a pool planned before has room for, on
+  nodes it lends now or lent already (``PoolPlan.served``), are handed to the pools planned after
+  it, which lend nothing more for them (``core.takers``). Pools are planned in their configured
+  order, so the first pool that can take a job is the one that lends for it.
 
 Pure: time, state and answers are arguments.
 """
@@ -86,6 +90,7 @@ def plan_tick(
     plans: dict[PoolName, model.PoolPlan] = {}
     proposals: dict[PoolName, model.Proposal] = {}
     failures: dict[tuple[PoolName, Stage], Failure] = {}
+    served: set[str] = set()  # jobs a pool planned before has room for: not lent for twice
     for name, rules in pools.items():
         seen = snapshot.pools[name]
         proposal = _checked(answers[name], len(seen.nodes))
@@ -95,14 +100,16 @@ def plan_tick(
             proposal = planning.safety_only(lent_count(seen, keys), why)
         proposals[name] = proposal
         try:
-            plans[name] = _plan(snapshot, name, rules, proposal, keys)
+            plans[name] = _plan(snapshot, name, rules, proposal, keys, frozenset(served))
+            served.update(plans[name].served)
             continue
         except Exception as exc:
             failure = Failure.raised(exc)
             failures[(name, Stage.PLANNER)] = failure
         fallback = planning.safety_only(lent_count(seen, keys), f"the planner failed ({failure})")
         try:
-            plans[name] = _plan(snapshot, name, rules, fallback, keys)
+            plans[name] = _plan(snapshot, name, rules, fallback, keys, frozenset(served))
+            served.update(plans[name].served)
         except Exception:
             summary = f"pool {name}: the planner failed ({failure}); nothing moves"
             plans[name] = model.PoolPlan(name, (), (), (), (), summary)
@@ -169,6 +176,7 @@ def _plan(
     rules: PoolRules,
     proposal: model.Proposal,
     keys: nodestate.Keys,
+    served: frozenset[str],
 ) -> model.PoolPlan:
     return planning.plan_pool(
         now=snapshot.now,
@@ -179,6 +187,7 @@ def _plan(
         keys=keys,
         paused=snapshot.paused or rules.paused,
         frozen=snapshot.frozen or rules.frozen,
+        served=served,
     )
 
 
