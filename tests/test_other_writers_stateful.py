@@ -68,8 +68,7 @@ from rebalancer.runtime.reconcile import AlwaysLeader, PoolConfig, Reconciler
 from sandbox.emulator.resources import NODES
 from sandbox.emulator.store import Store
 from sandbox.emulator.views import expected_views
-from strategies import registry
-from tests.support import backends, objects
+from tests.support import backends, objects, pools
 from tests.support.actuation import Crash, Recorder
 from tests.support.fakes import Demand
 from tests.support.reads import scheduling
@@ -131,14 +130,7 @@ _MERGE = "application/merge-patch+json"
 
 def config() -> PoolConfig:
     """The pool, with a strategy of its own per process (a strategy may keep state)."""
-    return PoolConfig(
-        name=POOL,
-        node_selector={"gpu-pool": "inference"},
-        policy=POLICY,
-        rules=RULES,
-        strategy=registry.build("reactive"),
-        strategy_name="reactive",
-    )
+    return pools.reactive_pool()
 
 
 def taints_of(node: Obj) -> list[Obj]:

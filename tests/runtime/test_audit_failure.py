@@ -41,30 +41,22 @@ from rebalancer.core import model
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Term
 from rebalancer.runtime import http
-from rebalancer.runtime.reconcile import PoolConfig, Reconciler, TickReport
+from rebalancer.runtime.reconcile import Reconciler, TickReport
 from rebalancer.runtime.telemetry import Telemetry
 from sandbox.emulator import cluster
 from sandbox.emulator.resources import NODES
 from sandbox.emulator.views import expected_views
-from strategies import registry
-from tests.support import emulated
+from tests.support import emulated, pools
 from tests.support.emulated import Sandbox
 from tests.support.fakes import Demand, Lead
 from tests.support.objects import daemon_pod
-from tests.support.pools import BUSY, IDLE, KEYS, POLICY, POOL, RULES, SPEC, add_replicas
+from tests.support.pools import BUSY, IDLE, KEYS, POOL, RULES, SPEC, add_replicas
 from tests.support.reads import scheduling_of, state_of
 from tests.support.waits import Pulse, no_sleep, stop
 
 Obj = dict[str, Any]
-CONFIG = PoolConfig(
-    name=POOL,
-    node_selector={"gpu-pool": "inference"},
-    policy=POLICY,
-    rules=RULES,
-    strategy=registry.build("reactive"),
-    strategy_name="reactive",
-)
-LOW, HIGH = 150.0, 900.0  # rps: 2 nodes serve it (the 6 idle ones are lent), then all 8
+CONFIG = pools.reactive_pool()
+LOW, HIGH = pools.LOW, pools.HIGH
 PENDING = ledger.annotation(KEYS)
 
 

@@ -30,27 +30,19 @@ from rebalancer.adapters.writer import KubeWriter, RetryPolicy
 from rebalancer.core import clocks, model, nodestate
 from rebalancer.core.audit import Kind
 from rebalancer.core.model import Clock, PoolName, Reason, Term
-from rebalancer.runtime.reconcile import PoolConfig, Reconciler, TickReport
+from rebalancer.runtime.reconcile import Reconciler, TickReport
 from sandbox.emulator import cluster
 from sandbox.emulator.views import expected_views
-from strategies import registry
-from tests.support import emulated
+from tests.support import emulated, pools
 from tests.support.emulated import Sandbox
 from tests.support.fakes import ClockedPrometheus, Lead
 from tests.support.objects import daemon_pod
-from tests.support.pools import BUSY, IDLE, KEYS, POLICY, POOL, RULES, SPEC, add_replicas
+from tests.support.pools import BUSY, IDLE, KEYS, POOL, RULES, SPEC, add_replicas
 from tests.support.reads import state_of
 from tests.support.waits import Pulse, no_sleep, stop
 
-CONFIG = PoolConfig(
-    name=POOL,
-    node_selector={"gpu-pool": "inference"},
-    policy=POLICY,
-    rules=RULES,
-    strategy=registry.build("reactive"),
-    strategy_name="reactive",
-)
-LOW, HIGH = 150.0, 900.0  # rps: need 2 nodes (lend the 6 idle ones), then more than 8
+CONFIG = pools.reactive_pool()
+LOW, HIGH = pools.LOW, pools.HIGH
 BEHIND, AHEAD = -90.0, 600.0
 
 

@@ -37,7 +37,7 @@ from sandbox.emulator.server import Request
 from sandbox.emulator.store import Store
 from sandbox.emulator.views import expected_views
 from strategies import registry
-from tests.support import emulated
+from tests.support import emulated, pools
 from tests.support.actuation import Crash, Recorder
 from tests.support.emulated import Sandbox
 from tests.support.fakes import Demand, Entry, JournalStore, Lead
@@ -48,15 +48,8 @@ from tests.support.reads import scheduling_of, state_of
 from tests.support.waits import Pulse, no_sleep, stop
 
 Obj = dict[str, Any]
-CONFIG = PoolConfig(
-    name=POOL,
-    node_selector={"gpu-pool": "inference"},
-    policy=POLICY,
-    rules=RULES,
-    strategy=registry.build("reactive"),
-    strategy_name="reactive",
-)
-LOW, HIGH = 150.0, 900.0  # rps: need 2 nodes (lend the 6 idle ones), then more than 8
+CONFIG = pools.reactive_pool()
+LOW, HIGH = pools.LOW, pools.HIGH
 
 
 def journal_node_writes(journal: list[Entry]) -> Callable[[Request], None]:

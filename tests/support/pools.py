@@ -20,7 +20,9 @@ from typing import Any
 from rebalancer.core import model
 from rebalancer.core.nodestate import Keys
 from rebalancer.core.policy import PoolPolicy, default_lend_spec
+from rebalancer.runtime.reconcile import PoolConfig
 from sandbox.emulator import cluster
+from strategies import registry
 from tests.support import objects
 from tests.support.backends import Objects
 
@@ -53,6 +55,24 @@ POLICY = PoolPolicy(
     reclaim_deadline=timedelta(seconds=60),
     lend_spec=SPEC,
 )
+
+
+def reactive_pool() -> PoolConfig:
+    """The pool as the reconcile tests drive it: ``POLICY`` and the ``reactive`` strategy, a new
+    one on each call (a strategy may keep state, and a restarted process starts afresh)."""
+    return PoolConfig(
+        name=POOL,
+        node_selector={"gpu-pool": "inference"},
+        policy=POLICY,
+        rules=RULES,
+        strategy=registry.build("reactive"),
+        strategy_name="reactive",
+    )
+
+
+# Demand in rps against POLICY's 100 rps a node: LOW needs 2 serving nodes (the 6 idle ones are
+# lent), HIGH more than the pool's 8 (every lent node comes back).
+LOW, HIGH = 150.0, 900.0
 
 
 def add_replicas(store: Objects) -> list[dict[str, Any]]:
