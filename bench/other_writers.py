@@ -219,33 +219,12 @@ def rows(records: Sequence[AuditRecord]) -> list[str]:
 
 
 async def spawn(h: Harness, config: Path, wrapper: Sequence[str]) -> Controller:
-    """``rebalancer run`` as the harness starts it, under ``wrapper`` (faketime) if given."""
-    port = json.loads(config.read_text())["http"]["port"]
-    log = h.tmp / f"controller-{time.monotonic_ns()}.log"
-    with log.open("wb") as out:
-        proc = await asyncio.create_subprocess_exec(
-            *wrapper,
-            sys.executable,
-            "-m",
-            "rebalancer",
-            "run",
-            "--config",
-            str(config),
-            "--kubeconfig",
-            str(h.kubeconfig),
-            cwd=processes.ROOT,
-            env=processes.child_env(),
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=out,
-        )
-    c = Controller(proc, f"http://127.0.0.1:{port}", log)
-    end = time.monotonic() + 30
-    while not await processes.probe(h.session, c.base + "/readyz"):
-        if proc.returncode is not None or time.monotonic() > end:
-            await Harness.kill(c)
-            raise RuntimeError(f"the controller did not start: {log.read_text()[-2000:]}")
-        await asyncio.sleep(0.2)
-    return c
+    """``rebalancer run`` as the process tests start it, under ``wrapper`` (faketime) if
+    given; a controller that does not start is this case's failure."""
+    try:
+        return await h.spawn(config, wrapper)
+    except Exception as exc:
+        raise RuntimeError(f"the controller did not start: {exc}") from None
 
 
 async def cli(h: Harness, config: Path, *args: str) -> tuple[int, str]:

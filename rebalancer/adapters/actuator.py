@@ -491,7 +491,7 @@ def _pod(raw: Obj, rules: model.PodRules) -> _Pod:
     return _Pod(
         view=convert.pod_view(raw, rules),
         uid=str(meta.get("uid", "")),
-        bound=_when(scheduled) or _when(meta.get("creationTimestamp")),
+        bound=convert.time_of(scheduled) or convert.time_of(meta.get("creationTimestamp")),
         finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
         grace=grace if isinstance(grace, int) and meta.get("deletionTimestamp") else None,
         mirror=_MIRROR in (meta.get("annotations") or {}),
@@ -499,15 +499,6 @@ def _pod(raw: Obj, rules: model.PodRules) -> _Pod:
 
 
 _MIRROR = "kubernetes.io/config.mirror"
-
-
-def _when(text: object) -> datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        return None
 
 
 def _taken(pod: _Pod) -> bool:

@@ -71,7 +71,7 @@ def node_view(node: Object, pods: Sequence[model.PodView] = ()) -> model.NodeVie
         resource_version=str(meta.get("resourceVersion", "")),
         allocatable=_allocatable(node),
         uid=str(meta.get("uid") or ""),
-        created=_time(meta.get("creationTimestamp")),
+        created=time_of(meta.get("creationTimestamp")),
     )
 
 
@@ -255,7 +255,7 @@ def pod_record(pod: Object) -> PodRecord:
         daemon=any(ref.get("kind") == "DaemonSet" for ref in owners),
         controller=None if controller is None else _shared(controller),
         priority=int(spec.get("priority") or 0),
-        created=_time(meta.get("creationTimestamp")),
+        created=time_of(meta.get("creationTimestamp")),
         terminating=meta.get("deletionTimestamp") is not None,
         ready=_condition(pod, "Ready"),
         requests=_shared(requests(spec)),
@@ -380,7 +380,8 @@ def job_of(pod: Object | PodRecord) -> str | None:
     return None
 
 
-def _time(text: object) -> datetime | None:
+def time_of(text: object) -> datetime | None:
+    """An API time (RFC 3339) as read, or None when it is absent or not one."""
     if not isinstance(text, str):
         return None
     try:

@@ -18,7 +18,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -147,13 +147,15 @@ class Harness(Cluster):
         finally:
             await self.kill(c)
 
-    async def spawn(self, config: Path) -> Controller:
-        """Start the controller and wait for its readiness probe. Its log goes to a file (a
-        pipe nobody reads would fill and block it)."""
+    async def spawn(self, config: Path, wrapper: Sequence[str] = ()) -> Controller:
+        """Start the controller (under ``wrapper``, e.g. ``faketime -f -90``, when given) and
+        wait for its readiness probe. Its log goes to a file (a pipe nobody reads would fill
+        and block it)."""
         port = json.loads(config.read_text())["http"]["port"]
         log = self.tmp / f"controller-{time.monotonic_ns()}.log"
         with log.open("wb") as out:
             proc = await asyncio.create_subprocess_exec(
+                *wrapper,
                 sys.executable,
                 "-m",
                 "tests.support.failing_strategy",
