@@ -407,6 +407,35 @@ class AuditStore(Protocol):
     async def close(self) -> None: ...
 
 
+class UnreachableStore:
+    """The store an operator's ``rebalancer reclaim`` works with when the real one cannot be
+    opened (its disk is full, its server is down): every call raises the error that kept it
+    shut, so the reclaim goes the way of any store that refuses writes, each record kept on its
+    node before the node's first write (docs/design/audit-failure.md). Nothing is stored and
+    nothing is lost: the controller writes what the nodes keep once its store takes writes."""
+
+    def __init__(self, error: UnopenedStore) -> None:
+        self.error = error
+
+    async def append(self, batch: Sequence[AuditRecord]) -> None:
+        raise self.error
+
+    async def get(self, record_id: str) -> AuditRecord | None:
+        raise self.error
+
+    async def query(self, query: AuditQuery) -> AuditPage:
+        raise self.error
+
+    async def pending_intents(self, cluster: str | None = None) -> tuple[AuditRecord, ...]:
+        raise self.error
+
+    async def unfinished_intents(self, cluster: str | None = None) -> tuple[AuditRecord, ...]:
+        raise self.error
+
+    async def close(self) -> None:
+        pass
+
+
 class MemoryAuditStore:
     """An ``AuditStore`` in a list, for the runtime's unit tests."""
 

@@ -31,6 +31,7 @@ What is built:
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 from collections.abc import (
@@ -50,7 +51,16 @@ from kubernetes_asyncio import client
 
 from rebalancer.adapters import kubeclient
 from rebalancer.adapters.actuator import Actuator, NoCache, NodeCache
-from rebalancer.adapters.audit import AuditLog, AuditStore, Sink, SqlAuditStore, stdout_sink
+from rebalancer.adapters.audit import (
+    AuditLog,
+    AuditStore,
+    NewerSchema,
+    Sink,
+    SqlAuditStore,
+    UnopenedStore,
+    UnreachableStore,
+    stdout_sink,
+)
 from rebalancer.adapters.events import KubeEvents
 from rebalancer.adapters.gate import LeaderGatedWriter
 from rebalancer.adapters.informer import Informer
@@ -78,6 +88,8 @@ from rebalancer.runtime.reconcile import (
 )
 from rebalancer.runtime.telemetry import Telemetry
 from rebalancer.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 def utc_now() -> datetime:
@@ -190,6 +202,22 @@ async def open_audit_store(settings: Settings) -> SqlAuditStore:
     return await SqlAuditStore.open(settings.audit.url)
 
 
+async def _store_for(settings: Settings, role: Role) -> AuditStore:
+    """The audit store; for an operator's command, one that cannot be opened is worked around
+    (``UnreachableStore``: every record kept on its node) rather than refused, since taking
+    nodes back is what the command is for. A store a newer release migrated stays refused:
+    run the release that reads it."""
+    try:
+        return await open_audit_store(settings)
+    except NewerSchema:
+        raise
+    except UnopenedStore as exc:
+        if role is not Role.OPERATOR:
+            raise
+        log.warning("%s; each record is kept on its node until the store takes it", exc)
+        return UnreachableStore(exc)
+
+
 # ---------------------------------------------------------------------------------------------
 # The composition root
 
@@ -275,7 +303,7 @@ class Controller:
                 metrics = seams.metrics
             store = seams.audit_store
             if store is None:
-                store = await open_audit_store(settings)
+                store = await _store_for(settings, role)
                 stack.push_async_callback(store.close)
             audit_log = AuditLog(
                 store, sink=seams.sink, new_id=seams.new_id, cluster=settings.cluster_name
