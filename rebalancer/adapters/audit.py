@@ -748,7 +748,7 @@ class UnreadableRecord(RebalancerError):
     """A stored record that does not read back as one (see ``_optional``)."""
 
 
-def _optional(kind: type[E], row: sa.RowMapping, column: str) -> E | None:
+def _optional(kind: type[E], row: sa.RowMapping | Mapping[str, Any], column: str) -> E | None:
     """A column read back into its vocabulary; a value outside it (a row written by a newer
     version, or by hand) is an error naming the record, the column and the value."""
     value = row[column]
@@ -763,7 +763,8 @@ def _optional(kind: type[E], row: sa.RowMapping, column: str) -> E | None:
         ) from None
 
 
-def _record(row: sa.RowMapping) -> AuditRecord:
+def _record(row: sa.RowMapping | Mapping[str, Any]) -> AuditRecord:
+    """A record from a row of the table (a ``RowMapping``) or a dict of the same columns."""
     return AuditRecord(
         id=row["id"],
         time=row["time"],
@@ -815,7 +816,7 @@ def from_json(doc: Mapping[str, Any]) -> AuditRecord:
         row["pods"] = row["pods"] or ()
         for column in ("params", "inputs", "detail"):
             row[column] = row[column] or {}
-        return _record(row)  # type: ignore[arg-type]
+        return _record(row)
     except (KeyError, TypeError, ValueError) as exc:
         raise UnreadableRecord(f"audit record {doc.get('id')!r}: {exc}") from None
 

@@ -30,7 +30,9 @@ def test_a_lent_node_that_lost_its_state_label_reads_as_lent_from_its_own_origin
 
     assert isinstance(state, NodeState)
     assert state.phase is Phase.LENT
-    assert state.original == nodestate.read(node, KEYS).original  # type: ignore[union-attr]
+    before = nodestate.read(node, KEYS)
+    assert isinstance(before, NodeState)
+    assert state.original == before.original
     assert [d.reason for d in state.drift] == [model.Reason.STATE_LABEL_LOST]
 
 
@@ -103,4 +105,6 @@ def test_a_node_with_our_original_is_never_read_as_serving_whatever_others_write
 
     assert isinstance(state, NodeState)
     assert state.phase is not Phase.SERVING
-    assert state.original == nodestate.read(node, KEYS).original  # type: ignore[union-attr]
+    before = nodestate.read(node, KEYS)
+    assert isinstance(before, NodeState)
+    assert state.original == before.original

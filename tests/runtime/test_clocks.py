@@ -84,7 +84,10 @@ class World:
     def replica(self, offset: float, bound: timedelta = clocks.DEFAULT_BOUND) -> Replica:
         """A controller whose clock is ``offset`` seconds off the true time."""
         box = self.box
-        own: Clock = lambda: box.clock() + timedelta(seconds=offset)  # noqa: E731
+
+        def own() -> datetime:
+            return box.clock() + timedelta(seconds=offset)
+
         probe = ClockProbe(own)
         probe.watch(box.api)
         kube = KubeWriter(client.CoreV1Api(box.api), RetryPolicy(sleep=no_sleep))

@@ -51,11 +51,22 @@ BATCH_SPEC = nodestate.LendSpec(
     add_taints=(model.Taint(key=KEYS.lent_taint, value="batch", effect="NoSchedule"),),
     labels={"workload": "batch"},
 )
-SAME = {"headroom": 0.0, "cooldown": timedelta(0), "max_step_fraction": 1.0, "warmup": timedelta(0)}
-POLICIES = {
-    CHAT: PoolPolicy(rps_per_node=10.0, min_serving=1, lend_spec=CHAT_SPEC, **SAME),  # type: ignore[arg-type]
-    BATCH: PoolPolicy(rps_per_node=50.0, min_serving=1, lend_spec=BATCH_SPEC, **SAME),  # type: ignore[arg-type]
-}
+
+
+def policy(rps_per_node: float, spec: nodestate.LendSpec) -> PoolPolicy:
+    """A pool that lends and takes back at once: no headroom, cooldown or warm-up."""
+    return PoolPolicy(
+        rps_per_node=rps_per_node,
+        min_serving=1,
+        lend_spec=spec,
+        headroom=0.0,
+        cooldown=timedelta(0),
+        max_step_fraction=1.0,
+        warmup=timedelta(0),
+    )
+
+
+POLICIES = {CHAT: policy(10.0, CHAT_SPEC), BATCH: policy(50.0, BATCH_SPEC)}
 SELECTORS = {CHAT: {"pool": "chat"}, BATCH: {"accelerator": "l20"}}
 EARLIER = T0 - timedelta(hours=1)
 
