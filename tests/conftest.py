@@ -3,11 +3,6 @@
 Hypothesis: no per-example deadline. CI machines are small and shared; a slow example is not a
 wrong one, and a timing failure would be a flaky test. Failures print the blob to reproduce them.
 
-The process tests (``tests/test_*.py``: the controller, the demo and the commands run as
-processes against real servers) run first. They take seconds to a minute each where the rest
-take milliseconds; sent to the workers first, they overlap the short ones instead of running
-alone, one worker busy and the other idle, at the end of the suite.
-
 ``tests.support`` holds checks too (``reads``, ``actuation``, ``harness``...): its asserts are
 rewritten like a test module's, so a failing one shows the values it compared. This runs before
 any test module imports it.
@@ -27,13 +22,6 @@ from tests.support import backends, kube  # noqa: E402  (must follow register_as
 
 settings.register_profile("rebalancer", deadline=None, print_blob=True)
 settings.load_profile("rebalancer")
-
-HERE = Path(__file__).resolve().parent
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # A stable sort: within each group the collection order stays (every worker sorts alike).
-    items.sort(key=lambda item: item.path.parent != HERE)
 
 
 @pytest.fixture(scope="session")
