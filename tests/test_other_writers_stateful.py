@@ -66,7 +66,6 @@ from rebalancer.core.model import PodRules, PoolName
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.runtime.reconcile import AlwaysLeader, PoolConfig, Reconciler
 from sandbox.emulator.resources import NODES
-from sandbox.emulator.store import Store
 from sandbox.emulator.views import expected_views
 from tests.support import backends, objects, pools
 from tests.support.actuation import Crash, Recorder
@@ -272,9 +271,7 @@ class OtherWriters(RuleBasedStateMachine):
     def read_nodes(self) -> None:
         """Wait for the informer to hold what the server holds, then read every node."""
 
-        # ``expected_views`` reads through ``peek``, which the real server's ``RealCluster``
-        # answers as the emulator's store does.
-        store: Store = self.objects  # type: ignore[assignment]
+        store = self.objects  # the emulator's store or RealCluster: both answer ``peek``
 
         async def caught_up() -> None:
             await self.pulse.until(

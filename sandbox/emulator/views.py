@@ -7,15 +7,21 @@ pods as the pool's rules classify them, read straight from the store.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from rebalancer.adapters import convert
 from rebalancer.core import model
-from sandbox.emulator.resources import NODES, PODS
-from sandbox.emulator.store import Store
+from sandbox.emulator.resources import NODES, PODS, ResourceType
 
 
-def expected_views(store: Store, rules: model.PodRules) -> tuple[model.NodeView, ...]:
+class Peeks(Protocol):
+    """What is read here: every object of a type (the emulator's ``Store``, or the tests'
+    ``RealCluster``, which answers it from a real kube-apiserver)."""
+
+    def peek(self, rt: ResourceType) -> list[dict[str, Any]]: ...
+
+
+def expected_views(store: Peeks, rules: model.PodRules) -> tuple[model.NodeView, ...]:
     """Every node's view, in name order, its unfinished pods in (namespace, name) order."""
     on: dict[str, list[dict[str, Any]]] = {}
     for pod in store.peek(PODS):
