@@ -11,9 +11,9 @@ from rebalancer.core.outcomes import Outcome
 from sandbox.emulator import cluster
 from sandbox.emulator.resources import NODES, PODS
 from sandbox.emulator.store import DeleteOptions
-from tests.runtime.test_reconcile import HIGH, LOW, World, world
 from tests.support.pools import IDLE, POOL
 from tests.support.reads import state_of
+from tests.support.reconciling import HIGH, LOW, World, world
 
 
 def outcomes_of(w: World, intent: AuditRecord) -> list[AuditRecord]:
