@@ -89,6 +89,17 @@ class Telemetry:
     ) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self._loan_families(r, cluster, reclaim_buckets)
+        self._clock_families(r)
+        self._audit_families(r)
+        self._health_families(r)
+        self._last_demand: dict[str, datetime] = {}  # pool -> time of its last good sample
+        self.exposed = WithoutCreated(self.registry)  # what GET /metrics serves
+
+    def _loan_families(
+        self, r: CollectorRegistry, cluster: str, reclaim_buckets: Sequence[float]
+    ) -> None:
+        """What is lent and taken back, and how long a reclaim takes."""
         self.cluster_info = Gauge(
             "rebalancer_cluster_info",
             "1, naming the cluster this controller runs in (its cluster_name setting).",
@@ -121,6 +132,9 @@ class Telemetry:
             buckets=tuple(reclaim_buckets),
             registry=r,
         )
+
+    def _clock_families(self, r: CollectorRegistry) -> None:
+        """How old the demand is, how far the clocks are off, and who leads."""
         self.demand_age = Gauge(
             "rebalancer_demand_sample_age_seconds",
             "Seconds since the last good (finite) demand sample of the pool; +Inf if none yet.",
@@ -153,6 +167,9 @@ class Telemetry:
             ["identity"],
             registry=r,
         )
+
+    def _audit_families(self, r: CollectorRegistry) -> None:
+        """Whether the audit store takes the records, and what waits for it."""
         self.audit_failures = Counter(
             "rebalancer_audit_store_failures",
             "Audit store calls that raised, by operation (tick, outcome, supersede, query).",
@@ -175,6 +192,9 @@ class Telemetry:
             "Records the full audit spool refused: what they describe was not carried out.",
             registry=r,
         )
+
+    def _health_families(self, r: CollectorRegistry) -> None:
+        """What fails or holds a pool, and what lending costs it against its budget."""
         self.strategy_failures = Counter(
             "rebalancer_strategy_failures",
             "Strategy calls that raised, answered garbage or overran (kind), by pool.",
@@ -241,8 +261,6 @@ class Telemetry:
             ["pool"],
             registry=r,
         )
-        self._last_demand: dict[str, datetime] = {}  # pool -> time of its last good sample
-        self.exposed = WithoutCreated(self.registry)  # what GET /metrics serves
 
     # -----------------------------------------------------------------------------------------
     # What the runtime calls
