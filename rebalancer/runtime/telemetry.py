@@ -93,6 +93,7 @@ class Telemetry:
         self._clock_families(r)
         self._audit_families(r)
         self._health_families(r)
+        self._budget_families(r)
         self._last_demand: dict[str, datetime] = {}  # pool -> time of its last good sample
         self.exposed = WithoutCreated(self.registry)  # what GET /metrics serves
 
@@ -194,32 +195,11 @@ class Telemetry:
         )
 
     def _health_families(self, r: CollectorRegistry) -> None:
-        """What fails or holds a pool, and what lending costs it against its budget."""
+        """What fails or holds a pool."""
         self.strategy_failures = Counter(
             "rebalancer_strategy_failures",
             "Strategy calls that raised, answered garbage or overran (kind), by pool.",
             ["pool", "strategy", "kind"],
-            registry=r,
-        )
-        self.borrowing_cost = Counter(
-            "rebalancer_borrowing_cost_minutes",
-            "Minutes in which the pool's requests queued beyond its queue_limit while it had "
-            "nodes lent: what lending cost, counted by the leader.",
-            ["pool"],
-            registry=r,
-        )
-        self.budget_allowed = Gauge(
-            "rebalancer_error_budget_allowed_minutes",
-            "The minutes per rolling window the pool's slo lets lending cost it (pools with an "
-            "slo, set by the leader).",
-            ["pool"],
-            registry=r,
-        )
-        self.budget_spent = Gauge(
-            "rebalancer_error_budget_spent_minutes",
-            "The minutes of the pool's rolling slo window in which lending cost it (requests "
-            "queued beyond queue_limit while nodes were away on loan), as the leader counts them.",
-            ["pool"],
             registry=r,
         )
         self.planner_failures = Counter(
@@ -258,6 +238,30 @@ class Telemetry:
         self.demand_held = Gauge(
             "rebalancer_demand_held",
             "1 while an implausibly fast fall of the pool's demand is held, not yet believed.",
+            ["pool"],
+            registry=r,
+        )
+
+    def _budget_families(self, r: CollectorRegistry) -> None:
+        """What lending costs a pool, against its error budget."""
+        self.borrowing_cost = Counter(
+            "rebalancer_borrowing_cost_minutes",
+            "Minutes in which the pool's requests queued beyond its queue_limit while it had "
+            "nodes lent: what lending cost, counted by the leader.",
+            ["pool"],
+            registry=r,
+        )
+        self.budget_allowed = Gauge(
+            "rebalancer_error_budget_allowed_minutes",
+            "The minutes per rolling window the pool's slo lets lending cost it (pools with an "
+            "slo, set by the leader).",
+            ["pool"],
+            registry=r,
+        )
+        self.budget_spent = Gauge(
+            "rebalancer_error_budget_spent_minutes",
+            "The minutes of the pool's rolling slo window in which lending cost it (requests "
+            "queued beyond queue_limit while nodes were away on loan), as the leader counts them.",
             ["pool"],
             registry=r,
         )

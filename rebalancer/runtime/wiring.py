@@ -198,6 +198,92 @@ class RecordingActuator:
         return result
 
 
+def _reconciler(
+    settings: Settings,
+    role: Role,
+    pools: Sequence[PoolConfig],
+    *,
+    keys: Keys,
+    writer: NodeWriter,
+    informer: Informer,
+    metrics: MetricsSource,
+    clock: Clock,
+    audit_log: AuditLog,
+    leadership: Leadership,
+    telemetry: Telemetry,
+    events: EventRecorder,
+    alerts: alerting.AlertStore,
+    apiserver_clock: kubeclient.ClockProbe,
+    prometheus_clock: PoolMetricsRouter | None,
+) -> Reconciler:
+    """The reconcile step of ``Controller.open``, from what it built: each pool's actuator
+    (its Events recorded, reading the informer's cache when this is the controller), the
+    settings' limits and switches, and where a record goes while the audit store fails."""
+    return Reconciler(
+        pools,
+        events=events,
+        views=informer,
+        metrics=metrics,
+        clock=clock,
+        actuators={
+            name: RecordingActuator(a, events)
+            for name, a in actuators(
+                pools,
+                writer,
+                keys,
+                clock,
+                settings.dry_run,
+                informer if role is Role.CONTROLLER else NoCache(),
+            ).items()
+        },
+        audit_log=audit_log,
+        leadership=leadership,
+        keys=keys,
+        paused=lambda: settings.paused,
+        frozen=lambda: settings.frozen,
+        dry_run=settings.dry_run,
+        observer=telemetry,
+        strategy_timeout=settings.strategy_timeout,
+        lend_concurrency=settings.lend_concurrency,
+        alerts=alerts,
+        # Where a record goes while the audit store fails (docs/design/audit-failure.md);
+        # a dry run writes nothing, so it has none.
+        ledger=None
+        if settings.dry_run
+        else NodeLedger(writer, keys, events if isinstance(events, KubeEvents) else None),
+        apiserver_clock=apiserver_clock,
+        prometheus_clock=prometheus_clock,
+        clock_bound=settings.clock_skew_bound,
+    )
+
+
+def _informer(settings: Settings, role: Role, api: Any) -> Informer:
+    """The cache of nodes and pods; frozen once synced for the controller (its views are
+    shared), and watching pending pods only when a pool lends only to takers."""
+    return Informer(
+        api,
+        prefix=settings.key_prefix,
+        freeze_after_sync=role is Role.CONTROLLER,
+        watch_pending=any(p.lend_only_to_takers for p in settings.pools),
+    )
+
+
+def _alert_store(settings: Settings, clock: Clock) -> alerting.AlertStore:
+    """Where the Alertmanager receiver holds each pool's firing alerts."""
+    return alerting.AlertStore(
+        {PoolName(p.name): p.alert_selectors() for p in settings.pools},
+        max_age=settings.alertmanager.max_age,
+        clock=clock,
+    )
+
+
+def _events(settings: Settings, api: Any, me: str, clock: Clock, keys: Keys) -> EventRecorder:
+    """Events on the nodes; none in a dry run (an Event is a write)."""
+    if settings.dry_run:
+        return NoEvents()
+    return KubeEvents(api, instance=me, clock=clock, cluster=settings.cluster_name, keys=keys)
+
+
 async def open_audit_store(settings: Settings) -> SqlAuditStore:
     return await SqlAuditStore.open(settings.audit.url)
 
@@ -284,23 +370,19 @@ class Controller:
             api = seams.api
             if api is None:
                 api = await stack.enter_async_context(kubeclient.api_client(seams.kubeconfig))
-            # Every answer of the API server is a reading of its clock; every time the
-            # controller writes on a node or compares with one is told on that clock
-            # (docs/design/clocks.md). The lease keeps the controller's own, monotonic one.
+            # Every time the controller writes on a node or compares with one is told on the
+            # API server's clock (docs/design/clocks.md); the lease keeps the controller's own.
             probe = kubeclient.ClockProbe(own)
             probe.watch(api)
             clock: Clock = probe.now
             telemetry = Telemetry(cluster=settings.cluster_name)
             elector, leadership, writer = _leadership(settings, role, api, me, own, telemetry)
-            # From the start, not from the first tick: a follower (or a candidate that has not
-            # won yet) says 0 as soon as it serves /metrics.
+            # A follower (or a candidate not yet won) says 0 from the start, not its first tick.
             telemetry.observe_leader(me, leadership.may_write(leadership.now()))
             prometheus: PoolMetricsRouter | None = None  # whose clocks are read, when built here
-            metrics: MetricsSource
-            if seams.metrics is None:
+            metrics = seams.metrics
+            if metrics is None:
                 metrics = prometheus = _prometheus(settings, stack, own)
-            else:
-                metrics = seams.metrics
             store = seams.audit_store
             if store is None:
                 store = await _store_for(settings, role)
@@ -309,57 +391,25 @@ class Controller:
                 store, sink=seams.sink, new_id=seams.new_id, cluster=settings.cluster_name
             )
             keys, pools = settings.keys(), pool_configs(settings)
-            alert_store = alerting.AlertStore(
-                {PoolName(p.name): p.alert_selectors() for p in settings.pools},
-                max_age=settings.alertmanager.max_age,
-                clock=clock,
-            )
-            events: EventRecorder = KubeEvents(
-                api, instance=me, clock=clock, cluster=settings.cluster_name, keys=keys
-            )
-            if settings.dry_run:
-                events = NoEvents()  # an Event is a write: a dry run records none
-            informer = Informer(
-                api,
-                prefix=settings.key_prefix,
-                freeze_after_sync=role is Role.CONTROLLER,
-                watch_pending=any(p.lend_only_to_takers for p in settings.pools),
-            )
-            reconciler = Reconciler(
+            alert_store = _alert_store(settings, clock)
+            events = _events(settings, api, me, clock, keys)
+            informer = _informer(settings, role, api)
+            reconciler = _reconciler(
+                settings,
+                role,
                 pools,
-                events=events,
-                views=informer,
+                keys=keys,
+                writer=writer,
+                informer=informer,
                 metrics=metrics,
                 clock=clock,
-                actuators={
-                    name: RecordingActuator(a, events)
-                    for name, a in actuators(
-                        pools,
-                        writer,
-                        keys,
-                        clock,
-                        settings.dry_run,
-                        informer if role is Role.CONTROLLER else NoCache(),
-                    ).items()
-                },
                 audit_log=audit_log,
                 leadership=leadership,
-                keys=keys,
-                paused=lambda: settings.paused,
-                frozen=lambda: settings.frozen,
-                dry_run=settings.dry_run,
-                observer=telemetry,
-                strategy_timeout=settings.strategy_timeout,
-                lend_concurrency=settings.lend_concurrency,
+                telemetry=telemetry,
+                events=events,
                 alerts=alert_store,
-                # Where a record goes while the audit store fails (docs/design/audit-failure.md);
-                # a dry run writes nothing, so it has none.
-                ledger=None
-                if settings.dry_run
-                else NodeLedger(writer, keys, events if isinstance(events, KubeEvents) else None),
                 apiserver_clock=probe,
                 prometheus_clock=prometheus,
-                clock_bound=settings.clock_skew_bound,
             )
             built = Controller(
                 settings, role, me, clock, api, keys, pools, writer, informer, metrics, store,
