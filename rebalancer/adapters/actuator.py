@@ -62,7 +62,7 @@ from rebalancer.adapters.writer import (
     merge_patch,
 )
 from rebalancer.core import model, nodestate, victims
-from rebalancer.core.model import Clock, Taint
+from rebalancer.core.model import Clock
 from rebalancer.core.nodestate import Keys, LendSpec, NodeChange, NodeState, Phase
 from rebalancer.core.outcomes import ActionResult, Outcome, Write, WriteKind, WriteOutcome
 
@@ -259,7 +259,6 @@ class Actuator:
             if cached:  # nothing to do on the cache's word: the server says so first
                 return await self._reclaim(run, decision, deadline, uid, cached=False)
             return run.result(Outcome.NOTHING, "node is already serving")
-        restored = self._restore(run, view, state)
         change = nodestate.begin_reclaim(
             state,
             self._keys,
@@ -269,7 +268,7 @@ class Actuator:
             taints=view.taints,
             spec=self._spec,
         )
-        assert change.taints == restored
+        run.kept.extend(str(t) for t in change.kept)
         try:
             after = await self._patch(run, WriteKind.BEGIN_RECLAIM, view, change)
         except Conflict:
@@ -458,18 +457,12 @@ class Actuator:
         run.writes.append(Write(kind, f"node/{view.name}", body, WriteOutcome.APPLIED))
         return convert.node_view(raw, view.pods)
 
-    def _restore(self, run: _Pass, view: model.NodeView, state: NodeState) -> tuple[Taint, ...]:
-        """The taints a restore of ``view`` writes; other writers' taints it keeps are noted."""
-        restored = nodestate.restore(state, view.taints, self._spec, self._keys)
-        run.kept.extend(str(t) for t in restored.kept)
-        return restored.taints
-
     def _finish(self, run: _Pass, view: model.NodeView, state: NodeState) -> NodeChange:
-        restored = self._restore(run, view, state)
+        """``finish`` of ``view``; the other writers' taints it keeps are noted for the result."""
         change = nodestate.finish(
             state, self._keys, self._clock(), taints=view.taints, spec=self._spec
         )
-        assert change.taints == restored
+        run.kept.extend(str(t) for t in change.kept)
         return change
 
 

@@ -155,12 +155,15 @@ class LendSpec:
 class NodeChange:
     """The metadata one transition writes. ``None`` in a mapping deletes that key.
 
-    ``taints`` is the whole new list (the API treats it as atomic) or ``None`` for no change.
+    ``taints`` is the whole new list (the API treats it as atomic) or ``None`` for no change;
+    ``kept``, for a restore, the taints of other writers it leaves on the node (not written:
+    said in the result, the outcome record and the Event).
     """
 
     taints: tuple[model.Taint, ...] | None
     labels: Mapping[str, str | None]
     annotations: Mapping[str, str | None]
+    kept: tuple[model.Taint, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -589,14 +592,16 @@ def begin_reclaim(
     assert state.original is not None, "a lent node always carries its originals"
     labels: dict[str, str | None] = dict(state.original.labels)
     labels[keys.state] = Phase.RECLAIMING.value
+    restored = restore(state, taints, spec, keys)
     return NodeChange(
-        taints=restore(state, taints, spec, keys).taints,
+        taints=restored.taints,
         labels=labels,
         annotations={
             keys.since: format_time(now),
             keys.deadline: format_time(deadline),
             keys.decision: decision,
         },
+        kept=restored.kept,
     )
 
 
@@ -630,8 +635,8 @@ def finish(
         keys.deadline: None,
         keys.since: format_time(now),
     }
-    restored = restore(state, taints, spec, keys).taints
-    return NodeChange(taints=restored, labels=labels, annotations=annotations)
+    restored = restore(state, taints, spec, keys)
+    return NodeChange(restored.taints, labels, annotations, kept=restored.kept)
 
 
 def apply(node: model.NodeView, change: NodeChange) -> model.NodeView:
