@@ -77,8 +77,22 @@ class Views:
         self.nodes = [view if v.name == view.name else v for v in self.nodes]
 
 
+class NoHistory:
+    """A metrics source that keeps no demand history: every history read is empty."""
+
+    async def history(
+        self,
+        pool: PoolName,
+        nodes: Iterable[NodeName],
+        since: datetime,
+        until: datetime,
+        step: timedelta,
+    ) -> HistoryResult:
+        return HistoryResult(model.DemandHistory.empty(since))
+
+
 @dataclass
-class Demand:
+class Demand(NoHistory):
     """Each pool's demand in requests per second, and what is queued (nothing, unless set).
 
     ``at`` None: every sample is taken at the moment it is read, on ``clock``; set it to make
@@ -101,19 +115,9 @@ class Demand:
         queue = model.Sample(self.queued.get(pool, 0.0), at)
         return PoolMetrics(pool, model.Sample(self.rps[pool], at), queue)
 
-    async def history(
-        self,
-        pool: PoolName,
-        nodes: Iterable[NodeName],
-        since: datetime,
-        until: datetime,
-        step: timedelta,
-    ) -> HistoryResult:
-        return HistoryResult(model.DemandHistory.empty(since))
-
 
 @dataclass
-class ClockedPrometheus:
+class ClockedPrometheus(NoHistory):
     """One pool's demand on a Prometheus whose clock is not the controller's.
 
     ``clock`` is Prometheus' own (the true time), ``own`` the controller's; it scrapes every
@@ -155,16 +159,6 @@ class ClockedPrometheus:
             return PoolMetrics(pool, None, None)
         at, value = older[-1]
         return PoolMetrics(pool, model.Sample(value, at), model.Sample(0.0, at))
-
-    async def history(
-        self,
-        pool: PoolName,
-        nodes: Iterable[NodeName],
-        since: datetime,
-        until: datetime,
-        step: timedelta,
-    ) -> HistoryResult:
-        return HistoryResult(model.DemandHistory.empty(since))
 
     async def measure_skew(self, pool: PoolName) -> clocks.Skew | None:
         sent, server, received = self.own(), self.clock(), self.own()
