@@ -278,6 +278,60 @@ class ErrorBudget:
 
 
 @dataclass(frozen=True, slots=True)
+class Jump:
+    """The largest jump of demand within one loan's risk over one peak window's peak, in the
+    span a ``Cover`` was judged on; ``peak`` is that window's peak at its end."""
+
+    window: timedelta
+    peak: float | None  # None: no sample in the window
+    ratio: float  # infinite: a jump out of a peak of zero; this window covers nothing
+
+
+@dataclass(frozen=True, slots=True)
+class Cover:
+    """What the pool's own history says its loans are exposed to (``core.exposure``): warm
+    serving nodes that carry a window's peak times its largest jump would have ridden out
+    every jump of demand the last ``judged`` held within one loan's risk. Loans that leave that
+    much serving are *covered*; the rest are *exposed* and spend the error budget
+    (docs/design/budget.md)."""
+
+    jumps: tuple[Jump, ...]
+    judged: timedelta
+
+    def demand(self, rps: float | None = None) -> tuple[float, Jump] | None:
+        """The least demand that covers, with the window that gives it; ``rps``, a sample newer
+        than the history, raises every peak to it. None: no window covers anything."""
+        best: tuple[float, Jump] | None = None
+        for jump in self.jumps:
+            peaks = [p for p in (jump.peak, rps) if p is not None]
+            if not peaks or math.isinf(jump.ratio):
+                continue
+            covered = max(peaks) * jump.ratio
+            if best is None or covered < best[0]:
+                best = (covered, jump)
+        return best
+
+    def keep(self, rps_per_node: float, rps: float | None = None) -> int | None:
+        """Warm serving nodes that carry the covering demand (None: no window covers)."""
+        found = self.demand(rps)
+        return None if found is None else nodes_needed(found[0], rps_per_node, 0.0, 0)
+
+    def text(self, rps: float | None = None) -> str:
+        """``the 30-minute peak 120 rps x 1.45, the largest jump within a loan's risk in the
+        last 8 days``."""
+        found = self.demand(rps)
+        days = f"{self.judged / timedelta(days=1):.3g}"
+        if found is None:
+            return f"no peak window covers a jump of the last {days} days"
+        covered, jump = found
+        minutes = jump.window / timedelta(minutes=1)
+        return (
+            f"{covered:.4g} rps, the {minutes:g}-minute peak x {jump.ratio:.3g}, the largest "
+            f"jump within a loan's risk in the last {days} days"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Slo:
     """A pool's error budget: at most ``max_breach_minutes`` minutes per rolling ``window`` in
     which lending cost the pool (a live pool: requests queued beyond its limit while nodes were
@@ -392,6 +446,9 @@ class PoolSnapshot:
     # cover another loan's worst case stops lending (``core.planning``), and strategies are
     # shown it (``PoolView.budget``).
     budget: ErrorBudget | None = None
+    # What the pool's history covers (``core.exposure``), where it has an ``slo``: once the
+    # budget cannot pay for another loan, only covered loans stay (``core.planning``).
+    cover: Cover | None = None
     # Pending pods that tolerate the pool's lend taints: who would use a lent node. A pool
     # that lends only to takers (``PoolPolicy.lend_only_to_takers``) lends none without one.
     takers: tuple[PendingPod, ...] = ()
@@ -449,6 +506,7 @@ class Reason(StrEnum):
     WINDOW_CLOSED = "window_closed"
     DEMAND_ABOVE_SERVING = "demand_above_serving"
     QUEUE_ABOVE_LIMIT = "queue_above_limit"
+    BUDGET_EXPOSED = "budget_exposed"  # the budget is short: loans its history does not cover
     METRICS_LOST = "metrics_lost"
     RECOVERY = "recovery"  # a restart ends a transition left in flight
     BAD_OVERRIDE_RECLAIM = "bad_override_reclaim"

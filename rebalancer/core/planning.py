@@ -193,6 +193,7 @@ class _Demand:
     health: Health
     note: str  # how old the sample is, or why there is none: for the sentences
     need: int | None  # nodes demand needs now; None when demand is unknown
+    rps: float | None  # the demand sample planned with; None when unknown
     queue: float | None  # requests waiting, from a fresh sample; None when unknown
     held: model.DropHeld | None  # an implausible fall of demand, not believed yet
 
@@ -211,6 +212,7 @@ class _Pool:
     warming: frozenset[model.NodeName]  # serving, Ready, not warm yet: capacity soon, not now
     demand: _Demand
     budget: model.ErrorBudget | None  # the pool's error budget, where it has an slo
+    cover: model.Cover | None  # what the pool's history covers, where it has an slo
     findings: tuple[model.Finding, ...]
     window_open: bool  # the pool's window, evaluated once per tick
     paused: bool  # a global or pool pause: lending and non-safety moves are refused
@@ -232,6 +234,15 @@ class _Pool:
     def is_open(self, node: _Node) -> bool:
         """Whether the node's window (its own, or the pool's) is open now."""
         return self.window_open if node.window is None else node.window.is_open(self.now)
+
+    @property
+    def budget_short(self) -> bool:
+        """Whether the pool's error budget cannot pay for another loan's worst case: from
+        then on only covered loans stay (docs/design/budget.md)."""
+        budget, policy = self.budget, self.policy
+        if Guard.ERROR_BUDGET not in policy.guards or budget is None:
+            return False
+        return not budget.covers(policy.loan_risk_minutes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,6 +394,7 @@ def _observe(
         ),
         demand=_judge_demand(now, snapshot, policy),
         budget=snapshot.budget,
+        cover=snapshot.cover,
         findings=findings + tuple(future.values()),
         window_open=policy.window.is_open(now),
         paused=paused,
@@ -548,6 +560,7 @@ def _judge_demand(now: datetime, pool: model.PoolSnapshot, policy: PoolPolicy) -
         health=health,
         note=note,
         need=policy.need(demand.value) if demand is not None else None,
+        rps=demand.value if demand is not None else None,
         queue=queue.value if queue is not None and fresh_queue else None,
         held=pool.held if Guard.DEMAND_DROP_HOLD in policy.guards else None,
     )
@@ -677,6 +690,8 @@ def _safety_intents(draft: _Draft) -> None:
     if policy.queue_reclaims and Guard.QUEUE_LIMIT in policy.guards:
         _reclaim_for_queue(draft)
     _reclaim_for_alerts(draft)
+    if draft.pool.budget_short:
+        _reclaim_for_budget(draft)
 
 
 def _reclaim_for_demand(draft: _Draft, need: int) -> None:
@@ -684,6 +699,34 @@ def _reclaim_for_demand(draft: _Draft, need: int) -> None:
     covered = draft.serving_count + draft.returning
     why = f"demand needs {need} serving nodes, {covered} serve or are returning"
     _safety_reclaim(draft, min(need - covered, draft.lent_count), Reason.DEMAND_ABOVE_SERVING, why)
+
+
+def _reclaim_for_budget(draft: _Draft) -> None:
+    """The error budget cannot pay for another loan's worst case. Demand above what serves
+    now is an episode under way: every loan comes back, so that it ends within one return time
+    (no more than the budget had left when it could last pay for a whole one). Otherwise the
+    loans the pool's history does not cover come back (docs/design/budget.md)."""
+    pool = draft.pool
+    budget, cover, rps = pool.budget, pool.cover, pool.demand.rps
+    assert budget is not None, "only a pool with a budget is short of it"
+    carried = pool.policy.rps_per_node * draft.serving_count
+    if rps is not None and rps > carried + 1e-9:
+        why = (
+            f"demand {rps:.4g} rps is above what {draft.serving_count} warm nodes carry and "
+            f"the error budget cannot pay for a longer episode ({budget.spent_text}): "
+            "every loan comes back"
+        )
+        _safety_reclaim(draft, draft.lent_count, Reason.BUDGET_EXPOSED, why)
+        return
+    keep = None if cover is None else cover.keep(pool.policy.rps_per_node, rps)
+    if cover is None or keep is None:
+        return
+    kept = draft.serving_count + draft.returning
+    why = (
+        f"the error budget cannot pay for another loan ({budget.spent_text}): {keep} serving "
+        f"nodes carry {cover.text(rps)}, {kept} serve or are returning"
+    )
+    _safety_reclaim(draft, min(keep - kept, draft.lent_count), Reason.BUDGET_EXPOSED, why)
 
 
 def _reclaim_for_queue(draft: _Draft) -> None:
@@ -1074,8 +1117,7 @@ def _pause_limit(pool: _Pool, intent: Intent) -> _Limit | None:
 
 def _lend_blocked(pool: _Pool) -> _Limit | None:
     """The rules under which nothing is lent at all: a node of the pool not as the controller
-    left it, demand unknown, a fall not believed yet, requests queueing, or an error budget
-    that could not pay for what a loan may cost."""
+    left it, demand unknown, a fall not believed yet, requests queueing."""
     demand, policy = pool.demand, pool.policy
     changed = [n for n in pool.by_phase[Phase.LENT] if n.problem is not None]
     if changed:
@@ -1087,14 +1129,6 @@ def _lend_blocked(pool: _Pool) -> _Limit | None:
             0,
             first.problem or Reason.STATE_UNREADABLE,
             f"no lending while node {first.name}{more} is taken back ({first.problem})",
-        )
-    budget, worst = pool.budget, policy.loan_risk_minutes
-    if Guard.ERROR_BUDGET in policy.guards and budget is not None and not budget.covers(worst):
-        return _Limit(
-            0,
-            Reason.BUDGET_SPENT,
-            f"the error budget cannot cover another loan ({budget.spent_text}, a loan may cost "
-            f"{worst}): no lending until minutes leave the window",
         )
     if demand.health is not Health.FRESH:
         stale = demand.health is Health.STALE
@@ -1146,10 +1180,32 @@ def _lend_room(draft: _Draft) -> _Limit:
     if Guard.HEADROOM in policy.guards and need is not None:
         why = f"demand needs {need} of {size} nodes with {policy.headroom:.0%} headroom"
         limits.append(_Limit(serving - need, Reason.HEADROOM, why))
+    if pool.budget_short:
+        limits.append(_covered_room(pool, serving))
     tightest = min(limits, key=lambda limit: limit.cap)
     if tightest.reason in (Reason.MIN_SERVING, Reason.HEADROOM):
         return _blame_cold_nodes(pool, tightest)
     return tightest
+
+
+def _covered_room(pool: _Pool, serving: int) -> _Limit:
+    """With the error budget short, what may be lent leaves serving what the pool's history
+    covers; with no cover, nothing."""
+    budget, cover, rps = pool.budget, pool.cover, pool.demand.rps
+    assert budget is not None, "only a pool with a budget is short of it"
+    keep = None if cover is None else cover.keep(pool.policy.rps_per_node, rps)
+    if cover is None or keep is None:
+        why = (
+            f"the error budget cannot cover another loan ({budget.spent_text}, a loan may cost "
+            f"{pool.policy.loan_risk_minutes}) and the pool's history covers none: no lending "
+            "until minutes leave the window"
+        )
+        return _Limit(0, Reason.BUDGET_SPENT, why)
+    why = (
+        f"the error budget cannot pay for another loan ({budget.spent_text}): only covered "
+        f"loans, {keep} serving nodes carry {cover.text(rps)}"
+    )
+    return _Limit(serving - keep, Reason.BUDGET_SPENT, why)
 
 
 def _blame_cold_nodes(pool: _Pool, limit: _Limit) -> _Limit:

@@ -52,7 +52,16 @@ from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any, Protocol, TypeVar
 
-from rebalancer.core import audit, clocks, demand, model, nodestate, recovery, windows
+from rebalancer.core import (
+    audit,
+    clocks,
+    demand,
+    exposure,
+    model,
+    nodestate,
+    recovery,
+    windows,
+)
 from rebalancer.core.audit import AuditRecord, Context
 from rebalancer.core.model import (
     Action,
@@ -114,6 +123,8 @@ class PoolConfig:
 
     @property
     def needs_history(self) -> bool:
+        if self.slo is not None:
+            return True  # the error budget's cover is judged on it (``core.exposure``)
         if self.wants_history is None:
             # A strategy written before ``reads_history`` existed says nothing: it reads none.
             return bool(getattr(self.strategy, "reads_history", False))
@@ -525,6 +536,7 @@ class Reconciler:
         # for a pool without a budget); restored from the audit log by ``start``.
         self._costs: dict[PoolName, list[datetime]] = {}
         self._histories: dict[PoolName, tuple[datetime, model.DemandHistory]] = {}
+        self._jumps: dict[PoolName, exposure.Jumps] = {}  # pools with an slo: their covers
         self._warned: set[tuple[NodeName, PoolName]] = set()  # overlaps logged, per pair
         self._unkept: set[NodeName] = set()  # nodes whose kept records cannot be read, logged
         self._adopted: set[NodeName] = set()  # orphans logged
@@ -912,6 +924,7 @@ class Reconciler:
                 unknown_since=reading.unknown_since,
                 held=reading.held,
                 budget=pool.slo.budget(self._costs.get(pool.name, ()), now) if pool.slo else None,
+                cover=self._cover(pool, history),
                 takers=self.views.pending(pool.rules) if pool.policy.lend_only_to_takers else (),
                 alerts=self.alerts.firing(pool.name, now) if self.alerts is not None else (),
                 orphans=membership.orphans.get(pool.name, frozenset()),
@@ -1007,6 +1020,16 @@ class Reconciler:
         for error in found.errors:
             log.warning("%s", error)
         return found
+
+    def _cover(self, pool: PoolConfig, history: model.DemandHistory | None) -> model.Cover | None:
+        """What the pool's history covers, for its error budget: judged incrementally, one
+        ``Jumps`` per pool, as each history read continues the last."""
+        if pool.slo is None or history is None:
+            return None
+        jumps = self._jumps.get(pool.name)
+        if jumps is None:
+            jumps = self._jumps[pool.name] = exposure.Jumps(exposure.shape_of(pool.policy))
+        return jumps.cover(history)
 
     async def _history(
         self, pool: PoolConfig, nodes: Sequence[NodeName], now: datetime

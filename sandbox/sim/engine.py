@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from typing import ClassVar
 
 from rebalancer.core import demand as demand_belief
-from rebalancer.core import model, nodestate, tick
+from rebalancer.core import exposure, model, nodestate, tick
 from rebalancer.core.policy import ALL_GUARDS, Guard, PoolPolicy
 from rebalancer.errors import TraceError
 from sandbox.sim import jobs
@@ -200,6 +200,7 @@ def run(
     reclaims = loans = 0
     belief = demand_belief.start(trace.start)
     breaches: deque[int] = deque()  # the breached minutes within the SLO's window
+    jumps = None if slo is None else exposure.Jumps(exposure.shape_of(policy))
     for t, demand in enumerate(trace.rps):
         now = trace.start + MINUTE * t
         fake.advance(now)
@@ -213,7 +214,7 @@ def run(
                 breaches.popleft()
             budget = model.ErrorBudget(slo.max_breach_minutes, slo.window, len(breaches))
         snapshot, belief = _observe(
-            trace, t, now, fake, queue, pool_model.sample_age, belief, policy, budget, takers
+            trace, t, now, fake, queue, pool_model.sample_age, belief, policy, budget, takers, jumps
         )
         lent_now = fake.counts(now)[1]
         view = policy.view(POOL, now, snapshot.pools[POOL], lent_now)
@@ -257,6 +258,7 @@ def _observe(
     policy: PoolPolicy,
     budget: model.ErrorBudget | None,
     takers: tuple[model.PendingPod, ...] = (),
+    jumps: exposure.Jumps | None = None,
 ) -> tuple[model.Snapshot, demand_belief.Belief]:
     """What the metric pipeline shows at minute ``t``: only minutes before ``t``, aged, judged
     by the controller's own demand belief (``core.demand``).
@@ -277,6 +279,7 @@ def _observe(
         unknown_since=reading.unknown_since,
         held=reading.held,
         budget=budget,
+        cover=None if jumps is None else jumps.cover(history),
         takers=takers,
     )
     return model.Snapshot(now=now, pools={POOL: pool}), belief

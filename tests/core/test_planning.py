@@ -537,7 +537,78 @@ def test_no_loan_the_error_budget_could_not_pay_for(
         assert result.rejections[0].message.startswith(
             f"the error budget cannot cover another loan ({budget.spent_minutes} of "
             f"{budget.allowed_minutes} minute(s) spent in the last 7 day(s), a loan may cost 8)"
+            " and the pool's history covers none"
         )
+
+
+def cover(peak: float, ratio: float, window: int = 30) -> model.Cover:
+    """A cover judged on a day: the ``window``-minute peak was ``peak``, and no jump within a
+    loan's risk went past ``ratio`` times it."""
+    jump = model.Jump(timedelta(minutes=window), peak, ratio)
+    return model.Cover(jumps=(jump,), judged=timedelta(days=1))
+
+
+@pytest.mark.parametrize(
+    ("peak", "ratio", "rps", "lends"),
+    [
+        # 10 rps per node: a 20 rps peak that jumped at most 1.5 times is covered by 3 nodes.
+        pytest.param(20.0, 1.5, 5.0, 3, id="covered: 3 of 6 serve"),
+        pytest.param(20.0, 2.0, 5.0, 2, id="a larger jump seen: 4 of 6 serve"),
+        pytest.param(20.0, 1.5, 30.0, 1, id="a sample above the peak raises it: 5 serve"),
+        pytest.param(20.0, math.inf, 5.0, 0, id="a jump out of zero covers nothing"),
+    ],
+)
+def test_a_short_error_budget_lends_only_what_the_history_covers(
+    peak: float, ratio: float, rps: float, lends: int
+) -> None:
+    spent = model.ErrorBudget(10, WEEK, 3)
+
+    result = checked(
+        plan(serving_nodes(6), target=5, rps=rps, budget=spent, cover=cover(peak, ratio))
+    )
+
+    assert len(stepped(result, LEND)) == lends
+    assert refusals(result) == {Reason.BUDGET_SPENT: 5 - lends}
+    assert "(3 of 10 minute(s) spent in the last 7 day(s)" in result.rejections[0].message
+
+
+def test_an_unspent_error_budget_lends_past_the_cover() -> None:
+    result = checked(
+        plan(
+            serving_nodes(6),
+            target=5,
+            rps=5.0,
+            budget=model.ErrorBudget(10, WEEK, 2),
+            cover=cover(20.0, 1.5),
+        )
+    )
+
+    assert len(stepped(result, LEND)) == 5
+
+
+def test_a_short_error_budget_takes_back_the_loans_its_history_does_not_cover() -> None:
+    spent = model.ErrorBudget(10, WEEK, 3)
+
+    result = checked(
+        plan([*serving_nodes(2), *lent_nodes(4)], rps=5.0, budget=spent, cover=cover(20.0, 1.5))
+    )
+
+    assert {s.reason for s in result.steps} == {Reason.BUDGET_EXPOSED}
+    assert len(stepped(result, RECLAIM)) == 1  # 3 nodes carry 30 rps: 2 serve, 1 comes back
+    assert "3 serving nodes carry 30 rps, the 30-minute peak x 1.5" in result.steps[0].message
+
+
+def test_a_short_error_budget_takes_every_loan_back_while_demand_is_above_what_serves() -> None:
+    # An episode under way with the budget short: it must end within one return time, so every
+    # loan comes back, not only what the demand seen needs.
+    spent = model.ErrorBudget(10, WEEK, 3)
+
+    result = checked(
+        plan([*serving_nodes(2), *lent_nodes(4)], rps=25.0, budget=spent, cover=cover(20.0, 1.5))
+    )
+
+    assert {s.reason for s in result.steps} == {Reason.DEMAND_ABOVE_SERVING, Reason.BUDGET_EXPOSED}
+    assert len(stepped(result, RECLAIM)) == 4
 
 
 def test_a_spent_error_budget_refuses_an_operator_lend_now_and_keeps_safety_reclaims() -> None:
@@ -548,8 +619,8 @@ def test_a_spent_error_budget_refuses_an_operator_lend_now_and_keeps_safety_recl
     short = checked(plan([*serving_nodes(1), *lent_nodes(3)], rps=25.0, budget=spent))
 
     assert refusals(lend_now) == {Reason.BUDGET_SPENT: 1}
-    assert {s.reason for s in short.steps} == {Reason.DEMAND_ABOVE_SERVING}
-    assert len(stepped(short, RECLAIM)) == 2
+    assert len(stepped(short, RECLAIM)) == 3
+    assert {s.reason for s in short.steps} == {Reason.DEMAND_ABOVE_SERVING, Reason.BUDGET_EXPOSED}
 
 
 def test_requests_queueing_beyond_the_limit_block_lending() -> None:

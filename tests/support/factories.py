@@ -233,17 +233,19 @@ def plan(
     paused_pools: Iterable[PoolName] = (),
     frozen: bool = False,
     budget: model.ErrorBudget | None = None,
+    cover: model.Cover | None = None,
     takers: Sequence[model.PendingPod] = (),
 ) -> model.PoolPlan:
     """Plan one pool with demand ``rps`` sampled ``age`` ago (``rps=None``: no sample at all).
 
     ``queue`` requests waiting, sampled ``queue_age`` ago (``None``: no queue sample);
-    ``budget`` the pool's error budget; ``takers`` the pending pods that would use lent nodes.
+    ``budget`` the pool's error budget and ``cover`` what its history covers; ``takers`` the
+    pending pods that would use lent nodes.
     """
     actual = None if rps is None else demand(rps, age, now)
     waiting = None if queue is None else demand(queue, queue_age, now)
     snap = pool_snapshot(nodes, actual, waiting)
-    pools = {POOL: dataclasses.replace(snap, budget=budget, takers=tuple(takers))}
+    pools = {POOL: dataclasses.replace(snap, budget=budget, cover=cover, takers=tuple(takers))}
     snapshot = model.Snapshot(now=now, pools=pools, paused=paused, frozen=frozen)
     proposals = {} if target is None else {POOL: proposal(target)}
     result = planning.make_plan(

@@ -1,0 +1,189 @@
+"""What a pool's own history says its loans are exposed to: the cover of an error budget.
+
+Where it sits: before the planner. The controller and the simulator keep one ``Jumps`` per pool
+with an error budget, hand it each demand history they read, and put the ``Cover`` it answers
+in the pool's snapshot; the planner (``core.planning``) uses it once the budget cannot pay for
+another loan's worst case (docs/design/budget.md).
+
+Why: a loan costs the budget only when demand jumps, within one loan's risk (the minute a jump
+is seen plus a reclaimed node's return time), beyond what the serving nodes carry. How far
+demand has jumped within that time, over the recent peak, is something the pool's history
+shows. For each peak window ``w`` (10, 30, 60 and 120 minutes) and every minute ``t`` of the
+kept history:
+
+    jump_w(t) = max demand over [t, t + risk) / max demand over [t - w, t)
+
+The largest ``jump_w`` over the span is the margin the history says was never exceeded within
+one return time, and a pool whose warm serving nodes carry ``peak_w(now) x jump_w`` for some
+``w`` would have ridden out every jump the span holds: its loans are *covered*. A loan beyond
+that is *exposed*: a jump like one already seen could reach it, and the budget pays for it.
+The cover is the least such demand over the windows (each is covered on its own, so the least
+is too).
+
+Minutes whose coming demand the pool's minimum serving nodes carry anyway teach nothing and are
+skipped; a jump out of a peak of zero has no finite ratio, so that window covers nothing until
+the jump leaves the span. The cover is judged only on ``least_judged`` of history or more: a
+short history has not shown the pool's jumps yet, and no cover means no covered loans.
+
+``Jumps`` is incremental: each history it is handed continues where the last one ended (the
+controller reads a new history object every few minutes; the simulator one a minute, longer by
+one). Minutes already judged are not judged again, so a tick costs the minutes that are new.
+A history that does not continue the last (another grid, a gap past the buffer, a step back
+in time) starts the judgement again from that history alone.
+
+Pure in result: the same history gives the same cover, however it arrived.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from rebalancer.core import model
+from rebalancer.core.policy import PoolPolicy
+
+WINDOWS = (
+    timedelta(minutes=10),
+    timedelta(minutes=30),
+    timedelta(minutes=60),
+    timedelta(minutes=120),
+)
+SPAN = timedelta(days=8)  # the history a cover is judged on: what the controller keeps
+LEAST_JUDGED = timedelta(days=1)  # less than this has not shown the pool's jumps yet
+
+_Maxima = deque[tuple[int, float]]  # a running maximum: (index, value), values falling
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a ``Jumps`` judges with: the pool's figures that set the cover."""
+
+    risk: timedelta  # one loan's worst case: the minute a jump is seen plus the return time
+    floor: float  # demand the minimum serving nodes carry: jumps to it or below do not count
+    windows: tuple[timedelta, ...] = WINDOWS
+    span: timedelta = SPAN
+    least_judged: timedelta = LEAST_JUDGED
+
+
+def shape_of(policy: PoolPolicy) -> Shape:
+    """How a pool's cover is judged: over one loan's risk, leaving out the jumps its minimum
+    serving nodes carry anyway."""
+    return Shape(
+        risk=timedelta(minutes=policy.loan_risk_minutes),
+        floor=policy.rps_per_node * policy.min_serving,
+    )
+
+
+class Jumps:
+    """The largest jump of demand within one loan's risk, per peak window, over the span."""
+
+    def __init__(self, shape: Shape) -> None:
+        self.shape = shape
+        self._grid: tuple[datetime, timedelta] | None = None  # the first history's start, step
+        self._next = 0  # the next index (on that grid) to read
+        self._values: deque[float | None] = deque()  # the newest values read
+        self._windows: tuple[int, ...] = ()
+        self._risk = 1
+        self._span = 1
+        self._ahead: _Maxima = deque()  # demand over [t, t + risk)
+        self._behind: list[_Maxima] = []  # per window: demand over [t - w, t)
+        self._jumps: list[_Maxima] = []  # per window: jump_w(t) over the span
+        self._judged = 0  # minutes judged since the start
+
+    def cover(self, history: model.DemandHistory) -> model.Cover | None:
+        """The cover at the end of ``history``, or None while too little has been judged."""
+        self._read(history)
+        judged = min(self._judged, self._span)
+        if judged * history.step < self.shape.least_judged:
+            return None
+        recent = list(self._values)
+        return model.Cover(
+            jumps=tuple(
+                model.Jump(
+                    window=window,
+                    peak=_peak(recent[-steps:]),
+                    ratio=max(1.0, jumps[0][1]) if jumps else 1.0,
+                )
+                for window, steps, jumps in zip(
+                    self.shape.windows, self._windows, self._jumps, strict=True
+                )
+            ),
+            judged=history.step * judged,
+        )
+
+    def _read(self, history: model.DemandHistory) -> None:
+        offset = self._offset(history)
+        if offset is None or not offset <= self._next <= offset + history.end_index:
+            self._restart(history)
+            offset = 0
+        for index in range(self._next, offset + history.end_index):
+            self._push(index, history.values[index - offset])
+        self._next = max(self._next, offset + history.end_index)
+
+    def _offset(self, history: model.DemandHistory) -> int | None:
+        """Where ``history`` starts on the grid of the first one, if it lies on that grid and
+        reaches back far enough to continue where the last one ended."""
+        if self._grid is None or self._grid[1] != history.step:
+            return None
+        shift = (history.start - self._grid[0]) / history.step
+        if shift != int(shift):
+            return None
+        return int(shift)
+
+    def _restart(self, history: model.DemandHistory) -> None:
+        step, shape = history.step, self.shape
+        self._grid = (history.start, step)
+        self._windows = tuple(_steps(w, step) for w in shape.windows)
+        self._risk = _steps(shape.risk, step)
+        self._span = _steps(shape.span, step)
+        self._values = deque(maxlen=max(self._windows) + self._risk + 1)
+        self._ahead = deque()
+        self._behind = [deque() for _ in self._windows]
+        self._jumps = [deque() for _ in self._windows]
+        self._next = max(0, history.end_index - self._span - max(self._windows) - self._risk)
+        self._judged = 0
+
+    def _push(self, index: int, value: float | None) -> None:
+        """Read the value at ``index``: the minute ``t = index - risk + 1`` now has all of its
+        coming demand known, so its jumps are judged."""
+        self._values.append(value)
+        if value is not None:
+            _add(self._ahead, index, value)
+        t = index - self._risk + 1
+        _expire(self._ahead, t)
+        before = self._values[-self._risk - 1] if len(self._values) > self._risk else None
+        for steps, behind, jumps in zip(self._windows, self._behind, self._jumps, strict=True):
+            if before is not None:
+                _add(behind, t - 1, before)
+            _expire(behind, t - steps)
+            _expire(jumps, t - self._span + 1)
+            coming = self._ahead[0][1] if self._ahead else None
+            if coming is None or coming <= self.shape.floor or not behind:
+                continue
+            peak = behind[0][1]
+            _add(jumps, t, coming / peak if peak > 0 else math.inf)
+        self._judged += 1
+
+
+def _add(maxima: _Maxima, index: int, value: float) -> None:
+    while maxima and maxima[-1][1] <= value:
+        maxima.pop()
+    maxima.append((index, value))
+
+
+def _expire(maxima: _Maxima, first: int) -> None:
+    """Drop what lies before index ``first``."""
+    while maxima and maxima[0][0] < first:
+        maxima.popleft()
+
+
+def _peak(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def _steps(span: timedelta, step: timedelta) -> int:
+    return max(1, math.ceil(span / step - 1e-9))

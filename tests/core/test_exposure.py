@@ -1,0 +1,148 @@
+"""The cover of an error budget: the largest jump of demand within one loan's risk, judged on
+the pool's own history (``core.exposure``)."""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from rebalancer.core import exposure, model
+
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+MINUTE = timedelta(minutes=1)
+DAY = 24 * 60
+SHAPE = exposure.Shape(risk=timedelta(minutes=8), floor=5.0)
+
+
+def history(
+    values: list[float | None], end: int | None = None, start: int = 0
+) -> model.DemandHistory:
+    """The minutes ``start`` to ``end`` of ``values``, as a history that starts at minute
+    ``start``."""
+    end = len(values) if end is None else end
+    return model.DemandHistory(
+        start=T0 + MINUTE * start, step=MINUTE, values=values[start:end], end_index=end - start
+    )
+
+
+def ratios(cover: model.Cover | None) -> dict[int, float]:
+    assert cover is not None
+    return {int(j.window / MINUTE): j.ratio for j in cover.jumps}
+
+
+def test_a_history_shorter_than_a_day_covers_nothing_yet() -> None:
+    values: list[float | None] = [10.0] * (DAY - 10)
+
+    assert exposure.Jumps(SHAPE).cover(history(values)) is None
+
+
+def test_a_jump_within_a_loans_risk_sets_each_windows_ratio() -> None:
+    # A day at 10 rps, then 30 rps for a minute at 12:00 of the second day, then 10 again.
+    values: list[float | None] = [10.0] * (2 * DAY)
+    values[DAY + 720] = 30.0
+
+    cover = exposure.Jumps(SHAPE).cover(history(values))
+
+    assert ratios(cover) == {10: 3.0, 30: 3.0, 60: 3.0, 120: 3.0}
+    assert cover is not None
+    found = cover.demand()
+    assert found is not None
+    # The 10-minute peak is 10 rps again: it covers 30 rps, as does every window past the jump.
+    assert found[0] == pytest.approx(30.0)
+    # Within 120 minutes of the jump the 120-minute window still holds it: 30 x 3.
+    after = exposure.Jumps(SHAPE).cover(history(values, end=DAY + 780))
+    assert after is not None
+    found_after = after.demand()
+    assert found_after is not None
+    assert found_after[0] == pytest.approx(30.0)
+    assert found_after[1] is after.jumps[0]
+    assert [j.peak for j in after.jumps] == [10.0, 10.0, 30.0, 30.0]
+
+
+def test_a_ramp_is_judged_at_the_minute_it_starts() -> None:
+    # Up by 1 rps a minute for two hours after a day flat at 10 rps: every window's peak is the
+    # newest minute, and the largest jump is the first: 8 minutes reach 18 over a peak of 10.
+    values: list[float | None] = [10.0] * DAY
+    values += [10.0 + i for i in range(1, 121)]
+
+    found = ratios(exposure.Jumps(SHAPE).cover(history(values)))
+
+    assert found == pytest.approx({10: 1.8, 30: 1.8, 60: 1.8, 120: 1.8})
+
+
+def test_jumps_the_minimum_serving_nodes_carry_teach_nothing() -> None:
+    values: list[float | None] = [1.0] * (2 * DAY)
+    values[DAY] = 4.0  # four times the peak, yet below the floor of 5 rps
+
+    assert set(ratios(exposure.Jumps(SHAPE).cover(history(values))).values()) == {1.0}
+
+
+def test_a_jump_out_of_zero_leaves_the_window_covering_nothing() -> None:
+    values: list[float | None] = [10.0] * (2 * DAY)
+    values[DAY : DAY + 60] = [0.0] * 60  # an hour of exact zeros, then back to 10
+
+    found = ratios(exposure.Jumps(SHAPE).cover(history(values)))
+
+    assert all(math.isinf(found[w]) for w in (10, 30, 60))
+    assert found[120] == 1.0  # its peak kept the level before the zeros
+
+
+def test_a_jump_leaves_the_cover_once_it_is_older_than_the_span() -> None:
+    shape = exposure.Shape(risk=timedelta(minutes=8), floor=5.0, span=timedelta(days=2))
+    values: list[float | None] = [10.0] * (4 * DAY)
+    values[DAY] = 20.0
+
+    assert ratios(exposure.Jumps(shape).cover(history(values, end=2 * DAY)))[10] == 2.0
+    assert ratios(exposure.Jumps(shape).cover(history(values)))[10] == 1.0
+
+
+def test_gaps_are_no_demand_and_no_jump() -> None:
+    values: list[float | None] = [10.0] * (2 * DAY)
+    values[DAY : DAY + 30] = [None] * 30
+
+    assert set(ratios(exposure.Jumps(SHAPE).cover(history(values))).values()) == {1.0}
+
+
+def noisy(days: int, seed: int) -> list[float | None]:
+    rng = random.Random(seed)
+    out: list[float | None] = []
+    for t in range(days * DAY):
+        level = 50 + 40 * math.sin(2 * math.pi * t / DAY)
+        jump = rng.random() < 0.002
+        out.append(None if rng.random() < 0.01 else level * (rng.uniform(1.5, 3) if jump else 1))
+    return out
+
+
+def test_one_minute_at_a_time_judges_as_the_whole_history_at_once() -> None:
+    values = noisy(3, seed=1)
+    stepped = exposure.Jumps(SHAPE)
+    for end in range(DAY, len(values) + 1, 7):
+        stepped.cover(history(values, end=end))
+
+    assert stepped.cover(history(values)) == exposure.Jumps(SHAPE).cover(history(values))
+
+
+def test_a_new_history_that_slides_forward_continues_where_the_last_ended() -> None:
+    # The controller reads a new history every few minutes, its start moving with it.
+    values = noisy(4, seed=2)
+    shape = exposure.Shape(risk=timedelta(minutes=8), floor=5.0, span=timedelta(days=2))
+    sliding = exposure.Jumps(shape)
+    for end in range(2 * DAY, len(values) + 1, 5):
+        sliding.cover(
+            history(values, end=end, start=end - int(2.5 * DAY) if end > 2.5 * DAY else 0)
+        )
+
+    fresh = exposure.Jumps(shape).cover(history(values))
+    assert sliding.cover(history(values, start=len(values) - 3 * DAY)) == fresh
+
+
+def test_a_step_back_in_time_judges_again_from_that_history() -> None:
+    values = noisy(3, seed=3)
+    jumps = exposure.Jumps(SHAPE)
+    jumps.cover(history(values))
+
+    earlier = history(values, end=2 * DAY)
+    assert jumps.cover(earlier) == exposure.Jumps(SHAPE).cover(earlier)
