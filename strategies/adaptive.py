@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import ClassVar
@@ -56,6 +55,7 @@ from rebalancer.core import model
 from strategies import base
 
 Steps = deque[tuple[int, float]]  # a window's running maximum: (step, value), values falling
+_BUCKET = timedelta(hours=1)  # what the rungs' scores are tallied in
 
 
 class Params(base.Params):
@@ -99,6 +99,32 @@ class Params(base.Params):
 
 
 @dataclass
+class _Tally:
+    """A count over the trailing span, kept in buckets of ``_BUCKET`` so that what a pool
+    remembers does not grow with its history: the buckets the span holds, plus the one being
+    filled."""
+
+    buckets: deque[int] = field(default_factory=deque)
+    total: int = 0  # over ``buckets``
+    filling: int = 0
+
+    def add(self, count: int) -> None:
+        self.filling += count
+
+    def close(self, keep: int) -> None:
+        """The bucket being filled is done; keep the last ``keep`` buckets."""
+        self.buckets.append(self.filling)
+        self.total += self.filling
+        self.filling = 0
+        while len(self.buckets) > keep:
+            self.total -= self.buckets.popleft()
+
+    @property
+    def value(self) -> int:
+        return self.total + self.filling
+
+
+@dataclass
 class _Rung:
     window: int  # steps
     margin: float
@@ -108,14 +134,13 @@ class _Rung:
     cooling: deque[int] = field(default_factory=deque)  # the step each may be lent again
     serving_after: int = 0  # warm serving nodes after the last step's moves
     keep: int = 0  # nodes the rung kept serving at the last step
-    lent_sum: list[int] = field(default_factory=list)  # cumulative lent node-steps
-    miss_sum: list[int] = field(default_factory=list)  # cumulative breach minutes
+    lent_steps: _Tally = field(default_factory=_Tally)  # lent node-steps
+    missed: _Tally = field(default_factory=_Tally)  # breach minutes
 
 
 @dataclass
 class _Memory:
-    values: Sequence[float | None]
-    start: datetime
+    start: datetime  # index 0 of the grid the replay counts steps on
     step: timedelta
     figures: tuple[object, ...]
     first: int  # the step the replay began at
@@ -123,14 +148,28 @@ class _Memory:
     rungs: list[_Rung]
     maxes: dict[int, Steps]  # per window, over every step
     busy: dict[int, Steps]  # per window, over the steps with traffic only
+    bucket: int  # steps per bucket of the rungs' tallies
+    buckets: int  # buckets the tallies keep: the span the rungs are scored on
     busy_count: int = 0  # steps with traffic seen
     unknown: int = 0  # consecutive steps without a sample
     level: float | None = None  # the last believed sample (the drop hold's level)
     held_since: int | None = None  # a fall too fast to believe, seen first at this step
 
-    def matches(self, pool: model.PoolView) -> bool:
-        same = base.same_series(pool.history, self.values, self.start, self.step, self.end)
-        return same and self.figures == _figures(pool)
+    def offset(self, pool: model.PoolView) -> int | None:
+        """Where ``pool.history`` starts on the replay's grid, if the replay can go on with it:
+        the same pool figures, the same grid, and the step before ``end`` still in it (a new
+        history read continues the last; a step back in time or a gap does not)."""
+        history = pool.history
+        if self.figures != _figures(pool) or self.step != history.step:
+            return None
+        shift = (history.start - self.start) / history.step
+        if shift != int(shift):
+            return None
+        offset = int(shift)
+        reach = offset + history.end_index
+        if not offset <= max(0, self.end - 1) <= reach or reach < self.end - 1:
+            return None
+        return offset
 
 
 class Adaptive:
@@ -169,26 +208,32 @@ class Adaptive:
         price = p.price_pool_hours * pool.size
         if pool.budget is not None:
             price *= 1.0 + p.budget_gain * min(1.0, pool.budget.burned)
-        now = pool.history.end_index - memo.first  # index into the cumulative lists
-        then = max(0, now - _steps(timedelta(minutes=p.memory_minutes), step))
         per_hour = timedelta(hours=1) / step
         best, best_score, best_misses = 0, -math.inf, 0
         for index, rung in enumerate(memo.rungs):
-            misses = rung.miss_sum[now] - rung.miss_sum[then]
-            score = (rung.lent_sum[now] - rung.lent_sum[then]) / per_hour - price * misses
+            misses = rung.missed.value
+            score = rung.lent_steps.value / per_hour - price * misses
             if score > best_score:
                 best, best_score, best_misses = index, score, misses
         return best, best_score, best_misses
 
     def _advance(self, pool: model.PoolView) -> _Memory:
-        p, history = self.params, pool.history
-        now, step = history.end_index, history.step
-        span = _steps(timedelta(minutes=p.memory_minutes), step)
+        """The replay brought up to the end of ``pool.history``: where the last history read
+        left off, when this one continues it (the controller reads a new one every few
+        minutes), so that a tick costs the steps that are new; from this history alone when it
+        does not."""
+        history = pool.history
+        span = _steps(timedelta(minutes=self.params.memory_minutes), history.step)
         memo = self._memos.get(pool.name)
-        if memo is None or not memo.matches(pool) or now - memo.end > span:
+        offset = None if memo is None else memo.offset(pool)
+        if memo is None or offset is None or offset + history.end_index - memo.end > span:
             memo = self._memos[pool.name] = self._fresh(pool, span)
+            offset = 0
+        now = offset + history.end_index
+        values = history.values
         for tick in range(memo.end, now + 1):
-            self._replay(memo, pool, tick)
+            last = values[tick - 1 - offset] if tick > offset else None
+            self._replay(memo, pool, tick, last)
         memo.end = max(memo.end, now + 1)
         return memo
 
@@ -205,22 +250,23 @@ class Adaptive:
             if k >= p.least_margin - 1e-9
         ]
         windows = {r.window for r in rungs}
+        bucket = _steps(_BUCKET, step)
         return _Memory(
-            history.values,
-            history.start,
-            step,
-            _figures(pool),
-            first,
-            first,
-            rungs,
-            {w: deque() for w in windows},
-            {w: deque() for w in windows},
+            start=history.start,
+            step=step,
+            figures=_figures(pool),
+            first=first,
+            end=first,
+            rungs=rungs,
+            maxes={w: deque() for w in windows},
+            busy={w: deque() for w in windows},
+            bucket=bucket,
+            buckets=math.ceil(span / bucket),
         )
 
-    def _replay(self, memo: _Memory, pool: model.PoolView, tick: int) -> None:
-        """One step of every rung: score the minute before ``tick`` against what the rung had
-        warm, then move the rung's nodes as the planner would at ``tick``."""
-        last = memo.values[tick - 1] if tick > 0 else None
+    def _replay(self, memo: _Memory, pool: model.PoolView, tick: int, last: float | None) -> None:
+        """One step of every rung: score the minute before ``tick`` (``last``) against what the
+        rung had warm, then move the rung's nodes as the planner would at ``tick``."""
         _slide(memo, last, tick)
         memo.unknown = memo.unknown + 1 if last is None and tick > 0 else 0
         held = _hold(memo, pool, last, tick)
@@ -264,8 +310,11 @@ class Adaptive:
                 room = min(serving - max(pool.min_serving, need_now), lendable)
                 rung.lent += max(0, min(target - rung.lent, per_tick, room))
             rung.serving_after = pool.size - rung.lent - len(rung.returning)
-            rung.lent_sum.append((rung.lent_sum[-1] if rung.lent_sum else 0) + rung.lent)
-            rung.miss_sum.append((rung.miss_sum[-1] if rung.miss_sum else 0) + missed)
+            rung.lent_steps.add(rung.lent)
+            rung.missed.add(missed)
+            if (tick + 1) % memo.bucket == 0:
+                rung.lent_steps.close(memo.buckets)
+                rung.missed.close(memo.buckets)
 
 
 @dataclass(frozen=True)

@@ -297,6 +297,9 @@ class Cover:
 
     jumps: tuple[Jump, ...]
     judged: timedelta
+    # The most the coming minutes brought at this time of day on the last days: a return to a
+    # level the pool saw at this hour is no jump, however far it is from the recent peak.
+    usual: float | None = None
 
     def demand(self, rps: float | None = None) -> tuple[float, Jump] | None:
         """The least demand that covers, with the window that gives it; ``rps``, a sample newer
@@ -309,12 +312,14 @@ class Cover:
             covered = max(peaks) * jump.ratio
             if best is None or covered < best[0]:
                 best = (covered, jump)
+        if best is not None and self.usual is not None and self.usual > best[0]:
+            return (self.usual, best[1])
         return best
 
-    def keep(self, rps_per_node: float, rps: float | None = None) -> int | None:
-        """Warm serving nodes that carry the covering demand (None: no window covers)."""
+    def keep(self, need: Callable[[float], int], rps: float | None = None) -> int | None:
+        """The serving nodes the covering demand ``need``s (None: no window covers)."""
         found = self.demand(rps)
-        return None if found is None else nodes_needed(found[0], rps_per_node, 0.0, 0)
+        return None if found is None else need(found[0])
 
     def text(self, rps: float | None = None) -> str:
         """``the 30-minute peak 120 rps x 1.45, the largest jump within a loan's risk in the

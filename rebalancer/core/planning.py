@@ -718,7 +718,7 @@ def _reclaim_for_budget(draft: _Draft) -> None:
         )
         _safety_reclaim(draft, draft.lent_count, Reason.BUDGET_EXPOSED, why)
         return
-    keep = None if cover is None else cover.keep(pool.policy.rps_per_node, rps)
+    keep = None if cover is None else cover.keep(pool.policy.need, rps)
     if cover is None or keep is None:
         return
     kept = draft.serving_count + draft.returning
@@ -1193,7 +1193,7 @@ def _covered_room(pool: _Pool, serving: int) -> _Limit:
     covers; with no cover, nothing."""
     budget, cover, rps = pool.budget, pool.cover, pool.demand.rps
     assert budget is not None, "only a pool with a budget is short of it"
-    keep = None if cover is None else cover.keep(pool.policy.rps_per_node, rps)
+    keep = None if cover is None else cover.keep(pool.policy.need, rps)
     if cover is None or keep is None:
         why = (
             f"the error budget cannot cover another loan ({budget.spent_text}, a loan may cost "

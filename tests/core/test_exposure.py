@@ -14,7 +14,8 @@ from rebalancer.core import exposure, model
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
 DAY = 24 * 60
-SHAPE = exposure.Shape(risk=timedelta(minutes=8), floor=5.0)
+FOUR = tuple(timedelta(minutes=m) for m in (10, 30, 60, 120))
+SHAPE = exposure.Shape(risk=timedelta(minutes=8), floor=5.0, windows=FOUR)
 
 
 def history(
@@ -91,7 +92,9 @@ def test_a_jump_out_of_zero_leaves_the_window_covering_nothing() -> None:
 
 
 def test_a_jump_leaves_the_cover_once_it_is_older_than_the_span() -> None:
-    shape = exposure.Shape(risk=timedelta(minutes=8), floor=5.0, span=timedelta(days=2))
+    shape = exposure.Shape(
+        risk=timedelta(minutes=8), floor=5.0, windows=FOUR, span=timedelta(days=2)
+    )
     values: list[float | None] = [10.0] * (4 * DAY)
     values[DAY] = 20.0
 
@@ -128,7 +131,9 @@ def test_one_minute_at_a_time_judges_as_the_whole_history_at_once() -> None:
 def test_a_new_history_that_slides_forward_continues_where_the_last_ended() -> None:
     # The controller reads a new history every few minutes, its start moving with it.
     values = noisy(4, seed=2)
-    shape = exposure.Shape(risk=timedelta(minutes=8), floor=5.0, span=timedelta(days=2))
+    shape = exposure.Shape(
+        risk=timedelta(minutes=8), floor=5.0, windows=FOUR, span=timedelta(days=2)
+    )
     sliding = exposure.Jumps(shape)
     for end in range(2 * DAY, len(values) + 1, 5):
         sliding.cover(
@@ -146,3 +151,24 @@ def test_a_step_back_in_time_judges_again_from_that_history() -> None:
 
     earlier = history(values, end=2 * DAY)
     assert jumps.cover(earlier) == exposure.Jumps(SHAPE).cover(earlier)
+
+
+def test_a_return_to_the_level_of_this_hour_on_the_last_days_is_covered() -> None:
+    # Three days at 60 rps from 16:00 to 24:00 and 20 rps before; the fourth day stays at 20
+    # until 16:00 (a holiday): the ratio says 1, the days before say 60.
+    values: list[float | None] = []
+    for _ in range(4):
+        values += [20.0] * (16 * 60) + [60.0] * (8 * 60)
+    end = 3 * DAY + 16 * 60 - 1
+
+    cover = exposure.Jumps(SHAPE).cover(history(values, end=end))
+
+    assert cover is not None
+    assert cover.usual == 60.0
+    found = cover.demand()
+    assert found is not None
+    assert found[0] == 60.0
+
+
+def test_the_default_window_is_two_hours() -> None:
+    assert (timedelta(minutes=120),) == exposure.WINDOWS

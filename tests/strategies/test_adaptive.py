@@ -52,8 +52,8 @@ def test_the_replay_of_a_rung_is_what_the_simulator_measures_for_that_peak_rule(
     assert run.figures == peak.figures  # a one-rung ladder is the peak rule itself
     (memo,) = strategy._memos.values()
     (rung,) = memo.rungs
-    replayed_hours = rung.lent_sum[-1] / 60
-    assert abs(rung.miss_sum[-1] - peak.figures.breach_minutes) <= 3
+    replayed_hours = rung.lent_steps.value / 60
+    assert abs(rung.missed.value - peak.figures.breach_minutes) <= 3
     assert replayed_hours == pytest.approx(peak.figures.lent_node_hours, rel=0.01)
 
 
@@ -79,7 +79,7 @@ def followed(run: engine.Run, strategy: adaptive.Adaptive) -> int:
 
 
 def _view(memo: adaptive._Memory, run: engine.Run) -> model.PoolView:
-    history = model.DemandHistory(memo.start, memo.step, memo.values, memo.end - 1)
+    history = model.DemandHistory(memo.start, memo.step, (), 0)
     return model.PoolView(
         name=engine.POOL,
         now=run.timeline[-1].time,
@@ -130,3 +130,52 @@ def test_a_burning_budget_raises_the_price_of_a_breach_minute() -> None:
     (memo,) = spent._memos.values()
     view = replace(_view(memo, burnt), budget=model.ErrorBudget(1, timedelta(days=7), 5))
     assert memo.rungs[spent._choose(memo, view)[0]].window == 240
+
+
+def pool_view(history: model.DemandHistory, now: datetime) -> model.PoolView:
+    last = history.values[history.end_index - 1]
+    return model.PoolView(
+        name=engine.POOL,
+        now=now,
+        size=16,
+        lent=0,
+        demand=None if last is None else model.Sample(last, now),
+        queue=None,
+        history=history,
+        rps_per_node=10.0,
+        min_serving=2,
+        headroom=0.2,
+        return_time=timedelta(minutes=7),
+        zone="UTC",
+    )
+
+
+def test_a_new_history_read_that_continues_the_last_goes_on_from_where_it_ended() -> None:
+    # The controller reads a new history every few minutes, its start sliding forward: the
+    # replay goes on from where it ended instead of rebuilding, and decides as it would have
+    # on one history that grew.
+    trace = jumps(days=3)
+    values, start = list(trace.rps), trace.start
+    grown, read = ladder(), ladder()
+    span = 2 * DAY
+    for end in range(DAY, len(values), 5):
+        now = start + MINUTE * end
+        one = model.DemandHistory(start, MINUTE, values, end)
+        first = max(0, end - span)
+        sliding = model.DemandHistory(
+            start + MINUTE * first, MINUTE, values[first:end], end - first
+        )
+        assert read.decide(pool_view(sliding, now)) == grown.decide(pool_view(one, now))
+    (memo,) = read._memos.values()
+    assert memo.first == 0  # never rebuilt: it began at the first history's start
+
+
+def test_a_step_back_in_time_replays_from_that_history_alone() -> None:
+    trace = jumps(days=2)
+    values, start = list(trace.rps), trace.start
+    strategy = ladder()
+    strategy.decide(pool_view(model.DemandHistory(start, MINUTE, values, 2 * DAY), start))
+    earlier = model.DemandHistory(start, MINUTE, values, DAY)
+    fresh = ladder()
+
+    assert strategy.decide(pool_view(earlier, start)) == fresh.decide(pool_view(earlier, start))
