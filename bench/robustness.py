@@ -12,20 +12,47 @@ m-mid and m-small), and twists of two of them (`code`, smooth and diurnal; `m-la
 - ``zeros``: two two-hour stretches of exactly zero load at 11:00 on the second and fifth days;
 - ``half``, ``double``: the fourth day plays at half speed (its first twelve hours over the
   whole day), or at double speed (two days' curves in one);
-- and ``bursts``: sparse bursty traffic, 3 % of the peak with bursts to 50-100 % for 5-30 minutes
-  about every four hours (seeded), on the `code` week's clock.
+- ``bursts``: sparse bursty traffic, 3 % of the peak with bursts to 50-100 % for 5-30 minutes
+  about every four hours (seeded), on the `code` week's clock;
+- and ``gpu-busy``: not a request rate but the busy GPUs per minute (a whole number) of a bursty
+  image-generation service over 24 days (seeded): jobs of 1, 2 or 4 GPUs held 1-10 minutes,
+  arriving with the day, and a large burst of 15-40 jobs about every 8 hours. The suite's
+  first demand series of another kind; the simulator calibrates a node on its peak as on any.
 
 Strategies: ``forecast`` (the default), ``watermark``, ``peak`` with its defaults, and the peak
 rule's grid, ``w`` in 10, 30, 60, 120 minutes by ``k`` in 0 to 2. Each run is the simulator's
 (``sandbox.sim.engine``: 16 nodes, the peak minute at 90 % of the pool, 2 + 5 minute return).
 
-For each scenario it prints the default's harvest and breach minutes, the grid points that
-dominate it (more harvest and no more breach minutes, or as much harvest and fewer), the
-nearest grid point, and the rule's frontier, then a summary line; with ``--plots DIR`` a
-harvest-against-breach plot per scenario, each strategy a point and the grid's frontier a line.
+Every run records its harvest, breach minutes, reclaims and its worst rolling 7 days (the most
+breach minutes any 10,080 minutes ending at a minute held, ``engine.most_spent``).
+
+Without a budget, for each scenario it prints the default's harvest, breach minutes and worst
+week, the grid points that dominate it (0.01 or more harvest and no more breach minutes, or at
+least as much harvest and fewer: ``Point.dominates``) and the nearest grid point, then a summary
+line; with ``--plots DIR`` a harvest-against-breach plot per scenario, each strategy a point and
+the grid's frontier a line.
+
+With ``--slo B`` (or several, ``--slo 10,30``: the grid runs are shared, the default runs once
+per budget) the default runs with that error budget and is judged against the best grid point
+within it: the grid run with the most harvest whose worst rolling 7 days held at most B, chosen
+in hindsight (the grid runs have no budget). Per scenario: the default's harvest, breach minutes
+and worst week, that grid point, and the ratio of the two harvests; a summary line gives the
+least ratio and the scenarios under 0.9. Keeping the budget is a hard property: a default whose
+worst week exceeds B is marked FAIL, and the exit status is 1.
+
+With ``--curve`` the budgets 0, 5, 10, 30 and 60 join ``--slo``'s, and a table shows, per
+scenario and budget, the default's harvest / worst week, the best grid point's within the
+budget, and the ratio: the trade curve. With ``--plots DIR`` also ``DIR/<scenario>-curve.png``,
+harvest against the budget, the default one line and the hindsight-best grid another.
+
+The cache (``--cache``) keeps every run but the default's, with its worst week; a cache written
+before that (no ``version`` 2) is ignored and its runs are made again.
 
     .venv/bin/python bench/robustness.py [--scenarios code,flash-code] [--plots out/robustness]
-        [--strategy forecast] [--params '{"safety": 0.3}'] [--jobs 2]
+        [--strategy forecast] [--params '{"safety": 0.3}'] [--jobs 2] [--slo 10,30] [--curve]
+        [--cache out/robustness/cache.json]
+
+``bench/rescore.py`` recounts the default's budgeted runs on these scenarios independently.
 """
 
 from __future__ import annotations
@@ -38,7 +65,8 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -163,6 +191,46 @@ def bursts(trace: Trace, zone: str) -> Values:
     return values
 
 
+GPU_BUSY_START = datetime(2025, 3, 3, 8, tzinfo=UTC)  # midnight in Los Angeles
+
+
+def gpu_busy(days: int = 24, seed: int = 13) -> Trace:
+    """Busy GPUs per minute of a bursty image-generation service: a whole number, not a rate.
+
+    Jobs arrive as a Poisson stream whose rate follows the day (0.6 a minute at 04:00 local,
+    4 at 16:00); each holds 1, 2 or 4 GPUs for 1 to 10 minutes. About every 8 hours a large
+    burst lands: 15 to 40 jobs within 4 minutes. The simulator calibrates a node on the peak, as
+    for any trace, so a node "serves" peak / 14.4 busy GPUs.
+    """
+    rng = random.Random(seed)
+    minutes = days * DAY
+    busy = [0] * minutes
+
+    def poisson(mean: float) -> int:
+        limit, count, product = math.exp(-mean), 0, rng.random()
+        while product > limit:
+            count += 1
+            product *= rng.random()
+        return count
+
+    def hold(t: int, gpus: int, length: int) -> None:
+        for i in range(t, min(t + length, minutes)):
+            busy[i] += gpus
+
+    for t in range(minutes):
+        hour = (t % DAY) / 60
+        day = 0.5 - 0.5 * math.cos(2 * math.pi * (hour - 4) / 24)
+        for _ in range(poisson(0.6 + 3.4 * day)):
+            hold(t, rng.choice((1, 1, 1, 2, 4)), rng.randint(1, 10))
+    t = int(rng.expovariate(1 / 480))
+    while t < minutes:
+        for _ in range(rng.randint(15, 40)):
+            hold(t + rng.randint(0, 3), rng.choice((1, 2, 4)), rng.randint(1, 10))
+        t += 30 + int(rng.expovariate(1 / 480))
+    values: Values = [float(v) for v in busy]
+    return Trace("gpu-busy", "synthetic", GPU_BUSY_START, values, MINUTE)
+
+
 TWISTS: dict[str, Callable[[Trace, str], Values]] = {
     "flash": flash,
     "holiday": holiday,
@@ -187,11 +255,16 @@ def scenarios() -> list[Scenario]:
             name = f"{twist}-{base_name}"
             out.append(Scenario(name, _with(base, name, make(base, zone)), zone))
     out.append(Scenario("bursts", _with(code, "bursts", bursts(code, LA)), LA))
+    out.append(Scenario("gpu-busy", gpu_busy(), LA))
     return out
 
 
 # ---------------------------------------------------------------------------------------------
 # Runs
+
+WEEK = timedelta(days=7)
+CURVE = (0, 5, 10, 30, 60)  # the budgets of ``--curve``, breach minutes per rolling 7 days
+CACHE_VERSION = 2  # 2: every run keeps its worst rolling 7 days ("week")
 
 
 @dataclass(frozen=True)
@@ -203,28 +276,41 @@ class Job:
     slo: model.Slo | None = None
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """One run: its point (harvest, breach minutes, reclaims) and the most breach minutes any
+    rolling 7 days held (``week``), whatever budget it ran with (``budget``, None for none)."""
+
+    scenario: str
+    budget: int | None
+    point: Point
+    week: int
+
+
 def jobs(
-    chosen: Sequence[Scenario], default: tuple[str, dict[str, Any]], slo: model.Slo | None
+    chosen: Sequence[Scenario],
+    default: tuple[str, dict[str, Any]],
+    budgets: Sequence[int | None] = (None,),
 ) -> list[Job]:
+    """The default once per budget (None: without one), then the watermark and the grid."""
     out = []
     for s in chosen:
-        out.append(Job(s, "default", *default, slo))
+        out += [Job(s, "default", *default, None if b is None else model.Slo(b)) for b in budgets]
         out.append(Job(s, "watermark", "watermark", {}))
         out += [Job(s, name, "peak", params) for name, params in frontier.grid()]
     return out
 
 
-def run(job: Job) -> tuple[str, Point, int | None]:
-    """The job's point, and with an slo the most breach minutes any rolling window held."""
+def run(job: Job) -> Outcome:
+    """The job's point and its worst rolling 7 days."""
     pool = engine.PoolModel(zone=job.scenario.zone)
     strategy = registry.build(job.strategy, job.params)
     done = engine.run(job.scenario.trace, strategy, pool, slo=job.slo)
     figures = done.figures
     point = Point(job.label, figures.harvest_ratio, figures.breach_minutes, figures.reclaims)
-    spent = None
-    if job.slo is not None:
-        spent = engine.most_spent(done.timeline, pool.calibrate(job.scenario.trace), job.slo.window)
-    return job.scenario.name, point, spent
+    week = engine.most_spent(done.timeline, pool.calibrate(job.scenario.trace), WEEK)
+    budget = None if job.slo is None else job.slo.max_breach_minutes
+    return Outcome(job.scenario.name, budget, point, week)
 
 
 def nearest(target: Point, points: Sequence[Point]) -> Point:
@@ -235,6 +321,51 @@ def nearest(target: Point, points: Sequence[Point]) -> Point:
             (p.harvest - target.harvest) * 10, (p.breach - target.breach) / 10
         ),
     )
+
+
+def best_within(budget: int, grid: Sequence[Outcome]) -> Outcome | None:
+    """The grid run with the most harvest whose worst rolling 7 days hold at most ``budget``,
+    chosen in hindsight over the whole trace (the grid itself runs without a budget); None when
+    every one overspends. Ties go to the fewer breach minutes, then to the label."""
+    fit = [o for o in grid if o.week <= budget]
+    if not fit:
+        return None
+    return min(fit, key=lambda o: (-o.point.harvest, o.point.breach, o.point.label))
+
+
+def ratio(default: Outcome, best: Outcome | None) -> float | None:
+    """The default's harvest over the best grid point's within the budget (None: no such
+    point; 1 when both harvest nothing)."""
+    if best is None:
+        return None
+    if best.point.harvest <= 0:
+        return 1.0 if default.point.harvest <= 0 else math.inf
+    return default.point.harvest / best.point.harvest
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The default under one budget on one scenario, against the best grid point within it."""
+
+    scenario: str
+    budget: int
+    default: Outcome
+    best: Outcome | None
+    ratio: float | None = field(default=None)
+
+    @property
+    def overspent(self) -> bool:
+        return self.default.week > self.budget
+
+
+def verdicts(
+    budget: int, defaults: dict[str, Outcome], grids: dict[str, list[Outcome]]
+) -> list[Verdict]:
+    out = []
+    for name, default in defaults.items():
+        best = best_within(budget, grids[name])
+        out.append(Verdict(name, budget, default, best, ratio(default, best)))
+    return out
 
 
 def plot(
@@ -254,29 +385,172 @@ def plot(
     plt.close(fig)
 
 
-def _load(path: Path | None) -> dict[tuple[str, str], Point]:
+def plot_curve(name: str, rows: Sequence[Verdict], strategy: str, out: Path) -> None:
+    """Harvest against the budget: the default run with each budget, and the best grid point
+    within it in hindsight."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = sorted(rows, key=lambda v: v.budget)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    budgets = [v.budget for v in rows]
+    ax.plot(budgets, [v.default.point.harvest for v in rows], "o-", c="crimson", label=strategy)
+    best = [(v.budget, v.best.point.harvest) for v in rows if v.best is not None]
+    ax.plot(
+        [b for b, _ in best],
+        [h for _, h in best],
+        "s--",
+        c="0.3",
+        label="best peak grid point within the budget (hindsight)",
+    )
+    for v in rows:
+        if v.overspent:
+            ax.annotate("over", (v.budget, v.default.point.harvest), color="crimson", fontsize=7)
+    ax.set_xscale("symlog", linthresh=5)
+    ax.set_xticks(budgets, [str(b) for b in budgets])
+    ax.set_xlabel("error budget (breach minutes per rolling 7 days)")
+    ax.set_ylabel("harvest (of the oracle's)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"{name}: harvest against the budget")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out / f"{name}-curve.png", dpi=110)
+    plt.close(fig)
+
+
+def _load(path: Path | None) -> dict[tuple[str, str], Outcome]:
+    """The cached runs; a cache of another version (before ``week`` was kept) is ignored, and
+    its runs are made again."""
     if path is None or not path.exists():
         return {}
-    rows = json.loads(path.read_text(encoding="utf-8"))
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
+        return {}
     return {
-        (r["scenario"], r["label"]): Point(r["label"], r["harvest"], r["breach"], r["reclaims"])
-        for r in rows
+        (r["scenario"], r["label"]): Outcome(
+            r["scenario"],
+            None,
+            Point(r["label"], r["harvest"], r["breach"], r["reclaims"]),
+            r["week"],
+        )
+        for r in data["runs"]
     }
 
 
-def _save(path: Path, points: dict[tuple[str, str], Point]) -> None:
+def _save(path: Path, cached: dict[tuple[str, str], Outcome]) -> None:
     rows = [
         {
             "scenario": name,
-            "label": p.label,
-            "harvest": p.harvest,
-            "breach": p.breach,
-            "reclaims": p.reclaims,
+            "label": o.point.label,
+            "harvest": o.point.harvest,
+            "breach": o.point.breach,
+            "reclaims": o.point.reclaims,
+            "week": o.week,
         }
-        for (name, _), p in sorted(points.items())
+        for (name, _), o in sorted(cached.items())
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(rows, indent=0), encoding="utf-8")
+    path.write_text(
+        json.dumps({"version": CACHE_VERSION, "runs": rows}, indent=0), encoding="utf-8"
+    )
+
+
+def _budgets(text: str) -> list[int]:
+    budgets = sorted({int(b) for b in text.split(",") if b.strip()})
+    if any(b < 0 for b in budgets):
+        raise argparse.ArgumentTypeError(f"budgets are minutes, 0 or more: {text}")
+    return budgets
+
+
+def _fmt(value: float | None) -> str:
+    return "   -" if value is None else f"{value:5.3f}"
+
+
+def print_domination(
+    chosen: Sequence[Scenario],
+    defaults: dict[str, Outcome],
+    cached: dict[tuple[str, str], Outcome],
+    plots: Path | None,
+) -> list[str]:
+    """The unbudgeted report: the default without a budget against the grid. Returns the
+    scenarios where the default is dominated."""
+    print(
+        f"{'scenario':16} {'harvest':>7} {'breach':>6} {'7d max':>6}  "
+        f"{'nearest grid point':28} dominated by"
+    )
+    dominated_on = []
+    for s in chosen:
+        mine = defaults[s.name]
+        default = mine.point
+        grid = [o.point for (n, label), o in cached.items() if n == s.name and label != "watermark"]
+        others = [
+            o.point for (n, label), o in cached.items() if n == s.name and label == "watermark"
+        ]
+        beaten = frontier.dominating(default, grid)
+        close = nearest(default, grid)
+        if beaten:
+            dominated_on.append(s.name)
+        shown = ", ".join(f"{p.label} ({p.harvest:.3f}, {p.breach})" for p in beaten[:3])
+        print(
+            f"{s.name:16} {default.harvest:7.3f} {default.breach:6d} {mine.week:6d}  "
+            f"{close.label:15} ({close.harvest:.3f}, {close.breach:4d})  {shown or '-'}"
+        )
+        if plots:
+            plot(s.name, default, others, grid, plots)
+    return dominated_on
+
+
+def print_budget(budget: int, rows: Sequence[Verdict]) -> None:
+    print(
+        f"\nerror budget {budget} breach min per rolling 7 days: the default with it, against "
+        "the best grid point within it in hindsight"
+    )
+    print(
+        f"{'scenario':16} {'harvest':>7} {'breach':>6} {'7d max':>6}  "
+        f"{'best grid point within B':18} {'harvest':>7} {'7d max':>6}  {'ratio':>5}"
+    )
+    for v in rows:
+        d = v.default
+        best = (
+            f"{'none':18} {'-':>7} {'-':>6}"
+            if v.best is None
+            else f"{v.best.point.label[5:]:18} {v.best.point.harvest:7.3f} {v.best.week:6d}"
+        )
+        fail = f"  FAIL: 7d max {d.week} > {budget}" if v.overspent else ""
+        print(
+            f"{v.scenario:16} {d.point.harvest:7.3f} {d.point.breach:6d} {d.week:6d}  "
+            f"{best}  {_fmt(v.ratio)}{fail}"
+        )
+    ratios = [(v.ratio, v.scenario) for v in rows if v.ratio is not None]
+    least = min(ratios, default=None)
+    under = [name for r, name in ratios if r < 0.9]
+    over = [v.scenario for v in rows if v.overspent]
+    print(
+        f"budget {budget}: least ratio "
+        + ("-" if least is None else f"{least[0]:.3f} ({least[1]})")
+        + f"; under 0.9 on {len(under)}: {', '.join(under) or 'none'}"
+        + (f"; FAIL, 7d max above {budget} on {', '.join(over)}" if over else "; every week kept")
+    )
+
+
+def print_curve(rows: Sequence[Verdict]) -> None:
+    """The trade curve: per scenario, per budget, the default against the best grid point."""
+    budgets = sorted({v.budget for v in rows})
+    print("\nthe trade curve: harvest / 7d max of the default with budget B, then of the best")
+    print("grid point within B (hindsight), and the ratio")
+    print(f"{'scenario':16} " + " ".join(f"{'B=' + str(b):>24}" for b in budgets))
+    for name in dict.fromkeys(v.scenario for v in rows):
+        cells = []
+        for b in budgets:
+            v = next(v for v in rows if v.scenario == name and v.budget == b)
+            best = "-" if v.best is None else f"{v.best.point.harvest:.3f}/{v.best.week}"
+            mark = "!" if v.overspent else " "
+            mine = f"{v.default.point.harvest:.3f}/{v.default.week}{mark}"
+            cells.append(f"{mine} {best} {_fmt(v.ratio).strip():>5}")
+        print(f"{name:16} " + " ".join(f"{c:>24}" for c in cells))
+    print("(! marks a week above B: FAIL)")
 
 
 def main() -> int:
@@ -288,8 +562,17 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     parser.add_argument(
         "--slo",
-        type=int,
-        help="give the default an error budget of this many breach minutes per rolling 7 days",
+        type=_budgets,
+        default=[],
+        help="error budgets, breach minutes per rolling 7 days, comma-separated (10,30): the "
+        "default runs once with each, and is judged against the best grid point within it",
+    )
+    parser.add_argument(
+        "--curve",
+        action="store_true",
+        help=f"the trade curve: add the budgets {', '.join(map(str, CURVE))} and print the "
+        "default against the best grid point within each, per scenario (with --plots, a "
+        "harvest-against-budget plot per scenario)",
     )
     parser.add_argument(
         "--cache",
@@ -302,60 +585,53 @@ def main() -> int:
     wanted = set(filter(None, args.scenarios.split(",")))
     chosen = [s for s in every if not wanted or s.name in wanted]
     started = time.perf_counter()
-    slo = None if args.slo is None else model.Slo(args.slo)
+    budgets = sorted(set(args.slo) | (set(CURVE) if args.curve else set()))
     cached = _load(args.cache)
     todo = [
         j
-        for j in jobs(chosen, (args.strategy, json.loads(args.params)), slo)
+        for j in jobs(chosen, (args.strategy, json.loads(args.params)), [None, *budgets])
         if j.label == "default" or (j.scenario.name, j.label) not in cached
     ]
     with ProcessPoolExecutor(max_workers=args.jobs) as workers:
         fresh = list(workers.map(run, todo))
-    spent = {name: most for name, point, most in fresh if point.label == "default"}
-    for name, point, _ in fresh:
-        if point.label != "default":
-            cached[name, point.label] = point
+    for o in fresh:
+        if o.point.label != "default":
+            cached[o.scenario, o.point.label] = o
     if args.cache:
         _save(args.cache, cached)
     chosen_names = {s.name for s in chosen}
-    results = [(name, point) for name, point, _ in fresh if point.label == "default"]
-    results += [(name, point) for (name, _), point in cached.items() if name in chosen_names]
-    by_scenario: dict[str, list[Point]] = {}
-    for name, point in results:
-        by_scenario.setdefault(name, []).append(point)
+    cached = {key: o for key, o in cached.items() if key[0] in chosen_names}
+    defaults = {
+        b: {o.scenario: o for o in fresh if o.point.label == "default" and o.budget == b}
+        for b in [None, *budgets]
+    }
+    grids: dict[str, list[Outcome]] = {s.name: [] for s in chosen}
+    for (name, label), o in cached.items():
+        if label.startswith("peak w="):
+            grids[name].append(o)
     if args.plots:
         args.plots.mkdir(parents=True, exist_ok=True)
-    budget = "" if slo is None else f", error budget {slo.max_breach_minutes} min per 7 days"
-    print(f"default: {args.strategy} {args.params}{budget}")
-    worst = "" if slo is None else f" {'7d max':>6}"
-    print(
-        f"{'scenario':16} {'harvest':>7} {'breach':>6}{worst}  {'nearest grid point':28} "
-        "dominated by"
-    )
-    dominated_on = []
-    for s in chosen:
-        points = by_scenario[s.name]
-        default = next(p for p in points if p.label == "default")
-        grid = [p for p in points if p.label.startswith("peak w=")]
-        others = [p for p in points if p is not default and p not in grid]
-        beaten = frontier.dominating(default, grid)
-        close = nearest(default, grid)
-        if beaten:
-            dominated_on.append(s.name)
-        shown = ", ".join(f"{p.label} ({p.harvest:.3f}, {p.breach})" for p in beaten[:3])
-        most = "" if slo is None else f" {spent[s.name]:6d}"
-        print(
-            f"{s.name:16} {default.harvest:7.3f} {default.breach:6d}{most}  "
-            f"{close.label:15} ({close.harvest:.3f}, {close.breach:4d})  {shown or '-'}"
-        )
+    print(f"default: {args.strategy} {args.params}, without a budget")
+    dominated_on = print_domination(chosen, defaults[None], cached, args.plots)
+    judged = {b: verdicts(b, defaults[b], grids) for b in budgets}
+    for b in args.slo:
+        print_budget(b, judged[b])
+    if args.curve:
+        rows = [v for b in budgets for v in judged[b]]
+        print_curve(rows)
         if args.plots:
-            plot(s.name, default, others, grid, args.plots)
+            for s in chosen:
+                mine = [v for v in rows if v.scenario == s.name]
+                plot_curve(s.name, mine, args.strategy, args.plots)
+    failed = sorted({v.scenario for b in budgets for v in judged[b] if v.overspent})
     print(
         f"\n{len(chosen)} scenarios, {len(fresh)} runs in {time.perf_counter() - started:.0f} s "
-        f"({len(results) - len(fresh)} from the cache); "
-        f"the default is dominated on {len(dominated_on)}: {', '.join(dominated_on) or 'none'}"
+        f"({len(cached) - sum(1 for o in fresh if o.point.label != 'default')} from the cache); "
+        f"without a budget the default is dominated on {len(dominated_on)}: "
+        f"{', '.join(dominated_on) or 'none'}"
+        + (f"; FAIL: a week above its budget on {', '.join(failed)}" if failed else "")
     )
-    return 1 if dominated_on else 0
+    return 1 if dominated_on or failed else 0
 
 
 if __name__ == "__main__":

@@ -128,6 +128,9 @@ def trade(
 
     grid = [Point(label, run.figures.harvest_ratio, spent(run)) for label, run in rule]
     edge = {p.label for p in frontier.frontier(grid)}
+    budget = None
+    if slo is not None:
+        budget = _within(grid, slo.max_breach_minutes, strategies)
     return {
         "rule": "peak",
         "measure": measure,
@@ -145,6 +148,33 @@ def trade(
             for name, f in strategies.items()
             if f["guarded"]
         },
+        "budget": budget,
+    }
+
+
+def _within(grid: Sequence[Point], most: int, strategies: dict[str, Any]) -> dict[str, Any]:
+    """The grid point with the most harvest whose worst window held at most ``most`` breach
+    minutes, chosen in hindsight (the grid runs without a budget), and each guarded strategy's
+    harvest as a ratio of it (None when no grid point kept the budget, or it harvested
+    nothing)."""
+    fit = [p for p in grid if p.breach <= most]
+    best = min(fit, key=lambda p: (-p.harvest, p.breach, p.label)) if fit else None
+    ratios = {
+        name: round(f["harvest_ratio"] / best.harvest, 4)
+        if best is not None and best.harvest > 0
+        else None
+        for name, f in strategies.items()
+        if f["guarded"]
+    }
+    return {
+        "best": None
+        if best is None
+        else {
+            "label": best.label,
+            "harvest_ratio": best.harvest,
+            "budget_spent_minutes": best.breach,
+        },
+        "ratio_to_best": ratios,
     }
 
 
@@ -277,6 +307,22 @@ def _trade_lines(summary: dict[str, Any]) -> list[str]:
             f"The dashed line in the plot is the budget: {budget['max_breach_minutes']} minutes "
             f"per {budget['window_days']:g} days. A strategy right of it overspent.",
         ]
+    within = trade.get("budget")
+    if within is not None:
+        best = within["best"]
+        if best is None:
+            lines += ["", "No grid point kept the budget in every window."]
+        else:
+            ratios = ", ".join(
+                f"{name} {'-' if r is None else format(r, '.3f')}"
+                for name, r in within["ratio_to_best"].items()
+            )
+            lines += [
+                "",
+                f"The best grid point within the budget, in hindsight: {best['label']} "
+                f"(harvest {best['harvest_ratio']:.3f}, at most {best['budget_spent_minutes']} "
+                f"in a window). Each strategy's harvest as a share of it: {ratios}.",
+            ]
     return lines
 
 
