@@ -22,7 +22,7 @@ from rebalancer.settings import InvalidSettings, PositiveDuration, Settings
 from strategies import registry
 
 if TYPE_CHECKING:  # the runtime is imported by the commands that use it, not at start
-    from rebalancer.adapters.audit import AuditQuery
+    from rebalancer.adapters.audit import AuditQuery, AuditStore
     from rebalancer.core.nodepools import NodePlan
     from rebalancer.runtime.poolmanager import Report
     from rebalancer.runtime.takeback import Reclaimed, ReclaimEvent
@@ -265,21 +265,23 @@ def _explain(args: argparse.Namespace) -> int:
     import contextlib
     import json
 
-    from rebalancer.adapters.audit import MemoryAuditStore
     from rebalancer.runtime import explain, wiring
 
     timeout = _duration("--timeout", args.timeout)
     config = _settings(args)
 
-    # The audit log is read only for the error budgets' minutes: without an slo, explain opens
-    # no store (and so never makes one).
-    store = None if any(p.slo for p in config.pools) else MemoryAuditStore()
-
     async def go() -> int:
+        store, note = await _budget_store(config)
+        if note is not None:
+            print(f"rebalancer: {note}", file=sys.stderr)
         seams = wiring.Seams(
             kubeconfig=args.kubeconfig, sink=None, serve_http=False, audit_store=store
         )
-        async with wiring.Controller.open(config, seams, wiring.Role.OPERATOR) as controller:
+        async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(store.close)  # handed in: wiring leaves it open
+            controller = await stack.enter_async_context(
+                wiring.Controller.open(config, seams, wiring.Role.OPERATOR)
+            )
             informer = asyncio.create_task(controller.informer.run())
             try:
                 try:
@@ -307,6 +309,41 @@ def _explain(args: argparse.Namespace) -> int:
         return 0
 
     return asyncio.run(go())
+
+
+async def _budget_store(config: Settings) -> tuple[AuditStore, str | None]:
+    """The store ``explain`` reads the error budgets' minutes from (the only thing it reads the
+    audit log for), and a note for stderr when it reads none that the controller would.
+
+    Every pool has a budget unless its settings say ``slo: none`` (``settings.DEFAULT_SLO``), so
+    "open the store when a pool has an slo" now means on nearly every explain. Decided:
+    explain reads the store where there is one to read, and never needs one to answer.
+
+    - No pool with a budget: nothing to read; an empty store, as before.
+    - A SQLite file that does not exist (the default ``audit.url`` run away from the
+      controller, or the chart's path on an operator's machine) is not made: opening it would
+      create the file and its schema, a write explain does not make, and it would hold no
+      minute. The budgets are read as unspent, and the note says so.
+    - Otherwise the configured store, opened as ``rebalancer run`` opens it. One that cannot be
+      opened (a database not reachable from here) is not a reason to refuse the explanation
+      either: the budgets are read as unspent, and the note says why. A store a newer release
+      migrated stays refused (``NewerSchema``), as for every command.
+    """
+    from rebalancer.adapters import audit as audit_store
+
+    if not any(p.slo is not None for p in config.pools):
+        return audit_store.MemoryAuditStore(), None
+    unspent = "the error budgets are read as unspent"
+    path = audit_store.sqlite_file(config.audit.url)
+    if path is not None and not path.exists():
+        note = f"audit.url names {path}, which does not exist here: {unspent}"
+        return audit_store.MemoryAuditStore(), note
+    try:
+        return await audit_store.SqlAuditStore.open(config.audit.url), None
+    except audit_store.NewerSchema:
+        raise
+    except audit_store.UnopenedStore as exc:
+        return audit_store.MemoryAuditStore(), f"{exc}; {unspent}"
 
 
 def _duration(flag: str, text: str) -> float:

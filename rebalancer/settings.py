@@ -388,6 +388,31 @@ class SloSettings(_Model):
         return model.Slo(minutes, self.window)
 
 
+# Every pool's error budget unless its settings say otherwise: 0.999 of a rolling 7 days, 10
+# minutes (10.08, rounded down). ``slo: none`` (that word, lower-case, as the chart's schema
+# has it) turns it off. ``slo: null``, or ``slo:`` with nothing after it, is the same as leaving
+# it out, this default: YAML and Helm write null for "not set", and a slip of that kind keeps
+# the budget rather than dropping it (turning a safety rule off takes the word).
+DEFAULT_SLO = SloSettings(availability=0.999)
+SLO_OFF = "none"
+
+
+def _slo_word(value: Any) -> Any:
+    """``slo``'s value before it is validated: null the default, the word ``none`` no budget,
+    a mapping an ``SloSettings``; anything else refused, saying what to write."""
+    if value is None:
+        return DEFAULT_SLO
+    if value == SLO_OFF:
+        return None
+    if isinstance(value, Mapping | SloSettings):
+        return value
+    raise PydanticCustomError(
+        "slo",
+        "write none (no error budget) or a mapping such as {availability: 0.999} or "
+        "{max_breach_minutes: 10}; left out, a pool has {availability: 0.999}",
+    )
+
+
 class WakeOnSettings(_Model):
     """One selector of Alertmanager alerts that speak for a pool: a route's ``matchers`` list
     (every matcher must hold; docs/design/alertmanager.md)."""
@@ -431,10 +456,18 @@ class PoolSettings(_Model):
     rps_per_node: float = Field(gt=0, allow_inf_nan=False)
     limits: LimitSettings = LimitSettings()
     metrics: MetricsSettings = MetricsSettings()
-    slo: SloSettings | None = None  # None: no error budget; the strategy keeps fixed margins
+    # The error budget (DEFAULT_SLO unless given); None, written ``slo: none``: no budget, the
+    # strategy keeps fixed margins
+    slo: Annotated[SloSettings | None, pydantic.BeforeValidator(_slo_word)] = DEFAULT_SLO
     # Alertmanager alerts that hold the pool's loans and take nodes back while they fire; any
     # one selector admits an alert (docs/design/alertmanager.md)
     wake_on: tuple[WakeOnSettings, ...] = ()
+
+    @pydantic.field_serializer("slo", mode="wrap")
+    def _slo_out(self, value: SloSettings | None, handler: Any) -> Any:
+        # Dumped as written: None as the word, which loads back as no budget (null would load
+        # back as the default).
+        return SLO_OFF if value is None else handler(value)
 
     @pydantic.field_validator("name")
     @classmethod

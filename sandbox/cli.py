@@ -126,6 +126,8 @@ def simulate(argv: Sequence[str]) -> int:
         if given:
             flag = {"start": "from", "end": "to"}.get(given[0], given[0])
             raise ConfigError(f"--{flag}: only with --prometheus (it reads the pool's history)")
+    strategies = args.strategy or [registry.DEFAULT]
+    params = _strategy_params(args.params, strategies)
     source = None if args.prometheus is None else _history_source(args)
     args.tz = args.tz or "UTC"
     pool = _pool_model(args)
@@ -135,13 +137,12 @@ def simulate(argv: Sequence[str]) -> int:
         trace = traces.load(args.trace, args.service)
     else:
         trace = _history_trace(source, args)
-    strategies = args.strategy or [registry.DEFAULT]
     summary = replay(
         trace,
         strategies,
         pool,
         args.out,
-        params=_strategy_params(args.params),
+        params=params,
         progress=not args.quiet,
         slo=slo,
         trade=args.trade,
@@ -263,12 +264,19 @@ def _pool_model(args: argparse.Namespace) -> PoolModel:
     )
 
 
-def _strategy_params(items: list[str]) -> dict[str, dict[str, Any]]:
+def _strategy_params(items: list[str], strategies: Sequence[str]) -> dict[str, dict[str, Any]]:
     params: dict[str, dict[str, Any]] = {}
     for item in items:
         name, sep, text = item.partition("=")
         if not sep:
             raise ConfigError(f"--params {item!r}: write it as NAME=JSON, e.g. forecast={{}}")
+        if name not in strategies:
+            # Not silently dropped: ``--params forecast=...`` alone once tuned the default run,
+            # and the default is adaptive now.
+            raise ConfigError(
+                f"--params {item!r}: {name} is not run ({', '.join(strategies)}); "
+                f"add --strategy {name}"
+            )
         try:
             value = json.loads(text)
         except ValueError as exc:

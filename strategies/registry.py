@@ -30,7 +30,7 @@ _ENTRIES: dict[str, Entry] = {
 }
 
 _BUILT_IN = frozenset(_ENTRIES)
-DEFAULT = "forecast"
+DEFAULT = "adaptive"
 
 
 class ParameterError(ValueError):

@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from kubernetes_asyncio import client
 
+from rebalancer import cli, settings
+from rebalancer.adapters.audit import MemoryAuditStore, SqlAuditStore
 from rebalancer.core.nodestate import Keys
 from sandbox.emulator.server import Request
-from tests.support.processes import Setup, run_cli, setup
+from tests.support.processes import Setup, free_port, run_cli, setup
 
 KEYS = Keys()
 
@@ -38,6 +41,12 @@ async def test_explain_reads_and_never_writes(tmp_path: Path) -> None:
 
         code, out, err = await explain(box, "inference-5")
         assert code == 0, err
+        # The pool has the default error budget, and the audit store it would be read from does
+        # not exist: explain does not make it, and says so.
+        assert (
+            f"rebalancer: audit.url names {box.audit_db}, which does not exist here: the error "
+            "budgets are read as unspent"
+        ) in err.splitlines()
         lines = out.splitlines()
         assert lines[0].startswith(
             "node inference-5 (pool inference): serving; next tick: nothing, it stays serving: "
@@ -69,7 +78,7 @@ async def test_explain_reads_and_never_writes(tmp_path: Path) -> None:
         assert code == 0
         assert out.splitlines()[0].startswith("pool inference: 8 serving; need unknown;")
 
-        assert not box.audit_db.exists()  # no error budget to read: no store opened, or made
+        assert not box.audit_db.exists()  # no store to read the budget from: none made
         code, out, err = await explain(box, "gpu-nowhere")
         assert (code, out) == (2, "")
         assert err.strip().splitlines()[-1] == (
@@ -79,3 +88,54 @@ async def test_explain_reads_and_never_writes(tmp_path: Path) -> None:
 
     assert seen, "the emulator was asked"
     assert [(r.verb, r.resource) for r in seen if r.is_write] == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Where explain reads the error budgets' minutes from (``cli._budget_store``)
+
+
+def configured(url: str, slo: object = "absent") -> settings.Settings:
+    pool = {"name": "l20", "node_selector": {"gpu": "l20"}, "rps_per_node": 10}
+    if slo != "absent":
+        pool["slo"] = slo
+    return settings.Settings.model_validate({"audit": {"url": url}, "pools": [pool]})
+
+
+async def test_explain_reads_no_store_when_no_pool_has_a_budget(tmp_path: Path) -> None:
+    db = tmp_path / "audit.sqlite3"
+    store, note = await cli._budget_store(configured(f"sqlite+aiosqlite:///{db}", "none"))
+    assert (type(store), note) == (MemoryAuditStore, None)
+    assert not db.exists()
+
+
+async def test_explain_makes_no_store_to_read_a_default_budget_from(tmp_path: Path) -> None:
+    db = tmp_path / "audit.sqlite3"
+    store, note = await cli._budget_store(configured(f"sqlite+aiosqlite:///{db}"))
+    assert isinstance(store, MemoryAuditStore)
+    assert note == (
+        f"audit.url names {db}, which does not exist here: the error budgets are read as unspent"
+    )
+    assert not db.exists()
+
+
+async def test_explain_reads_the_budgets_from_a_store_that_is_there(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'audit.sqlite3'}"
+    await (await SqlAuditStore.open(url)).close()
+    store, note = await cli._budget_store(configured(url))
+    try:
+        assert (type(store), note) == (SqlAuditStore, None)
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("slo", [{"max_breach_minutes": 30}, "absent"])
+async def test_explain_answers_without_the_budgets_when_the_store_cannot_be_opened(
+    slo: object,
+) -> None:
+    url = f"postgresql+asyncpg://rebalancer@127.0.0.1:{free_port()}/audit"  # nothing listens
+    store, note = await cli._budget_store(configured(url, slo))
+    assert isinstance(store, MemoryAuditStore)
+    assert note is not None
+    assert note.startswith("audit.url='postgresql+asyncpg://rebalancer@127.0.0.1:")
+    assert ": cannot open the audit store: " in note
+    assert note.endswith("; the error budgets are read as unspent")

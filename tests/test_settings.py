@@ -91,13 +91,17 @@ def test_empty_file_is_every_default(tmp_path: Path) -> None:
 
 def test_example_file_loads() -> None:
     s = settings.load(EXAMPLE, {})
-    assert [p.name for p in s.pools] == ["l20-chat", "a100-rerank"]
-    l20, a100 = s.pools
+    assert [p.name for p in s.pools] == ["l20-chat", "a100-rerank", "t4-embed"]
+    l20, a100, t4 = s.pools
     assert l20.zone == "Asia/Shanghai"
-    assert l20.strategy.name == "forecast"
-    assert l20.strategy.params == {"safety": 0.25}
-    assert l20.build_strategy().name == "forecast"
+    assert l20.strategy == settings.StrategySettings()  # the default, written out
+    assert l20.build_strategy().name == "adaptive"
+    assert l20.slo == settings.DEFAULT_SLO  # the default, written out
     assert a100.policy(s.keys()).window == windows.NEVER
+    assert a100.slo == settings.DEFAULT_SLO  # left out
+    assert (t4.strategy.name, t4.strategy.params) == ("forecast", {"safety": 0.25})
+    assert t4.build_strategy().name == "forecast"
+    assert t4.slo is None  # slo: none
     # Every pool builds every value the runtime needs.
     for pool in s.pools:
         pool.policy(s.keys())
@@ -278,6 +282,34 @@ BAD: list[tuple[str, object, str]] = [
         pool(slo={"window": "24h"}),
         "pools[0].slo={'window': '24h'}: give max_breach_minutes or availability, "
         "exactly one of them",
+    ),
+    (
+        "slo as a word other than none",
+        pool(slo="off"),
+        "pools[0].slo='off': write none (no error budget) or a mapping such as "
+        "{availability: 0.999} or {max_breach_minutes: 10}; left out, a pool has "
+        "{availability: 0.999}",
+    ),
+    (
+        "slo none with a capital",
+        pool(slo="None"),
+        "pools[0].slo='None': write none (no error budget) or a mapping such as "
+        "{availability: 0.999} or {max_breach_minutes: 10}; left out, a pool has "
+        "{availability: 0.999}",
+    ),
+    (
+        "slo as a bare availability",
+        pool(slo=0.999),
+        "pools[0].slo=0.999: write none (no error budget) or a mapping such as "
+        "{availability: 0.999} or {max_breach_minutes: 10}; left out, a pool has "
+        "{availability: 0.999}",
+    ),
+    (
+        "slo false",
+        "pools:\n- {name: l20, rps_per_node: 1, node_selector: {gpu: l20}, slo: false}\n",
+        "pools[0].slo=False: write none (no error budget) or a mapping such as "
+        "{availability: 0.999} or {max_breach_minutes: 10}; left out, a pool has "
+        "{availability: 0.999}",
     ),
     (
         "slo availability above one",
@@ -560,6 +592,40 @@ def test_a_pool_s_slo_is_an_error_budget_in_minutes(
     (p,) = settings.load(None, {"REBALANCER_POOLS": json.dumps([{**POOL, "slo": slo}])}).pools
     assert p.slo is not None
     assert p.slo.slo() == model.Slo(minutes, window)
+
+
+def test_a_pool_without_an_slo_has_an_error_budget_of_10_minutes_per_7_days() -> None:
+    (p,) = settings.load(None, {"REBALANCER_POOLS": json.dumps([POOL])}).pools
+    assert p.slo == settings.SloSettings(availability=0.999) == settings.DEFAULT_SLO
+    assert p.slo.slo() == model.Slo(10, timedelta(days=7))
+
+
+@pytest.mark.parametrize("text", ["slo: null", "slo: ~", "slo:"])
+def test_an_slo_of_null_is_the_default_budget_as_if_left_out(tmp_path: Path, text: str) -> None:
+    doc = f"pools:\n- name: l20\n  node_selector: {{gpu: l20}}\n  rps_per_node: 10\n  {text}\n"
+    (p,) = settings.load(write(tmp_path, doc), {}).pools
+    assert p.slo == settings.DEFAULT_SLO
+
+
+def test_slo_none_gives_the_pool_no_error_budget(tmp_path: Path) -> None:
+    doc = "pools:\n- {name: l20, node_selector: {gpu: l20}, rps_per_node: 10, slo: none}\n"
+    (p,) = settings.load(write(tmp_path, doc), {}).pools
+    assert p.slo is None
+    (q,) = settings.load(None, {"REBALANCER_POOLS": json.dumps([{**POOL, "slo": "none"}])}).pools
+    assert q.slo is None
+
+
+def test_no_error_budget_is_dumped_as_the_word_that_loads_back_as_none() -> None:
+    s = settings.Settings.model_validate({"pools": [{**POOL, "slo": "none"}, POOL]})
+    dumped = s.model_dump()
+    assert [p["slo"] for p in dumped["pools"]] == ["none", settings.DEFAULT_SLO.model_dump()]
+    assert settings.Settings.model_validate(dumped) == s
+
+
+def test_a_pool_without_a_strategy_runs_the_default_adaptive() -> None:
+    (p,) = settings.Settings.model_validate(pool()).pools
+    assert p.strategy == settings.StrategySettings(name="adaptive", params={})
+    assert p.build_strategy().name == "adaptive"
 
 
 def test_custom_pool_builds_its_values() -> None:

@@ -1,8 +1,9 @@
 """Per-pool load from Prometheus: demand (rps), queue depth, running requests, GPU busy per node.
 
 Where it sits: each tick the runtime calls ``Metrics.read(pool, nodes)`` and puts the answer's
-``demand`` and ``queue`` into the pool's ``core.model.PoolSnapshot``; the forecast strategy's
-history comes from ``Metrics.history``. Nothing here decides anything.
+``demand`` and ``queue`` into the pool's ``core.model.PoolSnapshot``; the demand history of the
+strategies that read one (``adaptive``, the default, ``forecast``, ...) comes from
+``Metrics.history``. Nothing here decides anything.
 
 Unknown is never zero. An empty result, a NaN or infinite value, a refused or failed query are
 all "no sample" (``None``), never ``0``. A series that stopped is not unknown at once, though:

@@ -14,6 +14,7 @@ import json
 import re
 import shutil
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ POSTGRES: dict[str, Any] = {
     "replicaCount": 2,
     "audit": {"store": "postgresql", "postgresql": {"existingSecret": "rebalancer-db"}},
 }
+POOL: dict[str, Any] = {"name": "l20", "node_selector": {"gpu": "l20"}, "rps_per_node": 4}
 MONITORING: dict[str, Any] = {
     "monitoring": {
         "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
@@ -208,6 +210,26 @@ def test_custom_pools_arrive_in_the_settings_as_given(renders: dict[str, list[Do
     assert config_of(renders["example-values"])["pools"] == example_pools()
 
 
+def test_a_pool_s_slo_means_in_the_chart_what_it_means_in_the_settings(tmp_path: Path) -> None:
+    """Left out or null: the default budget; ``none``: no budget; a mapping: that budget. The
+    schema lets each through and Helm passes null on, for the controller to read."""
+    pools = [
+        {**POOL, "name": "left-out"},
+        {**POOL, "name": "null", "slo": None},
+        {**POOL, "name": "off", "slo": "none"},
+        {**POOL, "name": "minutes", "slo": {"max_breach_minutes": 30, "window": "24h"}},
+    ]
+    path = tmp_path / "config.yaml"
+    path.write_text(settings_text(render({"config": {"pools": pools}})))
+    loaded = {p.name: p.slo for p in settings.load(path, env={}).pools}
+    assert loaded == {
+        "left-out": settings.DEFAULT_SLO,
+        "null": settings.DEFAULT_SLO,
+        "off": None,
+        "minutes": settings.SloSettings(max_breach_minutes=30, window=timedelta(days=1)),
+    }
+
+
 def test_the_lease_the_controller_uses_is_the_one_its_role_may_renew(
     renders: dict[str, list[Doc]],
 ) -> None:
@@ -338,6 +360,9 @@ BAD_VALUES: list[tuple[dict[str, Any], str]] = [
     ({"replicaCont": 2}, "'replicaCont' not allowed"),
     ({"config": {"pools": [{"name": "l20"}]}}, "'node_selector', 'rps_per_node'"),
     ({"config": {"pools": [{"name": "l20", "node_selector": {}, "rps_per_node": 4}]}}, "/0/node"),
+    ({"config": {"pools": [{**POOL, "slo": "off"}]}}, "/config/pools/0/slo"),
+    ({"config": {"pools": [{**POOL, "slo": "None"}]}}, "/config/pools/0/slo"),
+    ({"config": {"pools": [{**POOL, "slo": {"window": "24h"}}]}}, "/config/pools/0/slo"),
     ({"config": {"audit": {"url": "sqlite://"}}}, "'audit' not allowed"),
     ({"config": {"tick_interval": "soon"}}, "/config/tick_interval"),
     ({"config": {"cluster_name": "Prod_EU"}}, "/config/cluster_name"),

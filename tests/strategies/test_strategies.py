@@ -41,6 +41,12 @@ def view(
     )
 
 
+def test_the_default_strategy_is_adaptive_and_forecast_stays_a_named_one() -> None:
+    assert registry.DEFAULT == "adaptive"
+    assert registry.build(registry.DEFAULT).name == "adaptive"
+    assert "forecast" in registry.names()
+
+
 def test_every_registered_strategy_builds_with_its_defaults() -> None:
     for name in registry.names():
         assert registry.build(name).name == name
