@@ -29,16 +29,20 @@ that teach it. A jumpy service's first jumps breach on the short rung it starts 
 
 With an error budget (``PoolView.budget``) the price rises as it burns, ``price x (1 +
 budget_gain x burned)``: twice the price once it is spent, so the rule moves to wider rungs
-sooner. (An exhausted budget also stops lending in the planner, whatever a strategy says.)
+sooner. (A budget that cannot pay for another loan also leaves only covered loans in the
+planner, whatever a strategy says: docs/design/budget.md.)
 
 Figures (``bench/robustness.py``): not dominated by the peak grid on 17 of its 20 scenarios,
 where ``forecast`` is dominated on 18; the Azure ``code`` week 0.950 harvest with 0 breach
 minutes and 241 reclaims (the oracle's: 268), ``conv`` 0.829 with 1 breach minute. Dominated
 on m-mid, shifted-m-large and double-m-large, by the misses that teach it.
 
-The replay is memoised per pool (as ``forecast`` does): a tick costs one step per rung. It
-depends on the history only: another series, other pool figures or a step back in time rebuild
-it from the last ``memory_minutes`` (plus the longest window) of history, about 2 s for 14 days.
+The replay is kept per pool and goes on from where the last history read ended, so a tick
+costs one step per rung for the minutes that are new: a history read that continues the last
+(the controller reads one every 5 minutes, its start sliding forward) goes on; another pool
+figure, another grid or a step back in time rebuilds it from that history alone (about 2 s for
+14 days). Each rung's lent node-hours and breach minutes are tallied in hourly buckets over the
+memory, so what a pool keeps does not grow with its history (``bench/strategy_cpu.py``).
 """
 
 from __future__ import annotations
