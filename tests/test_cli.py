@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable
 from importlib.metadata import EntryPoint
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,6 +90,10 @@ def test_simulate_writes_summary_timelines_and_report_for_every_run(
         beaten = [p["label"] for p in trade["grid"] if dominated_by(p, f)]
         assert sorted(labels) == sorted(beaten)
     assert "## The trade" in (out / "report.md").read_text()
+    # No budget, no trade curve: the default runs once.
+    assert (trade["budget"], trade["curve"]) == (None, None)
+    assert "### The trade curve" not in (out / "report.md").read_text()
+    assert not (out / "trade_curve.png").exists()
 
 
 def dominated_by(point: dict[str, float], figures: dict[str, float]) -> bool:
@@ -233,11 +238,72 @@ def test_simulate_with_an_slo_shows_the_strategies_a_budget_and_reports_what_the
     assert "Error budget: 10 breach minutes per rolling 7 days" in report
     assert "The dashed line in the plot is the budget: 10 minutes per 7 days" in report
     assert summary["trade"]["measure"] == "budget_spent_minutes"
+    check_trade_curve(summary, report, out)
     plain = tmp_path / "plain"
     assert cli.main([*argv, "--no-trade", "--out", str(plain), "--quiet"]) == 0
     unbudgeted = json.loads((plain / "summary.json").read_text())
     assert (unbudgeted["slo"], unbudgeted["trade"]) == (None, None)
     assert "## The trade" not in (plain / "report.md").read_text()
+    assert not (plain / "trade_curve.png").exists()
+
+
+def check_trade_curve(summary: dict[str, Any], report: str, out: Path) -> None:
+    """The chosen strategy run once per budget, 0, 5, 10, 30, 60 (10 is --slo's, whose run it
+    is), each against the best grid point within the budget, chosen from the grid's worst
+    windows."""
+    trade = summary["trade"]
+    assert trade["curve_strategy"] == "peak"
+    curve = trade["curve"]
+    assert [row["budget"] for row in curve] == [0, 5, 10, 30, 60]
+    for row in curve:
+        assert row["within"] == (row["default_worst_week"] <= row["budget"]), row
+        fit = [p for p in trade["grid"] if p["budget_spent_minutes"] <= row["budget"]]
+        if not fit:
+            assert (row["best_label"], row["best_harvest"], row["ratio"]) == (None, None, None)
+            continue
+        most = max(p["harvest_ratio"] for p in fit)
+        assert row["best_harvest"] == most
+        assert row["best_label"] in [p["label"] for p in fit if p["harvest_ratio"] == most]
+        if most > 0:
+            assert row["ratio"] == round(row["default_harvest"] / most, 4)
+    given = next(row for row in curve if row["budget"] == 10)
+    peak = summary["strategies"]["peak"]
+    assert given["default_harvest"] == peak["harvest_ratio"]
+    assert given["default_worst_week"] == peak["budget_spent_minutes"]
+    assert "### The trade curve" in report
+    assert "| budget | peak harvest | worst 7 days | kept | best grid point within it |" in report
+    shown = [line for line in report.splitlines() if line.startswith(("| 0 |", "| 60 |"))]
+    assert len(shown) == 2
+    assert (out / "trade_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_simulate_adds_a_budget_off_the_trade_curve_to_it_and_runs_each_budget_once(
+    small_trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sandbox.sim import engine
+
+    budgets: list[int] = []
+    run = engine.run
+
+    def counted(*args: Any, **kwargs: Any) -> engine.Run:
+        if kwargs.get("slo") is not None:
+            budgets.append(kwargs["slo"].max_breach_minutes)
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "run", counted)
+    short = tmp_path / "short.csv"
+    short.write_text("\n".join(small_trace.read_text().splitlines()[:61]) + "\n")  # ten hours
+    out = tmp_path / "out"
+    argv = ["simulate", "--trace", str(short), "--slo", "7", "--out", str(out), "--quiet"]
+    assert cli.main(argv) == 0
+    assert sorted(budgets) == [0, 5, 7, 10, 30, 60]  # the grid and the baselines run without
+    summary = json.loads((out / "summary.json").read_text())
+    curve = summary["trade"]["curve"]
+    assert summary["trade"]["curve_strategy"] == registry.DEFAULT
+    assert [row["budget"] for row in curve] == [0, 5, 7, 10, 30, 60]
+    given = curve[2]
+    assert given["default_harvest"] == summary["strategies"][registry.DEFAULT]["harvest_ratio"]
+    assert "| 7 |" in (out / "report.md").read_text()
 
 
 def test_simulate_refuses_a_negative_slo(

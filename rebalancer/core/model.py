@@ -284,7 +284,8 @@ class Jump:
 
     window: timedelta
     peak: float | None  # None: no sample in the window
-    ratio: float  # infinite: a jump out of a peak of zero; this window covers nothing
+    ratio: float  # what the cover takes: ``seen``, stretched (``core.exposure``)
+    seen: float  # the largest jump seen; infinite: out of a peak of zero, covers nothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,8 +332,9 @@ class Cover:
         covered, jump = found
         minutes = jump.window / timedelta(minutes=1)
         return (
-            f"{covered:.4g} rps, the {minutes:g}-minute peak x {jump.ratio:.3g}, the largest "
-            f"jump within a loan's risk in the last {days} days"
+            f"{covered:.4g} rps, the {minutes:g}-minute peak x {jump.ratio:.3g} (the largest "
+            f"jump within a loan's risk in the last {days} days was {jump.seen:.3g}), or the "
+            "most this hour brought on the last days"
         )
 
 

@@ -1,5 +1,6 @@
 """Write what a simulation found: ``summary.json``, one timeline CSV per run, ``report.md`` and
-``report.png``. The formats are documented in docs/simulator.md; dashboards and tests read them.
+``report.png``, and with an error budget and the trade ``trade_curve.png``. The formats are
+documented in docs/simulator.md; dashboards and tests read them.
 """
 
 from __future__ import annotations
@@ -31,16 +32,20 @@ def write_all(
     slo: Slo | None = None,
     rule: Sequence[tuple[str, Run]] = (),
     training: TrainingModel | None = None,
+    curve: Sequence[tuple[int, Run]] = (),
 ) -> dict[str, Any]:
     """Write everything; ``rule`` is the peak rule's grid, (label, run), for the trade;
-    ``training`` the queue the runs lent to, if any."""
+    ``training`` the queue the runs lent to, if any; ``curve`` the default strategy run once
+    per budget, (budget, run), for the trade curve."""
     out.mkdir(parents=True, exist_ok=True)
-    summary = summarise(trace, pool, rps_per_node, runs, slo, rule, training)
+    summary = summarise(trace, pool, rps_per_node, runs, slo, rule, training, curve)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     for run in runs:
         write_timeline(out / f"timeline-{run.strategy}.csv", run.timeline)
     (out / "report.md").write_text(markdown(summary))
     plot(out / "report.png", trace, rps_per_node, runs, summary)
+    if (summary["trade"] or {}).get("curve"):
+        plot_curve(out / "trade_curve.png", summary)
     return summary
 
 
@@ -52,6 +57,7 @@ def summarise(
     slo: Slo | None = None,
     rule: Sequence[tuple[str, Run]] = (),
     training: TrainingModel | None = None,
+    curve: Sequence[tuple[int, Run]] = (),
 ) -> dict[str, Any]:
     strategies: dict[str, Any] = {}
     for run in runs:
@@ -71,7 +77,7 @@ def summarise(
     return {
         "strategies": strategies,
         "slo": budget,
-        "trade": trade(strategies, rule, rps_per_node, slo),
+        "trade": trade(strategies, rule, rps_per_node, slo, curve),
         "training": None if training is None else _training(training),
         "pool": {
             "size": pool.size,
@@ -113,10 +119,12 @@ def trade(
     rule: Sequence[tuple[str, Run]],
     rps_per_node: float,
     slo: Slo | None,
+    curve: Sequence[tuple[int, Run]] = (),
 ) -> dict[str, Any] | None:
     """The peak rule's grid and its frontier, and which grid points dominate each strategy.
     Breach minutes are the run's, or with an ``slo`` the most any rolling window spent: the
-    figure the budget bounds."""
+    figure the budget bounds. With an ``slo`` and a ``curve`` (a strategy run once per
+    budget), the trade curve too."""
     if not rule:
         return None
     measure = "budget_spent_minutes" if slo is not None else "breach_minutes"
@@ -128,9 +136,11 @@ def trade(
 
     grid = [Point(label, run.figures.harvest_ratio, spent(run)) for label, run in rule]
     edge = {p.label for p in frontier.frontier(grid)}
-    budget = None
+    budget = rows = None
     if slo is not None:
         budget = _within(grid, slo.max_breach_minutes, strategies)
+        if curve:
+            rows = _curve(grid, curve, rps_per_node, slo.window)
     return {
         "rule": "peak",
         "measure": measure,
@@ -149,6 +159,8 @@ def trade(
             if f["guarded"]
         },
         "budget": budget,
+        "curve_strategy": curve[0][1].strategy if rows else None,
+        "curve": rows,
     }
 
 
@@ -157,14 +169,9 @@ def _within(grid: Sequence[Point], most: int, strategies: dict[str, Any]) -> dic
     minutes, chosen in hindsight (the grid runs without a budget), and each guarded strategy's
     harvest as a ratio of it (None when no grid point kept the budget, or it harvested
     nothing)."""
-    fit = [p for p in grid if p.breach <= most]
-    best = min(fit, key=lambda p: (-p.harvest, p.breach, p.label)) if fit else None
+    best = _best(grid, most)
     ratios = {
-        name: round(f["harvest_ratio"] / best.harvest, 4)
-        if best is not None and best.harvest > 0
-        else None
-        for name, f in strategies.items()
-        if f["guarded"]
+        name: _ratio(f["harvest_ratio"], best) for name, f in strategies.items() if f["guarded"]
     }
     return {
         "best": None
@@ -176,6 +183,43 @@ def _within(grid: Sequence[Point], most: int, strategies: dict[str, Any]) -> dic
         },
         "ratio_to_best": ratios,
     }
+
+
+def _best(grid: Sequence[Point], most: int) -> Point | None:
+    """The grid point with the most harvest whose worst window held at most ``most``; ties go
+    to the fewer breach minutes, then the label. None when every one overspent."""
+    fit = [p for p in grid if p.breach <= most]
+    return min(fit, key=lambda p: (-p.harvest, p.breach, p.label)) if fit else None
+
+
+def _ratio(harvest: float, best: Point | None) -> float | None:
+    """``harvest`` as a share of ``best``'s (None without a best point, or if it harvested
+    nothing)."""
+    return round(harvest / best.harvest, 4) if best is not None and best.harvest > 0 else None
+
+
+def _curve(
+    grid: Sequence[Point], curve: Sequence[tuple[int, Run]], rps_per_node: float, window: timedelta
+) -> list[dict[str, Any]]:
+    """The trade curve: per budget, the strategy run with it (its harvest and the most breach
+    minutes any rolling ``window`` held) against the best grid point within that budget, chosen
+    in hindsight from the grid's runs (which had none)."""
+    rows = []
+    for budget, run in sorted(curve, key=lambda c: c[0]):
+        best = _best(grid, budget)
+        worst = most_spent(run.timeline, rps_per_node, window)
+        rows.append(
+            {
+                "budget": budget,
+                "default_harvest": run.figures.harvest_ratio,
+                "default_worst_week": worst,
+                "best_label": None if best is None else best.label,
+                "best_harvest": None if best is None else best.harvest,
+                "ratio": _ratio(run.figures.harvest_ratio, best),
+                "within": worst <= budget,
+            }
+        )
+    return rows
 
 
 def _unit(measure: str) -> str:
@@ -323,6 +367,38 @@ def _trade_lines(summary: dict[str, Any]) -> list[str]:
                 f"(harvest {best['harvest_ratio']:.3f}, at most {best['budget_spent_minutes']} "
                 f"in a window). Each strategy's harvest as a share of it: {ratios}.",
             ]
+    return lines + _curve_lines(summary)
+
+
+def _curve_lines(summary: dict[str, Any]) -> list[str]:
+    """The trade curve: the default strategy run with each budget, against the best grid point
+    within it."""
+    trade, budget = summary["trade"], summary.get("slo")
+    rows = trade.get("curve")
+    if not rows or budget is None:
+        return []
+    name, days = trade["curve_strategy"], f"{budget['window_days']:g}"
+    lines = [
+        "",
+        "### The trade curve",
+        "",
+        f"{name} run once per budget (breach minutes per rolling {days} days), against the grid "
+        "point with the most harvest within that budget, chosen in hindsight (the grid runs "
+        f"without one). Kept: {name}'s worst {days} days held at most the budget.",
+        "",
+        f"| budget | {name} harvest | worst {days} days | kept | best grid point within it "
+        "| its harvest | ratio |",
+        "|---:|---:|---:|---|---|---:|---:|",
+    ]
+    for r in rows:
+        best = "none" if r["best_label"] is None else r["best_label"]
+        harvest = "-" if r["best_harvest"] is None else f"{r['best_harvest']:.3f}"
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.3f}"
+        lines.append(
+            f"| {r['budget']} | {r['default_harvest']:.3f} | {r['default_worst_week']} "
+            f"| {'yes' if r['within'] else 'NO'} | {best} | {harvest} | {ratio} |"
+        )
+    lines += ["", "![harvest against the error budget](trade_curve.png)"]
     return lines
 
 
@@ -447,3 +523,40 @@ def _draw_trade(ax: Any, summary: dict[str, Any]) -> None:
         fontsize=9,
         loc="left",
     )
+
+
+def plot_curve(path: Path, summary: dict[str, Any]) -> None:
+    """The trade curve: harvest against the budget, the default strategy run with each budget
+    one line, the best grid point within it (in hindsight) another; "over" marks a budget the
+    strategy overspent."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    trade, budget = summary["trade"], summary["slo"]
+    rows, name = trade["curve"], trade["curve_strategy"]
+    budgets = [r["budget"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot(budgets, [r["default_harvest"] for r in rows], "o-", c="crimson", label=name)
+    best = [(r["budget"], r["best_harvest"]) for r in rows if r["best_harvest"] is not None]
+    ax.plot(
+        [b for b, _ in best],
+        [h for _, h in best],
+        "s--",
+        c="0.3",
+        label="best peak grid point within the budget (hindsight)",
+    )
+    for r in rows:
+        if not r["within"]:
+            ax.annotate("over", (r["budget"], r["default_harvest"]), color="crimson", fontsize=7)
+    ax.set_xscale("symlog", linthresh=5)
+    ax.set_xticks(budgets, [str(b) for b in budgets])
+    ax.set_xlabel(f"error budget (breach minutes per rolling {budget['window_days']:g} days)")
+    ax.set_ylabel("harvest (of the oracle's)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"{summary['trace']['name']}: harvest against the budget", fontsize=9)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

@@ -14,6 +14,7 @@ from sandbox.sim.traces import Trace
 from strategies import registry
 
 BASELINES = ("static", "cron", "reactive")
+CURVE = (0, 5, 10, 30, 60)  # the trade curve's budgets, breach minutes per rolling window
 
 
 def simulate(
@@ -33,7 +34,10 @@ def simulate(
     rule's coarse grid (``frontier.REPORT_MARGINS``) runs too, guarded, and the report shows
     each strategy against its frontier. With ``training``, every run (the grid's too, so the
     trade compares like with like) lends only to its own copy of that training queue, and the
-    report shows what training made of the loans.
+    report shows what training made of the loans. With ``slo`` and ``trade`` both, the first
+    chosen strategy (the default's place) runs once more per budget of ``CURVE`` (the ``slo``
+    run serves its own budget) for the report's trade curve: its harvest against the budget,
+    beside the best grid point within each.
 
     Strategy parameters are validated before anything runs, so a typo costs no time.
     """
@@ -46,9 +50,14 @@ def simulate(
         engine.oracle_plan(engine.needs(trace, pool, rps_per_node), pool), trace.start
     )
     rule = frontier.grid(margins=frontier.REPORT_MARGINS) if trade else []
-    runs, rule_runs = [], []
+    curve: list[model.Slo] = []
+    if trade and slo is not None and chosen:
+        budgets = sorted({*CURVE, slo.max_breach_minutes})
+        curve = [model.Slo(b, slo.window) for b in budgets]
+    again = [b for b in curve if b != slo]  # the ``slo`` run below serves its own budget
+    runs, rule_runs, curve_runs = [], [], []
     with tqdm(
-        total=trace.minutes * (len(built) + 1 + len(rule)),
+        total=trace.minutes * (len(built) + 1 + len(rule) + len(again)),
         unit="min",
         unit_scale=True,
         delay=1.0,
@@ -76,4 +85,14 @@ def simulate(
             peak = registry.build("peak", values)
             run = engine.run(trace, peak, pool, on_minute=tick, training=training)
             rule_runs.append((label, run))
-    return report.write_all(out, trace, pool, rps_per_node, runs, slo, rule_runs, training)
+        for budget in curve:
+            if budget == slo:
+                curve_runs.append((budget.max_breach_minutes, runs[0]))
+                continue
+            bar.set_postfix_str(f"{chosen[0]} slo={budget.max_breach_minutes}")
+            strategy = registry.build(chosen[0], params.get(chosen[0]))
+            run = engine.run(trace, strategy, pool, on_minute=tick, slo=budget, training=training)
+            curve_runs.append((budget.max_breach_minutes, run))
+    return report.write_all(
+        out, trace, pool, rps_per_node, runs, slo, rule_runs, training, curve_runs
+    )

@@ -15,7 +15,7 @@ T0 = datetime(2026, 3, 1, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
 DAY = 24 * 60
 FOUR = tuple(timedelta(minutes=m) for m in (10, 30, 60, 120))
-SHAPE = exposure.Shape(risk=timedelta(minutes=8), floor=5.0, windows=FOUR)
+SHAPE = exposure.Shape(risk=timedelta(minutes=8), floor=5.0, windows=FOUR, stretch=0.0)
 
 
 def history(
@@ -31,7 +31,7 @@ def history(
 
 def ratios(cover: model.Cover | None) -> dict[int, float]:
     assert cover is not None
-    return {int(j.window / MINUTE): j.ratio for j in cover.jumps}
+    return {int(j.window / MINUTE): j.seen for j in cover.jumps}
 
 
 def test_a_history_shorter_than_a_day_covers_nothing_yet() -> None:
@@ -172,3 +172,16 @@ def test_a_return_to_the_level_of_this_hour_on_the_last_days_is_covered() -> Non
 
 def test_the_default_window_is_two_hours() -> None:
     assert (timedelta(minutes=120),) == exposure.WINDOWS
+
+
+def test_the_cover_takes_the_largest_jump_a_tenth_larger_in_log_terms() -> None:
+    values: list[float | None] = [10.0] * (2 * DAY)
+    values[DAY + 720] = 30.0
+    shape = exposure.Shape(risk=timedelta(minutes=8), floor=5.0)
+
+    cover = exposure.Jumps(shape).cover(history(values))
+
+    assert cover is not None
+    (jump,) = cover.jumps
+    assert jump.seen == 3.0
+    assert jump.ratio == pytest.approx(3.0**1.1)

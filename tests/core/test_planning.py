@@ -544,7 +544,7 @@ def test_no_loan_the_error_budget_could_not_pay_for(
 def cover(peak: float, ratio: float, window: int = 30) -> model.Cover:
     """A cover judged on a day: the ``window``-minute peak was ``peak``, and no jump within a
     loan's risk went past ``ratio`` times it."""
-    jump = model.Jump(timedelta(minutes=window), peak, ratio)
+    jump = model.Jump(timedelta(minutes=window), peak, ratio, ratio)
     return model.Cover(jumps=(jump,), judged=timedelta(days=1))
 
 
