@@ -198,6 +198,6 @@ def test_what_comes_after_a_minute_changes_nothing_decided_before_it() -> None:
 
     runs = [engine.run(t, registry.build("adaptive"), POOL, slo=slo) for t in (calm, wild)]
 
-    assert runs[0].timeline[1_999].lent > 0  # lending when the two part
+    assert runs[0].timeline[1_999].lent > 0  # lending when the two traces part
     assert runs[0].timeline[:2_000] == runs[1].timeline[:2_000]
     assert runs[0].timeline[2_000:] != runs[1].timeline[2_000:]
