@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 import pytest
@@ -570,3 +570,32 @@ async def test_a_reclaim_past_its_deadline_is_reported_overdue_until_it_finishes
         assert state_of(w.store, IDLE[0]) == "serving"
         await w.tick()
         assert w.seen.overdue[-1] == {POOL: 0}
+
+
+async def test_a_pool_with_an_slo_is_planned_with_what_its_history_covers() -> None:
+    slo = model.Slo(max_breach_minutes=10)
+    budgeted = replace(CONFIG, slo=slo)
+    async with world(budgeted) as w:
+        jumped = w.box.clock() - timedelta(days=2)
+
+        def past(at: datetime) -> float:
+            # LOW, and twice LOW for the ten minutes from two days ago.
+            return 2 * LOW if timedelta(0) <= at - jumped < timedelta(minutes=10) else LOW
+
+        w.metrics.past[POOL] = past
+        await w.reconciler.start()
+        first = await w.tick()
+        w.advance(6 * 60)  # past the history's refresh: a new read, judged where the last ended
+        later = await w.tick()
+
+    covers = [r.snapshot.pools[POOL].cover for r in (first, later)]
+    assert all(c is not None for c in covers)
+    assert [[j.seen for j in c.jumps] for c in covers if c is not None] == [[2.0], [2.0]]
+
+
+async def test_a_pool_without_an_slo_has_no_cover() -> None:
+    async with world() as w:
+        await w.reconciler.start()
+        report = await w.tick()
+
+    assert report.snapshot.pools[POOL].cover is None

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
@@ -104,6 +104,22 @@ class Demand(NoHistory):
     at: datetime | None = None
     reads: list[PoolName] = field(default_factory=list)
     queued: dict[PoolName, float] = field(default_factory=dict)  # requests waiting, else 0
+    # A pool's demand history, as a function of the time of each step (else none).
+    past: dict[PoolName, Callable[[datetime], float]] = field(default_factory=dict)
+
+    async def history(
+        self,
+        pool: PoolName,
+        nodes: Iterable[NodeName],
+        since: datetime,
+        until: datetime,
+        step: timedelta,
+    ) -> HistoryResult:
+        if pool not in self.past:
+            return await super().history(pool, nodes, since, until, step)
+        count = int((until - since) / step)
+        values = [self.past[pool](since + step * i) for i in range(count)]
+        return HistoryResult(model.DemandHistory(since, step, values, count))
 
     async def read(
         self, pool: PoolName, nodes: Iterable[NodeName], now: datetime | None = None
