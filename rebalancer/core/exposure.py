@@ -45,7 +45,6 @@ Pure in result: the same history gives the same cover, however it arrived.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -101,7 +100,9 @@ class Jumps:
         self._behind: list[_Maxima] = []  # per window: demand over [t - w, t)
         self._jumps: list[_Maxima] = []  # per window: jump_w(t) over the span
         self._judged = 0  # minutes judged since the start
-        self._days: deque[float | None] = deque()  # the last ``days`` of values
+        # The last ``days`` of values (and up to as many again, trimmed in one go): a list, so
+        # that the minutes of one time of day are a slice away.
+        self._days: list[float | None] = []
         self._day = 1
 
     def cover(self, history: model.DemandHistory) -> model.Cover | None:
@@ -132,15 +133,15 @@ class Jumps:
         return [max(1.0, jumps[0][1]) if jumps else 1.0 for jumps in self._jumps]
 
     def _usual(self) -> float | None:
-        """The median, over the last ``days``, of the most demand brought by the minutes
-        ahead (one loan's risk) at this time of day."""
+        """The most demand the minutes ahead (one loan's risk) brought at this time of day,
+        over the last ``days``."""
         values, day = self._days, self._day
         seen = []
         for back in range(1, self.shape.days + 1):
             lo = len(values) - back * day
             if lo < 0:
                 break
-            peak = _peak(list(itertools.islice(values, lo, lo + self._risk)))
+            peak = _peak(values[lo : lo + self._risk])
             if peak is not None:
                 seen.append(peak)
         return max(seen) if seen else None
@@ -177,13 +178,15 @@ class Jumps:
         self._next = max(0, history.end_index - self._span - max(self._windows) - self._risk)
         self._judged = 0
         self._day = _steps(timedelta(days=1), step)
-        self._days = deque(maxlen=self._day * shape.days)
+        self._days = []
 
     def _push(self, index: int, value: float | None) -> None:
         """Read the value at ``index``: the minute ``t = index - risk + 1`` now has all of its
         coming demand known, so its jumps are judged."""
         self._values.append(value)
         self._days.append(value)
+        if len(self._days) > 2 * self._day * self.shape.days:
+            del self._days[: -self._day * self.shape.days]
         if value is not None:
             _add(self._ahead, index, value)
         t = index - self._risk + 1
