@@ -181,8 +181,7 @@ class _Memory:
         if shift != int(shift):
             return None
         offset = int(shift)
-        reach = offset + history.end_index
-        if not offset <= max(0, self.end - 1) <= reach or reach < self.end - 1:
+        if not offset <= max(0, self.end - 1) <= offset + history.end_index:
             return None
         return offset
 
