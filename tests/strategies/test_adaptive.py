@@ -39,24 +39,22 @@ def one_rung(window: int, margin: float) -> adaptive.Adaptive:
         ("servegen_m-mid.csv", None, 60, 0.1),  # with its gaps: the metrics-lost reclaims
     ],
 )
-def test_the_replay_of_a_rung_is_what_the_simulator_measures_for_that_rung(
+def test_the_replay_of_a_rung_is_what_the_simulator_measures_for_that_peak_rule(
     name: str, service: str | None, window: int, margin: float
 ) -> None:
     trace = sliced(traces.load(EXAMPLES / name, service), days=4)
     pool = engine.PoolModel()
     strategy = one_rung(window, margin)
-    run = engine.run(trace, strategy, pool)  # the strategy is the rule it replays
-    (memo,) = strategy._memos.values()
-    (rung,) = memo.rungs
-    replayed_hours = rung.lent_steps.value / 60
-    # Within one loan's worst case: the replay decides a minute apart from the planner now and
-    # then (a held loan's minute), which can shift an episode's edge.
-    assert abs(rung.missed.value - run.figures.breach_minutes) <= 8
-    assert replayed_hours == pytest.approx(run.figures.lent_node_hours, rel=0.01)
-    # Its rung is the peak rule, with a loan held for the drain: within a few percent of it.
+    run = engine.run(trace, strategy, pool)
     peak = engine.run(
         trace, registry.build("peak", {"window_minutes": window, "margin": margin}), pool
     )
+    (memo,) = strategy._memos.values()
+    (rung,) = memo.rungs
+    replayed_hours = rung.lent_steps.value / 60
+    assert abs(rung.missed.value - peak.figures.breach_minutes) <= 3
+    assert replayed_hours == pytest.approx(peak.figures.lent_node_hours, rel=0.01)
+    # Following its one rung, the strategy is that rule with a loan held for the drain.
     assert run.figures.lent_node_hours == pytest.approx(peak.figures.lent_node_hours, rel=0.05)
 
 
