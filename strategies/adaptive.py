@@ -43,10 +43,11 @@ budget_gain x burned)``: twice the price once it is spent, so the rule moves to 
 sooner. (A budget that cannot pay for another loan also leaves only covered loans in the
 planner, whatever a strategy says: docs/design/budget.md.)
 
-Figures (``bench/robustness.py``): not dominated by the peak grid on 17 of its 20 scenarios,
-where ``forecast`` is dominated on 18; the Azure ``code`` week 0.950 harvest with 0 breach
-minutes and 241 reclaims (the oracle's: 268), ``conv`` 0.829 with 1 breach minute. Dominated
-on m-mid, shifted-m-large and double-m-large, by the misses that teach it.
+Figures (``bench/robustness.py``, docs/design/budget.md): the Azure ``code`` week 0.945
+harvest with 0 breach minutes and 204 reclaims (the oracle's: 268), ``conv`` 0.820 with 1.
+Without a budget it is dominated by the peak grid on 10 of the suite's 21 scenarios (a grid
+point with the same harvest within 0.01 and fewer breach minutes), by the misses that teach it
+on the jumpy ones; with the default budget every rolling week kept it, on all 21.
 
 The replay is kept per pool and goes on from where the last history read ended, so a tick
 costs one step per rung for the minutes that are new: a history read that continues the last
