@@ -393,28 +393,18 @@ def plot_curve(name: str, rows: Sequence[Verdict], strategy: str, out: Path) -> 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = sorted(rows, key=lambda v: v.budget)
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    budgets = [v.budget for v in rows]
-    ax.plot(budgets, [v.default.point.harvest for v in rows], "o-", c="crimson", label=strategy)
-    best = [(v.budget, v.best.point.harvest) for v in rows if v.best is not None]
-    ax.plot(
-        [b for b, _ in best],
-        [h for _, h in best],
-        "s--",
-        c="0.3",
-        label="best peak grid point within the budget (hindsight)",
-    )
-    for v in rows:
-        if v.overspent:
-            ax.annotate("over", (v.budget, v.default.point.harvest), color="crimson", fontsize=7)
-    ax.set_xscale("symlog", linthresh=5)
-    ax.set_xticks(budgets, [str(b) for b in budgets])
-    ax.set_xlabel("error budget (breach minutes per rolling 7 days)")
-    ax.set_ylabel("harvest (of the oracle's)")
-    ax.set_ylim(bottom=0)
+    points = [
+        frontier.CurvePoint(
+            v.budget,
+            v.default.point.harvest,
+            not v.overspent,
+            None if v.best is None else v.best.point.harvest,
+        )
+        for v in rows
+    ]
+    frontier.draw_curve(ax, strategy, points, window_days=7)
     ax.set_title(f"{name}: harvest against the budget")
-    ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     fig.savefig(out / f"{name}-curve.png", dpi=110)
     plt.close(fig)

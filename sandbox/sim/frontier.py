@@ -97,3 +97,39 @@ def draw(
     ax.set_xscale("symlog", linthresh=10)
     ax.set_ylabel("harvest (of the oracle's)")
     ax.legend(fontsize=7, loc="lower right", ncol=2)
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """A strategy's harvest with an error budget, whether it kept that budget, and the best
+    grid point's harvest within it (None: no grid point kept it)."""
+
+    budget: int
+    harvest: float
+    kept: bool
+    best: float | None
+
+
+def draw_curve(ax: Axes, strategy: str, points: Sequence[CurvePoint], window_days: float) -> None:
+    """Harvest against the error budget: the strategy as one line, the best grid point within
+    each budget (in hindsight) as another; "over" marks a budget the strategy overspent."""
+    points = sorted(points, key=lambda p: p.budget)
+    budgets = [p.budget for p in points]
+    ax.plot(budgets, [p.harvest for p in points], "o-", c="crimson", label=strategy)
+    best = [(p.budget, p.best) for p in points if p.best is not None]
+    ax.plot(
+        [b for b, _ in best],
+        [h for _, h in best],
+        "s--",
+        c="0.3",
+        label="best peak grid point within the budget (hindsight)",
+    )
+    for p in points:
+        if not p.kept:
+            ax.annotate("over", (p.budget, p.harvest), color="crimson", fontsize=7)
+    ax.set_xscale("symlog", linthresh=5)
+    ax.set_xticks(budgets, [str(b) for b in budgets])
+    ax.set_xlabel(f"error budget (breach minutes per rolling {window_days:g} days)")
+    ax.set_ylabel("harvest (of the oracle's)")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, loc="lower right")

@@ -536,27 +536,13 @@ def plot_curve(path: Path, summary: dict[str, Any]) -> None:
 
     trade, budget = summary["trade"], summary["slo"]
     rows, name = trade["curve"], trade["curve_strategy"]
-    budgets = [r["budget"] for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.plot(budgets, [r["default_harvest"] for r in rows], "o-", c="crimson", label=name)
-    best = [(r["budget"], r["best_harvest"]) for r in rows if r["best_harvest"] is not None]
-    ax.plot(
-        [b for b, _ in best],
-        [h for _, h in best],
-        "s--",
-        c="0.3",
-        label="best peak grid point within the budget (hindsight)",
-    )
-    for r in rows:
-        if not r["within"]:
-            ax.annotate("over", (r["budget"], r["default_harvest"]), color="crimson", fontsize=7)
-    ax.set_xscale("symlog", linthresh=5)
-    ax.set_xticks(budgets, [str(b) for b in budgets])
-    ax.set_xlabel(f"error budget (breach minutes per rolling {budget['window_days']:g} days)")
-    ax.set_ylabel("harvest (of the oracle's)")
-    ax.set_ylim(bottom=0)
+    points = [
+        frontier.CurvePoint(r["budget"], r["default_harvest"], r["within"], r["best_harvest"])
+        for r in rows
+    ]
+    frontier.draw_curve(ax, name, points, budget["window_days"])
     ax.set_title(f"{summary['trace']['name']}: harvest against the budget", fontsize=9)
-    ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -80,21 +80,10 @@ def followed(run: engine.Run, strategy: adaptive.Adaptive) -> int:
 
 
 def _view(memo: adaptive._Memory, run: engine.Run) -> model.PoolView:
+    """The pool at the end of ``run``, at 20 rps, as ``_choose`` reads it."""
     history = model.DemandHistory(memo.start, memo.step, (), 0)
-    return model.PoolView(
-        name=engine.POOL,
-        now=run.timeline[-1].time,
-        size=16,
-        lent=run.timeline[-1].lent,
-        demand=model.Sample(20.0, run.timeline[-1].time),
-        queue=None,
-        history=history,
-        rps_per_node=10.0,
-        min_serving=2,
-        headroom=0.2,
-        return_time=timedelta(minutes=7),
-        zone="UTC",
-    )
+    last = run.timeline[-1]
+    return pool_view(history, last.time, model.Sample(20.0, last.time), last.lent)
 
 
 def test_a_smooth_load_is_followed_on_the_shortest_window_and_the_least_margin() -> None:
@@ -133,14 +122,22 @@ def test_a_burning_budget_raises_the_price_of_a_breach_minute() -> None:
     assert memo.rungs[spent._choose(memo, view)[0]].window == 240
 
 
-def pool_view(history: model.DemandHistory, now: datetime) -> model.PoolView:
-    last = history.values[history.end_index - 1]
+def pool_view(
+    history: model.DemandHistory,
+    now: datetime,
+    demand: model.Sample | None = None,
+    lent: int = 0,
+) -> model.PoolView:
+    """The tests' pool of 16 nodes of 10 rps; ``demand`` by default the history's last value."""
+    if demand is None and history.end_index:
+        last = history.values[history.end_index - 1]
+        demand = None if last is None else model.Sample(last, now)
     return model.PoolView(
         name=engine.POOL,
         now=now,
         size=16,
-        lent=0,
-        demand=None if last is None else model.Sample(last, now),
+        lent=lent,
+        demand=demand,
         queue=None,
         history=history,
         rps_per_node=10.0,
