@@ -95,24 +95,36 @@ def _summary(ep: EntryPoint) -> str | None:
 
 
 def _controller_commands(commands: Any) -> None:
-    def common(p: argparse.ArgumentParser, kube: bool = True) -> None:
-        p.add_argument(
-            "--config", type=Path, help="settings file (default: $REBALANCER_CONFIG, else none)"
-        )
-        if kube:
-            p.add_argument(
-                "--kubeconfig",
-                type=Path,
-                help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)",
-            )
+    """The commands that read the settings: run, reclaim, explain, audit, gpu-labeler."""
+    _run_command(commands)
+    _reclaim_command(commands)
+    _explain_command(commands)
+    _audit_command(commands)
+    _gpu_labeler_command(commands)
 
+
+def _common(p: argparse.ArgumentParser, kube: bool = True) -> None:
+    """The flags every controller command takes: the settings, and the cluster it reads."""
+    p.add_argument(
+        "--config", type=Path, help="settings file (default: $REBALANCER_CONFIG, else none)"
+    )
+    if kube:
+        p.add_argument(
+            "--kubeconfig",
+            type=Path,
+            help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)",
+        )
+
+
+def _run_command(commands: Any) -> None:
+    """`rebalancer run`: its flags and handler."""
     run = commands.add_parser(
         "run",
         help="run the controller until SIGTERM",
         description="Run the controller: informer, leader election, reconcile loop and the "
         "HTTP server (metrics, probes, audit API), until SIGTERM or SIGINT.",
     )
-    common(run)
+    _common(run)
     run.add_argument(
         "--dry-run",
         action="store_true",
@@ -121,6 +133,9 @@ def _controller_commands(commands: Any) -> None:
     )
     run.set_defaults(handler=_run)
 
+
+def _reclaim_command(commands: Any) -> None:
+    """`rebalancer reclaim`: its flags and handler."""
     reclaim = commands.add_parser(
         "reclaim",
         help="take lent nodes back now (audited, origin operator)",
@@ -143,9 +158,12 @@ def _controller_commands(commands: Any) -> None:
         metavar="N",
         help=f"API calls in flight at once, 1 to {RECLAIM_MAX_CONCURRENCY} ({RECLAIM_CONCURRENCY})",
     )
-    common(reclaim)
+    _common(reclaim)
     reclaim.set_defaults(handler=_reclaim)
 
+
+def _explain_command(commands: Any) -> None:
+    """`rebalancer explain`: its flags and handler."""
     why = commands.add_parser(
         "explain",
         help="why a node is lent or not, and what the next tick would do",
@@ -163,9 +181,12 @@ def _controller_commands(commands: Any) -> None:
     why.add_argument(
         "--timeout", default="60s", help="how long to wait for the cluster's nodes and pods (60s)"
     )
-    common(why)
+    _common(why)
     why.set_defaults(handler=_explain)
 
+
+def _audit_command(commands: Any) -> None:
+    """`rebalancer audit`: its flags and handler."""
     show = commands.add_parser(
         "audit",
         help="show audit records, newest first; --follow to watch new ones come",
@@ -174,7 +195,7 @@ def _controller_commands(commands: Any) -> None:
         "--follow, those oldest first, then each new record as it is committed, until Ctrl-C. "
         "A TIME is RFC 3339 (2026-03-02T12:00:00Z) or a time ago (30m, 2h, 7d, 1h30m).",
     )
-    common(show, kube=False)
+    _common(show, kube=False)
     show.add_argument("--since", metavar="TIME", help="records at or after TIME")
     show.add_argument("--until", metavar="TIME", help="records before TIME")
     show.add_argument(
@@ -206,6 +227,9 @@ def _controller_commands(commands: Any) -> None:
     show.add_argument("--json", action="store_true", help="one JSON object per line")
     show.set_defaults(handler=_audit)
 
+
+def _gpu_labeler_command(commands: Any) -> None:
+    """`rebalancer gpu-labeler`: its flags and handler."""
     gpus = commands.add_parser(
         "gpu-labeler",
         help="keep this node's nvidia.com/gpu.* labels in step with its GPUs",
