@@ -70,7 +70,7 @@ class Shape:
     windows: tuple[timedelta, ...] = WINDOWS
     span: timedelta = SPAN
     least_judged: timedelta = LEAST_JUDGED
-    days: int = 7  # the last days whose level at this hour the cover keeps
+    days: int = 7  # the last days whose level at this hour the cover keeps (at least one)
     # The largest jump of a span is a sample: the next span's may be larger. The cover takes it
     # raised to ``1 + stretch`` (a tenth more in log terms: 1.5 -> 1.56, 26.6 -> 36.9).
     stretch: float = 0.1
@@ -92,7 +92,6 @@ class Jumps:
         self.shape = shape
         self._grid: tuple[datetime, timedelta] | None = None  # the first history's start, step
         self._next = 0  # the next index (on that grid) to read
-        self._values: deque[float | None] = deque()  # the newest values read
         self._windows: tuple[int, ...] = ()
         self._risk = 1
         self._span = 1
@@ -101,7 +100,7 @@ class Jumps:
         self._jumps: list[_Maxima] = []  # per window: jump_w(t) over the span
         self._judged = 0  # minutes judged since the start
         # The last ``days`` of values (and up to as many again, trimmed in one go): a list, so
-        # that the minutes of one time of day are a slice away.
+        # that the minutes of one time of day, or the newest of a window, are a slice away.
         self._days: list[float | None] = []
         self._day = 1
 
@@ -111,7 +110,7 @@ class Jumps:
         judged = min(self._judged, self._span)
         if judged * history.step < self.shape.least_judged:
             return None
-        recent = list(self._values)
+        recent = self._days
         return model.Cover(
             jumps=tuple(
                 model.Jump(
@@ -171,7 +170,6 @@ class Jumps:
         self._windows = tuple(_steps(w, step) for w in shape.windows)
         self._risk = _steps(shape.risk, step)
         self._span = _steps(shape.span, step)
-        self._values = deque(maxlen=max(self._windows) + self._risk + 1)
         self._ahead = deque()
         self._behind = [deque() for _ in self._windows]
         self._jumps = [deque() for _ in self._windows]
@@ -183,7 +181,6 @@ class Jumps:
     def _push(self, index: int, value: float | None) -> None:
         """Read the value at ``index``: the minute ``t = index - risk + 1`` now has all of its
         coming demand known, so its jumps are judged."""
-        self._values.append(value)
         self._days.append(value)
         if len(self._days) > 2 * self._day * self.shape.days:
             del self._days[: -self._day * self.shape.days]
@@ -191,7 +188,7 @@ class Jumps:
             _add(self._ahead, index, value)
         t = index - self._risk + 1
         _expire(self._ahead, t)
-        before = self._values[-self._risk - 1] if len(self._values) > self._risk else None
+        before = self._days[-self._risk - 1] if len(self._days) > self._risk else None
         for steps, behind, jumps in zip(self._windows, self._behind, self._jumps, strict=True):
             if before is not None:
                 _add(behind, t - 1, before)
