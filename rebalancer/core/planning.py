@@ -718,7 +718,7 @@ def _reclaim_for_budget(draft: _Draft) -> None:
         )
         _safety_reclaim(draft, draft.lent_count, Reason.BUDGET_EXPOSED, why)
         return
-    keep = None if cover is None else cover.keep(pool.policy.need, rps)
+    keep = _covered_keep(pool)
     if cover is None or keep is None:
         return
     kept = draft.serving_count + draft.returning
@@ -1188,12 +1188,19 @@ def _lend_room(draft: _Draft) -> _Limit:
     return tightest
 
 
+def _covered_keep(pool: _Pool) -> int | None:
+    """The serving nodes what the pool's history covers needs, the demand sample raising the
+    peaks; None: no cover, or none of its windows covers anything."""
+    cover = pool.cover
+    return None if cover is None else cover.keep(pool.policy.need, pool.demand.rps)
+
+
 def _covered_room(pool: _Pool, serving: int) -> _Limit:
     """With the error budget short, what may be lent leaves serving what the pool's history
     covers; with no cover, nothing."""
     budget, cover, rps = pool.budget, pool.cover, pool.demand.rps
     assert budget is not None, "only a pool with a budget is short of it"
-    keep = None if cover is None else cover.keep(pool.policy.need, rps)
+    keep = _covered_keep(pool)
     if cover is None or keep is None:
         why = (
             f"the error budget cannot cover another loan ({budget.spent_text}, a loan may cost "
