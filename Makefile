@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-dev
 OUT    ?= out
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo simulate test lint typecheck imports system-deps kube pytest bench clean
+.PHONY: demo simulate schema test lint typecheck imports system-deps kube pytest bench clean
 
 # A fresh Debian has python3 but not always its venv module: install it when missing.
 $(STAMP): pyproject.toml sandbox/pyproject.toml
@@ -66,6 +66,10 @@ kube:
 # tests ask for.
 pytest: $(STAMP)
 	dir=$$(tests/kube/build.sh) && TESTS_KUBE_DIR="$$dir" $(BIN)/pytest --numprocesses=auto
+
+# The chart's schema for `config`, generated from the settings model (rebalancer/schema.py).
+schema: $(STAMP)
+	$(BIN)/python -m rebalancer.schema
 
 bench: $(STAMP)
 	$(BIN)/python bench/simulate_speed.py

@@ -28,6 +28,7 @@ import json
 import math
 import os
 import re
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -39,7 +40,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic_core import PydanticCustomError
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -90,7 +92,8 @@ _VLLM_HISTORY = (
 )
 _DEFAULT_SCOPE = 'max by (namespace, pod, node) (kube_pod_info{node=~"$nodes"})'
 
-_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_NAME_PATTERN = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a DNS label
+_NAME = re.compile(_NAME_PATTERN.strip("^$"))
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
 
 
@@ -135,7 +138,27 @@ def _to_duration(value: object) -> object:
 _LONGEST = 100 * 365 * 24 * 3600.0
 
 
-Duration = Annotated[timedelta, pydantic.BeforeValidator(_to_duration)]
+# What the chart's values schema says of a duration (rebalancer/schema.py): what
+# ``_to_duration`` accepts, so that Helm refuses at install what the controller would at start.
+# Go's regular expressions (Helm's) have no look-ahead: each unit starts its own alternative.
+_NUMBER = r"\d+(\.\d+)?"
+_H, _M, _S = (f"{_NUMBER}[{u}{u.upper()}]" for u in "hms")
+_DURATION_SCHEMA = {
+    "anyOf": [
+        {"type": "number", "minimum": 0},
+        {
+            "type": "string",
+            "pattern": (rf"^\s*({_NUMBER}|{_H}({_M})?({_S})?|{_M}({_S})?|{_S})\s*$"),
+        },
+    ],
+    "description": "a duration: 90s, 15m, 1h30m, or a number of seconds",
+}
+
+Duration = Annotated[
+    timedelta,
+    pydantic.BeforeValidator(_to_duration),
+    pydantic.WithJsonSchema(_DURATION_SCHEMA),
+]
 
 
 def _positive(value: timedelta) -> timedelta:
@@ -176,7 +199,17 @@ def _check_zone(value: str) -> str:
     return value
 
 
-Zone = Annotated[str, pydantic.AfterValidator(_check_zone)]
+Zone = Annotated[
+    str,
+    pydantic.AfterValidator(_check_zone),
+    pydantic.WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": r"^[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*$",
+            "description": "an IANA time zone, e.g. Europe/Berlin or UTC",
+        }
+    ),
+]
 
 
 class _Model(BaseModel):
@@ -196,6 +229,18 @@ class TaintSettings(_Model):
     @classmethod
     def _from_text(cls, data: Any) -> Any:
         return taint_text(data)
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: CoreSchema, handler: pydantic.GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        effects = "|".join(nodepools.EFFECTS)
+        text = {
+            "type": "string",
+            "pattern": f"^[^=:]+(=[^:]*)?:({effects})$",
+            "description": "key=value:Effect or key:Effect",
+        }
+        return {"anyOf": [text, handler(schema)]}
 
     def taint(self) -> model.Taint:
         return model.Taint(key=self.key, value=self.value, effect=self.effect)
@@ -332,6 +377,22 @@ class StrategySettings(_Model):
     def _from_name(cls, data: Any) -> Any:
         return {"name": data} if isinstance(data, str) else data  # ``strategy: forecast``
 
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: CoreSchema, handler: pydantic.GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        # Each built-in strategy's parameters, checked when the name is that strategy's; a name
+        # of a strategy registered elsewhere is left to the loader.
+        mapping = handler.resolve_ref_schema(handler(schema))
+        mapping["allOf"] = [
+            {
+                "if": {"properties": {"name": {"const": name}}},
+                "then": {"properties": {"params": registry.params_type(name).model_json_schema()}},
+            }
+            for name in registry.names()
+        ]
+        return {"anyOf": [{"type": "string", "minLength": 1}, mapping]}
+
     @pydantic.field_validator("name")
     @classmethod
     def _known(cls, value: str) -> str:
@@ -365,6 +426,12 @@ class SloSettings(_Model):
     (requests queued beyond ``limits.queue_limit`` while nodes are lent). Say it as minutes
     (``max_breach_minutes``) or as the share of the window's minutes free of that cost
     (``availability``, e.g. 0.999 over 7 days: 10 minutes); not both."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [{"required": ["max_breach_minutes"]}, {"required": ["availability"]}]
+        }
+    )
 
     max_breach_minutes: int | None = Field(default=None, ge=0)
     availability: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
@@ -438,9 +505,29 @@ class WakeOnSettings(_Model):
         return parsed
 
 
+def _any_case(word: str) -> str:
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in word)
+
+
+def _window_pattern() -> str:
+    """What ``windows.parse`` reads, as a regular expression for the chart's schema: ``always``,
+    ``never`` or spans ``DAYS HH:MM-HH:MM [ZONE]`` separated by ``;``. The checks a pattern
+    cannot make (a span that starts and ends at once) are left to the loader."""
+    day = f"({'|'.join(_any_case(d) for d in windows.DAYS)})[^-,;\\s]*"
+    days = rf"(\*|{_any_case('daily')}|{day}(-{day})?(,{day}(-{day})?)*)"
+    time = r"([01]?\d|2[0-4]):[0-5]\d"
+    span = rf"{days}\s+{time}-{time}(\s+[^;\s]+)?"
+    words = f"{_any_case('always')}|{_any_case('never')}"
+    return rf"^\s*({words}|{span}(\s*;\s*{span})*)\s*$"
+
+
+def _no_budget_word(schema: dict[str, Any]) -> None:
+    schema["anyOf"].append({"const": SLO_OFF, "description": "no error budget"})
+
+
 class PoolSettings(_Model):
-    name: str = Field(min_length=1, max_length=63)
-    node_selector: dict[str, str]
+    name: str = Field(min_length=1, max_length=63, json_schema_extra={"pattern": _NAME_PATTERN})
+    node_selector: dict[str, str] = Field(json_schema_extra={"minProperties": 1})
     serving_taints: tuple[TaintSettings, ...] = Field(default_factory=_default_serving_taints)
     serving_labels: dict[str, str] = Field(default_factory=dict)
     lent_taints: tuple[TaintSettings, ...] | None = None  # None: <prefix>lent=training:NoSchedule
@@ -449,7 +536,10 @@ class PoolSettings(_Model):
     # Lend a node only when a pending training job would run on it (core.takers).
     lend_only_to_takers: bool = True
     zone: Zone = "UTC"
-    window: str = "always"
+    window: str = Field(
+        default="always",
+        json_schema_extra={"pattern": _window_pattern(), "description": "e.g. Mon-Fri 22:00-06:00"},
+    )
     strategy: StrategySettings = StrategySettings()
     paused: bool = False  # no lending; the reclaims that keep inference served still happen
     frozen: bool = False  # nothing moves at all, not even safety reclaims (alerted under pressure)
@@ -458,7 +548,9 @@ class PoolSettings(_Model):
     metrics: MetricsSettings = MetricsSettings()
     # The error budget (DEFAULT_SLO unless given); None, written ``slo: none``: no budget, the
     # strategy keeps fixed margins
-    slo: Annotated[SloSettings | None, pydantic.BeforeValidator(_slo_word)] = DEFAULT_SLO
+    slo: Annotated[SloSettings | None, pydantic.BeforeValidator(_slo_word)] = Field(
+        default=DEFAULT_SLO, json_schema_extra=_no_budget_word
+    )
     # Alertmanager alerts that hold the pool's loans and take nodes back while they fire; any
     # one selector admits an alert (docs/design/alertmanager.md)
     wake_on: tuple[WakeOnSettings, ...] = ()
@@ -661,6 +753,7 @@ class HttpSettings(_Model):
 
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+LOG_LEVELS: tuple[str, ...] = typing.get_args(LogLevel)
 
 
 def _upper(value: object) -> object:
@@ -675,8 +768,14 @@ class Settings(_Model):
     # tell its controllers apart (docs/design/fleet.md). The default is a name, not '': an
     # empty label value is an absent label to Prometheus, and schema version 2 gave the audit
     # rows written before it this same name.
-    cluster_name: str = audit.DEFAULT_CLUSTER
-    key_prefix: str = "rebalancer.io/"
+    cluster_name: str = Field(
+        default=audit.DEFAULT_CLUSTER,
+        json_schema_extra={"pattern": _NAME_PATTERN, "maxLength": 63},
+    )
+    key_prefix: str = Field(
+        default="rebalancer.io/",
+        json_schema_extra={"pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/$"},
+    )
     dry_run: bool = False
     paused: bool = False  # every pool: no lending; safety reclaims still happen
     frozen: bool = False  # every pool: nothing moves at all, not even safety reclaims
@@ -688,7 +787,11 @@ class Settings(_Model):
         clocks.DEFAULT_BOUND
     )
     lend_concurrency: int = Field(default=4, ge=1, le=64)  # lends of one tick sent at once
-    log_level: Annotated[LogLevel, pydantic.BeforeValidator(_upper)] = "INFO"
+    log_level: Annotated[
+        LogLevel,
+        pydantic.BeforeValidator(_upper),
+        pydantic.WithJsonSchema({"enum": [*LOG_LEVELS, *(v.lower() for v in LOG_LEVELS)]}),
+    ] = "INFO"
     leader_election: LeaderElectionSettings = LeaderElectionSettings()
     prometheus: PrometheusSettings = PrometheusSettings()
     audit: AuditSettings = AuditSettings()

@@ -59,6 +59,11 @@ def names() -> list[str]:
     return sorted(_ENTRIES)
 
 
+def params_type(name: str) -> type[base.Params]:
+    """The parameters ``name`` takes (a KeyError for a name not known)."""
+    return _ENTRIES[name].params
+
+
 def build(name: str, params: Mapping[str, Any] | None = None) -> base.Strategy:
     entry = _ENTRIES.get(name)
     if entry is None:

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from rebalancer import settings
-from tests.support.chart import CHART, Doc, of_kind, one, render, rendered
+from tests.support.chart import CHART, POOL, Doc, of_kind, one, render, rendered, with_a_pool
 
 ROOT = CHART.parents[1]
 KUBE_VERSIONS = ("1.28.0", "1.37.0")
@@ -37,7 +37,6 @@ POSTGRES: dict[str, Any] = {
     "replicaCount": 2,
     "audit": {"store": "postgresql", "postgresql": {"existingSecret": "rebalancer-db"}},
 }
-POOL: dict[str, Any] = {"name": "l20", "node_selector": {"gpu": "l20"}, "rps_per_node": 4}
 MONITORING: dict[str, Any] = {
     "monitoring": {
         "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
@@ -54,7 +53,7 @@ def example_pools() -> list[dict[str, Any]]:
     return pools
 
 
-COMBINATIONS: dict[str, dict[str, Any]] = {
+_COMBINATIONS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "postgresql-two-replicas": POSTGRES,
     "monitoring": MONITORING,
@@ -82,6 +81,8 @@ COMBINATIONS: dict[str, dict[str, Any]] = {
         "audit": {"sqlite": {"persistence": {"enabled": False}}},
     },
 }
+# Each with a pool: the chart refuses an install that names none.
+COMBINATIONS = {name: with_a_pool(values) for name, values in _COMBINATIONS.items()}
 
 
 @pytest.fixture(scope="module")
@@ -342,12 +343,15 @@ def test_dry_run_grants_no_write_on_nodes_or_pods(renders: dict[str, list[Doc]])
     assert config_of(renders["dry-run"])["dry_run"] is True
 
 
-def test_notes_say_how_to_check_on_it_and_warn_without_pools() -> None:
+def test_notes_say_how_to_check_on_it_in_its_mode() -> None:
     notes = rendered()["rebalancer/templates/NOTES.txt"]
-    assert "config.pools is empty" in notes
     assert "get lease rebalancer" in notes
-    notes = rendered(COMBINATIONS["custom-pools"])["rebalancer/templates/NOTES.txt"]
-    assert "config.pools is empty" not in notes
+    assert "DRY RUN" not in notes
+    # A dry run takes no Lease: the notes do not send anyone to look for one.
+    notes = rendered(COMBINATIONS["dry-run"])["rebalancer/templates/NOTES.txt"]
+    assert "DRY RUN" in notes
+    assert "get lease" not in notes
+    assert "rollout status deployment/rebalancer" in notes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -367,6 +371,18 @@ BAD_VALUES: list[tuple[dict[str, Any], str]] = [
     ({"config": {"tick_interval": "soon"}}, "/config/tick_interval"),
     ({"config": {"cluster_name": "Prod_EU"}}, "/config/cluster_name"),
     ({"config": {"cluster_name": "c" * 64}}, "/config/cluster_name"),
+    # What the settings model says, generated into the schema (rebalancer/schema.py).
+    ({"config": {"pools": []}}, "/config/pools"),
+    ({"config": {"pools": [{**POOL, "window": "Mon-Fry 22:00-06:00"}]}}, "/pools/0/window"),
+    ({"config": {"pools": [{**POOL, "limits": {"queue_limt": 5}}]}}, "'queue_limt' not allowed"),
+    ({"config": {"pools": [{**POOL, "limits": {"warmup": "5d"}}]}}, "/limits/warmup"),
+    ({"config": {"pools": [{**POOL, "zone": "Europe Berlin"}]}}, "/pools/0/zone"),
+    ({"config": {"pools": [{**POOL, "serving_taints": ["gpu=yes"]}]}}, "/serving_taints/0"),
+    (
+        {"config": {"pools": [{**POOL, "strategy": {"name": "peak", "params": {"windw": 5}}}]}},
+        "'windw' not allowed",
+    ),
+    ({"config": {"prometheus": {"url": "http://p:9090", "timout": "5s"}}}, "'timout' not allowed"),
     ({"audit": {"store": "mysql"}}, "/audit/store"),
     ({"audit": {"store": "postgresql"}}, "/audit/postgresql/existingSecret"),
     ({"securityContext": {"readOnlyRootFilesystem": False}}, "/securityContext"),
@@ -392,6 +408,7 @@ def test_bad_values_are_refused_naming_the_field(values: dict[str, Any], names: 
         ({**POSTGRES, "leaderElection": {"enabled": False}}, "needs leaderElection.enabled"),
         ({"audit": {"store": "postgresql"}}, "audit.postgresql.existingSecret: required"),
         ({"config": {"http": {"port": 1}}}, "config.http: set by the chart"),
+        ({"config": {"pools": []}}, "config.pools: empty; name at least one inference pool"),
     ],
 )
 def test_without_the_schema_the_templates_still_refuse(
@@ -402,7 +419,7 @@ def test_without_the_schema_the_templates_still_refuse(
     shutil.copytree(CHART, copy)
     (copy / "values.schema.json").unlink()
     with helm_python.Chart.load(copy) as chart, pytest.raises(helm_python.HelmError) as caught:
-        chart.render(values, name="rebalancer", namespace="rebalancer")
+        chart.render(with_a_pool(values), name="rebalancer", namespace="rebalancer")
     assert says in str(caught.value)
 
 

@@ -21,13 +21,34 @@ NAMESPACE = "rebalancer"
 Doc = dict[str, Any]
 
 
+# The chart refuses an install that names no pool: a test that is not about pools gets this one.
+POOL: dict[str, Any] = {"name": "l20", "node_selector": {"gpu": "l20"}, "rps_per_node": 4}
+
+
+def with_a_pool(values: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``values``, with ``POOL`` as ``config.pools`` when they name none."""
+    given = dict(values or {})
+    config = dict(given.get("config") or {})
+    config.setdefault("pools", [POOL])
+    return {**given, "config": config}
+
+
 def rendered(
-    values: Mapping[str, Any] | None = None, *, name: str = RELEASE, namespace: str = NAMESPACE
+    values: Mapping[str, Any] | None = None,
+    *,
+    name: str = RELEASE,
+    namespace: str = NAMESPACE,
+    as_given: bool = False,
 ) -> dict[str, str]:
-    """Template path -> rendered text, for an install of ``name`` into ``namespace``."""
+    """Template path -> rendered text, for an install of ``name`` into ``namespace`` (with a
+    pool unless the values name theirs, or ``as_given``)."""
     with helm_python.Chart.load(CHART) as chart:
         return chart.render(
-            dict(values or {}), name=name, namespace=namespace, is_install=True, revision=1
+            dict(values or {}) if as_given else with_a_pool(values),
+            name=name,
+            namespace=namespace,
+            is_install=True,
+            revision=1,
         )
 
 

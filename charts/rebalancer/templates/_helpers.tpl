@@ -65,6 +65,9 @@ sqlite+aiosqlite:////var/lib/rebalancer/audit.sqlite3
 {{- if and (eq .Values.audit.store "postgresql") (not .Values.audit.postgresql.existingSecret) -}}
 {{- fail "audit.postgresql.existingSecret: required when audit.store=postgresql (the Secret holding the database URL)" -}}
 {{- end -}}
+{{- if not .Values.config.pools -}}
+{{- fail "config.pools: empty; name at least one inference pool (name, node_selector, rps_per_node: examples/helm-values.yaml). Without one the controller has nothing to watch and refuses to start" -}}
+{{- end -}}
 {{- range $key := list "leader_election" "audit" "http" -}}
 {{- if hasKey $.Values.config $key -}}
 {{- fail (printf "config.%s: set by the chart (use the chart's leaderElection, audit and service values)" $key) -}}
