@@ -7,8 +7,9 @@ clear line each and exit with status 2; nothing prints a traceback for bad input
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from importlib.metadata import EntryPoint, entry_points
@@ -24,8 +25,10 @@ from strategies import registry
 if TYPE_CHECKING:  # the runtime is imported by the commands that use it, not at start
     from rebalancer.adapters.audit import AuditQuery, AuditStore
     from rebalancer.core.nodepools import NodePlan
+    from rebalancer.runtime.check import Finding
     from rebalancer.runtime.poolmanager import Report
     from rebalancer.runtime.takeback import Reclaimed, ReclaimEvent
+    from rebalancer.runtime.wiring import Controller
 
 EXIT_USAGE = 2
 
@@ -95,11 +98,14 @@ def _summary(ep: EntryPoint) -> str | None:
 
 
 def _controller_commands(commands: Any) -> None:
-    """The commands that read the settings: run, reclaim, explain, audit, gpu-labeler."""
+    """The commands that read the settings: run, check, reclaim, explain, audit, capacity,
+    gpu-labeler."""
     _run_command(commands)
+    _check_command(commands)
     _reclaim_command(commands)
     _explain_command(commands)
     _audit_command(commands)
+    _capacity_command(commands)
     _gpu_labeler_command(commands)
 
 
@@ -109,11 +115,42 @@ def _common(p: argparse.ArgumentParser, kube: bool = True) -> None:
         "--config", type=Path, help="settings file (default: $REBALANCER_CONFIG, else none)"
     )
     if kube:
-        p.add_argument(
-            "--kubeconfig",
-            type=Path,
-            help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)",
-        )
+        _cluster(p)
+
+
+def _cluster(p: argparse.ArgumentParser) -> None:
+    """The flags of a command that talks to a cluster, as kubectl spells them."""
+    p.add_argument(
+        "--kubeconfig",
+        type=Path,
+        help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)",
+    )
+    p.add_argument("--context", help="kubeconfig context (default: its current one)")
+
+
+OUTPUTS = ("text", "json", "yaml")
+
+
+def _output(p: argparse.ArgumentParser, what: str) -> None:
+    """``-o text|json|yaml``, as kubectl's ``-o``; ``--json`` stays as ``-o json``."""
+    p.add_argument(
+        "-o", "--output", choices=OUTPUTS, default="text", help=f"{what} (default: text)"
+    )
+    p.add_argument(
+        "--json", dest="output", action="store_const", const="json", help=argparse.SUPPRESS
+    )
+
+
+def _documents(docs: Sequence[Mapping[str, Any]], output: str) -> list[str]:
+    """``docs`` as ``-o json`` (one object a line) or ``-o yaml`` (one document each) prints
+    them."""
+    import json
+
+    import yaml
+
+    if output == "json":
+        return [json.dumps(d) for d in docs]
+    return [f"---\n{yaml.safe_dump(dict(d), sort_keys=False).rstrip()}" for d in docs]
 
 
 def _run_command(commands: Any) -> None:
@@ -132,6 +169,28 @@ def _run_command(commands: Any) -> None:
         "Event or Lease (the dry_run setting)",
     )
     run.set_defaults(handler=_run)
+
+
+def _check_command(commands: Any) -> None:
+    """`rebalancer check`: its flags and handler."""
+    check = commands.add_parser(
+        "check",
+        help="is a settings file ready to deploy (--online: to this cluster)?",
+        description="Offline: load the settings (every problem, one line each), ask for a "
+        "pool, and parse every PromQL query as the controller fills it in. With --online, also "
+        "per pool: the nodes its selector finds and whether they carry its serving taints, "
+        "whether a pending pod tolerates its lent taints, each query asked of Prometheus, and "
+        "what the first tick would do; nothing is written. One line per finding, LEVEL FIELD: "
+        "MESSAGE. Exits 0 when nothing fails (warnings allowed), 1 when something does, 2 "
+        "when the check could not run (a bad flag, no file, a cluster that cannot be read).",
+    )
+    check.add_argument("--online", action="store_true", help="also ask the cluster and Prometheus")
+    check.add_argument(
+        "--timeout", default="60s", help="with --online: how long to wait for the cluster (60s)"
+    )
+    _output(check, "json or yaml: {ok, findings: [{level, field, message}]}")
+    _common(check)
+    check.set_defaults(handler=_check)
 
 
 def _reclaim_command(commands: Any) -> None:
@@ -177,7 +236,7 @@ def _explain_command(commands: Any) -> None:
     target = why.add_mutually_exclusive_group(required=True)
     target.add_argument("node", nargs="?", help="the node")
     target.add_argument("--pool", help="the pool instead of one node")
-    why.add_argument("--json", action="store_true", help="the document GET /api/v1/explain gives")
+    _output(why, "json or yaml: the document GET /api/v1/explain gives")
     why.add_argument(
         "--timeout", default="60s", help="how long to wait for the cluster's nodes and pods (60s)"
     )
@@ -224,7 +283,7 @@ def _audit_command(commands: Any) -> None:
     show.add_argument(
         "--interval", default="2s", help="with --follow: time between reads of the store (2s)"
     )
-    show.add_argument("--json", action="store_true", help="one JSON object per line")
+    _output(show, "json: one object per line; yaml: one document per record")
     show.set_defaults(handler=_audit)
 
 
@@ -245,13 +304,47 @@ def _gpu_labeler_command(commands: Any) -> None:
     gpus.add_argument("--once", action="store_true", help="one pass, then exit")
     gpus.add_argument("--nvidia-smi", default="nvidia-smi", metavar="PATH", help="(nvidia-smi)")
     gpus.add_argument("--timeout", default="10s", help="nvidia-smi's deadline (10s)")
-    gpus.add_argument(
-        "--kubeconfig",
-        type=Path,
-        help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)",
-    )
+    _cluster(gpus)
     gpus.add_argument("--dry-run", action="store_true", help="log the changes, write nothing")
     gpus.set_defaults(handler=_gpu_labeler)
+
+
+def _capacity_command(commands: Any) -> None:
+    """`rebalancer capacity`: its flags and handler (``runtime.capacity``)."""
+    measure = commands.add_parser(
+        "capacity",
+        help="measure what one node of a pool serves when full, from its Prometheus history",
+        description="Read the pool's history from its Prometheus, node by node and step by "
+        "step: what each node served in the pool's unit (capacity.unit), and whether its queue "
+        "stayed non-empty all through the step (full). Prints the --quantile of what full "
+        "nodes served, the per_node to write, each node's own figure, and what the figure "
+        "cannot know (docs/capacity.md). Reads Prometheus only. Exits 0 with a figure, 1 when "
+        "no node was full (a lower bound only), 2 for bad flags or a failed read. A TIME is "
+        "RFC 3339 (2026-03-02T12:00:00Z) or a time ago (7d, 36h).",
+    )
+    _common(measure, kube=False)
+    measure.add_argument("--pool", required=True, help="the pool to measure")
+    measure.add_argument("--since", default="7d", metavar="TIME", help="from TIME (7d)")
+    measure.add_argument("--until", metavar="TIME", help="to TIME (now)")
+    measure.add_argument(
+        "--step", default="1m", help="a node is full or not per step, whole seconds (1m)"
+    )
+    measure.add_argument(
+        "--quantile", type=float, default=0.9, help="of full node-steps' figures (0.9)"
+    )
+    measure.add_argument(
+        "--nodes",
+        metavar="A,B",
+        help="these nodes (default: those kube_node_labels shows with the pool's labels)",
+    )
+    measure.add_argument("--json", action="store_true", help="one JSON document")
+
+    def handler(args: argparse.Namespace) -> int:
+        from rebalancer.runtime import capacity
+
+        return capacity.command(args)
+
+    measure.set_defaults(handler=handler)
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -277,17 +370,78 @@ def _run(args: argparse.Namespace) -> int:
     loop.json_logging(getattr(logging, config.log_level))
 
     async def go() -> int:
-        seams = wiring.Seams(kubeconfig=args.kubeconfig)
+        seams = wiring.Seams(kubeconfig=args.kubeconfig, context=args.context)
         async with wiring.Controller.open(config, seams) as controller:
             return await controller.run()
 
     return asyncio.run(go())
 
 
+def _check(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from rebalancer.runtime import check, wiring
+
+    timeout = _duration("--timeout", args.timeout)
+    try:
+        config = _settings(args)
+    except InvalidSettings as exc:
+        found = [check.Finding(check.Level.FAIL, *_split_line(line)) for line in exc.lines]
+        return _findings(found, args.output)
+    found = check.offline(config)
+    if args.online and not any(f.level is check.Level.FAIL for f in found):
+
+        async def go() -> list[check.Finding]:
+            store, _ = await _budget_store(config)
+            seams = wiring.Seams(
+                kubeconfig=args.kubeconfig,
+                context=args.context,
+                sink=None,
+                serve_http=False,
+                audit_store=store,
+            )
+            async with contextlib.AsyncExitStack() as stack:
+                stack.push_async_callback(store.close)
+                controller = await stack.enter_async_context(
+                    wiring.Controller.open(config, seams, wiring.Role.OPERATOR)
+                )
+                async with _informed(controller, timeout, args.timeout):
+                    return await check.online(config, controller)
+
+        found += asyncio.run(go())
+    return _findings(found, args.output)
+
+
+def _split_line(line: str) -> tuple[str, str]:
+    """A settings problem, ``path=value: why``, as ``(path, value: why)``."""
+    field, sep, rest = line.partition("=")
+    return (field, rest) if sep and " " not in field else ("settings", line)
+
+
+def _findings(found: Sequence[Finding], output: str) -> int:
+    import json
+
+    import yaml
+
+    from rebalancer.runtime.check import Level
+
+    failed = any(f.level is Level.FAIL for f in found)
+    doc = {"ok": not failed, "findings": [f.doc() for f in found]}
+    if output == "json":
+        print(json.dumps(doc, indent=2))
+    elif output == "yaml":
+        print(yaml.safe_dump(doc, sort_keys=False), end="")
+    else:
+        for finding in found:
+            print(finding)
+    return 1 if failed else 0
+
+
 def _explain(args: argparse.Namespace) -> int:
     import asyncio
-    import contextlib
     import json
+
+    import yaml
 
     from rebalancer.runtime import explain, wiring
 
@@ -299,40 +453,46 @@ def _explain(args: argparse.Namespace) -> int:
         if note is not None:
             print(f"rebalancer: {note}", file=sys.stderr)
         seams = wiring.Seams(
-            kubeconfig=args.kubeconfig, sink=None, serve_http=False, audit_store=store
+            kubeconfig=args.kubeconfig,
+            context=args.context,
+            sink=None,
+            serve_http=False,
+            audit_store=store,
         )
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(store.close)  # handed in: wiring leaves it open
             controller = await stack.enter_async_context(
                 wiring.Controller.open(config, seams, wiring.Role.OPERATOR)
             )
-            informer = asyncio.create_task(controller.informer.run())
-            try:
-                try:
-                    await asyncio.wait_for(controller.informer.synced.wait(), timeout)
-                except TimeoutError:
-                    raise ConfigError(
-                        f"--timeout={args.timeout}: the cluster's nodes and pods were not all "
-                        "listed in time"
-                    ) from None
+            async with _informed(controller, timeout, args.timeout):
                 snapshot, decision = await controller.reconciler.preview()
-            finally:
-                informer.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await informer
         try:
             doc = explain.answer(
                 controller.reconciler, snapshot, decision, node=args.node, pool=args.pool
             )
         except explain.NotExplained as exc:
             raise ConfigError(str(exc)) from None
-        if args.json:
+        if args.output == "json":
             print(json.dumps(doc, indent=2))
+        elif args.output == "yaml":
+            print(yaml.safe_dump(doc, sort_keys=False), end="")
         else:
             print("\n".join(explain.lines(doc)))
         return 0
 
     return asyncio.run(go())
+
+
+@contextlib.asynccontextmanager
+async def _informed(controller: Controller, timeout: float, flag: str) -> AsyncIterator[None]:
+    """``Controller.informed``, its time running out a line naming ``--timeout``."""
+    try:
+        async with controller.informed(timeout):
+            yield
+    except TimeoutError:
+        raise ConfigError(
+            f"--timeout={flag}: the cluster's nodes and pods were not all listed in time"
+        ) from None
 
 
 async def _budget_store(config: Settings) -> tuple[AuditStore, str | None]:
@@ -401,6 +561,7 @@ def _gpu_labeler(args: argparse.Namespace) -> int:
         nvidia_smi=args.nvidia_smi,
         timeout=_duration("--timeout", args.timeout),
         kubeconfig=args.kubeconfig,
+        context=args.context,
         dry_run=args.dry_run,
     )
     loop.json_logging(logging.INFO)
@@ -431,7 +592,7 @@ def _reclaim(args: argparse.Namespace) -> int:
             raise ConfigError(f"--pool={name}: no configured pool has that name ({known})")
 
     async def go() -> int:
-        seams = wiring.Seams(kubeconfig=args.kubeconfig, sink=None)
+        seams = wiring.Seams(kubeconfig=args.kubeconfig, context=args.context, sink=None)
         async with wiring.Controller.open(config, seams, wiring.Role.OPERATOR) as controller:
             if args.node:
                 nodes, known = list(dict.fromkeys(args.node)), None
@@ -605,7 +766,7 @@ def _audit(args: argparse.Namespace) -> int:
     if args.follow and query.until is not None:
         raise ConfigError(f"--until={args.until!r}: --follow runs until Ctrl-C; leave one out")
     _audit_store_exists(config)
-    view = AuditView(sys.stdout, args.json)
+    view = AuditView(sys.stdout, args.output)
 
     async def go() -> int:
         store = await wiring.open_audit_store(config)
@@ -678,18 +839,27 @@ def _audit_store_exists(config: Settings) -> None:
 
 @dataclass
 class AuditView:
-    """Records as a table (columns as wide as the first records need) or as JSON lines."""
+    """Records as a table (columns as wide as the first records need), JSON lines or YAML
+    documents."""
 
     out: TextIO
-    json: bool
+    output: str = "text"
     widths: list[int] | None = None
 
     def show(self, records: Sequence[audit.AuditRecord]) -> None:
+        import json
+
         from rebalancer.adapters.audit import json_line
 
-        if self.json:
+        if self.output == "json":
             for record in records:
                 print(json_line(record), file=self.out)
+            self.out.flush()
+            return
+        if self.output == "yaml":
+            docs = [json.loads(json_line(record)) for record in records]
+            for text in _documents(docs, "yaml"):
+                print(text, file=self.out)
             self.out.flush()
             return
         rows = [audit_row(r) for r in records]
@@ -744,21 +914,14 @@ def _pool_commands(commands: Any) -> None:
     apply.add_argument(
         "--dry-run", action="store_true", help="print what would change, write nothing"
     )
-    apply.add_argument(
-        "--json", action="store_true", help="one JSON object per node, then a summary"
-    )
+    _output(apply, "json or yaml: one object per node, then a summary")
     apply.add_argument(
         "--config",
         type=Path,
         help="the controller's settings file, for its key_prefix (default: $REBALANCER_CONFIG, "
         "else rebalancer.io/)",
     )
-    apply.add_argument(
-        "--kubeconfig",
-        type=Path,
-        help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)",
-    )
-    apply.add_argument("--context", help="kubeconfig context (default: its current one)")
+    _cluster(apply)
     apply.set_defaults(handler=_pools_apply)
 
 
@@ -782,7 +945,8 @@ def _pools_apply(args: argparse.Namespace) -> int:
         for line in overlap_lines(report):
             print(f"rebalancer: {line}", file=sys.stderr)
         return EXIT_USAGE
-    for line in pools_json(report) if args.json else pools_lines(report):
+    lines = pools_lines(report) if args.output == "text" else pools_docs(report, args.output)
+    for line in lines:
         print(line)
     return 0 if report.complete else EXIT_INCOMPLETE
 
@@ -863,11 +1027,10 @@ def pools_summary(report: Report) -> str:
     return f"dry run: {text}; nothing written" if report.dry_run else text
 
 
-def pools_json(report: Report) -> list[str]:
-    """One JSON object per node (every node, unchanged ones too), then ``{"summary": ...}``."""
-    import json
-
-    lines = []
+def pools_docs(report: Report, output: str) -> list[str]:
+    """One object per node (every node, unchanged ones too), then ``{"summary": ...}``, as
+    ``-o json`` or ``-o yaml`` prints them."""
+    docs: list[dict[str, Any]] = []
     for r in report.results:
         p = r.plan
         doc = {
@@ -880,14 +1043,14 @@ def pools_json(report: Report) -> list[str]:
             "refusal": p.refusal or None,
             "detail": p.detail or None,
         }
-        lines.append(json.dumps(doc))
+        docs.append(doc)
     summary = {
         "dry_run": report.dry_run,
         "complete": report.complete,
         "line": pools_summary(report),
     }
-    lines.append(json.dumps({"summary": summary}))
-    return lines
+    docs.append({"summary": summary})
+    return _documents(docs, output)
 
 
 if __name__ == "__main__":

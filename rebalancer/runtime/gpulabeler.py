@@ -134,6 +134,7 @@ class Options:
     nvidia_smi: str = "nvidia-smi"
     timeout: float = 10.0
     kubeconfig: Path | None = None
+    context: str | None = None
     dry_run: bool = False
 
 
@@ -141,7 +142,7 @@ async def main(options: Options) -> int:
     """The command: 0 when a pass (``--once``) read the GPUs, or when the loop was stopped by
     SIGTERM or SIGINT; 1 when ``--once`` could not read them."""
     source = NvidiaSmi(options.nvidia_smi, options.timeout)
-    async with kubeclient.api_client(options.kubeconfig) as api:
+    async with kubeclient.api_client(options.kubeconfig, options.context) as api:
         writer = KubeWriter(client.CoreV1Api(api))
         if options.once:
             done = await label(writer, options.node, source, dry_run=options.dry_run)

@@ -31,6 +31,7 @@ What is built:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -323,6 +324,7 @@ class Seams:
     """What a caller hands the composition root instead of letting it build the real thing."""
 
     kubeconfig: Path | None = None  # when ``api`` is None: else in-cluster, else the default
+    context: str | None = None  # the kubeconfig's context (None: its current one)
     api: Any = None  # a kubernetes_asyncio ApiClient, owned by the caller
     clock: Clock = utc_now
     metrics: MetricsSource | None = None  # None: Prometheus, with each pool's queries
@@ -369,7 +371,9 @@ class Controller:
         async with AsyncExitStack() as stack:
             api = seams.api
             if api is None:
-                api = await stack.enter_async_context(kubeclient.api_client(seams.kubeconfig))
+                api = await stack.enter_async_context(
+                    kubeclient.api_client(seams.kubeconfig, seams.context)
+                )
             # Every time the controller writes on a node or compares with one is told on the
             # API server's clock (docs/design/clocks.md); the lease keeps the controller's own.
             probe = kubeclient.ClockProbe(own)
@@ -452,6 +456,20 @@ class Controller:
         if decided is None:
             return None
         return explain.answer(self.reconciler, *decided, node=node, pool=pool)
+
+    @asynccontextmanager
+    async def informed(self, timeout: float) -> AsyncIterator[None]:
+        """The informer running, its first list done within ``timeout`` (``TimeoutError``
+        otherwise), for a command that reads the cluster once (explain, check); stopped when
+        the block ends."""
+        task = asyncio.create_task(self.informer.run())
+        try:
+            await asyncio.wait_for(self.informer.synced.wait(), timeout)
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def run(self, stop: asyncio.Event | None = None) -> int:
         """Until SIGTERM/SIGINT (or ``stop``): the informer, the election and the loop."""
