@@ -217,6 +217,24 @@ def _reclaim_command(commands: Any) -> None:
         metavar="N",
         help=f"API calls in flight at once, 1 to {RECLAIM_MAX_CONCURRENCY} ({RECLAIM_CONCURRENCY})",
     )
+    reclaim.add_argument(
+        "--stop-controller",
+        metavar="DEPLOYMENT",
+        help="first scale the controller's Deployment (in leader_election.lease_namespace) to 0 "
+        "and wait until none of its pods is left, so that nothing lends the nodes again (the "
+        "chart's pre-delete hook)",
+    )
+    reclaim.add_argument(
+        "--stop-timeout",
+        default="5m",
+        help="with --stop-controller: how long its pods may take to go (5m)",
+    )
+    reclaim.add_argument(
+        "--log-records",
+        action="store_true",
+        help="also print each audit record as a JSON line on stdout, as rebalancer run does "
+        "(a Job's log keeps them when its audit store is a scratch file)",
+    )
     _common(reclaim)
     reclaim.set_defaults(handler=_reclaim)
 
@@ -577,12 +595,14 @@ RECLAIM_MAX_CONCURRENCY = 64
 def _reclaim(args: argparse.Namespace) -> int:
     import asyncio
 
-    from rebalancer.runtime import takeback, wiring
+    from rebalancer.adapters import audit as audit_store
+    from rebalancer.runtime import standdown, takeback, wiring
 
     if not 1 <= args.concurrency <= RECLAIM_MAX_CONCURRENCY:
         raise ConfigError(
             f"--concurrency={args.concurrency}: must be between 1 and {RECLAIM_MAX_CONCURRENCY}"
         )
+    stop_timeout = _duration("--stop-timeout", args.stop_timeout)
     config = _settings(args)
     pools = list(dict.fromkeys(args.pool or ()))
     configured = [p.name for p in config.pools]
@@ -592,8 +612,23 @@ def _reclaim(args: argparse.Namespace) -> int:
             raise ConfigError(f"--pool={name}: no configured pool has that name ({known})")
 
     async def go() -> int:
-        seams = wiring.Seams(kubeconfig=args.kubeconfig, context=args.context, sink=None)
+        sink = audit_store.stdout_sink if args.log_records else None
+        seams = wiring.Seams(kubeconfig=args.kubeconfig, context=args.context, sink=sink)
         async with wiring.Controller.open(config, seams, wiring.Role.OPERATOR) as controller:
+            if args.stop_controller:
+                namespace = config.leader_election.lease_namespace
+                try:
+                    stopped = await standdown.stop_controller(
+                        controller.api, namespace, args.stop_controller, stop_timeout
+                    )
+                except standdown.NotStopped as exc:
+                    print(f"rebalancer: {exc}; nothing taken back", file=sys.stderr)
+                    return EXIT_INCOMPLETE
+                print(
+                    f"deployment/{stopped.deployment} scaled to 0; its {stopped.pods} pod(s) "
+                    f"gone in {stopped.waited:.1f}s",
+                    flush=True,
+                )
             if args.node:
                 nodes, known = list(dict.fromkeys(args.node)), None
             else:

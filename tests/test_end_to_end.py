@@ -37,10 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import ssl
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -51,162 +48,34 @@ from rebalancer.core.audit import Kind
 from rebalancer.core.model import Reason
 from rebalancer.core.outcomes import Outcome
 from sandbox.emulator import cluster
-from sandbox.emulator.auth import Decision
-from sandbox.emulator.server import serve, write_kubeconfig
-from sandbox.emulator.store import Store
-from tests.support import kube
-from tests.support.backends import Backend, Real
-from tests.support.chart import NAMESPACE, RELEASE, render
+from tests.support.backends import Backend
+from tests.support.chart import NAMESPACE, render
 from tests.support.exporter import Exporter, serve_exporter
 from tests.support.pools import (
     IDLE,
     INFERENCE,
-    POOL,
     REPLICAS,
     STATE,
-    add_replicas,
-    add_waiting_training,
 )
-from tests.support.processes import Cluster, as_pod, free_port, probe, read_audit, start_pod
+from tests.support.processes import as_pod, free_port, probe, read_audit, start_pod
 from tests.support.prometheus import scraping
 from tests.support.rbac import (
-    CONTROLLER_TOKEN,
     Grant,
-    admin_headers,
-    apply_to,
-    chart_access,
     grants,
-    service_account_of,
     unused,
     used,
 )
 from tests.support.reads import scheduling
-from tests.support.waits import stop, until
-
-RPS_PER_NODE = 10
-# The default demand query reads a series younger than its 5-minute window by the slope of its own
-# samples (docs/design/metrics.md), so this test's young series read about their true rate. The
-# slope lags a step change while older samples are in the fit: the high load is far above the
-# pool (20000 rps) so that demand needs all 8 nodes within a scrape or two of the rise.
-LOW_RPS, HIGH_RPS, HIGH_QUEUE = 5.0, 20000.0, 50
-TRAINING_PODS = 10  # 4 fit on the training nodes (8 GPUs each, 8 per pod); 6 wait for loans
-LEASE = (NAMESPACE, RELEASE)  # the chart's lease: namespace and name (its Role names it)
-POD_NAME = "rebalancer-6f7c9d8b4-x2k9q"  # what the downward API gives the container
-
-
-def chart_values(prom: str, http_port: int) -> dict[str, Any]:
-    """The chart's values for this cluster: what a user would put in their values file."""
-    return {
-        "service": {"port": http_port},
-        "config": {
-            "tick_interval": "1s",
-            "prometheus": {
-                "url": prom,
-                "timeout": "2s",
-                "attempts": 1,
-                "retry_budget": "2s",
-                "lookback": "1m",
-                "resolution": "1s",
-            },
-            "pools": [
-                {
-                    "name": POOL,
-                    "node_selector": {"gpu-pool": "inference"},
-                    "inference_selector": {"app": "llm-serving"},
-                    "rps_per_node": RPS_PER_NODE,
-                    "strategy": {
-                        "name": "window",
-                        "params": {"window": "always", "lead_minutes": 0},
-                    },
-                    "limits": {
-                        "min_serving": 2,
-                        "headroom": 0.2,
-                        "cooldown": "10m",
-                        "max_step_fraction": 0.5,
-                        "staleness": "30s",
-                        "stale_grace": "1m",
-                        "queue_limit": 10,
-                        "reclaim_deadline": "5s",
-                        "warmup": "0s",
-                    },
-                }
-            ],
-        },
-    }
-
-
-@dataclass
-class Box(Cluster):
-    """The cluster, read as the admin; the controller's kubeconfig, and who may do what."""
-
-    kubeconfig: Path = field(kw_only=True)
-    decisions: Callable[[], list[Decision]] = field(kw_only=True)  # the controller's, so far
-
-
-@contextlib.asynccontextmanager
-async def on_emulator(docs: list[Any], tmp_path: Path) -> AsyncIterator[Box]:
-    """The cluster on the emulator, served with tokens and RBAC, the chart's RBAC objects
-    ``docs`` applied; its scheduler runs every 0.5 s."""
-    store = Store(seed=1)
-    cluster.seed(store)
-    add_replicas(store)
-    add_waiting_training(store, TRAINING_PODS)
-    store.schedule()
-    access = chart_access(docs)
-    async with (
-        serve(store, schedule_every=0.5, access=access) as url,
-        aiohttp.ClientSession(headers=admin_headers()) as session,
-    ):
-        apply_to(store, docs)
-        kubeconfig = write_kubeconfig(url, tmp_path / "kubeconfig", token=CONTROLLER_TOKEN)
-        user = service_account_of(docs).name
-        yield Box(url, session, kubeconfig=kubeconfig, decisions=lambda: access.of(user))
-
-
-@contextlib.asynccontextmanager
-async def on_real(real: Real, docs: list[Any], tmp_path: Path) -> AsyncIterator[Box]:
-    """The same cluster on a real kube-apiserver: the chart's RBAC objects applied; the
-    scheduler, kubelet and disruption controller played every 0.5 s (``backends.RealCluster``);
-    who did what read from the server's own audit log."""
-    async with real.open(seeded=True) as opened:
-        mark = real.server.audit_mark()  # what the session's earlier tests asked is not ours
-        objects = opened.objects
-        add_replicas(objects)
-        add_waiting_training(objects, TRAINING_PODS)
-        objects.schedule()
-        apply_to(objects, docs)
-
-        async def actors() -> None:
-            while True:
-                await asyncio.to_thread(objects.act)
-                await asyncio.sleep(0.5)
-
-        task = asyncio.create_task(actors())
-        trusted = ssl.create_default_context(cafile=str(real.server.ca))
-        headers = {"Authorization": f"Bearer {kube.ADMIN_TOKEN}"}
-        try:
-            async with aiohttp.ClientSession(
-                headers=headers, connector=aiohttp.TCPConnector(ssl=trusted)
-            ) as session:
-                yield Box(
-                    real.server.url,
-                    session,
-                    kubeconfig=real.server.kubeconfig(tmp_path / "kubeconfig", CONTROLLER_TOKEN),
-                    decisions=lambda: real.server.decisions(kube.CONTROLLER_USER, mark),
-                )
-        finally:
-            await stop(task)
-
-
-def on(
-    backend: Backend, docs: list[Any], tmp_path: Path
-) -> contextlib.AbstractAsyncContextManager[Box]:
-    """The scenario's cluster on ``backend``."""
-    return (
-        on_real(backend, docs, tmp_path)
-        if isinstance(backend, Real)
-        else on_emulator(docs, tmp_path)
-    )
+from tests.support.scenario import (
+    HIGH_QUEUE,
+    HIGH_RPS,
+    LEASE,
+    LOW_RPS,
+    POD_NAME,
+    chart_values,
+    on,
+)
+from tests.support.waits import until
 
 
 async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(

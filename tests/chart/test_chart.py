@@ -24,7 +24,17 @@ import pytest
 import yaml
 
 from rebalancer import settings
-from tests.support.chart import CHART, POOL, Doc, of_kind, one, render, rendered, with_a_pool
+from tests.support.chart import (
+    CHART,
+    POOL,
+    Doc,
+    hooks_and_install,
+    of_kind,
+    one,
+    render,
+    rendered,
+    with_a_pool,
+)
 
 ROOT = CHART.parents[1]
 KUBE_VERSIONS = ("1.28.0", "1.37.0")
@@ -87,7 +97,8 @@ COMBINATIONS = {name: with_a_pool(values) for name, values in _COMBINATIONS.item
 
 @pytest.fixture(scope="module")
 def renders() -> dict[str, list[Doc]]:
-    return {name: render(values) for name, values in COMBINATIONS.items()}
+    """Every object of each combination, its hooks' too."""
+    return {name: hooks_and_install(values) for name, values in COMBINATIONS.items()}
 
 
 def settings_text(docs: list[Doc]) -> str:
@@ -162,11 +173,14 @@ def test_the_kinds_rendered_by_default(renders: dict[str, list[Doc]]) -> None:
             "ClusterRoleBinding",
             "ConfigMap",
             "Deployment",
+            "Job",  # the uninstall hook, with its Role and RoleBinding
             "NetworkPolicy",
             "PersistentVolumeClaim",
             "PodDisruptionBudget",
             "Role",
             "Role",
+            "Role",
+            "RoleBinding",
             "RoleBinding",
             "RoleBinding",
             "Service",
@@ -231,10 +245,8 @@ def test_a_pool_s_slo_means_in_the_chart_what_it_means_in_the_settings(tmp_path:
     }
 
 
-def test_the_lease_the_controller_uses_is_the_one_its_role_may_renew(
-    renders: dict[str, list[Doc]],
-) -> None:
-    docs = renders["defaults"]
+def test_the_lease_the_controller_uses_is_the_one_its_role_may_renew() -> None:
+    docs = render(COMBINATIONS["defaults"])  # the install's objects: the hooks' are not there
     election = config_of(docs)["leader_election"]
     lease_roles = [r for r in of_kind(docs, "Role") if r["metadata"]["namespace"] == "rebalancer"]
     (role,) = lease_roles

@@ -52,16 +52,34 @@ def rendered(
         )
 
 
+HOOK = "helm.sh/hook"  # the annotation that makes an object a hook's, not the install's
+
+
 def render(
-    values: Mapping[str, Any] | None = None, *, name: str = RELEASE, namespace: str = NAMESPACE
+    values: Mapping[str, Any] | None = None,
+    *,
+    name: str = RELEASE,
+    namespace: str = NAMESPACE,
+    hook: str | None = None,
 ) -> list[Doc]:
-    """Every Kubernetes object of the install, parsed (NOTES.txt and empty templates left out)."""
+    """The objects ``helm install`` creates, parsed (NOTES.txt, empty templates and hooks left
+    out); with ``hook`` ("pre-delete", "test"), the objects Helm creates for that hook."""
     docs: list[Doc] = []
     for path, text in sorted(rendered(values, name=name, namespace=namespace).items()):
         if path.endswith("NOTES.txt"):
             continue
         docs.extend(d for d in yaml.safe_load_all(text) if d)
-    return docs
+    return [d for d in docs if _hook_of(d) == hook]
+
+
+def hooks_and_install(values: Mapping[str, Any] | None = None) -> list[Doc]:
+    """Every object the chart renders for a release, its hooks' too."""
+    return [*render(values), *render(values, hook="pre-delete"), *render(values, hook="test")]
+
+
+def _hook_of(doc: Doc) -> str | None:
+    hook: str | None = ((doc.get("metadata") or {}).get("annotations") or {}).get(HOOK)
+    return hook
 
 
 def of_kind(docs: list[Doc], kind: str) -> Iterator[Doc]:

@@ -81,11 +81,11 @@ class Cluster:
 
 @dataclass(frozen=True)
 class Pod:
-    """The chart's controller container as a local process: what ``start_pod`` runs.
+    """A container of the chart as a local process: what ``start_pod`` runs.
 
     ``argv`` and ``env`` are the container's ``args`` and ``env`` as the kubelet would give them
     (downward API fields resolved, mount paths moved under ``root``); ``port`` its ``http`` port;
-    ``liveness`` and ``readiness`` its probes' paths.
+    ``liveness`` and ``readiness`` its probes' paths (0 and "" for a Job's, which has none).
     """
 
     root: Path
@@ -103,8 +103,10 @@ def as_pod(
     name: str,
     namespace: str,
     secrets: Mapping[tuple[str, str], str] | None = None,
+    kind: str = "Deployment",
 ) -> Pod:
-    """Lay out the rendered Deployment's volumes under ``root`` and resolve its container.
+    """Lay out the rendered Deployment's (or Job's: ``kind``) volumes under ``root`` and
+    resolve its container.
 
     Every volume is a directory ``root/<mountPath>``; a ConfigMap volume gets the rendered
     ConfigMap's files. Any text naming a mount path (an env value, a settings file) names the
@@ -113,9 +115,9 @@ def as_pod(
     holds what ``secretKeyRef`` variables read: (Secret name, key) -> value.
     """
     docs = list(docs)
-    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (workload,) = [d for d in docs if d["kind"] == kind]
     configmaps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
-    pod = deployment["spec"]["template"]["spec"]
+    pod = workload["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
@@ -149,14 +151,18 @@ def as_pod(
         else:
             ref = source["secretKeyRef"]
             env[var["name"]] = (secrets or {})[ref["name"], ref["key"]]
-    (port,) = [p["containerPort"] for p in container["ports"] if p["name"] == "http"]
+    ports = [p["containerPort"] for p in container.get("ports", []) if p["name"] == "http"]
+    probes = {
+        name: container[name]["httpGet"]["path"] if name in container else ""
+        for name in ("livenessProbe", "readinessProbe")
+    }
     return Pod(
         root=root,
         argv=tuple(container["args"]),
         env=env,
-        port=port,
-        liveness=container["livenessProbe"]["httpGet"]["path"],
-        readiness=container["readinessProbe"]["httpGet"]["path"],
+        port=ports[0] if ports else 0,
+        liveness=probes["livenessProbe"],
+        readiness=probes["readinessProbe"],
     )
 
 

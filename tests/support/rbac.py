@@ -58,14 +58,17 @@ _TYPES = {
 }
 
 
-def apply_to(objects: Objects, docs: Iterable[Doc], within: float = 10.0) -> list[Doc]:
+def apply_to(
+    objects: Objects, docs: Iterable[Doc], within: float = 10.0, user: User | None = None
+) -> list[Doc]:
     """Create the chart's ServiceAccount and RBAC objects in ``objects``, as the admin; on a
-    real kube-apiserver, wait until its authorizer allows every grant they render."""
+    real kube-apiserver, wait until its authorizer allows every grant they render to ``user``
+    (the ServiceAccount among ``docs`` unless given: a hook's roles bind the install's)."""
     applied = [d for d in docs if d.get("kind") in _TYPES]
     for doc in applied:
         objects.create(_TYPES[doc["kind"]], doc["metadata"].get("namespace"), doc)
     if isinstance(objects, RealCluster):
-        user = service_account_of(applied)
+        user = user or service_account_of(applied)
         waiting = {(g, name) for g in grants(applied) for name in g.names or ("",)}
         deadline = time.monotonic() + within
         while waiting:

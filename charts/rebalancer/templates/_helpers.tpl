@@ -97,3 +97,19 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/component: gpu-labeler
 {{- end -}}
+
+{{/* The uninstall hook (uninstall.reclaim): its own names and labels, so that the controller's
+Deployment selector never counts its pod among the controller's (the hook waits for those to be
+gone). */}}
+{{- define "rebalancer.uninstall.name" -}}
+{{- printf "%s-uninstall" (include "rebalancer.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "rebalancer.uninstall.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ printf "%s-uninstall" (include "rebalancer.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: uninstall
+{{- end -}}
