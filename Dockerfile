@@ -1,5 +1,7 @@
-# The controller's image: `docker build -t rebalancer:0.1.0 .`, then set the chart's
-# image.repository and image.tag (charts/rebalancer/README.md).
+# The controller's image. Each release tag vX.Y.Z builds it for linux/amd64 and linux/arm64,
+# pushes it to ghcr.io/rebalancer-project/rebalancer:X.Y.Z (the chart's default image) and signs
+# it (.github/workflows/release.yml). Your own build: `docker build -t REGISTRY/rebalancer:X.Y.Z .`,
+# push it, and set the chart's image.repository (charts/rebalancer/README.md, "The image").
 #
 # Two stages: the first installs the package and its dependencies into a virtual environment
 # (every dependency ships wheels, so nothing is compiled); the second is a slim Python with that
@@ -18,7 +20,7 @@ COPY rebalancer ./rebalancer
 COPY strategies ./strategies
 RUN /opt/rebalancer/bin/pip install . \
  && /opt/rebalancer/bin/pip uninstall --yes pip setuptools \
- && /opt/rebalancer/bin/python -c "import rebalancer.cli, strategies"
+ && cd / && /opt/rebalancer/bin/python -c "import rebalancer.cli, strategies"
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="rebalancer" \

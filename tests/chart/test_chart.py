@@ -176,6 +176,7 @@ def test_the_kinds_rendered_by_default(renders: dict[str, list[Doc]]) -> None:
             "Job",  # the uninstall hook, with its Role and RoleBinding
             "NetworkPolicy",
             "PersistentVolumeClaim",
+            "Pod",  # helm test: rebalancer check --online
             "PodDisruptionBudget",
             "Role",
             "Role",

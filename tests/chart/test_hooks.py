@@ -1,6 +1,7 @@
-"""The chart's pre-delete hook, as rendered: what it runs, with which account and grants, and
-that the controller's own selector never counts its pod (the hook waits for those to be gone).
-It is proven on a real kube-apiserver in tests/test_uninstall.py."""
+"""The chart's hooks, as rendered. The pre-delete hook: what it runs, with which account and
+grants, and that the controller's own selector never counts its pod (the hook waits for those
+to be gone); it is proven on a real kube-apiserver in tests/test_uninstall.py. The helm test:
+the online check, with the controller's settings and account."""
 
 from __future__ import annotations
 
@@ -77,3 +78,17 @@ def test_its_audit_records_go_where_it_can_write_them() -> None:
 def test_no_hook_in_a_dry_run_or_when_turned_off() -> None:
     assert render({"config": {"dry_run": True}}, hook="pre-delete") == []
     assert render({"uninstall": {"reclaim": False}}, hook="pre-delete") == []
+
+
+def test_helm_test_runs_the_online_check_with_the_controller_s_settings_and_account() -> None:
+    installed = render()
+    (pod,) = render(hook="test")
+    assert pod["kind"] == "Pod"
+    (check,) = pod["spec"]["containers"]
+    assert check["args"] == ["check", "--online", "--config", "/etc/rebalancer/config.yaml"]
+    deployment = one(installed, "Deployment")["spec"]["template"]
+    assert pod["spec"]["serviceAccountName"] == deployment["spec"]["serviceAccountName"]
+    assert check["image"] == deployment["spec"]["containers"][0]["image"]
+    config = one(installed, "ConfigMap")["metadata"]["name"]
+    assert pod["spec"]["volumes"][0]["configMap"]["name"] == config
+    assert not deployment["metadata"]["labels"].items() <= pod["metadata"]["labels"].items()
