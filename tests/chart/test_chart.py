@@ -340,7 +340,14 @@ def test_a_changed_config_rolls_the_pods() -> None:
 def test_the_network_policy_lets_in_only_the_http_port(renders: dict[str, list[Doc]]) -> None:
     policy = one(renders["defaults"], "NetworkPolicy")["spec"]
     assert policy["policyTypes"] == ["Ingress", "Egress"]
-    assert policy["ingress"] == [{"ports": [{"port": "http", "protocol": "TCP"}]}]
+    # Only from the monitoring namespace: no other pod may post alerts that take nodes back.
+    monitoring = {"kubernetes.io/metadata.name": "monitoring"}
+    assert policy["ingress"] == [
+        {
+            "ports": [{"port": "http", "protocol": "TCP"}],
+            "from": [{"namespaceSelector": {"matchLabels": monitoring}}],
+        }
+    ]
     ports = [p["port"] for rule in policy["egress"] for p in rule["ports"]]
     assert ports == [53, 53, 443, 6443, 9090]
     assert not list(of_kind(renders["minimal"], "NetworkPolicy"))

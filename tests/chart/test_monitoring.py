@@ -42,7 +42,7 @@ from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import PoolName
 from rebalancer.runtime.telemetry import Telemetry
 from tests.support import prometheus as prom
-from tests.support.chart import Doc, of_kind, one, render
+from tests.support.chart import CHART, Doc, of_kind, one, render
 from tests.support.factories import T0
 from tests.support.postgres import PostgresServer, postgres_server
 
@@ -179,7 +179,10 @@ def test_runbook_anchors_exist() -> None:
     }
     for name, r in rules().items():
         base, _, anchor = r["annotations"]["runbook_url"].partition("#")
-        assert base == "docs/design/monitoring.md"
+        # Absolute, at the release's own version of the doc: a link that works from an alert.
+        version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+        site = "https://github.com/rebalancer-project/rebalancer/blob"
+        assert base == f"{site}/v{version}/docs/design/monitoring.md"
         assert anchor in anchors, f"{name}: no section #{anchor} in docs/design/monitoring.md"
 
 
@@ -1387,3 +1390,23 @@ def test_sql_macros_are_expanded_or_refused() -> None:
     )
     with pytest.raises(AssertionError, match="does not expand"):
         grafana_sql("WHERE $__unixEpochFilter(t)", T0, T0, [])
+
+
+@pytest.mark.parametrize("kind", ["ServiceMonitor", "PrometheusRule"])
+def test_a_kind_the_cluster_has_no_crd_for_is_refused_naming_the_value(kind: str) -> None:
+    """Helm's engine here knows no cluster, so it serves neither kind: as an install on a
+    cluster without the Prometheus Operator would find."""
+    value = "serviceMonitor" if kind == "ServiceMonitor" else "prometheusRule"
+    monitoring = {
+        "crdCheck": True,
+        "serviceMonitor": {"enabled": kind == "ServiceMonitor"},
+        "prometheusRule": {"enabled": kind == "PrometheusRule"},
+    }
+    with pytest.raises(helm_python.HelmError) as caught:
+        render({"monitoring": monitoring})
+    said = str(caught.value)
+    assert (
+        f"monitoring.{value}.enabled: this cluster serves no monitoring.coreos.com/v1 {kind}"
+        in said
+    )
+    assert f"--api-versions monitoring.coreos.com/v1/{kind}" in said

@@ -26,11 +26,14 @@ POOL: dict[str, Any] = {"name": "l20", "node_selector": {"gpu": "l20"}, "rps_per
 
 
 def with_a_pool(values: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``values``, with ``POOL`` as ``config.pools`` when they name none."""
+    """``values``, with ``POOL`` as ``config.pools`` when they name none, and the monitoring
+    CRD check off unless they set it: Helm's engine here renders without a cluster, whose API
+    versions it cannot know (tests/chart/test_monitoring.py checks the check)."""
     given = dict(values or {})
     config = dict(given.get("config") or {})
     config.setdefault("pools", [POOL])
-    return {**given, "config": config}
+    monitoring = {"crdCheck": False, **(given.get("monitoring") or {})}
+    return {**given, "config": config, "monitoring": monitoring}
 
 
 def rendered(

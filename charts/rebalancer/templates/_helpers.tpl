@@ -113,3 +113,16 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/component: uninstall
 {{- end -}}
+
+{{/* A prometheus-operator kind this cluster must serve before the chart renders one: a missing
+CRD is a refusal naming the value, not a failed install halfway. Rendering without a cluster
+(helm template), pass the cluster's API versions (--api-versions monitoring.coreos.com/v1/KIND,
+as Argo CD does) or set monitoring.crdCheck=false. */}}
+{{- define "rebalancer.requireCRD" -}}
+{{- $ctx := index . 0 -}}
+{{- $kind := index . 1 -}}
+{{- $value := index . 2 -}}
+{{- if and $ctx.Values.monitoring.crdCheck (not ($ctx.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" $kind))) -}}
+{{- fail (printf "%s: this cluster serves no monitoring.coreos.com/v1 %s; install the Prometheus Operator's CRDs (kube-prometheus-stack) first, or set %s=false. Rendering offline: --api-versions monitoring.coreos.com/v1/%s, or monitoring.crdCheck=false" $value $kind $value $kind) -}}
+{{- end -}}
+{{- end -}}
