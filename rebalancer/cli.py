@@ -64,6 +64,13 @@ def _reported(call: Callable[[], int]) -> int:
             print(f"rebalancer: strategy {exc.strategy!r}: {problem}", file=sys.stderr)
     except RebalancerError as exc:
         print(f"rebalancer: {exc}", file=sys.stderr)
+    except BrokenPipeError:
+        # The reader went (``rebalancer audit | head``): nothing more to say, to anyone. Python
+        # would report the pipe again when it flushes stdout at exit; point it at nothing.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return EXIT_USAGE
 
 
@@ -181,8 +188,9 @@ def _check_command(commands: Any) -> None:
         "per pool: the nodes its selector finds and whether they carry its serving taints, "
         "whether a pending pod tolerates its lent taints, each query asked of Prometheus, and "
         "what the first tick would do; nothing is written. One line per finding, LEVEL FIELD: "
-        "MESSAGE. Exits 0 when nothing fails (warnings allowed), 1 when something does, 2 "
-        "when the check could not run (a bad flag, no file, a cluster that cannot be read).",
+        "MESSAGE. Exits 0 when nothing fails (warnings allowed), 1 when something does (a file "
+        "that cannot be read too), 2 when the check could not run (a bad flag, a cluster that "
+        "cannot be read).",
     )
     check.add_argument("--online", action="store_true", help="also ask the cluster and Prometheus")
     check.add_argument(

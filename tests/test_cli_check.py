@@ -161,3 +161,21 @@ def test_online_is_not_tried_when_the_file_fails(
     args = ["check", "--online", "--config", str(path), "--kubeconfig", str(tmp_path / "none")]
     assert cli.main(args) == 1
     assert capsys.readouterr().out.startswith("fail pools: none")
+
+
+def test_a_reader_that_goes_away_is_no_error(tmp_path: Path) -> None:
+    """``rebalancer check ... | head -1``: the pipe closes early; no traceback, exit 0."""
+    import subprocess
+    import sys
+
+    example = ROOT / "examples" / "config.yaml"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rebalancer", "check", "--config", str(example), "-o", "yaml"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()  # before the command writes a byte
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    assert b"Traceback" not in err
