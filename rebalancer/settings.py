@@ -50,6 +50,7 @@ from pydantic_settings import (
 )
 
 from rebalancer import errors
+from rebalancer.adapters import presets
 from rebalancer.core import alerts, audit, clocks, model, nodepools, nodestate, windows
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.errors import ConfigError
@@ -57,6 +58,7 @@ from strategies import registry
 
 if TYPE_CHECKING:
     from rebalancer.adapters import leadership, metrics
+    from rebalancer.adapters.metrics import Queries  # in PoolSettings, ``metrics`` is a field
     from strategies.base import Strategy
 
 ENV_PREFIX = "REBALANCER_"
@@ -65,31 +67,8 @@ CONFIG_ENV = ENV_PREFIX + "CONFIG"  # the config file's path, when --config is n
 # loading the settings does not load SQLAlchemy.
 DEFAULT_AUDIT_URL = "sqlite+aiosqlite:///rebalancer-audit.sqlite3"
 
-# The vLLM queries of rebalancer.adapters.metrics (a test holds them equal). Written out here so
-# that the settings, and docs/configuration.md, show the PromQL an operator would change.
-_VLLM_DEMAND_VALUE = (
-    "sum((((rate(vllm:request_success_total[5m]) and vllm:request_success_total offset 5m)"
-    " or (deriv(vllm:request_success_total[5m]) and resets(vllm:request_success_total[5m]) == 0)"
-    " or rate(vllm:request_success_total[5m]))"
-    " and vllm:request_success_total)"
-    " * on (namespace, pod) group_left (node) $scope)"
-)
-_VLLM_DEMAND_SAMPLED = "timestamp(vllm:request_success_total) and on (namespace, pod) $scope"
-_VLLM_QUEUE_VALUE = "sum(vllm:num_requests_waiting * on (namespace, pod) group_left (node) $scope)"
-_VLLM_QUEUE_SAMPLED = "timestamp(vllm:num_requests_waiting) and on (namespace, pod) $scope"
-_VLLM_RUNNING_VALUE = (
-    "sum(vllm:num_requests_running * on (namespace, pod) group_left (node) $scope)"
-)
-_VLLM_RUNNING_SAMPLED = "timestamp(vllm:num_requests_running) and on (namespace, pod) $scope"
-_VLLM_HISTORY = (
-    "sum((((rate(vllm:request_success_total[$window])"
-    " and vllm:request_success_total offset $window)"
-    " or (deriv(vllm:request_success_total[$window])"
-    " and resets(vllm:request_success_total[$window]) == 0)"
-    " or rate(vllm:request_success_total[$window]))"
-    " and vllm:request_success_total)"
-    " * on (namespace, pod) group_left (node) $scope)"
-)
+# The default server: its templates are the defaults of ``MetricsSettings`` (and the adapter's).
+_VLLM = presets.preset(presets.Engine.VLLM)
 _DEFAULT_SCOPE = 'max by (namespace, pod, node) (kube_pod_info{node=~"$nodes"})'
 
 _NAME_PATTERN = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a DNS label
@@ -279,29 +258,76 @@ class MetricQuerySettings(_Model):
         return metrics.MetricQuery(value=self.value, sampled=self.sampled)
 
 
-class MetricsSettings(_Model):
-    """A pool's PromQL. The defaults read vLLM's metrics (``rebalancer.adapters.metrics``)."""
+def _gauge_query(gauge: presets.Gauge) -> MetricQuerySettings:
+    """A preset's gauge summed over the pool's pods, sampled by its scrape times."""
+    return MetricQuerySettings(value=presets.pooled(gauge), sampled=presets.sampled(gauge.selector))
 
-    demand: MetricQuerySettings = MetricQuerySettings(
-        value=_VLLM_DEMAND_VALUE, sampled=_VLLM_DEMAND_SAMPLED
-    )
-    queue: MetricQuerySettings = MetricQuerySettings(
-        value=_VLLM_QUEUE_VALUE, sampled=_VLLM_QUEUE_SAMPLED
-    )
-    running: MetricQuerySettings | None = MetricQuerySettings(
-        value=_VLLM_RUNNING_VALUE, sampled=_VLLM_RUNNING_SAMPLED
+
+class CapacitySettings(_Model):
+    """What one warm node of the pool serves at the latency target, and what that is counted
+    in. The pool's demand is read in the same unit (``metrics``), so that the two compare;
+    ``rebalancer capacity`` measures ``per_node`` from the pool's history (docs/capacity.md)."""
+
+    unit: model.Unit
+    per_node: float = Field(gt=0, allow_inf_nan=False)
+
+
+class MetricsSettings(_Model):
+    """A pool's PromQL: a server's preset (``rebalancer.adapters.presets``; vLLM unless told
+    otherwise), any template of which may be written out instead.
+
+    ``demand``, ``history`` and ``node_served`` depend on the pool's unit (``capacity.unit``):
+    left out (None) they are the preset's for it, resolved by the methods that take the unit.
+    ``queue``, ``running`` and ``node_saturated`` depend on the server only: left out, they are
+    filled in from the preset as the settings are read (``running: null`` turns it off).
+    """
+
+    preset: presets.Engine = presets.Engine.VLLM
+    demand: MetricQuerySettings | None = None
+    queue: MetricQuerySettings = _gauge_query(_VLLM.waiting)
+    running: MetricQuerySettings | None = (
+        None if _VLLM.running is None else _gauge_query(_VLLM.running)
     )
     gpu_busy: MetricQuerySettings | None = None
-    history: str = Field(default=_VLLM_HISTORY, min_length=1)
+    history: str | None = Field(default=None, min_length=1)
+    # For ``rebalancer capacity``, per node (one series per ``node`` label) over ``$window``:
+    # what it served in the pool's unit, and above zero when it was full all through.
+    node_served: str | None = Field(default=None, min_length=1)
+    node_saturated: str = Field(default=presets.node_saturated(_VLLM), min_length=1)
     scope: str = Field(default=_DEFAULT_SCOPE, min_length=1)
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _from_the_preset(cls, data: Any) -> Any:
+        """The server's own ``queue``, ``running`` and ``node_saturated`` where not given. A
+        preset that is no preset is left to the field to refuse."""
+        if not isinstance(data, Mapping):
+            return data
+        try:
+            preset = presets.preset(data.get("preset", presets.Engine.VLLM))
+        except (ValueError, TypeError):
+            return data
+        filled = dict(data)
+        filled.setdefault("queue", _gauge_query(preset.waiting))
+        filled.setdefault(
+            "running", None if preset.running is None else _gauge_query(preset.running)
+        )
+        filled.setdefault("node_saturated", presets.node_saturated(preset))
+        return filled
+
+    @property
+    def server(self) -> presets.Preset:
+        return presets.preset(self.preset)
 
     def template_problems(self) -> list[tuple[str, str, str]]:
         """``(field, template, why)`` for each template ``metrics.render`` could not fill in.
 
         Checked when the settings are read, so that a typo in a placeholder stops the start
         instead of failing the pool's query on every tick."""
-        templates: list[tuple[str, str, tuple[str, ...]]] = [
+        templates: list[tuple[str, str | None, tuple[str, ...]]] = [
             ("history", self.history, _HISTORY_PLACEHOLDERS),
+            ("node_served", self.node_served, _HISTORY_PLACEHOLDERS),
+            ("node_saturated", self.node_saturated, _HISTORY_PLACEHOLDERS),
             ("scope", self.scope, _SCOPE_PLACEHOLDERS),
         ]
         for name in ("demand", "queue", "running", "gpu_busy"):
@@ -309,25 +335,63 @@ class MetricsSettings(_Model):
             if query is not None:
                 templates.append((f"{name}.value", query.value, _QUERY_PLACEHOLDERS))
                 templates.append((f"{name}.sampled", query.sampled, _QUERY_PLACEHOLDERS))
-        found = ((f, t, _template_problem(t, allowed)) for f, t, allowed in templates)
+        found = (
+            (f, t, _template_problem(t, allowed)) for f, t, allowed in templates if t is not None
+        )
         return [(f, t, why) for f, t, why in found if why is not None]
 
-    def queries(self) -> metrics.Queries:
+    def unit_problem(self, unit: model.Unit) -> str | None:
+        """Why the pool's demand cannot be read in ``unit``: the preset has no reading in it
+        and ``demand`` or ``history`` is not written out; None when it can."""
+        left_out = [name for name in ("demand", "history") if getattr(self, name) is None]
+        if not left_out or unit in self.server.readings:
+            return None
+        why = self.server.missing.get(unit)
+        units = ", ".join(u.value for u in self.server.readings)
+        return (
+            f"has no {unit.value} query ({why or 'none known'}); write "
+            f"metrics.{' and metrics.'.join(left_out)} yourself, or choose a capacity.unit it "
+            f"has: {units}"
+        )
+
+    def queries(self, unit: model.Unit = model.Unit.REQUESTS_PER_SECOND) -> metrics.Queries:
+        """The adapter's queries, demand and history in ``unit``."""
         from rebalancer.adapters import metrics
 
+        server = self.server
+        demand = self.demand
+        if demand is None:
+            demand = MetricQuerySettings(
+                value=presets.demand_value(server, unit),
+                sampled=presets.demand_sampled(server, unit),
+            )
         return metrics.Queries(
-            demand=self.demand.query(),
+            demand=demand.query(),
             queue=self.queue.query(),
             running=None if self.running is None else self.running.query(),
             gpu_busy=None if self.gpu_busy is None else self.gpu_busy.query(),
-            history=self.history,
+            history=self.history or presets.history(server, unit),
             scope=self.scope,
         )
 
+    def node_queries(self, unit: model.Unit) -> tuple[str, str] | str:
+        """``(node_served, node_saturated)`` in ``unit``, for measuring a node's capacity; or
+        why there is none (the preset has no reading in the unit, and ``node_served`` is not
+        written out)."""
+        if self.node_served is not None:
+            return self.node_served, self.node_saturated
+        if unit not in self.server.readings:
+            why = self.server.missing.get(unit, "none known")
+            return (
+                f"metrics.node_served: preset {self.preset.value} has no {unit.value} "
+                f"query ({why}); write metrics.node_served yourself"
+            )
+        return presets.node_served(self.server, unit), self.node_saturated
+
 
 # What ``rebalancer.adapters.metrics.render`` fills in (a test holds them equal): ``$scope``,
-# ``$nodes`` and ``$pool`` in a query, ``$window`` too in ``history``; ``scope`` itself is filled
-# in with ``$nodes`` and ``$pool``.
+# ``$nodes`` and ``$pool`` in a query, ``$window`` too in ``history``, ``node_served`` and
+# ``node_saturated``; ``scope`` itself is filled in with ``$nodes`` and ``$pool``.
 _QUERY_PLACEHOLDERS = ("scope", "nodes", "pool")
 _HISTORY_PLACEHOLDERS = (*_QUERY_PLACEHOLDERS, "window")
 _SCOPE_PLACEHOLDERS = ("nodes", "pool")
@@ -526,6 +590,12 @@ def _no_budget_word(schema: dict[str, Any]) -> None:
 
 
 class PoolSettings(_Model):
+    # The chart's schema says what ``_one_capacity`` says: one of the two, not both. (Merged
+    # with ``_Model``'s: unknown keys are still errors, values still immutable.)
+    model_config = ConfigDict(
+        json_schema_extra={"oneOf": [{"required": ["capacity"]}, {"required": ["rps_per_node"]}]}
+    )
+
     name: str = Field(min_length=1, max_length=63, json_schema_extra={"pattern": _NAME_PATTERN})
     node_selector: dict[str, str] = Field(json_schema_extra={"minProperties": 1})
     serving_taints: tuple[TaintSettings, ...] = Field(default_factory=_default_serving_taints)
@@ -543,7 +613,15 @@ class PoolSettings(_Model):
     strategy: StrategySettings = StrategySettings()
     paused: bool = False  # no lending; the reclaims that keep inference served still happen
     frozen: bool = False  # nothing moves at all, not even safety reclaims (alerted under pressure)
-    rps_per_node: float = Field(gt=0, allow_inf_nan=False)
+    # ``rps_per_node: X`` is ``capacity: {unit: requests_per_second, per_node: X}`` said the
+    # way settings said it before there were units; it loads as that and is never written
+    # back (a dump has ``capacity``). Read ``per_node`` (or ``rps_per_node``, below).
+    given_rps_per_node: float | None = Field(
+        default=None, alias="rps_per_node", gt=0, allow_inf_nan=False, exclude=True
+    )
+    # Required, or ``rps_per_node`` in its place: validated when left out too, so that the
+    # field says which one to give (``_one_capacity``).
+    capacity: CapacitySettings | None = Field(default=None, validate_default=True)
     limits: LimitSettings = LimitSettings()
     metrics: MetricsSettings = MetricsSettings()
     # The error budget (DEFAULT_SLO unless given); None, written ``slo: none``: no budget, the
@@ -579,6 +657,48 @@ class PoolSettings(_Model):
             )
         return value
 
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _rps_per_node_as_capacity(cls, data: Any) -> Any:
+        """``rps_per_node: X`` alone, a number > 0, becomes the ``capacity`` it stands for, so
+        that a pool reads the same whichever way it was written (and its dump, which has
+        ``capacity``, loads back equal). Anything else is left to the fields: a bad value is
+        refused under its own name, both together by ``_one_capacity``."""
+        if not isinstance(data, Mapping) or "capacity" in data:
+            return data
+        rps = data.get("rps_per_node")
+        if isinstance(rps, bool) or not isinstance(rps, int | float):
+            return data
+        if not (math.isfinite(rps) and rps > 0):
+            return data
+        rest = {k: v for k, v in data.items() if k != "rps_per_node"}
+        return {**rest, "capacity": {"unit": model.Unit.REQUESTS_PER_SECOND, "per_node": rps}}
+
+    @pydantic.field_validator("capacity")
+    @classmethod
+    def _one_capacity(
+        cls, value: CapacitySettings | None, info: pydantic.ValidationInfo
+    ) -> CapacitySettings:
+        rps = info.data.get("given_rps_per_node")  # absent when refused: its own line says why
+        if value is not None and rps is not None:
+            raise PydanticCustomError(
+                "capacity",
+                "give capacity or rps_per_node, not both; rps_per_node: {rps} is capacity: "
+                "{unit: requests_per_second, per_node: {rps}}",
+                {"rps": f"{rps:g}"},
+            )
+        if value is not None:
+            return value
+        if rps is not None:
+            return CapacitySettings(unit=model.Unit.REQUESTS_PER_SECOND, per_node=rps)
+        raise PydanticCustomError(
+            "capacity_missing",
+            "is required: what one warm node serves and in what unit, e.g. {unit: "
+            "tokens_per_second, per_node: 2500} (units: {units}); rps_per_node: X is short "
+            "for {unit: requests_per_second, per_node: X}",
+            {"units": ", ".join(model.Unit)},
+        )
+
     @pydantic.field_validator("metrics")
     @classmethod
     def _templates_fill_in(
@@ -587,6 +707,10 @@ class PoolSettings(_Model):
         name = info.data.get("name")  # absent when the name itself was refused
         pool = f"pool {name!r}: " if name else ""
         lines = [f"{f}={errors.shown(t)}: {pool}{why}" for f, t, why in value.template_problems()]
+        capacity = info.data.get("capacity")  # absent when refused: its own line says why
+        unit_problem = None if capacity is None else value.unit_problem(capacity.unit)
+        if unit_problem is not None:
+            lines.append(f"preset={value.preset.value!r}: {pool}{unit_problem}")
         if lines:
             # One line per template; ``_lines`` puts each under ``.metrics``.
             raise PydanticCustomError(
@@ -609,6 +733,31 @@ class PoolSettings(_Model):
         return value
 
     # -- builders ------------------------------------------------------------------------------
+
+    @property
+    def unit(self) -> model.Unit:
+        """What the pool's demand and ``per_node`` are counted in."""
+        return self._capacity.unit
+
+    @property
+    def per_node(self) -> float:
+        """What one warm node serves at the latency target, in ``unit``."""
+        return self._capacity.per_node
+
+    @property
+    def rps_per_node(self) -> float:
+        """``per_node`` by the name it had when demand was always requests per second (the
+        simulator, and ``core.policy.PoolPolicy``, still call it that): in ``unit``."""
+        return self._capacity.per_node
+
+    @property
+    def _capacity(self) -> CapacitySettings:
+        assert self.capacity is not None, "validated at load: given, or made of rps_per_node"
+        return self.capacity
+
+    def queries(self) -> Queries:
+        """The metrics adapter's queries for this pool: demand and history in its unit."""
+        return self.metrics.queries(self.unit)
 
     def parsed_window(self) -> windows.Window:
         parsed = windows.parse(self.window, self.zone)
@@ -638,7 +787,8 @@ class PoolSettings(_Model):
     def policy(self, keys: nodestate.Keys) -> PoolPolicy:
         lim = self.limits
         return PoolPolicy(
-            rps_per_node=self.rps_per_node,
+            rps_per_node=self.per_node,
+            unit=self.unit,
             min_serving=lim.min_serving,
             headroom=lim.headroom,
             max_lent_fraction=lim.max_lent_fraction,
@@ -859,7 +1009,7 @@ class Settings(_Model):
             backoff=p.backoff.total_seconds(),
             lookback=p.lookback,
             resolution=p.resolution,
-            queries=(pool.metrics if pool is not None else MetricsSettings()).queries(),
+            queries=pool.queries() if pool is not None else MetricsSettings().queries(),
         )
 
 
@@ -1089,6 +1239,11 @@ def _model_at(loc: Sequence[int | str]) -> type[BaseModel] | None:
     return current if isinstance(current, type) and issubclass(current, BaseModel) else None
 
 
+def _known(holder: type[BaseModel]) -> str:
+    """The keys a settings block takes, as they are written (an alias, where a field has one)."""
+    return ", ".join(field.alias or name for name, field in holder.model_fields.items())
+
+
 def _model_in(annotation: Any) -> Any:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
@@ -1101,11 +1256,15 @@ def _model_in(annotation: Any) -> Any:
 
 def _lines(exc: pydantic.ValidationError) -> list[str]:
     lines: list[str] = []
-    for error in exc.errors(include_url=False):
+    found = exc.errors(include_url=False)
+    refused = {tuple(error["loc"]) for error in found}
+    for error in found:
         loc = list(error["loc"])
         kind = error["type"]
         value = error.get("input")
         ctx = error.get("ctx") or {}
+        if kind == "capacity_missing" and (*loc[:-1], "rps_per_node") in refused:
+            continue  # rps_per_node was given, and its own line says what is wrong with it
         if kind == "strategy_params":
             base = _path(loc)
             lines.extend(f"{base}.params.{problem}" for problem in ctx.get("lines", ()))
@@ -1116,13 +1275,13 @@ def _lines(exc: pydantic.ValidationError) -> list[str]:
             continue
         path = _path(loc)
         given = errors.shown(value)
-        if kind == "timings":
+        if kind in ("timings", "capacity_missing"):
             lines.append(f"{path}: {error['msg']}")
         elif kind == "missing":
             lines.append(f"{path}: is required")
         elif kind == "extra_forbidden":
             holder = _model_at(loc[:-1])
-            known = ", ".join(holder.model_fields) if holder is not None else ""
+            known = _known(holder) if holder is not None else ""
             lines.append(
                 f"{path}={given}: unknown setting" + (f"; known: {known}" if known else "")
             )

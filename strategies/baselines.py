@@ -81,6 +81,6 @@ class Reactive:
         need = pool.need(pool.demand.value)
         return model.Proposal(
             max(0, pool.size - need),
-            f"reactive: {pool.demand.value:.1f} rps needs {need} nodes",
+            f"reactive: {pool.demand.value:.1f} {pool.unit.symbol} needs {need} nodes",
             {"demand_rps": pool.demand.value, "need": need},
         )

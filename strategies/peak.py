@@ -53,7 +53,7 @@ class Peak:
         keep = pool.need(top * (1.0 + margin))
         return model.Proposal(
             max(0, pool.size - keep),
-            f"peak: {top:.1f} rps at most over {self.params.window_minutes} min, "
+            f"peak: {top:.1f} {pool.unit.symbol} at most over {self.params.window_minutes} min, "
             f"+{margin:.0%}, keeps {keep}",
             {"peak_rps": top, "keep": keep, "margin": margin},
         )

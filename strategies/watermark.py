@@ -58,8 +58,9 @@ class Watermark:
             keep = self._serving_for(demand, pool)
             why = f"utilisation {utilisation:.2f} > {p.high}"
             if queue > p.queue_high:
-                # Demand understates the need while requests wait: add nodes for the backlog.
-                backlog = max(1, math.ceil(queue / (pool.rps_per_node * 60)))
+                # Demand understates the need while requests wait: add nodes for the backlog
+                # (one, in a unit a waiting request has no size in).
+                backlog = pool.unit.backlog_nodes(queue, pool.rps_per_node) or 1
                 keep = max(keep, serving + backlog)
                 why = f"queue {queue:.0f} > {p.queue_high:.0f}"
             return model.Proposal(max(0, min(pool.lent, pool.size - keep)), why, evidence)

@@ -100,7 +100,8 @@ async def test_online_says_what_the_cluster_and_prometheus_make_of_each_pool(
         setup(tmp_path, on_request=seen.append) as box,
     ):
         config = yaml.safe_load(box.config.read_text())
-        config["prometheus"] = {"url": prom}
+        # A 1 s grid for the last sample: the series are seconds old (as in test_end_to_end).
+        config["prometheus"] = {"url": prom, "lookback": "1m", "resolution": "1s"}
         missing = {"name": "missing", "node_selector": {"gpu-pool": "none"}, "rps_per_node": 1}
         config["pools"].append(missing)
         box.config.write_text(yaml.safe_dump(config))

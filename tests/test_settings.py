@@ -228,9 +228,74 @@ BAD: list[tuple[str, object, str]] = [
         "pools[0].rps_per_node=0: Input should be greater than 0",
     ),
     (
-        "missing rps per node",
+        "no capacity",
         {"pools": [{"name": "l20", "node_selector": {"gpu": "l20"}}]},
-        "pools[0].rps_per_node: is required",
+        "pools[0].capacity: is required: what one warm node serves and in what unit, e.g. "
+        "{unit: tokens_per_second, per_node: 2500} (units: requests_per_second, "
+        "tokens_per_second, concurrent_sequences); rps_per_node: X is short for "
+        "{unit: requests_per_second, per_node: X}",
+    ),
+    (
+        "both capacity and rps per node",
+        pool(capacity={"unit": "tokens_per_second", "per_node": 900}),
+        # (the file is written with its keys sorted)
+        "pools[0].capacity={'per_node': 900, 'unit': 'tokens_per_second'}: give capacity or "
+        "rps_per_node, not both; rps_per_node: 10 is capacity: {unit: requests_per_second, "
+        "per_node: 10}",
+    ),
+    (
+        "a capacity unit that is none",
+        {
+            "pools": [
+                {
+                    "name": "l20",
+                    "node_selector": {"gpu": "l20"},
+                    "capacity": {"unit": "tokens", "per_node": 900},
+                }
+            ]
+        },
+        "pools[0].capacity.unit='tokens': Input should be 'requests_per_second', "
+        "'tokens_per_second' or 'concurrent_sequences'",
+    ),
+    (
+        "a bad rps per node is refused under its own name",
+        pool(rps_per_node=0),
+        "pools[0].rps_per_node=0: Input should be greater than 0",
+    ),
+    (
+        "a capacity of nothing per node",
+        {
+            "pools": [
+                {
+                    "name": "l20",
+                    "node_selector": {"gpu": "l20"},
+                    "capacity": {"unit": "concurrent_sequences", "per_node": 0},
+                }
+            ]
+        },
+        "pools[0].capacity.per_node=0: Input should be greater than 0",
+    ),
+    (
+        "a preset that is none",
+        pool(metrics={"preset": "ollama"}),
+        "pools[0].metrics.preset='ollama': Input should be 'vllm', 'sglang', 'tgi' or 'triton'",
+    ),
+    (
+        "a preset without the pool's unit",
+        {
+            "pools": [
+                {
+                    "name": "l20",
+                    "node_selector": {"gpu": "l20"},
+                    "capacity": {"unit": "tokens_per_second", "per_node": 900},
+                    "metrics": {"preset": "triton"},
+                }
+            ]
+        },
+        "pools[0].metrics.preset='triton': pool 'l20': has no tokens_per_second query "
+        "(Triton's own metrics count requests, not tokens; a TensorRT-LLM backend's token "
+        "metrics differ from version to version); write metrics.demand and metrics.history "
+        "yourself, or choose a capacity.unit it has: requests_per_second, concurrent_sequences",
     ),
     (
         "empty node selector",
@@ -269,7 +334,8 @@ BAD: list[tuple[str, object, str]] = [
         pool(lend="never"),
         "pools[0].lend='never': unknown setting; known: name, node_selector, serving_taints, "
         "serving_labels, lent_taints, lent_labels, inference_selector, lend_only_to_takers, "
-        "zone, window, strategy, paused, frozen, rps_per_node, limits, metrics, slo, wake_on",
+        "zone, window, strategy, paused, frozen, rps_per_node, capacity, limits, metrics, slo, "
+        "wake_on",
     ),
     (
         "slo with both figures",
@@ -732,8 +798,148 @@ def test_lent_taint_follows_the_key_prefix() -> None:
     )
 
 
-def test_metric_defaults_are_the_adapters() -> None:
-    assert settings.MetricsSettings().queries() == metrics.Queries()
+def test_the_default_pool_reads_vllm_in_requests_per_second_with_the_documented_promql() -> None:
+    # The expression docs/design/metrics.md explains and tests/adapters/test_metrics.py holds
+    # against a real Prometheus; the presets compose it, so it is written out here once.
+    counter = "vllm:request_success_total"
+    documented = (
+        f"sum((((rate({counter}[5m]) and {counter} offset 5m) or (deriv({counter}[5m]) and "
+        f"resets({counter}[5m]) == 0) or rate({counter}[5m])) and {counter}) * on (namespace, "
+        "pod) group_left (node) $scope)"
+    )
+    (p,) = settings.Settings.model_validate(pool()).pools
+    queries = p.queries()
+    assert queries.demand.value == documented
+    assert queries.history == documented.replace("5m", "$window")
+    assert queries == metrics.Queries() == settings.MetricsSettings().queries()
+
+
+# ---------------------------------------------------------------------------------------------
+# Capacity in the pool's unit, and the servers' presets
+
+
+def test_rps_per_node_is_a_capacity_in_requests_per_second() -> None:
+    old = settings.Settings.model_validate(pool(rps_per_node=12.5)).pools[0]
+    new = settings.Settings.model_validate(
+        {
+            "pools": [
+                {
+                    "name": "l20",
+                    "node_selector": {"gpu": "l20"},
+                    "capacity": {"unit": "requests_per_second", "per_node": 12.5},
+                }
+            ]
+        }
+    ).pools[0]
+    assert old == new
+    assert old.capacity == settings.CapacitySettings(
+        unit=model.Unit.REQUESTS_PER_SECOND, per_node=12.5
+    )
+    # What the simulator reads, by the old name and the new.
+    assert (old.unit, old.per_node, old.rps_per_node) == (
+        model.Unit.REQUESTS_PER_SECOND,
+        12.5,
+        12.5,
+    )
+    # A dump says capacity only, and loads back the same.
+    dumped = old.model_dump()
+    assert "rps_per_node" not in dumped
+    assert "given_rps_per_node" not in dumped
+    assert settings.PoolSettings.model_validate(dumped) == old
+
+
+@pytest.mark.parametrize(
+    ("unit", "counted"),
+    [
+        ("tokens_per_second", "vllm:generation_tokens_total"),
+        ("concurrent_sequences", "vllm:num_requests_running + vllm:num_requests_waiting"),
+    ],
+)
+def test_the_unit_picks_the_demand_query_and_the_policy_counts_in_it(
+    unit: str, counted: str
+) -> None:
+    s = settings.Settings.model_validate(
+        {
+            "pools": [
+                {
+                    "name": "l20",
+                    "node_selector": {"gpu": "l20"},
+                    "capacity": {"unit": unit, "per_node": 2400},
+                }
+            ]
+        }
+    )
+    (p,) = s.pools
+    queries = s.metrics_settings(p).queries
+    assert counted in queries.demand.value
+    assert counted.split(" ", maxsplit=1)[0] in queries.history
+    assert "vllm:request_success_total" not in queries.demand.value + queries.history
+    assert queries.queue == metrics.VLLM_QUEUE  # requests waiting, whatever the unit
+    policy = p.policy(s.keys())
+    assert (policy.unit, policy.rps_per_node) == (model.Unit(unit), 2400.0)
+    assert p.rps_per_node == 2400.0  # in the pool's unit: the simulator's figure
+
+
+@pytest.mark.parametrize(
+    ("preset", "waiting", "running"),
+    [
+        ("vllm", "vllm:num_requests_waiting", "vllm:num_requests_running"),
+        ("sglang", "sglang:num_queue_reqs", "sglang:num_running_reqs"),
+        ("tgi", "tgi_queue_size", "tgi_batch_current_size"),
+        ("triton", "nv_inference_pending_request_count", None),
+    ],
+)
+def test_a_preset_brings_its_servers_queue_running_and_full_signal(
+    preset: str, waiting: str, running: str | None
+) -> None:
+    (p,) = settings.Settings.model_validate(pool(metrics={"preset": preset})).pools
+    m = p.metrics
+    assert m.preset == preset
+    assert m.queue.value == f"sum({waiting} * on (namespace, pod) group_left (node) $scope)" or (
+        m.queue.value.startswith("sum(max without (tp_rank)")  # SGLang's ranks, folded
+    )
+    assert waiting in m.queue.value
+    assert m.queue.sampled == f"timestamp({waiting}) and on (namespace, pod) $scope"
+    if running is None:
+        assert m.running is None
+    else:
+        assert m.running is not None
+        assert running in m.running.value
+    assert m.node_saturated.startswith("min by (node) (")
+    assert f"min_over_time({waiting}[$window])" in m.node_saturated
+
+
+def test_a_template_written_out_replaces_the_presets_and_running_null_stays_off() -> None:
+    own = {"value": "sum(my_demand)", "sampled": "timestamp(my_demand)"}
+    (p,) = settings.Settings.model_validate(
+        pool(metrics={"preset": "tgi", "demand": own, "running": None})
+    ).pools
+    queries = p.queries()
+    assert queries.demand == metrics.MetricQuery("sum(my_demand)", "timestamp(my_demand)")
+    assert queries.running is None
+    assert "tgi_queue_size" in queries.queue.value
+    assert "tgi_request_success" in queries.history  # not written out: the preset's
+
+
+def test_a_preset_without_the_unit_is_accepted_when_demand_and_history_are_written_out() -> None:
+    doc = {
+        "name": "triton",
+        "node_selector": {"gpu": "h100"},
+        "capacity": {"unit": "tokens_per_second", "per_node": 5000},
+        "metrics": {
+            "preset": "triton",
+            "demand": {"value": "sum(tok)", "sampled": "timestamp(tok)"},
+            "history": "sum(rate(tok[$window]))",
+        },
+    }
+    (p,) = settings.Settings.model_validate({"pools": [doc]}).pools
+    assert p.queries().history == "sum(rate(tok[$window]))"
+    # Measuring it needs node_served written out too.
+    assert p.metrics.node_queries(p.unit) == (
+        "metrics.node_served: preset triton has no tokens_per_second query (Triton's own "
+        "metrics count requests, not tokens; a TensorRT-LLM backend's token metrics differ "
+        "from version to version); write metrics.node_served yourself"
+    )
 
 
 def test_the_placeholders_a_template_may_use_are_those_render_fills_in() -> None:

@@ -1,4 +1,5 @@
-"""Per-pool load from Prometheus: demand (rps), queue depth, running requests, GPU busy per node.
+"""Per-pool load from Prometheus: demand (in the pool's unit), queue depth, running requests, GPU
+busy per node; and a pool's nodes, one by one, over a span of history (``read_by_node``).
 
 Where it sits: each tick the runtime calls ``Metrics.read(pool, nodes)`` and puts the answer's
 ``demand`` and ``queue`` into the pool's ``core.model.PoolSnapshot``; the demand history of the
@@ -68,6 +69,7 @@ from tenacity import (
 )
 from urllib3.util.retry import Retry
 
+from rebalancer.adapters import presets
 from rebalancer.core import clocks
 from rebalancer.core.model import (
     Clock,
@@ -78,6 +80,7 @@ from rebalancer.core.model import (
     PoolMetrics,
     PoolName,
     Sample,
+    Unit,
 )
 
 T = TypeVar("T")
@@ -104,8 +107,9 @@ class MetricQuery:
     sampled: str
 
 
-# Demand is requests per second over the last 5 minutes, per series (docs/design/metrics.md,
-# section Demand), in three branches:
+# The default, vLLM's, in requests per second (``rebalancer.adapters.presets``; the other
+# servers and units are there too). Its demand is the rate over the last 5 minutes, per series
+# (docs/design/metrics.md, section Demand), in three branches:
 # - a series that was there 5 minutes ago (``offset 5m``): ``rate()``, Prometheus' own
 #   extrapolation over the window; counter resets (a container restart) are handled by it;
 # - a younger series (a pod that started less than 5 minutes ago): ``deriv()``, the slope of its
@@ -116,24 +120,18 @@ class MetricQuery:
 # ``and <counter>``: only series with a sample now. A series whose target went away is marked
 # stale at once, and its ``rate()`` tail, which would otherwise be counted for 5 minutes next to
 # its replacement's ``deriv()``, is dropped.
+_VLLM = presets.preset(presets.Engine.VLLM)
+_RPS = Unit.REQUESTS_PER_SECOND
 VLLM_DEMAND = MetricQuery(
-    value=(
-        "sum((((rate(vllm:request_success_total[5m]) and vllm:request_success_total offset 5m)"
-        " or (deriv(vllm:request_success_total[5m])"
-        " and resets(vllm:request_success_total[5m]) == 0)"
-        " or rate(vllm:request_success_total[5m]))"
-        " and vllm:request_success_total)"
-        " * on (namespace, pod) group_left (node) $scope)"
-    ),
-    sampled="timestamp(vllm:request_success_total) and on (namespace, pod) $scope",
+    value=presets.demand_value(_VLLM, _RPS), sampled=presets.demand_sampled(_VLLM, _RPS)
 )
 VLLM_QUEUE = MetricQuery(
-    value="sum(vllm:num_requests_waiting * on (namespace, pod) group_left (node) $scope)",
-    sampled="timestamp(vllm:num_requests_waiting) and on (namespace, pod) $scope",
+    value=presets.pooled(presets.VLLM_WAITING),
+    sampled=presets.sampled(presets.VLLM_WAITING.selector),
 )
 VLLM_RUNNING = MetricQuery(
-    value="sum(vllm:num_requests_running * on (namespace, pod) group_left (node) $scope)",
-    sampled="timestamp(vllm:num_requests_running) and on (namespace, pod) $scope",
+    value=presets.pooled(presets.VLLM_RUNNING),
+    sampled=presets.sampled(presets.VLLM_RUNNING.selector),
 )
 # Per-node GPU busy from NVIDIA's dcgm-exporter (``Hostname`` is the node name); not a default.
 DCGM_GPU_BUSY = MetricQuery(
@@ -153,15 +151,7 @@ class Queries:
     # A demand expression for ``history``: ``$window`` is the grid step as a PromQL duration.
     # The demand query's three branches with ``$window`` for ``5m``: a bucket just after a
     # rollout is the rate the new pods served, not a fraction of it.
-    history: str = (
-        "sum((((rate(vllm:request_success_total[$window])"
-        " and vllm:request_success_total offset $window)"
-        " or (deriv(vllm:request_success_total[$window])"
-        " and resets(vllm:request_success_total[$window]) == 0)"
-        " or rate(vllm:request_success_total[$window]))"
-        " and vllm:request_success_total)"
-        " * on (namespace, pod) group_left (node) $scope)"
-    )
+    history: str = presets.history(_VLLM, _RPS)
     scope: str = DEFAULT_SCOPE
 
 
@@ -618,6 +608,81 @@ def _by_step(
         if first <= i <= last:
             points[i] = _finite(raw)
     return points
+
+
+@dataclass(frozen=True)
+class NodesRead:
+    """A per-node template of a pool on the grid ``start + i*step``, node by node.
+
+    ``values[node][i]`` is the template evaluated at the END of step ``i`` with ``$window`` =
+    ``step``: the node's figure over that step (``None``: no series for the node then). A
+    node that never had a series is absent. ``requests`` counts the range queries made;
+    ``error`` says why the read stopped, if it did (values then hold what was read before).
+    """
+
+    start: datetime
+    step: timedelta
+    values: Mapping[str, list[float | None]]
+    requests: int = 0
+    error: MetricError | None = None
+
+
+async def read_by_node(
+    metrics: Metrics,
+    pool: PoolName,
+    metric: str,
+    template: str,
+    nodes: Iterable[str],
+    start: datetime,
+    end: datetime,
+    step: timedelta = timedelta(minutes=1),
+    chunk: timedelta = RANGE_CHUNK,
+) -> NodesRead:
+    """``template`` (one series per ``node`` label, ``$window`` the step) for ``pool``'s
+    ``nodes`` over ``[start, end)``, asked for ``chunk`` at a time (``rebalancer capacity``).
+
+    One range query per chunk, retried on transient failures as every read of the adapter
+    is; ``chunk`` must hold at most ``MAX_POINTS`` steps."""
+    n = math.floor((end - start) / step)
+    per_chunk = math.floor(chunk / step)
+    if not 1 <= per_chunk <= MAX_POINTS:
+        raise ValueError(f"a chunk of {chunk} is {per_chunk} steps; it must be 1 to {MAX_POINTS}")
+    values: dict[str, list[float | None]] = {}
+    try:
+        query = render(
+            template,
+            pool,
+            sorted(set(nodes)),
+            metrics.settings.queries.scope,
+            window=_duration(step),
+        )
+    except (ValueError, KeyError) as exc:
+        error = MetricError(pool, metric, template, f"cannot build the query: {exc}")
+        return NodesRead(start, step, values, 0, error)
+    requests = 0
+    for first in range(0, n, per_chunk):
+        last = min(n, first + per_chunk) - 1
+        requests += 1
+        try:
+            result = await metrics._range(
+                query, start + step * (first + 1), start + step * (last + 1), step
+            )
+        except QueryFailed as exc:
+            return NodesRead(
+                start, step, values, requests, MetricError(pool, metric, query, exc.reason)
+            )
+        for series in result:
+            node = str(series["metric"].get("node", ""))
+            if not node:
+                why = "a series without a node label; aggregate it by (node)"
+                return NodesRead(
+                    start, step, values, requests, MetricError(pool, metric, query, why)
+                )
+            points = _by_step([series], start, step, first, last)
+            row = values.setdefault(node, [None] * n)
+            for i, value in points.items():
+                row[i] = value
+    return NodesRead(start, step, values, requests)
 
 
 async def labelled_nodes(

@@ -2,6 +2,6 @@
 
 Modules, in the order a tick uses them: ``model`` (the vocabulary), ``keys`` and ``nodestate``
 (what lives on a Node), ``windows`` and ``overrides`` (what operators say), ``capacity``
-(how many nodes demand needs), ``planning`` (the safety rules that turn a strategy's proposal
-into steps and rejections).
+(what a node serves when full, measured from history), ``planning`` (the safety rules that
+turn a strategy's proposal into steps and rejections).
 """

@@ -181,16 +181,20 @@ def pool_lines(doc: Json) -> list[str]:
 
 def _input_lines(doc: Json) -> list[str]:
     d = doc["demand"]
-    if d["rps"] is None:
+    symbol = model.Unit(d["unit"]).symbol
+    if d["value"] is None:
         demand = "unknown (no sample)"
-    elif isinstance(d["rps"], str):
-        demand = f"unknown (the sample {d['rps']} is not a rate)"
+    elif isinstance(d["value"], str):
+        demand = f"unknown (the sample {d['value']} is not a figure in {symbol})"
     else:
-        demand = f"{d['rps']:.4g} rps sampled {d['age_seconds']:.0f}s ago, needs {d['need']} nodes"
+        demand = (
+            f"{d['value']:.4g} {symbol} sampled {d['age_seconds']:.0f}s ago, "
+            f"needs {d['need']} nodes of {d['per_node']:.4g} {symbol}"
+        )
         if not d["known"]:
             demand += f"; unknown since {d['unknown_since'] or d['sampled_at']}"
     if d["held"]:
-        demand += f"; a fall to {d['held']['seen']:.4g} rps is held"
+        demand += f"; a fall to {d['held']['seen']:.4g} {symbol} is held"
     queue = "" if d["queue"] is None else f", {d['queue']:.0f} requests waiting"
     lines = [f"  demand: {demand}{queue}"]
     lines += [
@@ -251,8 +255,12 @@ def _pool_inputs(
     sample, usable = seen.demand, demand_module.usable(seen.demand)
     held = seen.held
     demand = {
-        # A sample that is no rate (NaN, negative) is shown as the text it was: JSON has no NaN.
-        "rps": usable.value if usable else (str(sample.value) if sample else None),
+        # In the pool's unit, as are ``per_node`` and ``held``'s figures.
+        "unit": policy.unit.value,
+        # A sample that is no figure (NaN, negative) is shown as the text it was: JSON has no
+        # NaN.
+        "value": usable.value if usable else (str(sample.value) if sample else None),
+        "per_node": policy.rps_per_node,
         "sampled_at": _time(sample.at) if sample else None,
         # On Prometheus' clock, as the planner ages it.
         "age_seconds": sample.age(clocks.prometheus_now(seen.clocks, now)).total_seconds()

@@ -24,6 +24,38 @@ PoolName = NewType("PoolName", str)
 Clock = Callable[[], datetime]  # the one clock type: every seam that reads time is given one
 
 
+class Unit(StrEnum):
+    """What a pool's demand, and one node's capacity, are counted in: the operator's choice
+    (``capacity.unit``). The planner's arithmetic does not care which (it compares demand with
+    nodes times the capacity of one); the words it writes, and a waiting queue's size in
+    nodes, do."""
+
+    REQUESTS_PER_SECOND = "requests_per_second"  # requests completed per second
+    TOKENS_PER_SECOND = "tokens_per_second"  # tokens generated per second
+    CONCURRENT_SEQUENCES = "concurrent_sequences"  # requests in flight at once
+
+    @property
+    def symbol(self) -> str:
+        """How a figure is written in a sentence: ``120 rps``, ``9500 tokens/s``."""
+        return _SYMBOLS[self]
+
+    def backlog_nodes(self, waiting: float, per_node: float) -> int | None:
+        """Nodes that take ``waiting`` queued requests off the queue within a minute; None
+        when a request has no size in this unit (tokens: a request's length is not known)."""
+        if self is Unit.REQUESTS_PER_SECOND:
+            return max(1, math.ceil(waiting / (per_node * 60)))
+        if self is Unit.CONCURRENT_SEQUENCES:  # each waiting request takes a sequence's place
+            return max(1, math.ceil(waiting / per_node))
+        return None
+
+
+_SYMBOLS = {
+    Unit.REQUESTS_PER_SECOND: "rps",
+    Unit.TOKENS_PER_SECOND: "tokens/s",
+    Unit.CONCURRENT_SEQUENCES: "sequences",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Taint:
     """A node taint exactly as the API holds it (``value`` may be absent)."""
@@ -215,9 +247,9 @@ class Sample:
 
 @dataclass(frozen=True, slots=True)
 class DemandHistory:
-    """Demand in requests per second on a regular grid, up to (and never past) ``end``.
+    """Demand in the pool's unit (``Unit``) on a regular grid, up to (and never past) ``end``.
 
-    ``values[i]`` is the rate over ``[start + i*step, start + (i+1)*step)``; ``None`` is a gap
+    ``values[i]`` is the demand over ``[start + i*step, start + (i+1)*step)``; ``None`` is a gap
     (no sample), which is never read as zero. Strategies use it for same-hour-yesterday
     forecasts and trends; the simulator passes a view that ends where the metric pipeline ends,
     so no strategy can peek at the future.
@@ -322,9 +354,9 @@ class Cover:
         found = self.demand(rps)
         return None if found is None else need(found[0])
 
-    def text(self, rps: float | None = None) -> str:
+    def text(self, rps: float | None = None, unit: Unit = Unit.REQUESTS_PER_SECOND) -> str:
         """``the 30-minute peak 120 rps x 1.45, the largest jump within a loan's risk in the
-        last 8 days``."""
+        last 8 days``; the figure in ``unit``."""
         found = self.demand(rps)
         days = f"{self.judged / timedelta(days=1):.3g}"
         if found is None:
@@ -332,9 +364,9 @@ class Cover:
         covered, jump = found
         minutes = jump.window / timedelta(minutes=1)
         return (
-            f"{covered:.4g} rps, the {minutes:g}-minute peak x {jump.ratio:.3g} (the largest "
-            f"jump within a loan's risk in the last {days} days was {jump.seen:.3g}), or the "
-            "most this hour brought on the last days"
+            f"{covered:.4g} {unit.symbol}, the {minutes:g}-minute peak x {jump.ratio:.3g} (the "
+            f"largest jump within a loan's risk in the last {days} days was {jump.seen:.3g}), "
+            "or the most this hour brought on the last days"
         )
 
 
@@ -376,10 +408,12 @@ class PoolView:
     now: datetime
     size: int  # every node of the pool, whatever its state
     lent: int  # nodes lent or being lent
-    demand: Sample | None  # requests per second
+    demand: Sample | None  # in ``unit``
     queue: Sample | None  # requests waiting
     history: DemandHistory
-    rps_per_node: float  # what one warm node serves at the latency target
+    # What one warm node serves at the latency target, in ``unit`` (named from when demand was
+    # always requests per second).
+    rps_per_node: float
     min_serving: int
     headroom: float
     return_time: timedelta  # from a reclaim decision until the node serves warm again
@@ -388,6 +422,7 @@ class PoolView:
     # count in the audit log; ``rebalancer simulate --slo``); None: no budget, fixed margins.
     budget: ErrorBudget | None = None
     limits: Limits = Limits()
+    unit: Unit = Unit.REQUESTS_PER_SECOND  # what demand and ``rps_per_node`` are counted in
 
     def need(self, rps: float) -> int:
         """Nodes that must serve ``rps`` with headroom, never fewer than the minimum."""

@@ -193,7 +193,7 @@ class _Demand:
     health: Health
     note: str  # how old the sample is, or why there is none: for the sentences
     need: int | None  # nodes demand needs now; None when demand is unknown
-    rps: float | None  # the demand sample planned with; None when unknown
+    value: float | None  # the demand sample planned with, in the pool's unit; None: unknown
     queue: float | None  # requests waiting, from a fresh sample; None when unknown
     held: model.DropHeld | None  # an implausible fall of demand, not believed yet
 
@@ -560,7 +560,7 @@ def _judge_demand(now: datetime, pool: model.PoolSnapshot, policy: PoolPolicy) -
         health=health,
         note=note,
         need=policy.need(demand.value) if demand is not None else None,
-        rps=demand.value if demand is not None else None,
+        value=demand.value if demand is not None else None,
         queue=queue.value if queue is not None and fresh_queue else None,
         held=pool.held if Guard.DEMAND_DROP_HOLD in policy.guards else None,
     )
@@ -707,13 +707,14 @@ def _reclaim_for_budget(draft: _Draft) -> None:
     (no more than the budget had left when it could last pay for a whole one). Otherwise the
     loans the pool's history does not cover come back (docs/design/budget.md)."""
     pool = draft.pool
-    budget, cover, rps = pool.budget, pool.cover, pool.demand.rps
+    budget, cover, rps = pool.budget, pool.cover, pool.demand.value
     assert budget is not None, "only a pool with a budget is short of it"
+    unit = pool.policy.unit
     carried = pool.policy.rps_per_node * draft.serving_count
     if rps is not None and rps > carried + 1e-9:
         why = (
-            f"demand {rps:.4g} rps is above what {draft.serving_count} warm nodes carry and "
-            f"the error budget cannot pay for a longer episode ({budget.spent_text}): "
+            f"demand {rps:.4g} {unit.symbol} is above what {draft.serving_count} warm nodes "
+            f"carry and the error budget cannot pay for a longer episode ({budget.spent_text}): "
             "every loan comes back"
         )
         _safety_reclaim(draft, draft.lent_count, Reason.BUDGET_EXPOSED, why)
@@ -724,7 +725,7 @@ def _reclaim_for_budget(draft: _Draft) -> None:
     kept = draft.serving_count + draft.returning
     why = (
         f"the error budget cannot pay for another loan ({budget.spent_text}): {keep} serving "
-        f"nodes carry {cover.text(rps)}, {kept} serve or are returning"
+        f"nodes carry {cover.text(rps, unit)}, {kept} serve or are returning"
     )
     _safety_reclaim(draft, min(keep - kept, draft.lent_count), Reason.BUDGET_EXPOSED, why)
 
@@ -733,15 +734,22 @@ def _reclaim_for_queue(draft: _Draft) -> None:
     """Requests waiting beyond the limit: serving is short now, whatever the rate says (a rate
     lags, and under-reads a series younger than its window; a queue does not). Take back
     enough nodes to clear the backlog within a minute, counting those already on their way
-    back, warming ones included."""
-    queue, policy = draft.pool.demand.queue, draft.pool.policy
+    back, warming ones included. In tokens per second a waiting request has no size, so the
+    queue cannot be counted in nodes: a wave of the pool's per-tick step is kept on its way
+    back while requests wait, as for a firing alert."""
+    pool, queue, policy = draft.pool, draft.pool.demand.queue, draft.pool.policy
     limit = policy.queue_limit
     if queue is None or queue <= limit or draft.lent_count <= 0:
         return
-    backlog = max(1, math.ceil(queue / (policy.rps_per_node * 60)))
+    backlog = policy.unit.backlog_nodes(queue, policy.rps_per_node)
+    if backlog is None:
+        backlog = policy.step_budget(pool.size)
+        clears = f"a request has no size in {policy.unit.symbol}, so {backlog} nodes come back"
+    else:
+        clears = f"{backlog} nodes clear them within a minute"
     why = (
-        f"{queue:.0f} requests wait (limit {limit:.0f}): {backlog} nodes clear them within "
-        f"a minute, {draft.returning} are on their way back"
+        f"{queue:.0f} requests wait (limit {limit:.0f}): {clears}, "
+        f"{draft.returning} are on their way back"
     )
     _keep_returning(draft, backlog, Reason.QUEUE_ABOVE_LIMIT, why)
 
@@ -1146,7 +1154,8 @@ def _lend_blocked(pool: _Pool) -> _Limit | None:
         return _Limit(
             0,
             Reason.DEMAND_DROP_HELD,
-            f"demand fell from {held.level.value:.4g} to {held.seen.value:.4g} rps faster than "
+            f"demand fell from {held.level.value:.4g} to {held.seen.value:.4g} "
+            f"{policy.unit.symbol} faster than "
             f"traffic falls; not believed until it lasts {policy.drop_hold} "
             f"(since {held.since.isoformat()})",
         )
@@ -1192,13 +1201,13 @@ def _covered_keep(pool: _Pool) -> int | None:
     """The serving nodes what the pool's history covers needs, the demand sample raising the
     peaks; None: no cover, or none of its windows covers anything."""
     cover = pool.cover
-    return None if cover is None else cover.keep(pool.policy.need, pool.demand.rps)
+    return None if cover is None else cover.keep(pool.policy.need, pool.demand.value)
 
 
 def _covered_room(pool: _Pool, serving: int) -> _Limit:
     """With the error budget short, what may be lent leaves serving what the pool's history
     covers; with no cover, nothing."""
-    budget, cover, rps = pool.budget, pool.cover, pool.demand.rps
+    budget, cover, rps = pool.budget, pool.cover, pool.demand.value
     assert budget is not None, "only a pool with a budget is short of it"
     keep = _covered_keep(pool)
     if cover is None or keep is None:
@@ -1210,7 +1219,7 @@ def _covered_room(pool: _Pool, serving: int) -> _Limit:
         return _Limit(0, Reason.BUDGET_SPENT, why)
     why = (
         f"the error budget cannot pay for another loan ({budget.spent_text}): only covered "
-        f"loans, {keep} serving nodes carry {cover.text(rps)}"
+        f"loans, {keep} serving nodes carry {cover.text(rps, pool.policy.unit)}"
     )
     return _Limit(serving - keep, Reason.BUDGET_SPENT, why)
 

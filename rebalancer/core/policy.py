@@ -42,7 +42,9 @@ ALL_GUARDS = frozenset(Guard)
 
 @dataclass(frozen=True)
 class PoolPolicy:
-    rps_per_node: float  # what one warm node serves at the latency target
+    # What one warm node serves at the latency target, in ``unit`` (the name is from when
+    # demand was always requests per second; the planner's arithmetic is the same in any unit).
+    rps_per_node: float
     min_serving: int = 2  # never fewer warm-or-serving nodes than this
     headroom: float = 0.2  # serving must cover demand * (1 + headroom)
     max_lent_fraction: float = 1.0  # never more than this share of the pool lent
@@ -69,11 +71,14 @@ class PoolPolicy:
     lend_only_to_takers: bool = False
     # With it: a loan no job runs on or waits for this long after it began is given back.
     unused_loan: timedelta = timedelta(minutes=5)
+    unit: model.Unit = model.Unit.REQUESTS_PER_SECOND  # what demand and capacity are counted in
 
     def __post_init__(self) -> None:
         problems = []
         if not self.rps_per_node > 0:
-            problems.append(f"rps_per_node must be > 0, got {self.rps_per_node}")
+            problems.append(
+                f"capacity per node must be > 0 {self.unit.symbol}, got {self.rps_per_node}"
+            )
         if self.min_serving < 0:
             problems.append(f"min_serving must be >= 0, got {self.min_serving}")
         if self.headroom < 0:
@@ -131,6 +136,7 @@ class PoolPolicy:
             return_time=self.return_time,
             zone=self.zone,
             budget=pool.budget,
+            unit=self.unit,
             limits=model.Limits(
                 cooldown=self.cooldown,
                 max_step_fraction=self.max_step_fraction,

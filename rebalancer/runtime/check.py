@@ -75,24 +75,29 @@ def offline(config: Settings) -> list[Finding]:
 
 
 def _promql(pool: PoolSettings, where: str) -> Iterator[Finding]:
-    m = pool.metrics
+    scope = pool.metrics.scope
     for field, template, extra in _templates(pool):
         try:
-            query = metrics.render(template, pool.name, _SAMPLE_NODES, m.scope, **extra)
+            query = metrics.render(template, pool.name, _SAMPLE_NODES, scope, **extra)
             promql_parser.parse(query)
-        except ValueError as exc:  # the parser's, and a placeholder the loader let through
+        except (ValueError, KeyError) as exc:  # the parser's; a placeholder not filled in
             yield Finding(Level.FAIL, f"{where}.{field}", f"not PromQL: {exc}")
 
 
 def _templates(pool: PoolSettings) -> Iterator[tuple[str, str, dict[str, str]]]:
-    m = pool.metrics
+    """Every query the controller and ``rebalancer capacity`` would run for ``pool``: its
+    preset's in its unit, or what the settings write out instead."""
+    q = pool.queries()
     for name in ("demand", "queue", "running", "gpu_busy"):
-        query = getattr(m, name)
+        query = getattr(q, name)
         if query is not None:
             yield f"{name}.value", query.value, {}
             yield f"{name}.sampled", query.sampled, {}
-    if m.history is not None:
-        yield "history", m.history, {"window": _SAMPLE_WINDOW}
+    yield "history", q.history, {"window": _SAMPLE_WINDOW}
+    node = pool.metrics.node_queries(pool.unit)
+    if not isinstance(node, str):  # a reason there is none: capacity says it when asked
+        yield "node_served", node[0], {"window": _SAMPLE_WINDOW}
+        yield "node_saturated", node[1], {"window": _SAMPLE_WINDOW}
 
 
 async def online(config: Settings, controller: Controller) -> list[Finding]:

@@ -983,11 +983,12 @@ class Reconciler:
         if reading.held is not None and before.held is None:
             held = reading.held
             log.warning(
-                "pool %s: demand fell from %.4g to %.4g rps faster than traffic falls; held at "
+                "pool %s: demand fell from %.4g to %.4g %s faster than traffic falls; held at "
                 "%.4g for up to %s",
                 pool.name,
                 held.level.value,
                 held.seen.value,
+                pool.policy.unit.symbol,
                 held.level.value,
                 pool.policy.drop_hold,
             )

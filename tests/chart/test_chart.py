@@ -382,7 +382,12 @@ BAD_VALUES: list[tuple[dict[str, Any], str]] = [
     ({"replicaCount": 2}, "/audit/store"),
     ({"replicaCount": 0}, "/replicaCount"),
     ({"replicaCont": 2}, "'replicaCont' not allowed"),
-    ({"config": {"pools": [{"name": "l20"}]}}, "'node_selector', 'rps_per_node'"),
+    ({"config": {"pools": [{"name": "l20"}]}}, "missing property 'node_selector'"),
+    ({"config": {"pools": [{"name": "l20", "node_selector": {"a": "b"}}]}}, "'capacity'"),
+    (
+        {"config": {"pools": [{**POOL, "capacity": {"unit": "tokens", "per_node": 1}}]}},
+        "/pools/0/capacity/unit",
+    ),
     ({"config": {"pools": [{"name": "l20", "node_selector": {}, "rps_per_node": 4}]}}, "/0/node"),
     ({"config": {"pools": [{**POOL, "slo": "off"}]}}, "/config/pools/0/slo"),
     ({"config": {"pools": [{**POOL, "slo": "None"}]}}, "/config/pools/0/slo"),

@@ -16,7 +16,8 @@ POSTGRES: dict[str, Any] = {
 
 def container(job: Doc) -> Doc:
     (c,) = job["spec"]["template"]["spec"]["containers"]
-    return c
+    found: Doc = c
+    return found
 
 
 def test_the_hook_stops_the_controller_then_takes_every_loan_back() -> None:

@@ -328,9 +328,26 @@ def test_a_sample_that_is_no_rate_is_shown_as_text() -> None:
     doc = explained(Case([serving("n"), *others(2)], target=0, rps=float("nan")))
     sample = doc["demand"]
     assert isinstance(sample, dict)
-    assert sample["rps"] == "nan"
-    assert "not a rate" in "\n".join(explain.node_lines(doc))
+    assert sample["value"] == "nan"
+    assert sample["unit"] == "requests_per_second"
+    assert "not a figure in rps" in "\n".join(explain.node_lines(doc))
     json.dumps(doc, allow_nan=False)
+
+
+def test_demand_is_shown_in_the_pools_unit_with_what_a_node_serves() -> None:
+    tokens = {"unit": model.Unit.TOKENS_PER_SECOND, "rps_per_node": 2400.0}
+    doc = explained(Case([serving("n"), *others(2)], target=0, rps=5000.0, changes=tokens))
+    sample = doc["demand"]
+    assert isinstance(sample, dict)
+    assert (sample["unit"], sample["value"], sample["per_node"]) == (
+        "tokens_per_second",
+        5000.0,
+        2400.0,
+    )
+    assert (
+        "  demand: 5000 tokens/s sampled 30s ago, needs 3 nodes of 2400 tokens/s"
+        in explain.node_lines(doc)
+    )
 
 
 def test_the_audit_record_of_a_refusal_names_each_node_left_out_and_why() -> None:

@@ -673,6 +673,76 @@ def test_requests_queueing_above_the_limit_take_back_enough_nodes_to_clear_them(
 
 
 # ---------------------------------------------------------------------------------------------
+# Units: demand and a node's capacity in tokens or sequences, the arithmetic the same
+
+TOKENS = model.Unit.TOKENS_PER_SECOND
+SEQUENCES = model.Unit.CONCURRENT_SEQUENCES
+
+
+def test_demand_in_tokens_is_compared_with_what_a_node_generates() -> None:
+    # 5,000 tokens/s need 3 nodes of 2,400 (2.08, rounded up): of 6 serving, 3 may be lent.
+    tokens = policy(rps_per_node=2400.0, unit=TOKENS, min_serving=0)
+
+    result = checked(plan(serving_nodes(6), target=6, rps=5000.0, pool_policy=tokens))
+
+    assert len(stepped(result, LEND)) == 3
+    assert refusals(result) == {Reason.HEADROOM: 3}
+    # The same demand in requests per second against 10 a node would lend nothing.
+    same = checked(plan(serving_nodes(6), target=6, rps=5000.0, pool_policy=policy(min_serving=0)))
+    assert stepped(same, LEND) == []
+
+
+def test_a_refusal_about_demand_names_the_pools_unit() -> None:
+    # The error budget is spent and demand is above what serves: every loan comes back, and
+    # the words say tokens/s, not rps.
+    tokens = policy(rps_per_node=2400.0, unit=TOKENS, min_serving=0)
+    spent = model.ErrorBudget(allowed_minutes=10, window=timedelta(days=7), spent_minutes=10)
+    nodes = [*serving_nodes(3), *lent_nodes(2)]
+
+    result = checked(plan(nodes, rps=9000.0, pool_policy=tokens, budget=spent))
+
+    exposed = [s for s in result.steps if s.reason is Reason.BUDGET_EXPOSED]
+    assert exposed
+    assert exposed[0].message.startswith(
+        "demand 9000 tokens/s is above what 3 warm nodes carry and the error budget"
+    )
+    assert all("rps" not in s.message for s in result.steps)
+
+
+def test_a_queue_in_a_tokens_pool_takes_back_a_wave_of_the_step_a_request_having_no_size() -> None:
+    # 1,300 requests wait. In tokens a request has no size, so no number of nodes "clears"
+    # them: the pool's per-tick step (a quarter of 8 nodes: 2) comes back, as for an alert. In
+    # requests per second, 1,300 of them is one node of 2,400 rps for a minute.
+    nodes = [*serving_nodes(3), *lent_nodes(5)]
+
+    def queue_reclaims(unit: model.Unit) -> list[model.Step]:
+        limits = policy(rps_per_node=2400.0, unit=unit, max_step_fraction=0.25)
+        result = checked(plan(nodes, target=5, queue=1300.0, pool_policy=limits))
+        return [s for s in result.steps if s.reason is Reason.QUEUE_ABOVE_LIMIT]
+
+    tokens, requests = queue_reclaims(TOKENS), queue_reclaims(model.Unit.REQUESTS_PER_SECOND)
+
+    assert (len(tokens), len(requests)) == (2, 1)
+    assert tokens[0].message == (
+        "1300 requests wait (limit 0): a request has no size in tokens/s, so 2 nodes come "
+        "back, 0 are on their way back"
+    )
+    assert requests[0].message == (
+        "1300 requests wait (limit 0): 1 nodes clear them within a minute, 0 are on their way back"
+    )
+
+
+def test_a_queue_in_sequences_takes_back_a_place_for_every_waiting_request() -> None:
+    # 100 requests wait for a place; a node runs 48 sequences: 3 nodes hold them all at once.
+    nodes = [*serving_nodes(3), *lent_nodes(5)]
+    limits = policy(rps_per_node=48.0, unit=SEQUENCES)
+
+    result = checked(plan(nodes, target=5, queue=100.0, pool_policy=limits))
+
+    assert [s.reason for s in result.steps] == [Reason.QUEUE_ABOVE_LIMIT] * 3
+
+
+# ---------------------------------------------------------------------------------------------
 # Which nodes may be lent
 
 
