@@ -16,7 +16,7 @@ after step 4 the queue preempts what was reclaimed and binds waiting gangs to le
 The baselines (and the oracle) run through the same planner without the guards in
 ``BASELINE_DROPS`` and without churn limits, so that their own rule shows: nothing protects them
 from themselves. The oracle is the one place that sees the future: it is handed the physical
-limit (``oracle_plan``).
+limit (``oracle_plan``), within the pool's lending window, which holds for the oracle too.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from datetime import datetime, timedelta
 from typing import ClassVar
 
 from rebalancer.core import demand as demand_belief
-from rebalancer.core import exposure, model, nodestate, tick
+from rebalancer.core import exposure, model, nodestate, tick, windows
 from rebalancer.core.policy import ALL_GUARDS, Guard, PoolPolicy
 from rebalancer.errors import TraceError
-from sandbox.sim import jobs
+from sandbox.sim import jobs, nights
 from sandbox.sim.pool import FakePool
 from sandbox.sim.traces import MINUTE, Trace
 from strategies import base
@@ -56,7 +56,10 @@ BASELINE_DROPS = frozenset(
 
 @dataclass(frozen=True)
 class PoolModel:
-    """The simulated pool (docs/evaluation.md). ``rps_per_node`` is calibrated from the trace."""
+    """The simulated pool (docs/evaluation.md). A node serves ``rps_per_node``, the pool's own
+    figure when its settings are given, else calibrated from the trace (``calibrate``).
+    ``rules`` is the pool's own policy (limits, window, lend spec) when its settings are given,
+    else the planner's defaults; either way the fields above it win (the command's flags)."""
 
     size: int = 16
     min_serving: int = 2
@@ -64,16 +67,27 @@ class PoolModel:
     drain: timedelta = timedelta(seconds=120)
     warmup: timedelta = timedelta(seconds=300)
     sample_age: timedelta = timedelta(seconds=30)
-    peak_share: float = 0.9  # the peak minute needs this share of the pool
+    peak_share: float = 0.9  # calibrated: the peak minute needs this share of the pool
     zone: str = "UTC"
+    gpus_per_node: int = 8  # for GPU-hours; the training queue's nodes have as many
+    rps_per_node: float | None = None  # None: calibrated from the trace
+    rules: PoolPolicy | None = None  # None: the planner's defaults, lending at any hour
 
     @property
     def return_minutes(self) -> int:
         return math.ceil((self.drain + self.warmup) / MINUTE)
 
+    @property
+    def window(self) -> windows.Window:
+        return windows.ALWAYS if self.rules is None else self.rules.window
+
     def need(self, rps: float, rps_per_node: float) -> int:
         """Nodes ``rps`` needs warm: its share with headroom, never fewer than ``min_serving``."""
         return model.nodes_needed(rps, rps_per_node, self.headroom, self.min_serving)
+
+    def capacity(self, trace: Trace) -> float:
+        """Requests per second one node serves: the pool's own figure, else calibrated."""
+        return self.calibrate(trace) if self.rps_per_node is None else self.rps_per_node
 
     def calibrate(self, trace: Trace) -> float:
         """Requests per second one node serves, so that the peak needs ``peak_share`` of it."""
@@ -83,16 +97,25 @@ class PoolModel:
             )
         return trace.peak / (self.peak_share * self.size)
 
+    def lendable(self, trace: Trace) -> list[bool] | None:
+        """Per minute of ``trace``, whether the window lets a node be lent (None: always)."""
+        return nights.lendable(self.window, trace.start, trace.minutes)
+
     def policy(self, rps_per_node: float, baseline: bool = False) -> PoolPolicy:
         """The planner's limits for this pool; a baseline runs without ``BASELINE_DROPS`` and
-        without churn limits (no cooldown, no minimum loan, no per-tick limit)."""
-        base_policy = PoolPolicy(
+        without churn limits (no cooldown, no minimum loan, no per-tick limit).
+
+        Lending only to takers is off whatever the settings say: the engine turns it on with a
+        training queue, and without one no pod would ever take a loan."""
+        base_policy = replace(
+            PoolPolicy(rps_per_node=rps_per_node) if self.rules is None else self.rules,
             rps_per_node=rps_per_node,
             min_serving=self.min_serving,
             headroom=self.headroom,
             reclaim_deadline=self.drain,
             warmup=self.warmup,
             zone=self.zone,
+            lend_only_to_takers=False,
         )
         if not baseline:
             return base_policy
@@ -141,14 +164,20 @@ def needs(trace: Trace, pool: PoolModel, rps_per_node: float) -> list[int | None
     return [None if r is None else pool.need(r, rps_per_node) for r in trace.rps]
 
 
-def oracle_plan(need: Sequence[int | None], pool: PoolModel) -> list[int]:
-    """With perfect foresight: lend N - max(need) over [t, t + drain + warmup], never < 0.
+def oracle_plan(
+    need: Sequence[int | None], pool: PoolModel, lendable: Sequence[bool] | None = None
+) -> list[int]:
+    """With perfect foresight: lend N - max(need) over [t, t + drain + warmup], never < 0, and
+    nothing in a minute ``lendable`` says the window is closed in (None: always open).
 
     A minute without a demand sample counts as needing the whole pool: what it held is unknown.
     """
     horizon = pool.return_minutes
     worst = [pool.size if n is None else n for n in need]
-    return [max(0, pool.size - max(worst[t : t + horizon + 1])) for t in range(len(worst))]
+    plan = [max(0, pool.size - max(worst[t : t + horizon + 1])) for t in range(len(worst))]
+    if lendable is None:
+        return plan
+    return [n if open_ else 0 for n, open_ in zip(plan, lendable, strict=True)]
 
 
 class Oracle:
@@ -178,7 +207,7 @@ def run(
 ) -> Run:
     """Replay ``trace`` through ``strategy``; with ``training``, lend only to its queue's jobs."""
     keys = keys or nodestate.Keys()
-    rps_per_node = pool_model.calibrate(trace)
+    rps_per_node = pool_model.capacity(trace)
     policy = pool_model.policy(rps_per_node, baseline)
     room = None
     trainer = None
@@ -234,7 +263,16 @@ def run(
             breaches.append(t)
         if on_minute is not None:
             on_minute()
-    figures = score(timeline, need, pool_model, rps_per_node, fake.loan_minutes, loans, reclaims)
+    figures = score(
+        timeline,
+        need,
+        pool_model,
+        rps_per_node,
+        fake.loan_minutes,
+        loans,
+        reclaims,
+        pool_model.lendable(trace),
+    )
     trained = None if trainer is None else trainer.figures()
     return Run(strategy.name, baseline, timeline, figures, trained)
 
@@ -313,8 +351,9 @@ def score(
     loan_minutes: list[float],
     loans: int,
     reclaims: int,
+    lendable: Sequence[bool] | None = None,
 ) -> Figures:
-    oracle = oracle_plan(need, pool_model)
+    oracle = oracle_plan(need, pool_model, lendable)
     lent_hours = sum(m.lent for m in timeline) / 60.0
     oracle_hours = sum(oracle) / 60.0
     breach = sum(1 for m in timeline if breached(m, rps_per_node))

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import csv
 import json
-import re
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,13 +27,14 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 
+from rebalancer import errors
 from rebalancer.adapters import metrics
 from rebalancer.core.model import PoolName
 from rebalancer.errors import ConfigError, TraceError
 from sandbox.sim import traces
 
 MINUTE = timedelta(minutes=1)
-_SINCE = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?")
+LONGEST = timedelta(days=400)  # the most history one --since reads
 
 
 class GapKind(StrEnum):
@@ -91,34 +91,38 @@ class History:
 def window(
     since: str | None, start: str | None, end: str | None, now: datetime
 ) -> tuple[datetime, datetime]:
-    """The minutes ``[from, to)`` the flags name: ``--since`` up to ``now``, or ``--from`` and
-    ``--to``; each rounded down to the minute. Raises a one-line ``ConfigError``."""
+    """The minutes ``[from, to)`` the flags name: from ``--since`` up to ``now``, or ``--from``
+    and ``--to``; each rounded down to the minute. Raises a one-line ``ConfigError``.
+
+    ``--since`` is a TIME as ``rebalancer audit --since`` reads it (``http.parse_time``, the
+    same function): an RFC 3339 time, or a time ago (``14d``, ``36h``, ``1d12h``, ``90m``),
+    so that one flag has one meaning across the commands."""
     if since is not None and (start is not None or end is not None):
         raise ConfigError(f"--since={since!r}: give either --since or --from and --to, not both")
     if since is not None:
-        span = _span(since)
         until = _minute(now)
-        return until - span, until
+        first = _since(since, now)
+        if until - first < 2 * MINUTE:
+            raise ConfigError(f"--since={since!r}: must be at least 2 minutes ago")
+        if until - first > LONGEST:
+            raise ConfigError(f"--since={since!r}: must be at most 400d ago")
+        return first, until
     if start is None or end is None:
         missing = "--from" if start is None else "--to"
-        raise ConfigError(f"--prometheus needs --since DURATION, or --from and --to ({missing})")
+        raise ConfigError(f"--prometheus needs --since TIME, or --from and --to ({missing})")
     first, last = _time("--from", start), _time("--to", end)
     if last - first < 2 * MINUTE:
         raise ConfigError(f"--to={end!r}: must be at least 2 minutes after --from={start!r}")
     return first, last
 
 
-def _span(text: str) -> timedelta:
-    match = _SINCE.fullmatch(text.strip())
-    if not text.strip() or match is None:
-        raise ConfigError(f"--since={text!r}: write a duration such as 14d, 36h, 90m or 1d12h")
-    days, hours, minutes = (int(g) if g else 0 for g in match.groups())
-    span = timedelta(days=days, hours=hours, minutes=minutes)
-    if span < 2 * MINUTE:
-        raise ConfigError(f"--since={text!r}: must be at least 2 minutes")
-    if span > timedelta(days=400):
-        raise ConfigError(f"--since={text!r}: must be at most 400d")
-    return span
+def _since(text: str, now: datetime) -> datetime:
+    from rebalancer.runtime import http
+
+    try:
+        return _minute(http.parse_time("since", text.strip(), now))
+    except http.BadParameter as exc:
+        raise ConfigError(f"--since={errors.shown(text)}: {exc.message}") from None
 
 
 def _time(flag: str, text: str) -> datetime:

@@ -34,7 +34,7 @@ class FakePool:
         self._nodes = {
             model.NodeName(f"{prefix}-{i:0{width}d}"): model.NodeView(
                 name=model.NodeName(f"{prefix}-{i:0{width}d}"),
-                labels={"gpu-pool": "inference"},
+                labels={"gpu-pool": "inference", **spec.serving_labels},
                 taints=serving_taints,
                 allocatable=allocatable,
             )

@@ -1,26 +1,39 @@
 """Write what a simulation found: ``summary.json``, one timeline CSV per run, ``report.md`` and
 ``report.png``, and with an error budget and the trade ``trade_curve.png``. The formats are
 documented in docs/simulator.md; dashboards and tests read them.
+
+The report says which pool it models and where each of its values came from (the settings, a
+flag, the simulator's default, or calibrated from the trace), explains each figure in a
+sentence, and tables the GPU-hours lent per night; its timelines are drawn in the pool's time
+zone with the lending window shaded (``sandbox.sim.nights``).
 """
 
 from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from datetime import timedelta
+from datetime import date, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
 
 from rebalancer.core.model import Slo
-from sandbox.sim import frontier
-from sandbox.sim.engine import Minute, PoolModel, Run, most_spent
+from rebalancer.core.policy import PoolPolicy
+from sandbox.sim import frontier, nights
+from sandbox.sim.configured import Origin, Provenance
+from sandbox.sim.engine import SHORT_LOAN, Minute, PoolModel, Run, most_spent
 from sandbox.sim.frontier import Point
 from sandbox.sim.jobs import CHECKPOINT, TrainingModel
 from sandbox.sim.traces import Trace
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 TIMELINE_FIELDS = ("time", "demand_rps", "need", "serving", "lent", "returning", "queue")
+WINDOW_GID = "lending-window"  # the shaded spans of the timelines, for whoever reads the figure
 
 
 def write_all(
@@ -33,17 +46,22 @@ def write_all(
     rule: Sequence[tuple[str, Run]] = (),
     training: TrainingModel | None = None,
     curve: Sequence[tuple[int, Run]] = (),
+    provenance: Provenance | None = None,
+    params: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Write everything; ``rule`` is the peak rule's grid, (label, run), for the trade;
     ``training`` the queue the runs lent to, if any; ``curve`` the default strategy run once
-    per budget, (budget, run), for the trade curve."""
+    per budget, (budget, run), for the trade curve; ``provenance`` which pool ``pool`` models;
+    ``params`` the strategies' parameters."""
     out.mkdir(parents=True, exist_ok=True)
-    summary = summarise(trace, pool, rps_per_node, runs, slo, rule, training, curve)
+    summary = summarise(
+        trace, pool, rps_per_node, runs, slo, rule, training, curve, provenance, params
+    )
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     for run in runs:
         write_timeline(out / f"timeline-{run.strategy}.csv", run.timeline)
     (out / "report.md").write_text(markdown(summary))
-    plot(out / "report.png", trace, rps_per_node, runs, summary)
+    plot(out / "report.png", trace, pool, rps_per_node, runs, summary)
     if (summary["trade"] or {}).get("curve"):
         plot_curve(out / "trade_curve.png", summary)
     return summary
@@ -58,7 +76,10 @@ def summarise(
     rule: Sequence[tuple[str, Run]] = (),
     training: TrainingModel | None = None,
     curve: Sequence[tuple[int, Run]] = (),
+    provenance: Provenance | None = None,
+    params: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    provenance = provenance or Provenance()
     strategies: dict[str, Any] = {}
     for run in runs:
         # "guarded" is the report's documented field (docs/simulator.md): not a baseline.
@@ -79,28 +100,101 @@ def summarise(
         "slo": budget,
         "trade": trade(strategies, rule, rps_per_node, slo, curve),
         "training": None if training is None else _training(training),
-        "pool": {
-            "size": pool.size,
-            "min_serving": pool.min_serving,
-            "headroom": pool.headroom,
-            "rps_per_node": round(rps_per_node, 6),
-            "peak_share": pool.peak_share,
-            "drain_seconds": pool.drain.total_seconds(),
-            "warmup_seconds": pool.warmup.total_seconds(),
-            "sample_age_seconds": pool.sample_age.total_seconds(),
-            "zone": pool.zone,
+        "params": {
+            run.strategy: dict((params or {}).get(run.strategy) or {})
+            for run in runs
+            if not run.baseline
         },
+        "pool": _pool(trace, pool, rps_per_node, provenance),
+        "nights": _nights(trace, pool, runs),
         "trace": {
             "file": trace.source,
             "name": trace.name,
-            "start": trace.start.isoformat().replace("+00:00", "Z"),
-            "end": trace.end.isoformat().replace("+00:00", "Z"),
+            "start": _utc(trace.start),
+            "end": _utc(trace.end),
             "minutes": trace.minutes,
             "gap_minutes": trace.gap_minutes,
             "peak_rps": round(trace.peak, 6),
             "native_step_seconds": trace.native_step.total_seconds(),
         },
     }
+
+
+def _pool(
+    trace: Trace, pool: PoolModel, rps_per_node: float, provenance: Provenance
+) -> dict[str, Any]:
+    """The pool as modelled, and where each value came from (``from``)."""
+    policy = pool.policy(rps_per_node)
+    return {
+        "name": provenance.pool,
+        "settings": provenance.settings,
+        "size": pool.size,
+        "min_serving": pool.min_serving,
+        "headroom": pool.headroom,
+        "rps_per_node": round(rps_per_node, 6),
+        # The share of the pool the peak minute needs, headroom left out: ``peak_share`` itself
+        # when calibrated, whatever it comes to with the pool's own capacity.
+        "peak_share": round(trace.peak / (rps_per_node * pool.size), 4),
+        "peak_nodes": pool.need(trace.peak, rps_per_node),
+        "drain_seconds": pool.drain.total_seconds(),
+        "warmup_seconds": pool.warmup.total_seconds(),
+        "sample_age_seconds": pool.sample_age.total_seconds(),
+        "zone": pool.zone,
+        "window": pool.window.text,
+        "gpus_per_node": pool.gpus_per_node,
+        "limits": _limits(policy),
+        "lends_only_to_takers": provenance.lends_only_to_takers,
+        "from": {name: str(origin) for name, origin in sorted(provenance.origins.items())},
+    }
+
+
+def _limits(policy: PoolPolicy) -> dict[str, Any]:
+    """The planner's limits the strategies ran under, beyond those ``pool`` shows itself."""
+    return {
+        "max_lent_fraction": policy.max_lent_fraction,
+        "max_step_fraction": policy.max_step_fraction,
+        "cooldown_seconds": policy.cooldown.total_seconds(),
+        "min_loan_seconds": policy.min_loan.total_seconds(),
+        "unused_loan_seconds": policy.unused_loan.total_seconds(),
+        "staleness_seconds": policy.staleness.total_seconds(),
+        "stale_grace_seconds": policy.stale_grace.total_seconds(),
+        "queue_limit": policy.queue_limit,
+        "queue_reclaims": policy.queue_reclaims,
+        "drop_floor": round(policy.drop_floor, 6),
+        "drop_hold_seconds": policy.drop_hold.total_seconds(),
+    }
+
+
+def _nights(trace: Trace, pool: PoolModel, runs: Sequence[Run]) -> dict[str, Any]:
+    """GPU-hours each run lent per night, 12:00 to 12:00 in the pool's zone."""
+    across = nights.nights(pool.zone, trace.start, trace.end)
+    lent = {
+        run.strategy: nights.lent_per_night(
+            [m.time for m in run.timeline], [m.lent for m in run.timeline], across
+        )
+        for run in runs
+    }
+    return {
+        "zone": pool.zone,
+        "gpus_per_node": pool.gpus_per_node,
+        "rows": [
+            {
+                "evening": night.evening.isoformat(),
+                "start": _utc(night.start),
+                "end": _utc(night.end),
+                "minutes": night.minutes,
+                "covered_minutes": night.covered_minutes,
+                "gpu_hours": {
+                    name: round(hours[i] * pool.gpus_per_node, 3) for name, hours in lent.items()
+                },
+            }
+            for i, night in enumerate(across)
+        ],
+    }
+
+
+def _utc(when: Any) -> str:
+    return str(when.isoformat().replace("+00:00", "Z"))
 
 
 def _training(spec: TrainingModel) -> dict[str, Any]:
@@ -269,11 +363,7 @@ def markdown(summary: dict[str, Any]) -> str:
         f"Trace `{trace['file']}`: {trace['start']} to {trace['end']} ({trace['minutes']} "
         f"minutes, {trace['gap_minutes']} without a sample), peak {trace['peak_rps']:.2f} rps.",
         "",
-        f"Pool: {pool['size']} nodes of {pool['rps_per_node']:.3f} rps each (the peak minute "
-        f"needs {pool['peak_share']:.0%} of the pool), at least {pool['min_serving']} serving, "
-        f"{pool['headroom']:.0%} headroom, drain {pool['drain_seconds']:.0f} s + warm-up "
-        f"{pool['warmup_seconds']:.0f} s, metrics {pool['sample_age_seconds']:.0f} s old, "
-        f"time zone {pool['zone']}.",
+        *_pool_lines(summary),
         "",
         "| strategy | harvest | lent node-h | oracle node-h | breach min | headroom min "
         "| reclaims | loans | short loans |",
@@ -297,12 +387,17 @@ def markdown(summary: dict[str, Any]) -> str:
             for name in strategies
             if strategies[name]["guarded"]
         )
+        said = {"settings": ", the pool's `slo`", "flag": ", from `--slo`"}.get(
+            pool.get("from", {}).get("slo", ""), ""
+        )
         lines += [
             "",
             f"Error budget: {budget['max_breach_minutes']} breach minutes per rolling "
-            f"{budget['window_days']:g} days, shown to the strategies (not the baselines). "
-            f"The most any window spent: {spent}.",
+            f"{budget['window_days']:g} days{said}, shown to the strategies (not the "
+            f"baselines). The most any window spent: {spent}.",
         ]
+    lines += _meaning_lines(summary)
+    lines += _night_lines(summary)
     lines += _trade_lines(summary)
     lines += _training_lines(summary)
     lines += [
@@ -318,6 +413,180 @@ def markdown(summary: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _pool_lines(summary: dict[str, Any]) -> list[str]:
+    """The pool as modelled, saying where its size and capacity came from, and what to doubt."""
+    pool, trace = summary["pool"], summary["trace"]
+    origins = pool.get("from", {})
+    configured = pool.get("name") is not None
+    if origins.get("size") == Origin.FLAG:
+        size = f"{pool['size']} nodes (`--pool-size`)"
+    elif configured:
+        size = (
+            f"{pool['size']} nodes (the simulator's default: the settings select a pool's "
+            "nodes but never count them; `--pool-size` sets it)"
+        )
+    else:
+        size = f"{pool['size']} nodes (the simulator's default; `--pool-size` sets it)"
+    if origins.get("rps_per_node") == Origin.SETTINGS:
+        capacity = (
+            f"{pool['rps_per_node']:.3f} rps per node (its `rps_per_node`; the peak minute "
+            f"needs {pool['peak_share']:.0%} of the pool)"
+        )
+    else:
+        capacity = (
+            f"{pool['rps_per_node']:.3f} rps per node, calibrated so that the peak minute needs "
+            f"{pool['peak_share']:.0%} of the pool (no `--pool` names a configured pool whose "
+            "`rps_per_node` would say it)"
+        )
+    window = pool.get("window", "always")
+    lends = "lends at any hour" if window == "always" else f"lending window `{window}`"
+    if configured:
+        where = "" if pool.get("settings") is None else f" of `{pool['settings']}`"
+        head = f"Pool `{pool['name']}`{where}, modelled with its own settings: "
+    else:
+        head = "Pool: "
+    lines = [
+        f"{head}{size}, {capacity}, at least {pool['min_serving']} serving, "
+        f"{pool['headroom']:.0%} headroom, drain {pool['drain_seconds']:.0f} s + warm-up "
+        f"{pool['warmup_seconds']:.0f} s, {lends}, time zone {pool['zone']}; metrics "
+        f"{pool['sample_age_seconds']:.0f} s old."
+    ]
+    limits = pool.get("limits")
+    if configured and limits is not None:
+        lines += [
+            "",
+            f"Its limits: at most {limits['max_lent_fraction']:.0%} lent and "
+            f"{limits['max_step_fraction']:.0%} moved per tick, cooldown "
+            f"{_minutes(limits['cooldown_seconds'])}, minimum loan "
+            f"{_minutes(limits['min_loan_seconds'])}, metrics stale after "
+            f"{_minutes(limits['staleness_seconds'])} (grace "
+            f"{_minutes(limits['stale_grace_seconds'])}), queue limit {limits['queue_limit']:g}; "
+            f"strategy {_strategies(summary)}.",
+        ]
+    flagged = sorted(
+        "--" + _FLAGS.get(name, name).replace("_", "-")
+        for name, origin in origins.items()
+        if origin == Origin.FLAG
+    )
+    if configured and flagged:
+        shown = ", ".join(f"`{flag}`" for flag in flagged)
+        lines += ["", f"Given by flags instead of the settings: {shown}."]
+    if pool.get("lends_only_to_takers") and summary.get("training") is None:
+        lines += [
+            "",
+            "The pool lends only to takers (`lend_only_to_takers`); this run has no training "
+            "jobs (`--training-backlog` adds them), so it lends as if every loan found one.",
+        ]
+    bare = math.ceil(trace["peak_rps"] / pool["rps_per_node"] - 1e-9)  # no headroom
+    if bare > pool["size"]:
+        lines += [
+            "",
+            f"**The trace's peak ({trace['peak_rps']:.2f} rps) needs {bare} nodes and the pool "
+            f"has {pool['size']}**: every run breaches at the peak. Give `--pool-size`, or check "
+            "that the trace and `rps_per_node` count alike.",
+        ]
+    elif pool.get("peak_nodes", 0) > pool["size"] and origins.get("rps_per_node") == "settings":
+        # Not said of a calibrated pool: there the peak needs ``peak_share`` of it by design.
+        lines += [
+            "",
+            f"The trace's peak ({trace['peak_rps']:.2f} rps) needs {pool['peak_nodes']} nodes "
+            f"with its headroom and the pool has {pool['size']}: there, even with nothing lent, "
+            "every run has headroom minutes (not breach minutes).",
+        ]
+    return lines
+
+
+# A figure of ``pool.from`` by the flag that sets it, where the two are spelled apart.
+_FLAGS = {"size": "pool_size", "zone": "tz"}
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:g} min"
+
+
+def _strategies(summary: dict[str, Any]) -> str:
+    """The strategies run, each with its parameters, and whose choice they were."""
+    params = summary.get("params", {})
+    chosen = [name for name, f in summary["strategies"].items() if f["guarded"]]
+    shown = ", ".join(
+        f"{name} {json.dumps(params[name])}" if params.get(name) else name for name in chosen
+    )
+    shown = shown or "none but the baselines"
+    whose = {"settings": "the pool's", "flag": "from `--strategy`"}.get(
+        summary["pool"].get("from", {}).get("strategy", ""), "the default"
+    )
+    return f"{shown} ({whose})"
+
+
+def _meaning_lines(summary: dict[str, Any]) -> list[str]:
+    """One sentence per figure of the report, as docs/evaluation.md defines them."""
+    short = SHORT_LOAN / timedelta(minutes=1)
+    lines = [
+        "",
+        "What the figures say:",
+        "",
+        "- **harvest**: node-hours lent (lent node-h) as a share of what the oracle lent (oracle "
+        "node-h), and the oracle lends all that could be lent without a breach, so 1.0 is all "
+        "the pool had to give.",
+        "- **breach min**: minutes in which demand was above what the warm serving nodes "
+        "serve, so requests waited.",
+        "- **headroom min**: minutes in which fewer nodes served than demand with its headroom "
+        "needs: a thin margin, not yet a breach.",
+        "- **reclaims**: loans taken back; each one stops the training on that node and leaves "
+        "the pool a node short for the drain and the warm-up.",
+        f"- **loans, short loans**: loans made, and those taken back within {short:g} minutes, "
+        "churn that lends little.",
+    ]
+    trade = summary.get("trade")
+    if trade is not None:
+        lines.append(
+            "- **dominated**: a strategy is dominated when a point of the peak rule's grid "
+            "harvests at least 0.01 more with no more breach minutes, or as much with fewer: "
+            "a few lines of rule would have done better on this load."
+        )
+        if trade.get("curve"):
+            lines.append(
+                "- **trade curve**: the first strategy run once per error budget, its harvest "
+                "against that budget beside the best grid point that kept it in hindsight: "
+                "what each breach minute allowed buys."
+            )
+    return lines
+
+
+def _night_lines(summary: dict[str, Any]) -> list[str]:
+    """GPU-hours lent per night, a row per night, a column per run."""
+    table = summary.get("nights")
+    if not table or not table["rows"]:
+        return []
+    names = list(summary["strategies"])
+    lines = [
+        "",
+        "## GPU-hours lent per night",
+        "",
+        f"Each night runs from 12:00 to 12:00 in {table['zone']} and is named by its evening; "
+        f"GPU-hours are node-hours lent times {table['gpus_per_node']} GPUs per node "
+        "(`--gpus-per-node`). Hours: how much of the night the trace holds.",
+        "",
+        "| night | hours | " + " | ".join(names) + " |",
+        "|---|---:|" + "---:|" * len(names),
+    ]
+    totals = dict.fromkeys(names, 0.0)
+    for row in table["rows"]:
+        evening = date.fromisoformat(row["evening"])
+        cells = []
+        for name in names:
+            totals[name] += row["gpu_hours"][name]
+            cells.append(f"{row['gpu_hours'][name]:.1f}")
+        lines.append(
+            f"| {evening:%a %Y-%m-%d} | {row['covered_minutes'] / 60:.1f} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    hours = sum(r["covered_minutes"] for r in table["rows"]) / 60
+    lines.append(f"| total | {hours:.1f} | " + " | ".join(f"{totals[n]:.1f}" for n in names) + " |")
+    return lines
 
 
 def _trade_lines(summary: dict[str, Any]) -> list[str]:
@@ -439,11 +708,28 @@ def _training_lines(summary: dict[str, Any]) -> list[str]:
 def plot(
     path: Path,
     trace: Trace,
+    pool: PoolModel,
     rps_per_node: float,
     runs: Sequence[Run],
     summary: dict[str, Any] | None = None,
 ) -> None:
-    """The trade (when the summary has one) above a timeline per run."""
+    """``figure``, written to ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(trace, pool, rps_per_node, runs, summary)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def figure(
+    trace: Trace,
+    pool: PoolModel,
+    rps_per_node: float,
+    runs: Sequence[Run],
+    summary: dict[str, Any] | None = None,
+) -> Figure:
+    """The trade (when the summary has one) above a timeline per run, its times in the pool's
+    zone and its lending window shaded."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -465,48 +751,67 @@ def plot(
         _draw_trade(axes[0, 0], summary)
     for ax in timelines[1:]:
         ax.sharex(timelines[0])
+    zone = ZoneInfo(pool.zone)
+    window = pool.window
+    shaded = [] if window.always else nights.open_spans(window, trace.start, trace.end)
     for ax, run in zip(timelines, runs, strict=True):
-        times = [m.time for m in run.timeline]
-        demand = [
-            float("nan") if m.demand_rps is None else m.demand_rps / rps_per_node
-            for m in run.timeline
-        ]
-        serving = [m.serving for m in run.timeline]
-        lent = [m.lent for m in run.timeline]
-        returning = [m.returning for m in run.timeline]
-        ax.stackplot(
-            times,
-            serving,
-            returning,
-            lent,
-            colors=("#9ecae1", "#fdd49e", "#a1d99b"),
-            labels=("serving", "returning", "lent"),
-            step="post",
-        )
-        ax.plot(times, demand, color="#08306b", linewidth=0.6, label="demand (nodes)")
-        breaches = [
-            m.time
-            for m in run.timeline
-            if m.demand_rps is not None and m.demand_rps > rps_per_node * m.serving + 1e-9
-        ]
-        if breaches:
-            ax.plot(breaches, [0.3] * len(breaches), "|", color="#cb181d", label="breach")
-        figures = run.figures
-        title = f"{run.strategy} (baseline)" if run.baseline else run.strategy
-        if run.strategy == "oracle":
-            title = "oracle (upper bound)"
-        title += (
-            f": harvest {figures.harvest_ratio:.3f}, {figures.breach_minutes} breach min, "
-            f"{figures.reclaims} reclaims"
-        )
-        ax.set_title(title, fontsize=9, loc="left")
-        ax.set_ylabel("nodes", fontsize=8)
-        ax.margins(x=0)
-    timelines[0].legend(loc="upper right", fontsize=7, ncol=5)
-    fig.suptitle(f"{trace.name}: demand, serving and lent nodes (UTC)", fontsize=10)
+        ax.xaxis_date(zone)  # before anything is drawn: its ticks and labels in the pool's zone
+        for i, (opened, closed) in enumerate(shaded):
+            # Over the nodes (which fill the axes' height), under the demand line.
+            ax.axvspan(
+                opened,
+                closed,
+                color="0.45",
+                alpha=0.2,
+                zorder=1.5,
+                linewidth=0,
+                label="_nolegend_" if i else "lending window",
+                gid=WINDOW_GID,
+            )
+        _draw_timeline(ax, run, rps_per_node)
+    timelines[0].legend(loc="upper right", fontsize=7, ncol=6)
+    lends = "lends at any hour" if window.always else f"lending window {window.text} shaded"
+    fig.suptitle(
+        f"{trace.name}: demand, serving and lent nodes ({pool.zone} time; {lends})", fontsize=10
+    )
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    return fig
+
+
+def _draw_timeline(ax: Any, run: Run, rps_per_node: float) -> None:
+    """Demand (in nodes) over the serving, returning and lent nodes, breach minutes marked."""
+    times = [m.time for m in run.timeline]
+    demand = [
+        float("nan") if m.demand_rps is None else m.demand_rps / rps_per_node for m in run.timeline
+    ]
+    ax.stackplot(
+        times,
+        [m.serving for m in run.timeline],
+        [m.returning for m in run.timeline],
+        [m.lent for m in run.timeline],
+        colors=("#9ecae1", "#fdd49e", "#a1d99b"),
+        labels=("serving", "returning", "lent"),
+        step="post",
+    )
+    ax.plot(times, demand, color="#08306b", linewidth=0.6, label="demand (nodes)")
+    breaches = [
+        m.time
+        for m in run.timeline
+        if m.demand_rps is not None and m.demand_rps > rps_per_node * m.serving + 1e-9
+    ]
+    if breaches:
+        ax.plot(breaches, [0.3] * len(breaches), "|", color="#cb181d", label="breach")
+    figures = run.figures
+    title = f"{run.strategy} (baseline)" if run.baseline else run.strategy
+    if run.strategy == "oracle":
+        title = "oracle (upper bound)"
+    title += (
+        f": harvest {figures.harvest_ratio:.3f}, {figures.breach_minutes} breach min, "
+        f"{figures.reclaims} reclaims"
+    )
+    ax.set_title(title, fontsize=9, loc="left")
+    ax.set_ylabel("nodes", fontsize=8)
+    ax.margins(x=0)
 
 
 def _draw_trade(ax: Any, summary: dict[str, Any]) -> None:

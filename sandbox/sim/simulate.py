@@ -9,7 +9,7 @@ from typing import Any
 from tqdm import tqdm
 
 from rebalancer.core import model
-from sandbox.sim import engine, frontier, jobs, report
+from sandbox.sim import configured, engine, frontier, jobs, report
 from sandbox.sim.traces import Trace
 from strategies import registry
 
@@ -27,6 +27,7 @@ def simulate(
     slo: model.Slo | None = None,
     trade: bool = True,
     training: jobs.TrainingModel | None = None,
+    provenance: configured.Provenance | None = None,
 ) -> dict[str, Any]:
     """Run ``strategies`` (with every guard), the baselines and the oracle (without the guards
     in ``engine.BASELINE_DROPS``); write the report to ``out``. With ``slo``, the strategies
@@ -37,7 +38,8 @@ def simulate(
     report shows what training made of the loans. With ``slo`` and ``trade`` both, the first
     chosen strategy (the default's place) runs once more per budget of ``CURVE`` (the ``slo``
     run serves its own budget) for the report's trade curve: its harvest against the budget,
-    beside the best grid point within each.
+    beside the best grid point within each. ``provenance`` says which configured pool ``pool``
+    models and where its values came from, for the report.
 
     Strategy parameters are validated before anything runs, so a typo costs no time.
     """
@@ -45,10 +47,9 @@ def simulate(
     chosen = [name for name in dict.fromkeys(strategies) if name not in BASELINES]
     built = [(registry.build(name, params.get(name)), False) for name in chosen]
     built += [(registry.build(name), True) for name in BASELINES]
-    rps_per_node = pool.calibrate(trace)
-    oracle = engine.Oracle(
-        engine.oracle_plan(engine.needs(trace, pool, rps_per_node), pool), trace.start
-    )
+    rps_per_node = pool.capacity(trace)
+    need = engine.needs(trace, pool, rps_per_node)
+    oracle = engine.Oracle(engine.oracle_plan(need, pool, pool.lendable(trace)), trace.start)
     rule = frontier.grid(margins=frontier.REPORT_MARGINS) if trade else []
     curve: list[model.Slo] = []
     if trade and slo is not None and chosen:
@@ -94,5 +95,15 @@ def simulate(
             run = engine.run(trace, strategy, pool, on_minute=tick, slo=budget, training=training)
             curve_runs.append((budget.max_breach_minutes, run))
     return report.write_all(
-        out, trace, pool, rps_per_node, runs, slo, rule_runs, training, curve_runs
+        out,
+        trace,
+        pool,
+        rps_per_node,
+        runs,
+        slo,
+        rule_runs,
+        training,
+        curve_runs,
+        provenance or configured.Provenance(),
+        params,
     )

@@ -197,11 +197,42 @@ def test_gaps_are_held_or_reported_with_their_times_and_the_trace_is_written(
     assert summary["pool"]["zone"] == "America/Los_Angeles"  # the pool's own zone
 
 
+@pytest.mark.parametrize(
+    ("hold", "kinds"),
+    [
+        ("1m", ["edge", "held", "outage"]),  # a DURATION: one minute, so 2 are an outage
+        ("2", ["edge", "held", "held"]),  # a bare number: minutes, as it always was
+        ("120s", ["edge", "held", "held"]),
+    ],
+)
+def test_hold_takes_a_duration_or_a_bare_number_of_minutes(
+    prometheus: str,
+    config: Path,
+    weeks: dict[str, Series],
+    tmp_path: Path,
+    hold: str,
+    kinds: list[str],
+) -> None:
+    conv = weeks["conv"]
+    assert simulate(
+        "--prometheus", prometheus, "--config", str(config), "--pool", "conv",
+        "--from", rfc3339(conv.start), "--to", rfc3339(conv.minute(12 * 60)), "--hold", hold,
+        "--no-trade", "--quiet", "--out", str(tmp_path),
+    ) == 0  # fmt: skip
+    record = json.loads((tmp_path / "history.json").read_text())
+    assert record["hold_minutes"] == int(kinds.count("held") == 2) + 1
+    # The gaps of the first 12 hours: 5 minutes before the first sample, 1 at 01:40, 2 at 08:20.
+    assert [(g["minutes"], g["kind"]) for g in record["gaps"]] == list(
+        zip([5, 1, 2], kinds, strict=True)
+    )
+
+
 @pytest.mark.slow
 def test_a_week_from_prometheus_gives_the_figures_of_the_same_week_from_its_csv(
     prometheus: str, config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    common = ["--tz", "America/Los_Angeles", "--no-trade", "--quiet"]
+    # The pool's own settings for all three: its rps_per_node, limits, zone, strategy, slo.
+    common = ["--config", str(config), "--pool", "code", "--no-trade", "--quiet"]
     from_csv, from_prometheus, again = tmp_path / "csv", tmp_path / "prom", tmp_path / "again"
     assert (
         simulate(
@@ -216,7 +247,7 @@ def test_a_week_from_prometheus_gives_the_figures_of_the_same_week_from_its_csv(
         == 0
     )
     assert simulate(
-        "--prometheus", prometheus, "--config", str(config), "--pool", "code",
+        "--prometheus", prometheus,
         "--from", "2024-05-10T00:00:00Z", "--to", "2024-05-17T00:00:00Z",
         *common, "--out", str(from_prometheus),
     ) == 0  # fmt: skip
@@ -230,6 +261,11 @@ def test_a_week_from_prometheus_gives_the_figures_of_the_same_week_from_its_csv(
     again_run = json.loads((again / "summary.json").read_text())
     assert prom_run["strategies"] == csv_run["strategies"]
     assert prom_run["pool"] == csv_run["pool"]
+    # The pool's capacity, not one calibrated from the week's peak (6.81 rps).
+    assert prom_run["pool"]["rps_per_node"] == 7
+    assert prom_run["pool"]["from"]["rps_per_node"] == "settings"
+    assert prom_run["pool"]["zone"] == "America/Los_Angeles"
+    assert prom_run["slo"] == {"max_breach_minutes": 10, "window_days": 7}  # the default slo
     for field in ("start", "end", "minutes", "gap_minutes", "peak_rps"):
         assert prom_run["trace"][field] == csv_run["trace"][field]
     assert again_run == prom_run  # the written trace reproduces the run, file name and all
@@ -322,8 +358,12 @@ def test_a_scoped_query_with_no_labelled_node_asks_for_nodes(
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--since", "14x"], "--since='14x': write a duration such as 14d, 36h"),
-        (["--since", "1m"], "--since='1m': must be at least 2 minutes"),
+        (["--since", "14x"], "--since='14x': must be an RFC 3339 date-time with an offset"),
+        (["--since", "1m"], "--since='1m': must be at least 2 minutes ago"),
+        (["--since", "2030-01-01T00:00:00Z"], "--since='2030-01-01T00:00:00Z': must be at least"),
+        (["--since", "2020-01-01T00:00:00Z"], "--since='2020-01-01T00:00:00Z': must be at most"),
+        (["--hold", "90s"], "--hold='90s': must be whole minutes"),
+        (["--hold", "2x"], "--hold='2x': write a duration such as 90s, 15m or 2h"),
         (["--hold", "-1"], "--hold=-1: must be >= 0 minutes"),
         (["--nodes", "a b"], "--nodes='a b': write node names separated by commas"),
         (["--service", "code"], "--service=code: for --trace; --prometheus reads --pool"),

@@ -1,0 +1,150 @@
+"""``rebalancer simulate``'s duration and time flags: written as the settings and ``rebalancer
+audit`` write them, and the old spellings still meaning what they meant.
+
+A DURATION (``--drain``, ``--warmup``) is read by the settings' own parser: ``90s``, ``5m``,
+``2h``, ``1h30m`` or a number of seconds. ``--since`` is a TIME as ``rebalancer audit --since``
+reads it: an RFC 3339 time or a time ago, each run here against the audit command's own reading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from rebalancer import cli
+from rebalancer.errors import ConfigError
+from sandbox.sim import history
+
+TRACE = Path(__file__).parents[2] / "examples" / "traces" / "servegen_m-small.csv"
+NOW = datetime(2024, 5, 20, 10, 30, 42, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def half_day(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("trace") / "small-12h.csv"
+    path.write_text("\n".join(TRACE.read_text().splitlines()[:73]) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("drain", "warmup", "seconds"),
+    [
+        ("90s", "5m", (90, 300)),
+        ("2m", "1h", (120, 3600)),
+        ("150", "1m30s", (150, 90)),  # a bare number is seconds, as it always was
+        ("0", "0.5m", (0, 30)),
+    ],
+)
+def test_drain_and_warmup_take_durations_as_the_settings_write_them(
+    half_day: Path, tmp_path: Path, drain: str, warmup: str, seconds: tuple[int, int]
+) -> None:
+    argv = ["simulate", "--trace", str(half_day), "--drain", drain, "--warmup", warmup]
+    assert cli.main([*argv, "--no-trade", "--quiet", "--out", str(tmp_path)]) == 0
+    pool = json.loads((tmp_path / "summary.json").read_text())["pool"]
+    assert (pool["drain_seconds"], pool["warmup_seconds"]) == seconds
+    assert (pool["from"]["drain"], pool["from"]["warmup"]) == ("flag", "flag")
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--warmup", "5x", "--warmup='5x': write a duration such as 90s, 15m or 2h"),
+        ("--drain", "-1", "--drain='-1': must not be negative"),
+        ("--warmup", "2d", "--warmup='2d': write a duration such as 90s, 15m or 2h"),
+    ],
+)
+def test_a_bad_duration_is_one_line_naming_the_flag(
+    half_day: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    flag: str,
+    value: str,
+    message: str,
+) -> None:
+    argv = ["simulate", "--trace", str(half_day), flag, value, "--out", str(tmp_path)]
+    assert cli.main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [f"rebalancer: {message}"]
+
+
+def audit_since(text: str) -> datetime | str:
+    """What ``rebalancer audit --since TEXT`` reads (its own function), or its error line."""
+    args = argparse.Namespace(
+        since=text,
+        until=None,
+        cluster=None,
+        pool=None,
+        node=None,
+        action=None,
+        kind=None,
+        limit=100,
+        oldest_first=False,
+    )
+    try:
+        since = cli.audit_query(args, NOW).since
+    except ConfigError as exc:
+        return str(exc)
+    assert since is not None
+    return since
+
+
+def simulate_since(text: str) -> datetime | str:
+    try:
+        first, until = history.window(text, None, None, NOW)
+    except ConfigError as exc:
+        return str(exc)
+    assert until == datetime(2024, 5, 20, 10, 30, tzinfo=UTC)  # now, down to the minute
+    return first
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "14d",  # the old spellings: a duration up to now
+        "36h",
+        "1d12h",
+        "90m",
+        "2h30m15s",
+        "2024-05-20T08:00:00Z",  # a time, as audit takes it
+        "2024-05-20T10:00:00+02:00",
+        "2024-05-19t23:59:59.999z",
+    ],
+)
+def test_since_reads_what_audit_since_reads(text: str) -> None:
+    audit = audit_since(text)
+    assert isinstance(audit, datetime), audit
+    assert simulate_since(text) == audit.replace(second=0, microsecond=0)
+
+
+@pytest.mark.parametrize(
+    "text", ["yesterday", "14x", "2024-05-20T08:00:00", "2024-05-20", "-2h", "1h2d", ""]
+)
+def test_since_refuses_what_audit_since_refuses_in_the_same_words(text: str) -> None:
+    audit = audit_since(text)
+    assert isinstance(audit, str), audit
+    assert simulate_since(text) == audit
+
+
+def test_since_a_time_reads_from_it_up_to_now() -> None:
+    first, until = history.window("2024-05-20T08:00:30Z", None, None, NOW)
+    assert (first, until) == (
+        datetime(2024, 5, 20, 8, 0, tzinfo=UTC),
+        datetime(2024, 5, 20, 10, 30, tzinfo=UTC),
+    )
+    assert until - history.window("1d", None, None, NOW)[0] == timedelta(days=1)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("2024-05-20T10:30:00Z", "--since='2024-05-20T10:30:00Z': must be at least 2 minutes ago"),
+        ("2024-06-01T00:00:00Z", "--since='2024-06-01T00:00:00Z': must be at least 2 minutes ago"),
+        ("401d", "--since='401d': must be at most 400d ago"),
+    ],
+)
+def test_since_too_near_or_too_far_is_refused(text: str, message: str) -> None:
+    assert simulate_since(text) == message
