@@ -406,7 +406,7 @@ def _run(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     import asyncio
 
-    from rebalancer.runtime import check, wiring
+    from rebalancer.runtime import check
 
     timeout = _duration("--timeout", args.timeout)
     try:
@@ -418,21 +418,8 @@ def _check(args: argparse.Namespace) -> int:
     if args.online and not any(f.level is check.Level.FAIL for f in found):
 
         async def go() -> list[check.Finding]:
-            store, _ = await _budget_store(config)
-            seams = wiring.Seams(
-                kubeconfig=args.kubeconfig,
-                context=args.context,
-                sink=None,
-                serve_http=False,
-                audit_store=store,
-            )
-            async with contextlib.AsyncExitStack() as stack:
-                stack.push_async_callback(store.close)
-                controller = await stack.enter_async_context(
-                    wiring.Controller.open(config, seams, wiring.Role.OPERATOR)
-                )
-                async with _informed(controller, timeout, args.timeout):
-                    return await check.online(config, controller)
+            async with _reading(args, config, timeout) as controller:
+                return await check.online(config, controller)
 
         found += asyncio.run(go())
     return _findings(found, args.output)
@@ -445,80 +432,87 @@ def _split_line(line: str) -> tuple[str, str]:
 
 
 def _findings(found: Sequence[Finding], output: str) -> int:
-    import json
-
-    import yaml
-
     from rebalancer.runtime.check import Level
 
     failed = any(f.level is Level.FAIL for f in found)
     doc = {"ok": not failed, "findings": [f.doc() for f in found]}
-    if output == "json":
-        print(json.dumps(doc, indent=2))
-    elif output == "yaml":
-        print(yaml.safe_dump(doc, sort_keys=False), end="")
-    else:
-        for finding in found:
-            print(finding)
+    _print_document(doc, output, lambda: [str(f) for f in found])
     return 1 if failed else 0
 
 
-def _explain(args: argparse.Namespace) -> int:
-    import asyncio
+def _print_document(doc: Mapping[str, Any], output: str, text: Callable[[], list[str]]) -> None:
+    """One document as ``-o json`` or ``-o yaml`` prints it, or as ``text()``'s lines."""
     import json
 
     import yaml
 
-    from rebalancer.runtime import explain, wiring
+    if output == "json":
+        print(json.dumps(doc, indent=2))
+    elif output == "yaml":
+        print(yaml.safe_dump(dict(doc), sort_keys=False), end="")
+    else:
+        print("\n".join(text()))
+
+
+def _explain(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from rebalancer.runtime import explain
 
     timeout = _duration("--timeout", args.timeout)
     config = _settings(args)
 
     async def go() -> int:
-        store, note = await _budget_store(config)
-        if note is not None:
-            print(f"rebalancer: {note}", file=sys.stderr)
-        seams = wiring.Seams(
-            kubeconfig=args.kubeconfig,
-            context=args.context,
-            sink=None,
-            serve_http=False,
-            audit_store=store,
-        )
-        async with contextlib.AsyncExitStack() as stack:
-            stack.push_async_callback(store.close)  # handed in: wiring leaves it open
-            controller = await stack.enter_async_context(
-                wiring.Controller.open(config, seams, wiring.Role.OPERATOR)
-            )
-            async with _informed(controller, timeout, args.timeout):
-                snapshot, decision = await controller.reconciler.preview()
+        async with _reading(args, config, timeout) as controller:
+            snapshot, decision = await controller.reconciler.preview()
         try:
             doc = explain.answer(
                 controller.reconciler, snapshot, decision, node=args.node, pool=args.pool
             )
         except explain.NotExplained as exc:
             raise ConfigError(str(exc)) from None
-        if args.output == "json":
-            print(json.dumps(doc, indent=2))
-        elif args.output == "yaml":
-            print(yaml.safe_dump(doc, sort_keys=False), end="")
-        else:
-            print("\n".join(explain.lines(doc)))
+        _print_document(doc, args.output, lambda: explain.lines(doc))
         return 0
 
     return asyncio.run(go())
 
 
 @contextlib.asynccontextmanager
-async def _informed(controller: Controller, timeout: float, flag: str) -> AsyncIterator[None]:
-    """``Controller.informed``, its time running out a line naming ``--timeout``."""
-    try:
-        async with controller.informed(timeout):
-            yield
-    except TimeoutError:
-        raise ConfigError(
-            f"--timeout={flag}: the cluster's nodes and pods were not all listed in time"
-        ) from None
+async def _reading(
+    args: argparse.Namespace, config: Settings, timeout: float
+) -> AsyncIterator[Controller]:
+    """The controller built to read the cluster and Prometheus once and write nothing (explain,
+    check): the operator's role, the budgets' store (``_budget_store``, its note on stderr),
+    the informer's first list done within ``timeout`` (a line naming ``--timeout`` if not)."""
+    from rebalancer.runtime import wiring
+
+    store, note = await _budget_store(config)
+    if note is not None:
+        print(f"rebalancer: {note}", file=sys.stderr)
+    seams = wiring.Seams(
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        sink=None,
+        serve_http=False,
+        audit_store=store,
+    )
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(store.close)  # handed in: wiring leaves it open
+        controller = await stack.enter_async_context(
+            wiring.Controller.open(config, seams, wiring.Role.OPERATOR)
+        )
+        listed = False
+        try:
+            async with controller.informed(timeout):
+                listed = True
+                yield controller
+        except TimeoutError:
+            if listed:  # the caller's own, not the list's
+                raise
+            raise ConfigError(
+                f"--timeout={args.timeout}: the cluster's nodes and pods were not all listed in "
+                "time"
+            ) from None
 
 
 async def _budget_store(config: Settings) -> tuple[AuditStore, str | None]:
