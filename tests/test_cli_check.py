@@ -127,9 +127,11 @@ async def test_online_says_what_the_cluster_and_prometheus_make_of_each_pool(
         ), out
         demand = [line for line in lines if line.startswith("ok   pools[0].metrics: ")]
         assert len(demand) == 1, out
+        assert " rps at " in demand[0]
         assert "queue 2" in demand[0]
         assert any(line.startswith("ok   pools[0]: inference: first tick: ") for line in lines)
         assert "fail pools[1].node_selector: missing: gpu-pool=none selects no node" in lines
+        assert not any(line.startswith("fail pools[0].metrics.history") for line in lines), out
         assert all(r.method == "GET" for r in seen), [r for r in seen if r.method != "GET"]
 
         # A training job waiting for lent nodes is a taker; Prometheus gone is a failed query.
@@ -146,6 +148,7 @@ async def test_online_says_what_the_cluster_and_prometheus_make_of_each_pool(
             for line in lines
         ), out
         assert any(line.startswith("fail pools[0].metrics.demand: ") for line in lines), out
+        assert any(line.startswith("fail pools[0].metrics.history: ") for line in lines), out
 
 
 def test_online_is_not_tried_when_the_file_fails(

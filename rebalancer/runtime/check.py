@@ -10,7 +10,8 @@ finds (none, or a node two pools select, is a problem); whether its serving node
 serving taints (a node without them takes other pods while it serves, and a lend that removes
 them removes nothing); whether any pending pod tolerates its lent taints (with
 ``lend_only_to_takers``, none means nothing is lent); each query asked of Prometheus as the
-loop asks it (a refusal, no sample within the lookback); and what the first tick would do.
+loop asks it (a refusal, no sample within the lookback; the history query over the last hour);
+and what the first tick would do.
 
 Every finding is one line, ``LEVEL FIELD: MESSAGE``: ``fail`` stops ``check`` with exit 1,
 ``warn`` and ``ok`` do not.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +57,7 @@ class Finding:
 # What the templates are filled in with offline: the shape matters to the parser, not the names.
 _SAMPLE_NODES = ("node-a", "node-b")
 _SAMPLE_WINDOW = "300s"
+_HISTORY_CHECKED = timedelta(hours=1)  # how far back --online reads the history query
 
 
 def offline(config: Settings) -> list[Finding]:
@@ -179,7 +182,8 @@ async def _queries(
 ) -> list[Finding]:
     """The pool's queries asked as the loop asks them (``MetricsSource.read``)."""
     where = f"pools[{i}].metrics"
-    read = await source.read(model.PoolName(pool.name), [n.name for n in nodes])
+    name, names = model.PoolName(pool.name), [n.name for n in nodes]
+    read = await source.read(name, names)
     found = [Finding(Level.FAIL, f"{where}.{e.metric}", e.reason) for e in read.errors]
     failed = {e.metric for e in read.errors}
     if read.demand is None and "demand" not in failed:
@@ -187,6 +191,14 @@ async def _queries(
         found.append(Finding(Level.FAIL, f"{where}.demand", why))
     if read.queue is None and "queue" not in failed:
         found.append(Finding(Level.WARN, f"{where}.queue", "no sample: the queue is not watched"))
+    # The history query too (strategies and the error budget's cover read it): the last hour.
+    until = read.demand.at if read.demand is not None else datetime.now(UTC)
+    past = await source.history(name, names, until - _HISTORY_CHECKED, until, timedelta(minutes=5))
+    if past.error is not None:
+        found.append(Finding(Level.FAIL, f"{where}.history", past.error.reason))
+    elif not any(v is not None for v in past.history.values):
+        why = "no value in the last hour: strategies and the error budget would see a gap"
+        found.append(Finding(Level.WARN, f"{where}.history", why))
     if not found:
         demand, queue = read.demand, read.queue
         assert demand is not None
@@ -195,8 +207,8 @@ async def _queries(
             Finding(
                 Level.OK,
                 where,
-                f"{pool.name}: demand {demand.value:g} at {demand.at:%H:%M:%S}Z, "
-                f"queue {queue.value:g}",
+                f"{pool.name}: demand {demand.value:g} {pool.unit.symbol} "
+                f"at {demand.at:%H:%M:%S}Z, queue {queue.value:g}",
             )
         )
     return found
