@@ -1,4 +1,4 @@
-"""Baselines every simulator report shows next to the real strategies (EVALUATION.md).
+"""Baselines every simulator report shows next to the real strategies (docs/evaluation.md).
 
 - ``static``: never lend; the safety reference.
 - ``cron``: lend every node above ``min_serving`` from 22:00 to 06:00 in the pool's zone and take

@@ -1,4 +1,4 @@
-"""The actuator: the only code that writes to the cluster (DESIGN section 3).
+"""The actuator: the only code that writes to the cluster (docs/design/actuator.md).
 
 Where it sits: the planner's steps come here (``lend``, ``reclaim``), each tick drives the node
 transitions in flight (``progress``), and start-up ends whatever a crash left half done

@@ -5,7 +5,7 @@ the actuator uses it to re-read a node before each write. Pure functions: no cli
 
 A pod's role decides whether its node is idle:
 - a pod owned by a DaemonSet does not make a node busy;
-- a pod that tolerates the lend taint is borrowed training (the opt-in DESIGN section 1 asks of
+- a pod that tolerates the lend taint is borrowed training (the opt-in docs/training-jobs.md asks of
   preemptible training), the only kind the actuator ever evicts;
 - a pod matching the pool's inference selector, or tolerating one of the taints the pool serves
   under, is inference: its node is never lent;

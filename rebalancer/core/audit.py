@@ -1,4 +1,4 @@
-"""Audit records: what the controller decided, from what, and what came of it (DESIGN section 6).
+"""Audit records: what the controller decided, from what, and what came of it (docs/audit.md).
 
 Pure: this module builds ``AuditRecord`` values from a tick's ``Plan`` and the ``Snapshot`` it was
 made from, turns them into JSON documents, and decides which of them a steady state would only

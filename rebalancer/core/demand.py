@@ -6,7 +6,7 @@ belief, and puts the ``Reading`` into the pool's ``PoolSnapshot``. Pure: time, s
 are arguments; the caller holds the state.
 
 Why it exists: the planner keeps no memory between ticks, but two safety rules need one
-(DESIGN section 4, docs/design/safety-rules.md):
+(docs/design/safety-rules.md):
 
 - **Unknown is one thing.** Prometheus unreachable, an empty result, a NaN or an infinity all
   mean "no sample this time". The belief keeps the last good sample, so demand is unknown

@@ -1,7 +1,8 @@
 """The lend/reclaim state machine as it is written on the Node itself.
 
 Nothing that matters lives only in memory: a restarted controller rebuilds everything from the
-keys below (DESIGN section 3). This module is the only code that knows their names and formats.
+keys below (docs/design/node-state.md). This module is the only code that knows their names and
+formats.
 It reads them (``read`` returns a ``NodeState`` or a ``StateError`` value, never raises) and
 computes, as pure values, the metadata each transition writes; the actuator sends those writes,
 the simulator applies them to its fake nodes.
@@ -61,7 +62,7 @@ class Keys:
     decision = property(lambda self: self.prefix + "decision")
     deadline = property(lambda self: self.prefix + "reclaim-deadline")
     lent_taint = property(lambda self: self.prefix + "lent")
-    # operator overrides (DESIGN section 5)
+    # operator overrides (docs/operations.md)
     window = property(lambda self: self.prefix + "window")
     lend = property(lambda self: self.prefix + "lend")
     reclaim = property(lambda self: self.prefix + "reclaim")

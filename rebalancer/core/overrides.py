@@ -1,4 +1,4 @@
-"""Operator overrides: the annotations people put on a Node to steer it (DESIGN section 5).
+"""Operator overrides: the annotations people put on a Node to steer it (docs/operations.md).
 
 | key                           | values                                                      |
 |-------------------------------|-------------------------------------------------------------|

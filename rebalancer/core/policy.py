@@ -15,7 +15,7 @@ from rebalancer.core import demand, model, nodestate, windows
 
 
 def default_lend_spec(keys: nodestate.Keys) -> nodestate.LendSpec:
-    """Swap the inference taint of DESIGN section 1 for the lend taint training tolerates."""
+    """Swap the serving taint for the lent taint training tolerates (docs/design/pools.md)."""
     return nodestate.LendSpec(
         remove_taints=(model.Taint(key="workload", value="inference", effect="NoSchedule"),),
         add_taints=(model.Taint(key=keys.lent_taint, value="training", effect="NoSchedule"),),

@@ -6,7 +6,7 @@ nodes a reclaim takes (``planning._reclaim_order``: whole nodes, so a job's cost
 of units as ``pick_jobs`` counts it); ``pick_jobs`` is for taking back part of a pool's
 borrowed capacity by pods or GPUs. Pure: no I/O, no clock.
 
-Cost, as DESIGN section 3 puts it: fewest training jobs preempted, then lowest priority, then the
+Cost (docs/design/actuator.md): fewest training jobs preempted, then lowest priority, then the
 youngest (least work lost). A job is the pods sharing ``PodView.job``; a pod without a job is a job
 of its own. A job's pods go out together, one job after the other, so that a reclaim stopped
 halfway (a PodDisruptionBudget, a crash) has touched as few jobs as possible; evicting one pod of

@@ -1,6 +1,6 @@
 """Lending windows: weekday sets and wall-clock spans in IANA time zones, DST-safe.
 
-Syntax (DESIGN section 5), spans separated by ``;``::
+Syntax (docs/configuration.md, docs/design/windows.md), spans separated by ``;``::
 
     Mon-Fri 22:00-06:00 Asia/Shanghai; Sat,Sun 00:00-24:00 Asia/Shanghai
 
