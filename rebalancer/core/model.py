@@ -2,7 +2,7 @@
 
 Everything here is a frozen value. A tick builds a ``Snapshot`` (what the cluster and the
 metrics looked like at ``now``), a strategy turns each pool's ``PoolView`` into a ``Proposal``,
-and ``planning.make_plan`` turns proposals and operator overrides into ``Intent``s, each of which
+and ``tick.plan_tick`` turns proposals and operator overrides into ``Intent``s, each of which
 ends as ``Step``s (what the actuator will do) or a ``Rejection`` (why not). Nothing in this module
 knows about Kubernetes objects or Prometheus responses: adapters translate into these values.
 """

@@ -1,5 +1,6 @@
 """One tick's decision, from the strategies' answers to the plan: the same function for the
-controller, the simulator and the demo.
+controller, the simulator and the demo, and the only way to plan (``core.planning`` plans one
+pool at a time, for this module).
 
 Where it sits: ``observe -> (each strategy answers) -> plan_tick -> audit -> apply``. Calling a
 strategy is the caller's business (the controller runs each in a thread with a time limit; the
@@ -86,19 +87,26 @@ def plan_tick(
     pools: Mapping[PoolName, PoolRules],
     keys: nodestate.Keys,
 ) -> Decision:
-    """Plan every pool of ``pools`` from its snapshot and its strategy's answer."""
+    """Plan every pool of ``pools`` from its snapshot and its strategy's answer.
+
+    A pool with no entry in ``answers`` asked no strategy this tick: it is planned on the
+    operators' and the safety rules alone (the tests of those rules plan so), and has no entry
+    in ``Decision.proposals``. An answer of ``None`` is an answer, and an invalid one."""
     plans: dict[PoolName, model.PoolPlan] = {}
     proposals: dict[PoolName, model.Proposal] = {}
     failures: dict[tuple[PoolName, Stage], Failure] = {}
     served: set[str] = set()  # jobs a pool planned before has room for: not lent for twice
     for name, rules in pools.items():
         seen = snapshot.pools[name]
-        proposal = _checked(answers[name], len(seen.nodes))
+        proposal: model.Proposal | Failure | None = None
+        if name in answers:
+            proposal = _checked(answers[name], len(seen.nodes))
         if isinstance(proposal, Failure):
             failures[(name, Stage.STRATEGY)] = proposal
             why = f"the strategy failed ({proposal})"
             proposal = planning.safety_only(lent_count(seen, keys), why)
-        proposals[name] = proposal
+        if proposal is not None:
+            proposals[name] = proposal
         try:
             plans[name] = _plan(snapshot, name, rules, proposal, keys, frozenset(served))
             served.update(plans[name].served)
@@ -174,7 +182,7 @@ def _plan(
     snapshot: model.Snapshot,
     name: PoolName,
     rules: PoolRules,
-    proposal: model.Proposal,
+    proposal: model.Proposal | None,
     keys: nodestate.Keys,
     served: frozenset[str],
 ) -> model.PoolPlan:

@@ -1,6 +1,6 @@
 """End to end through the real kubernetes-asyncio client against the emulator over HTTP: with 10 %
 each of 409, 429 and 500 on writes and dropped watch streams, a few hundred lend/reclaim
-transitions driven by a miniature reconcile loop (informer -> snapshot -> ``make_plan`` ->
+transitions driven by a miniature reconcile loop (informer -> snapshot -> ``plan_tick`` ->
 actuator, ``progress`` on what is in flight), the cluster converges and no transition is applied
 twice.
 
@@ -38,9 +38,10 @@ from rebalancer.adapters import convert
 from rebalancer.adapters.actuator import Actuator
 from rebalancer.adapters.informer import Informer, WatchSettings
 from rebalancer.adapters.writer import KubeWriter, RetryPolicy
-from rebalancer.core import model, planning
+from rebalancer.core import model
 from rebalancer.core.nodestate import Phase
 from rebalancer.core.outcomes import ActionResult, Outcome, WriteKind, WriteOutcome
+from rebalancer.core.tick import PoolRules, plan_tick
 from sandbox.emulator import cluster
 from sandbox.emulator.faults import Faults
 from sandbox.emulator.resources import NODES, PODS, ResourceType
@@ -153,7 +154,7 @@ class Loop:
             pools={POOL: model.PoolSnapshot(nodes=views, demand=model.Sample(demand, now))},
         )
         proposal = model.Proposal(target, f"test: demand {demand:.0f} rps")
-        plan = planning.make_plan(snapshot, {POOL: proposal}, {POOL: POLICY}, KEYS)
+        plan = plan_tick(snapshot, {POOL: proposal}, {POOL: PoolRules(POLICY)}, KEYS).plan
         assert not plan.findings, plan.findings
         acted: set[str] = set()
         for step in plan.steps:

@@ -11,16 +11,16 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime, timedelta
 
-from rebalancer.core import clocks, model, planning
+from rebalancer.core import clocks, model
 from rebalancer.core.clocks import Against
 from rebalancer.core.model import Action, Reason
 from tests.support.factories import (
-    KEYS,
     POOL,
     T0,
     demand,
     lend,
     lent_nodes,
+    planned,
     policy,
     pool_snapshot,
     proposal,
@@ -128,9 +128,7 @@ def pool_plan(
 ) -> model.PoolPlan:
     snap = dataclasses.replace(pool_snapshot(nodes, sample), clocks=measured)
     snapshot = model.Snapshot(now=now, pools={POOL: snap})
-    result = planning.make_plan(
-        snapshot, {POOL: proposal(target)}, {POOL: policy(**policy_changes)}, KEYS
-    )
+    result = planned(snapshot, {POOL: proposal(target)}, {POOL: policy(**policy_changes)})
     return result.pools[POOL]
 
 

@@ -8,9 +8,17 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from rebalancer.core import demand, model, planning
+from rebalancer.core import demand, model
 from rebalancer.core.model import PoolName, Reason
-from tests.support.factories import KEYS, T0, lent_nodes, policy, proposal, refusals, serving_nodes
+from tests.support.factories import (
+    T0,
+    lent_nodes,
+    planned,
+    policy,
+    proposal,
+    refusals,
+    serving_nodes,
+)
 
 MINUTE = timedelta(minutes=1)
 RULE = demand.DropRule(floor=1 / 3, hold=10 * MINUTE, rps_per_node=10.0)
@@ -149,7 +157,7 @@ def plan_reading(
     )
     snapshot = model.Snapshot(now=now, pools={POOL: pool})
     limits = policy(staleness=2 * MINUTE, stale_grace=5 * MINUTE)
-    return planning.make_plan(snapshot, {POOL: proposal(2)}, {POOL: limits}, KEYS).pools[POOL]
+    return planned(snapshot, {POOL: proposal(2)}, {POOL: limits}).pools[POOL]
 
 
 POOL = PoolName("gpu")

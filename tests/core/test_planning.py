@@ -31,6 +31,7 @@ from tests.support.factories import (
     lent_nodes,
     other_pod,
     plan,
+    planned,
     policy,
     pool_snapshot,
     proposal,
@@ -88,10 +89,10 @@ def test_a_reclaiming_node_is_no_capacity_to_lend_from() -> None:
     back = begin_reclaim(lend(serving("r-00"), T0 - HOUR), T0 - MINUTE)
     nodes = [*serving_nodes(2), back]
 
-    result = checked(plan(nodes, target=5, pool_policy=policy(min_serving=2)))
+    result = checked(plan(nodes, target=3, pool_policy=policy(min_serving=2)))
 
     assert stepped(result, LEND) == []
-    assert refusals(result) == {Reason.WARMING: 5}
+    assert refusals(result) == {Reason.WARMING: 3}
 
 
 def test_a_node_back_from_a_loan_is_no_capacity_until_its_warm_up_has_passed() -> None:
@@ -344,9 +345,7 @@ def test_a_pool_pause_freezes_only_that_pool() -> None:
     )
     proposals = {POOL: proposal(2), other: proposal(2)}
 
-    result = planning.make_plan(
-        snapshot, proposals, {POOL: policy(), other: policy()}, KEYS, paused_pools=[POOL]
-    )
+    result = planned(snapshot, proposals, {POOL: policy(), other: policy()}, paused_pools=[POOL])
 
     assert result.pools[POOL].steps == ()
     assert refusals(result.pools[POOL]) == {Reason.PAUSED: 2}

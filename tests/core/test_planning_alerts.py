@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from rebalancer.core import audit, model, planning
+from rebalancer.core import audit, model
 from rebalancer.core.model import Action, Origin, Reason
 from rebalancer.core.policy import PoolPolicy
 from tests.support.factories import (
@@ -20,6 +20,7 @@ from tests.support.factories import (
     demand,
     lend,
     lent_nodes,
+    planned,
     policy,
     proposal,
     refusals,
@@ -58,8 +59,8 @@ def plan(
     target: int,
     pool_policy: PoolPolicy | None = None,
 ) -> model.PoolPlan:
-    made = planning.make_plan(
-        snapshot(nodes, alerts), {POOL: proposal(target)}, {POOL: pool_policy or policy()}, KEYS
+    made = planned(
+        snapshot(nodes, alerts), {POOL: proposal(target)}, {POOL: pool_policy or policy()}
     )
     result = made.pools[POOL]
     assert unaccounted(result) == []
@@ -110,8 +111,8 @@ def test_a_firing_alert_reclaims_under_a_pause_but_not_under_a_freeze() -> None:
     alerted = snapshot(nodes, [firing()])
     policies = {POOL: policy()}
 
-    paused = planning.make_plan(alerted, {}, policies, KEYS, paused_pools=[POOL]).pools[POOL]
-    frozen = planning.make_plan(alerted, {}, policies, KEYS, frozen_pools=[POOL]).pools[POOL]
+    paused = planned(alerted, {}, policies, paused_pools=[POOL]).pools[POOL]
+    frozen = planned(alerted, {}, policies, frozen_pools=[POOL]).pools[POOL]
 
     assert stepped(paused, Action.RECLAIM) == ["l-00", "l-01"]
     assert frozen.steps == ()
@@ -130,7 +131,7 @@ def test_the_strategy_is_not_let_lend_again_what_the_alert_took_back() -> None:
 def test_the_audit_record_names_the_alert_and_the_matcher_that_matched() -> None:
     nodes = [*serving_nodes(2), *lent_nodes(1)]
     alerted = snapshot(nodes, [firing(fingerprint="0c1e2a")])
-    made = planning.make_plan(alerted, {POOL: proposal(1)}, {POOL: policy()}, KEYS)
+    made = planned(alerted, {POOL: proposal(1)}, {POOL: policy()})
     ctx = audit.Context(controller="test", term=None, strategy="window")
     ids = iter(range(100))
 

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rebalancer.core import model, nodestate, overrides, planning, windows
+from rebalancer.core import model, nodestate, overrides, windows
 from rebalancer.core.model import Action, NodeName, Origin, PodRole
 from rebalancer.core.policy import ALL_GUARDS, Guard, PoolPolicy
 from tests.support.factories import (
@@ -31,6 +31,7 @@ from tests.support.factories import (
     lend,
     lending,
     phase_of,
+    planned,
     proposal,
     rebuilt,
     returned,
@@ -72,7 +73,7 @@ class Scenario:
         )
         snapshot = model.Snapshot(now=self.now, pools={POOL: pool}, paused=paused, frozen=frozen)
         proposals = {} if self.target is None else {POOL: proposal(self.target)}
-        return planning.make_plan(snapshot, proposals, {POOL: self.policy}, KEYS).pools[POOL]
+        return planned(snapshot, proposals, {POOL: self.policy}).pools[POOL]
 
     def demand(self) -> float | None:
         """The demand the planner may read: a finite rate >= 0, else unknown."""

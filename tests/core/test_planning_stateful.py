@@ -25,7 +25,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from rebalancer.core import model, nodestate, overrides, planning, windows
+from rebalancer.core import model, nodestate, overrides, windows
 from rebalancer.core.model import Action, NodeName, Origin, PodRole
 from rebalancer.core.policy import ALL_GUARDS, Guard, PoolPolicy
 from tests.support.factories import (
@@ -41,6 +41,7 @@ from tests.support.factories import (
     lending,
     names,
     phase_of,
+    planned,
     proposal,
     rebuilt,
     serving,
@@ -252,7 +253,7 @@ class PlannerMachine(RuleBasedStateMachine):
             paused=self.paused,
         )
         proposals = {POOL: proposal(lend_target)}
-        return planning.make_plan(snapshot, proposals, {POOL: self.policy}, KEYS).pools[POOL]
+        return planned(snapshot, proposals, {POOL: self.policy}).pools[POOL]
 
     def checked_outcome(self, result: model.PoolPlan) -> dict[NodeName, model.NodeView]:
         """The pool once ``result`` is carried out, checked against properties (a) to (f)."""

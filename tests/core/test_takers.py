@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rebalancer.core import model, planning, takers
+from rebalancer.core import model, takers
 from rebalancer.core.model import Action, PoolName, Reason, Requirement
 from tests.support.factories import (
     KEYS,
@@ -24,6 +24,7 @@ from tests.support.factories import (
     gpu_node,
     lend,
     plan,
+    planned,
     policy,
     pool_snapshot,
     proposal,
@@ -212,7 +213,7 @@ def test_two_pools_do_not_lend_for_the_same_job() -> None:
     snapshot = model.Snapshot(now=T0, pools=pools)
     proposals = {POOL: proposal(1), other: proposal(1)}
 
-    result = planning.make_plan(snapshot, proposals, {POOL: TAKERS, other: TAKERS}, KEYS)
+    result = planned(snapshot, proposals, {POOL: TAKERS, other: TAKERS})
 
     assert [s.node for s in result.steps] == ["s-0"]
     assert refusals(result.pools[other]) == {Reason.NO_TAKER: 1}

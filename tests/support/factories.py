@@ -13,10 +13,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from rebalancer.core import audit, model, nodestate, planning
+from rebalancer.core import audit, model, nodestate, tick
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import NodeName, PodRole, PoolName
 from rebalancer.core.policy import PoolPolicy
+from rebalancer.core.tick import Stage
 
 KEYS = nodestate.Keys()
 POOL = PoolName("gpu")
@@ -248,10 +249,31 @@ def plan(
     pools = {POOL: dataclasses.replace(snap, budget=budget, cover=cover, takers=tuple(takers))}
     snapshot = model.Snapshot(now=now, pools=pools, paused=paused, frozen=frozen)
     proposals = {} if target is None else {POOL: proposal(target)}
-    result = planning.make_plan(
-        snapshot, proposals, {POOL: pool_policy or policy()}, KEYS, paused_pools
-    )
+    result = planned(snapshot, proposals, {POOL: pool_policy or policy()}, paused_pools)
     return result.pools[POOL]
+
+
+def planned(
+    snapshot: model.Snapshot,
+    proposals: Mapping[PoolName, model.Proposal],
+    policies: Mapping[PoolName, PoolPolicy],
+    paused_pools: Iterable[PoolName] = (),
+    frozen_pools: Iterable[PoolName] = (),
+) -> model.Plan:
+    """Every pool of ``snapshot`` planned as the controller plans a tick (``tick.plan_tick``).
+
+    A pool without a proposal is planned on the operators' and the safety rules alone. A planner
+    that raises fails the test: ``plan_tick`` would plan that pool safety-only, hiding the bug.
+    """
+    paused, frozen = set(paused_pools), set(frozen_pools)
+    rules = {
+        name: tick.PoolRules(policies[name], paused=name in paused, frozen=name in frozen)
+        for name in snapshot.pools
+    }
+    decision = tick.plan_tick(snapshot, proposals, rules, KEYS)
+    broken = {name: f for (name, stage), f in decision.failures.items() if stage is Stage.PLANNER}
+    assert not broken, f"the planner failed: {broken}"
+    return decision.plan
 
 
 # What a lent node of the tests' pool tolerates: its GPU taint and the lend taint.
