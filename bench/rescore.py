@@ -43,10 +43,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from rebalancer.adapters import registry
 from rebalancer.core import model
 from sandbox.sim import engine, traces
 from sandbox.sim.traces import MINUTE
-from strategies import registry
 
 WEEK_MINUTES = 7 * 24 * 60  # 10,080
 SHANGHAI = "Asia/Shanghai"

@@ -71,11 +71,11 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from rebalancer.adapters import registry
 from rebalancer.core import model
 from sandbox.sim import engine, frontier, traces
 from sandbox.sim.frontier import Point
 from sandbox.sim.traces import MINUTE, Trace
-from strategies import registry
 
 EXAMPLES = Path(__file__).parents[1] / "examples" / "traces"
 AZURE = "azure_llm_2024_week_per_minute.csv"

@@ -15,8 +15,8 @@ import statistics
 import time
 from pathlib import Path
 
+from rebalancer.adapters import registry
 from sandbox.sim import engine, traces
-from strategies import registry
 
 TRACE = Path(__file__).parents[1] / "examples" / "traces" / "azure_llm_2024_week_per_minute.csv"
 GOALS = {16: 3.0, 1000: 30.0}

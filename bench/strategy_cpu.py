@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from rebalancer.adapters import registry
 from rebalancer.core import model
 from sandbox.sim import traces
-from strategies import registry
 
 EXAMPLES = Path(__file__).parents[1] / "examples" / "traces"
 MINUTE = timedelta(minutes=1)

@@ -15,8 +15,8 @@ import json
 import time
 from pathlib import Path
 
+from rebalancer.adapters import registry
 from sandbox.sim import engine, traces
-from strategies import registry
 
 EXAMPLES = Path(__file__).parents[1] / "examples" / "traces"
 # (file, service, pool time zone): the Azure services are American, ServeGen's clock is Chinese.

@@ -50,22 +50,18 @@ from pydantic_settings import (
 )
 
 from rebalancer import errors
-from rebalancer.adapters import presets
+from rebalancer.adapters import auditurl, presets, registry
 from rebalancer.core import alerts, audit, clocks, model, nodepools, nodestate, windows
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.errors import ConfigError
-from strategies import registry
 
 if TYPE_CHECKING:
     from rebalancer.adapters import leadership, metrics
     from rebalancer.adapters.metrics import Queries  # in PoolSettings, ``metrics`` is a field
-    from strategies.base import Strategy
+    from rebalancer.core.strategy import Strategy
 
 ENV_PREFIX = "REBALANCER_"
 CONFIG_ENV = ENV_PREFIX + "CONFIG"  # the config file's path, when --config is not given
-# Same as rebalancer.adapters.audit.DEFAULT_URL (a test holds them equal); not imported, so that
-# loading the settings does not load SQLAlchemy.
-DEFAULT_AUDIT_URL = "sqlite+aiosqlite:///rebalancer-audit.sqlite3"
 
 # The default server: its templates are the defaults of ``MetricsSettings`` (and the adapter's).
 _VLLM = presets.preset(presets.Engine.VLLM)
@@ -453,7 +449,7 @@ class StrategySettings(_Model):
                 "if": {"properties": {"name": {"const": name}}},
                 "then": {"properties": {"params": registry.params_type(name).model_json_schema()}},
             }
-            for name in registry.names()
+            for name in registry.built_in()
         ]
         return {"anyOf": [{"type": "string", "minLength": 1}, mapping]}
 
@@ -466,6 +462,11 @@ class StrategySettings(_Model):
                 "unknown strategy; choose one of {names}",
                 {"names": ", ".join(registry.names())},
             )
+        try:
+            registry.params_type(value)  # a plugin that does not load is said here, by name
+        except registry.ParameterError as exc:
+            why = "; ".join(exc.problems)
+            raise PydanticCustomError("strategy", "{why}", {"why": why}) from None
         return value
 
     @pydantic.model_validator(mode="after")
@@ -610,7 +611,7 @@ class PoolSettings(_Model):
         default="always",
         json_schema_extra={"pattern": _window_pattern(), "description": "e.g. Mon-Fri 22:00-06:00"},
     )
-    strategy: StrategySettings = StrategySettings()
+    strategy: StrategySettings = Field(default_factory=StrategySettings)
     paused: bool = False  # no lending; the reclaims that keep inference served still happen
     frozen: bool = False  # nothing moves at all, not even safety reclaims (alerted under pressure)
     # ``rps_per_node: X`` is ``capacity: {unit: requests_per_second, per_node: X}`` said the
@@ -869,7 +870,7 @@ class PrometheusSettings(_Model):
 
 
 class AuditSettings(_Model):
-    url: str = Field(default=DEFAULT_AUDIT_URL, min_length=1)
+    url: str = Field(default=auditurl.DEFAULT_URL, min_length=1)
 
     @pydantic.field_validator("url")
     @classmethod

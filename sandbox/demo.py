@@ -45,7 +45,7 @@ from typing import Any, TextIO
 
 from kubernetes_asyncio import client
 
-from rebalancer.adapters import convert
+from rebalancer.adapters import convert, registry
 from rebalancer.adapters.audit import SqlAuditStore, UlidFactory, every_record, json_line
 from rebalancer.core import model, nodestate, warmth
 from rebalancer.core.audit import AuditRecord
@@ -65,7 +65,6 @@ from sandbox.emulator.store import Store
 from sandbox.emulator.views import expected_views
 from sandbox.sim import engine, traces
 from sandbox.sim.replay import Replay
-from strategies import registry
 
 Obj = dict[str, Any]
 

@@ -67,14 +67,13 @@ from typing import ClassVar
 
 import pydantic
 
-from rebalancer.core import model
-from strategies import base
+from rebalancer.core import model, strategy
 
 Steps = deque[tuple[int, float]]  # a window's running maximum: (step, value), values falling
 _BUCKET = timedelta(hours=1)  # what the rungs' scores are tallied in
 
 
-class Params(base.Params):
+class Params(strategy.Params):
     windows: tuple[pydantic.PositiveInt, ...] = pydantic.Field(
         default=(10, 30, 60, 120, 240, 480),
         min_length=1,
@@ -434,3 +433,8 @@ def _figures(pool: model.PoolView) -> tuple[object, ...]:
         pool.return_time,
         pool.limits,
     )
+
+
+PLUGIN = strategy.Plugin(
+    Params, Adaptive, "follow the peak rule that would have served this pool best"
+)

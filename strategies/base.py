@@ -1,31 +1,19 @@
-"""What every strategy is: a pure function of a ``PoolView`` with validated parameters."""
+"""What the built-in strategies share beyond the contract.
+
+The contract itself (``Strategy``, ``Params``, ``Plugin``) lives in ``rebalancer.core.strategy``,
+where the controller can hold a strategy without importing this package; ``Params`` and
+``Strategy`` are named here too, for code written against this module before they moved.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import ClassVar, Protocol
-
-import pydantic
 
 from rebalancer.core import model
+from rebalancer.core.strategy import Params, Strategy
 
-
-class Params(pydantic.BaseModel):
-    """Base of strategy parameters: unknown keys are errors, values are immutable."""
-
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
-
-
-class Strategy(Protocol):
-    name: ClassVar[str]
-    # Whether ``decide`` reads ``pool.history``: the runtime asks Prometheus for the demand
-    # history (days of it, refreshed every few minutes) only for a strategy that does.
-    reads_history: ClassVar[bool]
-
-    def decide(self, pool: model.PoolView) -> model.Proposal:
-        """How many nodes of ``pool`` should be lent at ``pool.now``, and why."""
-        ...
+__all__ = ["Params", "Strategy", "same_series"]
 
 
 def same_series(

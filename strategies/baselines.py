@@ -16,15 +16,14 @@ from typing import ClassVar
 
 import pydantic
 
-from rebalancer.core import model, windows
-from strategies import base
+from rebalancer.core import model, strategy, windows
 
 
-class NoParams(base.Params):
+class NoParams(strategy.Params):
     pass
 
 
-class CronParams(base.Params):
+class CronParams(strategy.Params):
     hours: str = pydantic.Field(default="22:00-06:00", description="HH:MM-HH:MM, pool zone")
 
     @pydantic.field_validator("hours")
@@ -84,3 +83,8 @@ class Reactive:
             f"reactive: {pool.demand.value:.1f} {pool.unit.symbol} needs {need} nodes",
             {"demand_rps": pool.demand.value, "need": need},
         )
+
+
+STATIC = strategy.Plugin(NoParams, Static, "never lend")
+CRON = strategy.Plugin(CronParams, Cron, "lend everything inside fixed hours")
+REACTIVE = strategy.Plugin(NoParams, Reactive, "lend what current load leaves")

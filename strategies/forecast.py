@@ -69,7 +69,7 @@ from typing import ClassVar
 
 import pydantic
 
-from rebalancer.core import model
+from rebalancer.core import model, strategy
 from strategies import base
 
 DAY = timedelta(days=1)
@@ -77,7 +77,7 @@ HOUR = timedelta(hours=1)
 MINUTE = timedelta(minutes=1)
 
 
-class Params(base.Params):
+class Params(strategy.Params):
     fit_minutes: int = pydantic.Field(
         default=90, ge=10, le=24 * 60, description="span of the straight-line fit"
     )
@@ -411,3 +411,8 @@ def _need_capped(pool: model.PoolView, rps: float, margin: float) -> int:
     if not math.isfinite(wanted) or wanted * (1 + pool.headroom) >= pool.size * pool.rps_per_node:
         return pool.size
     return pool.need(wanted)
+
+
+PLUGIN = strategy.Plugin(
+    Params, Forecast, "keep what demand may reach before a reclaimed node is warm"
+)

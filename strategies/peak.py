@@ -20,11 +20,10 @@ from typing import ClassVar
 
 import pydantic
 
-from rebalancer.core import model
-from strategies import base
+from rebalancer.core import model, strategy
 
 
-class Params(base.Params):
+class Params(strategy.Params):
     window_minutes: int = pydantic.Field(default=60, ge=1, le=7 * 24 * 60)
     margin: float = pydantic.Field(
         default=0.15, ge=0.0, le=100.0, description="the margin; with a budget, while unspent"
@@ -65,3 +64,6 @@ class Peak:
         if budget is None or high is None:
             return low
         return low + (high - low) * min(1.0, budget.burned)
+
+
+PLUGIN = strategy.Plugin(Params, Peak, "keep what the recent peak needs, with a margin")

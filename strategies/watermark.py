@@ -17,11 +17,10 @@ from typing import ClassVar
 
 import pydantic
 
-from rebalancer.core import model
-from strategies import base
+from rebalancer.core import model, strategy
 
 
-class Params(base.Params):
+class Params(strategy.Params):
     low: float = pydantic.Field(default=0.45, gt=0, lt=1)
     high: float = pydantic.Field(default=0.75, gt=0, le=1)
     target: float = pydantic.Field(default=0.6, gt=0, lt=1)
@@ -79,3 +78,6 @@ class Watermark:
 
     def _serving_for(self, rps: float, pool: model.PoolView) -> int:
         return max(pool.min_serving, math.ceil(rps / (pool.rps_per_node * self.params.target)))
+
+
+PLUGIN = strategy.Plugin(Params, Watermark, "hysteresis on utilisation: lend after a quiet spell")

@@ -13,11 +13,10 @@ from typing import ClassVar
 
 import pydantic
 
-from rebalancer.core import model, windows
-from strategies import base
+from rebalancer.core import model, strategy, windows
 
 
-class Params(base.Params):
+class Params(strategy.Params):
     window: str = pydantic.Field(
         default="Mon-Sun 22:00-06:00",
         description="when lending is wanted; the pool's zone applies when none is named",
@@ -54,3 +53,6 @@ class Window:
         if window.is_open(pool.now) and (closes is None or closes > pool.now + lead):
             return model.Proposal(pool.size, f"inside window {window}")
         return model.Proposal(0, f"outside window {window} (or closing within {lead})")
+
+
+PLUGIN = strategy.Plugin(Params, Window, "lend everything the planner allows inside fixed hours")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from rebalancer import cli
-from strategies import registry
+from rebalancer.adapters import registry
 
 
 @pytest.fixture

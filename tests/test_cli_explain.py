@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
-from rebalancer import cli, settings
+from rebalancer import settings
 from rebalancer.adapters.audit import MemoryAuditStore, SqlAuditStore
+from rebalancer.cli import common
 from rebalancer.core.nodestate import Keys
 from sandbox.emulator.server import Request
 from tests.support.processes import Setup, free_port, run_cli, setup
@@ -91,7 +92,7 @@ async def test_explain_reads_and_never_writes(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Where explain reads the error budgets' minutes from (``cli._budget_store``)
+# Where explain reads the error budgets' minutes from (``cli.common.budget_store``)
 
 
 def configured(url: str, slo: object = "absent") -> settings.Settings:
@@ -103,14 +104,14 @@ def configured(url: str, slo: object = "absent") -> settings.Settings:
 
 async def test_explain_reads_no_store_when_no_pool_has_a_budget(tmp_path: Path) -> None:
     db = tmp_path / "audit.sqlite3"
-    store, note = await cli._budget_store(configured(f"sqlite+aiosqlite:///{db}", "none"))
+    store, note = await common.budget_store(configured(f"sqlite+aiosqlite:///{db}", "none"))
     assert (type(store), note) == (MemoryAuditStore, None)
     assert not db.exists()
 
 
 async def test_explain_makes_no_store_to_read_a_default_budget_from(tmp_path: Path) -> None:
     db = tmp_path / "audit.sqlite3"
-    store, note = await cli._budget_store(configured(f"sqlite+aiosqlite:///{db}"))
+    store, note = await common.budget_store(configured(f"sqlite+aiosqlite:///{db}"))
     assert isinstance(store, MemoryAuditStore)
     assert note == (
         f"audit.url names {db}, which does not exist here: the error budgets are read as unspent"
@@ -121,7 +122,7 @@ async def test_explain_makes_no_store_to_read_a_default_budget_from(tmp_path: Pa
 async def test_explain_reads_the_budgets_from_a_store_that_is_there(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'audit.sqlite3'}"
     await (await SqlAuditStore.open(url)).close()
-    store, note = await cli._budget_store(configured(url))
+    store, note = await common.budget_store(configured(url))
     try:
         assert (type(store), note) == (SqlAuditStore, None)
     finally:
@@ -133,7 +134,7 @@ async def test_explain_answers_without_the_budgets_when_the_store_cannot_be_open
     slo: object,
 ) -> None:
     url = f"postgresql+asyncpg://rebalancer@127.0.0.1:{free_port()}/audit"  # nothing listens
-    store, note = await cli._budget_store(configured(url, slo))
+    store, note = await common.budget_store(configured(url, slo))
     assert isinstance(store, MemoryAuditStore)
     assert note is not None
     assert note.startswith("audit.url='postgresql+asyncpg://rebalancer@127.0.0.1:")

@@ -18,6 +18,7 @@ from kubernetes_asyncio import client
 from rebalancer import cli
 from rebalancer.adapters.actuator import Actuator
 from rebalancer.adapters.writer import KubeWriter
+from rebalancer.cli import common
 from rebalancer.core.outcomes import Outcome
 from rebalancer.runtime import wiring
 from sandbox.emulator import cluster
@@ -61,7 +62,7 @@ pools:
 """,
     )
     # No kubeconfig is given and none may be read: the file is refused before that.
-    assert apply("-f", str(bad), "--kubeconfig", str(tmp_path / "none")) == cli.EXIT_USAGE
+    assert apply("-f", str(bad), "--kubeconfig", str(tmp_path / "none")) == common.EXIT_USAGE
     out, err = capsys.readouterr()
     assert out == ""
     at = f"rebalancer: {bad}: pools"
@@ -92,7 +93,7 @@ pools:
     taints: [rebalancer.io/lent=training:NoSchedule, "x:NoSchedule", "x=y:NoSchedule"]
 """,
     )
-    assert apply("-f", str(bad)) == cli.EXIT_USAGE
+    assert apply("-f", str(bad)) == common.EXIT_USAGE
     at = f"rebalancer: {bad}: pools"
     assert capsys.readouterr().err.splitlines() == [
         f"{at}[1].taints=['rebalancer.io/lent=training:NoSchedule', 'x:NoSchedule', "
@@ -100,7 +101,7 @@ pools:
         "have one"
     ]
     bad = write(tmp_path, bad.read_text().replace(', "x=y:NoSchedule"', ""))
-    assert apply("-f", str(bad)) == cli.EXIT_USAGE
+    assert apply("-f", str(bad)) == common.EXIT_USAGE
     assert capsys.readouterr().err.splitlines() == [
         f"{at}[0].selector.matchLabels['gpu-pool']: selects by label 'gpu-pool', which this file "
         "sets (pools[0].labels); select by labels the file does not write, e.g. "
@@ -124,7 +125,7 @@ pools:
     labels: {gpu.example.com/pool: a}
 """,
     )
-    assert apply("-f", str(pools), "--config", str(config)) == cli.EXIT_USAGE
+    assert apply("-f", str(pools), "--config", str(config)) == common.EXIT_USAGE
     assert capsys.readouterr().err == (
         f"rebalancer: {pools}: pools[0].labels['gpu.example.com/pool']: key "
         "'gpu.example.com/pool': keys under 'gpu.example.com/' belong to the controller\n"
@@ -149,7 +150,7 @@ def test_a_file_that_is_not_a_list_of_pools_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, why: str
 ) -> None:
     path = write(tmp_path, text)
-    assert apply("-f", str(path)) == cli.EXIT_USAGE
+    assert apply("-f", str(path)) == common.EXIT_USAGE
     err = capsys.readouterr().err
     assert err.startswith(f"rebalancer: {path}: ")
     assert why in err
@@ -159,9 +160,9 @@ def test_a_file_that_is_not_a_list_of_pools_is_one_line(
 def test_a_missing_file_and_a_kubeconfig_that_cannot_be_read_are_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert apply("-f", str(tmp_path / "nope.yaml")) == cli.EXIT_USAGE
+    assert apply("-f", str(tmp_path / "nope.yaml")) == common.EXIT_USAGE
     assert capsys.readouterr().err == f"rebalancer: {tmp_path / 'nope.yaml'}: does not exist\n"
-    assert apply("-f", str(EXAMPLE), "--kubeconfig", str(tmp_path / "none")) == cli.EXIT_USAGE
+    assert apply("-f", str(EXAMPLE), "--kubeconfig", str(tmp_path / "none")) == common.EXIT_USAGE
     err = capsys.readouterr().err
     assert err.startswith(f"rebalancer: cannot configure the Kubernetes client from {tmp_path}")
     assert len(err.splitlines()) == 1
@@ -233,7 +234,7 @@ async def test_a_lent_node_is_refused_with_its_reason_and_the_exit_status_is_1(
 ) -> None:
     actuator = Actuator(KubeWriter(client.CoreV1Api(served.api)), KEYS, SPEC, RULES, wiring.utc_now)
     assert (await actuator.lend("inference-3", "test-lend")).outcome is Outcome.APPLIED
-    assert await served.run("-f", str(EXAMPLE)) == cli.EXIT_INCOMPLETE
+    assert await served.run("-f", str(EXAMPLE)) == common.EXIT_INCOMPLETE
     out = capsys.readouterr().out.splitlines()
     assert (
         "refused node/inference-3: pool inference-l20: lent (rebalancer.io/state=lent: the "
@@ -272,7 +273,7 @@ async def test_two_pools_selecting_a_node_is_exit_2_and_nothing_is_written(
         "    selector: {matchLabels: {nvidia.com/gpu.count: '8'}}\n"
         "    labels: {memory-tier: high}\n"
     )
-    assert await served.run("-f", str(write(tmp_path, text))) == cli.EXIT_USAGE
+    assert await served.run("-f", str(write(tmp_path, text))) == common.EXIT_USAGE
     out, err = capsys.readouterr()
     assert out == ""
     lines = err.splitlines()

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from rebalancer import cli
+from rebalancer.cli import common
+from rebalancer.cli import reclaim as reclaim_command
 from rebalancer.runtime.takeback import ReclaimEvent, Stage
 from tests.support.processes import config_text
 
@@ -33,7 +35,7 @@ def ev(
 def test_a_concurrency_outside_1_to_64_is_one_line_and_exit_2(
     value: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["reclaim", "--all", "--concurrency", value]) == cli.EXIT_USAGE
+    assert cli.main(["reclaim", "--all", "--concurrency", value]) == common.EXIT_USAGE
     out, err = capsys.readouterr()
     assert out == ""
     assert err == f"rebalancer: --concurrency={value}: must be between 1 and 64\n"
@@ -45,7 +47,7 @@ def test_an_unknown_pool_is_one_line_naming_the_configured_ones_and_exit_2(
     config = tmp_path / "config.yaml"
     config.write_text(config_text(tmp_path / "audit.sqlite3", 8080), encoding="utf-8")
     code = cli.main(["reclaim", "--pool", "inference", "--pool", "nope", "--config", str(config)])
-    assert code == cli.EXIT_USAGE
+    assert code == common.EXIT_USAGE
     out, err = capsys.readouterr()
     assert out == ""
     assert err == "rebalancer: --pool=nope: no configured pool has that name (inference)\n"
@@ -54,8 +56,8 @@ def test_an_unknown_pool_is_one_line_naming_the_configured_ones_and_exit_2(
 
 def test_plain_lines_say_each_node_event_once_and_leave_the_drain_passes_out() -> None:
     out, err = io.StringIO(), io.StringIO()
-    view = cli.reclaim_view(["inference-3", "inference-4"], out, err)
-    assert isinstance(view, cli.ReclaimLines)
+    view = reclaim_command.reclaim_view(["inference-3", "inference-4"], out, err)
+    assert isinstance(view, reclaim_command.ReclaimLines)
     for event in (
         ev("inference-3", Stage.SERVING_TAINTED, 0.4, "2 borrowed pod(s) left"),
         ev("inference-3", Stage.DRAINING, 1.4, "2 borrowed pod(s) left", evicted=2),
@@ -77,20 +79,20 @@ def test_pods_deleted_at_the_deadline_are_said_beside_the_evicted_ones() -> None
         "inference-2", Stage.BACK, timedelta(seconds=121), "reclaimed", evicted=1, deleted=1
     )
     assert (
-        cli.reclaim_line(event)
+        reclaim_command.reclaim_line(event)
         == "inference-2 back 121.0s (1 pod evicted, 1 deleted at the deadline)"
     )
     waiting = ev("inference-2", Stage.NOT_BACK, 150, "1 borrowed pod(s) left, 1 blocked")
     assert (
-        cli.reclaim_line(waiting)
+        reclaim_command.reclaim_line(waiting)
         == "inference-2 not-back 150.0s: 1 borrowed pod(s) left, 1 blocked"
     )
 
 
 def test_on_a_terminal_a_bar_counts_nodes_back_and_names_the_slowest_drain() -> None:
     out, err = io.StringIO(), Terminal()
-    view = cli.reclaim_view(["inference-3", "inference-4", "inference-5"], out, err)
-    assert isinstance(view, cli.ReclaimBar)
+    view = reclaim_command.reclaim_view(["inference-3", "inference-4", "inference-5"], out, err)
+    assert isinstance(view, reclaim_command.ReclaimBar)
     view.event(ev("inference-3", Stage.SERVING_TAINTED, 0.3, "1 borrowed pod(s) left"))
     view.event(ev("inference-4", Stage.SERVING_TAINTED, 0.4, "3 borrowed pod(s) left"))
     view.event(ev("inference-4", Stage.DRAINING, 1.4, "3 borrowed pod(s) left", evicted=3))

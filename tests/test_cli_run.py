@@ -21,10 +21,10 @@ import aiohttp
 import pytest
 from kubernetes_asyncio import client
 
-from rebalancer import cli
 from rebalancer import settings as settings_mod
 from rebalancer.adapters.actuator import Actuator
 from rebalancer.adapters.writer import KubeWriter
+from rebalancer.cli import audit as audit_command
 from rebalancer.core.nodestate import Phase
 from rebalancer.core.outcomes import Outcome
 from rebalancer.runtime import wiring
@@ -193,7 +193,7 @@ async def test_reclaim_node_restores_it_and_audits(tmp_path: Path) -> None:
 
         code, table, err = await run_cli("audit", "--node", NODE, "--config", str(box.config))
         assert code == 0, err
-        assert table.splitlines()[0].split() == list(cli.COLUMNS)
+        assert table.splitlines()[0].split() == list(audit_command.COLUMNS)
         assert len(table.splitlines()) == 3
 
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from rebalancer.adapters import registry
 from sandbox import demo
 from sandbox.sim import traces
-from strategies import registry
 
 ARGS = ["--hours", "4", "--start", "10", "--pace", "0"]
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from rebalancer import settings
-from rebalancer.adapters import leadership, metrics
+from rebalancer.adapters import auditurl, leadership, metrics
 from rebalancer.core import model, nodestate, windows
 from rebalancer.core.policy import PoolPolicy, default_lend_spec
 from rebalancer.errors import ConfigError
@@ -49,7 +49,7 @@ def test_defaults_load_without_a_file() -> None:
     assert s.leader_election.enabled
     assert s.prometheus.url == "http://127.0.0.1:9090"
     assert s.http.port == 8080
-    assert s.audit.url == settings.DEFAULT_AUDIT_URL
+    assert s.audit.url == auditurl.DEFAULT_URL
     assert s.cluster_name == "default"
 
 
@@ -69,12 +69,6 @@ def test_cluster_name_from_the_file_and_from_the_environment(tmp_path: Path) -> 
         "cluster_name='prod.eu': a cluster name is 1 to 63 lower-case letters, digits and '-', "
         "starting and ending with a letter or digit, e.g. prod-eu-1"
     ]
-
-
-def test_default_audit_url_is_the_audit_stores() -> None:
-    from rebalancer.adapters import audit
-
-    assert settings.DEFAULT_AUDIT_URL == audit.DEFAULT_URL
 
 
 def test_process_environment_is_not_read_when_env_is_given(
@@ -967,3 +961,14 @@ def test_every_bad_template_of_a_pool_is_a_line_of_its_own(tmp_path: Path) -> No
 def test_strategy_may_be_given_by_name_alone() -> None:
     s = settings.Settings.model_validate(pool(strategy="watermark"))
     assert s.pools[0].strategy == settings.StrategySettings(name="watermark")
+
+
+def test_loading_the_settings_loads_no_database_driver() -> None:
+    """The settings name the audit store's default URL (``adapters.auditurl``) without loading
+    SQLAlchemy: a command that only reads settings starts fast."""
+    import subprocess
+    import sys
+
+    probe = "import sys, rebalancer.settings; print('sqlalchemy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -63,6 +63,7 @@ from rebalancer.core import (
     windows,
 )
 from rebalancer.core.audit import AuditRecord, Context
+from rebalancer.core.concurrency import RECLAIM_CONCURRENCY
 from rebalancer.core.model import (
     Action,
     Clock,
@@ -77,6 +78,7 @@ from rebalancer.core.model import (
 from rebalancer.core.nodestate import Keys, Phase
 from rebalancer.core.outcomes import ActionResult, Outcome, WriteOutcome
 from rebalancer.core.policy import PoolPolicy
+from rebalancer.core.strategy import Strategy
 from rebalancer.core.tick import (
     Answer,
     Decision,
@@ -90,7 +92,6 @@ from rebalancer.core.tick import (
     phase,
     plan_tick,
 )
-from strategies.base import Strategy
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -493,7 +494,7 @@ class Reconciler:
         observer: Observer | None = None,
         events: EventRecorder | None = None,
         strategy_timeout: timedelta = timedelta(seconds=10),
-        reclaim_concurrency: int = 32,
+        reclaim_concurrency: int = RECLAIM_CONCURRENCY,
         lend_concurrency: int = 4,
         alerts: AlertSource | None = None,
         ledger: NodeLedger | None = None,

@@ -36,6 +36,7 @@ from rebalancer.adapters import convert
 from rebalancer.adapters import ledger as ledgers
 from rebalancer.core import audit, model, nodestate
 from rebalancer.core.audit import AuditRecord
+from rebalancer.core.concurrency import RECLAIM_CONCURRENCY, RECLAIM_MAX_CONCURRENCY
 from rebalancer.core.model import NodeView, PoolName
 from rebalancer.core.outcomes import BACK, ActionResult, Outcome, WriteKind, WriteOutcome
 from rebalancer.errors import RebalancerError
@@ -44,9 +45,6 @@ from rebalancer.runtime.reconcile import NodeActuator, PoolConfig
 
 if TYPE_CHECKING:
     from rebalancer.runtime.wiring import Controller
-
-DEFAULT_CONCURRENCY = 32  # a wave of 50 nodes gets its serving taints in about 2 s (bench)
-MAX_CONCURRENCY = 64
 
 
 class Stage(StrEnum):
@@ -192,7 +190,7 @@ async def reclaim_wave(
     nodes: Sequence[str],
     *,
     known: Mapping[str, dict[str, Any]] | None = None,
-    concurrency: int = DEFAULT_CONCURRENCY,
+    concurrency: int = RECLAIM_CONCURRENCY,
     poll: float = 1.0,
     grace: timedelta = timedelta(seconds=30),
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
@@ -219,8 +217,10 @@ async def reclaim_wave(
     is reported and the others go on; an outcome the store does not take is reported on its node
     (the write it describes is done) and the wave goes on.
     """
-    if not 1 <= concurrency <= MAX_CONCURRENCY:
-        raise ValueError(f"concurrency={concurrency}: must be between 1 and {MAX_CONCURRENCY}")
+    if not 1 <= concurrency <= RECLAIM_MAX_CONCURRENCY:
+        raise ValueError(
+            f"concurrency={concurrency}: must be between 1 and {RECLAIM_MAX_CONCURRENCY}"
+        )
     wave = _Wave(controller, asyncio.Semaphore(concurrency), controller.clock(), grace, on_event)
     names = list(dict.fromkeys(nodes))
     moving = await wave.prepare(names, dict(known or {}))

@@ -23,10 +23,10 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from rebalancer.adapters import registry
 from rebalancer.core import model, nodestate, windows
 from rebalancer.core.policy import PoolPolicy
 from sandbox.sim import engine
-from strategies import registry
 
 if TYPE_CHECKING:
     from rebalancer.settings import PoolSettings

@@ -31,11 +31,11 @@ from typing import ClassVar
 from rebalancer.core import demand as demand_belief
 from rebalancer.core import exposure, model, nodestate, tick, windows
 from rebalancer.core.policy import ALL_GUARDS, Guard, PoolPolicy
+from rebalancer.core.strategy import Strategy
 from rebalancer.errors import TraceError
 from sandbox.sim import jobs, nights
 from sandbox.sim.pool import FakePool
 from sandbox.sim.traces import MINUTE, Trace
-from strategies import base
 
 POOL = model.PoolName("sim")
 SHORT_LOAN = timedelta(minutes=30)
@@ -197,7 +197,7 @@ class Oracle:
 
 def run(
     trace: Trace,
-    strategy: base.Strategy,
+    strategy: Strategy,
     pool_model: PoolModel,
     baseline: bool = False,
     keys: nodestate.Keys | None = None,
@@ -277,7 +277,7 @@ def run(
     return Run(strategy.name, baseline, timeline, figures, trained)
 
 
-def _answer(strategy: base.Strategy, view: model.PoolView) -> tick.Answer:
+def _answer(strategy: Strategy, view: model.PoolView) -> tick.Answer:
     """The strategy's answer, or how it failed: the controller's own rules then apply."""
     try:
         return strategy.decide(view)

@@ -8,10 +8,10 @@ from typing import Any
 
 from tqdm import tqdm
 
+from rebalancer.adapters import registry
 from rebalancer.core import model
 from sandbox.sim import configured, engine, frontier, jobs, report
 from sandbox.sim.traces import Trace
-from strategies import registry
 
 BASELINES = ("static", "cron", "reactive")
 CURVE = (0, 5, 10, 30, 60)  # the trade curve's budgets, breach minutes per rolling window

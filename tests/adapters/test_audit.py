@@ -44,7 +44,7 @@ from rebalancer.adapters.audit import (
     sqlite_file,
 )
 from rebalancer.adapters.audit import records as audit_records
-from rebalancer.core import audit, model, nodestate, planning
+from rebalancer.core import audit, model, nodestate
 from rebalancer.core.audit import AuditRecord, Context, Deduper, Kind
 from rebalancer.core.outcomes import ActionResult, Outcome, Write, WriteKind, WriteOutcome
 from tests.support import factories as f
@@ -104,7 +104,7 @@ def tick(
     sample = None if rps is None else f.demand(rps, age, now)
     snapshot = model.Snapshot(now=now, pools={f.POOL: f.pool_snapshot(nodes, sample)})
     proposals = {} if target is None else {f.POOL: f.proposal(target)}
-    plan = planning.make_plan(snapshot, proposals, {f.POOL: POLICY}, f.KEYS)
+    plan = f.planned(snapshot, proposals, {f.POOL: POLICY})
     built = audit.build_tick(
         plan, snapshot, CTX, ids or UlidFactory(), proposals, {f.POOL: POLICY}, f.KEYS
     )

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from rebalancer.adapters import registry
 from rebalancer.adapters.audit import AuditLog, MemoryAuditStore
 from rebalancer.core import model
 from rebalancer.core.audit import Kind
@@ -26,7 +27,6 @@ from rebalancer.core.outcomes import ActionResult, Outcome
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.runtime.reconcile import AlwaysLeader, PoolConfig, Reconciler
 from sandbox.emulator.clock import ManualClock
-from strategies import registry
 from tests.support.factories import KEYS, LEND_SPEC, T0, begin_reclaim, lend, serving
 from tests.support.fakes import Calls, Demand, Scripted, Views
 from tests.support.observers import Seen

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from rebalancer.adapters import registry
 from rebalancer.adapters.audit import AuditLog, MemoryAuditStore, UlidFactory
 from rebalancer.core import model, nodestate
 from rebalancer.core.audit import AuditRecord, Kind
@@ -30,7 +31,6 @@ from rebalancer.core.outcomes import ActionResult, Outcome
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.runtime.reconcile import AlwaysLeader, PoolConfig, Reconciler, TickReport
 from sandbox.emulator.clock import ManualClock
-from strategies import registry
 from tests.support.factories import (
     INFERENCE_TAINT,
     KEYS,

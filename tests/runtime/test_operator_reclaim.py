@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from rebalancer import cli
 from rebalancer import settings as settings_mod
 from rebalancer.adapters import ledger
 from rebalancer.adapters.audit import AuditLog, AuditQuery, MemoryAuditStore
+from rebalancer.cli import reclaim as reclaim_command
 from rebalancer.core import model, nodestate
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.outcomes import ActionResult, Outcome
@@ -300,7 +300,7 @@ async def test_a_garbled_since_does_not_keep_a_node_lent_and_a_missing_node_is_r
         assert all(by_node[n].ok for n in LENT)
         failed = {e.node for e in box.events if e.stage is Stage.FAILED}
         assert failed == {"no-such-node"}
-        lines = cli.reclaim_summary(done)
+        lines = reclaim_command.reclaim_summary(done)
         assert lines[0].startswith("7 nodes: 6 back, 1 not back; last serving taint 0.0s")
         assert lines[-1] == "exit 1: 1 node(s) not back"
 
@@ -356,8 +356,3 @@ async def test_a_store_that_refuses_the_intents_still_takes_every_node_back_reco
             assert f"(annotation {key})" in said
         printed = {json.loads(line)["id"] for line in lines}
         assert {d.intent.id for d in done if d.intent is not None} <= printed
-
-
-def test_the_cli_default_concurrency_is_the_wave_s() -> None:
-    assert cli.RECLAIM_CONCURRENCY == takeback.DEFAULT_CONCURRENCY
-    assert cli.RECLAIM_MAX_CONCURRENCY == takeback.MAX_CONCURRENCY

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from rebalancer.adapters import events
+from rebalancer.adapters import events, registry
 from rebalancer.adapters.audit import AuditLog, MemoryAuditStore, UlidFactory
 from rebalancer.core import model, nodestate
 from rebalancer.core.audit import Kind
@@ -27,7 +27,6 @@ from rebalancer.core.policy import PoolPolicy
 from rebalancer.runtime import telemetry
 from rebalancer.runtime.reconcile import AlwaysLeader, PoolConfig, Reconciler, TickReport
 from sandbox.emulator.clock import ManualClock
-from strategies import registry
 from tests.support.factories import (
     INFERENCE_TAINT,
     KEYS,

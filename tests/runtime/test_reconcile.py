@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import pytest
 from kubernetes_asyncio import client
 
+from rebalancer.adapters import registry
 from rebalancer.adapters.audit import MemoryAuditStore
 from rebalancer.adapters.informer import Informer, WatchSettings
 from rebalancer.adapters.writer import KubeWriter, RetryPolicy
@@ -30,7 +31,6 @@ from rebalancer.runtime.reconcile import TickReport
 from sandbox.emulator import cluster
 from sandbox.emulator.resources import NODES
 from sandbox.emulator.store import Store
-from strategies import registry
 from tests.support import emulated
 from tests.support.actuation import Crash, Recorder
 from tests.support.fakes import Demand, Lead

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from rebalancer.adapters import registry
 from rebalancer.adapters.audit import AuditLog, MemoryAuditStore, UlidFactory
 from rebalancer.core import model, nodestate
 from rebalancer.core.audit import Kind
@@ -27,7 +28,6 @@ from rebalancer.core.model import Action, PodRules, PoolName, Reason
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.runtime.reconcile import AlwaysLeader, PoolConfig, Reconciler, TickReport
 from sandbox.emulator.clock import ManualClock
-from strategies import registry
 from tests.support.factories import INFERENCE_TAINT, KEYS, T0, gpu_node, serving, taker
 from tests.support.fakes import CodecActuator, Demand, Scripted, Views
 

@@ -19,10 +19,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from rebalancer.adapters import registry
+from rebalancer.core.strategy import Strategy
 from rebalancer.errors import TraceError
 from sandbox.sim import engine, simulate
 from sandbox.sim.traces import MINUTE, Trace
-from strategies import base, registry
 from tests.support.series import NAMES, ZONES, demand_series, stretch
 
 START = datetime(2024, 5, 10, tzinfo=UTC)
@@ -52,7 +53,7 @@ def with_demand(rps: list[float | None]) -> bool:
     return any(v for v in rps)
 
 
-def built(name: str, trace: Trace, pool: engine.PoolModel) -> tuple[base.Strategy, bool]:
+def built(name: str, trace: Trace, pool: engine.PoolModel) -> tuple[Strategy, bool]:
     """The strategy as ``rebalancer simulate`` runs it, and whether it runs as a baseline (the
     baselines and the oracle do)."""
     if name == "oracle":

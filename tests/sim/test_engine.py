@@ -9,10 +9,10 @@ from typing import ClassVar
 
 import pytest
 
+from rebalancer.adapters import registry
 from rebalancer.core import model
 from sandbox.sim import engine
 from sandbox.sim.traces import MINUTE, Trace
-from strategies import registry
 
 START = datetime(2024, 5, 10, tzinfo=UTC)
 

@@ -14,11 +14,11 @@ import matplotlib
 import pytest
 from matplotlib.patches import Rectangle
 
+from rebalancer.adapters import registry
 from rebalancer.core import windows
 from rebalancer.core.policy import PoolPolicy
 from sandbox.sim import engine, nights, report
 from sandbox.sim.traces import Trace
-from strategies import registry
 
 BERLIN = ZoneInfo("Europe/Berlin")
 MINUTE = timedelta(minutes=1)

@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 
 import rescore  # bench/rescore.py: tests/sim/conftest.py puts bench/ on the path
 
+from rebalancer.adapters import registry
 from rebalancer.core import model
 from sandbox.sim import engine
 from sandbox.sim.traces import MINUTE, Trace
-from strategies import registry
 
 START = datetime(2025, 1, 6, tzinfo=UTC)
 POOL = engine.PoolModel()

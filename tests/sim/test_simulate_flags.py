@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from rebalancer import cli
+from rebalancer.cli import audit as audit_command
 from rebalancer.errors import ConfigError
 from sandbox.sim import history
 
@@ -85,7 +86,7 @@ def audit_since(text: str) -> datetime | str:
         oldest_first=False,
     )
     try:
-        since = cli.audit_query(args, NOW).since
+        since = audit_command.audit_query(args, NOW).since
     except ConfigError as exc:
         return str(exc)
     assert since is not None

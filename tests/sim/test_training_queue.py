@@ -8,12 +8,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from rebalancer.adapters import registry
 from rebalancer.core import model, nodestate
 from rebalancer.core.policy import default_lend_spec
 from sandbox.sim import engine, jobs, report
 from sandbox.sim.pool import FakePool
 from sandbox.sim.traces import MINUTE, Trace
-from strategies import registry
 
 START = datetime(2024, 5, 10, tzinfo=UTC)
 KEYS = nodestate.Keys()

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from rebalancer.adapters import registry
 from rebalancer.core import model
 from sandbox.sim import engine, traces
 from sandbox.sim.traces import MINUTE, Trace
-from strategies import adaptive, registry
+from strategies import adaptive
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "traces"
 DAY = 24 * 60

@@ -8,10 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from rebalancer.adapters import registry
 from rebalancer.core import model
 from sandbox.sim import engine
 from sandbox.sim.traces import MINUTE, Trace
-from strategies import peak, registry
+from strategies import peak
 
 NOW = datetime(2026, 1, 5, 5, 51, tzinfo=UTC)
 

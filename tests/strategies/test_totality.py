@@ -1,6 +1,6 @@
 """Every built-in strategy answers every pool: property tests over arbitrary demand histories.
 
-Where: each strategy of ``strategies.registry``, built with its defaults or with parameters
+Where: each strategy of ``rebalancer.adapters.registry``, built with its defaults or with parameters
 drawn within their pydantic bounds, is asked ``decide`` tick after tick on one instance, the
 way the simulator (one history object whose end moves on) and the controller (a fresh history
 each tick, sliding with the clock) ask it, with jumps forward and back in time between ticks.
@@ -24,8 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rebalancer.adapters import registry
 from rebalancer.core import model
-from strategies import registry
 from tests.support.series import LEVELS, NAMES, ZONES, demand_series, one_in, stretch
 
 MINUTE = timedelta(minutes=1)

@@ -11,22 +11,22 @@ import sys
 from typing import ClassVar
 
 from rebalancer import cli
-from rebalancer.core import model
-from strategies import base, registry
+from rebalancer.adapters import registry
+from rebalancer.core import model, strategy
 
 
 class AlwaysRaises:
     name: ClassVar[str] = "always-raises"
     reads_history: ClassVar[bool] = False
 
-    def __init__(self, params: base.Params) -> None:
+    def __init__(self, params: strategy.Params) -> None:
         self.params = params
 
     def decide(self, pool: model.PoolView) -> model.Proposal:
         raise ZeroDivisionError("float division by zero")
 
 
-class _NoParams(base.Params):
+class _NoParams(strategy.Params):
     pass
 
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from rebalancer.adapters import registry
 from rebalancer.core import model
 from rebalancer.core.nodestate import Keys
 from rebalancer.core.policy import PoolPolicy, default_lend_spec
 from rebalancer.runtime.reconcile import PoolConfig
 from sandbox.emulator import cluster
-from strategies import registry
 from tests.support import objects
 from tests.support.backends import Objects
 

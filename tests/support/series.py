@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from strategies import registry
+from rebalancer.adapters import registry
 
 ZONES = ("UTC", "America/Los_Angeles", "Asia/Shanghai", "Europe/Berlin", "Australia/Lord_Howe")
 # Demand levels: exactly zero, and anything from a trickle to a flood.

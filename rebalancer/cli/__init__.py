@@ -1,0 +1,105 @@
+"""The ``rebalancer`` command. Each subcommand parses its arguments, then calls one function.
+
+Errors a person can fix (a bad trace, an unknown strategy, a bad parameter) are printed as one
+clear line each and exit with status 2; nothing prints a traceback for bad input.
+
+Where things are: ``main`` builds the parser and dispatches; each command has its module, with
+``register`` (its parser) and ``handle`` (what it does) and its own output: ``run``, ``check``,
+``reclaim``, ``explain``, ``audit``, ``capacity``, ``gpu_labeler``, ``pools``. What several
+of them use (their common flags, the settings, documents, the controller that only reads) is in
+``common``. Starting the command builds every parser and nothing more: each handler imports the
+runtime (the Kubernetes client) it needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from importlib.metadata import EntryPoint, entry_points
+
+from rebalancer import __version__
+from rebalancer.adapters import registry
+from rebalancer.cli import (
+    audit,
+    capacity,
+    check,
+    common,
+    explain,
+    gpu_labeler,
+    pools,
+    reclaim,
+    run,
+)
+from rebalancer.errors import RebalancerError
+from rebalancer.settings import InvalidSettings
+
+# More subcommands come from installed distributions through these entry points: each names a
+# ``main(argv) -> int`` whose docstring's first line is its help. The project's harnesses
+# (``rebalancer simulate``, ``sandbox``, ``demo``; the ``rebalancer-sandbox`` distribution in the
+# source tree) arrive this way, so the controller's own package never imports them.
+COMMANDS = "rebalancer.commands"
+Command = Callable[[Sequence[str]], int]
+
+# The commands of this package, in the order --help lists them: the controller's (they read the
+# settings), then the node pools'.
+BUILT_IN = (run, check, reclaim, explain, audit, capacity, gpu_labeler, pools)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    plugins = {ep.name: ep for ep in entry_points(group=COMMANDS)}
+    if argv[:1] and argv[0] in plugins:
+        # Its own parser: argparse here would swallow the command's options.
+        command: Command = plugins[argv[0]].load()
+        return _reported(lambda: command(argv[1:]))
+    args = _parser(plugins).parse_args(argv)
+    return _reported(lambda: args.handler(args))
+
+
+def _reported(call: Callable[[], int]) -> int:
+    """``call()``, with every error a person can fix printed as lines and exit status 2."""
+    try:
+        return call()
+    except InvalidSettings as exc:
+        for line in exc.lines:
+            print(f"rebalancer: {line}", file=sys.stderr)
+    except registry.ParameterError as exc:
+        for problem in exc.problems:
+            print(f"rebalancer: strategy {exc.strategy!r}: {problem}", file=sys.stderr)
+    except RebalancerError as exc:
+        print(f"rebalancer: {exc}", file=sys.stderr)
+    except BrokenPipeError:
+        # The reader went (``rebalancer audit | head``): nothing more to say, to anyone. Python
+        # would report the pipe again when it flushes stdout at exit; point it at nothing.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    return common.EXIT_USAGE
+
+
+def _parser(plugins: Mapping[str, EntryPoint]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rebalancer",
+        description="Lend idle inference GPU nodes to preemptible training, and take them back.",
+        epilog="simulate, sandbox and demo come with the rebalancer-sandbox distribution "
+        "(sandbox/ in the source tree; make demo and make test install it).",
+    )
+    parser.add_argument("--version", action="version", version=f"rebalancer {__version__}")
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+    for module in BUILT_IN:
+        module.register(commands)
+    for name, ep in sorted(plugins.items()):  # listed for --help; main() hands them their argv
+        commands.add_parser(name, help=_summary(ep))
+    return parser
+
+
+def _summary(ep: EntryPoint) -> str | None:
+    """A command's help line; a command that cannot be loaded says so instead of breaking the
+    other commands (``rebalancer run`` builds this parser too)."""
+    try:
+        doc = (ep.load().__doc__ or "").strip().splitlines()
+    except Exception as exc:
+        return f"(cannot be loaded: {type(exc).__name__}: {exc})"
+    return doc[0] if doc else None

@@ -1,0 +1,56 @@
+"""``rebalancer run``: the controller itself, until SIGTERM.
+
+Where it sits: the command the chart's Deployment runs. The settings are loaded and checked
+here; the controller is assembled by ``runtime.wiring`` (the one composition root) and runs
+there.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rebalancer.cli import common
+from rebalancer.errors import ConfigError
+
+
+def register(commands: Any) -> None:
+    """`rebalancer run`: its flags and handler."""
+    run = commands.add_parser(
+        "run",
+        help="run the controller until SIGTERM",
+        description="Run the controller: informer, leader election, reconcile loop and the "
+        "HTTP server (metrics, probes, audit API), until SIGTERM or SIGINT.",
+    )
+    common.controller_flags(run)
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="plan and audit (outcome would_apply), write nothing to the cluster: no node, pod, "
+        "Event or Lease (the dry_run setting)",
+    )
+    run.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from rebalancer.runtime import loop, wiring
+
+    config = common.load_settings(args)
+    if args.dry_run:
+        config = config.model_copy(update={"dry_run": True})
+    if not config.pools:
+        raise ConfigError(
+            "pools=[]: the settings name no pool, so the controller would have nothing to "
+            "watch or lend; add one (docs/configuration.md)"
+        )
+    loop.json_logging(getattr(logging, config.log_level))
+
+    async def go() -> int:
+        seams = wiring.Seams(kubeconfig=args.kubeconfig, context=args.context)
+        async with wiring.Controller.open(config, seams) as controller:
+            return await controller.run()
+
+    return asyncio.run(go())
