@@ -177,14 +177,6 @@ class Actuator:
         run = _Pass(node, model.Action.PROGRESS, self._dry_run)
         return await self._guarded(run, self._progress(run, None, decision, uid))
 
-    async def recover(self) -> tuple[ActionResult, ...]:
-        """Start-up: roll back every ``lending`` node and drive every ``reclaiming`` one on."""
-        k = self._keys
-        selector = f"{k.state} in ({Phase.LENDING.value},{Phase.RECLAIMING.value})"
-        nodes = await self._writer.list_nodes(selector)
-        names = sorted(str((n.get("metadata") or {}).get("name", "")) for n in nodes)
-        return tuple([await self.progress(name) for name in names])
-
     async def _guarded(self, run: _Pass, step: Any) -> ActionResult:
         try:
             result: ActionResult = await step

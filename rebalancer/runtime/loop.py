@@ -1,10 +1,10 @@
 """The reconcile loop: an APScheduler 3.x interval job that runs the reconcile step, never two at
-once, woken early by window edges and by informer changes (debounced), and a clean shutdown.
+once, woken early by window edges and by wake-ups (debounced), and a clean shutdown.
 
 - One job, ``max_instances=1`` and ``coalesce=True``: APScheduler never starts a second run while
   one is in flight, and runs missed while busy collapse into one. ``_run`` keeps its own flag too,
   and a wake-up that arrives during a run is not dropped: it becomes one run right after.
-- ``wake`` (and ``on_change``, the informer's callback) moves the job's next run to
+- ``wake`` moves the job's next run to
   ``now + debounce`` unless a run is due sooner already (``debounced``): a burst of changes (a
   drain's dozen pod events) collapses into one run at the first event plus the delay. After a run
   the interval starts again from it (the trigger counts from the last fire time).
@@ -149,10 +149,6 @@ class ReconcileLoop:
         if when != due:
             log.debug("wake-up at %s: %s", when.isoformat(), why)
             self.scheduler.modify_job(JOB_ID, next_run_time=when)
-
-    def on_change(self, node: str, why: str) -> None:
-        """``Informer(on_change=...)``: the informer calls it only for changes that matter."""
-        self.wake(f"node {node}: {why}" if node else why)
 
     # -- the job ------------------------------------------------------------------------------
 

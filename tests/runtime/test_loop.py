@@ -131,7 +131,7 @@ async def test_a_burst_of_wake_ups_collapses_into_one_run() -> None:
     try:
         await step.until_done(1)
         for i in range(20):
-            loop.on_change(f"inference-{i % 4}", "pod landed")
+            loop.wake(f"node inference-{i % 4}: pod landed")
         await step.until_done(2)
         assert step.runs == 2
         due = loop.due()
