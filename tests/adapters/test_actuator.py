@@ -6,7 +6,6 @@ The kit (a node with several taints in a deliberate order, a recording writer, `
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -17,7 +16,7 @@ from rebalancer.core.outcomes import Outcome, WriteKind, WriteOutcome
 from sandbox.emulator import cluster
 from sandbox.emulator.resources import NODES
 from tests.support import objects
-from tests.support.actuation import KEYS, LEND, SPEC, Crash, Forwarding, Recorder, drive, world
+from tests.support.actuation import KEYS, LEND, SPEC, Forwarding, Recorder, drive, world
 from tests.support.backends import Backend, Objects
 from tests.support.objects import TAINTS, budget, gpu_node, training
 from tests.support.reads import node_obj, pods_on, scheduling_of
@@ -119,7 +118,7 @@ async def test_a_conflict_on_the_first_write_aborts_the_lend_and_writes_nothing(
         assert KEYS.state not in node_obj(w.objects, "gpu-0")["metadata"]["labels"]
 
 
-async def test_a_conflict_mid_lend_is_reported_and_recover_rolls_the_node_back(
+async def test_a_conflict_mid_lend_is_reported_and_the_next_pass_rolls_the_node_back(
     backend: Backend,
 ) -> None:
     async with world("gpu-0", backend=backend) as w:
@@ -129,8 +128,8 @@ async def test_a_conflict_mid_lend_is_reported_and_recover_rolls_the_node_back(
         assert result.outcome is Outcome.CONFLICT
         assert [x.kind for x in result.applied] == [WriteKind.BEGIN_LEND]
         assert node_obj(w.objects, "gpu-0")["metadata"]["labels"][KEYS.state] == "lending"
-        recovered = await w.actuator(w.writer()).recover()
-        assert [r.outcome for r in recovered] == [Outcome.APPLIED]
+        recovered = await w.actuator(w.writer()).progress("gpu-0")  # the next pass on it
+        assert recovered.outcome is Outcome.APPLIED
         assert scheduling_of(w.objects, "gpu-0") == (labels, taints)
 
 
@@ -146,8 +145,8 @@ async def test_a_conflict_mid_reclaim_is_reported_and_the_next_pass_finishes(
         assert result.outcome is Outcome.CONFLICT
         assert [x.kind for x in result.applied] == [WriteKind.BEGIN_RECLAIM]
         assert scheduling_of(w.objects, "gpu-0")[1] == taints  # already safe for inference
-        recovered = await w.actuator(w.writer()).recover()
-        assert [r.outcome for r in recovered] == [Outcome.APPLIED]
+        recovered = await w.actuator(w.writer()).progress("gpu-0")  # the next pass on it
+        assert recovered.outcome is Outcome.APPLIED
         assert scheduling_of(w.objects, "gpu-0") == (labels, taints)
 
 
@@ -210,33 +209,6 @@ class Meddler(Forwarding):
             body = b'{"metadata": {"annotations": {"example.com/owner": "someone-else"}}}'
             self.store.patch(NODES, None, name, "application/merge-patch+json", body)
         return await self.inner.patch_node(name, change, resource_version)
-
-
-async def test_recover_touches_only_nodes_in_flight_and_leaves_lent_and_serving_ones_alone(
-    backend: Backend,
-) -> None:
-    async with world("gpu-0", "gpu-1", "gpu-2", "gpu-3", backend=backend) as w:
-        setup = w.actuator(w.writer())
-        await setup.lend("gpu-1", "audit-1")  # lent: a stable state
-        await setup.lend("gpu-2", "audit-2")
-        await setup.lend("gpu-3", "audit-3")
-        training(w.objects, "job-a", 1, "gpu-3")
-        await setup.reclaim("gpu-3", "audit-4", w.now() + timedelta(minutes=5))  # reclaiming
-        crashing = w.writer(crash_after=1)
-        with contextlib.suppress(Crash):
-            await w.actuator(crashing).lend("gpu-0", "audit-5")  # left lending
-        rec = w.writer()
-        results = await w.actuator(rec).recover()
-        assert [(r.node, r.outcome) for r in results] == [
-            ("gpu-0", Outcome.APPLIED),
-            ("gpu-3", Outcome.IN_PROGRESS),
-        ]
-        assert {target for _, target in rec.writes} == {"node/gpu-0"}
-        phases = {
-            n: node_obj(w.objects, n)["metadata"]["labels"].get(KEYS.state)
-            for n in ("gpu-0", "gpu-1", "gpu-2", "gpu-3")
-        }
-        assert phases == {"gpu-0": None, "gpu-1": "lent", "gpu-2": "lent", "gpu-3": "reclaiming"}
 
 
 @dataclass

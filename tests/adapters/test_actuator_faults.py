@@ -17,7 +17,16 @@ from sandbox.emulator.faults import Faults
 from sandbox.emulator.resources import NODES as NODE_RESOURCE
 from sandbox.emulator.store import WatchRequest
 from sandbox.emulator.watcher import Scope, Watcher
-from tests.support.actuation import EDGES, KEYS, STATE_OF_WRITE, Recorder, World, drive, world
+from tests.support.actuation import (
+    EDGES,
+    KEYS,
+    STATE_OF_WRITE,
+    Recorder,
+    World,
+    drive,
+    restart_passes,
+    world,
+)
 from tests.support.objects import training
 from tests.support.reads import node_obj, pods_on, scheduling_of
 
@@ -94,8 +103,9 @@ async def test_faulty_writes_never_apply_a_transition_twice_and_the_cluster_conv
 
         # The faults stop; a restart ends what is in flight and every lent node is taken back.
         w.box.faults.configure(Faults())
-        act = w.actuator(w.writer())
-        for result in await act.recover():
+        restarted = w.writer()
+        act = w.actuator(restarted)
+        for result in await restart_passes(act, restarted):
             await drive(act, result.node, result, w)
         for node in NODES:
             if node_obj(w.objects, node)["metadata"]["labels"].get(KEYS.state) == "lent":

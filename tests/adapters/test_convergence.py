@@ -15,9 +15,9 @@ plans on the state the previous one left.
 What is checked afterwards comes from the server's own record (in-process watches of every node
 and pod change), not from what the client believes: each state write follows an edge of the state
 machine and each decision id reaches each of its writes at most once; only borrowed pods on lent
-nodes were ever evicted or deleted; after the faults stop, ``recover()`` and a few ticks with
-target 0, every inference node's labels and taints are byte for byte what they were; and the
-informer listed each resource once, plus once per 410.
+nodes were ever evicted or deleted; after the faults stop, a restart's passes on the nodes in
+flight and a few ticks with target 0, every inference node's labels and taints are byte for byte
+what they were; and the informer listed each resource once, plus once per 410.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from sandbox.emulator.store import ListRequest, Store, WatchRequest
 from sandbox.emulator.views import expected_views
 from sandbox.emulator.watcher import Scope, Watcher
 from tests.support import emulated
-from tests.support.actuation import EDGES, Recorder
+from tests.support.actuation import EDGES, Recorder, restart_passes
 from tests.support.emulated import Sandbox
 from tests.support.objects import daemon_pod
 from tests.support.pools import KEYS, POLICY, POOL, RULES, SPEC, add_replicas
@@ -309,7 +309,7 @@ async def test_faulty_writes_and_dropped_watches_converge_and_apply_no_transitio
 
             # The faults stop; a restart ends what is in flight; the target goes to zero.
             box.faults.configure(Faults())
-            for result in await actuator.recover():
+            for result in await restart_passes(actuator, writer):
                 loop.record(result)
             for _ in range(FINAL_TICKS):
                 await loop.caught_up()

@@ -183,3 +183,12 @@ async def drive(
         w.advance(step)
         result = await act.progress(node)
     raise AssertionError(f"{node} did not settle: {result}")
+
+
+async def restart_passes(actuator: Actuator, writer: NodeWriter) -> list[ActionResult]:
+    """What a restarted controller's recovery does to the nodes, without its audit records: one
+    ``progress`` pass on every node left ``lending`` (rolled back) or ``reclaiming`` (driven
+    on), in name order. The controller does this through ``Reconciler``'s recovery, audited."""
+    nodes = await writer.list_nodes(f"{KEYS.state} in (lending,reclaiming)")
+    names = sorted(str((n.get("metadata") or {}).get("name", "")) for n in nodes)
+    return [await actuator.progress(name) for name in names]
