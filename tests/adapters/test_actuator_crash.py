@@ -13,7 +13,16 @@ from rebalancer.core.nodestate import lent_taints
 from rebalancer.core.outcomes import Outcome
 from sandbox.emulator import cluster
 from tests.support import objects
-from tests.support.actuation import KEYS, SPEC, Crash, Recorder, World, drive, world
+from tests.support.actuation import (
+    KEYS,
+    SPEC,
+    Crash,
+    Recorder,
+    World,
+    drive,
+    restart_passes,
+    world,
+)
 from tests.support.backends import Backend
 from tests.support.objects import budget, gpu_node, training
 from tests.support.reads import node_obj, pods_on, scheduling_of
@@ -26,7 +35,7 @@ async def restart(w: World) -> tuple[Actuator, Recorder]:
     """A new controller process: nothing carried over but what is on the cluster."""
     rec = w.writer()
     act = w.actuator(rec)
-    for result in await act.recover():
+    for result in await restart_passes(act, rec):
         await drive(act, result.node, result, w)
     return act, rec
 

@@ -21,7 +21,7 @@ from sandbox.emulator import cluster
 from sandbox.emulator.resources import NODES, PODS
 from sandbox.emulator.store import DeleteOptions
 from tests.support import objects
-from tests.support.actuation import KEYS, Crash, drive, world
+from tests.support.actuation import KEYS, Crash, drive, restart_passes, world
 from tests.support.backends import Backend, Objects
 from tests.support.objects import TAINTS, training
 from tests.support.reads import node_obj, pods_on, scheduling_of
@@ -96,7 +96,8 @@ async def test_a_taint_added_to_a_lending_node_survives_the_rollback(backend: Ba
         with contextlib.suppress(Crash):
             await w.actuator(w.writer(crash_after=1)).lend("gpu-0", "audit-1")  # left lending
         set_taints(w.objects, "gpu-0", [*TAINTS, UNHEALTHY])
-        (rolled_back,) = await w.actuator(w.writer()).recover()
+        restarted = w.writer()
+        (rolled_back,) = await restart_passes(w.actuator(restarted), restarted)
         assert rolled_back.outcome is Outcome.APPLIED
         assert taints_of(w.objects, "gpu-0") == [*TAINTS, UNHEALTHY]
         assert scheduling_of(w.objects, "gpu-0")[0] == labels
