@@ -1,0 +1,226 @@
+"""The controller's own settings (``Settings``) and the blocks only it has.
+
+Where it sits: at the top of the schema; ``load`` (rebalancer/settings/loader.py) makes one,
+and ``rebalancer run`` builds its values from it: ``keys()``, ``timings()``,
+``metrics_settings(pool)``, and each of ``pools``.
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+from datetime import timedelta
+from typing import TYPE_CHECKING, Annotated, Literal
+
+import pydantic
+from pydantic import Field
+from pydantic_core import PydanticCustomError
+
+from rebalancer.adapters import auditurl
+from rebalancer.core import audit, clocks, nodestate
+from rebalancer.settings.pool import PoolSettings
+from rebalancer.settings.queries import MetricsSettings
+from rebalancer.settings.values import (
+    NAME,
+    NAME_PATTERN,
+    Duration,
+    PositiveDuration,
+    SettingsBlock,
+    WholeSeconds,
+)
+
+if TYPE_CHECKING:
+    from rebalancer.adapters import leadership, metrics
+
+
+class LeaderElectionSettings(SettingsBlock):
+    enabled: bool = True
+    lease_name: str = Field(default="rebalancer", min_length=1)
+    lease_namespace: str = Field(default="default", min_length=1)
+    lease_duration: PositiveDuration = timedelta(seconds=15)
+    renew_deadline: PositiveDuration = timedelta(seconds=10)
+    retry_period: PositiveDuration = timedelta(seconds=2)
+
+    @pydantic.model_validator(mode="after")
+    def _ordered(self) -> LeaderElectionSettings:
+        if not self.retry_period < self.renew_deadline < self.lease_duration:
+            raise PydanticCustomError(
+                "timings",
+                "needs retry_period < renew_deadline < lease_duration, got {got}",
+                {
+                    "got": ", ".join(
+                        f"{t.total_seconds():g}s"
+                        for t in (self.retry_period, self.renew_deadline, self.lease_duration)
+                    )
+                },
+            )
+        return self
+
+
+class PrometheusSettings(SettingsBlock):
+    url: str = "http://127.0.0.1:9090"
+    timeout: PositiveDuration = timedelta(seconds=5)
+    attempts: int = Field(default=3, ge=1)
+    retry_budget: PositiveDuration = timedelta(seconds=10)
+    backoff: Duration = timedelta(seconds=0.2)
+    lookback: WholeSeconds = timedelta(minutes=10)
+    resolution: WholeSeconds = timedelta(seconds=15)
+
+    @pydantic.field_validator("url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+            raise PydanticCustomError(
+                "url", "write an http:// or https:// URL, e.g. http://prometheus:9090"
+            )
+        return value
+
+
+class AuditSettings(SettingsBlock):
+    url: str = Field(default=auditurl.DEFAULT_URL, min_length=1)
+
+    @pydantic.field_validator("url")
+    @classmethod
+    def _supported(cls, value: str) -> str:
+        if not value.startswith(AUDIT_SCHEMES):
+            raise PydanticCustomError(
+                "audit_url",
+                "the audit log is kept in SQLite (sqlite+aiosqlite:///PATH) or PostgreSQL "
+                "(postgresql+asyncpg://USER@HOST/DB)",
+            )
+        return value
+
+
+AUDIT_SCHEMES = ("sqlite+aiosqlite://", "postgresql+asyncpg://")  # the drivers installed
+
+
+class AlertmanagerSettings(SettingsBlock):
+    """``POST /api/v1/alertmanager`` (docs/design/alertmanager.md)."""
+
+    # Set: a notification must carry ``Authorization: Bearer <token>`` (Alertmanager's
+    # ``http_config.authorization``). Unset: anyone who reaches the port may post.
+    token: pydantic.SecretStr | None = None
+    # A firing alert holds its pool at most this long after its last notification: keep the
+    # receiver's route ``repeat_interval`` well under it.
+    max_age: PositiveDuration = timedelta(hours=1)
+
+
+class HttpSettings(SettingsBlock):
+    host: str = Field(default="0.0.0.0", min_length=1)  # all interfaces: it serves in a pod
+    port: int = Field(default=8080, ge=1, le=65535)
+
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+LOG_LEVELS: tuple[str, ...] = typing.get_args(LogLevel)
+
+
+def _upper(value: object) -> object:
+    return value.upper() if isinstance(value, str) else value
+
+
+def _a_second_or_more(value: timedelta) -> timedelta:
+    if value < timedelta(seconds=1):
+        raise PydanticCustomError(
+            "duration",
+            "must be at least 1s: the API server states its clock to the second",
+        )
+    return value
+
+
+class Settings(SettingsBlock):
+    """Everything ``rebalancer run`` is configured with. Made by ``load``."""
+
+    # Which cluster this controller runs in: on every audit record, on the Events it records and
+    # in rebalancer_cluster_info, so that a fleet sharing one audit store and one dashboard can
+    # tell its controllers apart (docs/design/fleet.md). The default is a name, not '': an
+    # empty label value is an absent label to Prometheus, and schema version 2 gave the audit
+    # rows written before it this same name.
+    cluster_name: str = Field(
+        default=audit.DEFAULT_CLUSTER,
+        json_schema_extra={"pattern": NAME_PATTERN, "maxLength": 63},
+    )
+    key_prefix: str = Field(
+        default="rebalancer.io/",
+        json_schema_extra={"pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/$"},
+    )
+    dry_run: bool = False
+    paused: bool = False  # every pool: no lending; safety reclaims still happen
+    frozen: bool = False  # every pool: nothing moves at all, not even safety reclaims
+    tick_interval: PositiveDuration = timedelta(seconds=30)
+    strategy_timeout: PositiveDuration = timedelta(seconds=10)
+    # A clock (the API server's, a pool's Prometheus) further than this from the controller's,
+    # for certain, stops lending (docs/design/clocks.md).
+    clock_skew_bound: Annotated[Duration, pydantic.AfterValidator(_a_second_or_more)] = (
+        clocks.DEFAULT_BOUND
+    )
+    lend_concurrency: int = Field(default=4, ge=1, le=64)  # lends of one tick sent at once
+    log_level: Annotated[
+        LogLevel,
+        pydantic.BeforeValidator(_upper),
+        pydantic.WithJsonSchema({"enum": [*LOG_LEVELS, *(v.lower() for v in LOG_LEVELS)]}),
+    ] = "INFO"
+    leader_election: LeaderElectionSettings = LeaderElectionSettings()
+    prometheus: PrometheusSettings = PrometheusSettings()
+    audit: AuditSettings = AuditSettings()
+    http: HttpSettings = HttpSettings()
+    alertmanager: AlertmanagerSettings = AlertmanagerSettings()
+    pools: tuple[PoolSettings, ...] = ()
+
+    @pydantic.field_validator("cluster_name")
+    @classmethod
+    def _cluster_label(cls, value: str) -> str:
+        if len(value) > 63 or not NAME.fullmatch(value):
+            raise PydanticCustomError(
+                "cluster_name",
+                "a cluster name is 1 to 63 lower-case letters, digits and '-', starting and "
+                "ending with a letter or digit, e.g. prod-eu-1",
+            )
+        return value
+
+    @pydantic.field_validator("key_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        try:
+            nodestate.Keys(prefix=value)
+        except ValueError:
+            raise PydanticCustomError(
+                "prefix", "must be a DNS subdomain followed by '/', e.g. 'rebalancer.io/'"
+            ) from None
+        return value
+
+    # -- builders ------------------------------------------------------------------------------
+
+    def keys(self) -> nodestate.Keys:
+        return nodestate.Keys(prefix=self.key_prefix)
+
+    def pool(self, name: str) -> PoolSettings:
+        for pool in self.pools:
+            if pool.name == name:
+                return pool
+        raise KeyError(name)
+
+    def timings(self) -> leadership.Timings:
+        from rebalancer.adapters import leadership
+
+        le = self.leader_election
+        return leadership.Timings(
+            lease_duration=le.lease_duration.total_seconds(),
+            renew_deadline=le.renew_deadline.total_seconds(),
+            retry_period=le.retry_period.total_seconds(),
+        )
+
+    def metrics_settings(self, pool: PoolSettings | None = None) -> metrics.Settings:
+        """The metrics adapter's settings, with ``pool``'s queries (the defaults without one)."""
+        from rebalancer.adapters import metrics
+
+        p = self.prometheus
+        return metrics.Settings(
+            url=p.url,
+            timeout=p.timeout.total_seconds(),
+            attempts=p.attempts,
+            retry_budget=p.retry_budget.total_seconds(),
+            backoff=p.backoff.total_seconds(),
+            lookback=p.lookback,
+            resolution=p.resolution,
+            queries=pool.queries() if pool is not None else MetricsSettings().queries(),
+        )

@@ -1,0 +1,184 @@
+"""A pool's PromQL: the metrics block of ``PoolSettings``, a server's preset or templates.
+
+Where it sits: ``PoolSettings.metrics``; ``queries()`` turns it into the metrics adapter's
+``Queries`` (rebalancer/adapters/metrics.py) in the pool's unit. Every template is checked here
+as the settings are read, so that a typo in a placeholder stops the start instead of failing
+the pool's query on every tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from string import Template
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+from pydantic import Field
+
+from rebalancer.adapters import presets
+from rebalancer.core import model
+from rebalancer.settings.values import SettingsBlock
+
+if TYPE_CHECKING:
+    from rebalancer.adapters import metrics
+
+# The default server: its templates are the defaults of ``MetricsSettings`` (and the adapter's).
+_VLLM = presets.preset(presets.Engine.VLLM)
+_DEFAULT_SCOPE = 'max by (namespace, pod, node) (kube_pod_info{node=~"$nodes"})'
+
+
+class MetricQuerySettings(SettingsBlock):
+    """One metric as two PromQL templates; see rebalancer/adapters/metrics.py ``MetricQuery``."""
+
+    value: str = Field(min_length=1)
+    sampled: str = Field(min_length=1)
+
+    def query(self) -> metrics.MetricQuery:
+        from rebalancer.adapters import metrics
+
+        return metrics.MetricQuery(value=self.value, sampled=self.sampled)
+
+
+def _gauge_query(gauge: presets.Gauge) -> MetricQuerySettings:
+    """A preset's gauge summed over the pool's pods, sampled by its scrape times."""
+    return MetricQuerySettings(value=presets.pooled(gauge), sampled=presets.sampled(gauge.selector))
+
+
+class MetricsSettings(SettingsBlock):
+    """A pool's PromQL: a server's preset (``rebalancer.adapters.presets``; vLLM unless told
+    otherwise), any template of which may be written out instead.
+
+    ``demand``, ``history`` and ``node_served`` depend on the pool's unit (``capacity.unit``):
+    left out (None) they are the preset's for it, resolved by the methods that take the unit.
+    ``queue``, ``running`` and ``node_saturated`` depend on the server only: left out, they are
+    filled in from the preset as the settings are read (``running: null`` turns it off).
+    """
+
+    preset: presets.Engine = presets.Engine.VLLM
+    demand: MetricQuerySettings | None = None
+    queue: MetricQuerySettings = _gauge_query(_VLLM.waiting)
+    running: MetricQuerySettings | None = (
+        None if _VLLM.running is None else _gauge_query(_VLLM.running)
+    )
+    gpu_busy: MetricQuerySettings | None = None
+    history: str | None = Field(default=None, min_length=1)
+    # For ``rebalancer capacity``, per node (one series per ``node`` label) over ``$window``:
+    # what it served in the pool's unit, and above zero when it was full all through.
+    node_served: str | None = Field(default=None, min_length=1)
+    node_saturated: str = Field(default=presets.node_saturated(_VLLM), min_length=1)
+    scope: str = Field(default=_DEFAULT_SCOPE, min_length=1)
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _from_the_preset(cls, data: Any) -> Any:
+        """The server's own ``queue``, ``running`` and ``node_saturated`` where not given. A
+        preset that is no preset is left to the field to refuse."""
+        if not isinstance(data, Mapping):
+            return data
+        try:
+            preset = presets.preset(data.get("preset", presets.Engine.VLLM))
+        except (ValueError, TypeError):
+            return data
+        filled = dict(data)
+        filled.setdefault("queue", _gauge_query(preset.waiting))
+        filled.setdefault(
+            "running", None if preset.running is None else _gauge_query(preset.running)
+        )
+        filled.setdefault("node_saturated", presets.node_saturated(preset))
+        return filled
+
+    @property
+    def server(self) -> presets.Preset:
+        return presets.preset(self.preset)
+
+    def template_problems(self) -> list[tuple[str, str, str]]:
+        """``(field, template, why)`` for each template ``metrics.render`` could not fill in.
+
+        Checked when the settings are read, so that a typo in a placeholder stops the start
+        instead of failing the pool's query on every tick."""
+        templates: list[tuple[str, str | None, tuple[str, ...]]] = [
+            ("history", self.history, _HISTORY_PLACEHOLDERS),
+            ("node_served", self.node_served, _HISTORY_PLACEHOLDERS),
+            ("node_saturated", self.node_saturated, _HISTORY_PLACEHOLDERS),
+            ("scope", self.scope, _SCOPE_PLACEHOLDERS),
+        ]
+        for name in ("demand", "queue", "running", "gpu_busy"):
+            query: MetricQuerySettings | None = getattr(self, name)
+            if query is not None:
+                templates.append((f"{name}.value", query.value, _QUERY_PLACEHOLDERS))
+                templates.append((f"{name}.sampled", query.sampled, _QUERY_PLACEHOLDERS))
+        found = (
+            (f, t, _template_problem(t, allowed)) for f, t, allowed in templates if t is not None
+        )
+        return [(f, t, why) for f, t, why in found if why is not None]
+
+    def unit_problem(self, unit: model.Unit) -> str | None:
+        """Why the pool's demand cannot be read in ``unit``: the preset has no reading in it
+        and ``demand`` or ``history`` is not written out; None when it can."""
+        left_out = [name for name in ("demand", "history") if getattr(self, name) is None]
+        if not left_out or unit in self.server.readings:
+            return None
+        why = self.server.missing.get(unit)
+        units = ", ".join(u.value for u in self.server.readings)
+        return (
+            f"has no {unit.value} query ({why or 'none known'}); write "
+            f"metrics.{' and metrics.'.join(left_out)} yourself, or choose a capacity.unit it "
+            f"has: {units}"
+        )
+
+    def queries(self, unit: model.Unit = model.Unit.REQUESTS_PER_SECOND) -> metrics.Queries:
+        """The adapter's queries, demand and history in ``unit``."""
+        from rebalancer.adapters import metrics
+
+        server = self.server
+        demand = self.demand
+        if demand is None:
+            demand = MetricQuerySettings(
+                value=presets.demand_value(server, unit),
+                sampled=presets.demand_sampled(server, unit),
+            )
+        return metrics.Queries(
+            demand=demand.query(),
+            queue=self.queue.query(),
+            running=None if self.running is None else self.running.query(),
+            gpu_busy=None if self.gpu_busy is None else self.gpu_busy.query(),
+            history=self.history or presets.history(server, unit),
+            scope=self.scope,
+        )
+
+    def node_queries(self, unit: model.Unit) -> tuple[str, str] | str:
+        """``(node_served, node_saturated)`` in ``unit``, for measuring a node's capacity; or
+        why there is none (the preset has no reading in the unit, and ``node_served`` is not
+        written out)."""
+        if self.node_served is not None:
+            return self.node_served, self.node_saturated
+        if unit not in self.server.readings:
+            why = self.server.missing.get(unit, "none known")
+            return (
+                f"metrics.node_served: preset {self.preset.value} has no {unit.value} "
+                f"query ({why}); write metrics.node_served yourself"
+            )
+        return presets.node_served(self.server, unit), self.node_saturated
+
+
+# What ``rebalancer.adapters.metrics.render`` fills in (a test holds them equal): ``$scope``,
+# ``$nodes`` and ``$pool`` in a query, ``$window`` too in ``history``, ``node_served`` and
+# ``node_saturated``; ``scope`` itself is filled in with ``$nodes`` and ``$pool``.
+_QUERY_PLACEHOLDERS = ("scope", "nodes", "pool")
+_HISTORY_PLACEHOLDERS = (*_QUERY_PLACEHOLDERS, "window")
+_SCOPE_PLACEHOLDERS = ("nodes", "pool")
+
+
+def _template_problem(template: str, allowed: Sequence[str]) -> str | None:
+    """Why ``string.Template(template).substitute(<allowed>)`` would raise, or None."""
+    may = ", ".join(f"${name}" for name in allowed)
+    for found in Template.pattern.finditer(template):
+        name = found["named"] or found["braced"]
+        if found["invalid"] is not None:
+            return (
+                f"a '$' at character {found.start() + 1} starts no placeholder; "
+                f"write $$ for a literal $ (this template may use {may})"
+            )
+        if name is not None and name not in allowed:
+            return f"unknown placeholder ${name}; this template may use {may} ($$ for a literal $)"
+    return None
