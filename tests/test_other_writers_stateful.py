@@ -64,7 +64,8 @@ from rebalancer.adapters.writer import KubeWriter, RetryPolicy
 from rebalancer.core import model, nodestate, tick
 from rebalancer.core.model import PodRules, PoolName
 from rebalancer.core.policy import PoolPolicy
-from rebalancer.runtime.reconcile import AlwaysLeader, PoolConfig, Reconciler
+from rebalancer.runtime.reconcile import Reconciler
+from rebalancer.runtime.seams import AlwaysLeader, PoolConfig
 from sandbox.emulator.resources import NODES
 from sandbox.emulator.views import expected_views
 from tests.support import backends, objects, pools

@@ -40,8 +40,8 @@ from rebalancer.core.concurrency import RECLAIM_CONCURRENCY, RECLAIM_MAX_CONCURR
 from rebalancer.core.model import NodeView, PoolName
 from rebalancer.core.outcomes import BACK, ActionResult, Outcome, WriteKind, WriteOutcome
 from rebalancer.errors import RebalancerError
-from rebalancer.runtime import reconcile
-from rebalancer.runtime.reconcile import NodeActuator, PoolConfig
+from rebalancer.runtime import observing
+from rebalancer.runtime.seams import NodeActuator, PoolConfig
 
 if TYPE_CHECKING:
     from rebalancer.runtime.wiring import Controller
@@ -124,9 +124,9 @@ def _pool_of(
     pools: Sequence[PoolConfig], view: NodeView, keys: nodestate.Keys
 ) -> PoolConfig | None:
     """The pool that drives the node: the first that selects it, else the one that adopts it
-    because it carries our keys (``reconcile.adopter``); None when neither."""
+    because it carries our keys (``observing.adopter``); None when neither."""
     pool = next((p for p in pools if p.selects(view, keys)), None)
-    return pool if pool is not None else reconcile.adopter(pools, view, keys)
+    return pool if pool is not None else observing.adopter(pools, view, keys)
 
 
 async def operator_reclaim(
@@ -199,7 +199,7 @@ async def reclaim_wave(
     """Take ``nodes`` back now, all at once; one ``Reclaimed`` per node, in the order given.
 
     1. Each node is read (``known`` holds nodes already listed, which are not read again) and its
-       pool found (an orphan's is the pool that adopts it, ``reconcile.adopter``); a node that
+       pool found (an orphan's is the pool that adopts it, ``observing.adopter``); a node that
        cannot be read, or that no pool selects and carries none of our keys, is reported and
        left out.
     2. One intent per node (origin operator), all committed in one batch before the first write.
@@ -283,20 +283,20 @@ class _Wave:
                 self.tell(ReclaimEvent(name, Stage.FAILED, self.since(), self.lost[name].message))
         if not members:
             return []
-        reconciler = controller.reconciler
-        plan, self.tick = reconciler.operator_plan(members, OPERATOR_MESSAGE)
+        plan, self.tick = controller.reconciler.operator_plan(members, OPERATOR_MESSAGE)
+        executor = controller.reconciler.executor
         try:  # durable before any write
-            await reconciler.audit_log.tick(self.tick.records)
+            await executor.audit_log.tick(self.tick.records)
         except Exception as exc:
-            if reconciler.ledger is None:
+            if executor.ledger is None:
                 raise IntentsNotRecorded(
                     f"audit store: the intents were not recorded, no node was touched: {exc}"
                 ) from exc
-            self.unaudited = reconciler.audit_log.failing or str(exc)
+            self.unaudited = executor.audit_log.failing or str(exc)
         by_node = {str(s.node): s for s in plan.steps}
         if self.unaudited is not None:
             for name in list(by_node):
-                if not await reconciler.keep(name, self.tick.intent_for(by_node[name])):
+                if not await executor.keep(name, self.tick.intent_for(by_node[name])):
                     why = (
                         f"the audit store fails ({self.unaudited}) and the intent could not be "
                         "recorded on the node: not touched"
@@ -308,15 +308,15 @@ class _Wave:
         for name in (n for n in names if n in by_node):
             pool, step = pools[name], by_node[name]
             deadline = self.start + pool.policy.reclaim_deadline  # one start for every node
-            actuator = reconciler.actuators[pool.name]
+            actuator = executor.actuators[pool.name]
             moving.append(_Node(name, pool, actuator, step, self.tick.intent_for(step), deadline))
         return moving
 
     async def first(self, node: _Node) -> None:
-        """The node's step through ``Reconciler.carry_out``: the reclaim and its outcome."""
+        """The node's step through ``Executor.carry_out``: the reclaim and its outcome."""
         async with self.limit:
             try:
-                applied = await self.controller.reconciler.carry_out(
+                applied = await self.controller.reconciler.executor.carry_out(
                     node.step, self.tick, self.start
                 )
             except Exception as exc:  # this node alone fails; the wave goes on
@@ -342,7 +342,7 @@ class _Wave:
             await self.record(node, result)
 
     async def record(self, node: _Node, result: ActionResult) -> None:
-        trail = self.controller.reconciler.audit_log
+        trail = self.controller.reconciler.executor.audit_log
         try:
             await trail.outcome(node.intent, result, self.controller.clock())
         except Exception as exc:  # the write it describes is done: the wave goes on
@@ -351,8 +351,8 @@ class _Wave:
     async def settle_records(self, moving: Sequence[_Node]) -> None:
         """Before the command ends (and its memory with it): the records the store refused go
         to the store if it takes them now, else onto their nodes, and each node says where."""
-        reconciler = self.controller.reconciler
-        trail, ledger = reconciler.audit_log, reconciler.ledger
+        executor = self.controller.reconciler.executor
+        trail, ledger = executor.audit_log, executor.ledger
         if not trail.spool or ledger is None:
             return
         with contextlib.suppress(Exception):

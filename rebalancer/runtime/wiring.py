@@ -77,7 +77,8 @@ from rebalancer.core.outcomes import ActionResult
 from rebalancer.runtime import alerts as alerting
 from rebalancer.runtime import explain, http
 from rebalancer.runtime.loop import run_controller
-from rebalancer.runtime.reconcile import (
+from rebalancer.runtime.reconcile import Reconciler
+from rebalancer.runtime.seams import (
     AlwaysLeader,
     EventRecorder,
     Leadership,
@@ -85,7 +86,6 @@ from rebalancer.runtime.reconcile import (
     NodeActuator,
     NoEvents,
     PoolConfig,
-    Reconciler,
 )
 from rebalancer.runtime.telemetry import Telemetry
 from rebalancer.settings import Settings

@@ -1,6 +1,6 @@
 """A load source that replays a trace behind the reconciler's metrics seam.
 
-``Replay`` satisfies ``runtime.reconcile.MetricsSource``: it answers ``read`` with the demand of
+``Replay`` satisfies ``runtime.seams.MetricsSource``: it answers ``read`` with the demand of
 the trace minute before the clock's current minute, stamped ``sample_age`` before it (the age a
 scrape-and-query pipeline has, as in docs/evaluation.md), and ``history`` with the trace up to
 (never past) that minute. The clock is the emulator's ``ManualClock``: whoever drives the replay

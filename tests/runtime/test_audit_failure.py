@@ -41,7 +41,8 @@ from rebalancer.core import model
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Term
 from rebalancer.runtime import http
-from rebalancer.runtime.reconcile import Reconciler, TickReport
+from rebalancer.runtime.reconcile import Reconciler
+from rebalancer.runtime.seams import TickReport
 from rebalancer.runtime.telemetry import Telemetry
 from sandbox.emulator import cluster
 from sandbox.emulator.resources import NODES

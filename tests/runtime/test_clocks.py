@@ -30,7 +30,8 @@ from rebalancer.adapters.writer import KubeWriter, RetryPolicy
 from rebalancer.core import clocks, model, nodestate
 from rebalancer.core.audit import Kind
 from rebalancer.core.model import Clock, PoolName, Reason, Term
-from rebalancer.runtime.reconcile import Reconciler, TickReport
+from rebalancer.runtime.reconcile import Reconciler
+from rebalancer.runtime.seams import TickReport
 from sandbox.emulator import cluster
 from sandbox.emulator.views import expected_views
 from tests.support import emulated, pools

@@ -25,7 +25,8 @@ from rebalancer.core.audit import Kind
 from rebalancer.core.model import PodRules, PoolName, Reason
 from rebalancer.core.outcomes import ActionResult, Outcome
 from rebalancer.core.policy import PoolPolicy
-from rebalancer.runtime.reconcile import AlwaysLeader, PoolConfig, Reconciler
+from rebalancer.runtime.reconcile import Reconciler
+from rebalancer.runtime.seams import AlwaysLeader, PoolConfig
 from sandbox.emulator.clock import ManualClock
 from tests.support.factories import KEYS, LEND_SPEC, T0, begin_reclaim, lend, serving
 from tests.support.fakes import Calls, Demand, Scripted, Views
@@ -188,7 +189,7 @@ async def test_a_strategy_that_overruns_is_not_called_again_until_it_returns() -
         assert "still running" in second.proposals[A].reason
     finally:
         gate.set()
-    await w.reconciler._running[A]  # let the released call finish before the next tick
+    await w.reconciler.decider.running[A]  # let the released call finish before the next tick
     strategy.gate = None
 
     third = await w.reconciler.tick()

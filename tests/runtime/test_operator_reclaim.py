@@ -30,7 +30,7 @@ from rebalancer.core import model, nodestate
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.outcomes import ActionResult, Outcome
 from rebalancer.runtime import takeback, wiring
-from rebalancer.runtime.reconcile import NodeActuator
+from rebalancer.runtime.seams import NodeActuator
 from rebalancer.runtime.takeback import ReclaimEvent, Stage
 from sandbox.emulator import cluster
 from sandbox.emulator.clock import ManualClock

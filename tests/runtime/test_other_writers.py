@@ -25,7 +25,8 @@ from rebalancer.core.model import Action, PodRules, PoolName, Reason
 from rebalancer.core.outcomes import ActionResult
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.runtime import telemetry
-from rebalancer.runtime.reconcile import AlwaysLeader, PoolConfig, Reconciler, TickReport
+from rebalancer.runtime.reconcile import Reconciler
+from rebalancer.runtime.seams import AlwaysLeader, PoolConfig, TickReport
 from sandbox.emulator.clock import ManualClock
 from tests.support.factories import (
     INFERENCE_TAINT,

@@ -27,7 +27,7 @@ from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Term
 from rebalancer.core.outcomes import Outcome
 from rebalancer.runtime.loop import run_controller
-from rebalancer.runtime.reconcile import TickReport
+from rebalancer.runtime.seams import TickReport
 from sandbox.emulator import cluster
 from sandbox.emulator.resources import NODES
 from sandbox.emulator.store import Store

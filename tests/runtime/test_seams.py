@@ -7,7 +7,7 @@ from rebalancer.adapters.actuator import Actuator
 from rebalancer.adapters.informer import Informer
 from rebalancer.adapters.leadership import LeaderElector
 from rebalancer.adapters.metrics import Metrics
-from rebalancer.runtime.reconcile import (
+from rebalancer.runtime.seams import (
     AlwaysLeader,
     Leadership,
     MetricsSource,

@@ -26,7 +26,8 @@ from rebalancer.core import model, nodestate
 from rebalancer.core.audit import Kind
 from rebalancer.core.model import Action, PodRules, PoolName, Reason
 from rebalancer.core.policy import PoolPolicy
-from rebalancer.runtime.reconcile import AlwaysLeader, PoolConfig, Reconciler, TickReport
+from rebalancer.runtime.reconcile import Reconciler
+from rebalancer.runtime.seams import AlwaysLeader, PoolConfig, TickReport
 from sandbox.emulator.clock import ManualClock
 from tests.support.factories import INFERENCE_TAINT, KEYS, T0, gpu_node, serving, taker
 from tests.support.fakes import CodecActuator, Demand, Scripted, Views

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from rebalancer.core import model
-from rebalancer.runtime.reconcile import NoObserver
+from rebalancer.runtime.seams import NoObserver
 
 
 @dataclass

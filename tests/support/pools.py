@@ -21,7 +21,7 @@ from rebalancer.adapters import registry
 from rebalancer.core import model
 from rebalancer.core.nodestate import Keys
 from rebalancer.core.policy import PoolPolicy, default_lend_spec
-from rebalancer.runtime.reconcile import PoolConfig
+from rebalancer.runtime.seams import PoolConfig
 from sandbox.emulator import cluster
 from tests.support import objects
 from tests.support.backends import Objects

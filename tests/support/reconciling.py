@@ -22,7 +22,8 @@ from rebalancer.adapters.informer import Informer, WatchSettings
 from rebalancer.adapters.writer import KubeWriter, NodeWriter, RetryPolicy
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Term
-from rebalancer.runtime.reconcile import PoolConfig, Reconciler, TickReport
+from rebalancer.runtime.reconcile import Reconciler
+from rebalancer.runtime.seams import PoolConfig, TickReport
 from sandbox.emulator import cluster
 from sandbox.emulator.server import Request
 from sandbox.emulator.store import Store

@@ -1,0 +1,111 @@
+"""The error budgets' count: the minutes in which a pool's requests queue beyond its limit while
+nodes are away on loan, each counted once, as a metric and a ``cost`` record in the audit log.
+
+Where it sits: ``runtime.reconcile.Reconciler`` restores the count from the audit log at
+start-up (``restore``), hands each pool's budget to the snapshot it observes (``budget``), and
+counts the tick's minute after deciding, before the tick's intents are written (``count``).
+Kept apart because the count is state the leader carries from tick to tick, and a new leader
+takes it up from the audit log: a concern of its own, not a verb of the step.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+
+from rebalancer.core import audit, model
+from rebalancer.core.audit import Context
+from rebalancer.core.model import PoolName
+from rebalancer.core.nodestate import Keys
+from rebalancer.core.tick import costs
+from rebalancer.runtime.seams import AuditTrail, Observer, PoolConfig
+
+log = logging.getLogger(__name__)
+
+MINUTE = timedelta(minutes=1)
+
+
+class Budgets:
+    """The minutes that cost each pool, within its error budget's window (the last one only for
+    a pool without a budget)."""
+
+    def __init__(self, pools: Sequence[PoolConfig], keys: Keys, observer: Observer) -> None:
+        self.pools, self.keys, self.observer = tuple(pools), keys, observer
+        self._costs: dict[PoolName, list[datetime]] = {}
+
+    async def restore(self, trail: AuditTrail, now: datetime) -> None:
+        """Every pool's minutes as the audit log holds them (start-up: a new leader, or this
+        one restarted, takes up the count where the last one left it). Raises if the store
+        fails."""
+        for config in self.pools:
+            since = now - (config.slo.window if config.slo else MINUTE)
+            self._costs[config.name] = list(await trail.costs(config.name, since))
+
+    async def restore_unknown(self, trail: AuditTrail, now: datetime) -> None:
+        """The minutes of each pool with an error budget whose count is not known yet (a
+        process that only explains, and never started up)."""
+        for config in self.pools:
+            if config.slo is not None and config.name not in self._costs:
+                since = now - config.slo.window
+                self._costs[config.name] = list(await trail.costs(config.name, since))
+
+    def budget(self, pool: PoolConfig, now: datetime) -> model.ErrorBudget | None:
+        """The pool's error budget at ``now``; None for a pool without one."""
+        return pool.slo.budget(self._costs.get(pool.name, ()), now) if pool.slo else None
+
+    def observe(self, now: datetime) -> None:
+        """The budgets' gauges."""
+        self.observer.observe_budgets(
+            {
+                str(p.name): p.slo.budget(self._costs.get(p.name, ()), now)
+                for p in self.pools
+                if p.slo is not None
+            }
+        )
+
+    async def count(
+        self,
+        snapshot: model.Snapshot,
+        trail: AuditTrail,
+        context: Callable[[PoolConfig], Context],
+    ) -> None:
+        """Count each minute in which a pool's requests queue beyond its limit while nodes are
+        away on loan (``core.tick.costs``): what lending cost, once per minute however many ticks
+        see it, as a metric and a ``cost`` record. Only the leader counts, so replicas never
+        count a minute twice, and a new leader (or this one restarted) takes up the count from
+        the audit log (``restore``). A record the store fails to take is logged and the minute
+        still counts: the measurement is true, and the tick's intents meet the same store."""
+        minute = snapshot.now.replace(second=0, microsecond=0)
+        records = []
+        for pool in self.pools:
+            seen = snapshot.pools.get(pool.name)
+            spent = self._costs.setdefault(pool.name, [])
+            if seen is None or minute in spent:
+                continue
+            away = costs(seen, pool.policy, self.keys, snapshot.now)
+            if not away:
+                continue
+            keep = pool.slo.window if pool.slo else MINUTE
+            spent[:] = [m for m in spent if m > minute - keep] + [minute]
+            self.observer.observe_borrowing_cost(str(pool.name))
+            budget = pool.slo.budget(spent, minute) if pool.slo else None
+            records.append(
+                audit.cost_record(
+                    context(pool),
+                    trail.new_id,
+                    minute,
+                    seen,
+                    str(pool.name),
+                    pool.policy,
+                    away,
+                    budget,
+                )
+            )
+        if not records:
+            return
+        try:
+            await trail.tick(records)
+        except Exception:
+            log.exception("audit store failed; %d cost minute(s) not recorded", len(records))
+            self.observer.observe_audit_failure("cost")

@@ -1,0 +1,338 @@
+"""The observe step: each pool's nodes from the informer's cache, its demand and queue samples
+(each through the pool's demand belief), its demand history when it wants one, its error
+budget, the alerts that hold it, and the clocks it is read against, as one ``model.Snapshot``.
+
+Where it sits: first in ``runtime.reconcile.Reconciler.tick`` (and ``preview``), before decide.
+A lent node belongs to the pool its *original* labels select (``nodestate.serving_labels``); a
+node two pools select goes to the first; a node no pool selects that carries our keys is an
+orphan the ``adopter`` pool takes back. Unknown is never zero: a metrics read that fails is no
+sample, and the planner fails toward inference. Kept apart from the step because what the tick
+remembers between observations (histories, beliefs, what was logged) is a concern of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from rebalancer.core import clocks, demand, exposure, model, nodestate
+from rebalancer.core.model import NodeName, NodeView, PoolMetrics, PoolName
+from rebalancer.core.nodestate import Keys
+from rebalancer.runtime import budgets
+from rebalancer.runtime.seams import (
+    AlertSource,
+    ApiServerClock,
+    HistorySettings,
+    MetricsSource,
+    Observation,
+    Observer,
+    PoolConfig,
+    PrometheusClock,
+    ViewSource,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Snapshotter:
+    """The tick's snapshot, and what observing remembers from one tick to the next."""
+
+    def __init__(
+        self,
+        pools: Sequence[PoolConfig],
+        *,
+        keys: Keys,
+        views: ViewSource,
+        metrics: MetricsSource,
+        budgets: budgets.Budgets,
+        observer: Observer,
+        history: HistorySettings,
+        paused: Callable[[], bool],
+        frozen: Callable[[], bool],
+        alerts: AlertSource | None,
+        apiserver_clock: ApiServerClock | None,
+        prometheus_clock: PrometheusClock | None,
+        clock_bound: timedelta,
+    ) -> None:
+        self.pools, self.keys, self.views, self.metrics = tuple(pools), keys, views, metrics
+        self.budgets, self.observer, self.history_settings = budgets, observer, history
+        self.paused, self.frozen = paused, frozen
+        self.alerts = alerts  # None: no Alertmanager receiver, no alert holds a pool
+        # The clocks measured each tick (None: not measured, as with in-memory fakes), and the
+        # skew past which a pool lends nothing (docs/design/clocks.md).
+        self.apiserver_clock, self.prometheus_clock = apiserver_clock, prometheus_clock
+        self.clock_bound = clock_bound
+        self._clock_problems: dict[PoolName, tuple[str, ...]] = {}
+        self._histories: dict[PoolName, tuple[datetime, model.DemandHistory]] = {}
+        self._jumps: dict[PoolName, exposure.Jumps] = {}  # pools with an slo: their covers
+        self._warned: set[tuple[NodeName, PoolName]] = set()  # overlaps logged, per pair
+        self._adopted: set[NodeName] = set()  # orphans logged
+        self._beliefs: dict[PoolName, demand.Belief] = {}
+        self._unreadable: dict[str, str] = {}  # what was last reported unreadable
+
+    def members(self) -> dict[PoolName, tuple[NodeView, ...]]:
+        """Each pool's nodes, orphans adopted (``_membership``)."""
+        return self._membership().members
+
+    def _membership(self) -> _Membership:
+        """Each pool's nodes. A node two pools select goes to the first, and is reported to it
+        (``PoolSnapshot.overlaps``: a finding and an Event on the node, once per pair of
+        pools). A node no pool selects that carries our keys (GPU Feature Discovery relabelled
+        a lent node out of every selector) is an orphan: the pool ``adopter`` names takes it
+        as a member to finish it (``PoolSnapshot.orphans``), and it is logged once."""
+        found = _Membership()
+        taken: dict[NodeName, PoolName] = {}
+        every: dict[PoolName, tuple[NodeView, ...]] = {}
+        for pool in self.pools:
+            mine = []
+            every[pool.name] = views = self.views.node_views(pool.rules)
+            for view in views:
+                if not pool.selects(view, self.keys):
+                    continue
+                first = taken.setdefault(view.name, pool.name)
+                if first != pool.name:
+                    found.overlap(first, view.name, pool.name)
+                    if (view.name, pool.name) not in self._warned:
+                        self._warned.add((view.name, pool.name))
+                        log.warning(
+                            "node %s is selected by pools %s and %s; only %s drives it",
+                            view.name,
+                            first,
+                            pool.name,
+                            first,
+                        )
+                    continue
+                mine.append(view)
+            found.members[pool.name] = tuple(mine)
+        for pool, view in self._orphans(every, taken):
+            found.adopt(pool.name, view)
+        return found
+
+    def _orphans(
+        self,
+        every: Mapping[PoolName, tuple[NodeView, ...]],
+        taken: Mapping[NodeName, PoolName],
+    ) -> list[tuple[PoolConfig, NodeView]]:
+        """The nodes no pool selects that carry our keys, each with the pool that adopts it
+        (as that pool's pod rules see the node)."""
+        if not self.pools:
+            return []
+        out = []
+        for view in every[self.pools[0].name]:
+            if view.name in taken:
+                continue
+            pool = adopter(self.pools, view, self.keys)
+            if pool is None:
+                continue
+            if view.name not in self._adopted:
+                self._adopted.add(view.name)
+                log.warning(
+                    "node %s carries the controller's keys but no pool selects it: pool %s "
+                    "takes it back",
+                    view.name,
+                    pool.name,
+                )
+            adopted = next(v for v in every[pool.name] if v.name == view.name)
+            out.append((pool, adopted))
+        return out
+
+    async def observe(
+        self, now: datetime, measured: Mapping[PoolName, clocks.Clocks] | None = None
+    ) -> Observation:
+        """The snapshot at ``now``; ``measured``: the clocks, measured before ``now`` was read
+        (so that ``now`` is corrected by the same readings); None: measured here."""
+        pools: dict[PoolName, model.PoolSnapshot] = {}
+        read: dict[PoolName, PoolMetrics] = {}
+        membership = self._membership()
+        members = membership.members
+        self._report_unreadable()
+        if measured is None:
+            measured = await self.measure_clocks()
+        for pool in self.pools:
+            views = members[pool.name]
+            names = [v.name for v in views]
+            # Read at Prometheus' now, not this controller's: a clock behind would be answered
+            # with samples as old as it is behind, one ahead with none at all.
+            seen_clocks = measured[pool.name]
+            metrics = await self._read(pool.name, names, clocks.prometheus_now(seen_clocks, now))
+            read[pool.name] = metrics
+            reading = self._believe(pool, metrics.demand, now)
+            history = await self._history(pool, names, now) if pool.needs_history else None
+            pools[pool.name] = model.PoolSnapshot(
+                nodes=views,
+                demand=reading.demand,
+                queue=metrics.queue,
+                history=history,
+                demand_known=reading.known,
+                unknown_since=reading.unknown_since,
+                held=reading.held,
+                budget=self.budgets.budget(pool, now),
+                cover=self._cover(pool, history),
+                takers=self.views.pending(pool.rules) if pool.policy.lend_only_to_takers else (),
+                alerts=self.alerts.firing(pool.name, now) if self.alerts is not None else (),
+                orphans=membership.orphans.get(pool.name, frozenset()),
+                overlaps=membership.overlaps.get(pool.name, {}),
+                clocks=seen_clocks,
+            )
+        self.observer.observe_clocks(measured)
+        snapshot = model.Snapshot(now=now, pools=pools, paused=self.paused(), frozen=self.frozen())
+        return Observation(snapshot, read)
+
+    async def measure_clocks(self) -> dict[PoolName, clocks.Clocks]:
+        """Each pool's clocks this tick: the API server's skew (which the tick's ``now`` is
+        already corrected by) and that of the pool's Prometheus. A clock that should be
+        measured and has no reading lately is ``unmeasured``: the pool lends nothing."""
+        unmeasured: set[clocks.Against] = set()
+        skews: list[clocks.Skew] = []
+        if self.apiserver_clock is not None:
+            api = await self._safely_measure(self.apiserver_clock.measure_skew())
+            skews += [api] if api is not None else []
+            unmeasured |= {clocks.Against.APISERVER} if api is None else set()
+        api_skew = skews[0] if skews else None
+        correction = api_skew.offset if api_skew is not None and api_skew.known else timedelta(0)
+        out: dict[PoolName, clocks.Clocks] = {}
+        for pool in self.pools:
+            mine, missing = list(skews), set(unmeasured)
+            if self.prometheus_clock is not None:
+                prom = await self._safely_measure(self.prometheus_clock.measure_skew(pool.name))
+                mine += [prom] if prom is not None else []
+                missing |= {clocks.Against.PROMETHEUS} if prom is None else set()
+            out[pool.name] = clocks.Clocks(
+                tuple(mine), frozenset(missing), self.clock_bound, correction
+            )
+            problems = out[pool.name].problems()
+            if problems != self._clock_problems.get(pool.name, ()):  # logged once a change
+                if problems:
+                    log.warning("pool %s: no lending: %s", pool.name, "; ".join(problems))
+                else:
+                    log.info("pool %s: the clocks can be trusted again", pool.name)
+            self._clock_problems[pool.name] = problems
+        return out
+
+    @staticmethod
+    async def _safely_measure(measuring: Awaitable[clocks.Skew | None]) -> clocks.Skew | None:
+        try:
+            return await measuring
+        except Exception:  # not measured is what it means: the pool lends nothing
+            log.exception("a clock could not be measured")
+            return None
+
+    def _believe(
+        self, pool: PoolConfig, seen: model.Sample | None, now: datetime
+    ) -> demand.Reading:
+        before = self._beliefs.get(pool.name) or demand.start(now)
+        belief, reading = demand.judge(before, seen, now, pool.policy.drop_rule)
+        self._beliefs[pool.name] = belief
+        if reading.held is not None and before.held is None:
+            held = reading.held
+            log.warning(
+                "pool %s: demand fell from %.4g to %.4g %s faster than traffic falls; held at "
+                "%.4g for up to %s",
+                pool.name,
+                held.level.value,
+                held.seen.value,
+                pool.policy.unit.symbol,
+                held.level.value,
+                pool.policy.drop_hold,
+            )
+        elif before.held is not None and reading.held is None:
+            log.info("pool %s: demand fall no longer held", pool.name)
+        return reading
+
+    def _report_unreadable(self) -> None:
+        """Objects the informer could not read are left out of every view (their node is left
+        alone); each is logged once per reason, and counted in ``/metrics`` every tick."""
+        found = dict(self.views.unreadable())
+        for key, why in found.items():
+            if self._unreadable.get(key) != why:
+                log.error("%s cannot be read and is left alone: %s", key, why)
+        for key in self._unreadable.keys() - found.keys():
+            log.info("%s can be read again", key)
+        self._unreadable = found
+        counts = {"node": 0, "pod": 0}
+        for key in found:
+            kind = key.split("/", 1)[0]
+            counts[kind] = counts.get(kind, 0) + 1
+        self.observer.observe_unreadable(counts)
+
+    async def _read(self, pool: PoolName, nodes: Sequence[NodeName], now: datetime) -> PoolMetrics:
+        try:
+            found = await self.metrics.read(pool, nodes, now)
+        except Exception:  # unknown is never zero: no sample, the planner fails toward inference
+            log.exception("pool %s: metrics read failed", pool)
+            return PoolMetrics(pool=pool, demand=None, queue=None)
+        for error in found.errors:
+            log.warning("%s", error)
+        return found
+
+    def _cover(self, pool: PoolConfig, history: model.DemandHistory | None) -> model.Cover | None:
+        """What the pool's history covers, for its error budget: judged incrementally, one
+        ``Jumps`` per pool, as each history read continues the last."""
+        if pool.slo is None or history is None:
+            return None
+        jumps = self._jumps.get(pool.name)
+        if jumps is None:
+            jumps = self._jumps[pool.name] = exposure.Jumps(exposure.shape_of(pool.policy))
+        return jumps.cover(history)
+
+    async def _history(
+        self, pool: PoolConfig, nodes: Sequence[NodeName], now: datetime
+    ) -> model.DemandHistory:
+        cached = self._histories.get(pool.name)
+        hs = self.history_settings
+        if cached is not None and now - cached[0] < hs.refresh:
+            return cached[1]
+        until = _floor(now, hs.step)
+        try:
+            got = await self.metrics.history(pool.name, nodes, until - hs.span, until, hs.step)
+        except Exception:
+            log.exception("pool %s: demand history failed", pool.name)
+            return cached[1] if cached else model.DemandHistory.empty(now)
+        if got.error is not None:
+            log.warning("%s", got.error)
+            if cached is not None:  # keep the last good one; try again next tick
+                return cached[1]
+        self._histories[pool.name] = (now, got.history)
+        return got.history
+
+
+@dataclass
+class _Membership:
+    """Which pool drives each node, as ``Reconciler._membership`` found it."""
+
+    members: dict[PoolName, tuple[NodeView, ...]] = field(default_factory=dict)
+    orphans: dict[PoolName, frozenset[NodeName]] = field(default_factory=dict)
+    overlaps: dict[PoolName, dict[NodeName, tuple[PoolName, ...]]] = field(default_factory=dict)
+
+    def overlap(self, first: PoolName, node: NodeName, other: PoolName) -> None:
+        seen = self.overlaps.setdefault(first, {})
+        seen[node] = (*seen.get(node, ()), other)
+
+    def adopt(self, pool: PoolName, view: NodeView) -> None:
+        self.members[pool] = (*self.members.get(pool, ()), view)
+        self.orphans[pool] = self.orphans.get(pool, frozenset()) | {view.name}
+
+
+def adopter(pools: Sequence[PoolConfig], view: NodeView, keys: Keys) -> PoolConfig | None:
+    """The pool that finishes a node no pool selects, or None when the node carries none of
+    our keys (state label, original, a lent taint): the first pool whose every lent taint the
+    node carries (its own lend, most likely), else the first configured pool. A readable
+    original restores the node whatever pool finishes it; the pool's pod rules say which pods
+    on it are borrowed, and its specification what it serves with when the original cannot
+    be read (docs/design/other-writers.md)."""
+    lent = tuple(t for p in pools for t in p.lend_spec.add_taints)
+    if not pools or not nodestate.carries_ours(view, keys, lent):
+        return None
+    carried = {(t.key, t.value, t.effect) for t in view.taints}
+    for pool in pools:
+        wanted = pool.lend_spec.add_taints
+        if wanted and all((t.key, t.value, t.effect) in carried for t in wanted):
+            return pool
+    return pools[0]
+
+
+def _floor(when: datetime, step: timedelta) -> datetime:
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    return epoch + step * ((when - epoch) // step)
