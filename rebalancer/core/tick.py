@@ -61,8 +61,10 @@ class Failure:
         return Failure(FailureKind.RAISED, f"{type(exc).__name__}: {exc}", type(exc).__name__)
 
 
-# What a strategy gave back (a Proposal, or anything a buggy one may return), or a Failure.
-Answer = object
+# What a strategy gave back, not yet checked: a Proposal, a Failure of the call, or anything a
+# buggy strategy may return. ``plan_tick`` checks it (``_checked``) before the planner sees it;
+# the name says what the type cannot: nothing here is trusted.
+Unchecked = object
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ class Decision:
 
 def plan_tick(
     snapshot: model.Snapshot,
-    answers: Mapping[PoolName, Answer],
+    answers: Mapping[PoolName, Unchecked],
     pools: Mapping[PoolName, PoolRules],
     keys: nodestate.Keys,
 ) -> Decision:
@@ -168,7 +170,7 @@ def phase(
     return None if isinstance(state, nodestate.StateError) else state.phase
 
 
-def _checked(answer: Answer, size: int) -> model.Proposal | Failure:
+def _checked(answer: Unchecked, size: int) -> model.Proposal | Failure:
     if isinstance(answer, Failure):
         return answer
     why = planning.invalid_proposal(answer, size)

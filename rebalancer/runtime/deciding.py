@@ -25,12 +25,12 @@ from rebalancer.core.audit import AuditRecord, Context
 from rebalancer.core.model import PoolName
 from rebalancer.core.nodestate import Keys
 from rebalancer.core.tick import (
-    Answer,
     Decision,
     Failure,
     FailureKind,
     PoolRules,
     Stage,
+    Unchecked,
     lent_count,
     plan_tick,
 )
@@ -59,7 +59,7 @@ class Decider:
         """Each pool's strategy answers, then ``core.tick.plan_tick`` plans every pool from the
         answers (a failed or invalid answer, or a failed planner, makes that pool's plan the
         safety-only one); each failure episode is logged and counted here."""
-        answers: dict[PoolName, Answer] = {}
+        answers: dict[PoolName, Unchecked] = {}
         for pool in self.pools:
             seen = snapshot.pools[pool.name]
             lent = lent_count(seen, self.keys, pool.lend_spec.add_taints)
@@ -108,7 +108,7 @@ class Decider:
             if new:
                 log.error("pool %s: the planner failed: %s", pool.name, failure)
 
-    async def _propose(self, pool: PoolConfig, view: model.PoolView) -> Answer:
+    async def _propose(self, pool: PoolConfig, view: model.PoolView) -> Unchecked:
         """The strategy's answer, run in a thread of its own (a strategy is plain code that
         may loop or block), within ``timeout``; ``core.tick`` checks it."""
         running = self.running.get(pool.name)

@@ -277,7 +277,7 @@ def run(
     return Run(strategy.name, baseline, timeline, figures, trained)
 
 
-def _answer(strategy: Strategy, view: model.PoolView) -> tick.Answer:
+def _answer(strategy: Strategy, view: model.PoolView) -> tick.Unchecked:
     """The strategy's answer, or how it failed: the controller's own rules then apply."""
     try:
         return strategy.decide(view)
