@@ -310,8 +310,19 @@ class Informer:
         # each with the nodes whose node or pods changed since it was last asked for.
         self._by_rules: list[_Views] = []
         self._unreadable: dict[str, str] = {}  # "node/<name>" or "pod/<node>/<ns>/<name>" -> why
+        self.nodes = self._node_reflector(core, node_selector, settings, sleep)
+        self.pods = self._pod_reflector(core, settings, sleep)
+        self._pending: dict[Key, _Pending] = {}
+        self.pending_pods: Reflector | None = (
+            self._pending_reflector(core, settings, sleep) if watch_pending else None
+        )
+
+    def _node_reflector(
+        self, core: Any, node_selector: str | None, settings: WatchSettings, sleep: Sleep
+    ) -> Reflector:
+        """Nodes (those ``node_selector`` picks, when given), each kept slim."""
         node_query = {"label_selector": node_selector} if node_selector else {}
-        self.nodes = Reflector(
+        return Reflector(
             "nodes",
             core.list_node,
             node_query,
@@ -321,7 +332,10 @@ class Informer:
             settings,
             sleep,
         )
-        self.pods = Reflector(
+
+    def _pod_reflector(self, core: Any, settings: WatchSettings, sleep: Sleep) -> Reflector:
+        """Pods that still hold a node, in every namespace."""
+        return Reflector(
             "pods",
             core.list_pod_for_all_namespaces,
             {"field_selector": POD_FIELD_SELECTOR},
@@ -331,19 +345,19 @@ class Informer:
             settings,
             sleep,
         )
-        self._pending: dict[Key, _Pending] = {}
-        self.pending_pods: Reflector | None = None
-        if watch_pending:
-            self.pending_pods = Reflector(
-                "pending pods",
-                core.list_pod_for_all_namespaces,
-                {"field_selector": PENDING_FIELD_SELECTOR},
-                _Pending.of,
-                self._apply_pending,
-                self._replace_pending,
-                settings,
-                sleep,
-            )
+
+    def _pending_reflector(self, core: Any, settings: WatchSettings, sleep: Sleep) -> Reflector:
+        """Pods no node holds yet, in every namespace: the possible takers of lent capacity."""
+        return Reflector(
+            "pending pods",
+            core.list_pod_for_all_namespaces,
+            {"field_selector": PENDING_FIELD_SELECTOR},
+            _Pending.of,
+            self._apply_pending,
+            self._replace_pending,
+            settings,
+            sleep,
+        )
 
     async def run(self) -> None:
         """Run until cancelled."""

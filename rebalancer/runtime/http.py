@@ -166,13 +166,7 @@ def parse_query(params: Mapping[str, list[str]], now: datetime) -> AuditQuery:
     ``params`` maps each parameter to every value it was given (repeats kept), in order;
     ``now`` is what a time ago (``since=2h``) counts back from.
     """
-    for name in sorted(params):
-        if name not in PARAMETERS:
-            raise BadParameter(
-                name, params[name][0], f"unknown parameter; known: {', '.join(sorted(PARAMETERS))}"
-            )
-        if name != "kind" and len(params[name]) > 1:
-            raise BadParameter(name, params[name][1], "given more than once")
+    _check_known_and_single(params)
 
     def one(name: str) -> str | None:
         values = params.get(name)
@@ -183,31 +177,14 @@ def parse_query(params: Mapping[str, list[str]], now: datetime) -> AuditQuery:
     if since is not None and until is not None and until <= since:
         raise BadParameter("until", one("until") or "", "must be after since")
 
-    names: dict[str, str | None] = {}
-    for name in ("cluster", "pool", "node"):
-        value = one(name)
-        if value is not None and not value.strip():
-            raise BadParameter(name, value, "must not be empty")
-        names[name] = value
+    names = {name: _parse_name(name, one(name)) for name in ("cluster", "pool", "node")}
 
     action = one("action")
     if action is not None and action not in {a.value for a in Action}:
         raise BadParameter("action", action, _one_of(a.value for a in Action))
 
-    kinds: list[Kind] = []
-    for given in params.get("kind", []):
-        for part in given.split(","):
-            if part not in {k.value for k in Kind}:
-                raise BadParameter("kind", given, _one_of(k.value for k in Kind))
-            if Kind(part) not in kinds:
-                kinds.append(Kind(part))
-
-    limit = DEFAULT_LIMIT
-    text = one("limit")
-    if text is not None:
-        if not re.fullmatch(r"\d{1,7}", text) or not 1 <= int(text) <= MAX_LIMIT:
-            raise BadParameter("limit", text, f"must be an integer from 1 to {MAX_LIMIT}")
-        limit = int(text)
+    kinds = _parse_kinds(params.get("kind", []))
+    limit = _parse_limit(one("limit"))
 
     after = _maybe(one("cursor"), parse_cursor)
 
@@ -222,11 +199,50 @@ def parse_query(params: Mapping[str, list[str]], now: datetime) -> AuditQuery:
         pool=names["pool"],
         node=names["node"],
         action=action,
-        kinds=tuple(kinds),
+        kinds=kinds,
         after=after,
         limit=limit,
         newest_first=order == "desc",
     )
+
+
+def _check_known_and_single(params: Mapping[str, list[str]]) -> None:
+    """Refuse a parameter the API does not know, or one other than ``kind`` given twice."""
+    for name in sorted(params):
+        if name not in PARAMETERS:
+            raise BadParameter(
+                name, params[name][0], f"unknown parameter; known: {', '.join(sorted(PARAMETERS))}"
+            )
+        if name != "kind" and len(params[name]) > 1:
+            raise BadParameter(name, params[name][1], "given more than once")
+
+
+def _parse_name(name: str, value: str | None) -> str | None:
+    """A ``cluster``, ``pool`` or ``node`` filter, refused when given but blank."""
+    if value is not None and not value.strip():
+        raise BadParameter(name, value, "must not be empty")
+    return value
+
+
+def _parse_kinds(given_values: list[str]) -> tuple[Kind, ...]:
+    """Every ``kind`` asked for, repeated or comma-separated, once each in first-seen order."""
+    kinds: list[Kind] = []
+    for given in given_values:
+        for part in given.split(","):
+            if part not in {k.value for k in Kind}:
+                raise BadParameter("kind", given, _one_of(k.value for k in Kind))
+            if Kind(part) not in kinds:
+                kinds.append(Kind(part))
+    return tuple(kinds)
+
+
+def _parse_limit(text: str | None) -> int:
+    """The page size asked for, ``DEFAULT_LIMIT`` when not given."""
+    if text is None:
+        return DEFAULT_LIMIT
+    if not re.fullmatch(r"\d{1,7}", text) or not 1 <= int(text) <= MAX_LIMIT:
+        raise BadParameter("limit", text, f"must be an integer from 1 to {MAX_LIMIT}")
+    return int(text)
 
 
 def parse_cursor(token: str) -> Cursor:

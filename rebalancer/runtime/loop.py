@@ -260,18 +260,6 @@ async def run_controller(
     loop = ReconcileLoop(step, interval=interval, debounce=debounce, edges=edges)
     stop = stop or asyncio.Event()
 
-    async def forward_changes() -> None:
-        while True:
-            await informer.changed.wait()
-            informer.changed.clear()
-            loop.wake("informer change")
-
-    async def forward_alerts(bell: Bell) -> None:
-        while True:
-            await bell.rung.wait()
-            bell.rung.clear()
-            loop.wake(f"alertmanager: {bell.why}", at_once=True)
-
     async def release() -> None:
         if campaign is not None:
             campaign.cancel()  # LeaderElector.run releases the lease on cancellation
@@ -282,27 +270,55 @@ async def run_controller(
     for sig in signals:  # from the start: a signal while listing ends the process cleanly too
         running.add_signal_handler(sig, stop.set)
     try:
-        synced = asyncio.create_task(informer.synced.wait())
-        stopped = asyncio.create_task(stop.wait())
-        await asyncio.wait((synced, stopped), return_when=asyncio.FIRST_COMPLETED)
-        synced.cancel()
-        stopped.cancel()
+        await _synced_or_stopped(informer, stop)
         if stop.is_set():
             await release()
             return 0
-        background.append(asyncio.create_task(forward_changes(), name="wake-ups"))
+        background.append(asyncio.create_task(_forward_changes(informer, loop), name="wake-ups"))
         if alerts is not None:
-            background.append(asyncio.create_task(forward_alerts(alerts), name="alert-wake-ups"))
+            background.append(
+                asyncio.create_task(_forward_alerts(alerts, loop), name="alert-wake-ups")
+            )
         return await serve(loop, release=release, stop=stop, signals=())
     finally:
         for sig in signals:
             running.remove_signal_handler(sig)
         await release()
-        for task in background:
-            task.cancel()
-        for task in background:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await _cancel_all(background)
+
+
+async def _synced_or_stopped(informer: Source, stop: asyncio.Event) -> None:
+    """Return once the informer has listed or ``stop`` is set, whichever comes first."""
+    synced = asyncio.create_task(informer.synced.wait())
+    stopped = asyncio.create_task(stop.wait())
+    await asyncio.wait((synced, stopped), return_when=asyncio.FIRST_COMPLETED)
+    synced.cancel()
+    stopped.cancel()
+
+
+async def _forward_changes(informer: Source, loop: ReconcileLoop) -> None:
+    """Wake the loop (debounced) on every change the informer says matters."""
+    while True:
+        await informer.changed.wait()
+        informer.changed.clear()
+        loop.wake("informer change")
+
+
+async def _forward_alerts(bell: Bell, loop: ReconcileLoop) -> None:
+    """Run the loop at once whenever a matched alert fires."""
+    while True:
+        await bell.rung.wait()
+        bell.rung.clear()
+        loop.wake(f"alertmanager: {bell.why}", at_once=True)
+
+
+async def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel every task, then wait for each to finish."""
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 # ---------------------------------------------------------------------------------------------

@@ -169,19 +169,8 @@ class Reconciler:
         self.keys = keys or Keys()
         self.dry_run = dry_run
         self.observer: Observer = observer or NoObserver()
-        self.executor = executing.Executor(
-            self.pools,
-            keys=self.keys,
-            clock=clock,
-            actuators=actuators,
-            audit_log=audit_log,
-            ledger=ledger,
-            observer=self.observer,
-            leading=self._leading,
-            context=self._context,
-            dry_run=dry_run,
-            reclaim_concurrency=reclaim_concurrency,
-            lend_concurrency=lend_concurrency,
+        self.executor = self._new_executor(
+            actuators, audit_log, ledger, reclaim_concurrency, lend_concurrency
         )
         self._assemble_steps(strategy_timeout)
         self.snapshots = observing.Snapshotter(
@@ -199,10 +188,39 @@ class Reconciler:
             prometheus_clock=prometheus_clock,
             clock_bound=clock_bound,
         )
-        self._start_unaudited = False  # start-up could not write to the store: tried again
         # Transitions are recorded by the actuators (see wiring.RecordingActuator); the refused
         # overrides are known only here, from the plan.
         self.events: EventRecorder = events or NoEvents()
+        self._init_tick_memory()
+
+    def _new_executor(
+        self,
+        actuators: Mapping[PoolName, NodeActuator],
+        audit_log: AuditTrail,
+        ledger: NodeLedger | None,
+        reclaim_concurrency: int,
+        lend_concurrency: int,
+    ) -> executing.Executor:
+        """The executor the plan's steps are carried out by, on this reconciler's pools, keys,
+        clock, observer and leadership."""
+        return executing.Executor(
+            self.pools,
+            keys=self.keys,
+            clock=self.clock,
+            actuators=actuators,
+            audit_log=audit_log,
+            ledger=ledger,
+            observer=self.observer,
+            leading=self._leading,
+            context=self._context,
+            dry_run=self.dry_run,
+            reclaim_concurrency=reclaim_concurrency,
+            lend_concurrency=lend_concurrency,
+        )
+
+    def _init_tick_memory(self) -> None:
+        """What the reconciler remembers from one tick to the next, before the first."""
+        self._start_unaudited = False  # start-up could not write to the store: tried again
         self._started: object = _NOT_STARTED  # the leadership term ``start`` last ran for
         self.last: model.Snapshot | None = None  # the last tick's snapshot (for wake-ups)
         # The last tick's snapshot with what was decided on it (for explain).

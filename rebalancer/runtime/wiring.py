@@ -369,11 +369,7 @@ class Controller:
         seams = seams or Seams()
         me, own = seams.name or identity(), seams.clock
         async with AsyncExitStack() as stack:
-            api = seams.api
-            if api is None:
-                api = await stack.enter_async_context(
-                    kubeclient.api_client(seams.kubeconfig, seams.context)
-                )
+            api = await _api_for(seams, stack)
             # Every time the controller writes on a node or compares with one is told on the
             # API server's clock (docs/design/clocks.md); the lease keeps the controller's own.
             probe = kubeclient.ClockProbe(own)
@@ -387,10 +383,7 @@ class Controller:
             metrics = seams.metrics
             if metrics is None:
                 metrics = prometheus = _prometheus(settings, stack, own)
-            store = seams.audit_store
-            if store is None:
-                store = await _store_for(settings, role)
-                stack.push_async_callback(store.close)
+            store = await _audit_store_for(settings, seams, role, stack)
             audit_log = AuditLog(
                 store, sink=seams.sink, new_id=seams.new_id, cluster=settings.cluster_name
             )
@@ -508,6 +501,25 @@ def _leadership(
         on_stopped=lambda _term, _why: telemetry.observe_leader(me, False),
     )
     return elector, elector, LeaderGatedWriter(kube, elector.may_write, elector.now, me)
+
+
+async def _api_for(seams: Seams, stack: AsyncExitStack) -> Any:
+    """The caller's API client, else one built from the kubeconfig and closed with ``stack``."""
+    if seams.api is not None:
+        return seams.api
+    return await stack.enter_async_context(kubeclient.api_client(seams.kubeconfig, seams.context))
+
+
+async def _audit_store_for(
+    settings: Settings, seams: Seams, role: Role, stack: AsyncExitStack
+) -> AuditStore:
+    """The caller's audit store (the caller closes it), else one opened here and closed with
+    ``stack``."""
+    if seams.audit_store is not None:
+        return seams.audit_store
+    store = await _store_for(settings, role)
+    stack.push_async_callback(store.close)
+    return store
 
 
 def _prometheus(settings: Settings, stack: AsyncExitStack, clock: Clock) -> PoolMetricsRouter:
