@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +42,6 @@ async def stop_controller(
     timeout: float,
     *,
     poll: float = 1.0,
-    clock: Callable[[], float] = time.monotonic,
 ) -> Stopped:
     """Scale ``namespace/deployment`` to 0 and wait until none of its pods is left."""
     apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
@@ -58,15 +56,15 @@ async def stop_controller(
     selector = ",".join(f"{k}={v}" for k, v in (found.spec.selector.match_labels or {}).items())
     if not selector:
         raise NotStopped(f"{where}: its selector has no matchLabels to find its pods by")
-    began = clock()
+    began = time.monotonic()
     first: int | None = None
     while True:
         pods = await core.list_namespaced_pod(namespace, label_selector=selector)
         left = len(pods.items)
         first = left if first is None else first
         if left == 0:
-            return Stopped(deployment, namespace, clock() - began, first)
-        if clock() - began >= timeout:
+            return Stopped(deployment, namespace, time.monotonic() - began, first)
+        if time.monotonic() - began >= timeout:
             names = ", ".join(p.metadata.name for p in pods.items)
             raise NotStopped(f"{where}: scaled to 0, but {left} pod(s) still run: {names}")
         await asyncio.sleep(poll)

@@ -41,13 +41,12 @@ def rendered(
     *,
     name: str = RELEASE,
     namespace: str = NAMESPACE,
-    as_given: bool = False,
 ) -> dict[str, str]:
     """Template path -> rendered text, for an install of ``name`` into ``namespace`` (with a
-    pool unless the values name theirs, or ``as_given``)."""
+    pool unless the values name theirs)."""
     with helm_python.Chart.load(CHART) as chart:
         return chart.render(
-            dict(values or {}) if as_given else with_a_pool(values),
+            with_a_pool(values),
             name=name,
             namespace=namespace,
             is_install=True,

@@ -126,3 +126,13 @@ as Argo CD does) or set monitoring.crdCheck=false. */}}
 {{- fail (printf "%s: this cluster serves no monitoring.coreos.com/v1 %s; install the Prometheus Operator's CRDs (kube-prometheus-stack) first, or set %s=false. Rendering offline: --api-versions monitoring.coreos.com/v1/%s, or monitoring.crdCheck=false" $value $kind $value $kind) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The audit store's URL from the PostgreSQL Secret (audit.store=postgresql): an env entry for
+the controller, its uninstall hook and its helm test alike. */}}
+{{- define "rebalancer.postgresUrlEnv" -}}
+- name: REBALANCER_AUDIT__URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.audit.postgresql.existingSecret }}
+      key: {{ .Values.audit.postgresql.secretKey }}
+{{- end -}}
