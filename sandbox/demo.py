@@ -53,7 +53,7 @@ from rebalancer.core.model import PoolName
 from rebalancer.core.outcomes import Outcome
 from rebalancer.errors import TraceError
 from rebalancer.runtime import takeback
-from rebalancer.runtime.reconcile import TickReport
+from rebalancer.runtime.report import TickReport
 from rebalancer.runtime.wiring import Controller, PoolMetricsRouter, Seams
 from rebalancer.settings import Settings
 from sandbox import training
@@ -536,7 +536,7 @@ async def _drive(
                 for step in range(w.steps):
                     if step % opts.speed == 0:
                         await _caught_up(c, w.store)
-                        report = await c.reconciler.tick()
+                        report = await c.tick()
                         ticks += 1
                         _print_tick(report, w, say)
                     score_minute(w, rules, w.clock())

@@ -59,7 +59,8 @@ from hypothesis.stateful import (
 
 from rebalancer.adapters.actuator import Actuator
 from rebalancer.adapters.audit import AuditLog, MemoryAuditStore, UlidFactory
-from rebalancer.adapters.informer import Informer, WatchSettings
+from rebalancer.adapters.informer import Informer
+from rebalancer.adapters.reflector import WatchSettings
 from rebalancer.adapters.writer import KubeWriter, RetryPolicy
 from rebalancer.core import model, nodestate, tick
 from rebalancer.core.model import PodRules, PoolName

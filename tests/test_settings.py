@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from rebalancer import settings
-from rebalancer.adapters import auditurl, leadership, metrics
+from rebalancer.adapters import auditurl, leadership, metrics, promql
 from rebalancer.core import model, nodestate, windows
 from rebalancer.core.policy import PoolPolicy, default_lend_spec
 from rebalancer.errors import ConfigError
@@ -101,7 +101,7 @@ def test_example_file_loads() -> None:
         pool.policy(s.keys())
         pool.pod_rules(s.keys())
         s.metrics_settings(pool)
-    assert s.metrics_settings(l20).queries.gpu_busy == metrics.DCGM_GPU_BUSY
+    assert s.metrics_settings(l20).queries.gpu_busy == promql.DCGM_GPU_BUSY
 
 
 def test_env_overrides_file(tmp_path: Path) -> None:
@@ -772,8 +772,8 @@ def test_custom_pool_builds_its_values() -> None:
         url="http://p:9090",
         timeout=2.0,
         lookback=timedelta(minutes=5),
-        queries=metrics.Queries(
-            queue=metrics.MetricQuery(value="sum(q)", sampled="timestamp(q)"), running=None
+        queries=promql.Queries(
+            queue=promql.MetricQuery(value="sum(q)", sampled="timestamp(q)"), running=None
         ),
     )
     assert s.timings() == leadership.Timings(
@@ -805,7 +805,7 @@ def test_the_default_pool_reads_vllm_in_requests_per_second_with_the_documented_
     queries = p.queries()
     assert queries.demand.value == documented
     assert queries.history == documented.replace("5m", "$window")
-    assert queries == metrics.Queries() == settings.MetricsSettings().queries()
+    assert queries == promql.Queries() == settings.MetricsSettings().queries()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -868,7 +868,7 @@ def test_the_unit_picks_the_demand_query_and_the_policy_counts_in_it(
     assert counted in queries.demand.value
     assert counted.split(" ", maxsplit=1)[0] in queries.history
     assert "vllm:request_success_total" not in queries.demand.value + queries.history
-    assert queries.queue == metrics.VLLM_QUEUE  # requests waiting, whatever the unit
+    assert queries.queue == promql.VLLM_QUEUE  # requests waiting, whatever the unit
     policy = p.policy(s.keys())
     assert (policy.unit, policy.rps_per_node) == (model.Unit(unit), 2400.0)
     assert p.rps_per_node == 2400.0  # in the pool's unit: the simulator's figure
@@ -909,7 +909,7 @@ def test_a_template_written_out_replaces_the_presets_and_running_null_stays_off(
         pool(metrics={"preset": "tgi", "demand": own, "running": None})
     ).pools
     queries = p.queries()
-    assert queries.demand == metrics.MetricQuery("sum(my_demand)", "timestamp(my_demand)")
+    assert queries.demand == promql.MetricQuery("sum(my_demand)", "timestamp(my_demand)")
     assert queries.running is None
     assert "tgi_queue_size" in queries.queue.value
     assert "tgi_request_success" in queries.history  # not written out: the preset's

@@ -192,7 +192,7 @@ class Actuator:
     # Lend: serving -> lending -> lent
 
     async def _lend(self, run: _Pass, decision: str) -> ActionResult:
-        view, state = await self._observe(run.node)
+        view, state = await self._read_node(run.node)
         if isinstance(state, nodestate.StateError):
             return run.result(Outcome.REFUSED, f"unreadable state: {state}")
         if self._keys.original in view.annotations:
@@ -229,7 +229,7 @@ class Actuator:
         uid: str | None,
         cached: bool = True,
     ) -> ActionResult:
-        view, state = await self._observe(run.node, cached, with_pods=False)
+        view, state = await self._read_node(run.node, cached, with_pods=False)
         if _replaced(view, uid):
             if cached:  # a cache behind the server may not have seen the new node yet
                 return await self._reclaim(run, decision, deadline, uid, cached=False)
@@ -282,7 +282,7 @@ class Actuator:
         if seen is not None:
             return await self._carry_on(run, *seen, decision)
         for cached in (True, False):
-            view, state = await self._observe(run.node, cached, with_pods=False)
+            view, state = await self._read_node(run.node, cached, with_pods=False)
             if _replaced(view, uid):
                 if cached:
                     continue  # the server says so first
@@ -420,7 +420,7 @@ class Actuator:
     # -----------------------------------------------------------------------------------------
     # Reading and writing one node
 
-    async def _observe(
+    async def _read_node(
         self, name: str, cached: bool = True, with_pods: bool = True
     ) -> tuple[model.NodeView, NodeState | nodestate.StateError]:
         """The node (with its pods, unless ``with_pods`` is false and it is read from the

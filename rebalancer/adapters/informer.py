@@ -26,6 +26,8 @@ that slips through is dropped here too.
 
 Failures never end the loop: transport errors and non-410 API errors are logged and retried after
 a bounded exponential backoff (the sleep is injectable for tests).
+
+The list+watch loop itself (``Reflector``, its settings and backoff) is ``adapters.reflector``.
 """
 
 from __future__ import annotations
@@ -33,23 +35,20 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import orjson
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from rebalancer.adapters import convert
+from rebalancer.adapters.reflector import Obj, Reflector, Sleep, WatchSettings
 from rebalancer.core import model
 from rebalancer.core.model import NodeView
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); nodes use ("", name)
-Sleep = Callable[[float], Awaitable[None]]
 OnChange = Callable[[str, str], None]  # (node name, what happened)
 T = TypeVar("T")
 
@@ -57,217 +56,6 @@ T = TypeVar("T")
 POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 # Pods no node holds yet: the possible takers of lent capacity (``core.takers``).
 PENDING_FIELD_SELECTOR = "spec.nodeName=,status.phase=Pending"
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Delay before retry ``n`` (1-based): ``initial * factor**(n-1)``, never above ``maximum``."""
-
-    initial: float = 0.5
-    factor: float = 2.0
-    maximum: float = 30.0
-
-    def delay(self, failures: int) -> float:
-        return min(self.maximum, self.initial * self.factor ** max(0, failures - 1))
-
-
-@dataclass(frozen=True)
-class WatchSettings:
-    timeout_seconds: int = 300  # the server ends each watch after this; it is resumed at once
-    # Bookmarks come about once a minute, so this much silence means a dead connection. A
-    # needless reconnect costs nothing: it resumes from the last version.
-    read_timeout: float = 150.0
-    connect_timeout: float = 10.0
-    list_timeout: float = 60.0
-    page_size: int = 500
-    backoff: Backoff = Backoff()
-
-
-class Gone(Exception):
-    """410: the resourceVersion asked for is older than the server's history."""
-
-
-class Reflector:
-    """LIST then WATCH of one resource, feeding ``apply`` (events) and ``replace`` (lists).
-
-    Every object goes through ``transform`` as it arrives, page by page, so that only what the
-    cache keeps is ever held for a whole list: a list of 150,000 pods parsed whole is about
-    2 GB of Python objects, its slim records a tenth of that. An object ``transform`` cannot
-    even key (no name) is skipped with an error line."""
-
-    def __init__(
-        self,
-        resource: str,
-        call: Callable[..., Awaitable[Any]],
-        query: Mapping[str, str],
-        transform: Callable[[Obj], Any],
-        apply: Callable[[str, Any], None],
-        replace: Callable[[list[Any]], None],
-        settings: WatchSettings,
-        sleep: Sleep,
-    ) -> None:
-        self.resource = resource
-        self._call, self._query = call, dict(query)
-        self._transform, self._apply, self._replace = transform, apply, replace
-        self._settings, self._sleep = settings, sleep
-        self.resource_version = ""
-        self.listed = asyncio.Event()
-        self.lists = 0  # LIST calls made (pages count once); for tests and metrics
-        self.watches = 0  # WATCH streams opened
-
-    async def run(self) -> None:
-        failures, relist = 0, True
-        while True:
-            try:
-                if relist:
-                    await self._list()
-                    relist = False
-                received = await self._watch()
-            except Gone as exc:
-                log.info("%s: %s; listing again", self.resource, exc)
-                relist = True
-                failures += 1
-                if failures > 1:  # a 410 right after a fresh list: do not spin
-                    await self._sleep(self._settings.backoff.delay(failures - 1))
-                continue
-            except Exception as exc:  # any failure: log, back off, resume; never end the loop
-                failures += 1
-                delay = self._settings.backoff.delay(failures)
-                log.warning(
-                    "%s: %s: %s; retrying in %.1fs from resourceVersion %s",
-                    self.resource,
-                    type(exc).__name__,
-                    exc,
-                    delay,
-                    self.resource_version or "(list)",
-                )
-                await self._sleep(delay)
-                continue
-            if received:
-                failures = 0
-            else:
-                # With bookmarks on, a healthy stream always carries something; one that ends
-                # empty may be a proxy cutting connections, so do not reconnect in a hot loop.
-                failures += 1
-                await self._sleep(self._settings.backoff.delay(failures))
-
-    async def _list(self) -> None:
-        """Page after page; the next page is asked for as soon as this one's continue token is
-        known, so the server prepares it while this one is cut down (at 150,000 pods the two
-        took turns: a sync waited on the server for a third of its time), and the work on a
-        page pauses every 100 objects, so that request goes out and nothing else in the
-        process (the lease's renewal above all) waits for a whole list."""
-        items: list[Any] = []
-        pending = asyncio.ensure_future(self._page(""))
-        try:
-            while True:
-                body = await pending
-                meta = body.get("metadata") or {}
-                token = meta.get("continue") or ""
-                if token:
-                    pending = asyncio.ensure_future(self._page(token))
-                for i, item in enumerate(body.get("items") or ()):
-                    try:
-                        items.append(self._transform(item))
-                    except _UNREADABLE as exc:
-                        log.error("%s: skipping an unreadable object: %r", self.resource, exc)
-                    if i % 100 == 99:
-                        # Let the next page's request go out (and the lease be renewed): a
-                        # page of 500 pods is 40 ms of work without a pause.
-                        await asyncio.sleep(0)
-                del body  # the page's parsed JSON goes now, not when the next page replaces it
-                if not token:
-                    break
-        finally:  # a failure (or a cancellation) leaves no page asked for, nor unread
-            if not pending.done():
-                pending.cancel()
-            elif not pending.cancelled():
-                pending.exception()
-        self.lists += 1
-        self._replace(items)
-        self.resource_version = str(meta.get("resourceVersion", ""))
-        log.info(
-            "%s: listed %d at resourceVersion %s", self.resource, len(items), self.resource_version
-        )
-        self.listed.set()
-
-    def _page(self, token: str) -> Awaitable[Obj]:
-        query: dict[str, Any] = {**self._query, "limit": self._settings.page_size}
-        if token:
-            query["_continue"] = token
-        return self._get(query, self._settings.list_timeout)
-
-    async def _get(self, query: Mapping[str, Any], timeout: float) -> Obj:
-        response = await self._call(**query, _preload_content=False, _request_timeout=timeout)
-        try:
-            await _check(response)
-            body: Obj = orjson.loads(await response.read())
-            return body
-        finally:
-            response.release()
-
-    async def _watch(self) -> int:
-        """Follow one stream until it ends; the number of events it carried."""
-        settings = self._settings
-        response = await self._call(
-            **self._query,
-            watch=True,
-            allow_watch_bookmarks=True,
-            resource_version=self.resource_version,
-            timeout_seconds=settings.timeout_seconds,
-            _preload_content=False,
-            _request_timeout=(settings.connect_timeout, settings.read_timeout),
-        )
-        self.watches += 1
-        received = 0
-        try:
-            await _check(response)
-            while line := await response.content.readline():
-                self._event(orjson.loads(line))
-                received += 1
-        finally:
-            response.close()
-        log.debug(
-            "%s: watch ended after %d events at resourceVersion %s",
-            self.resource,
-            received,
-            self.resource_version,
-        )
-        return received
-
-    def _event(self, event: Obj) -> None:
-        kind, obj = event.get("type"), event.get("object") or {}
-        if kind == "ERROR":
-            message = f"{obj.get('reason')}: {obj.get('message')}"
-            if obj.get("code") == 410:
-                raise Gone(f"resourceVersion {self.resource_version} expired ({message})")
-            raise ApiException(status=obj.get("code"), reason=message)
-        version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
-        if kind in ("ADDED", "MODIFIED", "DELETED"):
-            try:
-                self._apply(str(kind), self._transform(obj))
-            except _UNREADABLE as exc:
-                # An object without the identity the cache keys on: skip it, keep the stream
-                # (raising here would relist for ever on the same object).
-                log.error("%s: skipping an unreadable %s event: %s", self.resource, kind, exc)
-        elif kind != "BOOKMARK":
-            log.warning("%s: ignoring a watch event of type %r", self.resource, kind)
-            return
-        if version:
-            self.resource_version = version
-
-
-_UNREADABLE = (KeyError, TypeError, AttributeError)  # an object without a name to key it by
-
-
-async def _check(response: Any) -> None:
-    """Raise for a failed response: ``_preload_content=False`` makes the client skip this."""
-    if 200 <= response.status <= 299:
-        return
-    text = (await response.read()).decode(errors="replace")
-    if response.status == 410:
-        raise Gone(text)
-    raise ApiException(status=response.status, reason=f"{response.reason}: {text[:300]}")
 
 
 @dataclass

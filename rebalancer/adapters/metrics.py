@@ -1,5 +1,6 @@
 """Per-pool load from Prometheus: demand (in the pool's unit), queue depth, running requests, GPU
-busy per node; and a pool's nodes, one by one, over a span of history (``read_by_node``).
+busy per node. The PromQL it evaluates is ``adapters.promql``; reads over a span of history, step
+by step, are ``adapters.ranges``.
 
 Where it sits: each tick the runtime calls ``Metrics.read(pool, nodes)`` and puts the answer's
 ``demand`` and ``queue`` into the pool's ``core.model.PoolSnapshot``; the demand history of the
@@ -69,7 +70,7 @@ from tenacity import (
 )
 from urllib3.util.retry import Retry
 
-from rebalancer.adapters import presets
+from rebalancer.adapters.promql import MetricQuery, Queries
 from rebalancer.core import clocks
 from rebalancer.core.model import (
     Clock,
@@ -80,7 +81,6 @@ from rebalancer.core.model import (
     PoolMetrics,
     PoolName,
     Sample,
-    Unit,
 )
 
 T = TypeVar("T")
@@ -91,68 +91,6 @@ _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _STATUS = re.compile(r"HTTP Status Code (\d{3})")
 
 MAX_POINTS = 10_000  # per range request: under Prometheus' limit of 11,000 points per series
-DEFAULT_SCOPE = 'max by (namespace, pod, node) (kube_pod_info{node=~"$nodes"})'
-
-
-@dataclass(frozen=True)
-class MetricQuery:
-    """A metric as two PromQL templates (``$scope``, ``$nodes`` and ``$pool`` are substituted).
-
-    ``value`` must give at most one series (for per-node metrics: one per ``node`` label);
-    ``sampled`` gives the raw sample times (``timestamp(<selector>)``) of the series that feed it,
-    scoped to the pool, and is reduced with ``max``: the newest sample the pool has.
-    """
-
-    value: str
-    sampled: str
-
-
-# The default, vLLM's, in requests per second (``rebalancer.adapters.presets``; the other
-# servers and units are there too). Its demand is the rate over the last 5 minutes, per series
-# (docs/design/metrics.md, section Demand), in three branches:
-# - a series that was there 5 minutes ago (``offset 5m``): ``rate()``, Prometheus' own
-#   extrapolation over the window; counter resets (a container restart) are handled by it;
-# - a younger series (a pod that started less than 5 minutes ago): ``deriv()``, the slope of its
-#   own samples. ``rate()`` would divide its few seconds of increase by the whole 300 s (a pod a
-#   minute old reads ~20 % of its load, and a rollout of every pod reads as a collapse);
-# - a younger series whose counter reset (``deriv`` is for gauges: a reset bends the slope):
-#   ``rate()``, low but never negative or garbage.
-# ``and <counter>``: only series with a sample now. A series whose target went away is marked
-# stale at once, and its ``rate()`` tail, which would otherwise be counted for 5 minutes next to
-# its replacement's ``deriv()``, is dropped.
-_VLLM = presets.preset(presets.Engine.VLLM)
-_RPS = Unit.REQUESTS_PER_SECOND
-VLLM_DEMAND = MetricQuery(
-    value=presets.demand_value(_VLLM, _RPS), sampled=presets.demand_sampled(_VLLM, _RPS)
-)
-VLLM_QUEUE = MetricQuery(
-    value=presets.pooled(presets.VLLM_WAITING),
-    sampled=presets.sampled(presets.VLLM_WAITING.selector),
-)
-VLLM_RUNNING = MetricQuery(
-    value=presets.pooled(presets.VLLM_RUNNING),
-    sampled=presets.sampled(presets.VLLM_RUNNING.selector),
-)
-# Per-node GPU busy from NVIDIA's dcgm-exporter (``Hostname`` is the node name); not a default.
-DCGM_GPU_BUSY = MetricQuery(
-    value='max by (node) (label_replace(DCGM_FI_DEV_GPU_UTIL{Hostname=~"$nodes"},'
-    ' "node", "$$1", "Hostname", "(.*)"))',
-    sampled='max by (node) (label_replace(timestamp(DCGM_FI_DEV_GPU_UTIL{Hostname=~"$nodes"}),'
-    ' "node", "$$1", "Hostname", "(.*)"))',
-)
-
-
-@dataclass(frozen=True)
-class Queries:
-    demand: MetricQuery = VLLM_DEMAND
-    queue: MetricQuery = VLLM_QUEUE
-    running: MetricQuery | None = VLLM_RUNNING
-    gpu_busy: MetricQuery | None = None  # e.g. DCGM_GPU_BUSY
-    # A demand expression for ``history``: ``$window`` is the grid step as a PromQL duration.
-    # The demand query's three branches with ``$window`` for ``5m``: a bucket just after a
-    # rollout is the rate the new pods served, not a fraction of it.
-    history: str = presets.history(_VLLM, _RPS)
-    scope: str = DEFAULT_SCOPE
 
 
 @dataclass(frozen=True)
@@ -164,7 +102,7 @@ class Settings:
     backoff: float = 0.2  # seconds before the first retry, doubled each time
     lookback: timedelta = timedelta(minutes=10)  # no sample older than this is handed over
     resolution: timedelta = timedelta(seconds=15)  # subquery step when looking for the last sample
-    queries: Queries = Queries()
+    queries: Queries = Queries()  # noqa: RUF009 (frozen: one shared default is safe)
 
 
 class QueryFailed(Exception):
@@ -512,201 +450,3 @@ async def gather_pools(
     names = list(pools)
     reads: list[Awaitable[PoolMetrics]] = [metrics.read(p, pools[p], now) for p in names]
     return dict(zip(names, await asyncio.gather(*reads), strict=True))
-
-
-# ---------------------------------------------------------------------------------------------
-# A pool's past demand, minute by minute (``rebalancer simulate --prometheus``)
-
-RANGE_CHUNK = timedelta(days=1)  # one request's span: 1,440 points at one-minute steps
-
-
-@dataclass(frozen=True)
-class RangeRead:
-    """A metric of a pool on the grid ``start + i*step`` for ``i < len(values)``.
-
-    ``values[i]`` is the metric's ``value`` expression evaluated at the END of step ``i``, kept
-    only when the pool's newest raw sample (its ``sampled`` expression) at that time fell
-    inside step ``i``. Otherwise it is ``None``: Prometheus answers an instant query with the
-    last sample of the 5 minutes before (its lookback delta), so a series that stopped goes on
-    answering for minutes, and those answers are not samples of that step. ``requests`` counts
-    the range queries made; ``error`` says why the read stopped, if it did (values then hold
-    what was read before it).
-    """
-
-    start: datetime
-    step: timedelta
-    values: list[float | None]
-    requests: int = 0
-    error: MetricError | None = None
-
-
-async def read_range(
-    metrics: Metrics,
-    pool: PoolName,
-    metric: str,
-    q: MetricQuery,
-    nodes: Iterable[str],
-    start: datetime,
-    end: datetime,
-    step: timedelta = timedelta(minutes=1),
-    chunk: timedelta = RANGE_CHUNK,
-) -> RangeRead:
-    """``q`` for ``pool`` over ``[start, end)`` at ``step``, asked for ``chunk`` at a time.
-
-    Prometheus refuses more than 11,000 points per series in one range query; ``chunk`` must
-    hold at most ``MAX_POINTS`` steps. Each chunk is two range queries (value, and the newest
-    raw sample time, ``max(<sampled>)``), each retried on transient failures as every read of
-    the adapter is.
-    """
-    n = math.floor((end - start) / step)
-    per_chunk = math.floor(chunk / step)
-    if not 1 <= per_chunk <= MAX_POINTS:
-        raise ValueError(f"a chunk of {chunk} is {per_chunk} steps; it must be 1 to {MAX_POINTS}")
-    values: list[float | None] = [None] * max(n, 0)
-    names = sorted(set(nodes))
-    scope = metrics.settings.queries.scope
-    try:
-        value_q = render(q.value, pool, names, scope)
-        sampled_q = f"max({render(q.sampled, pool, names, scope)})"
-    except (ValueError, KeyError) as exc:
-        error = MetricError(pool, metric, q.value, f"cannot build the query: {exc}")
-        return RangeRead(start, step, values, 0, error)
-    requests = 0
-    for first in range(0, n, per_chunk):
-        last = min(n, first + per_chunk) - 1
-        since, until = start + step * (first + 1), start + step * (last + 1)
-        got: list[dict[int, float | None]] = []
-        for query in (value_q, sampled_q):
-            requests += 1
-            try:
-                result = await metrics._range(query, since, until, step)
-            except QueryFailed as exc:
-                error = MetricError(pool, metric, query, exc.reason)
-                return RangeRead(start, step, values, requests, error)
-            if len(result) > 1:
-                why = f"{len(result)} series where one was expected; aggregate it (sum)"
-                return RangeRead(
-                    start, step, values, requests, MetricError(pool, metric, query, why)
-                )
-            got.append(_by_step(result, start, step, first, last))
-        at, sampled = got
-        for i, value in at.items():
-            newest = sampled.get(i)
-            step_start = (start + step * i).timestamp()
-            if value is not None and newest is not None and newest > step_start:
-                values[i] = value
-    return RangeRead(start, step, values, requests)
-
-
-def _by_step(
-    result: list[dict[str, Any]], start: datetime, step: timedelta, first: int, last: int
-) -> dict[int, float | None]:
-    """A range result's points by step index (a point at ``start + (i+1)*step`` is step ``i``)."""
-    points: dict[int, float | None] = {}
-    for ts, raw in result[0]["values"] if result else []:
-        i = round((float(ts) - start.timestamp()) / step.total_seconds()) - 1
-        if first <= i <= last:
-            points[i] = _finite(raw)
-    return points
-
-
-@dataclass(frozen=True)
-class NodesRead:
-    """A per-node template of a pool on the grid ``start + i*step``, node by node.
-
-    ``values[node][i]`` is the template evaluated at the END of step ``i`` with ``$window`` =
-    ``step``: the node's figure over that step (``None``: no series for the node then). A
-    node that never had a series is absent. ``requests`` counts the range queries made;
-    ``error`` says why the read stopped, if it did (values then hold what was read before).
-    """
-
-    start: datetime
-    step: timedelta
-    values: Mapping[str, list[float | None]]
-    requests: int = 0
-    error: MetricError | None = None
-
-
-async def read_by_node(
-    metrics: Metrics,
-    pool: PoolName,
-    metric: str,
-    template: str,
-    nodes: Iterable[str],
-    start: datetime,
-    end: datetime,
-    step: timedelta = timedelta(minutes=1),
-    chunk: timedelta = RANGE_CHUNK,
-) -> NodesRead:
-    """``template`` (one series per ``node`` label, ``$window`` the step) for ``pool``'s
-    ``nodes`` over ``[start, end)``, asked for ``chunk`` at a time (``rebalancer capacity``).
-
-    One range query per chunk, retried on transient failures as every read of the adapter
-    is; ``chunk`` must hold at most ``MAX_POINTS`` steps."""
-    n = math.floor((end - start) / step)
-    per_chunk = math.floor(chunk / step)
-    if not 1 <= per_chunk <= MAX_POINTS:
-        raise ValueError(f"a chunk of {chunk} is {per_chunk} steps; it must be 1 to {MAX_POINTS}")
-    values: dict[str, list[float | None]] = {}
-    try:
-        query = render(
-            template,
-            pool,
-            sorted(set(nodes)),
-            metrics.settings.queries.scope,
-            window=_duration(step),
-        )
-    except (ValueError, KeyError) as exc:
-        error = MetricError(pool, metric, template, f"cannot build the query: {exc}")
-        return NodesRead(start, step, values, 0, error)
-    requests = 0
-    for first in range(0, n, per_chunk):
-        last = min(n, first + per_chunk) - 1
-        requests += 1
-        try:
-            result = await metrics._range(
-                query, start + step * (first + 1), start + step * (last + 1), step
-            )
-        except QueryFailed as exc:
-            return NodesRead(
-                start, step, values, requests, MetricError(pool, metric, query, exc.reason)
-            )
-        for series in result:
-            node = str(series["metric"].get("node", ""))
-            if not node:
-                why = "a series without a node label; aggregate it by (node)"
-                return NodesRead(
-                    start, step, values, requests, MetricError(pool, metric, query, why)
-                )
-            points = _by_step([series], start, step, first, last)
-            row = values.setdefault(node, [None] * n)
-            for i, value in points.items():
-                row[i] = value
-    return NodesRead(start, step, values, requests)
-
-
-async def labelled_nodes(
-    metrics: Metrics, selector: Mapping[str, str], start: datetime, end: datetime
-) -> list[str] | str:
-    """The nodes kube-state-metrics showed with all of ``selector``'s labels in ``[start, end]``.
-
-    kube-state-metrics exports a node label ``k`` as ``label_<k with every character outside
-    [a-zA-Z0-9_] as _>`` on ``kube_node_labels``, and only the labels it is allowed to
-    (``--metric-labels-allowlist``): an empty list may mean the label is not exported. Returns
-    the sorted names, or the reason the query failed.
-    """
-    matchers = ",".join(
-        f'label_{re.sub(r"[^a-zA-Z0-9_]", "_", key)}="{_promql_string(value)}"'
-        for key, value in sorted(selector.items())
-    )
-    span = _duration(max(end - start, timedelta(seconds=1)))
-    query = f"group by (node) (last_over_time(kube_node_labels{{{matchers}}}[{span}]))"
-    try:
-        result = await metrics._instant(query, end)
-    except QueryFailed as exc:
-        return f"{exc.reason} (query: {query})"
-    return sorted({str(s["metric"]["node"]) for s in result if s["metric"].get("node")})
-
-
-def _promql_string(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"')

@@ -68,7 +68,7 @@ Unchecked = object
 
 
 @dataclass(frozen=True)
-class PoolRules:
+class PoolControls:
     """What the planner needs to know of a pool besides its snapshot."""
 
     policy: PoolPolicy
@@ -86,7 +86,7 @@ class Decision:
 def plan_tick(
     snapshot: model.Snapshot,
     answers: Mapping[PoolName, Unchecked],
-    pools: Mapping[PoolName, PoolRules],
+    pools: Mapping[PoolName, PoolControls],
     keys: nodestate.Keys,
 ) -> Decision:
     """Plan every pool of ``pools`` from its snapshot and its strategy's answer.
@@ -141,7 +141,9 @@ def away(pool: model.PoolSnapshot, policy: PoolPolicy, keys: nodestate.Keys, now
     )
 
 
-def costs(pool: model.PoolSnapshot, policy: PoolPolicy, keys: nodestate.Keys, now: datetime) -> int:
+def nodes_lending_costs(
+    pool: model.PoolSnapshot, policy: PoolPolicy, keys: nodestate.Keys, now: datetime
+) -> int:
     """How many nodes lending costs the pool now, 0 when it costs nothing: requests wait beyond
     its ``queue_limit`` while nodes are away on loan (``away``). A minute of that is a minute of
     the pool's error budget spent: the minutes while a reclaimed node drains and warms up are
@@ -183,7 +185,7 @@ def _checked(answer: Unchecked, size: int) -> model.Proposal | Failure:
 def _plan(
     snapshot: model.Snapshot,
     name: PoolName,
-    rules: PoolRules,
+    rules: PoolControls,
     proposal: model.Proposal | None,
     keys: nodestate.Keys,
     served: frozenset[str],

@@ -18,8 +18,9 @@ from rebalancer.core import audit, model
 from rebalancer.core.audit import Context
 from rebalancer.core.model import PoolName
 from rebalancer.core.nodestate import Keys
-from rebalancer.core.tick import costs
-from rebalancer.runtime.seams import AuditTrail, Observer, PoolConfig
+from rebalancer.core.tick import nodes_lending_costs
+from rebalancer.runtime.report import Tally
+from rebalancer.runtime.seams import AuditTrail, PoolConfig
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +31,9 @@ class Budgets:
     """The minutes that cost each pool, within its error budget's window (the last one only for
     a pool without a budget)."""
 
-    def __init__(self, pools: Sequence[PoolConfig], keys: Keys, observer: Observer) -> None:
-        self.pools, self.keys, self.observer = tuple(pools), keys, observer
-        self._costs: dict[PoolName, list[datetime]] = {}
+    def __init__(self, pools: Sequence[PoolConfig], keys: Keys, tally: Tally) -> None:
+        self.pools, self.keys, self.tally = tuple(pools), keys, tally
+        self._cost_minutes: dict[PoolName, list[datetime]] = {}
 
     async def restore(self, trail: AuditTrail, now: datetime) -> None:
         """Every pool's minutes as the audit log holds them (start-up: a new leader, or this
@@ -40,29 +41,27 @@ class Budgets:
         fails."""
         for config in self.pools:
             since = now - (config.slo.window if config.slo else MINUTE)
-            self._costs[config.name] = list(await trail.costs(config.name, since))
+            self._cost_minutes[config.name] = list(await trail.cost_minutes(config.name, since))
 
     async def restore_unknown(self, trail: AuditTrail, now: datetime) -> None:
         """The minutes of each pool with an error budget whose count is not known yet (a
         process that only explains, and never started up)."""
         for config in self.pools:
-            if config.slo is not None and config.name not in self._costs:
+            if config.slo is not None and config.name not in self._cost_minutes:
                 since = now - config.slo.window
-                self._costs[config.name] = list(await trail.costs(config.name, since))
+                self._cost_minutes[config.name] = list(await trail.cost_minutes(config.name, since))
 
     def budget(self, pool: PoolConfig, now: datetime) -> model.ErrorBudget | None:
         """The pool's error budget at ``now``; None for a pool without one."""
-        return pool.slo.budget(self._costs.get(pool.name, ()), now) if pool.slo else None
+        return pool.slo.budget(self._cost_minutes.get(pool.name, ()), now) if pool.slo else None
 
-    def observe(self, now: datetime) -> None:
-        """The budgets' gauges."""
-        self.observer.observe_budgets(
-            {
-                str(p.name): p.slo.budget(self._costs.get(p.name, ()), now)
-                for p in self.pools
-                if p.slo is not None
-            }
-        )
+    def note(self, now: datetime) -> None:
+        """Each budget as it stands at ``now``, for the gauges."""
+        self.tally.budgets = {
+            str(p.name): p.slo.budget(self._cost_minutes.get(p.name, ()), now)
+            for p in self.pools
+            if p.slo is not None
+        }
 
     async def count(
         self,
@@ -71,24 +70,25 @@ class Budgets:
         context: Callable[[PoolConfig], Context],
     ) -> None:
         """Count each minute in which a pool's requests queue beyond its limit while nodes are
-        away on loan (``core.tick.costs``): what lending cost, once per minute however many ticks
-        see it, as a metric and a ``cost`` record. Only the leader counts, so replicas never
-        count a minute twice, and a new leader (or this one restarted) takes up the count from
-        the audit log (``restore``). A record the store fails to take is logged and the minute
-        still counts: the measurement is true, and the tick's intents meet the same store."""
+        away on loan (``core.tick.nodes_lending_costs``): what lending cost, once per minute
+        however many ticks see it, as a metric and a ``cost`` record. Only the leader counts, so
+        replicas never count a minute twice, and a new leader (or this one restarted) takes up
+        the count from the audit log (``restore``). A record the store fails to take is logged
+        and the minute still counts: the measurement is true, and the tick's intents meet the
+        same store."""
         minute = snapshot.now.replace(second=0, microsecond=0)
         records = []
         for pool in self.pools:
             seen = snapshot.pools.get(pool.name)
-            spent = self._costs.setdefault(pool.name, [])
+            spent = self._cost_minutes.setdefault(pool.name, [])
             if seen is None or minute in spent:
                 continue
-            away = costs(seen, pool.policy, self.keys, snapshot.now)
+            away = nodes_lending_costs(seen, pool.policy, self.keys, snapshot.now)
             if not away:
                 continue
             keep = pool.slo.window if pool.slo else MINUTE
             spent[:] = [m for m in spent if m > minute - keep] + [minute]
-            self.observer.observe_borrowing_cost(str(pool.name))
+            self.tally.borrowing_minutes.append(str(pool.name))
             budget = pool.slo.budget(spent, minute) if pool.slo else None
             records.append(
                 audit.cost_record(
@@ -108,4 +108,4 @@ class Budgets:
             await trail.tick(records)
         except Exception:
             log.exception("audit store failed; %d cost minute(s) not recorded", len(records))
-            self.observer.observe_audit_failure("cost")
+            self.tally.audit_failures.append("cost")

@@ -1,7 +1,7 @@
 """``rebalancer capacity``: what one node of a pool serves when full, from the pool's own history.
 
 Where it sits: the command line parses the flags and calls ``command``; ``measure`` reads the
-pool's nodes step by step through the metrics adapter (``metrics.read_by_node``, the pool's
+pool's nodes step by step through the range reads (``adapters.ranges.read_by_node``, the pool's
 ``node_served`` and ``node_saturated`` templates in its unit) and hands the readings to
 ``core.capacity.measure``, which decides what they say. It reads Prometheus only, nothing of
 the cluster, and writes nothing. How it measures, and what it cannot know: docs/capacity.md.
@@ -20,7 +20,7 @@ from typing import Any
 import pydantic
 
 from rebalancer import errors, settings
-from rebalancer.adapters import metrics
+from rebalancer.adapters import metrics, ranges
 from rebalancer.core import capacity
 from rebalancer.core.model import NodeName, PoolName
 from rebalancer.errors import ConfigError
@@ -60,8 +60,8 @@ async def measure(
         names = list(nodes) if nodes is not None else await _nodes(m, pool, span)
         name = PoolName(pool.name)
         served, full = await asyncio.gather(
-            metrics.read_by_node(m, name, "node_served", served_q, names, *_grid(span)),
-            metrics.read_by_node(m, name, "node_saturated", full_q, names, *_grid(span)),
+            ranges.read_by_node(m, name, "node_served", served_q, names, *_grid(span)),
+            ranges.read_by_node(m, name, "node_saturated", full_q, names, *_grid(span)),
         )
     finally:
         if reader is None:
@@ -83,7 +83,7 @@ def _grid(span: Span) -> tuple[datetime, datetime, timedelta]:
 
 
 async def _nodes(m: metrics.Metrics, pool: settings.PoolSettings, span: Span) -> list[str]:
-    found = await metrics.labelled_nodes(m, pool.node_selector, span.start, span.end)
+    found = await ranges.labelled_nodes(m, pool.node_selector, span.start, span.end)
     if isinstance(found, str):
         raise ConfigError(f"prometheus.url={m.settings.url!r}: {found}")
     if not found:

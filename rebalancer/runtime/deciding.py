@@ -28,13 +28,14 @@ from rebalancer.core.tick import (
     Decision,
     Failure,
     FailureKind,
-    PoolRules,
+    PoolControls,
     Stage,
     Unchecked,
     lent_count,
     plan_tick,
 )
-from rebalancer.runtime.seams import Observer, PoolConfig
+from rebalancer.runtime.report import Tally
+from rebalancer.runtime.seams import PoolConfig
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +46,13 @@ class Decider:
     def __init__(
         self,
         pools: Sequence[PoolConfig],
-        rules: Mapping[PoolName, PoolRules],
+        rules: Mapping[PoolName, PoolControls],
         keys: Keys,
-        observer: Observer,
+        tally: Tally,
         timeout: timedelta,
     ) -> None:
         self.pools, self.rules, self.keys = tuple(pools), rules, keys
-        self.observer, self.timeout = observer, timeout
+        self.tally, self.timeout = tally, timeout
         self.episodes = _Episodes()
         self.running: dict[PoolName, asyncio.Future[object]] = {}  # strategy calls in threads
 
@@ -98,13 +99,13 @@ class Decider:
     def _failed(self, pool: PoolConfig, stage: Stage, failure: Failure, now: datetime) -> None:
         new = self.episodes.failed(pool.name, stage, failure, now)
         if stage is Stage.STRATEGY:
-            self.observer.observe_strategy_failure(pool.name, pool.strategy_name, failure.kind)
+            self.tally.strategy_failures.append((pool.name, pool.strategy_name, failure.kind))
             if new:
                 log.error("pool %s: strategy %s failed: %s", pool.name, pool.strategy_name, failure)
             else:
                 log.warning("pool %s: strategy still failing: %s", pool.name, failure.message)
         else:
-            self.observer.observe_planner_failure(pool.name)
+            self.tally.planner_failures.append(pool.name)
             if new:
                 log.error("pool %s: the planner failed: %s", pool.name, failure)
 

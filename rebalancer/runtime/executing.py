@@ -31,12 +31,12 @@ from rebalancer.core.model import Action, Clock, NodeName, NodeView, PoolName
 from rebalancer.core.nodestate import Keys, Phase
 from rebalancer.core.outcomes import ActionResult, Outcome, WriteOutcome
 from rebalancer.core.tick import phase
+from rebalancer.runtime.report import Tally
 from rebalancer.runtime.seams import (
     Applied,
     AuditTrail,
     NodeActuator,
     NodeLedger,
-    Observer,
     PoolConfig,
 )
 
@@ -57,7 +57,7 @@ class Executor:
         actuators: Mapping[PoolName, NodeActuator],
         audit_log: AuditTrail,
         ledger: NodeLedger | None,
-        observer: Observer,
+        tally: Tally,
         leading: Callable[[], bool],
         context: Callable[[PoolConfig], Context],
         dry_run: bool,
@@ -68,7 +68,7 @@ class Executor:
         self.actuators, self.audit_log = actuators, audit_log
         # Where a record goes when the store fails (None: nowhere, so nothing is done then).
         self.ledger = ledger
-        self.observer, self.leading, self.context = observer, leading, context
+        self.tally, self.leading, self.context = tally, leading, context
         self.dry_run = dry_run
         self.reclaim_concurrency = reclaim_concurrency
         self.lend_concurrency = lend_concurrency
@@ -410,11 +410,11 @@ class Executor:
             written = await write
         except Exception:
             log.exception("audit store failed writing an outcome, and the spool is full")
-            self.observer.observe_audit_failure("outcome")
-            self.observer.observe_spool_overflow()
+            self.tally.audit_failures.append("outcome")
+            self.tally.spool_overflows += 1
             return None
         if self.audit_log.failing is not None:
-            self.observer.observe_audit_failure("outcome")
+            self.tally.audit_failures.append("outcome")
         return written
 
     def reclaimed(self, pool: PoolName, intent: AuditRecord | None, result: ActionResult) -> None:
@@ -423,7 +423,7 @@ class Executor:
             and intent.action is Action.RECLAIM
             and result.outcome is Outcome.APPLIED
         ):
-            self.observer.observe_reclaim_done(str(pool), intent.time, self.clock())
+            self.tally.reclaims.append((str(pool), intent.time, self.clock()))
 
     # -- when the audit store fails -----------------------------------------------------------
 
@@ -434,7 +434,7 @@ class Executor:
         if self.ledger is None:
             return False
         if not self.audit_log.room(1):
-            self.observer.observe_spool_overflow()
+            self.tally.spool_overflows += 1
             log.error(
                 "node %s: %s %s NOT carried out: the audit spool is full (%d records wait for "
                 "the store, which fails: %s); fix the store",
@@ -462,7 +462,7 @@ class Executor:
 
     def store_failed(self, exc: BaseException, now: datetime) -> None:
         """Count a failed write; the traceback once per episode, a line on later ticks."""
-        self.observer.observe_audit_failure("tick")
+        self.tally.audit_failures.append("tick")
         if self._store_since is None:
             self._store_since = now
             log.error(
@@ -476,7 +476,7 @@ class Executor:
                 nodestate.format_time(self._store_since),
                 self.audit_log.failing or exc,
             )
-        self.observer.observe_audit_store(True, len(self.audit_log.spool))
+        self.tally.audit_store = (True, len(self.audit_log.spool))
 
     def store_works(self, now: datetime) -> None:
         if self._store_since is not None:
@@ -485,7 +485,7 @@ class Executor:
                 int((now - self._store_since).total_seconds()),
             )
             self._store_since = None
-        self.observer.observe_audit_store(False, len(self.audit_log.spool))
+        self.tally.audit_store = (False, len(self.audit_log.spool))
 
 
 IN_FLIGHT = (Phase.LENDING, Phase.RECLAIMING)

@@ -62,7 +62,7 @@ def answer(
 def _held(
     reconciler: Reconciler, snapshot: model.Snapshot, pool: model.PoolName
 ) -> tuple[bool, bool]:
-    rules = reconciler.pool_rules(pool)
+    rules = reconciler.pool_controls(pool)
     return snapshot.paused or rules.paused, snapshot.frozen or rules.frozen
 
 

@@ -417,7 +417,7 @@ class HttpServer:
             async with asyncio.timeout(self.query_timeout):
                 page = await self.store.query(query)
         except Exception as e:
-            self.telemetry.observe_audit_failure("query")
+            self.telemetry.audit_failed("query")
             log.warning("http: the audit store failed a query: %r", e, exc_info=True)
             why = (
                 f"did not answer within {self.query_timeout:g} s"

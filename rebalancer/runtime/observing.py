@@ -21,13 +21,13 @@ from rebalancer.core import clocks, demand, exposure, model, nodestate
 from rebalancer.core.model import NodeName, NodeView, PoolMetrics, PoolName
 from rebalancer.core.nodestate import Keys
 from rebalancer.runtime import budgets
+from rebalancer.runtime.report import Tally
 from rebalancer.runtime.seams import (
     AlertSource,
     ApiServerClock,
     HistorySettings,
     MetricsSource,
     Observation,
-    Observer,
     PoolConfig,
     PrometheusClock,
     ViewSource,
@@ -47,7 +47,7 @@ class Snapshotter:
         views: ViewSource,
         metrics: MetricsSource,
         budgets: budgets.Budgets,
-        observer: Observer,
+        tally: Tally,
         history: HistorySettings,
         paused: Callable[[], bool],
         frozen: Callable[[], bool],
@@ -57,7 +57,7 @@ class Snapshotter:
         clock_bound: timedelta,
     ) -> None:
         self.pools, self.keys, self.views, self.metrics = tuple(pools), keys, views, metrics
-        self.budgets, self.observer, self.history_settings = budgets, observer, history
+        self.budgets, self.tally, self.history_settings = budgets, tally, history
         self.paused, self.frozen = paused, frozen
         self.alerts = alerts  # None: no Alertmanager receiver, no alert holds a pool
         # The clocks measured each tick (None: not measured, as with in-memory fakes), and the
@@ -176,7 +176,7 @@ class Snapshotter:
                 overlaps=membership.overlaps.get(pool.name, {}),
                 clocks=seen_clocks,
             )
-        self.observer.observe_clocks(measured)
+        self.tally.clocks = measured
         snapshot = model.Snapshot(now=now, pools=pools, paused=self.paused(), frozen=self.frozen())
         return Observation(snapshot, read)
 
@@ -255,7 +255,7 @@ class Snapshotter:
         for key in found:
             kind = key.split("/", 1)[0]
             counts[kind] = counts.get(kind, 0) + 1
-        self.observer.observe_unreadable(counts)
+        self.tally.unreadable = counts
 
     async def _read(self, pool: PoolName, nodes: Sequence[NodeName], now: datetime) -> PoolMetrics:
         try:

@@ -74,17 +74,15 @@ from rebalancer.core.nodestate import Keys, Phase
 from rebalancer.core.outcomes import ActionResult
 from rebalancer.core.tick import (
     Decision,
-    PoolRules,
+    PoolControls,
     lent_count,
     operator_reclaims,
 )
 from rebalancer.runtime import budgets, deciding, executing, observing, recovering
-from rebalancer.runtime.observing import adopter
+from rebalancer.runtime.report import Tally, TickReport
 from rebalancer.runtime.seams import (
     AlertSource,
-    AlwaysLeader,
     ApiServerClock,
-    Applied,
     AuditTrail,
     EventRecorder,
     HistorySettings,
@@ -93,40 +91,11 @@ from rebalancer.runtime.seams import (
     NodeActuator,
     NodeLedger,
     NoEvents,
-    NoObserver,
     Observation,
-    Observer,
     PoolConfig,
     PrometheusClock,
-    TickReport,
     ViewSource,
 )
-
-# The seams are defined in ``runtime.seams``; the names stay importable from here.
-__all__ = [
-    "AlertSource",
-    "AlwaysLeader",
-    "ApiServerClock",
-    "Applied",
-    "AuditTrail",
-    "EventRecorder",
-    "HistorySettings",
-    "Leadership",
-    "MetricsSource",
-    "NoEvents",
-    "NoObserver",
-    "NodeActuator",
-    "NodeLedger",
-    "Observation",
-    "Observer",
-    "PoolConfig",
-    "PrometheusClock",
-    "Reconciler",
-    "TickReport",
-    "ViewSource",
-    "adopter",
-    "keeps_inference",
-]
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +119,6 @@ class Reconciler:
         paused: Callable[[], bool] = lambda: False,
         frozen: Callable[[], bool] = lambda: False,
         dry_run: bool = False,
-        observer: Observer | None = None,
         events: EventRecorder | None = None,
         strategy_timeout: timedelta = timedelta(seconds=10),
         reclaim_concurrency: int = RECLAIM_CONCURRENCY,
@@ -163,12 +131,12 @@ class Reconciler:
     ) -> None:
         _check_pools(pools, actuators)
         self.pools = tuple(pools)
-        self._rules = {p.name: PoolRules(p.policy, p.paused, p.frozen) for p in pools}
+        self._rules = {p.name: PoolControls(p.policy, p.paused, p.frozen) for p in pools}
         self.clock = clock
         self.leadership = leadership
         self.keys = keys or Keys()
         self.dry_run = dry_run
-        self.observer: Observer = observer or NoObserver()
+        self.tally = Tally()  # what the phases note for the telemetry (``runtime.report``)
         self.executor = self._new_executor(
             actuators, audit_log, ledger, reclaim_concurrency, lend_concurrency
         )
@@ -179,7 +147,7 @@ class Reconciler:
             views=views,
             metrics=metrics,
             budgets=self.budgets,
-            observer=self.observer,
+            tally=self.tally,
             history=history or HistorySettings(),
             paused=paused,
             frozen=frozen,
@@ -202,7 +170,7 @@ class Reconciler:
         lend_concurrency: int,
     ) -> executing.Executor:
         """The executor the plan's steps are carried out by, on this reconciler's pools, keys,
-        clock, observer and leadership."""
+        clock, tally and leadership."""
         return executing.Executor(
             self.pools,
             keys=self.keys,
@@ -210,7 +178,7 @@ class Reconciler:
             actuators=actuators,
             audit_log=audit_log,
             ledger=ledger,
-            observer=self.observer,
+            tally=self.tally,
             leading=self._leading,
             context=self._context,
             dry_run=self.dry_run,
@@ -233,16 +201,16 @@ class Reconciler:
         """The parts the step delegates to besides the executor: the strategy calls, the error
         budgets' count (restored from the audit log by ``start``), start-up and recovery."""
         self.decider = deciding.Decider(
-            self.pools, self._rules, self.keys, self.observer, strategy_timeout
+            self.pools, self._rules, self.keys, self.tally, strategy_timeout
         )
-        self.budgets = budgets.Budgets(self.pools, self.keys, self.observer)
+        self.budgets = budgets.Budgets(self.pools, self.keys, self.tally)
         self.recovery = recovering.Recovery(
             self.pools,
             keys=self.keys,
             clock=self.clock,
             executor=self.executor,
             budgets=self.budgets,
-            observer=self.observer,
+            tally=self.tally,
             context=self._context,
         )
 
@@ -301,7 +269,12 @@ class Reconciler:
 
     async def tick(self) -> TickReport:
         """One step: observe, decide, audit, execute, drive (the order in this module's
-        docstring); a follower stops after deciding."""
+        docstring); a follower stops after deciding. The report carries what the phases noted
+        for the telemetry."""
+        report = await self._step()
+        return replace(report, happened=self.tally.take())
+
+    async def _step(self) -> TickReport:
         await self._start_up_if_new_term()
         # The clocks first: the tick's now is the API server's, corrected by what they say.
         measured = await self.snapshots.measure_clocks()
@@ -345,22 +318,13 @@ class Reconciler:
     def _may_write(self, report: TickReport) -> bool:
         """Say what was planned and how the pools stand; whether this tick writes (it leads,
         and has started up for this term)."""
-        plan, snapshot, now = report.plan, report.snapshot, report.now
-        for line in (p.summary for p in plan.pools.values()):
+        for line in (p.summary for p in report.plan.pools.values()):
             log.info("%s: %s", "dry run, would plan" if self.dry_run else "plan", line)
         leading = self._leading()
-        self.observer.observe_leader(self.leadership.identity, leading)
-        self._observe_health(snapshot, plan)
-        pools = snapshot.pools.items()
-        self.observer.observe_lent({str(name): lent_count(pool, self.keys) for name, pool in pools})
-        self.observer.observe_overdue(
-            {
-                str(name): sum(1 for v in pool.nodes if _overdue(v, self.keys, now))
-                for name, pool in pools
-            }
-        )
+        self._note_health(report, leading)
         if not leading:
-            log.info("not leading: %d step(s) planned, none carried out", len(plan.steps))
+            steps = len(report.plan.steps)
+            log.info("not leading: %d step(s) planned, none carried out", steps)
             return False
         if self._started != self._term_key() and not self._start_unaudited:
             # Leadership came between the start-up check and now: start up on the next tick.
@@ -371,11 +335,11 @@ class Reconciler:
     async def _ready_to_audit(self, report: TickReport) -> model.Plan:
         """The leader's work before the tick's records: the minute's cost counted, the records
         kept on nodes brought to the store; the plan to audit and carry out."""
-        self.observer.observe_plan(report.plan)
+        self.tally.decided.append(report.plan)
         # The strategy and the planner saw the budget as of the last tick (the snapshot's): this
         # minute counts from the next. The gauges show it counted.
         await self.budgets.count(report.snapshot, self.audit_log, self._context)
-        self.budgets.observe(report.now)
+        self.budgets.note(report.now)
         acting = self._new_steps(report.plan) if self.dry_run else report.plan
         if not self.dry_run:
             await self.recovery.catch_up(self._all_views(report.snapshot), report.now)
@@ -416,7 +380,7 @@ class Reconciler:
         seen = await self.observe(self.clock(), measured)
         return seen.snapshot, await self.decide(seen.snapshot)
 
-    def pool_rules(self, name: PoolName) -> PoolRules:
+    def pool_controls(self, name: PoolName) -> PoolControls:
         return self._rules[name]
 
     # -- observe ------------------------------------------------------------------------------
@@ -433,33 +397,24 @@ class Reconciler:
         """Each pool's strategy answers and every pool is planned (``runtime.deciding``)."""
         return await self.decider.decide(snapshot)
 
-    def _observe_health(self, snapshot: model.Snapshot, plan: model.Plan) -> None:
-        """The gauges that say a pool is not planned as usual."""
-        self.observer.observe_snapshot(snapshot)
-        names = [str(p.name) for p in self.pools]
+    def _note_health(self, report: TickReport, leading: bool) -> None:
+        """How the pools stand, for the gauges: what is lent and overdue, and whether a pool
+        is not planned as usual."""
+        pools, now, tally = report.snapshot.pools.items(), report.now, self.tally
+        tally.leader = (self.leadership.identity, leading)
+        tally.lent = {str(name): lent_count(pool, self.keys) for name, pool in pools}
+        tally.overdue = {
+            str(name): sum(1 for v in pool.nodes if _overdue(v, self.keys, now))
+            for name, pool in pools
+        }
         failing = self.decider.failing()
-        self.observer.observe_safety_only({n: PoolName(n) in failing for n in names})
-        self.observer.observe_demand_held(
-            {str(n): p.held is not None for n, p in snapshot.pools.items()}
-        )
-        self.observer.observe_frozen_under_pressure(
-            {str(n): _frozen_under_pressure(p) for n, p in plan.pools.items()}
-        )
+        tally.safety_only = {str(p.name): p.name in failing for p in self.pools}
+        tally.demand_held = {str(n): p.held is not None for n, p in pools}
+        tally.frozen_under_pressure = {
+            str(n): _frozen_under_pressure(p) for n, p in report.plan.pools.items()
+        }
 
     # -- audit, apply, outcomes ---------------------------------------------------------------
-
-    async def audit_intents(
-        self,
-        snapshot: model.Snapshot,
-        proposals: Mapping[PoolName, model.Proposal],
-        plan: model.Plan,
-    ) -> tuple[audit.Tick, tuple[AuditRecord, ...]]:
-        """Build every record of the tick (one context per pool: its strategy) and commit them.
-        Raises if the store fails."""
-        tick, episodes = self._tick_records(snapshot, proposals, plan)
-        written = await self.audit_log.tick(tick.records)
-        self.decider.announced(episodes)
-        return tick, written
 
     def _tick_records(
         self,
@@ -512,7 +467,7 @@ class Reconciler:
         )
         applied = await self.executor.apply(only, tick)
         progressed = await self.executor.drive(snapshot, applied)
-        self.observer.observe_audit_store(True, len(self.audit_log.spool))
+        self.tally.audit_store = (True, len(self.audit_log.spool))
         return replace(report, leading=True, error=error, applied=applied + progressed)
 
     def _all_views(self, snapshot: model.Snapshot) -> list[NodeView]:

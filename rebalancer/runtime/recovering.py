@@ -29,7 +29,8 @@ from rebalancer.core.nodestate import Keys
 from rebalancer.core.outcomes import ActionResult
 from rebalancer.core.tick import phase
 from rebalancer.runtime import budgets, executing
-from rebalancer.runtime.seams import Observer, PoolConfig
+from rebalancer.runtime.report import Tally
+from rebalancer.runtime.seams import PoolConfig
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +49,13 @@ class Recovery:
         clock: Clock,
         executor: executing.Executor,
         budgets: budgets.Budgets,
-        observer: Observer,
+        tally: Tally,
         context: Callable[[PoolConfig | None], Context],
     ) -> None:
         self.pools, self.keys, self.clock = tuple(pools), keys, clock
         # The audit log, the ledger and the actuators are the executor's (a test swaps them).
         self.executor, self.budgets = executor, budgets
-        self.observer, self.context = observer, context
+        self.tally, self.context = tally, context
         self._unkept: set[NodeName] = set()  # nodes whose kept records cannot be read, logged
 
     async def close_open_intents(self, members: Members, now: datetime) -> list[Takeover]:
@@ -70,7 +71,7 @@ class Recovery:
             await trail.tick(records)
             await self.budgets.restore(trail, now)
         except Exception:
-            self.observer.observe_audit_failure("recover")
+            self.tally.audit_failures.append("recover")
             raise
         closed = sum(1 for r in records if r.kind is audit.Kind.OUTCOME)
         if records:

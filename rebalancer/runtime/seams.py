@@ -188,7 +188,7 @@ class AuditTrail(Protocol):
         """Intents with no final outcome (none, or only ``in_progress`` ones)."""
         ...
 
-    async def costs(self, pool: str, since: datetime) -> tuple[datetime, ...]:
+    async def cost_minutes(self, pool: str, since: datetime) -> tuple[datetime, ...]:
         """The minutes after ``since`` that lending cost ``pool`` (its ``cost`` records)."""
         ...
 
@@ -259,103 +259,6 @@ class NoEvents:
         pass
 
 
-class Observer(Protocol):
-    """``runtime.telemetry.Telemetry``: the controller's own metrics. Optional."""
-
-    def observe_snapshot(self, snapshot: model.Snapshot) -> None: ...
-
-    def observe_lent(self, lent: Mapping[str, int]) -> None: ...
-
-    def observe_overdue(self, overdue: Mapping[str, int]) -> None: ...
-
-    def observe_plan(self, plan: model.Plan) -> None: ...
-
-    def observe_leader(self, identity: str, leading: bool) -> None: ...
-
-    def observe_audit_failure(self, operation: str) -> None: ...
-
-    def observe_reclaim_done(self, pool: str, started: datetime, serving: datetime) -> None: ...
-
-    def observe_strategy_failure(self, pool: str, strategy: str, kind: str) -> None: ...
-
-    def observe_planner_failure(self, pool: str) -> None: ...
-
-    def observe_safety_only(self, states: Mapping[str, bool]) -> None: ...
-
-    def observe_unreadable(self, counts: Mapping[str, int]) -> None: ...
-
-    def observe_frozen_under_pressure(self, states: Mapping[str, bool]) -> None: ...
-
-    def observe_demand_held(self, states: Mapping[str, bool]) -> None: ...
-
-    def observe_borrowing_cost(self, pool: str) -> None: ...
-
-    def observe_budgets(self, budgets: Mapping[str, model.ErrorBudget]) -> None: ...
-
-    def observe_audit_store(self, failing: bool, spooled: int) -> None: ...
-
-    def observe_spool_overflow(self) -> None: ...
-    def observe_clocks(self, measured: Mapping[PoolName, clocks.Clocks]) -> None: ...
-
-
-class NoObserver:
-    """An ``Observer`` that ignores everything; test observers extend it."""
-
-    def observe_snapshot(self, snapshot: model.Snapshot) -> None:
-        pass
-
-    def observe_lent(self, lent: Mapping[str, int]) -> None:
-        pass
-
-    def observe_overdue(self, overdue: Mapping[str, int]) -> None:
-        pass
-
-    def observe_plan(self, plan: model.Plan) -> None:
-        pass
-
-    def observe_leader(self, identity: str, leading: bool) -> None:
-        pass
-
-    def observe_audit_failure(self, operation: str) -> None:
-        pass
-
-    def observe_reclaim_done(self, pool: str, started: datetime, serving: datetime) -> None:
-        pass
-
-    def observe_strategy_failure(self, pool: str, strategy: str, kind: str) -> None:
-        pass
-
-    def observe_planner_failure(self, pool: str) -> None:
-        pass
-
-    def observe_safety_only(self, states: Mapping[str, bool]) -> None:
-        pass
-
-    def observe_unreadable(self, counts: Mapping[str, int]) -> None:
-        pass
-
-    def observe_frozen_under_pressure(self, states: Mapping[str, bool]) -> None:
-        pass
-
-    def observe_demand_held(self, states: Mapping[str, bool]) -> None:
-        pass
-
-    def observe_borrowing_cost(self, pool: str) -> None:
-        pass
-
-    def observe_budgets(self, budgets: Mapping[str, model.ErrorBudget]) -> None:
-        pass
-
-    def observe_audit_store(self, failing: bool, spooled: int) -> None:
-        pass
-
-    def observe_spool_overflow(self) -> None:
-        pass
-
-    def observe_clocks(self, measured: Mapping[PoolName, clocks.Clocks]) -> None:
-        pass
-
-
 @dataclass
 class AlwaysLeader:
     """Leadership for a single replica without election (``--no-leader-election``, tests)."""
@@ -381,26 +284,6 @@ class Applied:
     result: ActionResult | None  # None: not called (leadership lost before it)
     intent: AuditRecord | None
     outcome: AuditRecord | None
-
-
-@dataclass(frozen=True)
-class TickReport:
-    now: datetime
-    snapshot: model.Snapshot
-    proposals: Mapping[PoolName, model.Proposal]
-    plan: model.Plan
-    leading: bool
-    audited: tuple[AuditRecord, ...] = ()  # what ``AuditLog.tick`` wrote
-    applied: tuple[Applied, ...] = ()
-    error: str | None = None  # why nothing was written (the audit store failed)
-
-    @property
-    def steps(self) -> tuple[Applied, ...]:
-        return tuple(a for a in self.applied if a.call is not Action.PROGRESS)
-
-    @property
-    def progressed(self) -> tuple[Applied, ...]:
-        return tuple(a for a in self.applied if a.call is Action.PROGRESS)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """The controller's own Prometheus metrics, on a registry of their own.
 
-The runtime owns one ``Telemetry`` and calls its ``observe_*`` methods as things happen; the
-HTTP server (``runtime.http``) serves ``telemetry.registry`` on ``GET /metrics``. Every value,
-every time included, is passed in: nothing here reads a clock, so a test (or the simulator) can
-drive it with any times it likes.
+The controller owns one ``Telemetry`` and gives it each tick's report (``record``, reading what
+the tick's phases noted: ``runtime.report``); the elector sets ``rebalancer_leader`` as the lease
+comes and goes. The HTTP server (``runtime.http``) serves ``telemetry.registry`` on
+``GET /metrics``. Every value, every time included, is passed in: nothing here reads a clock,
+so a test (or the simulator) can drive it with any times it likes.
 
 The registry is a dedicated ``CollectorRegistry``, not prometheus-client's global one: two
 controllers in one process (the tests) do not share counters, and the exposition carries only the
@@ -62,6 +63,7 @@ from prometheus_client.metrics_core import Metric
 from rebalancer.core import clocks, model
 from rebalancer.core.audit import DEFAULT_CLUSTER
 from rebalancer.core.model import PoolName
+from rebalancer.runtime.report import Tally, TickReport
 
 # A reclaim drains borrowed pods (a grace period of seconds to minutes), then the node warms up
 # (image pull, model load): the interesting range is ten seconds to an hour.
@@ -267,9 +269,52 @@ class Telemetry:
         )
 
     # -----------------------------------------------------------------------------------------
-    # What the runtime calls
+    # What the controller calls
 
-    def observe_plan(self, plan: model.Plan) -> None:
+    def record(self, report: TickReport) -> None:
+        """Every metric a tick's report speaks of; a gauge it did not measure keeps its value."""
+        noted = report.happened
+        self.set_demand_ages(report.snapshot)
+        if noted.leader is not None:
+            self.set_leader(*noted.leader)
+        for plan in noted.decided:
+            self.count_decisions(plan)
+        self._gauges(noted)
+        for failure in noted.strategy_failures:
+            self.strategy_failed(*failure)
+        for pool in noted.planner_failures:
+            self.planner_failed(pool)
+        for pool in noted.borrowing_minutes:
+            self.borrowing_minute(pool)
+        for operation in noted.audit_failures:
+            self.audit_failed(operation)
+        for _ in range(noted.spool_overflows):
+            self.spool_overflowed()
+        for reclaim in noted.reclaims:
+            self.reclaim_done(*reclaim)
+
+    def _gauges(self, noted: Tally) -> None:
+        """The gauges a tick measured (``None``: not measured, the last value stays)."""
+        if noted.lent is not None:
+            self.set_lent(noted.lent)
+        if noted.overdue is not None:
+            self.set_overdue(noted.overdue)
+        if noted.safety_only is not None:
+            self.set_safety_only(noted.safety_only)
+        if noted.demand_held is not None:
+            self.set_demand_held(noted.demand_held)
+        if noted.frozen_under_pressure is not None:
+            self.set_frozen_under_pressure(noted.frozen_under_pressure)
+        if noted.clocks is not None:
+            self.set_clocks(noted.clocks)
+        if noted.unreadable is not None:
+            self.set_unreadable(noted.unreadable)
+        if noted.budgets is not None:
+            self.set_budgets(noted.budgets)
+        if noted.audit_store is not None:
+            self.set_audit_store(*noted.audit_store)
+
+    def count_decisions(self, plan: model.Plan) -> None:
         """Count a tick's decisions: one per step and one per refusal, by action and reason;
         and set the nodes each pool found changed by another writer, by kind."""
         for step in plan.steps:
@@ -282,19 +327,19 @@ class Telemetry:
                 nodes = {f.node for f in pool_plan.findings if f.reason is kind}
                 self.node_drift.labels(str(pool), kind.value).set(len(nodes))
 
-    def observe_lent(self, lent: Mapping[str, int]) -> None:
+    def set_lent(self, lent: Mapping[str, int]) -> None:
         """Set the nodes lent per pool; a pool no longer given loses its series."""
         for pool, count in lent.items():
             self.nodes_lent.labels(pool).set(count)
         self._forget(self.nodes_lent, set(lent))
 
-    def observe_overdue(self, overdue: Mapping[str, int]) -> None:
+    def set_overdue(self, overdue: Mapping[str, int]) -> None:
         """Nodes per pool whose reclaim is past its deadline; pools not given lose their series."""
         for pool, count in overdue.items():
             self.reclaims_overdue.labels(pool).set(count)
         self._forget(self.reclaims_overdue, set(overdue))
 
-    def observe_demand(self, pool: str, sample: model.Sample | None, now: datetime) -> None:
+    def set_demand_age(self, pool: str, sample: model.Sample | None, now: datetime) -> None:
         """The age at ``now`` of the pool's last good demand sample (a finite value).
 
         A missing or non-finite sample leaves the last good one in place, so the age keeps
@@ -308,7 +353,7 @@ class Telemetry:
         age = math.inf if last is None else max(0.0, (now - last).total_seconds())
         self.demand_age.labels(pool).set(age)
 
-    def observe_clocks(self, measured: Mapping[PoolName, clocks.Clocks]) -> None:
+    def set_clocks(self, measured: Mapping[PoolName, clocks.Clocks]) -> None:
         """Each clock's skew and uncertainty, and per pool whether it is trusted."""
         for against in clocks.Against:
             found = [s for c in measured.values() if (s := c.skew(against)) is not None]
@@ -321,62 +366,62 @@ class Telemetry:
                 untrusted = against in c.unmeasured or (skew is not None and skew.beyond(c.bound))
                 self.clock_untrusted.labels(pool, against).set(1 if untrusted else 0)
 
-    def observe_snapshot(self, snapshot: model.Snapshot) -> None:
-        """``observe_demand`` for every pool of the snapshot, at the snapshot's ``now``."""
+    def set_demand_ages(self, snapshot: model.Snapshot) -> None:
+        """``set_demand_age`` for every pool of the snapshot, at the snapshot's ``now``."""
         for pool, snap in snapshot.pools.items():
             # Aged on Prometheus' clock, as the planner ages it.
             at = clocks.prometheus_now(snap.clocks, snapshot.now)
-            self.observe_demand(str(pool), snap.demand, at)
+            self.set_demand_age(str(pool), snap.demand, at)
         pools = {str(p) for p in snapshot.pools}
         self._forget(self.demand_age, pools)
         for gone in set(self._last_demand) - pools:
             del self._last_demand[gone]
 
-    def observe_reclaim_done(self, pool: str, started: datetime, serving: datetime) -> None:
+    def reclaim_done(self, pool: str, started: datetime, serving: datetime) -> None:
         """A reclaim decided at ``started`` ended with the node serving again at ``serving``."""
         seconds = max(0.0, (serving - started).total_seconds())
         self.reclaim_duration.labels(pool).observe(seconds)
 
-    def observe_leader(self, identity: str, leading: bool) -> None:
+    def set_leader(self, identity: str, leading: bool) -> None:
         """Whether this instance (``identity``, the Lease holder identity) leads now."""
         self.leader.labels(identity).set(1 if leading else 0)
 
-    def observe_audit_failure(self, operation: str) -> None:
+    def audit_failed(self, operation: str) -> None:
         """An audit store call raised (``tick``, ``outcome``, ``supersede``, ``query``)."""
         self.audit_failures.labels(operation).inc()
 
-    def observe_audit_store(self, failing: bool, spooled: int) -> None:
+    def set_audit_store(self, failing: bool, spooled: int) -> None:
         """Whether the store fails the leader's writes now, and how many records wait."""
         self.audit_store_failing.set(1 if failing else 0)
         self.audit_spooled.set(spooled)
 
-    def observe_spool_overflow(self) -> None:
+    def spool_overflowed(self) -> None:
         self.spool_overflows.inc()
 
-    def observe_strategy_failure(self, pool: str, strategy: str, kind: str) -> None:
+    def strategy_failed(self, pool: str, strategy: str, kind: str) -> None:
         """A strategy call failed (``raised``, ``invalid``, ``timeout``)."""
         self.strategy_failures.labels(pool, strategy, kind).inc()
 
-    def observe_planner_failure(self, pool: str) -> None:
+    def planner_failed(self, pool: str) -> None:
         self.planner_failures.labels(pool).inc()
 
-    def observe_safety_only(self, states: Mapping[str, bool]) -> None:
+    def set_safety_only(self, states: Mapping[str, bool]) -> None:
         self._flags(self.safety_only, states)
 
-    def observe_unreadable(self, counts: Mapping[str, int]) -> None:
+    def set_unreadable(self, counts: Mapping[str, int]) -> None:
         for kind, count in counts.items():
             self.unreadable.labels(kind).set(count)
 
-    def observe_frozen_under_pressure(self, states: Mapping[str, bool]) -> None:
+    def set_frozen_under_pressure(self, states: Mapping[str, bool]) -> None:
         self._flags(self.frozen_under_pressure, states)
 
-    def observe_demand_held(self, states: Mapping[str, bool]) -> None:
+    def set_demand_held(self, states: Mapping[str, bool]) -> None:
         self._flags(self.demand_held, states)
 
-    def observe_borrowing_cost(self, pool: str) -> None:
+    def borrowing_minute(self, pool: str) -> None:
         self.borrowing_cost.labels(pool).inc()
 
-    def observe_budgets(self, budgets: Mapping[str, model.ErrorBudget]) -> None:
+    def set_budgets(self, budgets: Mapping[str, model.ErrorBudget]) -> None:
         """The error budget of each pool that has one; pools not given lose their series."""
         for pool, budget in budgets.items():
             self.budget_allowed.labels(pool).set(budget.allowed_minutes)

@@ -78,6 +78,7 @@ from rebalancer.runtime import alerts as alerting
 from rebalancer.runtime import explain, http
 from rebalancer.runtime.loop import run_controller
 from rebalancer.runtime.reconcile import Reconciler
+from rebalancer.runtime.report import TickReport
 from rebalancer.runtime.seams import (
     AlwaysLeader,
     EventRecorder,
@@ -211,7 +212,6 @@ def _reconciler(
     clock: Clock,
     audit_log: AuditLog,
     leadership: Leadership,
-    telemetry: Telemetry,
     events: EventRecorder,
     alerts: alerting.AlertStore,
     apiserver_clock: kubeclient.ClockProbe,
@@ -243,7 +243,6 @@ def _reconciler(
         paused=lambda: settings.paused,
         frozen=lambda: settings.frozen,
         dry_run=settings.dry_run,
-        observer=telemetry,
         strategy_timeout=settings.strategy_timeout,
         lend_concurrency=settings.lend_concurrency,
         alerts=alerts,
@@ -378,7 +377,7 @@ class Controller:
             telemetry = Telemetry(cluster=settings.cluster_name)
             elector, leadership, writer = _leadership(settings, role, api, me, own, telemetry)
             # A follower (or a candidate not yet won) says 0 from the start, not its first tick.
-            telemetry.observe_leader(me, leadership.may_write(leadership.now()))
+            telemetry.set_leader(me, leadership.may_write(leadership.now()))
             prometheus: PoolMetricsRouter | None = None  # whose clocks are read, when built here
             metrics = seams.metrics
             if metrics is None:
@@ -402,7 +401,6 @@ class Controller:
                 clock=clock,
                 audit_log=audit_log,
                 leadership=leadership,
-                telemetry=telemetry,
                 events=events,
                 alerts=alert_store,
                 apiserver_clock=probe,
@@ -464,12 +462,18 @@ class Controller:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    async def tick(self) -> TickReport:
+        """One tick of the reconciler, its report given to the controller's metrics."""
+        report = await self.reconciler.tick()
+        self.telemetry.record(report)
+        return report
+
     async def run(self, stop: asyncio.Event | None = None) -> int:
         """Until SIGTERM/SIGINT (or ``stop``): the informer, the election and the loop."""
         if self.role is not Role.CONTROLLER:
             raise RuntimeError(f"a controller built for {self.role} does not run the loop")
         return await run_controller(
-            self.reconciler.tick,
+            self.tick,
             informer=self.informer,
             elector=self.elector,
             edges=self.reconciler.next_edge,
@@ -497,8 +501,8 @@ def _leadership(
         namespace=le.lease_namespace,
         identity=me,
         timings=settings.timings(),
-        on_started=lambda _term: telemetry.observe_leader(me, True),
-        on_stopped=lambda _term, _why: telemetry.observe_leader(me, False),
+        on_started=lambda _term: telemetry.set_leader(me, True),
+        on_stopped=lambda _term, _why: telemetry.set_leader(me, False),
     )
     return elector, elector, LeaderGatedWriter(kube, elector.may_write, elector.now, me)
 

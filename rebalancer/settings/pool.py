@@ -27,7 +27,7 @@ from rebalancer.settings.values import NAME, NAME_PATTERN, SettingsBlock, Zone
 from rebalancer.settings.wake_on import WakeOnSettings
 
 if TYPE_CHECKING:
-    from rebalancer.adapters.metrics import Queries  # in PoolSettings, ``metrics`` is a field
+    from rebalancer.adapters.promql import Queries  # in PoolSettings, ``metrics`` is a field
     from rebalancer.core.strategy import Strategy
 
 

@@ -1,7 +1,7 @@
 """A pool's PromQL: the metrics block of ``PoolSettings``, a server's preset or templates.
 
 Where it sits: ``PoolSettings.metrics``; ``queries()`` turns it into the metrics adapter's
-``Queries`` (rebalancer/adapters/metrics.py) in the pool's unit. Every template is checked here
+``Queries`` (rebalancer/adapters/promql.py) in the pool's unit. Every template is checked here
 as the settings are read, so that a typo in a placeholder stops the start instead of failing
 the pool's query on every tick.
 """
@@ -10,17 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from string import Template
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pydantic
 from pydantic import Field
 
-from rebalancer.adapters import presets
+from rebalancer.adapters import presets, promql
 from rebalancer.core import model
 from rebalancer.settings.values import SettingsBlock
-
-if TYPE_CHECKING:
-    from rebalancer.adapters import metrics
 
 # The default server: its templates are the defaults of ``MetricsSettings`` (and the adapter's).
 _VLLM = presets.preset(presets.Engine.VLLM)
@@ -28,15 +25,13 @@ _DEFAULT_SCOPE = 'max by (namespace, pod, node) (kube_pod_info{node=~"$nodes"})'
 
 
 class MetricQuerySettings(SettingsBlock):
-    """One metric as two PromQL templates; see rebalancer/adapters/metrics.py ``MetricQuery``."""
+    """One metric as two PromQL templates; see rebalancer/adapters/promql.py ``MetricQuery``."""
 
     value: str = Field(min_length=1)
     sampled: str = Field(min_length=1)
 
-    def query(self) -> metrics.MetricQuery:
-        from rebalancer.adapters import metrics
-
-        return metrics.MetricQuery(value=self.value, sampled=self.sampled)
+    def query(self) -> promql.MetricQuery:
+        return promql.MetricQuery(value=self.value, sampled=self.sampled)
 
 
 def _gauge_query(gauge: presets.Gauge) -> MetricQuerySettings:
@@ -126,10 +121,8 @@ class MetricsSettings(SettingsBlock):
             f"has: {units}"
         )
 
-    def queries(self, unit: model.Unit = model.Unit.REQUESTS_PER_SECOND) -> metrics.Queries:
+    def queries(self, unit: model.Unit = model.Unit.REQUESTS_PER_SECOND) -> promql.Queries:
         """The adapter's queries, demand and history in ``unit``."""
-        from rebalancer.adapters import metrics
-
         server = self.server
         demand = self.demand
         if demand is None:
@@ -137,7 +130,7 @@ class MetricsSettings(SettingsBlock):
                 value=presets.demand_value(server, unit),
                 sampled=presets.demand_sampled(server, unit),
             )
-        return metrics.Queries(
+        return promql.Queries(
             demand=demand.query(),
             queue=self.queue.query(),
             running=None if self.running is None else self.running.query(),

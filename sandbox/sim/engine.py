@@ -242,13 +242,15 @@ def run(
             while breaches and breaches[0] <= t - slo.window / MINUTE:
                 breaches.popleft()
             budget = model.ErrorBudget(slo.max_breach_minutes, slo.window, len(breaches))
-        snapshot, belief = _observe(
+        snapshot, belief = _read_pool(
             trace, t, now, fake, queue, pool_model.sample_age, belief, policy, budget, takers, jumps
         )
         lent_now = fake.counts(now)[1]
         view = policy.view(POOL, now, snapshot.pools[POOL], lent_now)
         answer = _answer(strategy, view)
-        plan = tick.plan_tick(snapshot, {POOL: answer}, {POOL: tick.PoolRules(policy)}, keys).plan
+        plan = tick.plan_tick(
+            snapshot, {POOL: answer}, {POOL: tick.PoolControls(policy)}, keys
+        ).plan
         steps = plan.steps
         fake.apply(steps, now, decision=f"sim-{t}")
         if trainer is not None:
@@ -285,7 +287,7 @@ def _answer(strategy: Strategy, view: model.PoolView) -> tick.Unchecked:
         return tick.Failure.raised(exc)
 
 
-def _observe(
+def _read_pool(
     trace: Trace,
     t: int,
     now: datetime,

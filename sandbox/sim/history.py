@@ -2,7 +2,7 @@
 
 Where it sits: the simulate command resolves the settings, the pool and the time span, and
 hands them here. This module reads the pool's demand minute by minute through the metrics
-adapter (``metrics.read_range``: the pool's own demand query, one-minute steps, a day per
+adapter (``ranges.read_range``: the pool's own demand query, one-minute steps, a day per
 request, the adapter's retries), decides what to do with the minutes that have no sample
 (``fill``, pure), writes the result as a ``time,rps`` trace file, and loads that file back with
 ``traces.load``. The replay then is the ``--trace`` path's, on the very file a later
@@ -28,7 +28,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from rebalancer import errors
-from rebalancer.adapters import metrics
+from rebalancer.adapters import metrics, ranges
 from rebalancer.core.model import PoolName
 from rebalancer.errors import ConfigError, TraceError
 from sandbox.sim import traces
@@ -188,7 +188,7 @@ def load(
     until: datetime,
     hold: int,
     out: Path,
-    chunk: timedelta = metrics.RANGE_CHUNK,
+    chunk: timedelta = ranges.RANGE_CHUNK,
 ) -> History:
     """Read, fill, write ``out/trace-<pool>.csv`` and ``out/history.json``, load the trace
     back. Every failure a person can fix is a one-line ``ConfigError``."""
@@ -241,14 +241,14 @@ def load(
 
 async def _read(
     source: Source, first: datetime, until: datetime, chunk: timedelta
-) -> tuple[list[str], metrics.RangeRead]:
+) -> tuple[list[str], ranges.RangeRead]:
     client = metrics.Metrics(source.settings)
     try:
         nodes = source.nodes
         if nodes is None:
             nodes = await _nodes(client, source, first, until)
         demand = source.settings.queries.demand
-        read = await metrics.read_range(
+        read = await ranges.read_range(
             client, source.pool, "demand", demand, nodes, first, until, chunk=chunk
         )
         return nodes, read
@@ -268,7 +268,7 @@ async def _nodes(
     }
     if not used & {"scope", "nodes"}:
         return []
-    found = await metrics.labelled_nodes(client, source.node_selector, first, until)
+    found = await ranges.labelled_nodes(client, source.node_selector, first, until)
     if isinstance(found, str):
         raise ConfigError(f"--prometheus={source.settings.url}: {found}")
     if not found:

@@ -307,9 +307,16 @@ async def test_the_cost_minutes_of_a_pool_are_read_back_after_a_time(
     ]
     await chosen.append(stored)
     trail = AuditLog(chosen, sink=None)
-    assert await trail.costs("gpu", f.T0) == (f.T0 + minute, f.T0 + 3 * minute)  # after since
-    assert await trail.costs("gpu", f.T0 - minute) == (f.T0, f.T0 + minute, f.T0 + 3 * minute)
-    assert await trail.costs("other", f.T0) == (f.T0 + minute,)
+    assert await trail.cost_minutes("gpu", f.T0) == (
+        f.T0 + minute,
+        f.T0 + 3 * minute,
+    )  # after since
+    assert await trail.cost_minutes("gpu", f.T0 - minute) == (
+        f.T0,
+        f.T0 + minute,
+        f.T0 + 3 * minute,
+    )
+    assert await trail.cost_minutes("other", f.T0) == (f.T0 + minute,)
 
 
 async def test_migrations_are_idempotent(db_url: str) -> None:
@@ -442,12 +449,12 @@ async def test_a_version_1_store_is_migrated_and_its_rows_are_the_default_cluste
         # Upgraded in place and still unnamed, the controller reads its own history back.
         unnamed = AuditLog(store, sink=None)
         assert await unnamed.pending_intents() == (old[0],)
-        assert await unnamed.costs("gpu", f.T0) == (f.T0 + minute,)
+        assert await unnamed.cost_minutes("gpu", f.T0) == (f.T0 + minute,)
         assert await unnamed.get("01A") == old[0]
         # Named, it starts a history of its own: the old rows are not its.
         named = AuditLog(store, sink=None, cluster="prod-eu")
         assert await named.pending_intents() == ()
-        assert await named.costs("gpu", f.T0) == ()
+        assert await named.cost_minutes("gpu", f.T0) == ()
         assert await named.get("01A") is None
         written = await named.tick([audit_record("01D", f.T0 + 3 * minute, node="n1")])
         assert [r.cluster for r in written] == ["prod-eu"]

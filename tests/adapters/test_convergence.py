@@ -36,12 +36,13 @@ from kubernetes_asyncio import client
 
 from rebalancer.adapters import convert
 from rebalancer.adapters.actuator import Actuator
-from rebalancer.adapters.informer import Informer, WatchSettings
+from rebalancer.adapters.informer import Informer
+from rebalancer.adapters.reflector import WatchSettings
 from rebalancer.adapters.writer import KubeWriter, RetryPolicy
 from rebalancer.core import model
 from rebalancer.core.nodestate import Phase
 from rebalancer.core.outcomes import ActionResult, Outcome, WriteKind, WriteOutcome
-from rebalancer.core.tick import PoolRules, plan_tick
+from rebalancer.core.tick import PoolControls, plan_tick
 from sandbox.emulator import cluster
 from sandbox.emulator.faults import Faults
 from sandbox.emulator.resources import NODES, PODS, ResourceType
@@ -154,7 +155,7 @@ class Loop:
             pools={POOL: model.PoolSnapshot(nodes=views, demand=model.Sample(demand, now))},
         )
         proposal = model.Proposal(target, f"test: demand {demand:.0f} rps")
-        plan = plan_tick(snapshot, {POOL: proposal}, {POOL: PoolRules(POLICY)}, KEYS).plan
+        plan = plan_tick(snapshot, {POOL: proposal}, {POOL: PoolControls(POLICY)}, KEYS).plan
         assert not plan.findings, plan.findings
         acted: set[str] = set()
         for step in plan.steps:

@@ -17,7 +17,8 @@ import pytest
 from kubernetes_asyncio import client
 
 from rebalancer.adapters import kubeclient
-from rebalancer.adapters.informer import Backoff, Informer, WatchSettings
+from rebalancer.adapters.informer import Informer
+from rebalancer.adapters.reflector import Backoff, WatchSettings
 from rebalancer.core import model
 from rebalancer.core.model import NodeView, PodRole, Taint
 from rebalancer.errors import ConfigError

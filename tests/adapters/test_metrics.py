@@ -27,17 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer.adapters.metrics import (
-    DCGM_GPU_BUSY,
-    VLLM_DEMAND,
-    MetricQuery,
-    Metrics,
-    Queries,
-    Settings,
-    gather_pools,
-    node_regex,
-    render,
-)
+from rebalancer.adapters.metrics import Metrics, Settings, gather_pools, node_regex, render
+from rebalancer.adapters.promql import DCGM_GPU_BUSY, VLLM_DEMAND, MetricQuery, Queries
 from rebalancer.core.model import NodeName, PoolName, Sample
 from tests.support.processes import free_port
 from tests.support.prometheus import (

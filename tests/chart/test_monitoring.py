@@ -1043,50 +1043,50 @@ ZERO = timedelta(0)
 def play(t: Telemetry, pod: str, k: int, now: datetime, site: Site) -> None:
     """What replica ``pod`` of ``site`` is told at minute ``k``."""
     leading = pod == site.leader
-    t.observe_leader(pod, leading)
-    t.observe_lent(
+    t.set_leader(pod, leading)
+    t.set_lent(
         {"l20": (k // 20) % 4 + site.more_lent, "h100": (1 if k >= 60 else 0) + site.more_lent}
     )
-    t.observe_overdue({"l20": 1 if 100 <= k < 110 else 0, "h100": 0})
-    t.observe_demand("l20", model.Sample(float(k), now - timedelta(seconds=40)), now)
+    t.set_overdue({"l20": 1 if 100 <= k < 110 else 0, "h100": 0})
+    t.set_demand_age("l20", model.Sample(float(k), now - timedelta(seconds=40)), now)
     sampled = min(k, 150)  # h100's demand stops at minute 150: its age grows
     h100 = model.Sample(2.0, prom.scrape_time(sampled) - timedelta(seconds=40))
-    t.observe_demand("h100", h100, now)
+    t.set_demand_age("h100", h100, now)
     follower_says = site.follower_safety_only and not leading
-    t.observe_safety_only({"l20": 30 <= k < 40 or follower_says, "h100": False})
-    t.observe_frozen_under_pressure({"l20": False, "h100": 70 <= k < 75})
-    t.observe_demand_held({"l20": k % 50 == 7, "h100": False})
-    t.observe_unreadable({"node": 0, "pod": 1 if 80 <= k < 90 else 0})
+    t.set_safety_only({"l20": 30 <= k < 40 or follower_says, "h100": False})
+    t.set_frozen_under_pressure({"l20": False, "h100": 70 <= k < 75})
+    t.set_demand_held({"l20": k % 50 == 7, "h100": False})
+    t.set_unreadable({"node": 0, "pod": 1 if 80 <= k < 90 else 0})
     off = timedelta(seconds=40 if 60 <= k < 70 else 0.2)  # the API server's clock, for a while
     api_skew = clocks.Skew(clocks.Against.APISERVER, off, timedelta(seconds=0.5), 5, now)
     prom_skew = clocks.Skew(clocks.Against.PROMETHEUS, timedelta(seconds=0.01), ZERO, 5, now)
     measured = clocks.Clocks((api_skew, prom_skew))
-    t.observe_clocks({PoolName(pool): measured for pool in ("l20", "h100")})
+    t.set_clocks({PoolName(pool): measured for pool in ("l20", "h100")})
     if leading:
         if 30 <= k < 40:
-            t.observe_strategy_failure("l20", "forecast", "raised")
+            t.strategy_failed("l20", "forecast", "raised")
         if k == 140:
-            t.observe_planner_failure("h100")
+            t.planner_failed("h100")
         t.decisions.labels("step", "lend", "strategy").inc()
         if k % 3 == 0:
             t.decisions.labels("refusal", "lend", "cooldown").inc()
         if k % 10 == 5:
             pool = POOLS[(k // 10) % 2]
-            t.observe_reclaim_done(pool, now - timedelta(seconds=20 + 9 * k), now)
+            t.reclaim_done(pool, now - timedelta(seconds=20 + 9 * k), now)
         if 120 <= k < 130:
-            t.observe_audit_failure("tick")
-        t.observe_audit_store(120 <= k < 130, max(0, min(k, 130) - 119) * 3 if k < 131 else 0)
+            t.audit_failed("tick")
+        t.set_audit_store(120 <= k < 130, max(0, min(k, 130) - 119) * 3 if k < 131 else 0)
         if k == 128:
-            t.observe_spool_overflow()
+            t.spool_overflowed()
         # a node of l20 relabelled out of every pool for five minutes, then taken back
         t.node_drift.labels("l20", "orphaned").set(1 if 90 <= k < 95 else 0)
         if 60 <= k < 66:  # six minutes of h100 queueing with a node lent
-            t.observe_borrowing_cost("h100")
+            t.borrowing_minute("h100")
         # h100 has an slo of 10 minutes a week; the six minutes stay in its window
         spent = min(6, max(0, k - 59))
-        t.observe_budgets({"h100": model.ErrorBudget(10, timedelta(days=7), spent)})
+        t.set_budgets({"h100": model.ErrorBudget(10, timedelta(days=7), spent)})
     elif k == 50:
-        t.observe_audit_failure("query")
+        t.audit_failed("query")
 
 
 @pytest.fixture(scope="module")

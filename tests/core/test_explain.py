@@ -15,7 +15,7 @@ from datetime import timedelta
 import pytest
 
 from rebalancer.core import audit, explain, model, windows
-from rebalancer.core.tick import PoolRules, plan_tick
+from rebalancer.core.tick import PoolControls, plan_tick
 from tests.support.factories import (
     KEYS,
     POOL,
@@ -59,7 +59,7 @@ def explained(case: Case) -> dict[str, object]:
     if case.rps is None:
         seen = dataclasses.replace(seen, demand_known=False, unknown_since=T0 - case.age)
     snapshot = model.Snapshot(now=T0, pools={POOL: seen})
-    rules = PoolRules(pool_policy, frozen=case.frozen)
+    rules = PoolControls(pool_policy, frozen=case.frozen)
     decision = plan_tick(snapshot, {POOL: proposal(case.target)}, {POOL: rules}, KEYS)
     name = case.nodes[0].name
     doc = explain.node(name, POOL, snapshot, decision, pool_policy, KEYS, frozen=case.frozen)
@@ -298,7 +298,7 @@ def test_the_pool_view_lists_steps_refusals_and_each_nodes_reason() -> None:
     nodes = [serving("busy", pods=[inference_pod()]), serving("idle"), serving("s-0")]
     seen = model.PoolSnapshot(nodes=tuple(nodes), demand=demand(0))
     snapshot = model.Snapshot(now=T0, pools={POOL: seen})
-    rules = PoolRules(policy(min_serving=0))
+    rules = PoolControls(policy(min_serving=0))
     decision = plan_tick(snapshot, {POOL: proposal(3)}, {POOL: rules}, KEYS)
     doc = explain.pool(POOL, snapshot, decision, rules.policy, KEYS)
     assert [s["node"] for s in doc["steps"]] == ["idle", "s-0"]
@@ -358,7 +358,7 @@ def test_the_audit_record_of_a_refusal_names_each_node_left_out_and_why() -> Non
     ]
     seen = model.PoolSnapshot(nodes=tuple(nodes), demand=demand(0))
     snapshot = model.Snapshot(now=T0, pools={POOL: seen})
-    rules = PoolRules(policy(min_serving=0))
+    rules = PoolControls(policy(min_serving=0))
     decision = plan_tick(snapshot, {POOL: proposal(3)}, {POOL: rules}, KEYS)
     ctx = audit.Context(controller="test", term=None, strategy="test")
     ids = iter(range(100))

@@ -11,7 +11,7 @@ import pytest
 
 from rebalancer.core import model, tick
 from rebalancer.core.model import Action, Origin, PoolName, Reason
-from rebalancer.core.tick import Failure, FailureKind, PoolRules, Stage, plan_tick
+from rebalancer.core.tick import Failure, FailureKind, PoolControls, Stage, plan_tick
 from tests.support import factories as f
 
 A, B = PoolName("a"), PoolName("b")
@@ -29,7 +29,7 @@ def snapshot(rps: float = 0.0) -> model.Snapshot:
     return model.Snapshot(now=f.T0, pools=pools)
 
 
-RULES = {A: PoolRules(f.policy()), B: PoolRules(f.policy())}
+RULES = {A: PoolControls(f.policy()), B: PoolControls(f.policy())}
 
 
 def test_a_valid_answer_is_planned_as_given() -> None:
@@ -80,7 +80,7 @@ def test_a_failed_answer_still_lets_the_safety_rules_reclaim() -> None:
 
 def test_a_planner_that_fails_in_one_pool_moves_nothing_there_and_leaves_the_other() -> None:
     # Not a policy at all, so the planner itself raises for pool A: the failure under test.
-    broken = {A: PoolRules(object()), B: PoolRules(f.policy())}  # type: ignore[arg-type]
+    broken = {A: PoolControls(object()), B: PoolControls(f.policy())}  # type: ignore[arg-type]
     decision = plan_tick(snapshot(), {A: f.proposal(4), B: f.proposal(4)}, broken, f.KEYS)
     failure = decision.failures[(A, Stage.PLANNER)]
     assert failure.kind is FailureKind.RAISED
@@ -126,7 +126,7 @@ def test_lending_costs_a_pool_when_requests_queue_beyond_its_limit_while_nodes_a
     queue = None if queued is None else f.demand(queued)
     pool = f.pool_snapshot([*f.serving_nodes(3), *nodes], f.demand(5.0), queue)
     policy = f.policy(queue_limit=10.0, warmup=WARMUP)
-    assert tick.costs(pool, policy, f.KEYS, now) == costs
+    assert tick.nodes_lending_costs(pool, policy, f.KEYS, now) == costs
 
 
 def test_an_operator_reclaim_is_one_urgent_operator_step_per_node() -> None:

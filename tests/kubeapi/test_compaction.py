@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from rebalancer.adapters import kubeclient
-from rebalancer.adapters.informer import Informer, WatchSettings
+from rebalancer.adapters.informer import Informer
+from rebalancer.adapters.reflector import WatchSettings
 from sandbox.emulator.store import Store
 from tests.support import kube
 from tests.support.backends import log_requests

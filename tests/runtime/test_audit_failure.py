@@ -35,14 +35,15 @@ from rebalancer.adapters.actuator import Actuator
 from rebalancer.adapters.audit import AuditLog, SqlAuditStore, UlidFactory, every_record
 from rebalancer.adapters.events import KubeEvents
 from rebalancer.adapters.gate import LeaderGatedWriter
-from rebalancer.adapters.informer import Informer, WatchSettings
+from rebalancer.adapters.informer import Informer
+from rebalancer.adapters.reflector import WatchSettings
 from rebalancer.adapters.writer import KubeWriter, RetryPolicy
 from rebalancer.core import model
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Term
 from rebalancer.runtime import http
 from rebalancer.runtime.reconcile import Reconciler
-from rebalancer.runtime.seams import TickReport
+from rebalancer.runtime.report import TickReport
 from rebalancer.runtime.telemetry import Telemetry
 from sandbox.emulator import cluster
 from sandbox.emulator.resources import NODES
@@ -93,6 +94,7 @@ class World:
     async def tick(self) -> TickReport:
         await self.caught_up()
         report = await self.reconciler.tick()
+        self.telemetry.record(report)
         await self.caught_up()
         return report
 
@@ -146,7 +148,6 @@ async def world(tmp_path: Path, spool_limit: int = 10_000) -> AsyncIterator[Worl
                 audit_log=log,
                 leadership=lead,
                 keys=KEYS,
-                observer=telemetry,
                 ledger=ledger.NodeLedger(writer, KEYS, recorder),
             )
 

@@ -24,14 +24,15 @@ from kubernetes_asyncio import client
 
 from rebalancer.adapters.actuator import Actuator
 from rebalancer.adapters.audit import AuditLog, MemoryAuditStore, UlidFactory
-from rebalancer.adapters.informer import Informer, WatchSettings
+from rebalancer.adapters.informer import Informer
 from rebalancer.adapters.kubeclient import ClockProbe
+from rebalancer.adapters.reflector import WatchSettings
 from rebalancer.adapters.writer import KubeWriter, RetryPolicy
 from rebalancer.core import clocks, model, nodestate
 from rebalancer.core.audit import Kind
 from rebalancer.core.model import Clock, PoolName, Reason, Term
 from rebalancer.runtime.reconcile import Reconciler
-from rebalancer.runtime.seams import TickReport
+from rebalancer.runtime.report import TickReport
 from sandbox.emulator import cluster
 from sandbox.emulator.views import expected_views
 from tests.support import emulated, pools

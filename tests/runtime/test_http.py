@@ -6,7 +6,7 @@ import asyncio
 import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Action, NodeName, Origin, PoolName, Reason
 from rebalancer.runtime import http
 from rebalancer.runtime.http import HttpServer, Readiness, readiness
+from rebalancer.runtime.report import Tally, TickReport
 from rebalancer.runtime.telemetry import Telemetry
 from tests.support.factories import T0, audit_record
 
@@ -166,46 +167,86 @@ def snapshot(now: datetime, demand: model.Sample | None) -> model.Snapshot:
     )
 
 
+def test_a_ticks_report_sets_what_it_noted_and_a_gauge_it_did_not_measure_stays() -> None:
+    t = Telemetry()
+    noted = Tally(
+        leader=("rebalancer-0", True),
+        lent={"l20": 3},
+        audit_store=(True, 2),
+        decided=[plan()],
+        strategy_failures=[("l20", "forecast", "timeout")],
+        reclaims=[("l20", T0, T0 + timedelta(seconds=42))],
+        spool_overflows=2,
+    )
+    snap = snapshot(T0, model.Sample(40.0, T0 - timedelta(seconds=30)))
+    report = TickReport(T0, snap, {}, model.Plan(T0, {}), leading=True, happened=noted)
+    t.record(report)
+    # A tick that stopped early measured no gauge: each keeps its value; events only add.
+    t.record(replace(report, happened=Tally(strategy_failures=[("l20", "forecast", "raised")])))
+
+    def value(name: str, **labels: str) -> float | None:
+        return t.registry.get_sample_value(name, labels)
+
+    assert value("rebalancer_leader", identity="rebalancer-0") == 1
+    assert value("rebalancer_nodes_lent", pool="l20") == 3
+    assert value("rebalancer_audit_store_failing") == 1
+    assert value("rebalancer_audit_spooled_records") == 2
+    assert value("rebalancer_audit_spool_overflows_total") == 2
+    assert value("rebalancer_reclaim_duration_seconds_sum", pool="l20") == 42
+    failures = "rebalancer_strategy_failures_total"
+    assert value(failures, pool="l20", strategy="forecast", kind="timeout") == 1
+    assert value(failures, pool="l20", strategy="forecast", kind="raised") == 1
+    assert value("rebalancer_demand_sample_age_seconds", pool="l20") == 30
+    steps = sum(
+        s.value
+        for f in t.registry.collect()
+        if f.name == "rebalancer_decisions"
+        for s in f.samples
+        if s.name == "rebalancer_decisions_total"
+    )
+    assert steps == len(plan().steps) + len(plan().rejections)
+
+
 async def test_metrics_expose_every_family_with_its_labels() -> None:
     t = Telemetry()
-    t.observe_plan(plan())
-    t.observe_plan(plan())
-    t.observe_lent({"l20": 3, "a100": 1})
-    t.observe_lent({"l20": 2})  # a100 went away: its series goes too
-    t.observe_overdue({"l20": 0, "a100": 1})
-    t.observe_overdue({"l20": 1})
-    t.observe_snapshot(snapshot(T0, model.Sample(40.0, T0 - timedelta(seconds=30))))
+    t.count_decisions(plan())
+    t.count_decisions(plan())
+    t.set_lent({"l20": 3, "a100": 1})
+    t.set_lent({"l20": 2})  # a100 went away: its series goes too
+    t.set_overdue({"l20": 0, "a100": 1})
+    t.set_overdue({"l20": 1})
+    t.set_demand_ages(snapshot(T0, model.Sample(40.0, T0 - timedelta(seconds=30))))
     # A later tick with no sample, then one with NaN: the age keeps growing from the last good one.
-    t.observe_snapshot(snapshot(T0 + timedelta(seconds=60), None))
+    t.set_demand_ages(snapshot(T0 + timedelta(seconds=60), None))
     nan = model.Sample(math.nan, T0 + timedelta(seconds=100))
-    t.observe_snapshot(snapshot(T0 + timedelta(seconds=120), nan))
-    t.observe_reclaim_done("l20", T0, T0 + timedelta(seconds=42))
-    t.observe_reclaim_done("l20", T0, T0 + timedelta(seconds=700))
-    t.observe_leader("rebalancer-0", leading=True)
-    t.observe_audit_failure("tick")
-    t.observe_audit_failure("tick")
-    t.observe_audit_store(True, 7)
-    t.observe_spool_overflow()
-    t.observe_strategy_failure("l20", "forecast", "raised")
-    t.observe_strategy_failure("l20", "forecast", "raised")
-    t.observe_strategy_failure("l20", "forecast", "timeout")
-    t.observe_planner_failure("a100")
-    t.observe_safety_only({"l20": True, "a100": False})
-    t.observe_safety_only({"l20": True})  # a100 went away
-    t.observe_unreadable({"node": 0, "pod": 2})
-    t.observe_frozen_under_pressure({"l20": False, "a100": True})
-    t.observe_demand_held({"l20": True})
-    t.observe_borrowing_cost("l20")
-    t.observe_borrowing_cost("l20")
+    t.set_demand_ages(snapshot(T0 + timedelta(seconds=120), nan))
+    t.reclaim_done("l20", T0, T0 + timedelta(seconds=42))
+    t.reclaim_done("l20", T0, T0 + timedelta(seconds=700))
+    t.set_leader("rebalancer-0", leading=True)
+    t.audit_failed("tick")
+    t.audit_failed("tick")
+    t.set_audit_store(True, 7)
+    t.spool_overflowed()
+    t.strategy_failed("l20", "forecast", "raised")
+    t.strategy_failed("l20", "forecast", "raised")
+    t.strategy_failed("l20", "forecast", "timeout")
+    t.planner_failed("a100")
+    t.set_safety_only({"l20": True, "a100": False})
+    t.set_safety_only({"l20": True})  # a100 went away
+    t.set_unreadable({"node": 0, "pod": 2})
+    t.set_frozen_under_pressure({"l20": False, "a100": True})
+    t.set_demand_held({"l20": True})
+    t.borrowing_minute("l20")
+    t.borrowing_minute("l20")
     week, day = timedelta(days=7), timedelta(days=1)
-    t.observe_budgets({"l20": model.ErrorBudget(10, week, 3), "a100": model.ErrorBudget(0, day, 0)})
-    t.observe_budgets({"l20": model.ErrorBudget(10, week, 4)})  # a100 lost its slo
+    t.set_budgets({"l20": model.ErrorBudget(10, week, 3), "a100": model.ErrorBudget(0, day, 0)})
+    t.set_budgets({"l20": model.ErrorBudget(10, week, 4)})  # a100 lost its slo
     api = clocks.Skew(
         clocks.Against.APISERVER, timedelta(seconds=-600), timedelta(seconds=0.5), 3, T0
     )
     near = clocks.Skew(clocks.Against.PROMETHEUS, timedelta(seconds=0.2), timedelta(0), 3, T0)
     far = clocks.Skew(clocks.Against.PROMETHEUS, timedelta(seconds=-90), timedelta(0), 3, T0)
-    t.observe_clocks(
+    t.set_clocks(
         {
             PoolName("l20"): clocks.Clocks((api, near)),
             PoolName("a100"): clocks.Clocks((api, far), bound=timedelta(minutes=15)),
@@ -333,9 +374,9 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
 
 async def test_the_cluster_is_named_by_one_info_series_and_by_no_other_series() -> None:
     t = Telemetry(cluster="prod-eu-1")
-    t.observe_plan(plan())
-    t.observe_lent({"l20": 1})
-    t.observe_leader("rebalancer-0", leading=True)
+    t.count_decisions(plan())
+    t.set_lent({"l20": 1})
+    t.set_leader("rebalancer-0", leading=True)
     async with (
         serve(await memory_store(), telemetry=t) as (_, session),
         session.get("/metrics") as resp,
@@ -359,7 +400,7 @@ async def test_the_cluster_is_named_by_one_info_series_and_by_no_other_series() 
 
 async def test_metrics_speak_openmetrics_when_asked() -> None:
     t = Telemetry()
-    t.observe_audit_failure("outcome")
+    t.audit_failed("outcome")
     async with serve(await memory_store(), telemetry=t) as (_, session):
         accept = {"Accept": "application/openmetrics-text; version=1.0.0"}
         async with session.get("/metrics", headers=accept) as resp:
@@ -372,8 +413,8 @@ async def test_metrics_speak_openmetrics_when_asked() -> None:
 
 async def test_leader_gauge_follows_leadership_and_registries_are_separate() -> None:
     a, b = Telemetry(), Telemetry()
-    a.observe_leader("rebalancer-0", leading=True)
-    a.observe_leader("rebalancer-0", leading=False)
+    a.set_leader("rebalancer-0", leading=True)
+    a.set_leader("rebalancer-0", leading=False)
     async with (
         serve(await memory_store(), telemetry=a) as (_, session),
         session.get("/metrics") as resp,

@@ -26,6 +26,7 @@ from rebalancer.core.model import PodRules, PoolName, Reason
 from rebalancer.core.outcomes import ActionResult, Outcome
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.runtime.reconcile import Reconciler
+from rebalancer.runtime.report import TickReport
 from rebalancer.runtime.seams import AlwaysLeader, PoolConfig
 from sandbox.emulator.clock import ManualClock
 from tests.support.factories import KEYS, LEND_SPEC, T0, begin_reclaim, lend, serving
@@ -72,6 +73,9 @@ class World:
     store: MemoryAuditStore
     seen: Seen
 
+    async def tick(self) -> TickReport:
+        return self.seen.record(await self.reconciler.tick())
+
     def findings(self, reason: Reason) -> list[Any]:
         return [r for r in self.store.records if r.kind is Kind.FINDING and r.reason == reason]
 
@@ -100,7 +104,6 @@ async def world(
         audit_log=AuditLog(store, sink=None),
         leadership=AlwaysLeader(now=clock),
         keys=KEYS,
-        observer=seen,
         strategy_timeout=timeout,
     )
     await reconciler.start()  # what the first tick of a leader does before it plans
@@ -113,7 +116,7 @@ async def world(
 async def test_a_strategy_that_raises_leaves_the_other_pool_planned_as_usual() -> None:
     w = await world(Scripted(ZeroDivisionError("float division by zero")))
 
-    report = await w.reconciler.tick()
+    report = await w.tick()
 
     assert w.calls[A].of("lend") == []  # safety only: no new loans
     assert len(w.calls[B].of("lend")) == 3  # 5 rps need one node of four: three lent
@@ -125,7 +128,7 @@ async def test_a_strategy_that_raises_leaves_the_other_pool_planned_as_usual() -
 async def test_a_failing_strategy_still_lets_the_safety_rules_take_nodes_back() -> None:
     w = await world(Scripted(RuntimeError("boom")), lent_a=3, demand_a=35.0)
 
-    await w.reconciler.tick()
+    await w.tick()
 
     # 35 rps need 4 nodes at 10 rps; one serves: the three lent ones come back at once.
     assert sorted(w.calls[A].of("reclaim")) == ["a-0", "a-1", "a-2"]
@@ -136,10 +139,10 @@ async def test_a_failure_is_audited_once_per_episode_and_its_end_once() -> None:
     w = await world(strategy)
 
     for _ in range(5):
-        await w.reconciler.tick()
+        await w.tick()
     strategy.answer = model.Proposal(0, "works again")
-    await w.reconciler.tick()
-    await w.reconciler.tick()
+    await w.tick()
+    await w.tick()
 
     [failed] = w.findings(Reason.STRATEGY_FAILED)
     assert failed.pool == "a"
@@ -167,7 +170,7 @@ async def test_a_strategy_that_answers_garbage_is_planned_safety_only(
 ) -> None:
     w = await world(Scripted(answer))
 
-    report = await w.reconciler.tick()
+    report = await w.tick()
 
     assert w.calls[A].of("lend") == []
     assert why in report.proposals[A].reason
@@ -181,9 +184,9 @@ async def test_a_strategy_that_overruns_is_not_called_again_until_it_returns() -
     w = await world(strategy, timeout=timedelta(milliseconds=50))
 
     try:
-        first = await w.reconciler.tick()
+        first = await w.tick()
         assert len(w.calls[B].of("lend")) == 3
-        second = await w.reconciler.tick()
+        second = await w.tick()
         assert strategy.calls == 1  # the stuck call is not piled on
         assert "no answer within" in first.proposals[A].reason
         assert "still running" in second.proposals[A].reason
@@ -192,7 +195,7 @@ async def test_a_strategy_that_overruns_is_not_called_again_until_it_returns() -
     await w.reconciler.decider.running[A]  # let the released call finish before the next tick
     strategy.gate = None
 
-    third = await w.reconciler.tick()
+    third = await w.tick()
     assert third.proposals[A].reason == "lend everything"
     assert [k for _, _, k in w.seen.strategy_failures] == ["timeout", "timeout"]
 
@@ -201,9 +204,9 @@ async def test_a_planner_failure_in_one_pool_leaves_the_other_pool_planned() -> 
     broken = BrokenPlanning(**{f.name: getattr(POLICY, f.name) for f in dataclasses.fields(POLICY)})
     w = await world(Scripted(), policy_a=broken)
 
-    report = await w.reconciler.tick()
+    report = await w.tick()
     assert len(w.calls[B].of("lend")) == 3
-    await w.reconciler.tick()
+    await w.tick()
 
     assert w.calls[A].of("lend") == []
     assert "the planner failed" in report.plan.pools[A].summary
@@ -215,7 +218,7 @@ async def test_an_unreadable_object_is_counted_and_the_rest_is_planned() -> None
     w = await world(Scripted())
     w.views.broken = {"pod/a-3/ns/bad": "ValueError: invalid literal for int()"}
 
-    await w.reconciler.tick()
+    await w.tick()
 
     assert w.seen.unreadable[-1] == {"node": 0, "pod": 1}
     assert len(w.calls[A].of("lend")) == 3
@@ -246,7 +249,7 @@ async def test_a_reclaim_wave_runs_its_reclaims_together_against_one_deadline() 
     slow = SlowReclaims()
     w.reconciler.actuators = {A: slow, B: w.calls[B]}
 
-    await w.reconciler.tick()
+    await w.tick()
 
     assert sorted(slow.of("reclaim")) == ["a-0", "a-1", "a-2"]
     assert slow.most == 3  # all at once, not one after another
@@ -280,7 +283,7 @@ async def test_the_drains_of_a_wave_are_driven_together() -> None:
     slow = SlowDrains()
     w.reconciler.actuators = {A: slow, B: w.calls[B]}
 
-    await w.reconciler.tick()
+    await w.tick()
 
     assert sorted(slow.passes) == ["a-0", "a-1", "a-2"]
     assert slow.most == 3

@@ -30,7 +30,8 @@ from rebalancer.core.model import Action, PodRules, PoolName, Reason
 from rebalancer.core.outcomes import ActionResult, Outcome
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.runtime.reconcile import Reconciler
-from rebalancer.runtime.seams import AlwaysLeader, PoolConfig, TickReport
+from rebalancer.runtime.report import TickReport
+from rebalancer.runtime.seams import AlwaysLeader, PoolConfig
 from sandbox.emulator.clock import ManualClock
 from tests.support.factories import (
     INFERENCE_TAINT,
@@ -130,7 +131,7 @@ class World:
     originals: dict[str, model.NodeView]
 
     async def tick(self) -> TickReport:
-        return await self.reconciler.tick()
+        return self.seen.record(await self.reconciler.tick())
 
     def records(self, kind: Kind, pool: PoolName | None = None) -> list[AuditRecord]:
         return [
@@ -173,7 +174,6 @@ def world(
         audit_log=AuditLog(audit, sink=None, new_id=UlidFactory(clock)),
         leadership=AlwaysLeader(now=clock),
         keys=KEYS,
-        observer=seen,
     )
     originals = {str(v.name): v for v in views.nodes}
     return World(reconciler, views, demand, clock, actuators, audit, seen, originals)

@@ -26,7 +26,8 @@ from rebalancer.core.outcomes import ActionResult
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.runtime import telemetry
 from rebalancer.runtime.reconcile import Reconciler
-from rebalancer.runtime.seams import AlwaysLeader, PoolConfig, TickReport
+from rebalancer.runtime.report import TickReport
+from rebalancer.runtime.seams import AlwaysLeader, PoolConfig
 from sandbox.emulator.clock import ManualClock
 from tests.support.factories import (
     INFERENCE_TAINT,
@@ -113,7 +114,9 @@ class World:
     metrics: telemetry.Telemetry
 
     async def tick(self) -> TickReport:
-        return await self.reconciler.tick()
+        report = await self.reconciler.tick()
+        self.metrics.record(report)
+        return report
 
     def records(self, kind: Kind, node: str | None = None) -> list[model.Reason | str]:
         return [
@@ -159,7 +162,6 @@ def world(nodes: Sequence[model.NodeView], rps: Mapping[PoolName, float]) -> Wor
         leadership=AlwaysLeader(now=clock),
         keys=KEYS,
         events=recorded,
-        observer=metrics,
     )
     return World(reconciler, views, actuators, audit, recorded, metrics)
 

@@ -20,14 +20,15 @@ from kubernetes_asyncio import client
 
 from rebalancer.adapters import registry
 from rebalancer.adapters.audit import MemoryAuditStore
-from rebalancer.adapters.informer import Informer, WatchSettings
+from rebalancer.adapters.informer import Informer
+from rebalancer.adapters.reflector import WatchSettings
 from rebalancer.adapters.writer import KubeWriter, RetryPolicy
 from rebalancer.core import model, nodestate
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Term
 from rebalancer.core.outcomes import Outcome
 from rebalancer.runtime.loop import run_controller
-from rebalancer.runtime.seams import TickReport
+from rebalancer.runtime.report import TickReport
 from sandbox.emulator import cluster
 from sandbox.emulator.resources import NODES
 from sandbox.emulator.store import Store
@@ -139,14 +140,14 @@ async def test_a_minute_of_queueing_while_nodes_are_lent_is_counted_once_as_lend
     async with world() as w:
         await w.reconciler.start()
         await w.tick()  # low demand: the idle nodes are lent
-        assert w.seen.costs == []
+        assert w.seen.borrowing_minutes == []
         w.metrics.queued[POOL] = 50.0  # beyond the pool's limit (0): serving is short
         report = await w.tick()
         assert {a.call for a in report.steps} == {"reclaim"}  # the queue takes the loans back
-        assert w.seen.costs == [POOL]
+        assert w.seen.borrowing_minutes == [POOL]
         w.advance(10)
         await w.tick()  # the same minute, and the nodes are no longer lent
-        assert w.seen.costs == [POOL]
+        assert w.seen.borrowing_minutes == [POOL]
 
 
 async def test_lending_s_cost_is_counted_once_per_minute_however_many_ticks_see_it() -> None:
@@ -159,10 +160,10 @@ async def test_lending_s_cost_is_counted_once_per_minute_however_many_ticks_see_
         for _ in range(3):  # three ticks within one minute
             await w.tick()
             w.advance(15)
-        assert w.seen.costs == [POOL]
+        assert w.seen.borrowing_minutes == [POOL]
         w.advance(30)  # the next minute
         await w.tick()
-        assert w.seen.costs == [POOL, POOL]
+        assert w.seen.borrowing_minutes == [POOL, POOL]
 
 
 @dataclass

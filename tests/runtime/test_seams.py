@@ -8,14 +8,11 @@ from rebalancer.adapters.informer import Informer
 from rebalancer.adapters.leadership import LeaderElector
 from rebalancer.adapters.metrics import Metrics
 from rebalancer.runtime.seams import (
-    AlwaysLeader,
     Leadership,
     MetricsSource,
     NodeActuator,
-    Observer,
     ViewSource,
 )
-from rebalancer.runtime.telemetry import Telemetry
 
 
 def as_leadership(elector: LeaderElector) -> Leadership:
@@ -32,14 +29,3 @@ def as_views(informer: Informer) -> ViewSource:
 
 def as_metrics(metrics: Metrics) -> MetricsSource:
     return metrics
-
-
-def as_observer(telemetry: Telemetry) -> Observer:
-    return telemetry
-
-
-def test_a_single_replica_without_election_always_leads() -> None:
-    lead: Leadership = AlwaysLeader("solo")
-    assert lead.may_write(lead.now())
-    assert lead.term is None
-    assert lead.identity == "solo"

@@ -27,7 +27,8 @@ from rebalancer.core.audit import Kind
 from rebalancer.core.model import Action, PodRules, PoolName, Reason
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.runtime.reconcile import Reconciler
-from rebalancer.runtime.seams import AlwaysLeader, PoolConfig, TickReport
+from rebalancer.runtime.report import TickReport
+from rebalancer.runtime.seams import AlwaysLeader, PoolConfig
 from sandbox.emulator.clock import ManualClock
 from tests.support.factories import INFERENCE_TAINT, KEYS, T0, gpu_node, serving, taker
 from tests.support.fakes import CodecActuator, Demand, Scripted, Views

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rebalancer import cli, settings
-from rebalancer.adapters import metrics
+from rebalancer.adapters import metrics, ranges
 from rebalancer.core.model import PoolName
 from sandbox.sim import history, traces
 from tests.support import demand_history
@@ -109,7 +109,7 @@ async def test_the_chunked_read_returns_every_minute_prometheus_has_and_invents_
     pool = settings.load(config, env={}).pool("conv")
     adapter = metrics.Metrics(metrics.Settings(url=prometheus, queries=pool.metrics.queries()))
     try:
-        read = await metrics.read_range(
+        read = await ranges.read_range(
             adapter,
             PoolName("conv"),
             "demand",
@@ -135,7 +135,7 @@ async def test_a_query_for_one_pool_reads_only_that_pool(
     pool = settings.load(config, env={}).pool("code")
     adapter = metrics.Metrics(metrics.Settings(url=prometheus, queries=pool.metrics.queries()))
     try:
-        read = await metrics.read_range(
+        read = await ranges.read_range(
             adapter,
             PoolName("code"),
             "demand",

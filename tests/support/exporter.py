@@ -4,7 +4,7 @@
 advanced on the wall clock at ``rps`` requests per second in all, split evenly over the pods),
 ``vllm:num_requests_waiting`` (``waiting`` in all), ``vllm:num_requests_running``, and
 ``kube_pod_info`` joining each pod to its node, with the ``namespace``/``pod``/``node`` labels
-the default queries of ``rebalancer.adapters.metrics`` join on.
+the default queries of ``rebalancer.adapters.promql`` join on.
 """
 
 from __future__ import annotations

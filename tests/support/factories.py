@@ -267,7 +267,7 @@ def planned(
     """
     paused, frozen = set(paused_pools), set(frozen_pools)
     rules = {
-        name: tick.PoolRules(policies[name], paused=name in paused, frozen=name in frozen)
+        name: tick.PoolControls(policies[name], paused=name in paused, frozen=name in frozen)
         for name in snapshot.pools
     }
     decision = tick.plan_tick(snapshot, proposals, rules, KEYS)

@@ -1,18 +1,18 @@
-"""A recording ``Observer`` for the Reconciler's tests: every call kept, to assert on."""
+"""What the reports of a reconciler's ticks noted for the telemetry, kept tick after tick to
+assert on (``runtime.report``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from rebalancer.core import model
-from rebalancer.runtime.seams import NoObserver
+from rebalancer.runtime.report import TickReport
 
 
 @dataclass
-class Seen(NoObserver):
-    """An ``Observer`` that remembers what it was told, in the order it was told."""
+class Seen:
+    """Each gauge as every tick measured it, and every event, in the order they came."""
 
     leader: list[bool] = field(default_factory=list)
     lent: list[dict[str, int]] = field(default_factory=list)
@@ -26,47 +26,29 @@ class Seen(NoObserver):
     pressure: list[dict[str, bool]] = field(default_factory=list)
     held: list[dict[str, bool]] = field(default_factory=list)
     unreadable: list[dict[str, int]] = field(default_factory=list)
-    costs: list[str] = field(default_factory=list)  # a pool per minute of borrowing cost
+    borrowing_minutes: list[str] = field(default_factory=list)  # a pool per minute lending cost
     budgets: list[dict[str, model.ErrorBudget]] = field(default_factory=list)
 
-    def observe_borrowing_cost(self, pool: str) -> None:
-        self.costs.append(pool)
-
-    def observe_budgets(self, budgets: Mapping[str, model.ErrorBudget]) -> None:
-        self.budgets.append(dict(budgets))
-
-    def observe_strategy_failure(self, pool: str, strategy: str, kind: str) -> None:
-        self.strategy_failures.append((pool, strategy, kind))
-
-    def observe_planner_failure(self, pool: str) -> None:
-        self.planner_failures.append(pool)
-
-    def observe_safety_only(self, states: Mapping[str, bool]) -> None:
-        self.safety_only.append(dict(states))
-
-    def observe_frozen_under_pressure(self, states: Mapping[str, bool]) -> None:
-        self.pressure.append(dict(states))
-
-    def observe_demand_held(self, states: Mapping[str, bool]) -> None:
-        self.held.append(dict(states))
-
-    def observe_unreadable(self, counts: Mapping[str, int]) -> None:
-        self.unreadable.append(dict(counts))
-
-    def observe_lent(self, lent: Mapping[str, int]) -> None:
-        self.lent.append(dict(lent))
-
-    def observe_overdue(self, overdue: Mapping[str, int]) -> None:
-        self.overdue.append(dict(overdue))
-
-    def observe_plan(self, plan: model.Plan) -> None:
-        self.steps += len(plan.steps)
-
-    def observe_leader(self, identity: str, leading: bool) -> None:
-        self.leader.append(leading)
-
-    def observe_audit_failure(self, operation: str) -> None:
-        self.audit_failures.append(operation)
-
-    def observe_reclaim_done(self, pool: str, started: datetime, serving: datetime) -> None:
-        self.reclaims.append((pool, started, serving))
+    def record(self, report: TickReport) -> TickReport:
+        """Keep what ``report`` noted; ``report`` itself, to go on with."""
+        noted = report.happened
+        if noted.leader is not None:
+            self.leader.append(noted.leader[1])
+        for gauge, kept in (
+            (noted.lent, self.lent),
+            (noted.overdue, self.overdue),
+            (noted.safety_only, self.safety_only),
+            (noted.frozen_under_pressure, self.pressure),
+            (noted.demand_held, self.held),
+            (noted.unreadable, self.unreadable),
+            (noted.budgets, self.budgets),
+        ):
+            if gauge is not None:
+                kept.append(dict(gauge))  # type: ignore[arg-type]
+        self.steps += sum(len(plan.steps) for plan in noted.decided)
+        self.audit_failures += noted.audit_failures
+        self.reclaims += noted.reclaims
+        self.strategy_failures += noted.strategy_failures
+        self.planner_failures += noted.planner_failures
+        self.borrowing_minutes += noted.borrowing_minutes
+        return report

@@ -18,12 +18,14 @@ from kubernetes_asyncio import client
 from rebalancer.adapters.actuator import Actuator
 from rebalancer.adapters.audit import AuditLog, MemoryAuditStore, UlidFactory
 from rebalancer.adapters.gate import LeaderGatedWriter
-from rebalancer.adapters.informer import Informer, WatchSettings
+from rebalancer.adapters.informer import Informer
+from rebalancer.adapters.reflector import WatchSettings
 from rebalancer.adapters.writer import KubeWriter, NodeWriter, RetryPolicy
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Term
 from rebalancer.runtime.reconcile import Reconciler
-from rebalancer.runtime.seams import PoolConfig, TickReport
+from rebalancer.runtime.report import TickReport
+from rebalancer.runtime.seams import PoolConfig
 from sandbox.emulator import cluster
 from sandbox.emulator.server import Request
 from sandbox.emulator.store import Store
@@ -82,7 +84,7 @@ class World:
 
     async def tick(self) -> TickReport:
         await self.caught_up()
-        report = await self.reconciler.tick()
+        report = self.seen.record(await self.reconciler.tick())
         await self.caught_up()
         return report
 
@@ -104,7 +106,6 @@ def make_reconciler(
     metrics: Demand,
     lead: Lead,
     store: MemoryAuditStore,
-    seen: Seen | None = None,
     config: PoolConfig = CONFIG,
 ) -> Reconciler:
     actuator = Actuator(writer, KEYS, SPEC, RULES, box.clock)
@@ -117,7 +118,6 @@ def make_reconciler(
         audit_log=AuditLog(store, sink=None, new_id=UlidFactory(box.clock)),
         leadership=lead,
         keys=KEYS,
-        observer=seen,
     )
 
 
@@ -140,7 +140,7 @@ async def world(config: PoolConfig = CONFIG) -> AsyncIterator[World]:
         writer = LeaderGatedWriter(kube, lead.may_write, box.clock, lead.identity)
         audit = JournalStore(journal)
         seen = Seen()
-        reconciler = make_reconciler(box, writer, informer, metrics, lead, audit, seen, config)
+        reconciler = make_reconciler(box, writer, informer, metrics, lead, audit, config)
         task = asyncio.create_task(informer.run())
         try:
             await asyncio.wait_for(informer.synced.wait(), 5)

@@ -198,7 +198,7 @@ class AuditLog:
     async def unfinished_intents(self) -> tuple[AuditRecord, ...]:
         return await self.store.unfinished_intents(self.cluster)
 
-    async def costs(self, pool: str, since: datetime) -> tuple[datetime, ...]:
+    async def cost_minutes(self, pool: str, since: datetime) -> tuple[datetime, ...]:
         query = queries.AuditQuery(
             since=since, cluster=self.cluster, pool=pool, kinds=(Kind.COST,), limit=1000
         )

@@ -10,7 +10,7 @@ rejections equal its count.
 
 How one pool is planned (``planner.plan_pool``), one module per stage:
 
-1. ``observe``: every node is decoded once and demand is judged, into a ``_Pool`` that does not
+1. ``reading``: every node is decoded once and demand is judged, into a ``_Pool`` that does not
    change while the tick is decided (the values passed between the stages are in ``draft``);
 2. ``intents``, in order of precedence: operators, safety, then the strategy. Each goes through
    the same three stages (``grant``), and what it decides lands in the ``_Draft``, the plan being
@@ -25,7 +25,7 @@ How one pool is planned (``planner.plan_pool``), one module per stage:
 
 ``verdicts`` judges one node against every rule, as the planner would, for ``core.explain``.
 
-The rules (DESIGN section 4, decisions in ``docs/design/safety-rules.md``):
+The rules (the decisions behind each in ``docs/design/safety-rules.md``):
 
 - pause: a global or pool pause, or a node's ``paused`` override, freezes the node(s) as they are;
 - metrics: a missing or stale demand sample stops all lending; past the grace period every lent

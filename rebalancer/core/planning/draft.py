@@ -1,6 +1,6 @@
 """The values passed between the planner's stages, and the plan of one pool while it is built.
 
-Where it sits: ``observe`` builds a ``_Pool`` (every node decoded once, demand judged) that does
+Where it sits: ``reading`` builds a ``_Pool`` (every node decoded once, demand judged) that does
 not change while a tick is decided; each intent then writes into the ``_Draft``, so that later
 intents see the steps of earlier ones. Kept apart so that every stage reads the same few types.
 """

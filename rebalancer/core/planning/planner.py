@@ -19,7 +19,7 @@ from rebalancer.core.planning.intents import (
     _strategy_intent,
     _unused_loans,
 )
-from rebalancer.core.planning.observe import _observe
+from rebalancer.core.planning.reading import _read_pool
 from rebalancer.core.planning.rooms import _room_lent_already
 from rebalancer.core.policy import PoolPolicy
 
@@ -58,7 +58,7 @@ def plan_pool(
     served: frozenset[str] = frozenset(),
 ) -> model.PoolPlan:
     """One pool's plan; ``served``: jobs other pools have room for (``core.takers``)."""
-    draft = _Draft(_observe(now, name, pool, policy, keys, paused, frozen, served))
+    draft = _Draft(_read_pool(now, name, pool, policy, keys, paused, frozen, served))
     # Every intent is still formed under a pause or a freeze, and refused: nothing is silent.
     _operator_intents(draft)
     _state_intents(draft)

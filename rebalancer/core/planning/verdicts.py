@@ -19,7 +19,7 @@ from rebalancer.core.planning.budget import _limits
 from rebalancer.core.planning.candidates import _LEND_RULES, _RECLAIM_RULES
 from rebalancer.core.planning.draft import _Draft, _Node, _Pool
 from rebalancer.core.planning.intents import _PROBLEMS, _operator_reclaim
-from rebalancer.core.planning.observe import _observe
+from rebalancer.core.planning.reading import _read_pool
 from rebalancer.core.planning.rooms import _lent_rooms, _room, _to_takers, _why_no_taker
 from rebalancer.core.planning.steps import _LEND_EXCLUSIONS
 from rebalancer.core.policy import PoolPolicy
@@ -63,7 +63,7 @@ def node_rules(
     """What ``rebalancer explain NODE`` lists: the same rule tables, limits and takers the
     planner uses (``_LEND_RULES``, ``_RECLAIM_RULES``, ``_limits``), every one evaluated rather
     than the first that refuses. A node of ``snapshot`` only."""
-    pool = _observe(now, name, snapshot, policy, keys, paused, frozen)
+    pool = _read_pool(now, name, snapshot, policy, keys, paused, frozen)
     found = next((n for nodes in pool.by_phase.values() for n in nodes if n.name == node), None)
     if found is None:
         return NodeRules(None, note=f"not a node of pool {name}")

@@ -19,7 +19,7 @@ from rebalancer.core.planning.draft import Health, _Decoded, _Demand, _Node, _Po
 from rebalancer.core.policy import Guard, PoolPolicy
 
 
-def _observe(
+def _read_pool(
     now: datetime,
     name: model.PoolName,
     snapshot: model.PoolSnapshot,

@@ -1,0 +1,217 @@
+"""Reads of a pool over a span of history, step by step, in range queries a day at a time: its
+past demand (``rebalancer simulate --prometheus``), its nodes one by one and the nodes a label
+picked (``rebalancer capacity``). Apart from ``Metrics``, whose tick reads last samples."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from rebalancer.adapters.metrics import (
+    MAX_POINTS,
+    Metrics,
+    QueryFailed,
+    _duration,
+    _finite,
+    render,
+)
+from rebalancer.adapters.promql import MetricQuery
+from rebalancer.core.model import MetricError, PoolName
+
+RANGE_CHUNK = timedelta(days=1)  # one request's span: 1,440 points at one-minute steps
+
+
+@dataclass(frozen=True)
+class RangeRead:
+    """A metric of a pool on the grid ``start + i*step`` for ``i < len(values)``.
+
+    ``values[i]`` is the metric's ``value`` expression evaluated at the END of step ``i``, kept
+    only when the pool's newest raw sample (its ``sampled`` expression) at that time fell
+    inside step ``i``. Otherwise it is ``None``: Prometheus answers an instant query with the
+    last sample of the 5 minutes before (its lookback delta), so a series that stopped goes on
+    answering for minutes, and those answers are not samples of that step. ``requests`` counts
+    the range queries made; ``error`` says why the read stopped, if it did (values then hold
+    what was read before it).
+    """
+
+    start: datetime
+    step: timedelta
+    values: list[float | None]
+    requests: int = 0
+    error: MetricError | None = None
+
+
+async def read_range(
+    metrics: Metrics,
+    pool: PoolName,
+    metric: str,
+    q: MetricQuery,
+    nodes: Iterable[str],
+    start: datetime,
+    end: datetime,
+    step: timedelta = timedelta(minutes=1),
+    chunk: timedelta = RANGE_CHUNK,
+) -> RangeRead:
+    """``q`` for ``pool`` over ``[start, end)`` at ``step``, asked for ``chunk`` at a time.
+
+    Prometheus refuses more than 11,000 points per series in one range query; ``chunk`` must
+    hold at most ``MAX_POINTS`` steps. Each chunk is two range queries (value, and the newest
+    raw sample time, ``max(<sampled>)``), each retried on transient failures as every read of
+    the adapter is.
+    """
+    n = math.floor((end - start) / step)
+    per_chunk = math.floor(chunk / step)
+    if not 1 <= per_chunk <= MAX_POINTS:
+        raise ValueError(f"a chunk of {chunk} is {per_chunk} steps; it must be 1 to {MAX_POINTS}")
+    values: list[float | None] = [None] * max(n, 0)
+    names = sorted(set(nodes))
+    scope = metrics.settings.queries.scope
+    try:
+        value_q = render(q.value, pool, names, scope)
+        sampled_q = f"max({render(q.sampled, pool, names, scope)})"
+    except (ValueError, KeyError) as exc:
+        error = MetricError(pool, metric, q.value, f"cannot build the query: {exc}")
+        return RangeRead(start, step, values, 0, error)
+    requests = 0
+    for first in range(0, n, per_chunk):
+        last = min(n, first + per_chunk) - 1
+        since, until = start + step * (first + 1), start + step * (last + 1)
+        got: list[dict[int, float | None]] = []
+        for query in (value_q, sampled_q):
+            requests += 1
+            try:
+                result = await metrics._range(query, since, until, step)
+            except QueryFailed as exc:
+                error = MetricError(pool, metric, query, exc.reason)
+                return RangeRead(start, step, values, requests, error)
+            if len(result) > 1:
+                why = f"{len(result)} series where one was expected; aggregate it (sum)"
+                return RangeRead(
+                    start, step, values, requests, MetricError(pool, metric, query, why)
+                )
+            got.append(_by_step(result, start, step, first, last))
+        at, sampled = got
+        for i, value in at.items():
+            newest = sampled.get(i)
+            step_start = (start + step * i).timestamp()
+            if value is not None and newest is not None and newest > step_start:
+                values[i] = value
+    return RangeRead(start, step, values, requests)
+
+
+def _by_step(
+    result: list[dict[str, Any]], start: datetime, step: timedelta, first: int, last: int
+) -> dict[int, float | None]:
+    """A range result's points by step index (a point at ``start + (i+1)*step`` is step ``i``)."""
+    points: dict[int, float | None] = {}
+    for ts, raw in result[0]["values"] if result else []:
+        i = round((float(ts) - start.timestamp()) / step.total_seconds()) - 1
+        if first <= i <= last:
+            points[i] = _finite(raw)
+    return points
+
+
+@dataclass(frozen=True)
+class NodesRead:
+    """A per-node template of a pool on the grid ``start + i*step``, node by node.
+
+    ``values[node][i]`` is the template evaluated at the END of step ``i`` with ``$window`` =
+    ``step``: the node's figure over that step (``None``: no series for the node then). A
+    node that never had a series is absent. ``requests`` counts the range queries made;
+    ``error`` says why the read stopped, if it did (values then hold what was read before).
+    """
+
+    start: datetime
+    step: timedelta
+    values: Mapping[str, list[float | None]]
+    requests: int = 0
+    error: MetricError | None = None
+
+
+async def read_by_node(
+    metrics: Metrics,
+    pool: PoolName,
+    metric: str,
+    template: str,
+    nodes: Iterable[str],
+    start: datetime,
+    end: datetime,
+    step: timedelta = timedelta(minutes=1),
+    chunk: timedelta = RANGE_CHUNK,
+) -> NodesRead:
+    """``template`` (one series per ``node`` label, ``$window`` the step) for ``pool``'s
+    ``nodes`` over ``[start, end)``, asked for ``chunk`` at a time (``rebalancer capacity``).
+
+    One range query per chunk, retried on transient failures as every read of the adapter
+    is; ``chunk`` must hold at most ``MAX_POINTS`` steps."""
+    n = math.floor((end - start) / step)
+    per_chunk = math.floor(chunk / step)
+    if not 1 <= per_chunk <= MAX_POINTS:
+        raise ValueError(f"a chunk of {chunk} is {per_chunk} steps; it must be 1 to {MAX_POINTS}")
+    values: dict[str, list[float | None]] = {}
+    try:
+        query = render(
+            template,
+            pool,
+            sorted(set(nodes)),
+            metrics.settings.queries.scope,
+            window=_duration(step),
+        )
+    except (ValueError, KeyError) as exc:
+        error = MetricError(pool, metric, template, f"cannot build the query: {exc}")
+        return NodesRead(start, step, values, 0, error)
+    requests = 0
+    for first in range(0, n, per_chunk):
+        last = min(n, first + per_chunk) - 1
+        requests += 1
+        try:
+            result = await metrics._range(
+                query, start + step * (first + 1), start + step * (last + 1), step
+            )
+        except QueryFailed as exc:
+            return NodesRead(
+                start, step, values, requests, MetricError(pool, metric, query, exc.reason)
+            )
+        for series in result:
+            node = str(series["metric"].get("node", ""))
+            if not node:
+                why = "a series without a node label; aggregate it by (node)"
+                return NodesRead(
+                    start, step, values, requests, MetricError(pool, metric, query, why)
+                )
+            points = _by_step([series], start, step, first, last)
+            row = values.setdefault(node, [None] * n)
+            for i, value in points.items():
+                row[i] = value
+    return NodesRead(start, step, values, requests)
+
+
+async def labelled_nodes(
+    metrics: Metrics, selector: Mapping[str, str], start: datetime, end: datetime
+) -> list[str] | str:
+    """The nodes kube-state-metrics showed with all of ``selector``'s labels in ``[start, end]``.
+
+    kube-state-metrics exports a node label ``k`` as ``label_<k with every character outside
+    [a-zA-Z0-9_] as _>`` on ``kube_node_labels``, and only the labels it is allowed to
+    (``--metric-labels-allowlist``): an empty list may mean the label is not exported. Returns
+    the sorted names, or the reason the query failed.
+    """
+    matchers = ",".join(
+        f'label_{re.sub(r"[^a-zA-Z0-9_]", "_", key)}="{_promql_string(value)}"'
+        for key, value in sorted(selector.items())
+    )
+    span = _duration(max(end - start, timedelta(seconds=1)))
+    query = f"group by (node) (last_over_time(kube_node_labels{{{matchers}}}[{span}]))"
+    try:
+        result = await metrics._instant(query, end)
+    except QueryFailed as exc:
+        return f"{exc.reason} (query: {query})"
+    return sorted({str(s["metric"]["node"]) for s in result if s["metric"].get("node")})
+
+
+def _promql_string(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')

@@ -1,0 +1,96 @@
+"""Records and their parts as JSON documents (``to_json``, ``jsonable``): the one place that
+decides how a time, a number or a node is written."""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from rebalancer.core import model
+from rebalancer.core.audit.record import AuditRecord, Json
+
+
+def node_doc(view: model.NodeView) -> Json:
+    """Taints and labels of a node, in the API's shape (taint order kept)."""
+    return {
+        "taints": [t.to_doc() for t in view.taints],
+        "labels": dict(sorted(view.labels.items())),
+    }
+
+
+def _intent_doc(intent: model.Intent) -> Json:
+    return {
+        "action": intent.action.value,
+        "count": intent.count,
+        "origin": intent.origin.value,
+        "reason": intent.reason.value,
+        "message": intent.message,
+        "node": intent.node,
+    }
+
+
+def _sample(sample: model.Sample | None) -> Json | None:
+    if sample is None:
+        return None
+    return {"value": _number(sample.value), "at": _time(sample.at)}
+
+
+def _number(value: float) -> float | str:
+    return value if math.isfinite(value) else str(value)  # JSON has no NaN or infinity
+
+
+def _time(when: datetime) -> str:
+    return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with datetimes, durations, enums, tuples and sets made JSON-safe."""
+    if isinstance(value, enum.Enum):
+        return jsonable(value.value)
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return _number(value)
+    if isinstance(value, datetime):
+        return _time(value)
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        items = [jsonable(v) for v in value]
+        return sorted(items, key=repr) if isinstance(value, set | frozenset) else items
+    return str(value)
+
+
+def to_json(record: AuditRecord) -> Json:
+    """The record as one JSON document (the stdout line, and what readers get)."""
+    return {
+        "id": record.id,
+        "time": _time(record.time),
+        "cluster": record.cluster,
+        "kind": record.kind.value,
+        "controller": record.controller,
+        "term": record.term,
+        "pool": record.pool,
+        "node": record.node,
+        "action": record.action,
+        "origin": record.origin,
+        "reason": record.reason,
+        "message": record.message,
+        "count": record.count,
+        "strategy": record.strategy,
+        "params": jsonable(record.params),
+        "inputs": jsonable(record.inputs),
+        "before": jsonable(record.before),
+        "after": jsonable(record.after),
+        "pods": list(record.pods),
+        "dry_run": record.dry_run,
+        "error": record.error,
+        "outcome": record.outcome,
+        "intent_id": record.intent_id,
+        "detail": jsonable(record.detail),
+    }

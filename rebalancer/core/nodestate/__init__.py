@@ -1,0 +1,117 @@
+"""The lend/reclaim state machine as it is written on the Node itself.
+
+Nothing that matters lives only in memory: a restarted controller rebuilds everything from the
+keys ``Keys`` names (docs/design/node-state.md). This package is the only code that knows their
+names and formats.
+It reads them (``read`` returns a ``NodeState`` or a ``StateError`` value, never raises) and
+computes, as pure values, the metadata each transition writes; the actuator sends those writes,
+the simulator applies them to its fake nodes.
+
+```
+serving ──lend──► lending ──► lent ──reclaim──► reclaiming ──► serving
+   ▲                 │                              │
+   └──── rollback ◄──┘                              └── deadline passed: force, then serving
+```
+
+``original`` is written before any taint or label changes and is the only source for restore, so
+a crash at any instant leaves enough on the node to put it back byte for byte.
+
+The controller is not the only writer on its nodes: a GPU health checker, the node lifecycle
+controller, a cordon add and remove taints while a node is lent. So a restore (``begin_reclaim``,
+``finish``) owns only what the lend changed: it takes out the taints the lend added, puts back the
+ones it removed (both by key and effect), and leaves every other taint as it is on the node now
+(``restore_taints``). Where nobody else wrote, that is the original list byte for byte. Labels
+follow the same rule: restore writes only the labels the lend changed.
+
+One noun a module, from the bottom up:
+
+- ``keys``: the names of the owned keys (``Keys``);
+- ``values``: ``Phase``, ``Original``, ``NodeState``, ``StateError``, ``LendSpec``, ``NodeChange``;
+- ``encoding``: the text formats of times and of ``original``;
+- ``reading``: ``read`` and what a node carries of ours;
+- ``restoration``: what a restore owns and puts back (``restore_taints``, ``spec_original``);
+- ``transitions``: ``begin_lend`` ... ``finish``, and ``apply``.
+
+Callers import this package (``from rebalancer.core import nodestate``); every name they use is
+here.
+"""
+
+from rebalancer.core.nodestate.encoding import (
+    decode_original,
+    encode_original,
+    format_time,
+    parse_time,
+)
+from rebalancer.core.nodestate.keys import Keys
+from rebalancer.core.nodestate.reading import (
+    carries_ours,
+    missing_lent_taints,
+    read,
+    read_in_pool,
+    serving_labels,
+)
+from rebalancer.core.nodestate.restoration import (
+    Restore,
+    owned_taints,
+    recorded_lend,
+    restore,
+    restore_taints,
+    spec_original,
+)
+from rebalancer.core.nodestate.transitions import (
+    apply,
+    begin_lend,
+    begin_reclaim,
+    begin_restore_from_spec,
+    finish,
+    finish_lend,
+    lent_taints,
+    take_over,
+)
+from rebalancer.core.nodestate.values import (
+    Drift,
+    LendSpec,
+    NodeChange,
+    NodeState,
+    Original,
+    Phase,
+    StateError,
+    TaintKey,
+    taint_key,
+)
+
+__all__ = [
+    "Drift",
+    "Keys",
+    "LendSpec",
+    "NodeChange",
+    "NodeState",
+    "Original",
+    "Phase",
+    "Restore",
+    "StateError",
+    "TaintKey",
+    "apply",
+    "begin_lend",
+    "begin_reclaim",
+    "begin_restore_from_spec",
+    "carries_ours",
+    "decode_original",
+    "encode_original",
+    "finish",
+    "finish_lend",
+    "format_time",
+    "lent_taints",
+    "missing_lent_taints",
+    "owned_taints",
+    "parse_time",
+    "read",
+    "read_in_pool",
+    "recorded_lend",
+    "restore",
+    "restore_taints",
+    "serving_labels",
+    "spec_original",
+    "taint_key",
+    "take_over",
+]

@@ -1,0 +1,40 @@
+"""The names of every label, annotation and taint key the controller owns, under one prefix."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# A DNS-1123 subdomain (dot-separated labels, each starting and ending alphanumeric, at most
+# 253 characters) and the slash; used with fullmatch, so no trailing newline slips through.
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_PREFIX = re.compile(rf"(?=.{{2,254}}\Z){_LABEL}(\.{_LABEL})*/")
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Every label, annotation and taint key the controller owns, under one prefix."""
+
+    prefix: str = "rebalancer.io/"
+
+    def __post_init__(self) -> None:
+        if not _PREFIX.fullmatch(self.prefix):
+            raise ValueError(
+                f"key prefix {self.prefix!r} must be a DNS subdomain followed by '/', "
+                "e.g. 'rebalancer.io/'"
+            )
+
+    state = property(lambda self: self.prefix + "state")
+    original = property(lambda self: self.prefix + "original")
+    since = property(lambda self: self.prefix + "since")
+    decision = property(lambda self: self.prefix + "decision")
+    deadline = property(lambda self: self.prefix + "reclaim-deadline")
+    lent_taint = property(lambda self: self.prefix + "lent")
+    # operator overrides (docs/operations.md)
+    window = property(lambda self: self.prefix + "window")
+    lend = property(lambda self: self.prefix + "lend")
+    reclaim = property(lambda self: self.prefix + "reclaim")
+    paused = property(lambda self: self.prefix + "paused")
+    override_until = property(lambda self: self.prefix + "override-until")
+    # on the controller's own Events, not on nodes: the cluster it runs in (docs/design/fleet.md)
+    cluster = property(lambda self: self.prefix + "cluster")
