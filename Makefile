@@ -55,8 +55,9 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
-# A real kube-apiserver and etcd, built from their Go modules into ~/.cache/rebalancer once
-# (tests/kube/build.sh; a Go toolchain is needed, the binaries are never committed).
+# A real kube-apiserver and etcd, kube-scheduler, kube-controller-manager and KWOK, built from
+# their Go modules into ~/.cache/rebalancer once (tests/kube/build.sh; a Go toolchain is needed,
+# the binaries are never committed).
 kube:
 	@tests/kube/build.sh >/dev/null
 

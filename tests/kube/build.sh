@@ -1,8 +1,9 @@
 #!/bin/sh
-# Builds kube-apiserver, kubectl and etcd from their published Go modules (the versions
-# tests/kube/go.mod pins), as `go install` would, into a per-user cache keyed by those versions,
-# each only when it is missing. Prints the directory that holds the three binaries. Nothing is
-# downloaded but Go modules.
+# Builds kube-apiserver, kube-scheduler, kube-controller-manager, kubectl and etcd from their
+# published Go modules (the versions tests/kube/go.mod pins), and kwok from its own (the version
+# tests/kube/kwok/go.mod pins), as `go install` would, into a per-user cache keyed by those
+# versions, each only when it is missing. Prints the directory that holds the binaries. Nothing
+# is downloaded but Go modules.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -13,17 +14,18 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 kubernetes=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
 etcd=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
+kwok=$(cd kwok && go list -m -f '{{.Version}}' sigs.k8s.io/kwok)
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/rebalancer
-dir="$cache/kube/kubernetes-$kubernetes-etcd-$etcd"
+dir="$cache/kube/kubernetes-$kubernetes-etcd-$etcd-kwok-$kwok"
 missing=""
-for binary in kube-apiserver kubectl etcd; do
+for binary in kube-apiserver kube-scheduler kube-controller-manager kubectl etcd kwok; do
 	[ -x "$dir/$binary" ] || missing="$missing $binary"
 done
 if [ -z "$missing" ]; then
 	echo "$dir"
 	exit 0
 fi
-echo "building$missing ($kubernetes, etcd $etcd) into $dir (once; a few minutes)" >&2
+echo "building$missing ($kubernetes, etcd $etcd, kwok $kwok) into $dir (once; minutes)" >&2
 mkdir -p "$dir"
 work=$(mktemp -d "$dir/.build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -38,6 +40,7 @@ done
 for binary in $missing; do
 	case $binary in
 	etcd) go build -buildvcs=false -trimpath -o "$work/etcd" ./etcd ;;
+	kwok) (cd kwok && go build -buildvcs=false -trimpath -o "$work/kwok" sigs.k8s.io/kwok/cmd/kwok) ;;
 	*) go build -buildvcs=false -trimpath -ldflags "$stamp" -o "$work/$binary" \
 		"k8s.io/kubernetes/cmd/$binary" ;;
 	esac

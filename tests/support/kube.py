@@ -16,13 +16,15 @@ once; ``make test`` builds them first and passes their directory in ``TESTS_KUBE
 
 It waits for ``/readyz`` and stops both at the end, leaving no process behind.
 
-What is not there: no kubelet, scheduler or controller-manager. So a pod runs nowhere: a test
-binds it by setting ``spec.nodeName`` at creation, and writes what those components would write
-(a pod's phase and conditions, a PodDisruptionBudget's ``status``) through the ``status``
-subresource itself (``set_status``). What therefore cannot be seen: pods that actually stop (a
-deleted pod with a grace period stays ``Terminating`` until something deletes it with grace 0,
-as the kubelet would), garbage collection of owned objects, a budget's status following its pods
-by itself, default service accounts (the ServiceAccount admission plugin is off, as in envtest).
+What is not there: no kubelet, scheduler or controller-manager (``control_plane.running``
+starts the real scheduler and controller-manager, and KWOK for kubelets, beside a server of a
+test module's own). So on this server alone a pod runs nowhere: a test binds it by setting
+``spec.nodeName`` at creation, and writes what those components would write (a pod's phase and
+conditions, a PodDisruptionBudget's ``status``) through the ``status`` subresource itself
+(``set_status``). What therefore cannot be seen there: pods that actually stop (a deleted pod
+with a grace period stays ``Terminating`` until something deletes it with grace 0, as the
+kubelet would), garbage collection of owned objects, a budget's status following its pods by
+itself, default service accounts (the ServiceAccount admission plugin is off, as in envtest).
 """
 
 from __future__ import annotations
@@ -58,8 +60,9 @@ BUILD = ROOT / "tests" / "kube" / "build.sh"
 
 
 def binaries() -> Path:
-    """The directory holding ``kube-apiserver`` and ``etcd``: ``TESTS_KUBE_DIR`` when set,
-    else what ``tests/kube/build.sh`` prints (it builds them once when they are missing)."""
+    """The directory holding ``kube-apiserver``, ``etcd`` and the rest of the control plane
+    (``control_plane``): ``TESTS_KUBE_DIR`` when set, else what ``tests/kube/build.sh`` prints
+    (it builds them once when they are missing)."""
     given = os.environ.get("TESTS_KUBE_DIR")
     if given:
         return Path(given)
@@ -259,7 +262,8 @@ def _keys(home: Path) -> tuple[Path, Path]:
     return private, public
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within 20 s."""
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
         try:
@@ -347,6 +351,6 @@ def running(home: Path, within: float = 90.0, flags: Sequence[str] = ()) -> Iter
         if kept is not None:
             kept.close()
         for p in reversed(processes):
-            _stop(p)
+            stop(p)
         for log in logs:
             log.close()
