@@ -16,9 +16,9 @@ How one pool is planned (``planner.plan_pool``), one module per stage:
    the same three stages (``grant``), and what it decides lands in the ``_Draft``, the plan being
    built, so that later intents see the steps of earlier ones:
    - ``candidates``: which nodes could take its steps, and the Reason each other one is excluded;
-   - ``budget``: how many steps the rules allow (pause, metrics, capacity, the per-tick limit),
+   - ``allowance``: how many steps the rules allow (pause, metrics, capacity, the per-tick limit),
      each rule refusing what it cuts;
-   - ``steps``: the cheapest candidates, up to the budget; what is allowed but finds no
+   - ``steps``: the cheapest candidates, up to the allowance; what is allowed but finds no
      candidate is refused with the reasons the other nodes were excluded.
 3. ``rooms``: the jobs the pool has room for, on nodes lent or lent now, are the pool's
    (``PoolPlan.served``): the pools planned after it lend nothing more for them.

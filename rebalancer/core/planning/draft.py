@@ -136,7 +136,7 @@ class _Limit:
 
 
 @dataclass(frozen=True, slots=True)
-class _Budget:
+class _Allowance:
     """How many steps an intent may take, and the refusals of the rest."""
 
     allowed: int

@@ -1,4 +1,4 @@
-"""Granting an intent: candidates, then budget, then steps. The same for every intent, lend or
+"""Granting an intent: candidates, then allowance, then steps. The same for every intent, lend or
 reclaim, whoever asks for it.
 
 Where it sits: every intent of ``intents`` goes through ``_grant``, which writes its steps and
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from rebalancer.core import model, takers
 from rebalancer.core.model import Action, Intent, Reason
-from rebalancer.core.planning.budget import _budget, _limits
+from rebalancer.core.planning.allowance import _allowance, _limits
 from rebalancer.core.planning.candidates import _candidates
 from rebalancer.core.planning.draft import _Draft, _Node
 from rebalancer.core.planning.rooms import _lent_rooms, _room, _to_takers, _why_no_taker
@@ -20,24 +20,24 @@ from rebalancer.core.planning.steps import _lend_cost, _preempted, _reclaim_orde
 
 
 def _grant(draft: _Draft, intent: Intent, nodes: Sequence[_Node]) -> None:
-    """Decide ``intent`` over the ``nodes`` it is about: the candidates among them, the budget
-    the rules leave, and the steps: the cheapest candidates, up to the budget. What the
-    budget allows but no candidate can take is refused with the reasons nodes were excluded."""
+    """Decide ``intent`` over the ``nodes`` it is about: the candidates among them, the allowance
+    the rules leave, and the steps: the cheapest candidates, up to the allowance. What the
+    allowance permits but no candidate can take is refused with the reasons nodes were excluded."""
     draft.intents.append(intent)
     candidates = _candidates(draft.pool, intent, nodes)
-    budget = _budget(intent, _limits(draft, intent))
-    draft.rejections.extend(budget.refused)
+    allowance = _allowance(intent, _limits(draft, intent))
+    draft.rejections.extend(allowance.refused)
     if intent.action is Action.LEND:
         ordered = sorted(candidates.eligible, key=_lend_cost)
     else:
-        ordered = _reclaim_order(candidates.eligible, _preempted(draft), budget.allowed)
+        ordered = _reclaim_order(candidates.eligible, _preempted(draft), allowance.allowed)
     if _to_takers(draft.pool, intent):
-        _lend_to_takers(draft, intent, ordered, budget.allowed, candidates.excluded)
+        _lend_to_takers(draft, intent, ordered, allowance.allowed, candidates.excluded)
         return
-    chosen = ordered[: budget.allowed]
+    chosen = ordered[: allowance.allowed]
     for node in chosen:
         draft.step(intent, node)
-    missing = budget.allowed - len(chosen)
+    missing = allowance.allowed - len(chosen)
     draft.rejections.extend(_shortfall(draft.pool, intent, missing, candidates.excluded))
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from rebalancer.core import model, overrides, takers
 from rebalancer.core.model import Action, Intent, Origin, Reason
 from rebalancer.core.nodestate import Phase
-from rebalancer.core.planning.budget import _alert_names, _covered_keep
+from rebalancer.core.planning.allowance import _alert_names, _covered_keep
 from rebalancer.core.planning.draft import Health, _Draft, _Node, _Pool
 from rebalancer.core.planning.grant import _grant
 from rebalancer.core.planning.rooms import _lent_rooms

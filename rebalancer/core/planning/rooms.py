@@ -2,7 +2,7 @@
 sees them.
 
 Where it sits: read by ``grant`` when a strategy's lend goes to takers, by the per-tick cap of
-``budget`` (a waiting gang may be lent whole in one tick), by ``verdicts``, and at the end of
+``allowance`` (a waiting gang may be lent whole in one tick), by ``verdicts``, and at the end of
 ``plan_pool``, which hands the jobs a pool has room for (``PoolPlan.served``) to the pools
 planned after it.
 """

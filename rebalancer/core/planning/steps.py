@@ -2,7 +2,7 @@
 
 Where it sits: the last of the three stages of ``grant._grant``. A lend takes the nodes that
 cost least to lend; a reclaim takes those that preempt the fewest training jobs
-(``core.victims``). What the budget allows but no candidate can take is refused with the
+(``core.victims``). What the allowance permits but no candidate can take is refused with the
 reasons the other nodes were excluded: nothing is refused silently.
 """
 
@@ -73,7 +73,7 @@ def _preempted(draft: _Draft) -> set[str]:
 def _shortfall(
     pool: _Pool, intent: Intent, missing: int, excluded: Mapping[model.NodeName, Reason]
 ) -> list[model.Rejection]:
-    """Refusals for the ``missing`` steps the budget allowed but no candidate could take."""
+    """Refusals for the ``missing`` steps the allowance permitted but no candidate could take."""
     if missing <= 0:
         return []
     reasons = Counter(excluded.values())

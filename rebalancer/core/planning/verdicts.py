@@ -15,7 +15,7 @@ from enum import StrEnum
 from rebalancer.core import model, nodestate, overrides, takers
 from rebalancer.core.model import Action, Intent, Origin, Reason
 from rebalancer.core.nodestate import Phase
-from rebalancer.core.planning.budget import _limits
+from rebalancer.core.planning.allowance import _limits
 from rebalancer.core.planning.candidates import _LEND_RULES, _RECLAIM_RULES
 from rebalancer.core.planning.draft import _Draft, _Node, _Pool
 from rebalancer.core.planning.intents import _PROBLEMS, _operator_reclaim

@@ -1,4 +1,4 @@
-"""Budget: how many steps an intent may take, each rule refusing what it cuts.
+"""Allowance: how many steps an intent may take, each rule refusing what it cuts.
 
 Where it sits: the second of the three stages of ``grant._grant``. The limits are the pool's,
 not one node's: pause and freeze, metrics, alerts, capacity (``min_serving``, headroom,
@@ -13,12 +13,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from rebalancer.core import model, takers
 from rebalancer.core.model import Action, Intent, Origin, Reason
 from rebalancer.core.nodestate import Phase
-from rebalancer.core.planning.draft import Health, _Budget, _Draft, _Limit, _Pool
+from rebalancer.core.planning.draft import Health, _Allowance, _Draft, _Limit, _Pool
 from rebalancer.core.planning.rooms import _room, _to_takers
 from rebalancer.core.policy import Guard
 
 
-def _budget(intent: Intent, limits: Iterable[_Limit]) -> _Budget:
+def _allowance(intent: Intent, limits: Iterable[_Limit]) -> _Allowance:
     """What every limit, in turn, leaves of ``intent``; each refuses the part it cuts."""
     allowed, refused = intent.count, []
     for limit in limits:
@@ -29,7 +29,7 @@ def _budget(intent: Intent, limits: Iterable[_Limit]) -> _Budget:
             allowed = granted
         if allowed == 0:
             break  # the rules after this one have nothing left to cut
-    return _Budget(allowed, tuple(refused))
+    return _Allowance(allowed, tuple(refused))
 
 
 def _limits(draft: _Draft, intent: Intent) -> Iterator[_Limit]:
