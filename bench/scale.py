@@ -20,7 +20,7 @@ goes through the same script, and leaves the cluster as it found it:
 
 Each tick is timed in controller CPU (``time.process_time``: the strategy threads included) and
 wall time, with the API requests it sent counted by verb. The idle tick is measured twice: with
-the four pools sharing one set of pod rules, and with each pool telling its inference pods
+the four pools sharing one set of pod marks, and with each pool telling its inference pods
 apart by a label of its own (four sets of views in the informer).
 
     .venv/bin/python bench/scale.py                       # 500 to 5,000 nodes, 3 runs each
@@ -68,7 +68,7 @@ TRAINING_TAINT = {"key": "workload", "value": "training", "effect": "NoSchedule"
 
 TARGETS = {  # figure: (5,000-node target, higher is worse)
     "idle_cpu_ms": 50.0,
-    "idle_cpu_ms_rules": 50.0,
+    "idle_cpu_ms_marks": 50.0,
     "p99_cpu_ms": 250.0,
     "rss_mb": 300.0,
     "sync_wall_s": 15.0,
@@ -161,8 +161,8 @@ def _stamp(template: str, name: str, node: str, tag: str, pool: str) -> Obj:
     labels = meta["labels"]
     labels["instance"] = tag
     if meta["namespace"] == "inference":
-        labels["role"] = "inference"  # what pools sharing one set of pod rules select on
-        labels["app"] = f"llm-{pool}"  # what pools with rules of their own select on
+        labels["role"] = "inference"  # what pools sharing one set of pod marks select on
+        labels["app"] = f"llm-{pool}"  # what pools with marks of their own select on
     pod["spec"]["nodeName"] = node
     return pod
 
@@ -211,7 +211,7 @@ class Tick:
 class Run:
     nodes: int
     pods: int
-    rules: str
+    marks: str
     sync_cpu_s: float = 0.0
     sync_wall_s: float = 0.0
     rss_mb: float = 0.0
@@ -275,11 +275,11 @@ class Script:
         raise NotImplementedError("the bench's pools read no history")
 
 
-def config(audit: Path, nodes: int, rules: str) -> str:
+def config(audit: Path, nodes: int, marks: str) -> str:
     per_pool = nodes // 5
     pools = []
     for i in range(POOLS):
-        selector = "{role: inference}" if rules == "same" else f"{{app: llm-inf-{i}}}"
+        selector = "{role: inference}" if marks == "same" else f"{{app: llm-inf-{i}}}"
         pools.append(
             f"""
   - name: inf-{i}
@@ -307,15 +307,15 @@ def rss_mb() -> float:
     return 0.0
 
 
-async def measure(kubeconfig: Path, nodes: int, pods: int, rules: str) -> Run:
+async def measure(kubeconfig: Path, nodes: int, pods: int, marks: str) -> Run:
     from rebalancer import settings as settings_mod
     from rebalancer.runtime import wiring
 
-    run = Run(nodes, pods, rules)
+    run = Run(nodes, pods, marks)
     script = Script()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "config.yaml"
-        path.write_text(config(Path(tmp) / "audit.sqlite3", nodes, rules), encoding="utf-8")
+        path.write_text(config(Path(tmp) / "audit.sqlite3", nodes, marks), encoding="utf-8")
         settings = settings_mod.load(path, env={})
         seams = wiring.Seams(
             kubeconfig=kubeconfig, metrics=script, sink=None, name="bench", serve_http=False
@@ -380,7 +380,7 @@ async def _script(controller: Any, script: Script, counting: Counting, run: Run)
         return report
 
     def lent() -> int:
-        views = controller.informer.node_views(controller.pools[0].rules)
+        views = controller.informer.node_views(controller.pools[0].marks)
         return sum(1 for v in views if tick_mod.phase(v, controller.keys) is not Phase.SERVING)
 
     demand(per_pool)
@@ -423,11 +423,11 @@ class Figures:
     nodes: int
     pods: int
     idle_cpu_ms: float
-    idle_cpu_ms_rules: float
+    idle_cpu_ms_marks: float
     p99_cpu_ms: float
     rss_mb: float
     rss_end_mb: float
-    rss_end_mb_rules: float
+    rss_end_mb_marks: float
     sync_cpu_s: float
     sync_wall_s: float
     idle_lists: float
@@ -460,11 +460,11 @@ def figures(same: Sequence[Run], different: Sequence[Run]) -> Figures:
         nodes=same[0].nodes,
         pods=same[0].pods,
         idle_cpu_ms=med(med(t.cpu_ms for t in idle(r)) for r in same),
-        idle_cpu_ms_rules=med(med(t.cpu_ms for t in idle(r)) for r in different),
+        idle_cpu_ms_marks=med(med(t.cpu_ms for t in idle(r)) for r in different),
         p99_cpu_ms=med(p99(r) for r in same),
         rss_mb=med(r.rss_mb for r in same),
         rss_end_mb=med(r.rss_end_mb for r in same),
-        rss_end_mb_rules=med(r.rss_end_mb for r in different),
+        rss_end_mb_marks=med(r.rss_end_mb for r in different),
         sync_cpu_s=med(r.sync_cpu_s for r in same),
         sync_wall_s=med(r.sync_wall_s for r in same),
         idle_lists=med(med(t.lists for t in idle(r)) for r in same),
@@ -482,11 +482,11 @@ def figures(same: Sequence[Run], different: Sequence[Run]) -> Figures:
 
 ROWS = (  # figure, label, format
     ("idle_cpu_ms", "idle tick, controller CPU (ms)", "{:.1f}"),
-    ("idle_cpu_ms_rules", "idle tick, pools with their own pod rules (ms)", "{:.1f}"),
+    ("idle_cpu_ms_marks", "idle tick, pools with their own pod marks (ms)", "{:.1f}"),
     ("p99_cpu_ms", "p99 tick, lend and reclaim waves included (ms CPU)", "{:.1f}"),
     ("rss_mb", "controller RSS after sync (MB)", "{:.0f}"),
     ("rss_end_mb", "controller RSS at the end of the run (MB)", "{:.0f}"),
-    ("rss_end_mb_rules", "the same, pools with their own pod rules (MB)", "{:.0f}"),
+    ("rss_end_mb_marks", "the same, pools with their own pod marks (MB)", "{:.0f}"),
     ("sync_cpu_s", "initial sync, controller CPU (s)", "{:.2f}"),
     ("sync_wall_s", "initial sync, wall (s)", "{:.2f}"),
     ("idle_lists", "LIST requests per idle tick", "{:.0f}"),
@@ -574,11 +574,11 @@ def emulator(nodes: int, tmp: Path) -> Iterator[tuple[Path, int]]:
         proc.wait(timeout=60)
 
 
-def controller_run(kubeconfig: Path, nodes: int, pods: int, rules: str) -> Run:
+def controller_run(kubeconfig: Path, nodes: int, pods: int, marks: str) -> Run:
     out = subprocess.run(
         [
             sys.executable, __file__, "measure", "--kubeconfig", str(kubeconfig),
-            "--nodes", str(nodes), "--pods", str(pods), "--rules", rules,
+            "--nodes", str(nodes), "--pods", str(pods), "--marks", marks,
         ],
         check=False, capture_output=True, text=True,
     )  # fmt: skip
@@ -600,7 +600,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     m.add_argument("--kubeconfig", type=Path, required=True)
     m.add_argument("--nodes", type=int, required=True)
     m.add_argument("--pods", type=int, required=True)
-    m.add_argument("--rules", choices=("same", "different"), default="same")
+    m.add_argument("--marks", choices=("same", "different"), default="same")
     parser.add_argument("--sizes", default="500,1000,2000,5000")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--plot", default="out/scale.png", help="where to draw ('' for none)")
@@ -610,7 +610,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         serve(args.nodes, args.kubeconfig)
         return 0
     if args.command == "measure":
-        run = asyncio.run(measure(args.kubeconfig, args.nodes, args.pods, args.rules))
+        run = asyncio.run(measure(args.kubeconfig, args.nodes, args.pods, args.marks))
         print(json.dumps({**asdict(run), "ticks": [asdict(t) for t in run.ticks]}))
         return 0
     results, runs = [], []
@@ -619,16 +619,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             same: list[Run] = []
             different: list[Run] = []
             for i in range(args.repeat):
-                for rules, into in (("same", same), ("different", different)):
+                for marks, into in (("same", same), ("different", different)):
                     # A fresh cluster for every run: a run's reclaimed nodes are warming up
                     # (not lendable) for a while, so the next run would find fewer to lend.
                     with emulator(nodes, Path(tmp)) as (kubeconfig, pods):
-                        run = controller_run(kubeconfig, nodes, pods, rules)
+                        run = controller_run(kubeconfig, nodes, pods, marks)
                     into.append(run)
                     runs.append(run)
                     idle = statistics.median(t.cpu_ms for t in run.ticks if t.kind == "idle")
                     print(
-                        f"  {nodes:,} nodes, run {i + 1} ({rules} rules): sync "
+                        f"  {nodes:,} nodes, run {i + 1} ({marks} marks): sync "
                         f"{run.sync_wall_s:.2f}s, RSS {run.rss_mb:.0f} MB, idle tick "
                         f"{idle:.1f} ms, lent {run.lent}, back {run.reclaimed}",
                         file=sys.stderr,

@@ -330,7 +330,7 @@ def build(opts: Options) -> World:
 # Scoring: every replayed minute, as the simulator scores its own
 
 
-def score_minute(w: World, rules: model.PodRules, now: datetime) -> None:
+def score_minute(w: World, marks: model.PodMarks, now: datetime) -> None:
     """The minute that begins at ``now``, for each pool: warm capacity by the planner's own
     rule (``core.warmth.is_warm``, with a returned node's cold start), what is lent, what
     training ran on it, and the demand that arrived."""
@@ -339,7 +339,7 @@ def score_minute(w: World, rules: model.PodRules, now: datetime) -> None:
     for pod in w.store.peek(PODS):
         node = pod["spec"].get("nodeName")
         if node and not convert.finished(pod):
-            pods.setdefault(node, []).append(convert.pod_view(pod, rules))
+            pods.setdefault(node, []).append(convert.pod_view(pod, marks))
             if (pod.get("status") or {}).get("phase") == "Running":
                 borrowed[node] = borrowed.get(node, 0.0) + _gpus(pod)
     raw = {n["metadata"]["name"]: n for n in w.store.peek(NODES)}
@@ -529,7 +529,7 @@ async def _drive(
         )
         rps = {name: x.rps_per_node for name, x in w.lenders.items()}
         async with Controller.open(settings(opts.strategy, rps), seams) as c:
-            rules = c.pools[0].rules
+            marks = c.pools[0].marks
             task = asyncio.create_task(c.informer.run())
             try:
                 await asyncio.wait_for(c.informer.synced.wait(), 10)
@@ -539,7 +539,7 @@ async def _drive(
                         report = await c.tick()
                         ticks += 1
                         _print_tick(report, w, say)
-                    score_minute(w, rules, w.clock())
+                    score_minute(w, marks, w.clock())
                     w.clock.advance(60)
                     w.training.step()
                     due += pace
@@ -577,14 +577,14 @@ async def _caught_up(c: Controller, store: Store, within: float = 10.0) -> None:
 
 def _same(c: Controller, store: Store) -> bool:
     for pool in c.pools:
-        if c.informer.node_views(pool.rules) != expected_views(store, pool.rules):
+        if c.informer.node_views(pool.marks) != expected_views(store, pool.marks):
             return False
     waiting = {
         (p["metadata"]["namespace"], p["metadata"]["name"])
         for p in store.peek(PODS)
         if not p["spec"].get("nodeName") and (p.get("status") or {}).get("phase") == "Pending"
     }
-    seen = {(p.namespace, p.name) for p in c.informer.pending(c.pools[0].rules)}
+    seen = {(p.namespace, p.name) for p in c.informer.pending(c.pools[0].marks)}
     return seen == waiting
 
 

@@ -24,7 +24,7 @@ from rebalancer.runtime import wiring
 from sandbox.emulator import cluster
 from sandbox.emulator.server import serve, write_kubeconfig
 from sandbox.emulator.store import Store
-from tests.support.actuation import KEYS, RULES, SPEC
+from tests.support.actuation import KEYS, MARKS, SPEC
 from tests.support.emulated import Requests
 from tests.support.processes import ROOT
 
@@ -232,7 +232,7 @@ async def test_a_dry_run_then_an_apply_then_an_apply_that_finds_nothing_to_do(
 async def test_a_lent_node_is_refused_with_its_reason_and_the_exit_status_is_1(
     served: Served, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    actuator = Actuator(KubeWriter(client.CoreV1Api(served.api)), KEYS, SPEC, RULES, wiring.utc_now)
+    actuator = Actuator(KubeWriter(client.CoreV1Api(served.api)), KEYS, SPEC, MARKS, wiring.utc_now)
     assert (await actuator.lend("inference-3", "test-lend")).outcome is Outcome.APPLIED
     assert await served.run("-f", str(EXAMPLE)) == common.EXIT_INCOMPLETE
     out = capsys.readouterr().out.splitlines()

@@ -65,7 +65,7 @@ async def test_reclaim_with_the_audit_disk_full_takes_the_nodes_back_recorded_on
             config = settings_mod.load(config_path, env={})
             (pool,) = wiring.pool_configs(config)
             writer = KubeWriter(client.CoreV1Api(box.api))
-            actuator = Actuator(writer, KEYS, pool.lend_spec, pool.rules, wiring.utc_now)
+            actuator = Actuator(writer, KEYS, pool.lend_spec, pool.marks, wiring.utc_now)
             for name in LENT:
                 assert (await actuator.lend(name, "test-lend")).outcome is Outcome.APPLIED
             filler = fill(disk)

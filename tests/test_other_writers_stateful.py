@@ -63,7 +63,7 @@ from rebalancer.adapters.informer import Informer
 from rebalancer.adapters.reflector import WatchSettings
 from rebalancer.adapters.writer import KubeWriter, RetryPolicy
 from rebalancer.core import model, nodestate, tick
-from rebalancer.core.model import PodRules, PoolName
+from rebalancer.core.model import PodMarks, PoolName
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.runtime.reconcile import Reconciler
 from rebalancer.runtime.seams import AlwaysLeader, PoolConfig
@@ -88,7 +88,7 @@ SPEC = nodestate.LendSpec(
     add_taints=(LEND,),
     labels={"example.com/serving": "no", "example.com/lent-to": "training"},
 )
-RULES = PodRules(
+MARKS = PodMarks(
     lend_taints=(LEND,), serving_taints=(SERVE,), inference_selector={"app": "llm-serving"}
 )
 POLICY = PoolPolicy(
@@ -251,7 +251,7 @@ class OtherWriters(RuleBasedStateMachine):
             views=self.informer,
             metrics=self.demand,
             clock=clock,
-            actuators={POOL: Actuator(writer, KEYS, SPEC, RULES, clock)},
+            actuators={POOL: Actuator(writer, KEYS, SPEC, MARKS, clock)},
             audit_log=AuditLog(self.audit, sink=None, new_id=UlidFactory(clock)),
             leadership=AlwaysLeader(now=clock),
             keys=KEYS,
@@ -277,7 +277,7 @@ class OtherWriters(RuleBasedStateMachine):
 
         async def caught_up() -> None:
             await self.pulse.until(
-                lambda: self.informer.node_views(RULES) == expected_views(store, RULES), within=10
+                lambda: self.informer.node_views(MARKS) == expected_views(store, MARKS), within=10
             )
 
         self.run(caught_up())

@@ -99,7 +99,7 @@ def test_example_file_loads() -> None:
     # Every pool builds every value the runtime needs.
     for pool in s.pools:
         pool.policy(s.keys())
-        pool.pod_rules(s.keys())
+        pool.pod_marks(s.keys())
         s.metrics_settings(pool)
     assert s.metrics_settings(l20).queries.gpu_busy == promql.DCGM_GPU_BUSY
 
@@ -628,7 +628,7 @@ def test_default_pool_builds_the_documented_values() -> None:
     (p,) = s.pools
     assert p.lend_spec(keys) == default_lend_spec(keys)
     assert p.policy(keys) == PoolPolicy(rps_per_node=10.0, lend_only_to_takers=True)
-    assert p.pod_rules(keys) == model.PodRules(
+    assert p.pod_marks(keys) == model.PodMarks(
         lend_taints=(model.Taint(key="rebalancer.io/lent", value="training", effect="NoSchedule"),),
         serving_taints=(model.Taint(key="workload", value="inference", effect="NoSchedule"),),
     )
@@ -763,7 +763,7 @@ def test_custom_pool_builds_its_values() -> None:
         zone="Asia/Shanghai",
         lend_spec=spec,
     )
-    assert p.pod_rules(keys) == model.PodRules(
+    assert p.pod_marks(keys) == model.PodMarks(
         lend_taints=spec.add_taints,
         serving_taints=spec.remove_taints,
         inference_selector={"app": "vllm"},

@@ -115,16 +115,16 @@ _WOULD = {
 
 
 class NodeCache(Protocol):
-    """``adapters.informer.Informer``: a node with its pods under a pool's rules, as cached;
+    """``adapters.informer.Informer``: a node with its pods under a pool's marks, as cached;
     None when it does not hold it (or has not synced)."""
 
-    def view(self, name: str, rules: model.PodRules) -> model.NodeView | None: ...
+    def view(self, name: str, marks: model.PodMarks) -> model.NodeView | None: ...
 
 
 class NoCache:
     """Every read goes to the server (an operator's command runs no informer)."""
 
-    def view(self, name: str, rules: model.PodRules) -> model.NodeView | None:
+    def view(self, name: str, marks: model.PodMarks) -> model.NodeView | None:
         return None
 
 
@@ -144,12 +144,12 @@ class Actuator:
         writer: NodeWriter,
         keys: Keys,
         spec: LendSpec,
-        rules: model.PodRules,
+        marks: model.PodMarks,
         clock: Clock,
         dry_run: bool = False,
         cache: NodeCache | None = None,
     ) -> None:
-        self._writer, self._keys, self._spec, self._rules = writer, keys, spec, rules
+        self._writer, self._keys, self._spec, self._marks = writer, keys, spec, marks
         self._clock, self._dry_run = clock, dry_run
         self._cache = cache or NoCache()
 
@@ -425,7 +425,7 @@ class Actuator:
     ) -> tuple[model.NodeView, NodeState | nodestate.StateError]:
         """The node (with its pods, unless ``with_pods`` is false and it is read from the
         server) from the cache when ``cached`` and it holds it, else from the server."""
-        view = self._cache.view(name, self._rules) if cached else None
+        view = self._cache.view(name, self._marks) if cached else None
         if view is None:
             raw = await self._writer.get_node(name)
             pods = _views(await self._pods(name)) if with_pods else ()
@@ -434,7 +434,7 @@ class Actuator:
 
     async def _pods(self, node: str) -> list[_Pod]:
         raw = await self._writer.list_pods(node)
-        return [_pod(p, self._rules) for p in raw if not convert.finished(p)]
+        return [_pod(p, self._marks) for p in raw if not convert.finished(p)]
 
     async def _patch(
         self, run: _Pass, kind: WriteKind, view: model.NodeView, change: NodeChange
@@ -462,7 +462,7 @@ def _views(pods: Sequence[_Pod]) -> tuple[model.PodView, ...]:
     return tuple(p.view for p in pods)
 
 
-def _pod(raw: Obj, rules: model.PodRules) -> _Pod:
+def _pod(raw: Obj, marks: model.PodMarks) -> _Pod:
     meta = raw.get("metadata") or {}
     scheduled = next(
         (
@@ -474,7 +474,7 @@ def _pod(raw: Obj, rules: model.PodRules) -> _Pod:
     )
     grace = meta.get("deletionGracePeriodSeconds")
     return _Pod(
-        view=convert.pod_view(raw, rules),
+        view=convert.pod_view(raw, marks),
         uid=str(meta.get("uid", "")),
         bound=convert.time_of(scheduled) or convert.time_of(meta.get("creationTimestamp")),
         finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),

@@ -191,7 +191,7 @@ Toleration = model.Toleration
 
 @dataclass(frozen=True, slots=True)
 class PodRecord:
-    """The fields of a Pod that any pool's rules read, and nothing else: about a tenth of the
+    """The fields of a Pod that any pool's marks read, and nothing else: about a tenth of the
     memory of the parsed JSON (docs/design/informer.md). Repeated values (namespaces, node
     names, label keys and values, tolerations, controllers, job names) are shared
     between records, not copied."""
@@ -281,12 +281,12 @@ def _toleration(raw: Object) -> Toleration:
     )
 
 
-def pod_view(pod: Object | PodRecord, rules: model.PodRules) -> model.PodView:
+def pod_view(pod: Object | PodRecord, marks: model.PodMarks) -> model.PodView:
     record = pod if isinstance(pod, PodRecord) else pod_record(pod)
     return model.PodView(
         namespace=record.namespace,
         name=record.name,
-        role=role(record, rules),
+        role=role(record, marks),
         priority=record.priority,
         job=job_of(record),
         created=record.created,
@@ -344,18 +344,18 @@ def _condition(obj: Object, kind: str) -> bool:
     return False
 
 
-def role(pod: Object | PodRecord, rules: model.PodRules) -> model.PodRole:
+def role(pod: Object | PodRecord, marks: model.PodMarks) -> model.PodRole:
     record = pod if isinstance(pod, PodRecord) else pod_record(pod)
     if record.daemon:
         return model.PodRole.DAEMON
     tolerations = record.tolerations
-    if any(model.tolerates(tolerations, taint) for taint in rules.lend_taints):
+    if any(model.tolerates(tolerations, taint) for taint in marks.lend_taints):
         return model.PodRole.BORROWED
     labels = record.labels
-    selected = bool(rules.inference_selector) and all(
-        labels.get(k) == v for k, v in rules.inference_selector.items()
+    selected = bool(marks.inference_selector) and all(
+        labels.get(k) == v for k, v in marks.inference_selector.items()
     )
-    if selected or any(model.tolerates(tolerations, taint) for taint in rules.serving_taints):
+    if selected or any(model.tolerates(tolerations, taint) for taint in marks.serving_taints):
         return model.PodRole.INFERENCE
     return model.PodRole.OTHER
 

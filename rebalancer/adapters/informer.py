@@ -1,7 +1,7 @@
 """The controller's view of Nodes and Pods: a cache fed by LIST once, then WATCH for ever.
 
 Where it sits: the runtime starts ``Informer.run`` once, waits for ``synced``, and on each tick
-asks ``node_views(rules)`` for the ``NodeView``s the core decides from; ``changed`` (and the
+asks ``node_views(marks)`` for the ``NodeView``s the core decides from; ``changed`` (and the
 optional ``on_change`` callback) wakes the runtime early when something that matters moved, and
 the runtime debounces. The actuator reads a node and its pods here (``view``) before a step, and
 asks the server again what the step's safety needs (``adapters.actuator``).
@@ -60,9 +60,9 @@ PENDING_FIELD_SELECTOR = "spec.nodeName=,status.phase=Pending"
 
 @dataclass
 class _Views:
-    """The views of every node under one set of pod rules, and the nodes to build again."""
+    """The views of every node under one set of pod marks, and the nodes to build again."""
 
-    rules: model.PodRules
+    marks: model.PodMarks
     views: dict[str, NodeView] = field(default_factory=dict)
     dirty: set[str] = field(default_factory=set)
 
@@ -94,9 +94,9 @@ class Informer:
         self._pods: dict[Key, convert.PodRecord] = {}
         self._pods_on: dict[str, dict[Key, convert.PodRecord]] = {}
         self._bad_pods: dict[str, dict[Key, str]] = {}  # node -> pod -> why it cannot be read
-        # The views under each set of pod rules asked for (one per pool with its own rules),
+        # The views under each set of pod marks asked for (one per pool with its own marks),
         # each with the nodes whose node or pods changed since it was last asked for.
-        self._by_rules: list[_Views] = []
+        self._by_marks: list[_Views] = []
         self._unreadable: dict[str, str] = {}  # "node/<name>" or "pod/<node>/<ns>/<name>" -> why
         self.nodes = self._node_reflector(core, node_selector, settings, sleep)
         self.pods = self._pod_reflector(core, settings, sleep)
@@ -170,34 +170,34 @@ class Informer:
     # -----------------------------------------------------------------------------------------
     # Reading
 
-    def node_views(self, rules: model.PodRules) -> tuple[NodeView, ...]:
+    def node_views(self, marks: model.PodMarks) -> tuple[NodeView, ...]:
         """Every cached node with its pods, by name. A node whose node object and pods did not
-        change since the last call (under the same rules) is the very same object as then, so
+        change since the last call (under the same marks) is the very same object as then, so
         what the core memoised on it stays valid; a rebuilt view equal to the old one is
-        replaced by the old one for the same reason. Each set of rules keeps its own views, so
-        pools with different pod rules cost a rebuild only of what changed, not of everything
+        replaced by the old one for the same reason. Each set of marks keeps its own views, so
+        pools with different pod marks cost a rebuild only of what changed, not of everything
         on every call."""
-        cached = self._views_under(rules)
+        cached = self._views_under(marks)
         for name in cached.dirty:
             self._rebuild(cached, name)
         cached.dirty.clear()
         return tuple(cached.views[name] for name in sorted(cached.views))
 
-    def _views_under(self, rules: model.PodRules) -> _Views:
-        cached = next((c for c in self._by_rules if c.rules == rules), None)
+    def _views_under(self, marks: model.PodMarks) -> _Views:
+        cached = next((c for c in self._by_marks if c.marks == marks), None)
         if cached is None:
-            cached = _Views(rules, dirty=set(self._nodes))
-            self._by_rules.append(cached)
+            cached = _Views(marks, dirty=set(self._nodes))
+            self._by_marks.append(cached)
         return cached
 
-    def pending(self, rules: model.PodRules) -> tuple[model.PendingPod, ...]:
-        """The pods waiting for a node that tolerate every lend taint of ``rules``: who would
+    def pending(self, marks: model.PodMarks) -> tuple[model.PendingPod, ...]:
+        """The pods waiting for a node that tolerate every lend taint of ``marks``: who would
         use a node lent under them. Empty when pending pods are not watched."""
         return tuple(
             seen.pod
             for _, seen in sorted(self._pending.items())
             if seen.pod is not None
-            and all(model.tolerates(seen.pod.tolerations, t) for t in rules.lend_taints)
+            and all(model.tolerates(seen.pod.tolerations, t) for t in marks.lend_taints)
         )
 
     def unreadable(self) -> dict[str, str]:
@@ -217,7 +217,7 @@ class Informer:
 
     def _touch(self, name: str) -> None:
         """The node or its pods changed: every set of views builds it again when next asked."""
-        for cached in self._by_rules:
+        for cached in self._by_marks:
             cached.dirty.add(name)
 
     def _rebuild(self, cached: _Views, name: str) -> None:
@@ -238,32 +238,32 @@ class Informer:
         views[name] = old if old is not None and old == view else view
 
     def _pod_views(self, cached: _Views, name: str) -> list[model.PodView]:
-        """The node's pods under ``cached.rules``. A pod whose view is the same under another
-        set of rules (pools that tell inference apart by different labels mostly agree on
-        every pod) gets that set's very object: four sets of rules then hold one view per pod,
+        """The node's pods under ``cached.marks``. A pod whose view is the same under another
+        set of marks (pools that tell inference apart by different labels mostly agree on
+        every pod) gets that set's very object: four sets of marks then hold one view per pod,
         not four (about 40 MB at 150,000 pods)."""
         on_node = self._pods_on.get(name, {})
         records = [on_node[key] for key in sorted(on_node)]
         donors = [
             other.views[name].pods
-            for other in self._by_rules
+            for other in self._by_marks
             if other is not cached and name not in other.dirty and name in other.views
         ]
         donors = [pods for pods in donors if len(pods) == len(records)]
         out = []
         for i, record in enumerate(records):
-            view = convert.pod_view(record, cached.rules)
+            view = convert.pod_view(record, cached.marks)
             out.append(next((pods[i] for pods in donors if pods[i] == view), view))
         return out
 
-    def view(self, name: str, rules: model.PodRules) -> NodeView | None:
-        """The node with its pods under ``rules`` as the cache holds it now; None when the
+    def view(self, name: str, marks: model.PodMarks) -> NodeView | None:
+        """The node with its pods under ``marks`` as the cache holds it now; None when the
         cache has not synced, does not hold the node, or cannot read it or one of its pods.
         The actuator's first read of a node it is about to write (every such write is locked
         to the ``resource_version`` read, so a stale cache is a 409, never a wrong write)."""
         if not self.synced.is_set():
             return None
-        cached = self._views_under(rules)
+        cached = self._views_under(marks)
         if name in cached.dirty:
             self._rebuild(cached, name)
             cached.dirty.discard(name)

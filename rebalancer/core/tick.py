@@ -98,7 +98,7 @@ def plan_tick(
     proposals: dict[PoolName, model.Proposal] = {}
     failures: dict[tuple[PoolName, Stage], Failure] = {}
     served: set[str] = set()  # jobs a pool planned before has room for: not lent for twice
-    for name, rules in pools.items():
+    for name, controls in pools.items():
         seen = snapshot.pools[name]
         proposal: model.Proposal | Failure | None = None
         if name in answers:
@@ -110,7 +110,7 @@ def plan_tick(
         if proposal is not None:
             proposals[name] = proposal
         try:
-            plans[name] = _plan(snapshot, name, rules, proposal, keys, frozenset(served))
+            plans[name] = _plan(snapshot, name, controls, proposal, keys, frozenset(served))
             served.update(plans[name].served)
             continue
         except Exception as exc:
@@ -118,7 +118,7 @@ def plan_tick(
             failures[(name, Stage.PLANNER)] = failure
         fallback = planning.safety_only(lent_count(seen, keys), f"the planner failed ({failure})")
         try:
-            plans[name] = _plan(snapshot, name, rules, fallback, keys, frozenset(served))
+            plans[name] = _plan(snapshot, name, controls, fallback, keys, frozenset(served))
             served.update(plans[name].served)
         except Exception:
             summary = f"pool {name}: the planner failed ({failure}); nothing moves"
@@ -185,7 +185,7 @@ def _checked(answer: Unchecked, size: int) -> model.Proposal | Failure:
 def _plan(
     snapshot: model.Snapshot,
     name: PoolName,
-    rules: PoolControls,
+    controls: PoolControls,
     proposal: model.Proposal | None,
     keys: nodestate.Keys,
     served: frozenset[str],
@@ -195,10 +195,10 @@ def _plan(
         name=name,
         pool=snapshot.pools[name],
         proposal=proposal,
-        policy=rules.policy,
+        policy=controls.policy,
         keys=keys,
-        paused=snapshot.paused or rules.paused,
-        frozen=snapshot.frozen or rules.frozen,
+        paused=snapshot.paused or controls.paused,
+        frozen=snapshot.frozen or controls.frozen,
         served=served,
     )
 

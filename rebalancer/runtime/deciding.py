@@ -46,12 +46,12 @@ class Decider:
     def __init__(
         self,
         pools: Sequence[PoolConfig],
-        rules: Mapping[PoolName, PoolControls],
+        controls: Mapping[PoolName, PoolControls],
         keys: Keys,
         tally: Tally,
         timeout: timedelta,
     ) -> None:
-        self.pools, self.rules, self.keys = tuple(pools), rules, keys
+        self.pools, self.controls, self.keys = tuple(pools), controls, keys
         self.tally, self.timeout = tally, timeout
         self.episodes = _Episodes()
         self.running: dict[PoolName, asyncio.Future[object]] = {}  # strategy calls in threads
@@ -66,7 +66,7 @@ class Decider:
             lent = lent_count(seen, self.keys, pool.lend_spec.add_taints)
             view = pool.policy.view(pool.name, snapshot.now, seen, lent)
             answers[pool.name] = await self._propose(pool, view)
-        decision = plan_tick(snapshot, answers, self.rules, self.keys)
+        decision = plan_tick(snapshot, answers, self.controls, self.keys)
         for pool in self.pools:
             for stage in Stage:
                 failure = decision.failures.get((pool.name, stage))

@@ -62,8 +62,8 @@ def answer(
 def _held(
     reconciler: Reconciler, snapshot: model.Snapshot, pool: model.PoolName
 ) -> tuple[bool, bool]:
-    rules = reconciler.pool_controls(pool)
-    return snapshot.paused or rules.paused, snapshot.frozen or rules.frozen
+    controls = reconciler.pool_controls(pool)
+    return snapshot.paused or controls.paused, snapshot.frozen or controls.frozen
 
 
 def lines(doc: Json) -> list[str]:

@@ -87,7 +87,7 @@ class Snapshotter:
         every: dict[PoolName, tuple[NodeView, ...]] = {}
         for pool in self.pools:
             mine = []
-            every[pool.name] = views = self.views.node_views(pool.rules)
+            every[pool.name] = views = self.views.node_views(pool.marks)
             for view in views:
                 if not pool.selects(view, self.keys):
                     continue
@@ -116,7 +116,7 @@ class Snapshotter:
         taken: Mapping[NodeName, PoolName],
     ) -> list[tuple[PoolConfig, NodeView]]:
         """The nodes no pool selects that carry our keys, each with the pool that adopts it
-        (as that pool's pod rules see the node)."""
+        (as that pool's pod marks see the node)."""
         if not self.pools:
             return []
         out = []
@@ -170,7 +170,7 @@ class Snapshotter:
                 held=reading.held,
                 budget=self.budgets.budget(pool, now),
                 cover=self._cover(pool, history),
-                takers=self.views.pending(pool.rules) if pool.policy.lend_only_to_takers else (),
+                takers=self.views.pending(pool.marks) if pool.policy.lend_only_to_takers else (),
                 alerts=self.alerts.firing(pool.name, now) if self.alerts is not None else (),
                 orphans=membership.orphans.get(pool.name, frozenset()),
                 overlaps=membership.overlaps.get(pool.name, {}),
@@ -319,7 +319,7 @@ def adopter(pools: Sequence[PoolConfig], view: NodeView, keys: Keys) -> PoolConf
     """The pool that finishes a node no pool selects, or None when the node carries none of
     our keys (state label, original, a lent taint): the first pool whose every lent taint the
     node carries (its own lend, most likely), else the first configured pool. A readable
-    original restores the node whatever pool finishes it; the pool's pod rules say which pods
+    original restores the node whatever pool finishes it; the pool's pod marks say which pods
     on it are borrowed, and its specification what it serves with when the original cannot
     be read (docs/design/other-writers.md)."""
     lent = tuple(t for p in pools for t in p.lend_spec.add_taints)

@@ -131,7 +131,7 @@ class Reconciler:
     ) -> None:
         _check_pools(pools, actuators)
         self.pools = tuple(pools)
-        self._rules = {p.name: PoolControls(p.policy, p.paused, p.frozen) for p in pools}
+        self._controls = {p.name: PoolControls(p.policy, p.paused, p.frozen) for p in pools}
         self.clock = clock
         self.leadership = leadership
         self.keys = keys or Keys()
@@ -201,7 +201,7 @@ class Reconciler:
         """The parts the step delegates to besides the executor: the strategy calls, the error
         budgets' count (restored from the audit log by ``start``), start-up and recovery."""
         self.decider = deciding.Decider(
-            self.pools, self._rules, self.keys, self.tally, strategy_timeout
+            self.pools, self._controls, self.keys, self.tally, strategy_timeout
         )
         self.budgets = budgets.Budgets(self.pools, self.keys, self.tally)
         self.recovery = recovering.Recovery(
@@ -381,7 +381,7 @@ class Reconciler:
         return seen.snapshot, await self.decide(seen.snapshot)
 
     def pool_controls(self, name: PoolName) -> PoolControls:
-        return self._rules[name]
+        return self._controls[name]
 
     # -- observe ------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ record at all, gets a recovery intent (origin ``recovery``) written with the ver
 any write; its actuator pass then takes the node over (the node's ``decision`` becomes the
 recovery's id, so its Events and writes name it) and its outcome follows. A reclaim still
 draining goes on under that intent next tick. Each pool's actuator only touches its own nodes,
-so a pool's pod rules never judge another pool's pods. Kept apart from the step because it runs
+so a pool's pod marks never judge another pool's pods. Kept apart from the step because it runs
 once per term, and a crash between any two writes must leave something it can end.
 """
 

@@ -25,7 +25,7 @@ from rebalancer.core.model import (
     HistoryResult,
     NodeName,
     NodeView,
-    PodRules,
+    PodMarks,
     PoolMetrics,
     PoolName,
     Term,
@@ -46,7 +46,7 @@ class PoolConfig:
     name: PoolName
     node_selector: Mapping[str, str]  # equality on labels (the node's serving labels)
     policy: PoolPolicy  # its ``lend_spec`` is what lending does to the pool's nodes
-    rules: PodRules  # how the pool's pods are told apart
+    marks: PodMarks  # how the pool's pods are told apart
     strategy: Strategy
     strategy_name: str
     strategy_params: Mapping[str, Any] = field(default_factory=dict)
@@ -105,10 +105,10 @@ class HistorySettings:
 class ViewSource(Protocol):
     """``adapters.informer.Informer``: the cached nodes with their pods."""
 
-    def node_views(self, rules: PodRules) -> tuple[NodeView, ...]: ...
+    def node_views(self, marks: PodMarks) -> tuple[NodeView, ...]: ...
 
-    def pending(self, rules: PodRules) -> tuple[model.PendingPod, ...]:
-        """The pods waiting for a node that tolerate the lend taints of ``rules``."""
+    def pending(self, marks: PodMarks) -> tuple[model.PendingPod, ...]:
+        """The pods waiting for a node that tolerate the lend taints of ``marks``."""
         ...
 
     def unreadable(self) -> Mapping[str, str]:
@@ -148,7 +148,7 @@ class PrometheusClock(Protocol):
 
 
 class NodeActuator(Protocol):
-    """``adapters.actuator.Actuator`` (one per pool: lend spec and pod rules are the pool's)."""
+    """``adapters.actuator.Actuator`` (one per pool: lend spec and pod marks are the pool's)."""
 
     async def lend(self, node: str, decision: str) -> ActionResult: ...
 

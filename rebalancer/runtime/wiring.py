@@ -116,7 +116,7 @@ def pool_configs(settings: Settings) -> tuple[PoolConfig, ...]:
             name=PoolName(p.name),
             node_selector=dict(p.node_selector),
             policy=p.policy(keys),
-            rules=p.pod_rules(keys),
+            marks=p.pod_marks(keys),
             strategy=p.build_strategy(),
             strategy_name=p.strategy.name,
             strategy_params=dict(p.strategy.params),
@@ -137,7 +137,7 @@ def actuators(
     cache: NodeCache | None = None,
 ) -> dict[PoolName, Actuator]:
     return {
-        p.name: Actuator(writer, keys, p.lend_spec, p.rules, clock, dry_run, cache) for p in pools
+        p.name: Actuator(writer, keys, p.lend_spec, p.marks, clock, dry_run, cache) for p in pools
     }
 
 

@@ -2,7 +2,7 @@
 
 Where it sits: ``Settings.pools``; made of the blocks beside it (taints, queries, limits,
 strategy, slo, wake_on) and of ``capacity``, it builds what the core takes for the pool:
-``policy(keys)``, ``lend_spec(keys)``, ``pod_rules(keys)``, ``build_strategy()``.
+``policy(keys)``, ``lend_spec(keys)``, ``pod_marks(keys)``, ``build_strategy()``.
 """
 
 from __future__ import annotations
@@ -285,9 +285,9 @@ class PoolSettings(SettingsBlock):
             lend_only_to_takers=self.lend_only_to_takers,
         )
 
-    def pod_rules(self, keys: nodestate.Keys) -> model.PodRules:
+    def pod_marks(self, keys: nodestate.Keys) -> model.PodMarks:
 
-        return model.PodRules(
+        return model.PodMarks(
             lend_taints=self.lend_spec(keys).add_taints,
             serving_taints=tuple(t.taint() for t in self.serving_taints),
             inference_selector=dict(self.inference_selector),

@@ -2,7 +2,7 @@
 
 The demo waits for it before each tick (so every tick sees the minute it is in), and tests use
 it to check that the informer converges on the truth: the node views, each with its unfinished
-pods as the pool's rules classify them, read straight from the store.
+pods as the pool's marks classify them, read straight from the store.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class Peeks(Protocol):
     def peek(self, rt: ResourceType) -> list[dict[str, Any]]: ...
 
 
-def expected_views(store: Peeks, rules: model.PodRules) -> tuple[model.NodeView, ...]:
+def expected_views(store: Peeks, marks: model.PodMarks) -> tuple[model.NodeView, ...]:
     """Every node's view, in name order, its unfinished pods in (namespace, name) order."""
     on: dict[str, list[dict[str, Any]]] = {}
     for pod in store.peek(PODS):
@@ -34,5 +34,5 @@ def expected_views(store: Peeks, rules: model.PodRules) -> tuple[model.NodeView,
         pods = sorted(
             on.get(name, []), key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])
         )
-        views.append(convert.node_view(node, [convert.pod_view(p, rules) for p in pods]))
+        views.append(convert.node_view(node, [convert.pod_view(p, marks) for p in pods]))
     return tuple(sorted(views, key=lambda v: v.name))

@@ -21,7 +21,7 @@ from rebalancer.core import model
 from rebalancer.core.outcomes import Outcome, WriteKind
 from sandbox.emulator import cluster
 from tests.support import objects
-from tests.support.actuation import KEYS, RULES, SPEC, Recorder, World, world
+from tests.support.actuation import KEYS, MARKS, SPEC, Recorder, World, world
 from tests.support.backends import Backend
 from tests.support.reads import node_obj, pods_on, state_of
 
@@ -35,11 +35,11 @@ class Snapshot:
     views: dict[str, model.NodeView] = field(default_factory=dict)
 
     def take(self, w: World, name: str) -> None:
-        pods = [convert.pod_view(p, RULES) for p in pods_on(w.objects, name).values()]
+        pods = [convert.pod_view(p, MARKS) for p in pods_on(w.objects, name).values()]
         self.views[name] = convert.node_view(node_obj(w.objects, name), pods)
 
-    def view(self, name: str, rules: model.PodRules) -> model.NodeView | None:
-        assert rules == RULES
+    def view(self, name: str, marks: model.PodMarks) -> model.NodeView | None:
+        assert marks == MARKS
         return self.views.get(name)
 
 
@@ -73,7 +73,7 @@ async def lab(backend: Backend) -> AsyncIterator[Lab]:
         cache = Snapshot()
         cache.take(w, "gpu-0")
         reads = Reads(w.writer().inner)
-        yield Lab(w, cache, Actuator(reads, KEYS, SPEC, RULES, w.opened.clock, cache=cache), reads)
+        yield Lab(w, cache, Actuator(reads, KEYS, SPEC, MARKS, w.opened.clock, cache=cache), reads)
 
 
 async def test_a_lend_from_the_cache_asks_the_server_only_for_the_pods_once_marked(

@@ -54,7 +54,7 @@ from tests.support import emulated
 from tests.support.actuation import EDGES, Recorder, restart_passes
 from tests.support.emulated import Sandbox
 from tests.support.objects import daemon_pod
-from tests.support.pools import KEYS, POLICY, POOL, RULES, SPEC, add_replicas
+from tests.support.pools import KEYS, MARKS, POLICY, POOL, SPEC, add_replicas
 from tests.support.reads import all_pods
 from tests.support.waits import Pulse, stop
 
@@ -147,7 +147,7 @@ class Loop:
     async def tick(self, demand: float, target: int) -> model.Plan:
         now = self.box.clock()
         views = tuple(
-            v for v in self.informer.node_views(RULES) if v.labels.get("gpu-pool") == POOL
+            v for v in self.informer.node_views(MARKS) if v.labels.get("gpu-pool") == POOL
         )
         assert {str(v.name) for v in views} == set(self.pool)
         snapshot = model.Snapshot(
@@ -204,7 +204,7 @@ class Loop:
         """Wait (bounded) until the informer's views are those the store's objects give."""
         store = self.box.store
         await self.pulse.until(
-            lambda: self.informer.node_views(RULES) == expected_views(store, RULES)
+            lambda: self.informer.node_views(MARKS) == expected_views(store, MARKS)
         )
 
 
@@ -288,7 +288,7 @@ async def test_faulty_writes_and_dropped_watches_converge_and_apply_no_transitio
             on_change=pulse,
         )
         writer = Recorder(KubeWriter(client.CoreV1Api(box.api), RetryPolicy(sleep=retry_sleep)))
-        actuator = Actuator(writer, KEYS, SPEC, RULES, box.clock)
+        actuator = Actuator(writer, KEYS, SPEC, MARKS, box.clock)
         loop = Loop(box, informer, pulse, writer, actuator, counts, pool)
         task = asyncio.create_task(informer.run())
         try:
@@ -314,7 +314,7 @@ async def test_faulty_writes_and_dropped_watches_converge_and_apply_no_transitio
                 loop.record(result)
             for _ in range(FINAL_TICKS):
                 await loop.caught_up()
-                views = informer.node_views(RULES)
+                views = informer.node_views(MARKS)
                 if all(KEYS.state not in v.labels for v in views):
                     break
                 await loop.tick(LOW, 0)
@@ -369,7 +369,7 @@ async def test_faulty_writes_and_dropped_watches_converge_and_apply_no_transitio
         if event["type"] == "DELETED" or pod["metadata"].get("deletionTimestamp"):
             disrupted[f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"] = pod
     for key, pod in disrupted.items():
-        assert convert.role(pod, RULES) is model.PodRole.BORROWED, key
+        assert convert.role(pod, MARKS) is model.PodRole.BORROWED, key
         assert pod["spec"].get("nodeName") in pool, key
         assert key not in kept, key
     assert writer.pod_targets <= set(disrupted)

@@ -12,7 +12,7 @@ from rebalancer.core import model
 
 LEND = model.Taint("rebalancer.io/lent", "NoSchedule", "training")
 SERVE = model.Taint("workload", "NoSchedule", "inference")
-RULES = model.PodRules(lend_taints=(LEND,), serving_taints=(SERVE,))
+MARKS = model.PodMarks(lend_taints=(LEND,), serving_taints=(SERVE,))
 
 
 def pod(
@@ -89,12 +89,12 @@ def test_tolerations_match_as_kubernetes_matches_them(
 def test_pods_get_their_role_from_owner_tolerations_and_labels() -> None:
     lend = [{"key": LEND.key, "operator": "Exists"}]
     serve = [{"key": "workload", "value": "inference"}]
-    assert convert.role(pod(owner="DaemonSet", tolerations=lend), RULES) is model.PodRole.DAEMON
-    assert convert.role(pod(tolerations=lend), RULES) is model.PodRole.BORROWED
-    assert convert.role(pod(tolerations=serve), RULES) is model.PodRole.INFERENCE
-    selecting = model.PodRules(lend_taints=(LEND,), inference_selector={"app": "vllm"})
+    assert convert.role(pod(owner="DaemonSet", tolerations=lend), MARKS) is model.PodRole.DAEMON
+    assert convert.role(pod(tolerations=lend), MARKS) is model.PodRole.BORROWED
+    assert convert.role(pod(tolerations=serve), MARKS) is model.PodRole.INFERENCE
+    selecting = model.PodMarks(lend_taints=(LEND,), inference_selector={"app": "vllm"})
     assert convert.role(pod(labels={"app": "vllm"}), selecting) is model.PodRole.INFERENCE
-    assert convert.role(pod(), RULES) is model.PodRole.OTHER
+    assert convert.role(pod(), MARKS) is model.PodRole.OTHER
 
 
 def test_a_pod_belongs_to_its_job_label_before_its_controller() -> None:

@@ -24,7 +24,7 @@ from tests.support.factories import T0
 
 KEYS = Keys()
 SPEC = default_lend_spec(KEYS)
-RULES = model.PodRules(
+MARKS = model.PodMarks(
     lend_taints=SPEC.add_taints,
     serving_taints=SPEC.remove_taints,
     inference_selector={"app": "llm-serving"},
@@ -44,7 +44,7 @@ def recorder(box: Opened) -> KubeEvents:
 
 async def test_lend_reclaim_restored_events(seeded: Opened) -> None:
     box = seeded
-    actuator = Actuator(KubeWriter(client.CoreV1Api(box.api)), KEYS, SPEC, RULES, box.clock)
+    actuator = Actuator(KubeWriter(client.CoreV1Api(box.api)), KEYS, SPEC, MARKS, box.clock)
     rec = recorder(box)
     lent = await actuator.lend(NODE, "D1")
     assert lent.outcome is Outcome.APPLIED
@@ -80,7 +80,7 @@ async def test_nothing_recorded_for_refusals_and_dry_run(seeded: Opened) -> None
     await rec.action(
         ActionResult(NODE, model.Action.RECLAIM, Outcome.NOTHING, "node is already serving")
     )
-    dry = Actuator(KubeWriter(client.CoreV1Api(seeded.api)), KEYS, SPEC, RULES, seeded.clock, True)
+    dry = Actuator(KubeWriter(client.CoreV1Api(seeded.api)), KEYS, SPEC, MARKS, seeded.clock, True)
     planned = await dry.lend(NODE, "D3")
     assert planned.dry_run
     await rec.action(planned)
@@ -212,7 +212,7 @@ async def test_a_refused_lend_now_is_an_event_on_the_node_while_it_lasts(seeded:
 async def test_a_restore_that_kept_other_writers_taints_names_them_in_its_events(
     seeded: Opened,
 ) -> None:
-    actuator = Actuator(KubeWriter(client.CoreV1Api(seeded.api)), KEYS, SPEC, RULES, seeded.clock)
+    actuator = Actuator(KubeWriter(client.CoreV1Api(seeded.api)), KEYS, SPEC, MARKS, seeded.clock)
     rec = recorder(seeded)
     await actuator.lend(NODE, "D1")
     node = seeded.objects.get(NODES, None, NODE)

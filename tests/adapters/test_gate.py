@@ -28,7 +28,7 @@ from tests.support.backends import Backend, Opened
 
 KEYS = nodestate.Keys()
 TIMINGS = Timings(lease_duration=15, renew_deadline=10, retry_period=2)
-RULES = model.PodRules(
+MARKS = model.PodMarks(
     lend_taints=(model.Taint(KEYS.lent_taint, "NoSchedule", "training"),),
     serving_taints=(model.Taint("workload", "NoSchedule", "inference"),),
 )
@@ -74,7 +74,7 @@ def replica(box: Opened, api: Any, identity: str) -> Replica:
     )
     written = Recorder(KubeWriter(client.CoreV1Api(api)), clock=box.clock)
     gated = LeaderGatedWriter(written, elector.may_write, box.clock, identity)
-    actuator = Actuator(gated, KEYS, policy.default_lend_spec(KEYS), RULES, box.clock)
+    actuator = Actuator(gated, KEYS, policy.default_lend_spec(KEYS), MARKS, box.clock)
     return Replica(identity, elector, actuator, written)
 
 

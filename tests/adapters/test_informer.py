@@ -33,7 +33,7 @@ from tests.support.emulated import Sandbox
 from tests.support.objects import bound
 from tests.support.waits import Pulse, stop
 
-RULES = model.PodRules(
+MARKS = model.PodMarks(
     lend_taints=(Taint("rebalancer.io/lent", "NoSchedule", "training"),),
     serving_taints=(Taint("workload", "NoSchedule", "inference"),),
 )
@@ -66,10 +66,10 @@ class Running:
         self.changes: list[tuple[str, str]] = []  # what on_change reported: (node, why)
 
     def has(self, name: str) -> bool:
-        return any(v.name == name for v in self.informer.node_views(RULES))
+        return any(v.name == name for v in self.informer.node_views(MARKS))
 
     def view(self, name: str) -> NodeView:
-        found = [v for v in self.informer.node_views(RULES) if v.name == name]
+        found = [v for v in self.informer.node_views(MARKS) if v.name == name]
         assert found, f"no node {name} in the cache"
         return found[0]
 
@@ -120,7 +120,7 @@ async def test_the_first_sync_holds_every_node_with_its_running_pods(
     objects.finish_pod(seeded.objects, "training", "done-0")
 
     async with informing(seeded) as run:
-        views = run.informer.node_views(RULES)
+        views = run.informer.node_views(MARKS)
 
     assert [v.name for v in views] == sorted(
         [f"inference-{i}" for i in range(8)] + [f"training-{i}" for i in range(4)]
@@ -146,19 +146,19 @@ async def test_pods_waiting_for_a_node_are_the_takers_of_lent_nodes(seeded: Open
     _bind(seeded.objects, cluster.training_pod("placed", 0), "inference-1")
 
     async with informing(seeded, watch_pending=True) as run:
-        assert [p.name for p in run.informer.pending(RULES)] == ["early-0"]
-        early = run.informer.pending(RULES)[0]
+        assert [p.name for p in run.informer.pending(MARKS)] == ["early-0"]
+        early = run.informer.pending(MARKS)[0]
         assert early.job == "training/early"
         assert early.requests == model.Resources(gpu=8)
         assert early.affinity[0][0] == model.Requirement(
             "gpu-pool", "In", ("training", "inference")
         )
         objects.add(seeded.objects, cluster.training_pod("late", 0))
-        await run.until(lambda: len(run.informer.pending(RULES)) == 2)
+        await run.until(lambda: len(run.informer.pending(MARKS)) == 2)
         assert ("", "pod training/late-0 waits for a node") in run.changes
         core = client.CoreV1Api(seeded.api)
         await core.delete_namespaced_pod("early-0", "training", grace_period_seconds=0)
-        await run.until(lambda: [p.name for p in run.informer.pending(RULES)] == ["late-0"])
+        await run.until(lambda: [p.name for p in run.informer.pending(MARKS)] == ["late-0"])
         assert seeded.requests.lists_of("pods") == 2  # running pods, pending pods: once each
 
 
@@ -171,7 +171,7 @@ async def test_a_sync_logs_a_line_per_list_not_per_object(
         _bind(box.objects, cluster.training_pod(f"job-{i}", 0), f"inference-{i % 8}")
 
     async with informing(box) as run:
-        assert sum(len(v.pods) for v in run.informer.node_views(RULES)) == 40
+        assert sum(len(v.pods) for v in run.informer.node_views(MARKS)) == 40
 
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
     assert len(lines) == 3, lines  # nodes listed, pods listed, synced
@@ -228,30 +228,30 @@ async def test_a_pod_that_finishes_or_is_deleted_leaves_its_node(seeded: Opened)
 
 async def test_unchanged_nodes_give_back_the_identical_view(seeded: Opened) -> None:
     async with informing(seeded) as run:
-        before = {str(v.name): v for v in run.informer.node_views(RULES)}
-        assert run.informer.node_views(RULES) == tuple(before[n] for n in sorted(before))
+        before = {str(v.name): v for v in run.informer.node_views(MARKS)}
+        assert run.informer.node_views(MARKS) == tuple(before[n] for n in sorted(before))
         objects.annotate(seeded.objects, "training-0", {"rebalancer.io/paused": "true"})
         await run.until(lambda: run.view("training-0") is not before["training-0"])
-        after = {str(v.name): v for v in run.informer.node_views(RULES)}
+        after = {str(v.name): v for v in run.informer.node_views(MARKS)}
 
     assert after["training-0"].annotations == {"rebalancer.io/paused": "true"}
     assert all(after[n] is before[n] for n in before if n != "training-0")
 
 
-async def test_pools_with_different_pod_rules_each_keep_their_views_between_calls(
+async def test_pools_with_different_pod_marks_each_keep_their_views_between_calls(
     seeded: Opened,
 ) -> None:
     # Two pools telling inference pods apart differently: asking for one set of views must not
     # make the other build every view again (it once did, on every tick).
-    other = replace(RULES, serving_taints=())  # inference pods count as other pods here
+    other = replace(MARKS, serving_taints=())  # inference pods count as other pods here
     _bind(seeded.objects, cluster.inference_pod(0), "inference-0")
     async with informing(seeded) as run:
-        mine = {str(v.name): v for v in run.informer.node_views(RULES)}
+        mine = {str(v.name): v for v in run.informer.node_views(MARKS)}
         theirs = {str(v.name): v for v in run.informer.node_views(other)}
-        assert any(mine[n] != theirs[n] for n in mine), "the two rules must see nodes apart"
+        assert any(mine[n] != theirs[n] for n in mine), "the two sets of marks must see nodes apart"
         for _ in range(2):
             assert all(
-                a is b for a, b in zip(run.informer.node_views(RULES), mine.values(), strict=True)
+                a is b for a, b in zip(run.informer.node_views(MARKS), mine.values(), strict=True)
             )
             assert all(
                 a is b for a, b in zip(run.informer.node_views(other), theirs.values(), strict=True)
@@ -264,12 +264,12 @@ async def test_pools_with_different_pod_rules_each_keep_their_views_between_call
     assert all(again[n] is theirs[n] for n in theirs if n != "training-0")
 
 
-async def test_a_pod_seen_alike_under_two_sets_of_rules_is_held_once(seeded: Opened) -> None:
-    other = replace(RULES, serving_taints=())  # the inference pod is another pod here
+async def test_a_pod_seen_alike_under_two_sets_of_marks_is_held_once(seeded: Opened) -> None:
+    other = replace(MARKS, serving_taints=())  # the inference pod is another pod here
     _bind(seeded.objects, cluster.inference_pod(0), "inference-0")
     objects.training(seeded.objects, "job-a", 2, "inference-1")  # borrowed under both
     async with informing(seeded) as run:
-        mine = {str(v.name): v for v in run.informer.node_views(RULES)}
+        mine = {str(v.name): v for v in run.informer.node_views(MARKS)}
         theirs = {str(v.name): v for v in run.informer.node_views(other)}
 
     pairs = [(a, b) for n in mine for a, b in zip(mine[n].pods, theirs[n].pods, strict=True)]
@@ -341,7 +341,7 @@ async def _relist_after_expiry(box: Sandbox, run: Running) -> None:
     run.gate.open.set()
     await run.until(lambda: box.requests.lists_of("nodes") == 2 and run.has("inference-8"))
 
-    views = {str(v.name): v for v in run.informer.node_views(RULES)}
+    views = {str(v.name): v for v in run.informer.node_views(MARKS)}
     assert "training-3" not in views
     assert views["inference-0"].annotations == {"rebalancer.io/note": "3"}
     assert [p.name for p in views["inference-1"].pods] == ["kept-0"]
@@ -378,7 +378,7 @@ async def test_an_informer_on_a_client_from_a_kubeconfig_file_syncs(
             await asyncio.wait_for(informer.synced.wait(), 5)
         finally:
             await stop(task)
-        assert len(informer.node_views(RULES)) == 12
+        assert len(informer.node_views(MARKS)) == 12
 
 
 async def test_a_missing_kubeconfig_is_a_configuration_error(tmp_path: Path) -> None:
@@ -460,8 +460,8 @@ async def test_an_object_that_cannot_be_read_leaves_only_its_own_node_out() -> N
         task = asyncio.create_task(informer.run())
         try:
             await asyncio.wait_for(informer.synced.wait(), 5)
-            await pulse.until(lambda: any(v.name == "good-3" for v in informer.node_views(RULES)))
-            views = [str(v.name) for v in informer.node_views(RULES)]
+            await pulse.until(lambda: any(v.name == "good-3" for v in informer.node_views(MARKS)))
+            views = [str(v.name) for v in informer.node_views(MARKS)]
             unreadable = informer.unreadable()
         finally:
             await stop(task)
@@ -496,7 +496,7 @@ async def test_a_pod_that_turns_unreadable_keeps_its_node_out_until_it_reads_aga
         try:
             await asyncio.wait_for(informer.synced.wait(), 5)
             await pulse.until(lambda: "pod/good-1/ns/p" in informer.unreadable())
-            views = [str(v.name) for v in informer.node_views(RULES)]
+            views = [str(v.name) for v in informer.node_views(MARKS)]
         finally:
             await stop(task)
 

@@ -59,8 +59,8 @@ def explained(case: Case) -> dict[str, object]:
     if case.rps is None:
         seen = dataclasses.replace(seen, demand_known=False, unknown_since=T0 - case.age)
     snapshot = model.Snapshot(now=T0, pools={POOL: seen})
-    rules = PoolControls(pool_policy, frozen=case.frozen)
-    decision = plan_tick(snapshot, {POOL: proposal(case.target)}, {POOL: rules}, KEYS)
+    controls = PoolControls(pool_policy, frozen=case.frozen)
+    decision = plan_tick(snapshot, {POOL: proposal(case.target)}, {POOL: controls}, KEYS)
     name = case.nodes[0].name
     doc = explain.node(name, POOL, snapshot, decision, pool_policy, KEYS, frozen=case.frozen)
     json.dumps(doc)  # what the CLI and the HTTP API print: plain JSON
@@ -298,9 +298,9 @@ def test_the_pool_view_lists_steps_refusals_and_each_nodes_reason() -> None:
     nodes = [serving("busy", pods=[inference_pod()]), serving("idle"), serving("s-0")]
     seen = model.PoolSnapshot(nodes=tuple(nodes), demand=demand(0))
     snapshot = model.Snapshot(now=T0, pools={POOL: seen})
-    rules = PoolControls(policy(min_serving=0))
-    decision = plan_tick(snapshot, {POOL: proposal(3)}, {POOL: rules}, KEYS)
-    doc = explain.pool(POOL, snapshot, decision, rules.policy, KEYS)
+    controls = PoolControls(policy(min_serving=0))
+    decision = plan_tick(snapshot, {POOL: proposal(3)}, {POOL: controls}, KEYS)
+    doc = explain.pool(POOL, snapshot, decision, controls.policy, KEYS)
     assert [s["node"] for s in doc["steps"]] == ["idle", "s-0"]
     (refused,) = [r for r in doc["refusals"] if r["excluded"]["nodes"]]
     assert refused["excluded"] == {"nodes": {"busy": "not_idle"}, "more": 0}
@@ -358,8 +358,8 @@ def test_the_audit_record_of_a_refusal_names_each_node_left_out_and_why() -> Non
     ]
     seen = model.PoolSnapshot(nodes=tuple(nodes), demand=demand(0))
     snapshot = model.Snapshot(now=T0, pools={POOL: seen})
-    rules = PoolControls(policy(min_serving=0))
-    decision = plan_tick(snapshot, {POOL: proposal(3)}, {POOL: rules}, KEYS)
+    controls = PoolControls(policy(min_serving=0))
+    decision = plan_tick(snapshot, {POOL: proposal(3)}, {POOL: controls}, KEYS)
     ctx = audit.Context(controller="test", term=None, strategy="test")
     ids = iter(range(100))
     tick = audit.build_tick(decision.plan, snapshot, ctx, lambda: f"r{next(ids)}", keys=KEYS)

@@ -29,11 +29,11 @@ def snapshot(rps: float = 0.0) -> model.Snapshot:
     return model.Snapshot(now=f.T0, pools=pools)
 
 
-RULES = {A: PoolControls(f.policy()), B: PoolControls(f.policy())}
+CONTROLS = {A: PoolControls(f.policy()), B: PoolControls(f.policy())}
 
 
 def test_a_valid_answer_is_planned_as_given() -> None:
-    decision = plan_tick(snapshot(), {A: f.proposal(4), B: f.proposal(2)}, RULES, f.KEYS)
+    decision = plan_tick(snapshot(), {A: f.proposal(4), B: f.proposal(2)}, CONTROLS, f.KEYS)
     assert decision.failures == {}
     assert decision.proposals[A] == f.proposal(4)
     assert len(f.stepped(decision.plan.pools[A], Action.LEND)) == 2
@@ -56,7 +56,7 @@ def test_a_valid_answer_is_planned_as_given() -> None:
 def test_a_failed_or_invalid_answer_holds_what_is_lent_in_that_pool_only(
     answer: Any, kind: FailureKind
 ) -> None:
-    decision = plan_tick(snapshot(), {A: answer, B: f.proposal(4)}, RULES, f.KEYS)
+    decision = plan_tick(snapshot(), {A: answer, B: f.proposal(4)}, CONTROLS, f.KEYS)
     failure = decision.failures[(A, Stage.STRATEGY)]
     assert failure.kind is kind
     held = decision.proposals[A]
@@ -71,7 +71,7 @@ def test_a_failed_or_invalid_answer_holds_what_is_lent_in_that_pool_only(
 def test_a_failed_answer_still_lets_the_safety_rules_reclaim() -> None:
     # Demand needs every node: the safety-only pool still takes its loans back.
     decision = plan_tick(
-        snapshot(rps=50.0), {A: Failure.raised(OSError()), B: f.proposal(0)}, RULES, f.KEYS
+        snapshot(rps=50.0), {A: Failure.raised(OSError()), B: f.proposal(0)}, CONTROLS, f.KEYS
     )
     reclaimed = decision.plan.pools[A].steps
     assert {s.action for s in reclaimed} == {Action.RECLAIM}

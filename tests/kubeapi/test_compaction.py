@@ -27,7 +27,7 @@ from sandbox.emulator.store import Store
 from tests.support import kube
 from tests.support.backends import log_requests
 from tests.support.emulated import Requests
-from tests.support.pools import RULES
+from tests.support.pools import MARKS
 from tests.support.waits import Pulse, stop
 
 MERGE = "application/merge-patch+json"
@@ -125,11 +125,11 @@ async def test_the_informer_lists_again_when_its_version_was_compacted_away(
             held.set()
 
             def relisted() -> bool:
-                names = {str(v.name) for v in informer.node_views(RULES)}
+                names = {str(v.name) for v in informer.node_views(MARKS)}
                 return asked.lists_of("nodes") == 2 and "appeared" in names
 
             await pulse.until(relisted, within=30)
-            views = {str(v.name): v for v in informer.node_views(RULES)}
+            views = {str(v.name): v for v in informer.node_views(MARKS)}
         finally:
             await stop(task)
 

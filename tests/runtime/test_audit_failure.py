@@ -52,7 +52,7 @@ from tests.support import emulated, pools
 from tests.support.emulated import Sandbox
 from tests.support.fakes import Demand, Lead
 from tests.support.objects import daemon_pod
-from tests.support.pools import BUSY, IDLE, KEYS, POOL, RULES, SPEC, add_replicas
+from tests.support.pools import BUSY, IDLE, KEYS, MARKS, POOL, SPEC, add_replicas
 from tests.support.reads import scheduling_of, state_of
 from tests.support.waits import Pulse, no_sleep, stop
 
@@ -100,7 +100,7 @@ class World:
 
     async def caught_up(self) -> None:
         await self.pulse.until(
-            lambda: self.informer.node_views(RULES) == expected_views(self.box.store, RULES)
+            lambda: self.informer.node_views(MARKS) == expected_views(self.box.store, MARKS)
         )
 
     def node(self, name: str) -> Obj:
@@ -144,7 +144,7 @@ async def world(tmp_path: Path, spool_limit: int = 10_000) -> AsyncIterator[Worl
                 views=informer,
                 metrics=metrics,
                 clock=box.clock,
-                actuators={POOL: Actuator(writer, KEYS, SPEC, RULES, box.clock)},
+                actuators={POOL: Actuator(writer, KEYS, SPEC, MARKS, box.clock)},
                 audit_log=log,
                 leadership=lead,
                 keys=KEYS,

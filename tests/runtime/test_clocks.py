@@ -39,7 +39,7 @@ from tests.support import emulated, pools
 from tests.support.emulated import Sandbox
 from tests.support.fakes import ClockedPrometheus, Lead
 from tests.support.objects import daemon_pod
-from tests.support.pools import BUSY, IDLE, KEYS, POOL, RULES, SPEC, add_replicas
+from tests.support.pools import BUSY, IDLE, KEYS, MARKS, POOL, SPEC, add_replicas
 from tests.support.reads import state_of
 from tests.support.waits import Pulse, no_sleep, stop
 
@@ -75,7 +75,7 @@ class World:
     async def caught_up(self) -> None:
         store = self.box.store
         await self.pulse.until(
-            lambda: self.informer.node_views(RULES) == expected_views(store, RULES)
+            lambda: self.informer.node_views(MARKS) == expected_views(store, MARKS)
         )
 
     def advance(self, seconds: float) -> None:
@@ -102,7 +102,7 @@ class World:
             views=self.informer,
             metrics=self.prometheus,
             clock=probe.now,
-            actuators={POOL: Actuator(kube, KEYS, SPEC, RULES, probe.now)},
+            actuators={POOL: Actuator(kube, KEYS, SPEC, MARKS, probe.now)},
             audit_log=AuditLog(store, sink=None, new_id=UlidFactory(own)),
             leadership=Lead(own, term=Term(f"replica{offset:+.0f}", 1, own())),
             keys=KEYS,
@@ -114,7 +114,7 @@ class World:
 
     def sinces(self) -> dict[str, datetime]:
         found: dict[str, datetime] = {}
-        for view in self.informer.node_views(RULES):
+        for view in self.informer.node_views(MARKS):
             state = nodestate.read(view, KEYS)
             assert isinstance(state, nodestate.NodeState)
             if state.since is not None:

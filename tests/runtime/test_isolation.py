@@ -22,7 +22,7 @@ from rebalancer.adapters import registry
 from rebalancer.adapters.audit import AuditLog, MemoryAuditStore
 from rebalancer.core import model
 from rebalancer.core.audit import Kind
-from rebalancer.core.model import PodRules, PoolName, Reason
+from rebalancer.core.model import PodMarks, PoolName, Reason
 from rebalancer.core.outcomes import ActionResult, Outcome
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.runtime.reconcile import Reconciler
@@ -34,7 +34,7 @@ from tests.support.fakes import Calls, Demand, Scripted, Views
 from tests.support.observers import Seen
 
 A, B = PoolName("a"), PoolName("b")
-RULES = PodRules(lend_taints=LEND_SPEC.add_taints, serving_taints=LEND_SPEC.remove_taints)
+MARKS = PodMarks(lend_taints=LEND_SPEC.add_taints, serving_taints=LEND_SPEC.remove_taints)
 POLICY = PoolPolicy(
     rps_per_node=10.0, min_serving=1, headroom=0.0, cooldown=timedelta(0), max_step_fraction=1.0
 )
@@ -58,7 +58,7 @@ def pool(name: PoolName, strategy: Any, policy: PoolPolicy = POLICY) -> PoolConf
         name=name,
         node_selector={"pool": str(name)},
         policy=policy,
-        rules=RULES,
+        marks=MARKS,
         strategy=strategy,
         strategy_name=getattr(strategy, "name", "scripted"),
     )

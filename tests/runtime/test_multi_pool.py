@@ -26,7 +26,7 @@ from rebalancer.adapters import registry
 from rebalancer.adapters.audit import AuditLog, MemoryAuditStore, UlidFactory
 from rebalancer.core import model, nodestate
 from rebalancer.core.audit import AuditRecord, Kind
-from rebalancer.core.model import Action, PodRules, PoolName, Reason
+from rebalancer.core.model import Action, PodMarks, PoolName, Reason
 from rebalancer.core.outcomes import ActionResult, Outcome
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.runtime.reconcile import Reconciler
@@ -112,7 +112,7 @@ def config(
         name=name,
         node_selector=selector,
         policy=policy,
-        rules=PodRules(lend_taints=policy.lend_spec.add_taints, serving_taints=(INFERENCE_TAINT,)),
+        marks=PodMarks(lend_taints=policy.lend_spec.add_taints, serving_taints=(INFERENCE_TAINT,)),
         strategy=strategy or registry.build("reactive"),
         strategy_name=getattr(strategy, "name", "reactive"),
         paused=paused,

@@ -21,7 +21,7 @@ from rebalancer.adapters import events, registry
 from rebalancer.adapters.audit import AuditLog, MemoryAuditStore, UlidFactory
 from rebalancer.core import model, nodestate
 from rebalancer.core.audit import Kind
-from rebalancer.core.model import Action, PodRules, PoolName, Reason
+from rebalancer.core.model import Action, PodMarks, PoolName, Reason
 from rebalancer.core.outcomes import ActionResult
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.runtime import telemetry
@@ -146,7 +146,7 @@ def world(nodes: Sequence[model.NodeView], rps: Mapping[PoolName, float]) -> Wor
             name=name,
             node_selector=SELECTORS[name],
             policy=POLICIES[name],
-            rules=PodRules(POLICIES[name].lend_spec.add_taints, (INFERENCE_TAINT,)),
+            marks=PodMarks(POLICIES[name].lend_spec.add_taints, (INFERENCE_TAINT,)),
             strategy=registry.build("reactive"),
             strategy_name="reactive",
         )

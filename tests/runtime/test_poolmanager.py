@@ -25,7 +25,7 @@ from rebalancer.runtime import poolfile, poolmanager
 from sandbox.emulator import cluster
 from sandbox.emulator.resources import NODES
 from tests.support import objects
-from tests.support.actuation import KEYS, RULES, SPEC, Forwarding
+from tests.support.actuation import KEYS, MARKS, SPEC, Forwarding
 from tests.support.backends import Backend, Objects, Opened
 from tests.support.reads import node_obj
 from tests.support.waits import no_sleep
@@ -91,7 +91,7 @@ def scheduling(store: Objects, name: str) -> tuple[dict[str, str], list[Obj]]:
 
 async def lend(opened: Opened, node: str) -> None:
     """The controller lends ``node``, as it would."""
-    actuator = Actuator(writer(opened), KEYS, SPEC, RULES, opened.clock)
+    actuator = Actuator(writer(opened), KEYS, SPEC, MARKS, opened.clock)
     assert (await actuator.lend(node, "test-lend")).outcome is Outcome.APPLIED
 
 

@@ -24,7 +24,7 @@ from rebalancer.adapters import registry
 from rebalancer.adapters.audit import AuditLog, MemoryAuditStore, UlidFactory
 from rebalancer.core import model, nodestate
 from rebalancer.core.audit import Kind
-from rebalancer.core.model import Action, PodRules, PoolName, Reason
+from rebalancer.core.model import Action, PodMarks, PoolName, Reason
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.runtime.reconcile import Reconciler
 from rebalancer.runtime.report import TickReport
@@ -69,7 +69,7 @@ def config(name: PoolName, strategy: Any = None) -> PoolConfig:
         name=name,
         node_selector={"pool": str(name)},
         policy=pool_policy,
-        rules=PodRules(
+        marks=PodMarks(
             lend_taints=pool_policy.lend_spec.add_taints, serving_taints=(INFERENCE_TAINT,)
         ),
         strategy=strategy or registry.build("reactive"),

@@ -21,7 +21,7 @@ The API emulator over HTTP
   writes a test makes behind the client's back (annotate, label, a pod that finished).
 - ``reads``: what a test reads back (a node's labels and taints as JSON text, its state, the pods
   on it, a ``Status`` body).
-- ``pools``: the default cluster's inference pool (keys, lend spec, pod rules, a churn-friendly
+- ``pools``: the default cluster's inference pool (keys, lend spec, pod marks, a churn-friendly
   policy, busy and idle nodes) and its replicas and waiting training pods.
 - ``actuation``: the actuator's kit: a recording (and crashing) writer, ``world``, ``drive``,
   the state machine's edges.

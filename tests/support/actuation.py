@@ -3,7 +3,7 @@ records (and can crash), and ``drive``, which runs progress passes on the emulat
 
 ``world(*nodes)`` serves an empty emulator holding only ``nodes``, each an inference node with
 ``objects.TAINTS`` (several taints in a deliberate order, one with ``timeAdded``) and a DaemonSet
-pod; ``World.actuator`` is the real ``Actuator`` with ``SPEC`` and ``RULES``, over the real
+pod; ``World.actuator`` is the real ``Actuator`` with ``SPEC`` and ``MARKS``, over the real
 ``KubeWriter`` wrapped in a ``Recorder``. The tests of the actuator, its crash safety, its
 faults, the writer and the leader gate build on it.
 """
@@ -33,7 +33,7 @@ SPEC = LendSpec(
     add_taints=(LEND,),
     labels={"gpu-pool": "training", "example.com/lent-to": "training"},
 )
-RULES = model.PodRules(
+MARKS = model.PodMarks(
     lend_taints=(LEND,), serving_taints=(SERVE,), inference_selector={"app": "llm-serving"}
 )
 # The edges of the state machine (nodestate), by the state label before and after a write:
@@ -149,7 +149,7 @@ class World:
         return Recorder(inner, crash_after)
 
     def actuator(self, writer: NodeWriter, dry_run: bool = False) -> Actuator:
-        return Actuator(writer, KEYS, SPEC, RULES, self.opened.clock, dry_run=dry_run)
+        return Actuator(writer, KEYS, SPEC, MARKS, self.opened.clock, dry_run=dry_run)
 
     def now(self) -> datetime:
         return self.opened.clock()

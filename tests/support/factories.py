@@ -266,11 +266,11 @@ def planned(
     that raises fails the test: ``plan_tick`` would plan that pool safety-only, hiding the bug.
     """
     paused, frozen = set(paused_pools), set(frozen_pools)
-    rules = {
+    controls = {
         name: tick.PoolControls(policies[name], paused=name in paused, frozen=name in frozen)
         for name in snapshot.pools
     }
-    decision = tick.plan_tick(snapshot, proposals, rules, KEYS)
+    decision = tick.plan_tick(snapshot, proposals, controls, KEYS)
     broken = {name: f for (name, stage), f in decision.failures.items() if stage is Stage.PLANNER}
     assert not broken, f"the planner failed: {broken}"
     return decision.plan

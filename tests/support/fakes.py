@@ -36,8 +36,8 @@ from rebalancer.core.model import (
     Clock,
     HistoryResult,
     NodeName,
+    PodMarks,
     PodRole,
-    PodRules,
     PoolMetrics,
     PoolName,
     Term,
@@ -48,20 +48,20 @@ from rebalancer.core.outcomes import ActionResult, Outcome
 
 @dataclass
 class Views:
-    """The informer's cache as the test sets it: every node, whatever the pod rules."""
+    """The informer's cache as the test sets it: every node, whatever the pod marks."""
 
     nodes: list[model.NodeView]
     broken: dict[str, str] = field(default_factory=dict)  # key -> why it cannot be read
     waiting: list[model.PendingPod] = field(default_factory=list)  # pods no node holds yet
 
-    def node_views(self, rules: PodRules) -> tuple[model.NodeView, ...]:
+    def node_views(self, marks: PodMarks) -> tuple[model.NodeView, ...]:
         return tuple(self.nodes)
 
-    def pending(self, rules: PodRules) -> tuple[model.PendingPod, ...]:
+    def pending(self, marks: PodMarks) -> tuple[model.PendingPod, ...]:
         return tuple(
             p
             for p in self.waiting
-            if all(model.tolerates(p.tolerations, t) for t in rules.lend_taints)
+            if all(model.tolerates(p.tolerations, t) for t in marks.lend_taints)
         )
 
     def unreadable(self) -> Mapping[str, str]:

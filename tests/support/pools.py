@@ -2,7 +2,7 @@
 
 Eight ``gpu-pool=inference`` nodes, of which the tests run an inference replica on ``BUSY`` (so
 they are never lent) and lend the ``IDLE`` ones; the default lend spec (the serving taint
-``workload=inference:NoSchedule`` swapped for ``rebalancer.io/lent=training``), the pod rules
+``workload=inference:NoSchedule`` swapped for ``rebalancer.io/lent=training``), the pod marks
 that tell inference replicas (``app=llm-serving``) from borrowed pods, and ``POLICY``, which
 allows as much churn as possible (no cooldown, no minimum loan, no warm-up, whole steps) so a
 few ticks exercise every transition.
@@ -29,7 +29,7 @@ from tests.support.backends import Objects
 KEYS = Keys()
 STATE = KEYS.state  # the node label that holds a node's phase
 SPEC = default_lend_spec(KEYS)  # workload=inference:NoSchedule <-> rebalancer.io/lent=training
-RULES = model.PodRules(
+MARKS = model.PodMarks(
     lend_taints=SPEC.add_taints,
     serving_taints=SPEC.remove_taints,
     inference_selector={"app": "llm-serving"},
@@ -64,7 +64,7 @@ def reactive_pool() -> PoolConfig:
         name=POOL,
         node_selector={"gpu-pool": "inference"},
         policy=POLICY,
-        rules=RULES,
+        marks=MARKS,
         strategy=registry.build("reactive"),
         strategy_name="reactive",
     )

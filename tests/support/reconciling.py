@@ -35,7 +35,7 @@ from tests.support.emulated import Sandbox
 from tests.support.fakes import Demand, Entry, JournalStore, Lead
 from tests.support.objects import daemon_pod
 from tests.support.observers import Seen
-from tests.support.pools import BUSY, IDLE, KEYS, POOL, RULES, SPEC, add_replicas
+from tests.support.pools import BUSY, IDLE, KEYS, MARKS, POOL, SPEC, add_replicas
 from tests.support.reads import scheduling_of
 from tests.support.waits import Pulse, no_sleep, stop
 
@@ -79,7 +79,7 @@ class World:
 
     async def caught_up(self) -> None:
         await self.pulse.until(
-            lambda: self.informer.node_views(RULES) == expected_views(self.store, RULES)
+            lambda: self.informer.node_views(MARKS) == expected_views(self.store, MARKS)
         )
 
     async def tick(self) -> TickReport:
@@ -108,7 +108,7 @@ def make_reconciler(
     store: MemoryAuditStore,
     config: PoolConfig = CONFIG,
 ) -> Reconciler:
-    actuator = Actuator(writer, KEYS, SPEC, RULES, box.clock)
+    actuator = Actuator(writer, KEYS, SPEC, MARKS, box.clock)
     return Reconciler(
         [config],
         views=informer,

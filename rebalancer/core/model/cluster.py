@@ -140,7 +140,7 @@ class PodView:
 
 
 @dataclass(frozen=True)
-class PodRules:
+class PodMarks:
     """How a pool tells its pods apart: a pod that tolerates every lend taint is borrowed, one
     whose labels match ``inference_selector`` serves (``adapters.convert`` reads them so)."""
 
