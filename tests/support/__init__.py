@@ -12,7 +12,7 @@ Pure values (the core and the strategies)
 The Reconciler on in-memory seams
 - ``fakes``: ``Views``, ``Demand``, ``CodecActuator`` (moves nodes through the codec), ``Calls``,
   ``Lead``, ``JournalStore`` (the in-memory audit store, journalled), ``Scripted`` strategies.
-- ``observers``: ``Seen``, a recording ``Observer`` of the Reconciler.
+- ``observers``: ``Seen``, what the reports of a Reconciler's ticks noted, tick after tick.
 
 The API emulator over HTTP
 - ``emulated``: ``running()``, an emulator per test on a manual clock, with its typed clients
