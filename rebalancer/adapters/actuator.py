@@ -336,6 +336,10 @@ class Actuator:
             if stale and not self._dry_run:
                 names = ", ".join(f"{p.view.namespace}/{p.view.name}" for p in stale)
                 run.notes.append(f"deleted pod(s) bound to an earlier node of this name: {names}")
+            # Deletions with grace 0 asked for before this pass: only such a pod still there is
+            # held by its finalizers. One this pass deletes is not, yet: a Job's pod keeps the
+            # Job controller's finalizer until its kubelet reports it stopped.
+            asked = {p.uid for p in taken if p.grace == 0}
             if past:
                 await self._delete(run, taken)
             else:
@@ -348,7 +352,8 @@ class Actuator:
             pods = await self._pods(run.node)
             left = [p for p in pods if _taken(p)]
             if left:
-                return run.result(Outcome.IN_PROGRESS, self._left(run, left, blocked, past))
+                why = self._left(run, left, blocked, past, asked)
+                return run.result(Outcome.IN_PROGRESS, why)
         await self._patch(run, WriteKind.FINISH, view, self._finish(run, view, state))
         return run.result(Outcome.APPLIED, "reclaimed: serving again")
 
@@ -370,16 +375,19 @@ class Actuator:
             run.notes.append(f"deleted pod(s) bound to an earlier node of this name: {names}")
         await self._delete(run, stale)
 
-    def _left(self, run: _Pass, left: Sequence[_Pod], blocked: int, past: bool) -> str:
+    def _left(
+        self, run: _Pass, left: Sequence[_Pod], blocked: int, past: bool, asked: set[str]
+    ) -> str:
         """What holds the node reclaiming, in words that change only when it does: how many
         pods are left, how many a budget blocks, and, past the deadline, the pods a finalizer
-        holds with their finalizers (``run.held``, for a Warning Event of its own)."""
+        holds with their finalizers (``run.held``, for a Warning Event of its own): those whose
+        deletion with grace 0 was ``asked`` for before this pass."""
         why = f"{len(left)} pod(s) of the loan left, {blocked} blocked by a budget"
         if past:
             run.held = tuple(
                 f"{p.view.namespace}/{p.view.name} ({', '.join(p.finalizers)})"
                 for p in sorted(left, key=lambda p: (p.view.namespace, p.view.name))
-                if p.finalizers
+                if p.finalizers and p.uid in asked
             )
             if run.held:
                 why += f"; held past the deadline by finalizers: {'; '.join(run.held)}"
