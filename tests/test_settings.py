@@ -386,7 +386,7 @@ BAD: list[tuple[str, object, str]] = [
         {"dryrun": True},
         "dryrun=True: unknown setting; known: cluster_name, key_prefix, dry_run, paused, frozen, "
         "tick_interval, strategy_timeout, clock_skew_bound, lend_concurrency, log_level, "
-        "leader_election, prometheus, audit, http, alertmanager, pools",
+        "leader_election, prometheus, audit, http, alertmanager, pools, takers",
     ),
     (
         "cluster name with capitals and an underscore",
@@ -546,7 +546,7 @@ BAD_ENV: list[tuple[str, dict[str, str], str]] = [
         "REBALANCER_LOG_LEVEL, "
         "REBALANCER_LEADER_ELECTION, REBALANCER_PROMETHEUS, REBALANCER_AUDIT, REBALANCER_HTTP, "
         "REBALANCER_ALERTMANAGER, "
-        "REBALANCER_POOLS",
+        "REBALANCER_POOLS, REBALANCER_TAKERS",
     ),
     (
         "pools not JSON",
@@ -606,7 +606,7 @@ def test_every_error_is_reported_at_once(tmp_path: Path) -> None:
             "choose one of adaptive, cron, forecast, peak, reactive, static, watermark, window",
             "bogus=1: unknown setting; known: cluster_name, key_prefix, dry_run, paused, frozen, "
             "tick_interval, strategy_timeout, clock_skew_bound, lend_concurrency, log_level, "
-            "leader_election, prometheus, audit, http, alertmanager, pools",
+            "leader_election, prometheus, audit, http, alertmanager, pools, takers",
         ]
     )
 
@@ -972,3 +972,22 @@ def test_loading_the_settings_loads_no_database_driver() -> None:
     probe = "import sys, rebalancer.settings; print('sqlalchemy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_kueue_workloads_are_off_unless_asked_for_and_need_a_pool_that_reads_takers(
+    tmp_path: Path,
+) -> None:
+    assert settings.load(write(tmp_path, {"pools": [POOL]}), {}).takers.kueue_workloads is False
+    on = {"takers": {"kueue_workloads": True}, "pools": [POOL]}
+    assert settings.load(write(tmp_path, on), {}).takers.kueue_workloads is True
+    alone = {**on, "pools": [{**POOL, "lend_only_to_takers": False}]}
+    assert errors(write(tmp_path, alone)) == [
+        "takers={'kueue_workloads': True}: kueue_workloads is on but no pool has "
+        "lend_only_to_takers: Kueue Workloads would be watched for nothing; turn it off, or a "
+        "pool's lend_only_to_takers on"
+    ]
+    assert errors(write(tmp_path, {"takers": {"kueue_workload": True}, "pools": [POOL]})) == [
+        "takers.kueue_workload=True: unknown setting; known: kueue_workloads"
+    ]
+    env = {"REBALANCER_TAKERS__KUEUE_WORKLOADS": "true"}
+    assert settings.load(write(tmp_path, {"pools": [POOL]}), env).takers.kueue_workloads is True

@@ -19,7 +19,7 @@ import math
 import re
 import sys
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any, TypeVar, cast
@@ -151,18 +151,41 @@ def _resources(raw: Mapping[str, Any]) -> model.Resources:
 
 
 def requests(spec: Object) -> model.Resources:
-    """What a pod asks of its node, as the scheduler counts it: the sum of its containers'
-    requests, or its largest init container's where that is more, plus its overhead. A
-    limit stands in for a missing request (the API defaults it so). Raises ``ValueError``."""
-    containers = [_container(c) for c in spec.get("containers") or ()]
-    total = sum(containers, model.NOTHING)
+    """What a pod asks of its node, as the scheduler counts it (``resourcehelper.PodRequests``):
+    the sum of its containers' requests and its sidecars' (init containers that keep running:
+    ``restartPolicy: Always``), or what its init containers need at their peak where that is
+    more (each in turn, beside the sidecars started before it); the pod-level requests
+    (``spec.resources``) instead for the CPU and memory they name; plus its overhead. A limit
+    stands in for a missing request (the API defaults it so). Raises ``ValueError``."""
+    total = sum((_container(c) for c in spec.get("containers") or ()), model.NOTHING)
+    sidecars = peak = model.NOTHING
     for init in spec.get("initContainers") or ():
         need = _container(init)
-        total = model.Resources(
-            max(total.gpu, need.gpu), max(total.cpu, need.cpu), max(total.memory, need.memory)
-        )
+        if init.get("restartPolicy") == "Always":
+            total, sidecars = total + need, sidecars + need
+            need = sidecars
+        else:
+            need = need + sidecars
+        peak = _most(peak, need)
+    total = _most(total, peak)
+    pod_level = _container(spec)  # the same fields: ``resources.requests``, else its limits
+    total = model.Resources(
+        gpu=total.gpu,
+        cpu=pod_level.cpu if _names(spec, "cpu") else total.cpu,
+        memory=pod_level.memory if _names(spec, "memory") else total.memory,
+    )
     overhead = spec.get("overhead")
     return total + _resources(overhead) if isinstance(overhead, Mapping) else total
+
+
+def _most(a: model.Resources, b: model.Resources) -> model.Resources:
+    return model.Resources(max(a.gpu, b.gpu), max(a.cpu, b.cpu), max(a.memory, b.memory))
+
+
+def _names(spec: Object, resource: str) -> bool:
+    """Whether the pod-level resources (``spec.resources``) name ``resource``."""
+    resources = spec.get("resources") or {}
+    return any(resource in (resources.get(k) or {}) for k in ("requests", "limits"))
 
 
 def _container(container: Object) -> model.Resources:
@@ -316,21 +339,25 @@ def pending_pod(pod: Object | PodRecord, spec: Object) -> model.PendingPod:
 
 
 def _required_affinity(spec: Object) -> tuple[tuple[model.Requirement, ...], ...]:
-    """The required node affinity's terms; ``matchFields`` (only ``metadata.name`` exists)
-    becomes a requirement on the pseudo-label ``metadata.name``."""
+    """The required node affinity's terms; a ``matchFields`` entry (only ``metadata.name``
+    exists) becomes a requirement on ``takers.NODE_NAME_FIELD``, matched against the node's
+    name, never against a label."""
     node = (spec.get("affinity") or {}).get("nodeAffinity") or {}
     required = node.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
     terms = []
     for term in required.get("nodeSelectorTerms") or ():
-        expressions = [*(term.get("matchExpressions") or ()), *(term.get("matchFields") or ())]
+        expressions = [
+            *((str(e["key"]), e) for e in term.get("matchExpressions") or ()),
+            *((f"field:{e['key']}", e) for e in term.get("matchFields") or ()),
+        ]
         terms.append(
             tuple(
                 model.Requirement(
-                    key=str(e["key"]),
+                    key=key,
                     operator=str(e["operator"]),
                     values=tuple(str(v) for v in e.get("values") or ()),
                 )
-                for e in expressions
+                for key, e in expressions
             )
         )
     return tuple(terms)
@@ -388,3 +415,62 @@ def time_of(text: object) -> datetime | None:
         return datetime.fromisoformat(text)
     except ValueError:
         return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Kueue Workloads: the takers of a job Kueue holds back, before it has made any pod
+# (docs/design/takers.md#kueue-workloads)
+
+# The version read: Kueue v0.17.0 stores and prefers v1beta2 (it serves v1beta1 too).
+KUEUE_GROUP, KUEUE_VERSION, KUEUE_WORKLOADS = "kueue.x-k8s.io", "v1beta2", "workloads"
+KUEUE_CRD = f"{KUEUE_WORKLOADS}.{KUEUE_GROUP}"
+
+
+def workload_waits(workload: Object) -> bool:
+    """Whether a Kueue Workload waits for quota: not admitted (no ``status.admission``), not
+    finished, not deactivated (``spec.active: false``) and not being deleted. A Workload of
+    plain pods (owned by Pods) never waits here: its pods exist already, held by a scheduling
+    gate, and are pending pods of their own."""
+    meta, spec = workload.get("metadata") or {}, workload.get("spec") or {}
+    if meta.get("deletionTimestamp") is not None or spec.get("active") is False:
+        return False
+    if (workload.get("status") or {}).get("admission") or _condition(workload, "Finished"):
+        return False
+    return not any(ref.get("kind") == "Pod" for ref in meta.get("ownerReferences") or ())
+
+
+def workload_takers(workload: Object) -> tuple[model.PendingPod, ...]:
+    """The pods a waiting Workload's job would run, as pending pods: each ``spec.podSets[]``
+    entry's ``count`` pods of its ``template``, all of one job (the Workload's
+    ``namespace/name``: a gang), with the Workload's ``spec.priority`` where it has one (else
+    the template's) and its creation time. Named ``<workload>/<podset>-<i>``. Empty for one
+    that does not wait (``workload_waits``). Raises (``ValueError``, ``TypeError``,
+    ``AttributeError``, ``KeyError``) on one it cannot read."""
+    if not workload_waits(workload):
+        return ()
+    meta, spec = workload.get("metadata") or {}, workload.get("spec") or {}
+    namespace, name = sys.intern(str(meta.get("namespace", ""))), str(meta["name"])
+    job = _shared(f"{namespace}/{name}")
+    created = time_of(meta.get("creationTimestamp"))
+    priority = spec.get("priority")
+    out: list[model.PendingPod] = []
+    for i, podset in enumerate(spec.get("podSets") or ()):
+        count = int(podset.get("count", 1))
+        if count < 0:
+            raise ValueError(f"podSets[{i}].count is {count}")
+        pod = (podset.get("template") or {}).get("spec") or {}
+        selector = pod.get("nodeSelector") or {}
+        one = model.PendingPod(
+            namespace=namespace,
+            name="",
+            tolerations=_tolerations(pod.get("tolerations") or ()),
+            requests=_shared(requests(pod)),
+            node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
+            affinity=_required_affinity(pod),
+            job=job,
+            priority=int(pod.get("priority") or 0) if priority is None else int(priority),
+            created=created,
+        )
+        label = str(podset.get("name") or i)
+        out.extend(replace(one, name=f"{name}/{label}-{k}") for k in range(count))
+    return tuple(out)

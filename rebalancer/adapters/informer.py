@@ -33,6 +33,7 @@ The list+watch loop itself (``Reflector``, its settings and backoff) is ``adapte
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 from collections.abc import Callable, Mapping
@@ -69,7 +70,9 @@ class _Views:
 
 class Informer:
     """Nodes and their (running, unfinished) pods, kept current by two reflectors, and, when
-    a pool lends only to takers (``watch_pending``), the pods waiting for a node by a third."""
+    a pool lends only to takers (``watch_pending``), the pods waiting for a node by a third;
+    with ``watch_workloads``, Kueue's Workloads waiting for quota by a fourth (their pods are
+    takers too: docs/design/takers.md#kueue-workloads)."""
 
     def __init__(
         self,
@@ -82,6 +85,7 @@ class Informer:
         on_change: OnChange | None = None,
         freeze_after_sync: bool = False,
         watch_pending: bool = False,
+        watch_workloads: bool = False,
     ) -> None:
         core = client.CoreV1Api(api)
         settings = settings or WatchSettings()
@@ -103,6 +107,10 @@ class Informer:
         self._pending: dict[Key, _Pending] = {}
         self.pending_pods: Reflector | None = (
             self._pending_reflector(core, settings, sleep) if watch_pending else None
+        )
+        self._workloads: dict[Key, _Workload] = {}
+        self.workloads: Reflector | None = (
+            self._workload_reflector(api, settings, sleep) if watch_workloads else None
         )
 
     def _node_reflector(
@@ -147,6 +155,34 @@ class Informer:
             sleep,
         )
 
+    def _workload_reflector(self, api: Any, settings: WatchSettings, sleep: Sleep) -> Reflector:
+        """Kueue's Workloads, in every namespace: the jobs Kueue holds back are takers before
+        they have pods. A cluster without Kueue's CRD serves none: said once, at ERROR, and
+        asked again until it does (``Reflector``'s ``absent``); nothing waits on it."""
+        custom = client.CustomObjectsApi(api)
+        call = functools.partial(
+            custom.list_cluster_custom_object,
+            convert.KUEUE_GROUP,
+            convert.KUEUE_VERSION,
+            convert.KUEUE_WORKLOADS,
+        )
+        absent = (
+            f"the CustomResourceDefinition {convert.KUEUE_CRD} ({convert.KUEUE_VERSION}) is "
+            "not served (is Kueue installed?): Kueue Workloads are no takers until it is "
+            "(takers.kueue_workloads is on)"
+        )
+        return Reflector(
+            "kueue workloads",
+            call,
+            {},
+            _Workload.of,
+            self._apply_workload,
+            self._replace_workloads,
+            settings,
+            sleep,
+            absent=absent,
+        )
+
     async def run(self) -> None:
         """Run until cancelled."""
         async with asyncio.TaskGroup() as group:
@@ -155,6 +191,9 @@ class Informer:
             if self.pending_pods is not None:
                 group.create_task(self.pending_pods.run(), name="informer-pending-pods")
                 await self.pending_pods.listed.wait()
+            if self.workloads is not None:
+                group.create_task(self.workloads.run(), name="informer-kueue-workloads")
+                await self.workloads.listed.wait()
             await self.nodes.listed.wait()
             await self.pods.listed.wait()
             # The cache is the process's bulk and lives as long as it: out of the collector's
@@ -192,12 +231,15 @@ class Informer:
 
     def pending(self, marks: model.PodMarks) -> tuple[model.PendingPod, ...]:
         """The pods waiting for a node that tolerate every lend taint of ``marks``: who would
-        use a node lent under them. Empty when pending pods are not watched."""
+        use a node lent under them, then the pods of the Kueue Workloads waiting for quota (when
+        watched) that would. Empty when neither is watched."""
+        pods = [seen.pod for _, seen in sorted(self._pending.items()) if seen.pod is not None]
+        for _, workload in sorted(self._workloads.items()):
+            pods.extend(workload.pods)
         return tuple(
-            seen.pod
-            for _, seen in sorted(self._pending.items())
-            if seen.pod is not None
-            and all(model.tolerates(seen.pod.tolerations, t) for t in marks.lend_taints)
+            pod
+            for pod in pods
+            if all(model.tolerates(pod.tolerations, t) for t in marks.lend_taints)
         )
 
     def unreadable(self) -> dict[str, str]:
@@ -213,7 +255,12 @@ class Informer:
             for key, seen in self._pending.items()
             if seen.pod is None
         }
-        return self._unreadable | pods | pending
+        workloads = {
+            f"workload/{key[0]}/{key[1]}": seen.problem
+            for key, seen in self._workloads.items()
+            if seen.problem
+        }
+        return self._unreadable | pods | pending | workloads
 
     def _touch(self, name: str) -> None:
         """The node or its pods changed: every set of views builds it again when next asked."""
@@ -384,6 +431,27 @@ class Informer:
         _replace(known, fresh, self._apply_pending, lambda seen: seen.version, _Pending.gone)
 
     # -----------------------------------------------------------------------------------------
+    # Kueue Workloads: kept while they wait for quota (``convert.workload_waits``); one that
+    # starts to wait wakes the loop, as a new pending pod does
+
+    def _apply_workload(self, kind: str, seen: _Workload) -> None:
+        if kind == "DELETED" or not (seen.pods or seen.problem):
+            self._workloads.pop(seen.key, None)
+            return
+        known = seen.key in self._workloads
+        self._workloads[seen.key] = seen
+        if not known and self.synced.is_set():
+            log.debug("workload %s/%s waits for quota", *seen.key)
+            self.changed.set()
+            if self._on_change is not None:
+                self._on_change("", f"workload {seen.key[0]}/{seen.key[1]} waits for quota")
+
+    def _replace_workloads(self, items: list[_Workload]) -> None:
+        fresh = {seen.key: seen for seen in items}
+        known = {k: v.version for k, v in self._workloads.items()}
+        _replace(known, fresh, self._apply_workload, lambda seen: seen.version, _Workload.gone)
+
+    # -----------------------------------------------------------------------------------------
 
     def _notify(self, node: str, why: str) -> None:
         # One line per object at DEBUG: a sync of 150,000 pods is a line per list at INFO.
@@ -469,6 +537,30 @@ class _Pending:
     @staticmethod
     def gone(key: Key) -> _Pending:
         return _Pending(key, "")
+
+
+@dataclass(frozen=True, slots=True)
+class _Workload:
+    """A Kueue Workload as a taker: the pods its job would run while it waits for quota (none
+    once admitted, finished or deactivated), or why it cannot be read (then no taker)."""
+
+    key: Key
+    version: str
+    pods: tuple[model.PendingPod, ...] = ()
+    problem: str = ""
+
+    @staticmethod
+    def of(workload: Obj) -> _Workload:
+        key, version = _pod_key(workload), _version(workload)
+        try:
+            pods = convert.workload_takers(workload)
+        except Exception as exc:  # one bad object must not take the others with it
+            return _Workload(key, version, problem=f"{type(exc).__name__}: {exc}")
+        return _Workload(key, version, pods)
+
+    @staticmethod
+    def gone(key: Key) -> _Workload:
+        return _Workload(key, "")
 
 
 def _pod_key(pod: Obj) -> Key:

@@ -66,8 +66,15 @@ class Reflector:
         replace: Callable[[list[Any]], None],
         settings: WatchSettings,
         sleep: Sleep,
+        absent: str = "",
     ) -> None:
         self.resource = resource
+        # Set for a resource a cluster may not serve (a custom resource whose definition may
+        # not be installed): a 404 is then that, said in these words, and the resource is
+        # listed as empty (``listed`` is set: nothing waits on it) and asked again, with the
+        # backoff, until it is served.
+        self._absent = absent
+        self.served = True
         self._call, self._query = call, dict(query)
         self._transform, self._apply, self._replace = transform, apply, replace
         self._settings, self._sleep = settings, sleep
@@ -94,6 +101,11 @@ class Reflector:
             except Exception as exc:  # any failure: log, back off, resume; never end the loop
                 failures += 1
                 delay = self._settings.backoff.delay(failures)
+                if self._absent and isinstance(exc, ApiException) and exc.status == 404:
+                    self._not_served(delay)
+                    relist = True
+                    await self._sleep(delay)
+                    continue
                 log.warning(
                     "%s: %s: %s; retrying in %.1fs from resourceVersion %s",
                     self.resource,
@@ -111,6 +123,24 @@ class Reflector:
                 # empty may be a proxy cutting connections, so do not reconnect in a hot loop.
                 failures += 1
                 await self._sleep(self._settings.backoff.delay(failures))
+
+    def _not_served(self, delay: float) -> None:
+        """A 404 for a resource that may be absent: said at ERROR when first seen (and when a
+        resource that was served stops being), at DEBUG on each retry after; the cache is
+        emptied (a definition removed takes its objects with it) and counts as listed."""
+        level = logging.ERROR if self.served else logging.DEBUG
+        log.log(
+            level,
+            "%s: %s; asking again every %.0fs at most",
+            self.resource,
+            self._absent,
+            self._settings.backoff.maximum,
+        )
+        log.debug("%s: not served; retrying in %.1fs", self.resource, delay)
+        self.served = False
+        self.resource_version = ""
+        self._replace([])
+        self.listed.set()
 
     async def _list(self) -> None:
         """Page after page; the next page is asked for as soon as this one's continue token is
@@ -145,6 +175,7 @@ class Reflector:
             elif not pending.cancelled():
                 pending.exception()
         self.lists += 1
+        self.served = True
         self._replace(items)
         self.resource_version = str(meta.get("resourceVersion", ""))
         log.info(

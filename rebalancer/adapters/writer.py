@@ -2,8 +2,10 @@
 
 Where it sits: ``actuator`` is the only code that writes to the cluster, and it writes only through
 a ``NodeWriter``: read a node, list the pods on it, patch it with a ``NodeChange`` under an
-optimistic lock, evict a pod, delete a pod at once. ``KubeWriter`` is the implementation on
-kubernetes-asyncio; tests wrap it to count writes or to crash after the k-th one.
+optimistic lock, evict a pod, delete a pod at once (marked ``DisruptionTarget`` first, as
+Kubernetes' own components mark the pods they delete, so a Job does not count it as failed).
+``KubeWriter`` is the implementation on kubernetes-asyncio; tests wrap it to count writes or to
+crash after the k-th one.
 
 Why raw JSON: the actuator works on the API's JSON (``convert`` reads it), and the typed models
 drop what they do not know and turn ``timeAdded`` into a ``datetime``, which would not restore
@@ -27,8 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
@@ -45,7 +49,9 @@ from rebalancer.core.outcomes import WriteOutcome
 from rebalancer.errors import RebalancerError
 
 Obj = dict[str, Any]
+log = logging.getLogger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 _T = TypeVar("_T")
 
 
@@ -97,7 +103,8 @@ class NodeWriter(Protocol):
     async def evict(self, namespace: str, name: str, uid: str) -> WriteOutcome: ...
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
-        """Delete with grace 0; False when the pod was already gone."""
+        """Mark the pod disrupted, then delete it with grace 0; False when it was already
+        gone."""
         ...
 
 
@@ -128,6 +135,32 @@ def eviction_body(namespace: str, name: str, uid: str) -> Obj:
     }
 
 
+DISRUPTION_REASON = "DeletionByRebalancer"
+
+
+def disruption_patch(uid: str, now: datetime) -> Obj:
+    """The strategic merge patch of a pod's status that says it is deleted as a disruption
+    (``DisruptionTarget``, as the taint manager and the pod GC write it before they delete), so a
+    Job's ``podFailurePolicy`` counts the deletion as a disruption, not a failure. Conditions
+    merge by type: the pod's others stay. The uid makes the server refuse the patch on a pod
+    re-created under the same name (the uid cannot change)."""
+    return {
+        "metadata": {"uid": uid},
+        "status": {
+            "conditions": [
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": DISRUPTION_REASON,
+                    "message": "rebalancer: the node's reclaim deadline passed; the pod is "
+                    "deleted so that the node serves inference again",
+                    "lastTransitionTime": now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                }
+            ]
+        },
+    }
+
+
 def delete_body(uid: str) -> Obj:
     return {
         "apiVersion": "v1",
@@ -155,9 +188,15 @@ _TRANSPORT = (aiohttp.ClientError, TimeoutError, _Transient)
 class KubeWriter:
     """``NodeWriter`` over a kubernetes-asyncio ``CoreV1Api``."""
 
-    def __init__(self, core: Any, retry: RetryPolicy | None = None) -> None:
+    def __init__(
+        self,
+        core: Any,
+        retry: RetryPolicy | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
         self._core = core
         self._retry = retry or RetryPolicy()
+        self._clock = clock  # the time a disruption condition says it began
 
     async def get_node(self, name: str) -> Obj:
         target = f"node/{name}"
@@ -223,6 +262,8 @@ class KubeWriter:
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
         target = f"pod/{namespace}/{name}"
+        if not await self._mark_disrupted(target, namespace, name, uid):
+            return False
         call = partial(
             self._core.delete_namespaced_pod,
             name,
@@ -234,6 +275,27 @@ class KubeWriter:
             await self._retried(target, lambda: self._json(target, call()))
         except NotFound:
             return False
+        return True
+
+    async def _mark_disrupted(self, target: str, namespace: str, name: str, uid: str) -> bool:
+        """``disruption_patch`` on the pod's status; False when the pod is gone. A refusal of
+        any other kind (a role without ``pods/status``, a pod re-created under the name) is
+        logged and the deletion goes ahead: the node must come back to inference."""
+        body = disruption_patch(uid, self._clock())
+        call = partial(
+            self._core.patch_namespaced_pod_status,
+            name,
+            namespace,
+            body,
+            _content_type=STRATEGIC_MERGE_PATCH,
+            _preload_content=False,
+        )
+        try:
+            await self._retried(target, lambda: self._json(target, call()))
+        except NotFound:
+            return False
+        except WriteError as exc:
+            log.warning("%s: not marked DisruptionTarget before its deletion: %s", target, exc)
         return True
 
     async def _json(self, target: str, pending: Awaitable[Any]) -> Obj:

@@ -6,14 +6,16 @@ pending job would run on, and lends only those when the pool lends to takers onl
 still has to come back; one a job cannot use properly (the wrong GPU, too little memory) is
 worse. Pure: no I/O, no clock.
 
-How a node is judged, as kube-scheduler's filters would judge it once the node is lent:
+How a node is judged, as kube-scheduler's filters would judge it once the node is lent (held to
+the real scheduler: tests/kubeapi/test_takers_differential.py, docs/design/takers.md):
 
 - every ``NoSchedule``/``NoExecute`` taint the node will carry is tolerated (the lend taint
   among them; ``PreferNoSchedule`` never blocks);
 - ``nodeSelector`` and one term of the required node affinity match the labels it will carry
   (``In``, ``NotIn``, ``Exists``, ``DoesNotExist``, ``Gt``, ``Lt``: so a job that asks for
   ``nvidia.com/gpu.family In [hopper]`` or ``nvidia.com/gpu.memory Gt 70000`` is never lent an
-  Ampere node or a 48 GB card);
+  Ampere node or a 48 GB card; an empty term matches no node, ``matchFields`` the node's name,
+  and ``Gt``/``Lt`` read integers as Go does);
 - its requests (GPUs, CPU, memory) fit what the node offers less what its pods hold. A node
   whose allocatable is unknown fits nothing that asks for anything.
 
@@ -30,6 +32,7 @@ lent last tick for a job the scheduler has not placed yet is not lent a second t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -44,6 +47,11 @@ from rebalancer.core.model import (
 )
 
 _BLOCKING = ("NoSchedule", "NoExecute")
+# A required node affinity's ``matchFields`` entry (``metadata.name``, the one field) is read as a
+# requirement on this key, which no label can have (a label key has no colon): it is matched
+# against the node's name.
+NODE_NAME_FIELD = "field:metadata.name"
+_DECIMAL_INTEGER = re.compile(r"[+-]?[0-9]+")
 _NEVER = datetime.max.replace(tzinfo=UTC)  # a pod with no creation time queues last
 
 
@@ -144,19 +152,39 @@ def place(
     return Placement(tuple(lend), tuple(served), waiting, frozenset(used))
 
 
-def accepts(pod: PendingPod, labels: Mapping[str, str], taints: Iterable[Taint]) -> str | None:
-    """Why ``pod`` would not be scheduled on a node with these labels and taints (whatever its
-    room), or None when it would."""
+def accepts(
+    pod: PendingPod,
+    labels: Mapping[str, str],
+    taints: Iterable[Taint],
+    node: NodeName | None = None,
+) -> str | None:
+    """Why ``pod`` would not be scheduled on ``node``, with these labels and taints (whatever
+    its room), or None when it would. A requirement on the node's name (``matchFields``) is met
+    by no node when ``node`` is not given."""
     for taint in taints:
         if taint.effect in _BLOCKING and not tolerates(pod.tolerations, taint):
             return f"does not tolerate {taint}"
     for key, value in pod.node_selector:
         if labels.get(key) != value:
             return f"nodeSelector {key}={value}"
-    if pod.affinity and not any(all(matches(r, labels) for r in term) for term in pod.affinity):
+    if pod.affinity and not any(_term_matches(term, labels, node) for term in pod.affinity):
         terms = " or ".join(", ".join(map(str, term)) or "(empty)" for term in pod.affinity)
         return f"node affinity {terms}"
     return None
+
+
+def _term_matches(
+    term: Sequence[Requirement], labels: Mapping[str, str], node: NodeName | None
+) -> bool:
+    """One node selector term: all its requirements hold. An empty term matches no node, as
+    kube-scheduler reads it (``nodeaffinity``: a term without requirements selects nothing)."""
+
+    def holds(r: Requirement) -> bool:
+        if r.key != NODE_NAME_FIELD:
+            return matches(r, labels)
+        return node is not None and matches(r, {NODE_NAME_FIELD: node})
+
+    return bool(term) and all(holds(r) for r in term)
 
 
 def matches(requirement: Requirement, labels: Mapping[str, str]) -> bool:
@@ -181,10 +209,13 @@ def matches(requirement: Requirement, labels: Mapping[str, str]) -> bool:
 
 
 def _integer(text: str) -> int | None:
-    try:
-        return int(text)
-    except ValueError:
+    """``text`` as Go's ``strconv.ParseInt(text, 10, 64)`` reads it (the scheduler's ``Gt`` and
+    ``Lt``): a sign, ASCII digits and nothing else (no ``_``, no spaces), within int64; else
+    None. Python's ``int`` reads ``81_920`` and numbers past int64, which Go refuses."""
+    if _DECIMAL_INTEGER.fullmatch(text) is None:
         return None
+    number = int(text)
+    return number if -(2**63) <= number < 2**63 else None
 
 
 def _first_fit(
@@ -192,7 +223,7 @@ def _first_fit(
 ) -> Room | None:
     for room in rooms:
         left = free[room.node]
-        if accepts(pod, room.labels, room.taints) is None and _fits(pod.requests, left):
+        if accepts(pod, room.labels, room.taints, room.node) is None and _fits(pod.requests, left):
             return room
     return None
 
@@ -212,7 +243,7 @@ def _why_nowhere(pod: PendingPod, rooms: Sequence[Room]) -> str:
     name = f"pod {pod.namespace}/{pod.name}"
     if not rooms:
         return f"{name}: no node to lend"
-    refusal = accepts(pod, rooms[0].labels, rooms[0].taints)
+    refusal = accepts(pod, rooms[0].labels, rooms[0].taints, rooms[0].node)
     if refusal is not None:
         return f"{name}: {rooms[0].node} {refusal}"
     return f"{name} asks {pod.requests}: more than any node it accepts has free"

@@ -259,12 +259,14 @@ def _reconciler(
 
 def _informer(settings: Settings, role: Role, api: Any) -> Informer:
     """The cache of nodes and pods; frozen once synced for the controller (its views are
-    shared), and watching pending pods only when a pool lends only to takers."""
+    shared), and watching pending pods only when a pool lends only to takers (Kueue's
+    Workloads too when ``takers.kueue_workloads`` is on; the settings refuse it on alone)."""
     return Informer(
         api,
         prefix=settings.key_prefix,
         freeze_after_sync=role is Role.CONTROLLER,
         watch_pending=any(p.lend_only_to_takers for p in settings.pools),
+        watch_workloads=settings.takers.kueue_workloads,
     )
 
 
@@ -375,7 +377,9 @@ class Controller:
             probe.watch(api)
             clock: Clock = probe.now
             telemetry = Telemetry(cluster=settings.cluster_name)
-            elector, leadership, writer = _leadership(settings, role, api, me, own, telemetry)
+            elector, leadership, writer = _leadership(
+                settings, role, api, me, own, telemetry, clock
+            )
             # A follower (or a candidate not yet won) says 0 from the start, not its first tick.
             telemetry.set_leader(me, leadership.may_write(leadership.now()))
             prometheus: PoolMetricsRouter | None = None  # whose clocks are read, when built here
@@ -484,10 +488,17 @@ class Controller:
 
 
 def _leadership(
-    settings: Settings, role: Role, api: Any, me: str, clock: Clock, telemetry: Telemetry
+    settings: Settings,
+    role: Role,
+    api: Any,
+    me: str,
+    clock: Clock,
+    telemetry: Telemetry,
+    server_clock: Clock,
 ) -> tuple[LeaderElector | None, Leadership, NodeWriter]:
-    """Who may write, and the writer that holds every node write to it."""
-    kube = KubeWriter(client.CoreV1Api(api))
+    """Who may write (on the process's own ``clock``), and the writer that holds every node
+    write to it (its times on the API server's)."""
+    kube = KubeWriter(client.CoreV1Api(api), clock=server_clock)
     le = settings.leader_election
     if role is Role.OPERATOR or not le.enabled or settings.dry_run:
         # A dry run writes nothing, not even a Lease: it plans and audits as if leading

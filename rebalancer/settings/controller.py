@@ -105,6 +105,15 @@ class AlertmanagerSettings(SettingsBlock):
     max_age: PositiveDuration = timedelta(hours=1)
 
 
+class TakerSettings(SettingsBlock):
+    """Who counts as a taker besides pending pods, for the pools that lend only to takers
+    (docs/design/takers.md#kueue-workloads)."""
+
+    # The pods of Kueue Workloads waiting for quota (kueue.x-k8s.io, read as v1beta2): the
+    # jobs Kueue holds back have no pod yet. Off: a cluster without Kueue's CRDs is untouched.
+    kueue_workloads: bool = False
+
+
 class HttpSettings(SettingsBlock):
     host: str = Field(default="0.0.0.0", min_length=1)  # all interfaces: it serves in a pod
     port: int = Field(default=8080, ge=1, le=65535)
@@ -165,6 +174,8 @@ class Settings(SettingsBlock):
     http: HttpSettings = HttpSettings()
     alertmanager: AlertmanagerSettings = AlertmanagerSettings()
     pools: tuple[PoolSettings, ...] = ()
+    # After ``pools``: whether any pool reads takers is checked against them (``_takers_read``)
+    takers: TakerSettings = TakerSettings()
 
     @pydantic.field_validator("cluster_name")
     @classmethod
@@ -186,6 +197,21 @@ class Settings(SettingsBlock):
             raise PydanticCustomError(
                 "prefix", "must be a DNS subdomain followed by '/', e.g. 'rebalancer.io/'"
             ) from None
+        return value
+
+    @pydantic.field_validator("takers")
+    @classmethod
+    def _takers_read(cls, value: TakerSettings, info: pydantic.ValidationInfo) -> TakerSettings:
+        """Kueue Workloads are read only for pools that lend only to takers: with none, the
+        watch (and the RBAC it needs) would be for nothing, so it is refused."""
+        if "pools" not in info.data:  # refused already: that is the error to read
+            return value
+        if value.kueue_workloads and not any(p.lend_only_to_takers for p in info.data["pools"]):
+            raise PydanticCustomError(
+                "takers",
+                "kueue_workloads is on but no pool has lend_only_to_takers: Kueue Workloads "
+                "would be watched for nothing; turn it off, or a pool's lend_only_to_takers on",
+            )
         return value
 
     # -- builders ------------------------------------------------------------------------------

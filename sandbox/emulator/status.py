@@ -111,12 +111,15 @@ def conflict(resource: str, group: str, name: str, why: str = OPTIMISTIC_LOCK) -
 
 def invalid(kind: str, group: str, name: str, causes: list[Cause]) -> ApiError:
     qualified_kind = f"{kind}.{group}" if group else kind
-    if not causes:
+    # The message names each distinct error once (apimachinery's aggregate dedupes them); the
+    # causes keep every one.
+    said = list(dict.fromkeys(str(c) for c in causes))
+    if not said:
         message = f'{qualified_kind} "{name}" is invalid'
-    elif len(causes) == 1:
-        message = f'{qualified_kind} "{name}" is invalid: {causes[0]}'
+    elif len(said) == 1:
+        message = f'{qualified_kind} "{name}" is invalid: {said[0]}'
     else:
-        joined = ", ".join(str(c) for c in causes)
+        joined = ", ".join(said)
         message = f'{qualified_kind} "{name}" is invalid: [{joined}]'
     details = _details(name, kind, group)
     details["causes"] = [c.as_json() for c in causes]

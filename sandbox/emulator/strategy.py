@@ -121,9 +121,15 @@ def validate_create(rt: ResourceType, obj: Obj) -> list[Cause]:
     return causes + _kind_rules(rt, obj)
 
 
-def validate_update(rt: ResourceType, new: Obj, old: Obj) -> list[Cause]:
+def validate_update(
+    rt: ResourceType, new: Obj, old: Obj, subresource: str | None = None
+) -> list[Cause]:
     meta = new.get("metadata") or {}
     causes = validation.metadata_update(meta, old.get("metadata") or {})
+    if rt is PODS and subresource == "status":
+        # kube-apiserver checks a pod's metadata twice on a status update (the status update's
+        # own validation, then the object's), and names every cause twice.
+        causes += validation.metadata_update(meta, old.get("metadata") or {})
     causes += validation.labels(meta) + validation.annotation_keys(meta)
     if rt in (CORE_EVENTS, EVENTS):
         return causes + validation.event(new, strict=False)

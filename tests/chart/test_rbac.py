@@ -87,6 +87,23 @@ def test_a_dry_run_cluster_role_only_reads_nodes_and_pods() -> None:
     }
 
 
+@pytest.mark.parametrize("dry_run", [False, True], ids=["writes", "dry-run"])
+def test_kueue_workloads_are_listed_and_watched_only_when_the_settings_read_them(
+    dry_run: bool,
+) -> None:
+    """``takers.kueue_workloads`` adds list and watch on workloads.kueue.x-k8s.io, nothing
+    else (tests/kubeapi/test_kueue_workloads.py proves it against a real server)."""
+    off = grants([one(render({"config": {"dry_run": dry_run}}), "ClusterRole")])
+    on_values = {"config": {"dry_run": dry_run, "takers": {"kueue_workloads": True}}}
+    on = grants([one(render(on_values), "ClusterRole")])
+    assert not any(g.group == "kueue.x-k8s.io" for g in off)
+    assert {(g.verb, g.group, g.resource) for g in on - off} == {
+        ("list", "kueue.x-k8s.io", "workloads"),
+        ("watch", "kueue.x-k8s.io", "workloads"),
+    }
+    assert off < on
+
+
 # ---------------------------------------------------------------------------------------------
 # Proven: the controller's operations under the rendered RBAC
 
@@ -249,6 +266,18 @@ async def test_removing_the_rule_an_operation_needs_makes_it_fail_with_403(
     async with running(backend, without(render({}), verb, group, resource), tmp_path) as c:
         assert not await OPERATIONS[operation](c)
         assert c.denied() == {(verb, group, resource)}
+
+
+async def test_without_patch_on_pod_status_a_deadline_deletion_still_happens(
+    backend: Backend, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The DisruptionTarget mark is not worth an inference node: a role without it (an older
+    chart's) still deletes the pod at the deadline, and says what it could not mark."""
+    docs = without(render({}), "patch", "", "pods/status")
+    async with running(backend, docs, tmp_path) as c:
+        assert await reclaim_by_deletion(c)
+        assert c.denied() == {("patch", "", "pods/status")}
+    assert "not marked DisruptionTarget before its deletion" in caplog.text
 
 
 async def test_a_dry_run_controller_writes_nothing_under_the_dry_run_role(

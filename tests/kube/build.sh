@@ -3,7 +3,9 @@
 # published Go modules (the versions tests/kube/go.mod pins), and kwok from its own (the version
 # tests/kube/kwok/go.mod pins), as `go install` would, into a per-user cache keyed by those
 # versions, each only when it is missing. Prints the directory that holds the binaries. Nothing
-# is downloaded but Go modules.
+# is downloaded but Go modules. Kueue's manager (the version tests/kube/kueue/go.mod pins) is
+# built beside that directory, in kueue-<version>/ of its own (tests/support/kueue.py finds it
+# there), so that neither the directory printed nor its key changes with Kueue.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -17,6 +19,15 @@ etcd=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
 kwok=$(cd kwok && go list -m -f '{{.Version}}' sigs.k8s.io/kwok)
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/rebalancer
 dir="$cache/kube/kubernetes-$kubernetes-etcd-$etcd-kwok-$kwok"
+kueue=$(cd kueue && go list -m -f '{{.Version}}' sigs.k8s.io/kueue)
+kueue_dir="$cache/kube/kueue-$kueue"
+if [ ! -x "$kueue_dir/kueue" ]; then
+	echo "building kueue $kueue into $kueue_dir (once; minutes)" >&2
+	mkdir -p "$kueue_dir"
+	(cd kueue && go build -buildvcs=false -trimpath -o "$kueue_dir/.kueue.build" \
+		sigs.k8s.io/kueue/cmd/kueue)
+	mv "$kueue_dir/.kueue.build" "$kueue_dir/kueue"
+fi
 missing=""
 for binary in kube-apiserver kube-scheduler kube-controller-manager kubectl etcd kwok; do
 	[ -x "$dir/$binary" ] || missing="$missing $binary"

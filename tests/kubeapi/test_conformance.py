@@ -14,11 +14,13 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
 import pytest
 
+from rebalancer.adapters import writer
 from sandbox.emulator.auth import Access, service_account
 from sandbox.emulator.server import serve
 from sandbox.emulator.store import Store
@@ -191,6 +193,33 @@ def case_field_selectors_choose_pods_by_node(n: str) -> list[Step]:
     ]
 
 
+def case_a_pod_is_marked_disrupted_by_its_uid_and_keeps_its_conditions(n: str) -> list[Step]:
+    """What the actuator sends before it deletes a pod at the deadline (``disruption_patch``):
+    refused on a pod whose uid is not the one it judged; merged by type with the others."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": n, "namespace": "default"},
+        "spec": {"nodeName": f"{n}-node", "containers": [{"name": "main", "image": "nginx:1.27"}]},
+    }
+    at = datetime(2026, 12, 4, tzinfo=UTC)
+    ready = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    marked = writer.disruption_patch("not-the-pods-uid", at)
+    unchecked = {"status": marked["status"]}
+    status = f"/api/v1/namespaces/default/pods/{n}/status"
+
+    def conditions(doc: Any) -> Any:
+        found = doc["status"].get("conditions") or []
+        return sorted((c["type"], c["status"], c.get("reason")) for c in found)
+
+    return [
+        Step("POST", "/api/v1/namespaces/default/pods", pod, read=conditions),
+        Step("PATCH", status, ready, STRATEGIC, read=conditions),
+        Step("PATCH", status, marked, STRATEGIC, read=conditions),
+        Step("PATCH", status, unchecked, STRATEGIC, read=conditions),
+    ]
+
+
 def case_a_lease_update_names_the_version_it_read(n: str) -> list[Step]:
     leases = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
     lease: Obj = {
@@ -268,6 +297,7 @@ CASES = [
     case_field_selectors_choose_pods_by_node,
     case_a_lease_update_names_the_version_it_read,
     case_an_event_is_created_as_events_k8s_io_v1,
+    case_a_pod_is_marked_disrupted_by_its_uid_and_keeps_its_conditions,
 ]
 
 

@@ -72,3 +72,17 @@ async def test_the_cluster_name_reaches_the_audit_log_the_metrics_and_the_events
             assert [e.metadata.annotations for e in found.items] == [
                 {f"{config.key_prefix}cluster": "prod-eu-1"}
             ]
+
+
+async def test_kueue_workloads_are_watched_only_when_the_settings_ask(tmp_path: Path) -> None:
+    async with setup(tmp_path) as box:
+        seams = wiring.Seams(kubeconfig=box.kubeconfig, name=ME, sink=None, serve_http=False)
+        text = box.config.read_text(encoding="utf-8")
+        for on in (False, True):
+            box.config.write_text(
+                f"takers: {{kueue_workloads: {str(on).lower()}}}\n{text}", encoding="utf-8"
+            )
+            config = settings_mod.load(box.config, env={})
+            async with wiring.Controller.open(config, seams) as c:
+                assert (c.informer.workloads is not None) is on
+                assert c.informer.pending_pods is not None  # the pool lends only to takers

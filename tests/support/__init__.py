@@ -39,6 +39,12 @@ Two servers
 Servers and processes
 - ``kube``: a real kube-apiserver with etcd (built by ``tests/kube/build.sh``), as envtest starts
   them: its own serving certificate, static tokens, RBAC.
+- ``control_plane``: the real kube-scheduler, kube-controller-manager and KWOK (its Stages in
+  ``tests/kube/stages``) beside a running ``kube`` server.
+- ``training_cluster``: a pool of KWOK GPU nodes with inference replicas and a real Indexed Job
+  as training, for the end-to-end suite on the real control plane.
+- ``takers_gen``: seeded clusters of lent nodes and one pending pod each, for the differential
+  suite of ``core.takers`` against kube-scheduler.
 - ``kubectl``: the real kubectl (built by the same script), run against a server without
   blocking the loop that serves the emulator; ``columns`` reads its tables.
 - ``prometheus``: a real Prometheus, backfilled with a trace or scraping a live target.
