@@ -27,6 +27,15 @@ apart by a label of its own (four sets of views in the informer).
     .venv/bin/python bench/scale.py --sizes 500 --repeat 1 --plot out/scale.png
     SCALE_PROFILE=lend .venv/bin/python bench/scale.py --sizes 1000 --repeat 1  # scale-*.prof
 
+``--backend real`` runs the same cluster and the same script against a real kube-apiserver and
+etcd, with KWOK playing the kubelets (``bench/realplane.py``): one run per size, pools sharing
+one set of pod marks, and a second table of what the controller cost the server (kube-apiserver
+and etcd CPU and resident sets from ``/proc``, the controller's requests from the apiserver's
+audit log), with the controller's memory and CPU budgets marked met or not. Seeding (minutes at
+5,000 nodes) is timed apart; one ``out/scale-real-N.json`` per size.
+
+    .venv/bin/python bench/scale.py --backend real --sizes 500,1000,2000,5000
+
 The figures print as a table with each 5,000-node target (issue: idle tick <= 50 ms CPU, p99
 tick <= 250 ms CPU, RSS <= 300 MB, initial sync <= 15 s, 0 LISTs per idle tick, 100 nodes lent
 in <= 2 s wall) marked met or not. Medians of the runs; the seeding of the emulator is not
@@ -48,7 +57,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -105,37 +114,47 @@ def build(store: Any, nodes: int) -> int:
     from sandbox.emulator.resources import NODES, PODS
     from sandbox.emulator.store import Store
 
-    placed = list(layout(nodes))
-    busy = sum(1 for _, _, what in placed if what != "idle")
-    extra = nodes * (PODS_PER_NODE - DAEMON_PODS)  # beyond the DaemonSet pods
-    per_busy, spare = divmod(extra, busy)
-    for name, pool, _ in placed:
-        taint = TRAINING_TAINT if pool == "training" else SERVING_TAINT
-        gpu = "NVIDIA-A100-SXM4-80GB" if pool == "training" else "NVIDIA-L20"
-        store.create(NODES, None, cluster.node(name, cluster.Pool(pool, 1, gpu, taint)))
+    for name, pool, _ in layout(nodes):
+        store.create(NODES, None, node_body(name, pool))
     # Each kind of pod made once by the real path (created, defaulted, started by the kubelet)
     # on a scratch store, then stamped out as JSON for every pod: the store loads them as a
     # running cluster holds them.
     scratch = Store(seed=1)
     scratch.create(NODES, None, cluster.node("n", cluster.INFERENCE))
     templates = {kind: _template(scratch, kind) for kind in ("daemon", "serving", "training")}
-    pods: list[Obj] = []
+    return int(store.load(PODS, list(stamped(nodes, templates))))
+
+
+def node_body(name: str, pool: str) -> Obj:
+    from sandbox.emulator import cluster
+
+    taint = TRAINING_TAINT if pool == "training" else SERVING_TAINT
+    gpu = "NVIDIA-A100-SXM4-80GB" if pool == "training" else "NVIDIA-L20"
+    return cluster.node(name, cluster.Pool(pool, 1, gpu, taint))
+
+
+def stamped(nodes: int, templates: dict[str, str]) -> Iterator[Obj]:
+    """Every pod of the cluster at ``nodes``, from ``templates`` (JSON, by kind of pod)."""
+    placed = list(layout(nodes))
+    busy = sum(1 for _, _, what in placed if what != "idle")
+    extra = nodes * (PODS_PER_NODE - DAEMON_PODS)  # beyond the DaemonSet pods
+    per_busy, spare = divmod(extra, busy)
     busy_seen = 0
     for name, pool, what in placed:
         for d in range(DAEMON_PODS):
-            pods.append(_stamp(templates["daemon"], f"ds-{d}-{name}", name, f"ds-{d}", pool))
+            yield _stamp(templates["daemon"], f"ds-{d}-{name}", name, f"ds-{d}", pool)
         if what == "idle":
             continue
         count = per_busy + (1 if busy_seen < spare else 0)
         busy_seen += 1
         for k in range(count):
-            pods.append(_stamp(templates[what], f"{what}-{name}-{k}", name, f"{name}-{k}", pool))
-    return int(store.load(PODS, pods))
+            yield _stamp(templates[what], f"{what}-{name}-{k}", name, f"{name}-{k}", pool)
 
 
-def _template(scratch: Any, kind: str) -> str:
+def pod_body(kind: str) -> Obj:
+    """A pod of each kind (``daemon``, ``serving``, ``training``) as its controller creates it,
+    bound to node ``n``."""
     from sandbox.emulator import cluster
-    from sandbox.emulator.resources import PODS
 
     if kind == "daemon":
         body = cluster.inference_pod(0, "node-exporter", gpus=0, namespace="monitoring")
@@ -147,11 +166,34 @@ def _template(scratch: Any, kind: str) -> str:
     else:
         body = cluster.training_pod("train", 0, gpus=1, priority_class=None)
     body["spec"]["nodeName"] = "n"
+    return body
+
+
+def _template(scratch: Any, kind: str) -> str:
+    from sandbox.emulator.resources import PODS
+
+    body = pod_body(kind)
     made = scratch.create(PODS, body["metadata"]["namespace"], body)
     stored = scratch.get(PODS, made["metadata"]["namespace"], made["metadata"]["name"])
     for key in ("uid", "resourceVersion"):
         stored["metadata"].pop(key)
     return json.dumps(stored)
+
+
+def real_objects(nodes: int) -> tuple[list[Obj], Iterator[Obj]]:
+    """The same cluster as bodies to create on a real kube-apiserver: the nodes, each annotated
+    for KWOK and without conditions (KWOK makes it Ready), and the pods as their controllers
+    create them, already bound (KWOK runs them)."""
+    from tests.support.control_plane import KWOK_ANNOTATION
+
+    made = []
+    for name, pool, _ in layout(nodes):
+        body = node_body(name, pool)
+        body["metadata"]["annotations"] = {KWOK_ANNOTATION: "fake"}
+        del body["status"]["conditions"]
+        made.append(body)
+    templates = {kind: json.dumps(pod_body(kind)) for kind in ("daemon", "serving", "training")}
+    return made, stamped(nodes, templates)
 
 
 def _stamp(template: str, name: str, node: str, tag: str, pool: str) -> Obj:
@@ -201,6 +243,8 @@ class Tick:
     cpu_ms: float
     wall_ms: float
     requests: dict[str, int]
+    started: float = 0.0  # epoch seconds: what the server's audit log is read between
+    ended: float = 0.0
 
     @property
     def lists(self) -> int:
@@ -220,6 +264,10 @@ class Run:
     lent: int = 0
     reclaimed: int = 0
     spike_to_write_ms: float = 0.0
+    # --backend real: readings (epoch time, the controller's CPU, the server's processes' CPU
+    # and resident sets) at the script's steps, and the rest after it (one tick, then nothing)
+    readings: dict[str, dict[str, float]] = field(default_factory=dict)
+    rest_s: float = 0.0
 
 
 class Counting:
@@ -307,12 +355,29 @@ def rss_mb() -> float:
     return 0.0
 
 
-async def measure(kubeconfig: Path, nodes: int, pods: int, marks: str) -> Run:
+async def measure(
+    kubeconfig: Path,
+    nodes: int,
+    pods: int,
+    marks: str,
+    server: dict[str, int] | None = None,
+    rest_s: float = 0.0,
+) -> Run:
+    """The module's script in this process; with ``server`` (pids by name), their CPU and
+    resident sets read at each step, and ``rest_s`` seconds at rest after it."""
     from rebalancer import settings as settings_mod
     from rebalancer.runtime import wiring
 
-    run = Run(nodes, pods, marks)
+    run = Run(nodes, pods, marks, rest_s=rest_s)
     script = Script()
+
+    def reading(step: str) -> None:
+        if server is None:
+            return
+        import realplane
+
+        run.readings[step] = {"controller_cpu_s": time.process_time(), **realplane.reading(server)}
+
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "config.yaml"
         path.write_text(config(Path(tmp) / "audit.sqlite3", nodes, marks), encoding="utf-8")
@@ -323,25 +388,38 @@ async def measure(kubeconfig: Path, nodes: int, pods: int, marks: str) -> Run:
         async with wiring.Controller.open(settings, seams) as controller:
             counting = Counting(controller.api.rest_client)
 
+            reading("sync")
             cpu, wall = time.process_time(), time.perf_counter()
             informer = asyncio.create_task(controller.informer.run())
             await controller.informer.synced.wait()
             run.sync_cpu_s = time.process_time() - cpu
             run.sync_wall_s = time.perf_counter() - wall
+            reading("synced")
             gc.collect()
             run.rss_mb = rss_mb()
             counting.take()
 
-            await _script(controller, script, counting, run)
+            await _script(controller, script, counting, run, reading)
             gc.collect()
             run.rss_end_mb = rss_mb()
+            if rest_s:
+                reading("rest")
+                await controller.reconciler.tick()
+                await asyncio.sleep(rest_s - (time.time() - run.readings["rest"]["t"]))
+                reading("rested")
             informer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await informer
     return run
 
 
-async def _script(controller: Any, script: Script, counting: Counting, run: Run) -> None:
+async def _script(
+    controller: Any,
+    script: Script,
+    counting: Counting,
+    run: Run,
+    reading: Callable[[str], None],
+) -> None:
     """Steps 2 to 5 of the module's script, each tick timed and its requests counted."""
     from rebalancer.core import tick as tick_mod
     from rebalancer.core.nodestate import Phase
@@ -364,8 +442,9 @@ async def _script(controller: Any, script: Script, counting: Counting, run: Run)
             profile = cProfile.Profile(time.thread_time)  # CPU, not waiting
         if profile is not None:
             profile.enable()
-        cpu, wall = time.process_time(), time.perf_counter()
+        cpu, wall, started = time.process_time(), time.perf_counter(), time.time()
         report = await controller.reconciler.tick()
+        ended = time.time()
         if profile is not None:
             profile.disable()
             profile.dump_stats(f"scale-{nodes}-{kind}-{len(run.ticks)}.prof")
@@ -375,6 +454,8 @@ async def _script(controller: Any, script: Script, counting: Counting, run: Run)
                 (time.process_time() - cpu) * 1000,
                 (time.perf_counter() - wall) * 1000,
                 counting.take(),
+                started,
+                ended,
             )
         )
         return report
@@ -385,8 +466,10 @@ async def _script(controller: Any, script: Script, counting: Counting, run: Run)
 
     demand(per_pool)
     await tick("start")  # start-up: recovery reads what a crash left
+    reading("idle")
     for _ in range(IDLE_TICKS):
         await tick("idle")
+    reading("idled")
     demand(per_pool - WAVE)
     report = await tick("lend")
     run.lent = sum(1 for a in report.applied if a.result and a.result.outcome == "applied")
@@ -402,6 +485,7 @@ async def _script(controller: Any, script: Script, counting: Counting, run: Run)
             break
         await tick("drain")
     run.reclaimed = run.lent - lent()
+    reading("scripted")
 
 
 async def _settle(informer: Any) -> None:
@@ -444,7 +528,8 @@ class Figures:
 
 def figures(same: Sequence[Run], different: Sequence[Run]) -> Figures:
     def med(values: Iterable[float]) -> float:
-        return statistics.median(list(values))
+        listed = list(values)
+        return statistics.median(listed) if listed else float("nan")  # not measured
 
     def idle(run: Run) -> list[Tick]:
         return [t for t in run.ticks if t.kind == "idle"]
@@ -574,20 +659,88 @@ def emulator(nodes: int, tmp: Path) -> Iterator[tuple[Path, int]]:
         proc.wait(timeout=60)
 
 
-def controller_run(kubeconfig: Path, nodes: int, pods: int, marks: str) -> Run:
-    out = subprocess.run(
-        [
-            sys.executable, __file__, "measure", "--kubeconfig", str(kubeconfig),
-            "--nodes", str(nodes), "--pods", str(pods), "--marks", marks,
-        ],
-        check=False, capture_output=True, text=True,
-    )  # fmt: skip
-    if out.returncode != 0:
-        sys.stderr.write(out.stderr[-4000:])
-        raise SystemExit(f"the controller's run at {nodes} nodes failed ({out.returncode})")
-    raw = json.loads(out.stdout.strip().splitlines()[-1])
+def controller_run(
+    kubeconfig: Path,
+    nodes: int,
+    pods: int,
+    marks: str,
+    server: dict[str, int] | None = None,
+    rest_s: float = 0.0,
+    sampler: Any = None,
+) -> Run:
+    """The controller's process through the script; with ``server``, the pids it reads at each
+    step, and a ``sampler`` (``realplane.Sampler``) told the controller's own pid."""
+    command = [
+        sys.executable, __file__, "measure", "--kubeconfig", str(kubeconfig),
+        "--nodes", str(nodes), "--pods", str(pods), "--marks", marks,
+    ]  # fmt: skip
+    if server is not None:
+        command += ["--server", json.dumps(server), "--rest", str(rest_s)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if sampler is not None:
+        sampler.add("controller", proc.pid)
+    stdout, stderr = proc.communicate()
+    if proc.returncode != 0:
+        sys.stderr.write(stderr[-4000:])
+        raise SystemExit(f"the controller's run at {nodes} nodes failed ({proc.returncode})")
+    raw = json.loads(stdout.strip().splitlines()[-1])
     ticks = [Tick(**t) for t in raw.pop("ticks")]
     return Run(**raw, ticks=ticks)
+
+
+REST_S = 30.0  # --backend real: the controller at rest after the script (one tick, the default
+# tick_interval)
+BASELINE_S = 10.0  # --backend real: the server read before the controller starts
+
+
+def real_run(nodes: int, tmp: Path, out: Path | None) -> tuple[Run, dict[str, Any]]:
+    """One run of the script on a real control plane of ``nodes`` (``realplane``): the
+    controller's run and what it cost the server, written to ``out`` as JSON too."""
+    import realplane
+
+    from tests.support import kube
+
+    with realplane.running(*real_objects(nodes), tmp / f"real-{nodes}") as plane:
+        print(
+            f"  real: {nodes:,} nodes, {plane.pods:,} pods created in "
+            f"{plane.seed_create_s:.0f}s, all Running {plane.seed_running_s:.0f}s later",
+            file=sys.stderr,
+        )
+        plane.quiet_s = realplane.quiesce(plane)
+        plane.baseline = realplane.baseline(plane, BASELINE_S)
+        load = [realplane.other_load(plane.pids.values())]
+        with realplane.Sampler(plane.pids) as sampler:
+            started = time.time()
+            run = controller_run(
+                plane.kubeconfig, nodes, plane.pods, "same", plane.pids, REST_S, sampler
+            )
+        load.append(realplane.other_load([*plane.pids.values(), sampler.pids["controller"]]))
+        server = realplane.server_figures(
+            plane, run, sampler.samples, started, kube.CONTROLLER_USER
+        )
+        server.update(nodes=nodes, pods=plane.pods)
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            payload = {
+                "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                "nodes": nodes,
+                "version": plane.server.version,
+                "server": server,
+                "baseline": plane.baseline,
+                "other_load": {"before": load[0], "after": load[1]},
+                "run": {**asdict(run), "ticks": [asdict(t) for t in run.ticks]},
+                "samples": sampler.samples,
+            }
+            path = out / f"scale-real-{nodes}.json"
+            path.write_text(json.dumps(payload, indent=1), encoding="utf-8")
+        print(
+            f"  real: {nodes:,} nodes: sync {run.sync_wall_s:.2f}s, RSS {run.rss_mb:.0f} MB, "
+            f"lent {run.lent}, back {run.reclaimed}; apiserver RSS "
+            f"{server['apiserver_rss_before_mb']:.0f} -> {server['apiserver_rss_synced_mb']:.0f}"
+            f" MB; other load {load}",
+            file=sys.stderr,
+        )
+        return run, server
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -601,18 +754,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     m.add_argument("--nodes", type=int, required=True)
     m.add_argument("--pods", type=int, required=True)
     m.add_argument("--marks", choices=("same", "different"), default="same")
+    m.add_argument("--server", type=json.loads, help="pids to read at each step (JSON)")
+    m.add_argument("--rest", type=float, default=0.0)
+    parser.add_argument(
+        "--backend",
+        choices=("emulator", "real"),
+        default="emulator",
+        help="the API emulator, or kube-apiserver + etcd with KWOK nodes (bench/realplane.py;"
+        " one run per size, pools sharing one set of pod marks)",
+    )
     parser.add_argument("--sizes", default="500,1000,2000,5000")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--plot", default="out/scale.png", help="where to draw ('' for none)")
-    parser.add_argument("--json", type=Path, help="write every run's figures here too")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        help="write every run's figures here too (--backend real: a directory, out/ unless"
+        " given, one scale-real-NODES.json per size)",
+    )
     args = parser.parse_args(argv)
     if args.command == "serve":
         serve(args.nodes, args.kubeconfig)
         return 0
     if args.command == "measure":
-        run = asyncio.run(measure(args.kubeconfig, args.nodes, args.pods, args.marks))
+        run = asyncio.run(
+            measure(args.kubeconfig, args.nodes, args.pods, args.marks, args.server, args.rest)
+        )
         print(json.dumps({**asdict(run), "ticks": [asdict(t) for t in run.ticks]}))
         return 0
+    if args.backend == "real":
+        return real_main(args)
     results, runs = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for nodes in (int(s) for s in args.sizes.split(",")):
@@ -645,6 +816,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             "runs": [{**asdict(r), "ticks": [asdict(t) for t in r.ticks]} for r in runs],
         }
         args.json.write_text(json.dumps(payload, indent=1), encoding="utf-8")
+    return 0
+
+
+def real_main(args: argparse.Namespace) -> int:
+    """--backend real: one run per size (seeding a real cluster takes minutes), the
+    controller's figures as the emulator's table shows them, then the server's."""
+    import realplane
+
+    results, servers = [], []
+    out = args.json or Path("out")
+    with tempfile.TemporaryDirectory() as tmp:
+        for nodes in (int(s) for s in args.sizes.split(",")):
+            run, server = real_run(nodes, Path(tmp), out)
+            results.append(figures([run], []))
+            servers.append(server)
+            # the tables so far, in case a larger size does not fit
+            print(table(results), realplane.table(servers), sep="\n\n", flush=True)
     return 0
 
 

@@ -220,10 +220,11 @@ async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(
 
 # What the rendered roles grant that the scenario may not use (a pod is read only through lists
 # and watches, Events are only ever created): pods are deleted only when an eviction has not
-# emptied a node by the reclaim deadline, which a slow run may reach, each marked DisruptionTarget
-# through its status first (``tests/chart/test_rbac.py`` proves both grants needed); a node is read by a GET only when the informer's cache does not hold
-# it or a reclaim's cached read met a 409 (``adapters/actuator.py``), and ``rebalancer reclaim``,
-# which runs no informer, reads every node so (``tests/test_cli_run.py``).
+# emptied a node by the reclaim deadline, which a slow run may reach, each marked
+# DisruptionTarget through its status first (``tests/chart/test_rbac.py`` proves both grants
+# needed); a node is read by a GET only when the informer's cache does not hold it or a
+# reclaim's cached read met a 409 (``adapters/actuator.py``), and ``rebalancer reclaim``, which
+# runs no informer, reads every node so (``tests/test_cli_run.py``).
 MAY_GO_UNUSED = {
     Grant("delete", "", "pods"),
     Grant("patch", "", "pods/status"),
