@@ -164,25 +164,16 @@ class Plane:
 
 
 def _kwok(bin_dir: Path, home: Path, config: Path) -> subprocess.Popen[bytes]:
-    """KWOK as ``control_plane.running`` starts it (the same flags and Stages)."""
-    from tests.support.control_plane import KWOK_ANNOTATION, STAGES
+    """KWOK as ``control_plane.running`` starts it, with its Leases renewed every ``LEASE_S``
+    and the parallelism of ``KWOK_OPTIONS``."""
+    from tests.support.control_plane import kwok_command, kwok_env
 
     options = home / "kwok-options.yaml"
     options.write_text(json.dumps(KWOK_OPTIONS), encoding="utf-8")
-    command = [
-        str(bin_dir / "kwok"),
-        f"--kubeconfig={config}",
-        "--manage-all-nodes=false",
-        f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
-        f"--node-lease-duration-seconds={LEASE_S}",
-        "--cidr=10.0.0.0/8",
-        "-v=WARN",  # not a line per pod it patches
-        f"--config={options}",
-        *(f"--config={stage}" for stage in sorted(STAGES.glob("*.yaml"))),
-    ]
-    env = {**os.environ, "KWOK_WORKDIR": str(home / "kwok")}
+    extra = ["-v=WARN", f"--config={options}"]  # -v: not a line per pod it patches
+    command = kwok_command(bin_dir, config, lease_s=LEASE_S, cidr="10.0.0.0/8", extra=extra)
     with (home / "kwok.log").open("wb") as log:
-        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=kwok_env(home))
 
 
 def _rbac(server: Any) -> None:
@@ -190,10 +181,9 @@ def _rbac(server: Any) -> None:
     from sandbox.emulator.clock import ManualClock
     from tests.support.backends import RealCluster
     from tests.support.chart import render
-    from tests.support.rbac import apply_to
+    from tests.support.rbac import apply_to, rbac_of
 
-    kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
-    docs = [d for d in render(None) if d["kind"] in kinds]
+    docs = rbac_of(render(None))
     apply_to(RealCluster(server, ManualClock(datetime.now(UTC))), docs, within=60.0)
 
 

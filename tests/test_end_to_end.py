@@ -40,7 +40,6 @@ import signal
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
@@ -62,6 +61,7 @@ from tests.support.prometheus import scraping
 from tests.support.rbac import (
     Grant,
     grants,
+    rbac_of,
     unused,
     used,
 )
@@ -230,11 +230,6 @@ MAY_GO_UNUSED = {
     Grant("patch", "", "pods/status"),
     Grant("get", "", "nodes"),
 }
-
-
-def rbac_of(docs: list[Any]) -> list[Any]:
-    kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
-    return [d for d in docs if d["kind"] in kinds]
 
 
 async def _has_queue_refusal(session: aiohttp.ClientSession, decisions: str) -> bool:

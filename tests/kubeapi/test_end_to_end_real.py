@@ -60,8 +60,9 @@ from tests.support.control_plane import ControlPlane
 from tests.support.exporter import Exporter, serve_exporter
 from tests.support.processes import as_pod, free_port, probe, read_audit, start_pod
 from tests.support.prometheus import scraping
-from tests.support.rbac import apply_to
+from tests.support.rbac import apply_to, rbac_of
 from tests.support.reads import scheduling
+from tests.support.scenario import fast_prometheus
 from tests.support.training_cluster import (
     INDEX,
     JOB_NAME,
@@ -121,25 +122,13 @@ def plane_rbac() -> list[Any]:
     return rbac_of(render(chart_values("http://127.0.0.1:9090", 8080, "any")))
 
 
-def rbac_of(docs: list[Any]) -> list[Any]:
-    kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
-    return [d for d in docs if d["kind"] in kinds]
-
-
 def chart_values(prom: str, http_port: int, pool: str) -> dict[str, Any]:
     """What a user would put in their values file for this pool, durations in seconds."""
     return {
         "service": {"port": http_port},
         "config": {
             "tick_interval": "1s",
-            "prometheus": {
-                "url": prom,
-                "timeout": "2s",
-                "attempts": 1,
-                "retry_budget": "2s",
-                "lookback": "1m",
-                "resolution": "1s",
-            },
+            "prometheus": fast_prometheus(prom),
             "pools": [
                 {
                     "name": pool,

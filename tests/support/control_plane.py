@@ -32,8 +32,9 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tests.support import kube
@@ -106,6 +107,32 @@ def _healthy(url: str) -> bool:
         return False
 
 
+def kwok_command(
+    bin_dir: Path,
+    config: Path,
+    lease_s: int = 40,
+    cidr: str = "10.244.0.0/16",
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """KWOK for the nodes annotated ``KWOK_ANNOTATION=fake`` only, with the Stages of
+    ``tests/kube/stages`` (``extra``: more flags, such as a configuration of its own)."""
+    return [
+        str(bin_dir / "kwok"),
+        f"--kubeconfig={config}",
+        "--manage-all-nodes=false",
+        f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
+        f"--node-lease-duration-seconds={lease_s}",
+        f"--cidr={cidr}",
+        *extra,
+        *(f"--config={stage}" for stage in sorted(STAGES.glob("*.yaml"))),
+    ]
+
+
+def kwok_env(home: Path) -> dict[str, str]:
+    """KWOK reads ~/.kwok/kwok.yaml too when there is one: its work directory is ``home``'s."""
+    return {**os.environ, "KWOK_WORKDIR": str(home / "kwok")}
+
+
 @contextlib.contextmanager
 def running(server: kube.KubeServer, within: float = 60.0) -> Iterator[ControlPlane]:
     """kube-scheduler, kube-controller-manager and KWOK beside ``server``, in its home, until
@@ -136,18 +163,9 @@ def running(server: kube.KubeServer, within: float = 60.0) -> Iterator[ControlPl
             f"--cert-dir={home / 'controller-manager-certs'}",
             f"--controllers={','.join(CONTROLLERS)}",
         ],
-        "kwok": [
-            str(bin_dir / "kwok"),
-            f"--kubeconfig={config}",
-            "--manage-all-nodes=false",
-            f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
-            "--node-lease-duration-seconds=40",
-            "--cidr=10.244.0.0/16",
-            *(f"--config={stage}" for stage in sorted(STAGES.glob("*.yaml"))),
-        ],
+        "kwok": kwok_command(bin_dir, config),
     }
-    # KWOK reads ~/.kwok/kwok.yaml too when there is one: its work directory is the home's.
-    env = {**os.environ, "KWOK_WORKDIR": str(home / "kwok")}
+    env = kwok_env(home)
     health = {
         "kube-scheduler": f"https://127.0.0.1:{scheduler_port}/readyz",
         "kube-controller-manager": f"https://127.0.0.1:{manager_port}/healthz",

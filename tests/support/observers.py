@@ -3,11 +3,15 @@ assert on (``runtime.report``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypeVar
 
 from rebalancer.core import model
 from rebalancer.runtime.report import TickReport
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -34,17 +38,13 @@ class Seen:
         noted = report.happened
         if noted.leader is not None:
             self.leader.append(noted.leader[1])
-        for gauge, kept in (
-            (noted.lent, self.lent),
-            (noted.overdue, self.overdue),
-            (noted.safety_only, self.safety_only),
-            (noted.frozen_under_pressure, self.pressure),
-            (noted.demand_held, self.held),
-            (noted.unreadable, self.unreadable),
-            (noted.budgets, self.budgets),
-        ):
-            if gauge is not None:
-                kept.append(dict(gauge))  # type: ignore[arg-type]
+        _keep(self.lent, noted.lent)
+        _keep(self.overdue, noted.overdue)
+        _keep(self.safety_only, noted.safety_only)
+        _keep(self.pressure, noted.frozen_under_pressure)
+        _keep(self.held, noted.demand_held)
+        _keep(self.unreadable, noted.unreadable)
+        _keep(self.budgets, noted.budgets)
         self.steps += sum(len(plan.steps) for plan in noted.decided)
         self.audit_failures += noted.audit_failures
         self.reclaims += noted.reclaims
@@ -52,3 +52,9 @@ class Seen:
         self.planner_failures += noted.planner_failures
         self.borrowing_minutes += noted.borrowing_minutes
         return report
+
+
+def _keep(readings: list[dict[str, T]], gauge: Mapping[str, T] | None) -> None:
+    """A gauge's reading, when the tick measured it."""
+    if gauge is not None:
+        readings.append(dict(gauge))

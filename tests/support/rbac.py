@@ -105,6 +105,12 @@ class Grant:
         )
 
 
+def rbac_of(docs: Iterable[Doc]) -> list[Doc]:
+    """The chart's ServiceAccount, roles and bindings among rendered ``docs``."""
+    kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+    return [d for d in docs if d["kind"] in kinds]
+
+
 def grants(docs: Iterable[Doc]) -> set[Grant]:
     """Every grant of the rendered ClusterRoles (cluster-wide) and Roles (in their namespace)."""
     out: set[Grant] = set()

@@ -48,20 +48,26 @@ LEASE = (NAMESPACE, RELEASE)  # the chart's lease: namespace and name (its Role 
 POD_NAME = "rebalancer-6f7c9d8b4-x2k9q"  # what the downward API gives the container
 
 
+def fast_prometheus(prom: str) -> dict[str, Any]:
+    """The chart's ``config.prometheus`` for a test's own Prometheus: one try, answers within
+    seconds, samples a second apart."""
+    return {
+        "url": prom,
+        "timeout": "2s",
+        "attempts": 1,
+        "retry_budget": "2s",
+        "lookback": "1m",
+        "resolution": "1s",
+    }
+
+
 def chart_values(prom: str, http_port: int) -> dict[str, Any]:
     """The chart's values for this cluster: what a user would put in their values file."""
     return {
         "service": {"port": http_port},
         "config": {
             "tick_interval": "1s",
-            "prometheus": {
-                "url": prom,
-                "timeout": "2s",
-                "attempts": 1,
-                "retry_budget": "2s",
-                "lookback": "1m",
-                "resolution": "1s",
-            },
+            "prometheus": fast_prometheus(prom),
             "pools": [
                 {
                     "name": POOL,
