@@ -289,7 +289,8 @@ async def admitted_and_running(c: Cluster, suspend: bool = True) -> dict[str, fl
     took["running on the lent node"] = await c.until(
         "the scheduler runs them on the lent node", lambda: running_on(c.pods(), NODE)
     )
-    assert c.takers() == []
+    # The informer hears of the placement by its watch, a moment after the server has it.
+    await c.until("the informer no longer counts them as takers", lambda: c.takers() == [], 10)
     return took
 
 
@@ -312,7 +313,11 @@ async def test_a_queued_job_is_lent_a_node_and_a_reclaim_leaves_its_workload_adm
             ),
         )
         assert all(not p["spec"].get("nodeName") for p in c.pods())
-        assert [j for _, j in c.takers()] == [f"{c.ns}/llama"] * 2
+        await c.until(
+            "the informer counts the replacements as takers",
+            lambda: [j for _, j in c.takers()] == [f"{c.ns}/llama"] * 2,
+            10,
+        )
         after = c.workload()
         assert "admission" in after["status"]
         assert conditions(after)["Admitted"] == "True/Admitted"
