@@ -178,3 +178,28 @@ def test_a_step_back_in_time_replays_from_that_history_alone() -> None:
     fresh = ladder()
 
     assert strategy.decide(pool_view(earlier, start)) == fresh.decide(pool_view(earlier, start))
+
+
+def test_a_loan_waits_until_a_lower_keep_has_held_over_the_drain() -> None:
+    # A keep that rose for a minute (a sample near a node's boundary) and fell: lent at once,
+    # the fall would lend a node while the one given back for the rise still drains (a restart
+    # for nothing and, while the first warms, a breach). A loan needs the most kept over the
+    # last drain + 1 minutes, as a scale-down waits out its stabilization window; a reclaim
+    # follows the keep of now.
+    flat: list[float | None] = [20.0] * DAY
+    start = datetime(2025, 3, 3, tzinfo=UTC)
+    history = model.DemandHistory(start, MINUTE, flat, DAY)
+    now = start + MINUTE * DAY
+    strategy = ladder(windows=[10])
+
+    def answer(at: int, rps: float, lent: int) -> int:
+        when = now + MINUTE * at
+        return strategy.decide(pool_view(history, when, model.Sample(rps, when), lent)).lend_target
+
+    assert answer(0, 20.0, lent=13) == 13  # keeps 3
+    assert answer(1, 35.0, lent=13) == 11  # keeps 5: two nodes back at once
+    hold = pool_view(history, now).limits.drain + timedelta(minutes=1)
+    minutes = int(hold / timedelta(minutes=1))
+    for at in range(2, 1 + minutes):
+        assert answer(at, 20.0, lent=11) == 11, at
+    assert answer(1 + minutes, 20.0, lent=11) == 13
