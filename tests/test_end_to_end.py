@@ -12,6 +12,10 @@ rendered ConfigMap as its settings file and its volumes (the SQLite audit file) 
 directory of the test's.
 Its readiness and liveness probe paths must answer before the scenario starts.
 
+On a real kube-apiserver the same path runs with the real kube-scheduler, kube-controller-manager
+and KWOK's kubelets, training as a real Job (``tests/kubeapi/test_end_to_end_real.py``, which
+holds the chart's roles to the same least privilege).
+
 RBAC is proven, not asserted: the emulator enforces tokens and RBAC, the Helm chart is rendered
 (``tests.support.chart.render``) and its ServiceAccount, ClusterRole, Roles and bindings are
 created through the API as an admin, and the controller authenticates as the chart's service
@@ -47,7 +51,6 @@ from rebalancer.core.audit import Kind
 from rebalancer.core.model import Reason
 from rebalancer.core.outcomes import Outcome
 from sandbox.emulator import cluster
-from tests.support.backends import Backend
 from tests.support.chart import NAMESPACE, render
 from tests.support.exporter import Exporter, serve_exporter
 from tests.support.pools import (
@@ -58,13 +61,7 @@ from tests.support.pools import (
 )
 from tests.support.processes import as_pod, free_port, probe, read_audit, start_pod
 from tests.support.prometheus import scraping
-from tests.support.rbac import (
-    Grant,
-    grants,
-    rbac_of,
-    unused,
-    used,
-)
+from tests.support.rbac import MAY_GO_UNUSED, grants, rbac_of, unused, used
 from tests.support.reads import scheduling
 from tests.support.scenario import (
     HIGH_QUEUE,
@@ -73,21 +70,19 @@ from tests.support.scenario import (
     LOW_RPS,
     POD_NAME,
     chart_values,
-    on,
+    on_emulator,
 )
 from tests.support.waits import until
 
 
-async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(
-    backend: Backend, tmp_path: Path
-) -> None:
+async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(tmp_path: Path) -> None:
     began = time.monotonic()
     exporter = Exporter(pods=REPLICAS, rps=LOW_RPS)
     docs = render({})
     async with (
         serve_exporter(exporter) as target,
         scraping(tmp_path / "prometheus", target) as prom,
-        on(backend, docs, tmp_path) as box,
+        on_emulator(docs, tmp_path) as box,
     ):
         originals = {name: scheduling(n) for name, n in (await box.nodes()).items()}
         # The controller runs as the chart deploys it: the rendered Deployment's args and env,
@@ -170,7 +165,7 @@ async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(
 
     denied = [d for d in controller if not d.allowed]
     assert denied == [], denied
-    print(f"\ne2e[{backend.name}]: the controller used {sorted(used(controller))}")
+    print(f"\ne2e: the controller used {sorted(used(controller))}")
     assert unused(grants(docs), controller) <= MAY_GO_UNUSED
 
     records = await read_audit(audit_url)
@@ -209,27 +204,13 @@ async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(
 
     total = time.monotonic() - began
     print(
-        f"\ne2e[{backend.name}]: lent {len(IDLE)} nodes in {lend_time:.1f}s, "
+        f"\ne2e: lent {len(IDLE)} nodes in {lend_time:.1f}s, "
         f"reclaimed all in {reclaim_time:.1f}s "
         f"after the load rose ({time.monotonic() - raised:.1f}s to stop), queue refusal seen "
         f"{refused:.1f}s later; {len(records)} audit rows, {len(events['items'])} events, "
         f"{scrapes} scrapes; {total:.1f}s in all"
     )
     assert total < timedelta(seconds=90).total_seconds()
-
-
-# What the rendered roles grant that the scenario may not use (a pod is read only through lists
-# and watches, Events are only ever created): pods are deleted only when an eviction has not
-# emptied a node by the reclaim deadline, which a slow run may reach, each marked
-# DisruptionTarget through its status first (``tests/chart/test_rbac.py`` proves both grants
-# needed); a node is read by a GET only when the informer's cache does not hold it or a
-# reclaim's cached read met a 409 (``adapters/actuator.py``), and ``rebalancer reclaim``, which
-# runs no informer, reads every node so (``tests/test_cli_run.py``).
-MAY_GO_UNUSED = {
-    Grant("delete", "", "pods"),
-    Grant("patch", "", "pods/status"),
-    Grant("get", "", "nodes"),
-}
 
 
 async def _has_queue_refusal(session: aiohttp.ClientSession, decisions: str) -> bool:

@@ -55,12 +55,12 @@ from rebalancer.core.outcomes import Outcome
 from sandbox.emulator.clock import ManualClock
 from tests.support import control_plane, kube
 from tests.support.backends import RealCluster
-from tests.support.chart import NAMESPACE, render
+from tests.support.chart import NAMESPACE, RELEASE, render
 from tests.support.control_plane import ControlPlane
 from tests.support.exporter import Exporter, serve_exporter
 from tests.support.processes import as_pod, free_port, probe, read_audit, start_pod
 from tests.support.prometheus import scraping
-from tests.support.rbac import apply_to, rbac_of
+from tests.support.rbac import MAY_GO_UNUSED, Grant, apply_to, grants, rbac_of, unused
 from tests.support.reads import scheduling
 from tests.support.scenario import fast_prometheus
 from tests.support.training_cluster import (
@@ -96,6 +96,7 @@ RPS_PER_NODE, LOW, HIGH = 10, 5.0, 200.0  # LOW needs 2 serving nodes; HIGH more
 # test sets shows within seconds.
 DEMAND = "sum(rate(vllm:request_success_total[4s]) * on (namespace, pod) group_left (node) $scope)"
 DEMAND_SAMPLED = "timestamp(vllm:request_success_total) and on (namespace, pod) $scope"
+LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{RELEASE}"
 # Another writer's label and taint put on a lent node during the loan: a restore keeps them.
 FOREIGN_LABEL = ("example.com/rack", "r7")
 FOREIGN_TAINT = {"key": "example.com/noisy", "value": "true", "effect": "PreferNoSchedule"}
@@ -417,6 +418,7 @@ async def test_a_job_borrows_is_taken_back_through_its_budget_and_borrows_again(
 
                 await until("the Job counting them ready", counted_ready, c.proc, 20)
                 records = await read_audit(audit_url)
+            lease = (await api.get(LEASE_PATH))["spec"]
             (tmp_path / "controller.log").write_bytes(c.err)  # kept for a failure's reader
             log = c.err.decode(errors="replace")
             assert c.proc.returncode == 0, log[-3000:]
@@ -439,8 +441,16 @@ async def test_a_job_borrows_is_taken_back_through_its_budget_and_borrows_again(
         f"Job after the reclaim {after_reclaim}, at the end {job_status}"
     )
     print(f"e2e-real[{case.pool}]: Events {told}")
-    denied = [d for d in server.decisions(kube.CONTROLLER_USER, mark) if not d.allowed]
+    decided = server.decisions(kube.CONTROLLER_USER, mark)
+    denied = [d for d in decided if not d.allowed]
     assert denied == [], denied
+    # Least privilege: a grant of the rendered roles the run never used must be one it may not
+    # need (a deletion past the deadline, a node read outside the cache); any other should go.
+    left = unused(grants(docs), decided)
+    assert left <= MAY_GO_UNUSED, left
+    if case.min_available:  # past the deadline: a pod marked DisruptionTarget, then deleted
+        assert not left & {Grant("delete", "", "pods"), Grant("patch", "", "pods/status")}, left
+    assert not lease.get("holderIdentity"), "the Lease released on the way out"
 
     assert budget_before.get("disruptionsAllowed") == PODS - case.min_available, budget_before
     evicted = [a for a in evictions if a.code == 201]
@@ -509,7 +519,8 @@ async def test_a_job_borrows_is_taken_back_through_its_budget_and_borrows_again(
 @contextlib.asynccontextmanager
 async def _left_clean(api: Api, case: Case) -> AsyncIterator[Api]:
     """The case's Job and nodes deleted at its end: the next case's controller would take
-    lent nodes that no pool of its own selects back, as orphans (docs/design/other-writers.md)."""
+    lent nodes that no pool of its own selects back, as orphans (docs/design/other-writers.md);
+    and the chart's Lease, which a fresh install does not have (its controller creates it)."""
     try:
         yield api
     finally:
@@ -522,6 +533,7 @@ async def _left_clean(api: Api, case: Case) -> AsyncIterator[Api]:
         await until("the Job's pods gone", gone, None, 30)
         for name in case.nodes:
             await api.ask("DELETE", f"/api/v1/nodes/{name}")
+        await api.ask("DELETE", LEASE_PATH)
 
 
 class _Seen:

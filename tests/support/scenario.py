@@ -3,8 +3,9 @@ controller as the chart deploys it (tests/test_end_to_end.py, tests/test_uninsta
 
 The cluster: 8 ``gpu-pool=inference`` nodes, two of them running an inference replica, 4
 training nodes and ``TRAINING_PODS`` preemptible training pods, 6 of which cannot fit until
-inference nodes are lent; on the emulator (served with tokens and RBAC) or on a real
-kube-apiserver (``on_real``), the chart's RBAC objects applied either way.
+inference nodes are lent; on the emulator (served with tokens and RBAC, ``on_emulator``, for
+the end-to-end run) or on a real kube-apiserver (``on_real``, for the uninstall hook), the
+chart's RBAC objects applied either way.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from sandbox.emulator.auth import Decision
 from sandbox.emulator.server import serve, write_kubeconfig
 from sandbox.emulator.store import Store
 from tests.support import kube
-from tests.support.backends import Backend, Real
+from tests.support.backends import Real
 from tests.support.chart import NAMESPACE, RELEASE
 from tests.support.pools import POOL, add_replicas, add_waiting_training
 from tests.support.processes import Cluster
@@ -164,14 +165,3 @@ async def on_real(real: Real, docs: list[Any], tmp_path: Path) -> AsyncIterator[
                 )
         finally:
             await stop(task)
-
-
-def on(
-    backend: Backend, docs: list[Any], tmp_path: Path
-) -> contextlib.AbstractAsyncContextManager[Box]:
-    """The scenario's cluster on ``backend``."""
-    return (
-        on_real(backend, docs, tmp_path)
-        if isinstance(backend, Real)
-        else on_emulator(docs, tmp_path)
-    )
