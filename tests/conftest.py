@@ -9,6 +9,7 @@ any test module imports it.
 """
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,11 @@ pytest.register_assert_rewrite("tests.support")
 
 # Imported only after register_assert_rewrite, or the asserts of tests.support would not be
 # rewritten (pytest rewrites a module only if it is registered before its first import).
-from tests.support import backends, kube  # noqa: E402  (must follow register_assert_rewrite)
+from sandbox.emulator.clock import ManualClock  # noqa: E402  (after the rewrite)
+from tests.support import backends, control_plane, kube  # noqa: E402  (after the rewrite)
+from tests.support.chart import render  # noqa: E402  (after the rewrite)
+from tests.support.rbac import apply_to, rbac_of  # noqa: E402  (after the rewrite)
+from tests.support.training_cluster import priority_class  # noqa: E402  (after the rewrite)
 
 settings.register_profile("rebalancer", deadline=None, print_blob=True)
 settings.load_profile("rebalancer")
@@ -39,3 +44,21 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> backends.Backend:
     if request.param == "emulator":
         return backends.EMULATOR
     return backends.Real(request.getfixturevalue("real"), tmp_path)
+
+
+@pytest.fixture(scope="session")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[control_plane.ControlPlane]:
+    """A real control plane of the session's own: kube-apiserver and etcd, kube-scheduler,
+    kube-controller-manager and KWOK for kubelets (``real``'s server runs the tests' stand-ins
+    instead, which these would fight). The chart's RBAC and training's priority class are
+    there, as a cluster has them before any job; each test leaves it as it found it."""
+    with (
+        kube.running(tmp_path_factory.mktemp("plane")) as server,
+        control_plane.running(server) as started,
+    ):
+        apply_to(backends.RealCluster(server, ManualClock(datetime.now(UTC))), rbac_of(render({})))
+        code, doc = server.request(
+            "POST", "/apis/scheduling.k8s.io/v1/priorityclasses", priority_class()
+        )
+        assert code == 201, doc
+        yield started

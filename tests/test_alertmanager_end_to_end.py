@@ -1,11 +1,11 @@
 """End to end: an Alertmanager notification posted to the controller PROCESS takes lent nodes
 back at once, and the audit record of the reclaim names the alert.
 
-The controller runs against the API emulator and a real, scraping Prometheus
-(``tests.support.harness``) with a 60 s tick: the lends come from its first tick and the
-informer's wake-ups, so a reclaim seen within seconds of the notification was the notification's
-doing, not the next scheduled tick's. Demand stays low throughout: nothing but the alert says
-inference is short."""
+The controller runs on the session's real control plane, real training Jobs its takers, and a
+real, scraping Prometheus (``tests.support.harness.on_plane``), with a 60 s tick: the lends come
+from its first tick and the informer's wake-ups, so a reclaim seen within seconds of the
+notification was the notification's doing, not the next scheduled tick's. Demand stays low
+throughout: nothing but the alert says inference is short."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from pathlib import Path
 from rebalancer.core.audit import Kind
 from rebalancer.core.model import Action, Reason
 from tests.support.alertmanager import alert, notification
-from tests.support.harness import INFERENCE, Harness, harness
+from tests.support.control_plane import ControlPlane
+from tests.support.harness import INFERENCE, Harness, on_plane
 from tests.support.waits import until
 
 
@@ -31,9 +32,9 @@ IDLE_NODES = set(INFERENCE[2:])  # the two first run an inference replica
 
 
 async def test_a_posted_alert_takes_lent_nodes_back_at_once_with_the_alert_in_the_audit(
-    tmp_path: Path,
+    plane: ControlPlane, tmp_path: Path
 ) -> None:
-    async with harness(tmp_path) as h:
+    async with on_plane(plane, tmp_path) as h:
         config = h.config(tick_interval="60s", pool={"wake_on": WAKE_ON})
         # The first tick must find demand known: the next is a minute later.
         await until("demand in Prometheus", lambda: demand_known(h), None, 20)

@@ -1,12 +1,17 @@
 """End to end: the safety promises kept by the controller PROCESS, on the wall clock.
 
-Each test serves the API emulator (8 ``gpu-pool=inference`` nodes at 10 rps each, two running an
-inference replica, 4 training nodes, preemptible training pods waiting for GPUs), a fake vLLM
-exporter and a real ``prometheus`` scraping it every second, then runs ``rebalancer run`` (as
-``python -m tests.support.failing_strategy``, which is the same command with one more strategy,
-``always-raises``, registered) against them. Durations are scaled to seconds so that a stretch
-many times longer than every limit that matters (the drop hold, the metrics grace, the cooldown)
-fits in a test: "an hour" of a real pool is here tens of ticks of one second.
+Each test runs on the session's real control plane (tests/conftest.py: kube-apiserver and etcd,
+kube-scheduler, kube-controller-manager, KWOK for kubelets) the pool of ``harness.on_plane``: 8
+``gpu-pool=inference`` KWOK nodes at 10 rps each, two running an inference replica, and six
+one-pod training Jobs waiting for GPUs, which the real scheduler places on lent nodes and the
+real Job controller re-creates after a reclaim. The pool lends only to takers, as users get it.
+A fake vLLM exporter and a real ``prometheus`` scraping it every second give the demand; the
+controller is ``rebalancer run`` (as ``python -m tests.support.failing_strategy``, which is the
+same command with one more strategy, ``always-raises``, registered). Durations are scaled to
+seconds so that a stretch many times longer than every limit that matters (the drop hold, the
+metrics grace, the cooldown) fits in a test: "an hour" of a real pool is here tens of ticks of
+one second. Nothing here needs the emulator (no injected fault, no clock the test moves); the
+suites that do stay on it (tests/test_kill9.py, tests/test_dry_run.py).
 
 The demand query is the default one with a 4-second rate window instead of five minutes, so a
 load set by the test shows in Prometheus within seconds and zero load reads exactly zero.
@@ -32,7 +37,8 @@ from pathlib import Path
 
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Reason
-from tests.support.harness import IDLE, LOW, PEAK, POOL, Controller, Harness, harness
+from tests.support.control_plane import ControlPlane
+from tests.support.harness import IDLE, LOW, PEAK, POOL, Controller, Harness, on_plane
 from tests.support.waits import until
 
 
@@ -48,10 +54,11 @@ def reclaim_intents(records: list[AuditRecord]) -> list[AuditRecord]:
 
 
 async def test_demand_at_zero_for_a_long_stretch_then_at_peak_takes_every_node_back(
+    plane: ControlPlane,
     tmp_path: Path,
 ) -> None:
-    async with harness(tmp_path, rps=25.0) as h, h.controller(h.config()) as c:
-        # 25 rps need 3 serving nodes: 5 of the 6 idle ones are lent.
+    async with on_plane(plane, tmp_path, rps=20.0) as h, h.controller(h.config()) as c:
+        # 20 rps need 3 serving nodes (2.4 with headroom): 5 of the 6 idle ones are lent.
         await until("five nodes lent", lambda: _count_is(h, 5), c.proc, 25)
         h.exporter.set_load(0.0, 0)
         zero = time.monotonic()
@@ -84,9 +91,10 @@ async def test_demand_at_zero_for_a_long_stretch_then_at_peak_takes_every_node_b
 
 
 async def test_a_strategy_that_raises_lends_nothing_yet_the_safety_reclaim_happens(
+    plane: ControlPlane,
     tmp_path: Path,
 ) -> None:
-    async with harness(tmp_path) as h:
+    async with on_plane(plane, tmp_path) as h:
         async with h.controller(h.config()) as c:
             await h.wait_lent(c, set(IDLE))
         lent_by_first = len(await h.records())
@@ -119,11 +127,12 @@ async def test_a_strategy_that_raises_lends_nothing_yet_the_safety_reclaim_happe
 
 
 async def test_prometheus_down_for_less_than_the_grace_changes_nothing_and_longer_reclaims(
+    plane: ControlPlane,
     tmp_path: Path,
 ) -> None:
     # A longer grace than the other tests: a Prometheus restart takes seconds of its own.
     limits = {"staleness": "5s", "stale_grace": "20s"}
-    async with harness(tmp_path) as h, h.controller(h.config(limits=limits)) as c:
+    async with on_plane(plane, tmp_path) as h, h.controller(h.config(limits=limits)) as c:
         await h.wait_lent(c, set(IDLE))
         await h.prometheus.stop()
         await asyncio.sleep(8)  # with the restart, under staleness 5 s + grace 20 s
@@ -155,13 +164,15 @@ async def test_prometheus_down_for_less_than_the_grace_changes_nothing_and_longe
     )
 
 
-async def test_unreadable_protective_overrides_keep_their_nodes_serving(tmp_path: Path) -> None:
+async def test_unreadable_protective_overrides_keep_their_nodes_serving(
+    plane: ControlPlane, tmp_path: Path
+) -> None:
     protected = {
         "inference-2": {"rebalancer.io/lend": "no"},
         "inference-3": {"rebalancer.io/lend": "nevr"},
         "inference-4": {"rebalancer.io/lend": "never", "rebalancer.io/override-until": "tmrw"},
     }
-    async with harness(tmp_path) as h:
+    async with on_plane(plane, tmp_path) as h:
         for node, annotations in protected.items():
             await h.annotate(node, annotations)
         async with h.controller(h.config()) as c:
@@ -174,8 +185,10 @@ async def test_unreadable_protective_overrides_keep_their_nodes_serving(tmp_path
     assert found == set(protected)
 
 
-async def test_reclaim_now_left_on_a_node_takes_it_back_once(tmp_path: Path) -> None:
-    async with harness(tmp_path) as h, h.controller(h.config()) as c:
+async def test_reclaim_now_left_on_a_node_takes_it_back_once(
+    plane: ControlPlane, tmp_path: Path
+) -> None:
+    async with on_plane(plane, tmp_path) as h, h.controller(h.config()) as c:
         await h.wait_lent(c, set(IDLE))
         await h.annotate("inference-5", {"rebalancer.io/reclaim": "now"})
         await h.wait_lent(c, set(IDLE) - {"inference-5"})
@@ -191,9 +204,10 @@ async def test_reclaim_now_left_on_a_node_takes_it_back_once(tmp_path: Path) -> 
 
 
 async def test_a_pause_still_reclaims_under_pressure_and_a_freeze_does_not(
+    plane: ControlPlane,
     tmp_path: Path,
 ) -> None:
-    async with harness(tmp_path) as h:
+    async with on_plane(plane, tmp_path) as h:
         async with h.controller(h.config()) as c:
             await h.wait_lent(c, set(IDLE))
         h.exporter.set_load(PEAK, 0)

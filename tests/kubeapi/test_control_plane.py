@@ -1,13 +1,14 @@
 """The whole control plane, for real: what the kube-apiserver alone cannot show.
 
-A second server (this module's own: its controllers would fight ``backends.Real``'s stand-ins
-on the session's) with the real kube-scheduler and kube-controller-manager beside it, and KWOK
-playing the kubelet of a fake GPU node (``tests/support/control_plane.py``). The Job controller
-makes an Indexed Job's pods, the scheduler binds them to the node by its ``nvidia.com/gpu``, and
-KWOK runs them; an eviction is allowed or refused by what the disruption controller wrote in
-the budget's status, and the Job controller replaces the evicted pod without counting it as a
-failure (its podFailurePolicy ignores ``DisruptionTarget``); a deleted pod takes its
-``rebalancer.test/stop-after`` to stop, at most its grace period.
+The session's control plane (tests/conftest.py: a server of its own, whose controllers would
+fight ``backends.Real``'s stand-ins on the other) with the real kube-scheduler and
+kube-controller-manager, and KWOK playing the kubelet of this module's fake GPU node
+(``tests/support/control_plane.py``). The Job controller makes an Indexed Job's pods, the
+scheduler binds them to the node by its ``nvidia.com/gpu``, and KWOK runs them; an eviction is
+allowed or refused by what the disruption controller wrote in the budget's status, and the Job
+controller replaces the evicted pod without counting it as a failure (its podFailurePolicy
+ignores ``DisruptionTarget``); a deleted pod takes its ``rebalancer.test/stop-after`` to stop, at
+most its grace period.
 """
 
 from __future__ import annotations
@@ -29,23 +30,20 @@ INDEX = "batch.kubernetes.io/job-completion-index"
 
 
 @pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    """One control plane and its GPU node for the module: starting them takes seconds."""
-    with (
-        kube.running(tmp_path_factory.mktemp("plane")) as server,
-        control_plane.running(server) as started,
-    ):
-        node = control_plane.fake_node(NODE, {"nvidia.com/gpu": "8"})
-        code, doc = server.request("POST", "/api/v1/nodes", node)
-        assert code == 201, doc
-        settle(
-            "the KWOK node Ready, its not-ready taint taken off", lambda: schedulable(server), 30
-        )
-        yield started
+def gpu_node(plane: ControlPlane) -> Iterator[str]:
+    """The module's GPU node on the session's control plane (tests/conftest.py), Ready, until
+    the module's tests are done."""
+    server = plane.server
+    node = control_plane.fake_node(NODE, {"nvidia.com/gpu": "8"})
+    code, doc = server.request("POST", "/api/v1/nodes", node)
+    assert code == 201, doc
+    settle("the KWOK node Ready, its not-ready taint taken off", lambda: schedulable(server), 30)
+    yield NODE
+    server.request("DELETE", f"/api/v1/nodes/{NODE}")
 
 
 @pytest.fixture
-def namespace(plane: ControlPlane) -> Iterator[str]:
+def namespace(plane: ControlPlane, gpu_node: str) -> Iterator[str]:
     """A namespace of the test's own, deleted after it (by the namespace controller)."""
     name = f"t-{uuid.uuid4().hex[:8]}"
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}

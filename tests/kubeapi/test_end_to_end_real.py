@@ -40,9 +40,8 @@ import contextlib
 import json
 import signal
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -52,15 +51,13 @@ import pytest
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Reason
 from rebalancer.core.outcomes import Outcome
-from sandbox.emulator.clock import ManualClock
-from tests.support import control_plane, kube
-from tests.support.backends import RealCluster
+from tests.support import kube
 from tests.support.chart import NAMESPACE, RELEASE, render
 from tests.support.control_plane import ControlPlane
 from tests.support.exporter import Exporter, serve_exporter
 from tests.support.processes import as_pod, free_port, probe, read_audit, start_pod
 from tests.support.prometheus import scraping
-from tests.support.rbac import MAY_GO_UNUSED, Grant, apply_to, grants, rbac_of, unused
+from tests.support.rbac import MAY_GO_UNUSED, Grant, grants, rbac_of, unused
 from tests.support.reads import scheduling
 from tests.support.scenario import fast_prometheus
 from tests.support.training_cluster import (
@@ -74,7 +71,6 @@ from tests.support.training_cluster import (
     conditions,
     gpu_node,
     namespace,
-    priority_class,
     running_ready,
     schedulable,
     serving,
@@ -102,25 +98,10 @@ FOREIGN_LABEL = ("example.com/rack", "r7")
 FOREIGN_TAINT = {"key": "example.com/noisy", "value": "true", "effect": "PreferNoSchedule"}
 
 
-@pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    """This module's server and control plane (the session's server runs stand-ins), with
-    the chart's RBAC and training's priority class, as a cluster has them before any job."""
-    with (
-        kube.running(tmp_path_factory.mktemp("e2e-plane")) as server,
-        control_plane.running(server) as started,
-    ):
-        apply_to(RealCluster(server, ManualClock(datetime.now(UTC))), plane_rbac())
-        code, doc = server.request(
-            "POST", "/apis/scheduling.k8s.io/v1/priorityclasses", priority_class()
-        )
-        assert code == 201, doc
-        yield started
-
-
 def plane_rbac() -> list[Any]:
-    """The chart's ServiceAccount and roles (the same whatever the pools)."""
-    return rbac_of(render(chart_values("http://127.0.0.1:9090", 8080, "any")))
+    """The chart's ServiceAccount and roles (the same whatever the pools), which the session's
+    control plane has applied (tests/conftest.py)."""
+    return rbac_of(render({}))
 
 
 def chart_values(prom: str, http_port: int, pool: str) -> dict[str, Any]:

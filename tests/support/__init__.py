@@ -54,7 +54,9 @@ Servers and processes
 - ``exporter``: a fake vLLM exporter for the scraping Prometheus.
 - ``processes``: the ``rebalancer`` command as a process: its environment, a cluster and
   settings for one command (``setup``), the chart's Deployment laid out locally (``as_pod``).
-- ``harness``: emulator, exporter, Prometheus and the controller process, for process tests.
+- ``harness``: a pool on the emulator (``harness``) or on the real control plane with real
+  training Jobs (``on_plane``), an exporter, Prometheus and the controller process, for
+  process tests.
 - ``failing_strategy``: ``python -m tests.support.failing_strategy``, ``rebalancer`` with one
   more strategy, which raises.
 - ``rbac``: the chart's RBAC applied to the emulator, and granted against used.

@@ -2,11 +2,13 @@
 
 ``harness`` serves the API emulator (8 ``gpu-pool=inference`` nodes at 10 rps each, two running
 an inference replica, 4 training nodes, 10 preemptible training pods waiting for GPUs), a fake
-vLLM exporter and a real ``prometheus`` scraping it every second. ``Harness.controller`` runs
-``python -m tests.support.failing_strategy run`` (the ``rebalancer`` command with one more strategy,
-``always-raises``) against them with a settings file from ``Harness.config``: durations scaled to
-seconds, and the default demand query with a 4-second rate window, so a load set by a test
-shows within seconds and zero load reads exactly zero.
+vLLM exporter and a real ``prometheus`` scraping it every second; ``on_plane`` builds the same
+pool on a real control plane, training as real Jobs, for the suites that need nothing only the
+emulator can do (an injected fault, a request observer, objects added behind the API).
+``Harness.controller`` runs ``python -m tests.support.failing_strategy run`` (the ``rebalancer``
+command with one more strategy, ``always-raises``) against them with a settings file from
+``Harness.config``: durations scaled to seconds, and the default demand query with a 4-second
+rate window, so a load set by a test shows within seconds and zero load reads exactly zero.
 """
 
 from __future__ import annotations
@@ -31,14 +33,28 @@ from sandbox.emulator.faults import Faults
 from sandbox.emulator.server import RequestObserver, serve, write_kubeconfig
 from sandbox.emulator.store import Store
 from tests.support import pools
+from tests.support.control_plane import ControlPlane
 from tests.support.exporter import Exporter, serve_exporter
 from tests.support.processes import ROOT, Cluster, child_env, free_port, probe, read_audit
 from tests.support.prometheus import Scraping
+from tests.support.training_cluster import (
+    JOB_NAME,
+    Api,
+    gpu_node,
+    namespace,
+    running_ready,
+    schedulable,
+    training_job,
+    unschedulable,
+)
 from tests.support.waits import until
 
 POOL, INFERENCE, IDLE, STATE = pools.POOL, pools.INFERENCE, pools.IDLE, pools.STATE
 RPS_PER_NODE = 10
-LOW = 15.0  # needs 2 serving nodes with 20 % headroom: all 6 idle ones may be lent
+# Levels well inside a band of whole nodes: the 4-second rate reads a busy machine's late scrapes
+# a fifth or more off, and on the real control plane a reclaim for nothing costs a training pod
+# (its Job makes a new one about 10 s later, which only then is a taker again).
+LOW = 10.0  # needs 2 serving nodes with 20 % headroom: all 6 idle ones may be lent
 PEAK = 80.0  # needs 10 nodes: more than the pool has, every lent node comes back
 DEMAND = "sum(rate(vllm:request_success_total[4s]) * on (namespace, pod) group_left (node) $scope)"
 DEMAND_SAMPLED = "timestamp(vllm:request_success_total) and on (namespace, pod) $scope"
@@ -65,12 +81,12 @@ class Controller:
 
 @dataclass(kw_only=True)
 class Harness(Cluster):
-    store: Store
     exporter: Exporter
     prometheus: Scraping
     tmp: Path
     kubeconfig: Path
     audit_url: str
+    pool_settings: Mapping[str, Any]  # what this cluster asks of the pool's settings
 
     # -- the cluster --------------------------------------------------------------------------
 
@@ -106,10 +122,7 @@ class Harness(Cluster):
             ),
             "limits": limits,
             "metrics": {"demand": {"value": DEMAND, "sampled": DEMAND_SAMPLED}},
-            # These suites are about the rules around lending and taking back; nothing here
-            # re-creates an evicted training pod, so after a reclaim no pod would wait for a
-            # lent node. Lending to takers only is proved on its own (tests/test_takers.py).
-            "lend_only_to_takers": False,
+            **self.pool_settings,
             **settings.pop("pool", {}),
         }
         doc = {
@@ -215,6 +228,11 @@ class Harness(Cluster):
         return await until("every node serving again", done, c.proc, within)
 
 
+@dataclass(kw_only=True)
+class EmulatorHarness(Harness):
+    store: Store  # the emulator's objects, for a test that adds its own
+
+
 @contextlib.asynccontextmanager
 async def harness(
     tmp_path: Path,
@@ -222,7 +240,7 @@ async def harness(
     faults: Faults | None = None,
     waiting: int = 10,
     on_request: RequestObserver | None = None,
-) -> AsyncIterator[Harness]:
+) -> AsyncIterator[EmulatorHarness]:
     """The cluster of the module docstring, with ``waiting`` training pods pending; the
     emulator tells ``on_request`` of every request it answers."""
     store = Store(seed=1)
@@ -239,7 +257,7 @@ async def harness(
         prom = Scraping(tmp_path / "prometheus", target)
         await prom.start()
         try:
-            yield Harness(
+            yield EmulatorHarness(
                 url=url,
                 session=session,
                 store=store,
@@ -248,6 +266,101 @@ async def harness(
                 tmp=tmp_path,
                 kubeconfig=write_kubeconfig(url, tmp_path / "kubeconfig"),
                 audit_url=f"sqlite+aiosqlite:///{tmp_path / 'audit.sqlite3'}",
+                # Nothing on the emulator re-creates an evicted training pod, so after a reclaim
+                # no pod would wait for a lent node: these suites lend without takers. On the
+                # real control plane (``on_plane``) the Job controller does, and the pool lends
+                # only to takers, as users get it.
+                pool_settings={"lend_only_to_takers": False},
             )
         finally:
             await prom.stop()
+
+
+@contextlib.asynccontextmanager
+async def on_plane(plane: ControlPlane, tmp_path: Path, rps: float = LOW) -> AsyncIterator[Harness]:
+    """The same pool on a real control plane (``plane``): its 8 nodes played by KWOK, the two
+    replicas bound to theirs, and training real Jobs of one 8-GPU pod each, one per idle node
+    (independent, as the emulator's training pods are: a Job of several pods is a gang, lent
+    all or nothing), pending until nodes are lent, an evicted pod re-created by the Job
+    controller; the pool lends only to takers, as users get it. The controller runs as the
+    admin. Everything made is deleted at the end: the plane is the session's."""
+    server = plane.server
+    async with Api.session_for(server) as session:
+        api = Api(server.url, session)
+        try:
+            await _plane_cluster(api)
+            exporter = Exporter(pods=pools.REPLICAS, rps=rps)
+            async with serve_exporter(exporter) as target:
+                prom = Scraping(tmp_path / "prometheus", target)
+                await prom.start()
+                try:
+                    yield Harness(
+                        url=server.url,
+                        session=session,
+                        exporter=exporter,
+                        prometheus=prom,
+                        tmp=tmp_path,
+                        kubeconfig=server.kubeconfig(tmp_path / "kubeconfig"),
+                        audit_url=f"sqlite+aiosqlite:///{tmp_path / 'audit.sqlite3'}",
+                        pool_settings={},
+                    )
+                finally:
+                    await prom.stop()
+        finally:
+            await _plane_cleared(api)
+
+
+_JOBS = f"/apis/batch/v1/namespaces/{cluster.TRAINING_NAMESPACE}/jobs"
+_JOB_PODS = f"/api/v1/namespaces/{cluster.TRAINING_NAMESPACE}/pods?labelSelector={JOB_NAME}"
+
+
+async def _plane_cluster(api: Api) -> None:
+    for name in (cluster.INFERENCE_NAMESPACE, cluster.TRAINING_NAMESPACE):
+        code, doc = await api.ask("POST", "/api/v1/namespaces", namespace(name))
+        assert code in (201, 409), doc
+    for name in INFERENCE:
+        await api.create("/api/v1/nodes", gpu_node(name, "inference"))
+
+    async def nodes_ready() -> bool:
+        nodes = await api.nodes()
+        return all(schedulable(nodes[n]) for n in INFERENCE)
+
+    await until("the KWOK nodes Ready", nodes_ready, None, 30)
+    for i, node in enumerate(pools.BUSY):
+        replica = cluster.inference_pod(i, node_name=node)
+        # Its ReplicaSet is not there: the garbage collector would delete a pod it owned.
+        del replica["metadata"]["ownerReferences"]
+        await api.create(f"/api/v1/namespaces/{cluster.INFERENCE_NAMESPACE}/pods", replica)
+
+    async def replicas_running() -> bool:
+        return (
+            len([p for p in await api.pods(cluster.INFERENCE_NAMESPACE) if running_ready(p)]) == 2
+        )
+
+    await until("the replicas running", replicas_running, None, 30)
+    for i in range(len(IDLE)):
+        job = training_job(f"train-{i}", cluster.TRAINING_NAMESPACE, "inference", 1, "1s", 1)
+        await api.create(_JOBS, job)
+
+    async def job_pending() -> bool:
+        pods = (await api.get(_JOB_PODS))["items"]
+        return len([p for p in pods if unschedulable(p)]) == len(IDLE)
+
+    await until("the Jobs' pods unschedulable", job_pending, None, 30)
+
+
+async def _plane_cleared(api: Api) -> None:
+    """The Jobs and their pods, the replicas and the nodes gone, as before ``_plane_cluster``."""
+    await api.ask("DELETE", f"{_JOBS}?propagationPolicy=Background")
+    for pod in await api.pods(cluster.INFERENCE_NAMESPACE):
+        name = pod["metadata"]["name"]
+        path = f"/api/v1/namespaces/{cluster.INFERENCE_NAMESPACE}/pods/{name}?gracePeriodSeconds=0"
+        await api.ask("DELETE", path)
+
+    async def gone() -> bool:
+        pods = [*(await api.get(_JOB_PODS))["items"], *await api.pods(cluster.INFERENCE_NAMESPACE)]
+        return not pods
+
+    await until("the Jobs' pods and the replicas gone", gone, None, 30)
+    for name in INFERENCE:
+        await api.ask("DELETE", f"/api/v1/nodes/{name}")
