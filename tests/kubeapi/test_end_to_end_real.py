@@ -501,7 +501,9 @@ async def test_a_job_borrows_is_taken_back_through_its_budget_and_borrows_again(
 async def _left_clean(api: Api, case: Case) -> AsyncIterator[Api]:
     """The case's Job and nodes deleted at its end: the next case's controller would take
     lent nodes that no pool of its own selects back, as orphans (docs/design/other-writers.md);
-    and the chart's Lease, which a fresh install does not have (its controller creates it)."""
+    and the chart's Lease, before and after, which a fresh install does not have (its
+    controller creates it; the plane is the session's)."""
+    await api.ask("DELETE", LEASE_PATH)
     try:
         yield api
     finally:

@@ -1,18 +1,17 @@
 """The end-to-end scenario's cluster and chart values, shared by the tests that run the
-controller as the chart deploys it (tests/test_end_to_end.py, tests/test_uninstall.py).
+controller as the chart deploys it (tests/test_end_to_end.py; tests/test_uninstall.py takes
+the chart values).
 
 The cluster: 8 ``gpu-pool=inference`` nodes, two of them running an inference replica, 4
 training nodes and ``TRAINING_PODS`` preemptible training pods, 6 of which cannot fit until
-inference nodes are lent; on the emulator (served with tokens and RBAC, ``on_emulator``, for
-the end-to-end run) or on a real kube-apiserver (``on_real``, for the uninstall hook), the
-chart's RBAC objects applied either way.
+inference nodes are lent; on the emulator, served with tokens and RBAC, the chart's RBAC objects
+applied (``on_emulator``). On a real server the same path runs on the real control plane
+(tests/kubeapi/test_end_to_end_real.py, tests/support/harness.py's ``on_plane``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,8 +23,6 @@ from sandbox.emulator import cluster
 from sandbox.emulator.auth import Decision
 from sandbox.emulator.server import serve, write_kubeconfig
 from sandbox.emulator.store import Store
-from tests.support import kube
-from tests.support.backends import Real
 from tests.support.chart import NAMESPACE, RELEASE
 from tests.support.pools import POOL, add_replicas, add_waiting_training
 from tests.support.processes import Cluster
@@ -36,7 +33,6 @@ from tests.support.rbac import (
     chart_access,
     service_account_of,
 )
-from tests.support.waits import stop
 
 RPS_PER_NODE = 10
 # The default demand query reads a series younger than its 5-minute window by the slope of its own
@@ -102,7 +98,7 @@ class Box(Cluster):
 
     kubeconfig: Path = field(kw_only=True)
     decisions: Callable[[], list[Decision]] = field(kw_only=True)  # the controller's, so far
-    objects: Any = field(kw_only=True)  # the cluster as the admin's Store (emulator or real)
+    objects: Any = field(kw_only=True)  # the cluster as the admin's Store
 
 
 @contextlib.asynccontextmanager
@@ -129,39 +125,3 @@ async def on_emulator(docs: list[Any], tmp_path: Path) -> AsyncIterator[Box]:
             decisions=lambda: access.of(user),
             objects=store,
         )
-
-
-@contextlib.asynccontextmanager
-async def on_real(real: Real, docs: list[Any], tmp_path: Path) -> AsyncIterator[Box]:
-    """The same cluster on a real kube-apiserver: the chart's RBAC objects applied; the
-    scheduler, kubelet and disruption controller played every 0.5 s (``backends.RealCluster``);
-    who did what read from the server's own audit log."""
-    async with real.open(seeded=True) as opened:
-        mark = real.server.audit_mark()  # what the session's earlier tests asked is not ours
-        objects = opened.objects
-        add_replicas(objects)
-        add_waiting_training(objects, TRAINING_PODS)
-        objects.schedule()
-        apply_to(objects, docs)
-
-        async def actors() -> None:
-            while True:
-                await asyncio.to_thread(objects.act)
-                await asyncio.sleep(0.5)
-
-        task = asyncio.create_task(actors())
-        trusted = ssl.create_default_context(cafile=str(real.server.ca))
-        headers = {"Authorization": f"Bearer {kube.ADMIN_TOKEN}"}
-        try:
-            async with aiohttp.ClientSession(
-                headers=headers, connector=aiohttp.TCPConnector(ssl=trusted)
-            ) as session:
-                yield Box(
-                    real.server.url,
-                    session,
-                    kubeconfig=real.server.kubeconfig(tmp_path / "kubeconfig", CONTROLLER_TOKEN),
-                    decisions=lambda: real.server.decisions(kube.CONTROLLER_USER, mark),
-                    objects=objects,
-                )
-        finally:
-            await stop(task)
