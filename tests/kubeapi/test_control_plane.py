@@ -22,6 +22,7 @@ import pytest
 
 from tests.support import control_plane, kube
 from tests.support.control_plane import STOP_AFTER, ControlPlane, settle
+from tests.support.training_cluster import indexed_job, running_ready
 
 Obj = dict[str, Any]
 NODE = "kwok-gpu-0"
@@ -60,52 +61,11 @@ def schedulable(server: kube.KubeServer) -> bool:
     return ready == "True" and not node["spec"].get("taints")
 
 
-def indexed_job(name: str, annotations: dict[str, str] | None = None) -> Obj:
-    """Two pods of one GPU each, as a training job asks; evictions are not its failures."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": 2,
-            "parallelism": 2,
-            "backoffLimit": 0,
-            "podFailurePolicy": {
-                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
-            },
-            "template": {
-                "metadata": {"annotations": annotations or {}},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "terminationGracePeriodSeconds": 30,
-                    "containers": [
-                        {
-                            "name": "train",
-                            "image": "example.com/train:1",
-                            "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                        }
-                    ],
-                },
-            },
-        },
-    }
-
-
 def pods(server: kube.KubeServer, namespace: str, selector: str = "") -> list[Obj]:
     path = f"/api/v1/namespaces/{namespace}/pods?labelSelector={selector}"
     code, doc = server.request("GET", path)
     assert code == 200, doc
     return list(doc["items"])
-
-
-def running_ready(pod: Obj) -> bool:
-    conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}
-    return (
-        pod["status"].get("phase") == "Running"
-        and conditions.get("Ready") == "True"
-        and "deletionTimestamp" not in pod["metadata"]
-    )
 
 
 def job_pods_running(server: kube.KubeServer, namespace: str, job: str) -> list[Obj]:
@@ -151,7 +111,7 @@ def test_the_job_controller_makes_the_pods_the_scheduler_binds_them_and_kwok_run
     plane: ControlPlane, namespace: str
 ) -> None:
     server = plane.server
-    create(server, f"/apis/batch/v1/namespaces/{namespace}/jobs", indexed_job("train"))
+    create(server, f"/apis/batch/v1/namespaces/{namespace}/jobs", indexed_job("train", 2, 1))
 
     running = both_running(server, namespace)
     assert [p["metadata"]["annotations"][INDEX] for p in running] == ["0", "1"]
@@ -182,7 +142,7 @@ def test_the_real_budget_allows_one_eviction_and_the_job_replaces_the_evicted_po
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {JOB_NAME: "train"}}},
     }
     create(server, f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets", budget)
-    job = indexed_job("train", {STOP_AFTER: "4s"})
+    job = indexed_job("train", 2, 1, {STOP_AFTER: "4s"})
     create(server, f"/apis/batch/v1/namespaces/{namespace}/jobs", job)
     first, second = both_running(server, namespace)
 

@@ -34,7 +34,7 @@ from rebalancer.core.outcomes import Outcome
 from rebalancer.runtime import wiring
 from tests.support import control_plane, kube, kueue
 from tests.support.control_plane import STOP_AFTER, settle
-from tests.support.training_cluster import INFERENCE_TAINT, LENT_TAINT
+from tests.support.training_cluster import INFERENCE_TAINT, LENT_TAINT, indexed_job
 
 Obj = dict[str, Any]
 NODE = "kwok-gpu-0"
@@ -129,37 +129,10 @@ def queues(server: kube.KubeServer, ns: str) -> str:
 def queued_job(name: str, suspend: bool = True) -> Obj:
     """Two pods of 4 GPUs, tolerating the lent taint, queued to Kueue and suspended (as its
     webhook would set it, where it is not called); evictions are not its failures."""
-    toleration = {"operator": "Equal", **LENT_TAINT}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}},
-        "spec": {
-            "suspend": suspend,
-            "completionMode": "Indexed",
-            "completions": 2,
-            "parallelism": 2,
-            "backoffLimit": 0,
-            "podFailurePolicy": {
-                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
-            },
-            "template": {
-                "metadata": {"annotations": {STOP_AFTER: "1s"}},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "terminationGracePeriodSeconds": 30,
-                    "tolerations": [toleration],
-                    "containers": [
-                        {
-                            "name": "train",
-                            "image": "example.com/train:1",
-                            "resources": {"limits": {"nvidia.com/gpu": "4"}},
-                        }
-                    ],
-                },
-            },
-        },
-    }
+    job = indexed_job(name, 2, 4, {STOP_AFTER: "1s"}, [{"operator": "Equal", **LENT_TAINT}])
+    job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "user-queue"}
+    job["spec"]["suspend"] = suspend
+    return job
 
 
 @dataclass

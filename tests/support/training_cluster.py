@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -153,6 +153,47 @@ def training_job(
                                 "requests": {"nvidia.com/gpu": "8", "cpu": "8", "memory": "64Gi"},
                                 "limits": {"nvidia.com/gpu": "8"},
                             },
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def indexed_job(
+    name: str,
+    pods: int,
+    gpus: int,
+    annotations: Mapping[str, str] | None = None,
+    tolerations: Sequence[Obj] = (),
+) -> Obj:
+    """An Indexed Job of ``pods`` pods of ``gpus`` GPUs each, no retries (``backoffLimit: 0``),
+    evictions not its failures: what a test of the control plane itself runs (no pool, no
+    priority; ``training_job`` is the borrowing job a user writes)."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": pods,
+            "parallelism": pods,
+            "backoffLimit": 0,
+            "podFailurePolicy": {
+                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+            },
+            "template": {
+                "metadata": {"annotations": dict(annotations or {})},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 30,
+                    **({"tolerations": list(tolerations)} if tolerations else {}),
+                    "containers": [
+                        {
+                            "name": "train",
+                            "image": "example.com/train:1",
+                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
                         }
                     ],
                 },
