@@ -37,6 +37,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import tables
+
 Obj = dict[str, Any]
 SEED_CONCURRENCY = 48
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -579,11 +581,4 @@ def table(results: list[dict[str, Any]]) -> str:
             over = [f"{f['nodes']:,}" for f in results if f.get(key, 0) > goal]
             mark = f"<= {goal:g}: " + ("met" if not over else f"NOT met at {', '.join(over)}")
         lines.append([label] + [fmt.format(v) for v in values] + [mark])
-    widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(
-            cell.ljust(w) if i == 0 else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-        )
-        for row in lines
-    )
+    return tables.aligned(lines)

@@ -63,6 +63,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import tables
+
 Obj = dict[str, Any]
 
 POOLS = 4
@@ -178,6 +180,24 @@ def _template(scratch: Any, kind: str) -> str:
     for key in ("uid", "resourceVersion"):
         stored["metadata"].pop(key)
     return json.dumps(stored)
+
+
+def _sizes(text: str) -> list[int]:
+    """``--sizes``: each large enough that every pool's idle nodes hold its share of the wave
+    (a fifth of the nodes a pool, ``BUSY_SHARE`` of them serving)."""
+    sizes = []
+    for part in text.split(","):
+        try:
+            nodes = int(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number of nodes: {part!r}") from None
+        per_pool = nodes // 5
+        if per_pool - int(per_pool * BUSY_SHARE) < WAVE:
+            raise argparse.ArgumentTypeError(
+                f"{nodes} nodes leave each pool fewer idle nodes than its {WAVE} in the wave"
+            )
+        sizes.append(nodes)
+    return sizes
 
 
 def real_objects(nodes: int) -> tuple[list[Obj], Iterator[Obj]]:
@@ -598,14 +618,7 @@ def table(results: Sequence[Figures]) -> str:
             goal = TARGETS[key]
             mark = f"<= {goal:g}" + ("" if at is None else (" met" if at <= goal else " NOT met"))
         lines.append([label] + [fmt.format(v) for v in values] + [mark])
-    widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(
-            cell.ljust(w) if i == 0 else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-        )
-        for row in lines
-    )
+    return tables.aligned(lines)
 
 
 def plot(results: Sequence[Figures], path: Path) -> None:
@@ -763,7 +776,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the API emulator, or kube-apiserver + etcd with KWOK nodes (bench/realplane.py;"
         " one run per size, pools sharing one set of pod marks)",
     )
-    parser.add_argument("--sizes", default="500,1000,2000,5000")
+    parser.add_argument(
+        "--sizes", type=_sizes, default="500,1000,2000,5000", help="nodes, comma-separated"
+    )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--plot", default="out/scale.png", help="where to draw ('' for none)")
     parser.add_argument(
@@ -786,7 +801,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return real_main(args)
     results, runs = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for nodes in (int(s) for s in args.sizes.split(",")):
+        for nodes in args.sizes:
             same: list[Run] = []
             different: list[Run] = []
             for i in range(args.repeat):
@@ -827,7 +842,7 @@ def real_main(args: argparse.Namespace) -> int:
     results, servers = [], []
     out = args.json or Path("out")
     with tempfile.TemporaryDirectory() as tmp:
-        for nodes in (int(s) for s in args.sizes.split(",")):
+        for nodes in args.sizes:
             run, server = real_run(nodes, Path(tmp), out)
             results.append(figures([run], []))
             servers.append(server)
