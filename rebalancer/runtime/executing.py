@@ -92,9 +92,10 @@ class Executor:
         deadline counted from the same start, so each node of a wave gets its serving taints
         back without waiting for the others' API calls (and its drain begins); then lends,
         ``lend_concurrency`` at a time (a lend is never urgent, so fewer at once: a wave of
-        them should not crowd the API server). Each node's own writes stay in order: one step
-        is one call. A step that raises cancels the others in flight and ends the tick, as a
-        crash would; every intent was committed before the first write."""
+        them should not crowd the API server; ``core.concurrency`` says why that many). Each
+        node's own writes stay in order: one step is one call. A step that raises cancels the
+        others in flight and ends the tick, as a crash would; every intent was committed before
+        the first write."""
         started = self.clock()
 
         def wave(action: model.Action) -> list[model.Step]:

@@ -62,7 +62,7 @@ from rebalancer.core import (
     windows,
 )
 from rebalancer.core.audit import AuditRecord, Context
-from rebalancer.core.concurrency import RECLAIM_CONCURRENCY
+from rebalancer.core.concurrency import LEND_CONCURRENCY, RECLAIM_CONCURRENCY
 from rebalancer.core.model import (
     Action,
     Clock,
@@ -122,7 +122,7 @@ class Reconciler:
         events: EventRecorder | None = None,
         strategy_timeout: timedelta = timedelta(seconds=10),
         reclaim_concurrency: int = RECLAIM_CONCURRENCY,
-        lend_concurrency: int = 4,
+        lend_concurrency: int = LEND_CONCURRENCY,
         alerts: AlertSource | None = None,
         ledger: NodeLedger | None = None,
         apiserver_clock: ApiServerClock | None = None,

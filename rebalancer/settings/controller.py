@@ -18,6 +18,7 @@ from pydantic_core import PydanticCustomError
 
 from rebalancer.adapters import auditurl
 from rebalancer.core import audit, clocks, nodestate
+from rebalancer.core.concurrency import LEND_CONCURRENCY
 from rebalancer.settings.pool import PoolSettings
 from rebalancer.settings.queries import MetricsSettings
 from rebalancer.settings.values import (
@@ -162,7 +163,7 @@ class Settings(SettingsBlock):
     clock_skew_bound: Annotated[Duration, pydantic.AfterValidator(_a_second_or_more)] = (
         clocks.DEFAULT_BOUND
     )
-    lend_concurrency: int = Field(default=4, ge=1, le=64)  # lends of one tick sent at once
+    lend_concurrency: int = Field(default=LEND_CONCURRENCY, ge=1, le=64)  # a tick's lends at once
     log_level: Annotated[
         LogLevel,
         pydantic.BeforeValidator(_upper),
