@@ -69,6 +69,18 @@ async def test_demand_at_zero_for_a_long_stretch_then_at_peak_takes_every_node_b
         h.exporter.set_load(PEAK, 0)
         rose = time.time()  # wall time: audit records carry it
         back = await h.wait_all_serving(c, within=30)
+
+        # A node serves again before its borrowed pod has stopped (restored first, then
+        # drained): each reclaim's outcome is written once its drain is done.
+        async def reclaims_applied() -> bool:
+            records = await h.records()
+            done = {
+                r.intent_id for r in records if r.kind is Kind.OUTCOME and r.outcome == "applied"
+            }
+            after = [r for r in reclaim_intents(records) if r.time.timestamp() >= rose - 1]
+            return len(after) >= len(IDLE) and {r.id for r in after} <= done
+
+        await until("every reclaim applied", reclaims_applied, c.proc, 20)
         records = await h.records()
 
     held = of(records, Kind.REFUSAL, Reason.DEMAND_DROP_HELD)
