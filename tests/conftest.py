@@ -15,15 +15,13 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from sandbox.emulator.clock import ManualClock
+
 pytest.register_assert_rewrite("tests.support")
 
 # Imported only after register_assert_rewrite, or the asserts of tests.support would not be
 # rewritten (pytest rewrites a module only if it is registered before its first import).
-from sandbox.emulator.clock import ManualClock  # noqa: E402  (after the rewrite)
-from tests.support import backends, control_plane, kube  # noqa: E402  (after the rewrite)
-from tests.support.chart import render  # noqa: E402  (after the rewrite)
-from tests.support.rbac import apply_to, rbac_of  # noqa: E402  (after the rewrite)
-from tests.support.training_cluster import priority_class  # noqa: E402  (after the rewrite)
+from tests.support import backends, chart, control_plane, kube, rbac, training_cluster  # noqa: E402  (must follow register_assert_rewrite)
 
 settings.register_profile("rebalancer", deadline=None, print_blob=True)
 settings.load_profile("rebalancer")
@@ -56,9 +54,12 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[control_plane.Co
         kube.running(tmp_path_factory.mktemp("plane")) as server,
         control_plane.running(server) as started,
     ):
-        apply_to(backends.RealCluster(server, ManualClock(datetime.now(UTC))), rbac_of(render({})))
+        rbac.apply_to(
+            backends.RealCluster(server, ManualClock(datetime.now(UTC))),
+            rbac.rbac_of(chart.render({})),
+        )
         code, doc = server.request(
-            "POST", "/apis/scheduling.k8s.io/v1/priorityclasses", priority_class()
+            "POST", "/apis/scheduling.k8s.io/v1/priorityclasses", training_cluster.priority_class()
         )
         assert code == 201, doc
         yield started
