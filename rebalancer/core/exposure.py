@@ -10,14 +10,16 @@ is seen plus a reclaimed node's return time), beyond what the serving nodes carr
 demand has jumped within that time, over the recent peak, is something the pool's history
 shows. For a peak window ``w`` (120 minutes) and every minute ``t`` of the kept history:
 
-    jump_w(t) = max demand over [t, t + risk) / max demand over [t - w, t)
+    jump_w(t) = max demand over [t, t + risk) / peak_w(t)
+
+where ``peak_w(t)`` is the most demand of the last ``w`` minutes with traffic before ``t``.
 
 The largest ``jump_w`` over the span is the margin the history says was never exceeded within
 one return time; it is a sample, so the cover takes it a tenth larger in log terms (``stretch``:
 sparse bursts on a base of 3 % of their peak showed 26.6x in three days, then 33x). A second
-figure covers what a ratio cannot: the most demand the coming
-minutes brought at this time of day on each of the last days (a holiday's quiet ends with a
-return to the usual level, a jump far beyond anything relative to the quiet peak). Warm
+figure covers what a ratio cannot: the most demand the coming minutes brought at this time of
+day on each of the last days (a holiday's quiet ends with a return to the usual level, a jump
+far beyond anything relative to the quiet peak). Warm
 serving nodes that carry the larger of ``peak_w(now) x jump_w`` and that daily level, with the
 pool's headroom on top (the planner adds it), would have ridden out every jump the span holds:
 the loans that leave them serving are *covered*. A loan beyond that is *exposed*: a jump like
@@ -29,10 +31,17 @@ forgets the level a jumpy service left minutes ago, and on the suite (docs/desig
 the least over the four breached in covered mode and overspent a 10-minute budget (m-small:
 16 minutes in a week), where the 120-minute window alone kept it.
 
+A window counts only minutes with traffic, however long ago they were. A stretch of exact
+zeros (a service with no clients for hours, a GPU series with nothing running) is no level to
+jump from: what comes after it is a return to the level the service left, or to the one the days
+show at this hour, and is judged against those. Counted as a jump out of a peak of zero, it had
+no finite ratio, and one return left the pool with no cover for the whole span: on the suite,
+``zeros-code`` lent 0.282 of the oracle with a 10-minute budget, now 0.743
+(docs/design/budget.md).
+
 Minutes whose coming demand the pool's minimum serving nodes carry anyway teach nothing and are
-skipped; a jump out of a peak of zero has no finite ratio, so the window covers nothing until
-the jump leaves the span. The cover is judged only on ``least_judged`` of history or more: a
-short history has not shown the pool's jumps yet, and no cover means no covered loans.
+skipped. The cover is judged only on ``least_judged`` of history with traffic behind it or
+more: a short history has not shown the pool's jumps yet, and no cover means no covered loans.
 
 ``Jumps`` is incremental: each history it is handed continues where the last one ended (the
 controller reads a new history object every few minutes; the simulator one a minute, longer by
@@ -99,6 +108,8 @@ class Jumps:
         self._behind: list[_Maxima] = []  # per window: demand over [t - w, t)
         self._jumps: list[_Maxima] = []  # per window: jump_w(t) over the span
         self._judged = 0  # minutes judged since the start
+        self._busy = 0  # minutes with traffic before the judged minute, since the start
+        self._newest: deque[float] = deque()  # the newest values with traffic, a window's worth
         # The last ``days`` of values (and up to as many again, trimmed in one go): a list, so
         # that the minutes of one time of day, or the newest of a window, are a slice away.
         self._days: list[float | None] = []
@@ -110,12 +121,12 @@ class Jumps:
         judged = min(self._judged, self._span)
         if judged * history.step < self.shape.least_judged:
             return None
-        recent = self._days
+        newest = list(self._newest)
         return model.Cover(
             jumps=tuple(
                 model.Jump(
                     window=window,
-                    peak=_peak(recent[-steps:]),
+                    peak=_peak(newest[-steps:]),
                     ratio=seen ** (1.0 + self.shape.stretch),
                     seen=seen,
                 )
@@ -175,6 +186,8 @@ class Jumps:
         self._jumps = [deque() for _ in self._windows]
         self._next = max(0, history.end_index - self._span - max(self._windows) - self._risk)
         self._judged = 0
+        self._busy = 0
+        self._newest = deque(maxlen=max(self._windows))
         self._day = _steps(timedelta(days=1), step)
         self._days = []
 
@@ -186,20 +199,23 @@ class Jumps:
             del self._days[: -self._day * self.shape.days]
         if value is not None:
             _add(self._ahead, index, value)
+            if value > 0:
+                self._newest.append(value)
         t = index - self._risk + 1
         _expire(self._ahead, t)
         before = self._days[-self._risk - 1] if len(self._days) > self._risk else None
+        busy = before is not None and before > 0
+        self._busy += busy
         for steps, behind, jumps in zip(self._windows, self._behind, self._jumps, strict=True):
-            if before is not None:
-                _add(behind, t - 1, before)
-            _expire(behind, t - steps)
+            if busy:
+                _add(behind, self._busy, before)
+            _expire(behind, self._busy - steps + 1)
             _expire(jumps, t - self._span + 1)
             coming = self._ahead[0][1] if self._ahead else None
             if coming is None or coming <= self.shape.floor or not behind:
                 continue
-            peak = behind[0][1]
-            _add(jumps, t, coming / peak if peak > 0 else math.inf)
-        self._judged += 1
+            _add(jumps, t, coming / behind[0][1])
+        self._judged += self._busy > 0
 
 
 def _add(maxima: _Maxima, index: int, value: float) -> None:

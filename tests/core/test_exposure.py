@@ -81,14 +81,47 @@ def test_jumps_the_minimum_serving_nodes_carry_teach_nothing() -> None:
     assert set(ratios(exposure.Jumps(SHAPE).cover(history(values))).values()) == {1.0}
 
 
-def test_a_jump_out_of_zero_leaves_the_window_covering_nothing() -> None:
+def test_a_stretch_of_zeros_is_no_level_to_jump_from() -> None:
     values: list[float | None] = [10.0] * (2 * DAY)
     values[DAY : DAY + 60] = [0.0] * 60  # an hour of exact zeros, then back to 10
 
     found = ratios(exposure.Jumps(SHAPE).cover(history(values)))
 
-    assert all(math.isinf(found[w]) for w in (10, 30, 60))
-    assert found[120] == 1.0  # its peak kept the level before the zeros
+    # The return is judged against the level the service left: no jump at all.
+    assert found == {10: 1.0, 30: 1.0, 60: 1.0, 120: 1.0}
+
+
+def test_a_jump_after_zeros_is_judged_against_the_level_before_them() -> None:
+    values: list[float | None] = [10.0] * (2 * DAY)
+    values[DAY : DAY + 60] = [0.0] * 60
+    values[DAY + 60 : DAY + 70] = [25.0] * 10  # back at two and a half times the level left
+
+    found = ratios(exposure.Jumps(SHAPE).cover(history(values)))
+
+    assert found == pytest.approx({10: 2.5, 30: 2.5, 60: 2.5, 120: 2.5})
+
+
+def test_during_zeros_each_window_keeps_the_peak_of_the_traffic_it_left() -> None:
+    values: list[float | None] = [10.0] * (2 * DAY)
+    values[2 * DAY - 320 : 2 * DAY - 315] = [20.0] * 5  # five minutes at 20, then 10 for 75
+    values[2 * DAY - 240 :] = [0.0] * 240  # then four hours of exact zeros
+
+    cover = exposure.Jumps(SHAPE).cover(history(values))
+
+    assert cover is not None
+    # The last 10, 30 and 60 minutes with traffic were at 10; the last 120 held the 20.
+    assert [j.peak for j in cover.jumps] == [10.0, 10.0, 10.0, 20.0]
+
+
+def test_a_day_is_judged_from_the_first_traffic() -> None:
+    values: list[float | None] = [0.0] * (2 * DAY)
+    values[DAY + 60 :] = [10.0] * (DAY - 60)  # a service that starts in the second day
+
+    assert exposure.Jumps(SHAPE).cover(history(values)) is None
+    values += [10.0] * 120
+    cover = exposure.Jumps(SHAPE).cover(history(values))
+    assert cover is not None
+    assert set(ratios(cover).values()) == {1.0}  # its start was no jump from a level
 
 
 def test_a_jump_leaves_the_cover_once_it_is_older_than_the_span() -> None:

@@ -46,9 +46,9 @@ class Jump:
     span a ``Cover`` was judged on; ``peak`` is that window's peak at its end."""
 
     window: timedelta
-    peak: float | None  # None: no sample in the window
+    peak: float | None  # over the window's last minutes with traffic; None: none yet
     ratio: float  # what the cover takes: ``seen``, stretched (``core.exposure``)
-    seen: float  # the largest jump seen; infinite: out of a peak of zero, covers nothing
+    seen: float  # the largest jump seen; infinite (an overflow) covers nothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +87,8 @@ class Cover:
 
     def text(self, rps: float | None = None, unit: Unit = Unit.REQUESTS_PER_SECOND) -> str:
         """``the 30-minute peak 120 rps x 1.45, the largest jump within a loan's risk in the
-        last 8 days``; the figure in ``unit``."""
+        last 8 days``; the figure in ``unit``. (A window's minutes are those with traffic:
+        ``core.exposure``.)"""
         found = self.demand(rps)
         days = f"{self.judged / timedelta(days=1):.3g}"
         if found is None:
