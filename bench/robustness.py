@@ -12,6 +12,8 @@ m-mid and m-small), and twists of two of them (`code`, smooth and diurnal; `m-la
 - ``zeros``: two two-hour stretches of exactly zero load at 11:00 on the second and fifth days;
 - ``half``, ``double``: the fourth day plays at half speed (its first twelve hours over the
   whole day), or at double speed (two days' curves in one);
+- ``growth``: a service gaining users, 5 % more every day (compounding, the last day at the
+  trace's own level), so that each day's hours run above the same hours of the days before;
 - ``bursts``: sparse bursty traffic, 3 % of the peak with bursts to 50-100 % for 5-30 minutes
   about every four hours (seeded), on the `code` week's clock;
 - and ``gpu-busy``: not a request rate but the busy GPUs per minute (a whole number) of a bursty
@@ -176,6 +178,16 @@ def double(trace: Trace, zone: str) -> Values:
     return _day_speed(trace, zone, 2.0)
 
 
+def growth(trace: Trace, zone: str) -> Values:
+    """A service gaining users: 5 % more every day, compounding smoothly, so that the last
+    minute keeps its own level and the first day runs at 1 / 1.05 ** (days - 1) of it."""
+    end = trace.minutes - 1
+    return [None if v is None else v * GROWTH ** ((t - end) / DAY) for t, v in enumerate(trace.rps)]
+
+
+GROWTH = 1.05  # per day
+
+
 def bursts(trace: Trace, zone: str) -> Values:
     rng = random.Random(7)
     base = 0.03 * trace.peak
@@ -239,6 +251,7 @@ TWISTS: dict[str, Callable[[Trace, str], Values]] = {
     "zeros": zeros,
     "half": half,
     "double": double,
+    "growth": growth,
 }
 
 

@@ -45,9 +45,10 @@ planner, whatever a strategy says: docs/design/budget.md.)
 
 Figures (``bench/robustness.py``, docs/design/budget.md): the Azure ``code`` week 0.945
 harvest with 0 breach minutes and 204 reclaims (the oracle's: 268), ``conv`` 0.820 with 1.
-Without a budget it is dominated by the peak grid on 10 of the suite's 21 scenarios (a grid
+Without a budget it is dominated by the peak grid on 12 of the suite's 23 scenarios (a grid
 point with the same harvest within 0.01 and fewer breach minutes), by the misses that teach it
-on the jumpy ones; with the default budget every rolling week kept it, on all 21.
+(on the jumpy ones; on a growing smooth one, the days on a wider margin after a one-minute
+miss); with the default budget every rolling week kept it, on all 23.
 
 The replay is kept per pool and goes on from where the last history read ended, so a tick
 costs one step per rung for the minutes that are new: a history read that continues the last
