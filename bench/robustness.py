@@ -178,14 +178,14 @@ def double(trace: Trace, zone: str) -> Values:
     return _day_speed(trace, zone, 2.0)
 
 
+GROWTH = 1.05  # per day
+
+
 def growth(trace: Trace, zone: str) -> Values:
     """A service gaining users: 5 % more every day, compounding smoothly, so that the last
     minute keeps its own level and the first day runs at 1 / 1.05 ** (days - 1) of it."""
     end = trace.minutes - 1
     return [None if v is None else v * GROWTH ** ((t - end) / DAY) for t, v in enumerate(trace.rps)]
-
-
-GROWTH = 1.05  # per day
 
 
 def bursts(trace: Trace, zone: str) -> Values:

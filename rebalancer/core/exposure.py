@@ -19,11 +19,11 @@ one return time; it is a sample, so the cover takes it a tenth larger in log ter
 sparse bursts on a base of 3 % of their peak showed 26.6x in three days, then 33x). A second
 figure covers what a ratio cannot: the most demand the coming minutes brought at this time of
 day on each of the last days (a holiday's quiet ends with a return to the usual level, a jump
-far beyond anything relative to the quiet peak). Warm
-serving nodes that carry the larger of ``peak_w(now) x jump_w`` and that daily level, with the
-pool's headroom on top (the planner adds it), would have ridden out every jump the span holds:
-the loans that leave them serving are *covered*. A loan beyond that is *exposed*: a jump like
-one already seen could reach it, and the budget pays for it.
+far beyond anything relative to the quiet peak). Warm serving nodes that carry the larger of
+``peak_w(now) x jump_w`` and that daily level, with the pool's headroom on top (the planner adds
+it), would have ridden out every jump the span holds: the loans that leave them serving are
+*covered*. A loan beyond that is *exposed*: a jump like one already seen could reach it, and
+the budget pays for it.
 
 Why a 120-minute window, and only that one: each window's cover holds in hindsight on its own,
 and the least over 10, 30, 60 and 120 minutes is the most lent; but a short window's peak
@@ -105,13 +105,13 @@ class Jumps:
         self._risk = 1
         self._span = 1
         self._ahead: _Maxima = deque()  # demand over [t, t + risk)
-        self._behind: list[_Maxima] = []  # per window: demand over [t - w, t)
+        self._behind: list[_Maxima] = []  # per window: ``peak_w(t)``, keyed by ``_busy``
         self._jumps: list[_Maxima] = []  # per window: jump_w(t) over the span
         self._judged = 0  # minutes judged since the start
         self._busy = 0  # minutes with traffic before the judged minute, since the start
         self._newest: deque[float] = deque()  # the newest values with traffic, a window's worth
         # The last ``days`` of values (and up to as many again, trimmed in one go): a list, so
-        # that the minutes of one time of day, or the newest of a window, are a slice away.
+        # that the minutes of one time of day are a slice away.
         self._days: list[float | None] = []
         self._day = 1
 
