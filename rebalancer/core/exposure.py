@@ -59,6 +59,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import islice
 
 from rebalancer.core import model
 from rebalancer.core.policy import PoolPolicy
@@ -121,12 +122,11 @@ class Jumps:
         judged = min(self._judged, self._span)
         if judged * history.step < self.shape.least_judged:
             return None
-        newest = list(self._newest)
         return model.Cover(
             jumps=tuple(
                 model.Jump(
                     window=window,
-                    peak=_peak(newest[-steps:]),
+                    peak=max(islice(reversed(self._newest), steps), default=None),
                     ratio=seen ** (1.0 + self.shape.stretch),
                     seen=seen,
                 )
