@@ -204,11 +204,11 @@ class Jumps:
         t = index - self._risk + 1
         _expire(self._ahead, t)
         before = self._days[-self._risk - 1] if len(self._days) > self._risk else None
-        busy = before if before is not None and before > 0 else None  # traffic at t - 1
-        self._busy += busy is not None
+        traffic = before if before is not None and before > 0 else None  # demand at t - 1
+        self._busy += traffic is not None
         for steps, behind, jumps in zip(self._windows, self._behind, self._jumps, strict=True):
-            if busy is not None:
-                _add(behind, self._busy, busy)
+            if traffic is not None:
+                _add(behind, self._busy, traffic)
             _expire(behind, self._busy - steps + 1)
             _expire(jumps, t - self._span + 1)
             coming = self._ahead[0][1] if self._ahead else None
