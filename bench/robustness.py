@@ -42,17 +42,26 @@ and worst week, that grid point, and the ratio of the two harvests; a summary li
 least ratio and the scenarios under 0.9. Keeping the budget is a hard property: a default whose
 worst week exceeds B is marked FAIL, and the exit status is 1.
 
+With ``--guarded`` the grid also runs with each ``--slo`` budget, the planner holding every
+grid point to it as it holds the default (once the budget cannot pay for another loan's worst
+case, only covered loans: docs/design/budget.md), and the default is judged against the best of
+those too, chosen in hindsight in the same way. The two yardsticks part where the best grid point
+within B spent most of B and then went on lending loans its history did not cover: that was
+luck the planner does not allow any rule to count on, and the ratio against the grid run with B
+is what is left of the gap: what the default loses by choosing its rule online.
+
 With ``--curve`` the budgets 0, 5, 10, 30 and 60 join ``--slo``'s, and a table shows, per
 scenario and budget, the default's harvest / worst week, the best grid point's within the
 budget, and the ratio: the trade curve. With ``--plots DIR`` also ``DIR/<scenario>-curve.png``,
 harvest against the budget, the default one line and the hindsight-best grid another.
 
-The cache (``--cache``) keeps every run but the default's, with its worst week; a cache written
-before that (no ``version`` 2) is ignored and its runs are made again.
+The cache (``--cache``) keeps every run but the default's, with its worst week and the budget it
+ran with (none when absent); a cache written before the worst week was kept (no ``version`` 2)
+is ignored and its runs are made again.
 
     .venv/bin/python bench/robustness.py [--scenarios code,flash-code] [--plots out/robustness]
-        [--strategy forecast] [--params '{"safety": 0.3}'] [--jobs 2] [--slo 10,30] [--curve]
-        [--cache out/robustness/cache.json]
+        [--strategy forecast] [--params '{"safety": 0.3}'] [--jobs 2] [--slo 10,30] [--guarded]
+        [--curve] [--cache out/robustness/cache.json]
 
 ``bench/rescore.py`` recounts the default's budgeted runs on these scenarios independently.
 """
@@ -280,6 +289,9 @@ CURVE = (0, 5, 10, 30, 60)  # the budgets of ``--curve``, breach minutes per rol
 CACHE_VERSION = 2  # 2: every run keeps its worst rolling 7 days ("week")
 
 
+Key = tuple[str, str, int | None]  # a run: scenario, label, budget (None: without one)
+
+
 @dataclass(frozen=True)
 class Job:
     scenario: Scenario
@@ -287,6 +299,14 @@ class Job:
     strategy: str
     params: dict[str, Any]
     slo: model.Slo | None = None
+
+    @property
+    def key(self) -> Key:
+        return (
+            self.scenario.name,
+            self.label,
+            None if self.slo is None else self.slo.max_breach_minutes,
+        )
 
 
 @dataclass(frozen=True)
@@ -304,14 +324,24 @@ def jobs(
     chosen: Sequence[Scenario],
     default: tuple[str, dict[str, Any]],
     budgets: Sequence[int | None] = (None,),
+    guarded: Sequence[int] = (),
 ) -> list[Job]:
-    """The default once per budget (None: without one), then the watermark and the grid."""
+    """The default once per budget (None: without one), then the watermark and the grid, and
+    the grid again with each of the ``guarded`` budgets."""
     out = []
     for s in chosen:
-        out += [Job(s, "default", *default, None if b is None else model.Slo(b)) for b in budgets]
+        out += [Job(s, "default", *default, _slo(b)) for b in budgets]
         out.append(Job(s, "watermark", "watermark", {}))
-        out += [Job(s, name, "peak", params) for name, params in frontier.grid()]
+        out += [
+            Job(s, name, "peak", params, _slo(b))
+            for b in (None, *guarded)
+            for name, params in frontier.grid()
+        ]
     return out
+
+
+def _slo(budget: int | None) -> model.Slo | None:
+    return None if budget is None else model.Slo(budget)
 
 
 def run(job: Job) -> Outcome:
@@ -322,8 +352,7 @@ def run(job: Job) -> Outcome:
     figures = done.figures
     point = Point(job.label, figures.harvest_ratio, figures.breach_minutes, figures.reclaims)
     week = engine.most_spent(done.timeline, pool.calibrate(job.scenario.trace), WEEK)
-    budget = None if job.slo is None else job.slo.max_breach_minutes
-    return Outcome(job.scenario.name, budget, point, week)
+    return Outcome(job.scenario.name, job.key[2], point, week)
 
 
 def nearest(target: Point, points: Sequence[Point]) -> Point:
@@ -358,13 +387,16 @@ def ratio(default: Outcome, best: Outcome | None) -> float | None:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The default under one budget on one scenario, against the best grid point within it."""
+    """The default under one budget on one scenario, against the best grid point within it;
+    with ``--guarded``, also against the best grid point run with the same budget."""
 
     scenario: str
     budget: int
     default: Outcome
     best: Outcome | None
     ratio: float | None = field(default=None)
+    guarded: Outcome | None = None
+    guarded_ratio: float | None = None
 
     @property
     def overspent(self) -> bool:
@@ -372,12 +404,27 @@ class Verdict:
 
 
 def verdicts(
-    budget: int, defaults: dict[str, Outcome], grids: dict[str, list[Outcome]]
+    budget: int,
+    defaults: dict[str, Outcome],
+    grids: dict[str, list[Outcome]],
+    guarded: dict[str, list[Outcome]] | None = None,
 ) -> list[Verdict]:
+    """``grids``: per scenario the grid without a budget; ``guarded``: with this one."""
     out = []
     for name, default in defaults.items():
         best = best_within(budget, grids[name])
-        out.append(Verdict(name, budget, default, best, ratio(default, best)))
+        same = None if guarded is None else best_within(budget, guarded[name])
+        out.append(
+            Verdict(
+                name,
+                budget,
+                default,
+                best,
+                ratio(default, best),
+                same,
+                None if guarded is None else ratio(default, same),
+            )
+        )
     return out
 
 
@@ -423,41 +470,52 @@ def plot_curve(name: str, rows: Sequence[Verdict], strategy: str, out: Path) -> 
     plt.close(fig)
 
 
-def _load(path: Path | None) -> dict[tuple[str, str], Outcome]:
+def _key(o: Outcome) -> Key:
+    return o.scenario, o.point.label, o.budget
+
+
+def _load(path: Path | None) -> dict[Key, Outcome]:
     """The cached runs; a cache of another version (before ``week`` was kept) is ignored, and
-    its runs are made again."""
+    its runs are made again. A run without a ``budget`` ran without one."""
     if path is None or not path.exists():
         return {}
     data = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
         return {}
-    return {
-        (r["scenario"], r["label"]): Outcome(
+    runs = (
+        Outcome(
             r["scenario"],
-            None,
+            r.get("budget"),
             Point(r["label"], r["harvest"], r["breach"], r["reclaims"]),
             r["week"],
         )
         for r in data["runs"]
-    }
+    )
+    return {_key(o): o for o in runs}
 
 
-def _save(path: Path, cached: dict[tuple[str, str], Outcome]) -> None:
+def _save(path: Path, cached: dict[Key, Outcome]) -> None:
     rows = [
         {
-            "scenario": name,
+            "scenario": o.scenario,
             "label": o.point.label,
+            **({} if o.budget is None else {"budget": o.budget}),
             "harvest": o.point.harvest,
             "breach": o.point.breach,
             "reclaims": o.point.reclaims,
             "week": o.week,
         }
-        for (name, _), o in sorted(cached.items())
+        for _, o in sorted(cached.items(), key=lambda kv: _order(kv[0]))
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
         json.dumps({"version": CACHE_VERSION, "runs": rows}, indent=0), encoding="utf-8"
     )
+
+
+def _order(key: Key) -> tuple[str, str, int]:
+    name, label, budget = key
+    return name, label, -1 if budget is None else budget
 
 
 def _budgets(text: str) -> list[int]:
@@ -474,7 +532,7 @@ def _fmt(value: float | None) -> str:
 def print_domination(
     chosen: Sequence[Scenario],
     defaults: dict[str, Outcome],
-    cached: dict[tuple[str, str], Outcome],
+    cached: dict[Key, Outcome],
     plots: Path | None,
 ) -> list[str]:
     """The unbudgeted report: the default without a budget against the grid. Returns the
@@ -487,10 +545,9 @@ def print_domination(
     for s in chosen:
         mine = defaults[s.name]
         default = mine.point
-        grid = [o.point for (n, label), o in cached.items() if n == s.name and label != "watermark"]
-        others = [
-            o.point for (n, label), o in cached.items() if n == s.name and label == "watermark"
-        ]
+        runs = [o for (n, _, b), o in cached.items() if n == s.name and b is None]
+        grid = [o.point for o in runs if o.point.label != "watermark"]
+        others = [o.point for o in runs if o.point.label == "watermark"]
         beaten = frontier.dominating(default, grid)
         close = nearest(default, grid)
         if beaten:
@@ -505,36 +562,56 @@ def print_domination(
     return dominated_on
 
 
-def print_budget(budget: int, rows: Sequence[Verdict]) -> None:
+def print_budget(budget: int, rows: Sequence[Verdict], guarded: bool = False) -> None:
     print(
         f"\nerror budget {budget} breach min per rolling 7 days: the default with it, against "
         "the best grid point within it in hindsight"
+        + (", and against the best grid point run with it (same planner)" if guarded else "")
     )
     print(
         f"{'scenario':16} {'harvest':>7} {'breach':>6} {'7d max':>6}  "
         f"{'best grid point within B':18} {'harvest':>7} {'7d max':>6}  {'ratio':>5}"
+        + (
+            f"  {'best run with B':18} {'harvest':>7} {'7d max':>6}  {'ratio':>5}"
+            if guarded
+            else ""
+        )
     )
     for v in rows:
         d = v.default
-        best = (
-            f"{'none':18} {'-':>7} {'-':>6}"
-            if v.best is None
-            else f"{v.best.point.label[5:]:18} {v.best.point.harvest:7.3f} {v.best.week:6d}"
-        )
         fail = f"  FAIL: 7d max {d.week} > {budget}" if v.overspent else ""
+        same = f"  {_best(v.guarded)}  {_fmt(v.guarded_ratio)}" if guarded else ""
         print(
             f"{v.scenario:16} {d.point.harvest:7.3f} {d.point.breach:6d} {d.week:6d}  "
-            f"{best}  {_fmt(v.ratio)}{fail}"
+            f"{_best(v.best)}  {_fmt(v.ratio)}{same}{fail}"
         )
-    ratios = [(v.ratio, v.scenario) for v in rows if v.ratio is not None]
-    least = min(ratios, default=None)
-    under = [name for r, name in ratios if r < 0.9]
     over = [v.scenario for v in rows if v.overspent]
     print(
-        f"budget {budget}: least ratio "
+        f"budget {budget}: {_least([(v.ratio, v.scenario) for v in rows])}"
+        + (
+            f"; run with it: {_least([(v.guarded_ratio, v.scenario) for v in rows])}"
+            if guarded
+            else ""
+        )
+        + (f"; FAIL, 7d max above {budget} on {', '.join(over)}" if over else "; every week kept")
+    )
+
+
+def _best(best: Outcome | None) -> str:
+    if best is None:
+        return f"{'none':18} {'-':>7} {'-':>6}"
+    return f"{best.point.label[5:]:18} {best.point.harvest:7.3f} {best.week:6d}"
+
+
+def _least(ratios: Sequence[tuple[float | None, str]]) -> str:
+    """The least ratio and the scenarios under 0.9."""
+    known = [(r, name) for r, name in ratios if r is not None]
+    least = min(known, default=None)
+    under = [name for r, name in known if r < 0.9]
+    return (
+        "least ratio "
         + ("-" if least is None else f"{least[0]:.3f} ({least[1]})")
         + f"; under 0.9 on {len(under)}: {', '.join(under) or 'none'}"
-        + (f"; FAIL, 7d max above {budget} on {', '.join(over)}" if over else "; every week kept")
     )
 
 
@@ -578,6 +655,12 @@ def main() -> int:
         "harvest-against-budget plot per scenario)",
     )
     parser.add_argument(
+        "--guarded",
+        action="store_true",
+        help="also run the grid with each --slo budget (the planner holds every grid point to "
+        "it, as it holds the default), and judge the default against the best of those too",
+    )
+    parser.add_argument(
         "--cache",
         type=Path,
         help="keep the runs of everything but the default in this JSON file, and reuse them "
@@ -589,17 +672,19 @@ def main() -> int:
     chosen = [s for s in every if not wanted or s.name in wanted]
     started = time.perf_counter()
     budgets = sorted(set(args.slo) | (set(CURVE) if args.curve else set()))
+    guarded = args.slo if args.guarded else []
     cached = _load(args.cache)
+    default = (args.strategy, json.loads(args.params))
     todo = [
         j
-        for j in jobs(chosen, (args.strategy, json.loads(args.params)), [None, *budgets])
-        if j.label == "default" or (j.scenario.name, j.label) not in cached
+        for j in jobs(chosen, default, [None, *budgets], guarded)
+        if j.label == "default" or j.key not in cached
     ]
     with ProcessPoolExecutor(max_workers=args.jobs) as workers:
         fresh = list(workers.map(run, todo))
     for o in fresh:
         if o.point.label != "default":
-            cached[o.scenario, o.point.label] = o
+            cached[_key(o)] = o
     if args.cache:
         _save(args.cache, cached)
     chosen_names = {s.name for s in chosen}
@@ -608,17 +693,19 @@ def main() -> int:
         b: {o.scenario: o for o in fresh if o.point.label == "default" and o.budget == b}
         for b in [None, *budgets]
     }
-    grids: dict[str, list[Outcome]] = {s.name: [] for s in chosen}
-    for (name, label), o in cached.items():
-        if label.startswith("peak w="):
-            grids[name].append(o)
+    grids: dict[int | None, dict[str, list[Outcome]]] = {
+        b: {s.name: [] for s in chosen} for b in [None, *guarded]
+    }
+    for (name, label, b), o in cached.items():
+        if label.startswith("peak w=") and b in grids:
+            grids[b][name].append(o)
     if args.plots:
         args.plots.mkdir(parents=True, exist_ok=True)
     print(f"default: {args.strategy} {args.params}, without a budget")
     dominated_on = print_domination(chosen, defaults[None], cached, args.plots)
-    judged = {b: verdicts(b, defaults[b], grids) for b in budgets}
+    judged = {b: verdicts(b, defaults[b], grids[None], grids.get(b)) for b in budgets}
     for b in args.slo:
-        print_budget(b, judged[b])
+        print_budget(b, judged[b], args.guarded)
     if args.curve:
         rows = [v for b in budgets for v in judged[b]]
         print_curve(rows)
