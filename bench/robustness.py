@@ -301,12 +301,12 @@ class Job:
     slo: model.Slo | None = None
 
     @property
+    def budget(self) -> int | None:
+        return None if self.slo is None else self.slo.max_breach_minutes
+
+    @property
     def key(self) -> Key:
-        return (
-            self.scenario.name,
-            self.label,
-            None if self.slo is None else self.slo.max_breach_minutes,
-        )
+        return self.scenario.name, self.label, self.budget
 
 
 @dataclass(frozen=True)
@@ -352,7 +352,7 @@ def run(job: Job) -> Outcome:
     figures = done.figures
     point = Point(job.label, figures.harvest_ratio, figures.breach_minutes, figures.reclaims)
     week = engine.most_spent(done.timeline, pool.calibrate(job.scenario.trace), WEEK)
-    return Outcome(job.scenario.name, job.key[2], point, week)
+    return Outcome(job.scenario.name, job.budget, point, week)
 
 
 def nearest(target: Point, points: Sequence[Point]) -> Point:
@@ -421,8 +421,8 @@ def verdicts(
                 default,
                 best,
                 ratio(default, best),
-                same,
-                None if guarded is None else ratio(default, same),
+                guarded=same,
+                guarded_ratio=None if guarded is None else ratio(default, same),
             )
         )
     return out
