@@ -171,8 +171,11 @@ class Reflector:
                     break
         finally:  # a failure (or a cancellation) leaves no page asked for, nor unread
             if not pending.done():
+                # Cancelled, and waited for: a request still connecting otherwise outlives the
+                # list, and the client it uses may be closed under it (a socket left open).
                 pending.cancel()
-            elif not pending.cancelled():
+                await asyncio.wait({pending})
+            if not pending.cancelled():
                 pending.exception()
         self.lists += 1
         self.served = True
