@@ -319,6 +319,11 @@ class Outcome:
     point: Point
     week: int
 
+    @property
+    def key(self) -> Key:
+        """The run it is, as its ``Job.key`` names it."""
+        return self.scenario, self.point.label, self.budget
+
 
 def jobs(
     chosen: Sequence[Scenario],
@@ -470,10 +475,6 @@ def plot_curve(name: str, rows: Sequence[Verdict], strategy: str, out: Path) -> 
     plt.close(fig)
 
 
-def _key(o: Outcome) -> Key:
-    return o.scenario, o.point.label, o.budget
-
-
 def _load(path: Path | None) -> dict[Key, Outcome]:
     """The cached runs; a cache of another version (before ``week`` was kept) is ignored, and
     its runs are made again. A run without a ``budget`` ran without one."""
@@ -491,7 +492,7 @@ def _load(path: Path | None) -> dict[Key, Outcome]:
         )
         for r in data["runs"]
     )
-    return {_key(o): o for o in runs}
+    return {o.key: o for o in runs}
 
 
 def _save(path: Path, cached: dict[Key, Outcome]) -> None:
@@ -684,7 +685,7 @@ def main() -> int:
         fresh = list(workers.map(run, todo))
     for o in fresh:
         if o.point.label != "default":
-            cached[_key(o)] = o
+            cached[o.key] = o
     if args.cache:
         _save(args.cache, cached)
     chosen_names = {s.name for s in chosen}

@@ -38,7 +38,7 @@ def test_the_cache_keeps_the_budget_a_run_had_and_reads_a_run_without_one_as_unb
 ) -> None:
     path = tmp_path / "cache.json"
     runs = [outcome("peak w=10 k=0", 0.95, 12), outcome("peak w=10 k=0", 0.75, 8, 10)]
-    robustness._save(path, {robustness._key(o): o for o in runs})
+    robustness._save(path, {o.key: o for o in runs})
     loaded = robustness._load(path)
-    assert loaded == {robustness._key(o): o for o in runs}
+    assert loaded == {o.key: o for o in runs}
     assert set(loaded) == {("s", "peak w=10 k=0", None), ("s", "peak w=10 k=0", 10)}
