@@ -33,9 +33,14 @@ NODE = "inference-5"  # idle
 
 
 async def listed(box: Opened) -> list[Any]:
-    """The Events in ``default``, in the order they were created."""
+    """The Events about Nodes in ``default``, in the order they were created.
+
+    A real kube-apiserver writes Events of its own there (its ClusterIP repair loop reports on
+    the ``kubernetes`` Service whenever it runs), and those are not this controller's.
+    """
     found = await client.EventsV1Api(box.api).list_namespaced_event(events.NAMESPACE)
-    return sorted(found.items, key=lambda e: int(e.metadata.resource_version))
+    about_nodes = [e for e in found.items if e.regarding is not None and e.regarding.kind == "Node"]
+    return sorted(about_nodes, key=lambda e: int(e.metadata.resource_version))
 
 
 def recorder(box: Opened) -> KubeEvents:
