@@ -420,15 +420,7 @@ def verdicts(
         best = best_within(budget, grids[name])
         same = None if guarded is None else best_within(budget, guarded[name])
         out.append(
-            Verdict(
-                name,
-                budget,
-                default,
-                best,
-                ratio(default, best),
-                guarded=same,
-                guarded_ratio=None if guarded is None else ratio(default, same),
-            )
+            Verdict(name, budget, default, best, ratio(default, best), same, ratio(default, same))
         )
     return out
 
