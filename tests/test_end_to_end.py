@@ -7,7 +7,8 @@ exporter that a real ``prometheus`` scrapes every second, then runs the controll
 chart deploys it: the chart is rendered with this cluster's values (``chart_values``: strategy
 ``window`` with window ``always``, a 1 s tick), and the rendered Deployment's container runs as a
 local process (``tests.support.processes.as_pod``): its args, its environment with the downward
-API resolved (``POD_NAME`` becomes the Lease holder and the audit records' identity), the
+API resolved (``POD_NAME`` and a suffix of the process's own become the Lease holder and the
+audit records' identity), the
 rendered ConfigMap as its settings file and its volumes (the SQLite audit file) under a
 directory of the test's.
 Its readiness and liveness probe paths must answer before the scenario starts.
@@ -47,6 +48,7 @@ from pathlib import Path
 
 import aiohttp
 
+from rebalancer.adapters import leadership
 from rebalancer.core.audit import Kind
 from rebalancer.core.model import Reason
 from rebalancer.core.outcomes import Outcome
@@ -172,7 +174,9 @@ async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(tmp_path:
     by_id = {r.id: r for r in records}
     intents = [r for r in records if r.kind is Kind.INTENT]
     outcomes = [r for r in records if r.kind is Kind.OUTCOME]
-    assert {r.controller for r in records} == {POD_NAME}, "the pod's name is its identity"
+    (identity,) = {r.controller for r in records}  # one process wrote them all
+    assert identity.startswith(f"{POD_NAME}_"), "the identity names the pod, then the process"
+    assert leadership.pod_of(identity) == POD_NAME
     lends = [r for r in intents if r.action == "lend"]
     reclaims = [r for r in intents if r.action == "reclaim"]
     assert sorted(str(r.node) for r in lends) == IDLE

@@ -50,7 +50,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from rebalancer.adapters import kubeclient
+from rebalancer.adapters import kubeclient, leadership
 from rebalancer.adapters.actuator import Actuator, NoCache, NodeCache
 from rebalancer.adapters.audit import (
     AuditLog,
@@ -98,11 +98,19 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def identity() -> str:
-    """This replica's name: ``POD_NAME`` (the chart sets it from the downward API), else the
+def pod_name(environ: Mapping[str, str] = os.environ) -> str:
+    """This replica's pod: ``POD_NAME`` (the chart sets it from the downward API), else the
     host name and process id."""
-    pod = os.environ.get("POD_NAME", "").strip()
+    pod = environ.get("POD_NAME", "").strip()
     return pod or f"{socket.gethostname()}-{os.getpid()}"
+
+
+def identity(environ: Mapping[str, str] = os.environ) -> str:
+    """This process's identity, the Lease holder's and the audit records': its pod's name and
+    a suffix of its own (``leadership.process_identity``), so that two processes started with
+    the same ``POD_NAME`` are two candidates, never one holder twice (docs/design/leadership.md).
+    Called once per process, by ``Controller.open``."""
+    return leadership.process_identity(pod_name(environ))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -332,7 +340,7 @@ class Seams:
     audit_store: AuditStore | None = None  # None: ``settings.audit.url``; given: caller closes it
     new_id: NewId | None = None  # audit record ids (None: ULIDs on the wall clock)
     sink: Sink | None = stdout_sink  # where each stored audit record is also written as JSON
-    name: str | None = None  # this replica's identity (None: ``identity()``)
+    name: str | None = None  # this process's identity (None: ``identity()``, from POD_NAME)
     serve_http: bool = True  # /metrics, /healthz, /readyz and the audit API
 
 
@@ -359,6 +367,11 @@ class Controller:
     reconciler: Reconciler
     server: http.HttpServer | None = None
     alerts: alerting.AlertStore | None = None
+
+    @property
+    def pod(self) -> str:
+        """The pod this process runs in, as its identity names it (``leadership.pod_of``)."""
+        return leadership.pod_of(self.identity)
 
     @staticmethod
     @asynccontextmanager

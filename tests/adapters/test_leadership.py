@@ -18,8 +18,11 @@ from typing import Any
 
 import pytest
 
+from rebalancer.adapters import leadership
 from rebalancer.adapters.leadership import LeaderElector, Sleep, Timings
 from rebalancer.core.model import Term
+from rebalancer.errors import ConfigError
+from rebalancer.runtime import wiring
 from sandbox.emulator.faults import Faults
 from sandbox.emulator.resources import LEASES
 from tests.support.backends import Opened
@@ -220,6 +223,54 @@ async def test_of_two_candidates_racing_for_an_expired_lease_only_one_wins(
         check_one_writer(cluster, a, b)
         assert lease(cluster)["holderIdentity"] == "replica-a"
         assert lease(cluster)["leaseTransitions"] == 4
+
+
+async def test_two_processes_started_with_the_same_pod_name_never_lead_at_once(
+    cluster: Opened, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A copied environment, or ``rebalancer run`` started with ``kubectl exec`` in the pod:
+    # each process makes its identity as the composition root does, from the same POD_NAME.
+    monkeypatch.setenv("POD_NAME", "dup")
+    first, second = wiring.identity(), wiring.identity()
+    async with cluster.another_client() as other:
+        a = _candidate(cluster, cluster.api, first)
+        b = _candidate(cluster, other, second)
+        assert await a.elector.step()
+        assert not await b.elector.step()  # not its own lease: it waits, as any candidate
+        check_one_writer(cluster, a, b)
+        for _ in range(20):
+            cluster.advance(TIMINGS.retry_period)
+            assert await a.elector.step()
+            assert not await b.elector.step()
+            check_one_writer(cluster, a, b)
+        for elapsed in range(1, 16):  # a is paused: b takes over once the lease expires
+            cluster.advance(1)
+            assert await b.elector.step() == (elapsed >= TIMINGS.lease_duration)
+            check_one_writer(cluster, a, b)
+        assert not await a.elector.step()  # back, it sees b hold the lease
+        check_one_writer(cluster, a, b)
+        assert a.stopped[-1][1] == f"lease taken by {second}"
+        assert await b.elector.release()
+        assert await a.elector.step()
+        check_one_writer(cluster, a, b)
+    assert first != second
+    assert [leadership.pod_of(first), leadership.pod_of(second)] == ["dup", "dup"]
+    assert [(t.holder, t.number) for t in a.started] == [(first, 0), (first, 2)]
+    assert [(t.holder, t.number) for t in b.started] == [(second, 1)]
+
+
+def test_an_identity_names_its_pod_and_one_of_the_last_release_is_its_own_pod() -> None:
+    made = leadership.process_identity("rebalancer-7c4b9-aaaaa")
+    assert made.startswith("rebalancer-7c4b9-aaaaa_")
+    assert leadership.pod_of(made) == "rebalancer-7c4b9-aaaaa"
+    assert leadership.pod_of("rebalancer-7c4b9-aaaaa") == "rebalancer-7c4b9-aaaaa"
+    assert leadership.pod_of("host_not-a-uuid") == "host_not-a-uuid"
+    assert wiring.identity({}).startswith(wiring.pod_name({}) + "_")
+
+
+def test_a_pod_name_too_long_for_the_audit_log_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match=r"POD_NAME='p+… \(230 characters\).* 267 characters"):
+        leadership.process_identity("p" * 230)
 
 
 def _lease_held_by(holder: str) -> dict[str, Any]:

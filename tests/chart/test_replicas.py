@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,6 +24,7 @@ import aiohttp
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from rebalancer.adapters import leadership
 from sandbox.emulator import cluster
 from sandbox.emulator.server import serve, write_kubeconfig
 from sandbox.emulator.store import Store
@@ -58,10 +60,14 @@ def values(port: int) -> dict[str, Any]:
     }
 
 
-async def leader_metric(session: aiohttp.ClientSession, url: str) -> str:
+async def leader_metric(session: aiohttp.ClientSession, url: str) -> tuple[str, str]:
+    """The pod the ``rebalancer_leader`` gauge's identity names, and the gauge's value."""
     async with session.get(url) as response:
         lines = (await response.text()).splitlines()
-    return next(line for line in lines if line.startswith("rebalancer_leader{"))
+    line = next(line for line in lines if line.startswith("rebalancer_leader{"))
+    found = re.fullmatch(r'rebalancer_leader\{identity="([^"]+)"\} (\S+)', line)
+    assert found is not None, line
+    return leadership.pod_of(found[1]), found[2]
 
 
 @contextlib.asynccontextmanager
@@ -109,7 +115,8 @@ async def test_two_replicas_share_the_database_and_hand_over_the_lease(
             async with admin.get(url + LEASE) as response:
                 if response.status != 200:
                     return ""
-                return str((await response.json())["spec"].get("holderIdentity") or "")
+                held = str((await response.json())["spec"].get("holderIdentity") or "")
+                return leadership.pod_of(held)  # the pod; the identity adds the process
 
         async with running(pods[0], kubeconfig) as a, running(pods[1], kubeconfig) as b:
             procs = {pods[0].env["POD_NAME"]: a, pods[1].env["POD_NAME"]: b}
@@ -121,12 +128,8 @@ async def test_two_replicas_share_the_database_and_hand_over_the_lease(
             await until("both replicas ready, one leading", both_ready, None, within=30)
             first = await holder()
             (second,) = set(procs) - {first}
-            assert await leader_metric(http, base[first] + "/metrics") == (
-                f'rebalancer_leader{{identity="{first}"}} 1.0'
-            )
-            assert await leader_metric(http, base[second] + "/metrics") == (
-                f'rebalancer_leader{{identity="{second}"}} 0.0'
-            )
+            assert await leader_metric(http, base[first] + "/metrics") == (first, "1.0")
+            assert await leader_metric(http, base[second] + "/metrics") == (second, "0.0")
 
             # The gauge says 1 from the moment the Lease is won, which can be before the leader's
             # first tick: let that tick write before stopping it.
@@ -159,16 +162,17 @@ async def test_two_replicas_share_the_database_and_hand_over_the_lease(
 
 
 async def _writers(database: str) -> set[str]:
-    """The controllers that have written audit records."""
+    """The pods whose controllers have written audit records."""
     engine = create_async_engine(database)
     try:
         async with engine.connect() as conn:
             rows = await conn.execute(text("SELECT DISTINCT controller FROM audit_records"))
-            return {r[0] for r in rows}
+            identities = {r[0] for r in rows}
+            assert all(leadership.pod_of(i) != i for i in identities), identities
+            return {leadership.pod_of(i) for i in identities}
     finally:
         await engine.dispose()
 
 
-async def _says_leader(http: aiohttp.ClientSession, base: str, identity: str) -> bool:
-    line = await leader_metric(http, base + "/metrics")
-    return line == f'rebalancer_leader{{identity="{identity}"}} 1.0'
+async def _says_leader(http: aiohttp.ClientSession, base: str, pod: str) -> bool:
+    return await leader_metric(http, base + "/metrics") == (pod, "1.0")

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from kubernetes_asyncio import client
 
 from rebalancer import settings as settings_mod
 from rebalancer.adapters import events
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.runtime import wiring
+from tests.support import factories
 from tests.support.processes import setup
 
 ME = "rebalancer-7c4b9-aaaaa"
@@ -38,6 +40,33 @@ async def test_the_leader_metric_follows_the_lease_as_the_elector_wins_and_relea
             assert leader() == 1.0  # as soon as the Lease names it: no tick has run
             assert await c.elector.release()
             assert leader() == 0.0
+
+
+async def test_two_controllers_started_with_the_same_pod_name_are_two_candidates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("POD_NAME", ME)  # a copied environment, or a second run in the pod
+    async with setup(tmp_path, election=True) as box:
+        config = settings_mod.load(box.config, env={})
+        seams = wiring.Seams(kubeconfig=box.kubeconfig, sink=None, serve_http=False)
+        async with (
+            wiring.Controller.open(config, seams) as a,
+            wiring.Controller.open(config, seams) as b,
+        ):
+            assert a.identity != b.identity
+            assert (a.pod, b.pod) == (ME, ME)
+            assert a.elector is not None
+            assert b.elector is not None
+            assert await a.elector.step()
+            assert not await b.elector.step()  # the Lease names a, not "ME": b waits
+            now = a.leadership.now()
+            assert (a.leadership.may_write(now), b.leadership.may_write(now)) == (True, False)
+            assert b.elector.holder == a.identity
+            # What a leads is recorded under its identity: the pod and the process in it.
+            pool = a.pools[0].name
+            _, tick = a.reconciler.operator_plan({pool: [factories.serving("n-1")]}, "test")
+            assert {r.controller for r in tick.records} == {a.identity}
+            assert {r.term for r in tick.records} == {0}
 
 
 async def test_the_cluster_name_reaches_the_audit_log_the_metrics_and_the_events(

@@ -39,7 +39,10 @@ STEADY = "steady"  # the reason code of a summary with no refusal: nothing asked
 class Context:
     """Who decides, and with what: the same for every record of a tick."""
 
-    controller: str  # this instance's identity (the Lease holder identity)
+    # This process's identity, the Lease holder's: ``<pod>_<uuid>``, its pod's name and a suffix
+    # of its own (``adapters.leadership.pod_of`` gives the pod back); the pod's name alone in
+    # records of earlier releases.
+    controller: str
     term: int | None  # the leader term the decision was made under; None when not leading
     strategy: str
     params: Mapping[str, Any] = field(default_factory=dict)
