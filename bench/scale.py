@@ -482,7 +482,10 @@ async def _script(
 
     def lent() -> int:
         views = controller.informer.node_views(controller.pools[0].marks)
-        return sum(1 for v in views if tick_mod.phase(v, controller.keys) is not Phase.SERVING)
+        lent_taints = controller.pools[0].lend_spec.add_taints
+        return sum(
+            1 for v in views if tick_mod.phase(v, controller.keys, lent_taints) is not Phase.SERVING
+        )
 
     demand(per_pool)
     await tick("start")  # start-up: recovery reads what a crash left

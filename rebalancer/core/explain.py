@@ -62,7 +62,8 @@ def node(
         },
         "next": _next(name, rules.move, plan) if plan else [],
     }
-    doc["headline"] = _headline(doc, tick.lent_count(seen, keys))
+    lent = tick.lent_count(seen, keys, policy.lend_spec.add_taints)
+    doc["headline"] = _headline(doc, lent)
     return doc
 
 

@@ -100,24 +100,23 @@ def plan_tick(
     served: set[str] = set()  # jobs a pool planned before has room for: not lent for twice
     for name, controls in pools.items():
         seen = snapshot.pools[name]
-        proposal: model.Proposal | Failure | None = None
-        if name in answers:
-            proposal = _checked(answers[name], len(seen.nodes))
-        if isinstance(proposal, Failure):
-            failures[(name, Stage.STRATEGY)] = proposal
-            why = f"the strategy failed ({proposal})"
-            proposal = planning.safety_only(lent_count(seen, keys), why)
-        if proposal is not None:
-            proposals[name] = proposal
+        answer = _checked(answers[name], len(seen.nodes)) if name in answers else None
+        if isinstance(answer, Failure):
+            failures[(name, Stage.STRATEGY)] = answer
         try:
+            proposal = answer
+            if isinstance(proposal, Failure):
+                proposal = _holding(seen, keys, controls, f"the strategy failed ({proposal})")
+            if proposal is not None:
+                proposals[name] = proposal
             plans[name] = _plan(snapshot, name, controls, proposal, keys, frozenset(served))
             served.update(plans[name].served)
             continue
         except Exception as exc:
             failure = Failure.raised(exc)
             failures[(name, Stage.PLANNER)] = failure
-        fallback = planning.safety_only(lent_count(seen, keys), f"the planner failed ({failure})")
         try:
+            fallback = _holding(seen, keys, controls, f"the planner failed ({failure})")
             plans[name] = _plan(snapshot, name, controls, fallback, keys, frozenset(served))
             served.update(plans[name].served)
         except Exception:
@@ -155,16 +154,26 @@ def nodes_lending_costs(
 
 
 def lent_count(
-    pool: model.PoolSnapshot, keys: nodestate.Keys, lent: tuple[model.Taint, ...] = ()
+    pool: model.PoolSnapshot, keys: nodestate.Keys, lent: tuple[model.Taint, ...]
 ) -> int:
     """Nodes lent or being lent, and those whose state cannot be read (the planner counts them
-    as lent, for every cap, until they are taken back): what the safety-only proposal holds.
-    ``lent``: the pool's lent taints (``nodestate.read_in_pool``)."""
+    as lent, for every cap, until they are taken back): what the safety-only proposal holds,
+    and the ``rebalancer_lent_nodes`` gauge shows. ``lent``: the pool's lent taints
+    (``nodestate.read_in_pool``), required: a serving node that carries one has lost its
+    original and counts as lent, for the strategy's view, the fallback and the gauge alike."""
     return sum(1 for v in pool.nodes if phase(v, keys, lent) in (Phase.LENDING, Phase.LENT, None))
 
 
+def _holding(
+    pool: model.PoolSnapshot, keys: nodestate.Keys, controls: PoolControls, why: str
+) -> model.Proposal:
+    """The safety-only proposal: hold what is lent, read with the pool's own lent taints."""
+    lent = lent_count(pool, keys, controls.policy.lend_spec.add_taints)
+    return planning.safety_only(lent, why)
+
+
 def phase(
-    view: model.NodeView, keys: nodestate.Keys, lent: tuple[model.Taint, ...] = ()
+    view: model.NodeView, keys: nodestate.Keys, lent: tuple[model.Taint, ...]
 ) -> Phase | None:
     """The node's phase, None when its state cannot be read (``lent``: the pool's lent taints,
     ``nodestate.read_in_pool``)."""

@@ -145,7 +145,7 @@ class Executor:
             (pool, view)
             for pool in self.pools
             for view in snapshot.pools[pool.name].nodes
-            if view.name not in acted and phase(view, self.keys) in IN_FLIGHT
+            if view.name not in acted and phase(view, self.keys, _lent(pool)) in IN_FLIGHT
         ]
         if self.dry_run:
             self._say_would_drive(in_flight)
@@ -170,7 +170,7 @@ class Executor:
         names = frozenset(view.name for _, view in in_flight)
         for pool, view in in_flight:
             if view.name not in self._would_drive:
-                state = phase(view, self.keys)
+                state = phase(view, self.keys, _lent(pool))
                 log.warning(
                     "dry run: node %s of pool %s is %s; a run that writes would drive it on",
                     view.name,
@@ -189,7 +189,7 @@ class Executor:
             **{
                 view.name: (pool, view.uid, view.annotations.get(self.keys.decision, ""))
                 for pool, view in in_flight
-                if view.uid and phase(view, self.keys) is Phase.RECLAIMING
+                if view.uid and phase(view, self.keys, _lent(pool)) is Phase.RECLAIMING
             },
         }
 
@@ -219,7 +219,8 @@ class Executor:
             view.name: (pool, view)
             for pool in self.pools
             for view in snapshot.pools[pool.name].nodes
-            if view.uid and (phase(view, self.keys) is Phase.LENT or view.name in lent_now)
+            if view.uid
+            and (phase(view, self.keys, _lent(pool)) is Phase.LENT or view.name in lent_now)
         }
         return ended
 
@@ -229,7 +230,7 @@ class Executor:
         pool, view = item
         if not self.leading():
             return None
-        if phase(view, self.keys) is Phase.LENDING:
+        if phase(view, self.keys, _lent(pool)) is Phase.LENDING:
             return await self._roll_back(pool, view, now)
         decision = view.annotations.get(self.keys.decision)
         progress = self.actuators[pool.name].progress
@@ -492,6 +493,11 @@ class Executor:
 IN_FLIGHT = (Phase.LENDING, Phase.RECLAIMING)
 # What a write that changed something came to (a 429 from a budget changed nothing).
 _CHANGED = frozenset({WriteOutcome.APPLIED, WriteOutcome.EVICTED, WriteOutcome.GONE})
+
+
+def _lent(pool: PoolConfig) -> tuple[model.Taint, ...]:
+    """The pool's lent taints, which every reading of its nodes' phase takes."""
+    return pool.lend_spec.add_taints
 
 
 def _node_uid(intent: AuditRecord) -> str | None:

@@ -402,7 +402,11 @@ class Reconciler:
         is not planned as usual."""
         pools, now, tally = report.snapshot.pools.items(), report.now, self.tally
         tally.leader = (self.leadership.identity, leading)
-        tally.lent = {str(name): lent_count(pool, self.keys) for name, pool in pools}
+        tally.lent = {
+            str(p.name): lent_count(report.snapshot.pools[p.name], self.keys, _lent(p))
+            for p in self.pools
+            if p.name in report.snapshot.pools
+        }
         tally.overdue = {
             str(name): sum(1 for v in pool.nodes if _overdue(v, self.keys, now))
             for name, pool in pools
@@ -584,6 +588,11 @@ def _frozen_under_pressure(plan: model.PoolPlan) -> bool:
     served: lent nodes are held while demand needs them."""
     held = (model.Reason.FROZEN, model.Reason.NODE_PAUSED)
     return any(r.reason in held and r.intent.origin is model.Origin.SAFETY for r in plan.rejections)
+
+
+def _lent(pool: PoolConfig) -> tuple[model.Taint, ...]:
+    """The taints lending puts on the pool's nodes: what ``lent_count`` reads them by."""
+    return pool.lend_spec.add_taints
 
 
 def _overdue(view: NodeView, keys: Keys, now: datetime) -> bool:

@@ -137,7 +137,9 @@ class Recovery:
         trail = self.executor.audit_log
         out: list[Takeover] = []
         for name, (pool, view) in members.items():
-            if name in taken or phase(view, self.keys) not in executing.IN_FLIGHT:
+            config = self._pool(pool)
+            lent = config.lend_spec.add_taints if config is not None else ()
+            if name in taken or phase(view, self.keys, lent) not in executing.IN_FLIGHT:
                 continue
             decision = view.annotations.get(self.keys.decision)
             known = decision is not None and await trail.get(decision) is not None

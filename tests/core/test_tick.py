@@ -3,6 +3,7 @@ and the simulator; and the operator's reclaim as a plan."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from datetime import timedelta
 from typing import Any
@@ -93,7 +94,28 @@ def test_a_planner_that_fails_in_one_pool_moves_nothing_there_and_leaves_the_oth
 
 def test_the_lent_count_is_the_nodes_lending_or_lent() -> None:
     pool = snapshot().pools[A]
-    assert tick.lent_count(pool, f.KEYS) == 2
+    assert tick.lent_count(pool, f.KEYS, f.LEND_SPEC.add_taints) == 2
+
+
+def test_the_fallback_holds_a_serving_node_that_carries_a_lent_taint_as_the_planner_counts_it() -> (
+    None
+):
+    # Another writer wiped the state of a lent node but left the lent taint: the node reads as
+    # serving, and only the pool's lent taints tell that its original is lost.
+    wiped = f.serving("a-wiped")
+    marked = dataclasses.replace(wiped, taints=(*wiped.taints, *f.LEND_SPEC.add_taints))
+    nodes = [*f.serving_nodes(3, "a"), *f.lent_nodes(2, prefix="al"), marked]
+    seen = model.Snapshot(now=f.T0, pools={A: f.pool_snapshot(nodes, f.demand(0.0))})
+    controls = {A: PoolControls(f.policy(lend_spec=f.LEND_SPEC))}
+    lent = tick.lent_count(seen.pools[A], f.KEYS, f.LEND_SPEC.add_taints)
+    assert lent == 3  # two lent, and the one whose original is lost
+
+    failed = plan_tick(seen, {A: Failure.raised(ZeroDivisionError("boom"))}, controls, f.KEYS)
+
+    assert failed.proposals[A].lend_target == lent, "hold what is lent, counted as planned"
+    assert "3 lent (1 of them unreadable)" in failed.plan.pools[A].summary
+    strategy_steps = [s for s in failed.plan.pools[A].steps if s.intent.origin is Origin.STRATEGY]
+    assert strategy_steps == [], "the fallback gives back no loan"
 
 
 WARMUP, HOUR = timedelta(minutes=5), timedelta(hours=1)

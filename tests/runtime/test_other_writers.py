@@ -214,6 +214,20 @@ async def test_a_lent_node_whose_state_label_was_removed_is_taken_back_from_its_
     assert w.drift("chat", Reason.STATE_LABEL_LOST) == 0
 
 
+async def test_a_serving_node_with_a_lent_taint_counts_as_lent_in_the_plan_and_the_gauge() -> None:
+    # Another writer wiped our labels and annotations from a lent node and left the lent
+    # taint: it reads as serving, and only the pool's lent taints tell its original is lost.
+    wiped = chat_node(0)
+    marked = rebuilt(dataclasses.replace(wiped, taints=(*wiped.taints, *CHAT_SPEC.add_taints)))
+    w = world([marked, *(chat_node(i) for i in range(1, 4))], {CHAT: 5.0, BATCH: 0.0})
+
+    report = await w.tick()
+
+    assert "1 lent (1 of them unreadable)" in report.plan.pools[CHAT].summary
+    gauge = w.metrics.registry.get_sample_value("rebalancer_nodes_lent", {"pool": "chat"})
+    assert gauge == 1, "the gauge counts what the planner counts"
+
+
 async def test_lent_nodes_with_unreadable_originals_are_away_and_come_back_by_the_spec() -> None:
     garbled = annotated(lent(chat_node(0), CHAT_SPEC), **{KEYS.original: "{garbled"})
     gone = lent(chat_node(1), CHAT_SPEC)
