@@ -4,6 +4,8 @@
 RebalancerError
 ├── ConfigError        a setting, parameter or command-line value is invalid
 ├── TraceError         a trace file cannot be read (names the file, line and field)
+├── StoreFailed        the audit store did not take a write or answer a read, for a reason of its
+│                      own (adapters.audit): the only error the runtime reads as "the store fails"
 └── WriteError         the API server refused a write or kept failing (adapters.writer)
     ├── Conflict       409: the object changed since it was read; never retried
     ├── NotFound       404
@@ -42,3 +44,11 @@ class ConfigError(RebalancerError):
 
 class TraceError(RebalancerError):
     """A load trace cannot be read; the message names the file, the line and the field."""
+
+
+class StoreFailed(RebalancerError):
+    """The audit store did not take a write or answer a read, for a reason of its own: a full
+    or read-only disk, a database server down, refusing or timing out, a lost connection.
+    ``adapters.audit.AuditLog`` raises it from the store's error (its ``__cause__``), and the
+    runtime reads only this as "the store fails" (docs/design/audit-failure.md): anything else
+    raised on the way to the store is a bug of ours, and goes up as it is."""

@@ -54,6 +54,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from rebalancer import errors
 from rebalancer.core import (
     audit,
     clocks,
@@ -290,7 +291,9 @@ class Reconciler:
         tick, episodes = self._tick_records(seen.snapshot, decision.proposals, acting)
         try:
             written = await self.audit_log.tick(tick.records)
-        except Exception as exc:  # no intent on record in the store: only what keeps inference
+        except errors.StoreFailed as exc:  # no intent on record: only what keeps inference
+            # Only the store's own failure: a bug on the way to it ends the tick as it is,
+            # rather than pass for a full disk and carry out safety reclaims without the store.
             return await self._without_store(report, seen.snapshot, acting, tick, exc)
         self._audited(episodes, decision.plan, now)
         await self.events.findings(decision.plan)
@@ -440,7 +443,7 @@ class Reconciler:
         snapshot: model.Snapshot,
         plan: model.Plan,
         tick: audit.Tick,
-        exc: Exception,
+        exc: errors.StoreFailed,
     ) -> TickReport:
         """The tick's intents were not committed. Nothing is lent; each safety reclaim is
         carried out once its intent is kept on its node and in the spool (``keep``), and the

@@ -47,6 +47,7 @@ from rebalancer.adapters.audit import records as audit_records
 from rebalancer.core import audit, model, nodestate
 from rebalancer.core.audit import AuditRecord, Context, Deduper, Kind
 from rebalancer.core.outcomes import ActionResult, Outcome, Write, WriteKind, WriteOutcome
+from rebalancer.errors import StoreFailed
 from tests.support import factories as f
 from tests.support.factories import audit_record
 from tests.support.postgres import PostgresServer, postgres_server
@@ -752,13 +753,33 @@ async def test_nothing_reaches_stdout_when_the_store_fails() -> None:
     lines = Lines()
     log = AuditLog(fake, sink=lines)
     _, built = tick(f.serving_nodes(3), target=1, rps=5.0)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(StoreFailed, match="OSError: disk full") as failed:
         await log.tick(built.records)
+    assert isinstance(failed.value.__cause__, OSError), "raised from the store's own error"
+    assert log.failing == "OSError: disk full"
     assert lines.lines == []
     assert fake.records == []
     # The dedupe memory did not move either: the next attempt writes everything.
     assert len(await log.tick(built.records)) == len(built.records)
     assert len(lines.docs) == len(built.records)
+
+
+async def test_a_bug_on_the_way_to_the_store_goes_up_as_it_is_and_says_nothing_of_the_store() -> (
+    None
+):
+    fake = MemoryAuditStore()
+    log = AuditLog(fake, sink=None)
+    _, built = tick(f.serving_nodes(3), target=1, rps=5.0)
+    fake.fail_next = TypeError("a record this store cannot encode")
+    with pytest.raises(TypeError, match="cannot encode"):
+        await log.tick(built.records)
+    assert log.failing is None
+    intent = built.records[0]
+    result = ActionResult(str(intent.node), model.Action.LEND, Outcome.APPLIED, "lent")
+    fake.fail_next = TypeError("an outcome this store cannot encode")
+    with pytest.raises(TypeError, match="cannot encode"):
+        await log.outcome(intent, result, f.T0)
+    assert (log.failing, log.spool) == (None, []), "not kept as if the store had failed"
 
 
 def test_times_are_aware_utc() -> None:

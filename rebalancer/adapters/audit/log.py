@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from rebalancer.adapters.audit import errors, ids, queries, rows, stores
 from rebalancer.core import audit
 from rebalancer.core.audit import AuditRecord, Context, Deduper, Kind, NewId
 from rebalancer.core.outcomes import ERRORS, ActionResult, Outcome, WriteKind, WriteOutcome
+from rebalancer.errors import StoreFailed
 
+T = TypeVar("T")
 Sink = Callable[[str], None]
 
 
@@ -50,7 +52,12 @@ class AuditLog:
     itself, an intent only when the runtime ``hold``s it, having recorded it on its Node first.
     Every later write first writes the spool, oldest first, ids kept, so the store ends up with
     every record in the order it was made. A spooled record's JSON line is printed when it is
-    spooled (and not again when the store takes it): the log pipeline hears of it at once."""
+    spooled (and not again when the store takes it): the log pipeline hears of it at once.
+
+    What fails is told apart: a store's own failure (``errors.own_failure``: a disk, a server,
+    a connection) is raised as ``rebalancer.errors.StoreFailed`` from it, and only it sets
+    ``failing`` or sends a record to the spool; anything else raised on the way (a bug of
+    ours) goes up as it is, and says nothing about the store."""
 
     def __init__(
         self,
@@ -74,7 +81,8 @@ class AuditLog:
     async def tick(self, batch: Iterable[AuditRecord]) -> tuple[AuditRecord, ...]:
         """Write a tick's records (``core.audit.build_tick``), steady-state repeats left out.
 
-        Returns what was written. Raises if the store fails: the runtime must then not act.
+        Returns what was written. Raises ``StoreFailed`` if the store fails: the runtime must
+        then not act.
         """
         everything = list(batch)
         chosen = await self._write(self.deduper.select(everything))
@@ -166,8 +174,7 @@ class AuditLog:
         try:
             await self._flush()
         except Exception as exc:
-            self.failing = _why(exc)
-            raise
+            raise self._failed(exc) from exc
         self.failing = None
         return self.take_flushed()
 
@@ -188,22 +195,32 @@ class AuditLog:
     # one a node names, and the minutes its pools' error budgets have spent. Another cluster's
     # pool or node may have the same name; its records are not this controller's to judge.
 
+    # A read the store fails raises ``StoreFailed`` too; it leaves ``failing`` to the writes.
+
     async def get(self, record_id: str) -> AuditRecord | None:
-        found = await self.store.get(record_id)
+        found = await self._read(self.store.get(record_id))
         return found if found is not None and found.cluster == self.cluster else None
 
     async def pending_intents(self) -> tuple[AuditRecord, ...]:
-        return await self.store.pending_intents(self.cluster)
+        return await self._read(self.store.pending_intents(self.cluster))
 
     async def unfinished_intents(self) -> tuple[AuditRecord, ...]:
-        return await self.store.unfinished_intents(self.cluster)
+        return await self._read(self.store.unfinished_intents(self.cluster))
 
     async def cost_minutes(self, pool: str, since: datetime) -> tuple[datetime, ...]:
         query = queries.AuditQuery(
             since=since, cluster=self.cluster, pool=pool, kinds=(Kind.COST,), limit=1000
         )
-        spent = await queries.every_record(self.store, query)
+        spent = await self._read(queries.every_record(self.store, query))
         return tuple(r.time for r in spent if r.time > since)
+
+    async def _read(self, answer: Awaitable[T]) -> T:
+        try:
+            return await answer
+        except Exception as exc:
+            if not errors.own_failure(exc):
+                raise
+            raise StoreFailed(_why(exc)) from exc
 
     async def _write(
         self, batch: Sequence[AuditRecord], keep: bool = False
@@ -218,13 +235,21 @@ class AuditLog:
             await self._flush()
             await self.store.append(stamped)
         except Exception as exc:
-            self.failing = _why(exc)
+            failed = self._failed(exc)
             if not keep:
-                raise
+                raise failed from exc
             return self.hold(stamped)
         self.failing = None
         self._print(stamped)
         return stamped
+
+    def _failed(self, exc: Exception) -> StoreFailed:
+        """The store's own failure as ``StoreFailed``, noted in ``failing``; anything else is
+        re-raised here as it is: a bug on the way to the store is not the store failing."""
+        if not errors.own_failure(exc):
+            raise exc
+        self.failing = _why(exc)
+        return StoreFailed(self.failing)
 
     def _stamped(self, batch: Iterable[AuditRecord]) -> tuple[AuditRecord, ...]:
         return tuple(
