@@ -19,12 +19,12 @@ docs/design/audit-failure.md).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TypeVar
 
+from rebalancer import errors
 from rebalancer.core import audit, model, nodestate, recovery
 from rebalancer.core.audit import AuditRecord, Context
 from rebalancer.core.model import Action, Clock, NodeName, NodeView, PoolName
@@ -93,9 +93,10 @@ class Executor:
         back without waiting for the others' API calls (and its drain begins); then lends,
         ``lend_concurrency`` at a time (a lend is never urgent, so fewer at once: a wave of
         them should not crowd the API server; ``core.concurrency`` says why that many). Each
-        node's own writes stay in order: one step is one call. A step that raises cancels the
-        others in flight and ends the tick, as a crash would; every intent was committed before
-        the first write."""
+        node's own writes stay in order: one step is one call. Every intent was committed before
+        the first write, so every step runs to its end whatever the others do: a call that
+        raises is its intent's ``failed`` outcome (``_called``), and the others go on
+        (``_together``)."""
         started = self.clock()
 
         def wave(action: model.Action) -> list[model.Step]:
@@ -104,8 +105,11 @@ class Executor:
         def each(step: model.Step) -> Awaitable[Applied]:
             return self.carry_out(step, tick, started)
 
-        done = await self._together(wave(Action.RECLAIM), each, self.reclaim_concurrency)
-        done += await self._together(wave(Action.LEND), each, self.lend_concurrency)
+        def what(step: model.Step) -> str:
+            return f"{step.action.value} {step.node} of pool {step.pool}"
+
+        done = await self._together(wave(Action.RECLAIM), each, self.reclaim_concurrency, what)
+        done += await self._together(wave(Action.LEND), each, self.lend_concurrency, what)
         return tuple(done)
 
     async def carry_out(self, step: model.Step, tick: audit.Tick, started: datetime) -> Applied:
@@ -118,12 +122,13 @@ class Executor:
             return Applied(step.node, step.action, None, intent, outcome)
         actuator = self.actuators[step.pool]
         if step.action is model.Action.LEND:
-            result = await actuator.lend(step.node, intent.id)
+            result = await self._called(intent, actuator.lend(step.node, intent.id))
         else:
             pool = next(p for p in self.pools if p.name == step.pool)
             deadline = started + pool.policy.reclaim_deadline
             uid = _node_uid(intent)
-            result = await actuator.reclaim(step.node, intent.id, deadline, uid=uid)
+            call = actuator.reclaim(step.node, intent.id, deadline, uid=uid)
+            result = await self._called(intent, call)
             if result.outcome is Outcome.IN_PROGRESS and uid:
                 self._draining[step.node] = (pool, uid, intent.id)
         log.info(
@@ -158,8 +163,15 @@ class Executor:
         def one(item: tuple[PoolConfig, NodeView]) -> Awaitable[Applied | None]:
             return self._progress(item, snapshot.now)
 
-        done = await self._together(in_flight, one, self.reclaim_concurrency)
-        done += await self._together(vanished, self._drive_vanished, self.reclaim_concurrency)
+        def node(item: tuple[PoolConfig, NodeView]) -> str:
+            return f"progress {item[1].name} of pool {item[0].name}"
+
+        def gone(item: tuple[NodeName, tuple[PoolConfig, str, str]]) -> str:
+            return f"progress {item[0]} (uid {item[1][1]}) of pool {item[1][0].name}"
+
+        limit = self.reclaim_concurrency
+        done = await self._together(in_flight, one, limit, node)
+        done += await self._together(vanished, self._drive_vanished, limit, gone)
         for pool, view in ended:
             done.append(await self._end_replaced_loan(pool, view, snapshot.now))
         return tuple(a for a in done if a is not None)
@@ -266,14 +278,13 @@ class Executor:
         )
         try:
             await self.audit_log.tick([intent])
-        except Exception as exc:  # the node is gone: nothing waits on it; tried next tick
+        except errors.StoreFailed as exc:  # the node is gone: nothing waits on it; next tick
             self.store_failed(exc, now)
             self._loans.setdefault(lent.name, (pool, lent))
             return None
         deadline = now + pool.policy.reclaim_deadline
-        result = await self.actuators[pool.name].reclaim(
-            lent.name, intent.id, deadline, uid=lent.uid
-        )
+        call = self.actuators[pool.name].reclaim(lent.name, intent.id, deadline, uid=lent.uid)
+        result = await self._called(intent, call)
         log.info("end loan %s: %s (%s)", lent.name, result.outcome.value, result.message)
         outcome = await self.safely(self.audit_log.outcome(intent, result, self.clock()))
         return Applied(lent.name, Action.RECLAIM, result, intent, outcome)
@@ -303,8 +314,17 @@ class Executor:
         log.info("progress %s: %s (%s)", name, result.outcome.value, result.message)
         intent = None
         if decision:
-            with contextlib.suppress(Exception):  # a store failure: the outcome is logged
+            try:
                 intent = await self.audit_log.get(decision)
+            except errors.StoreFailed as exc:
+                log.warning(
+                    "node %s of pool %s: intent %s not read, the audit store fails (%s): this "
+                    "pass is not recorded",
+                    name,
+                    pool.name,
+                    decision,
+                    exc,
+                )
         if intent is not None and intent.kind is not audit.Kind.INTENT:
             intent = None
         if result.outcome is Outcome.IN_PROGRESS:
@@ -345,22 +365,60 @@ class Executor:
             self._said[name] = (intent.id, result.message)
 
     async def _together(
-        self, items: Sequence[T], work: Callable[[T], Awaitable[R]], limit: int
+        self,
+        items: Sequence[T],
+        work: Callable[[T], Awaitable[R]],
+        limit: int,
+        what: Callable[[T], str],
     ) -> list[R]:
-        """``work`` on every item, ``limit`` at a time, results in item order. One that raises
-        cancels the others in flight and is raised, as a crash would end them."""
+        """``work`` on every item, ``limit`` at a time; the results in item order.
+
+        Every item runs to its end whatever the others do: a step's intent is on record before
+        the first call, so one cut short would stay open until the next term. An item whose
+        work raises is logged, once, as ``what`` names it and with what it raised, and leaves
+        no result. Only what is not an ``Exception`` (the process made to stop) ends the
+        others at once, as it ends the process: the first is raised, any other logged.
+        """
         gate = asyncio.Semaphore(limit)
 
-        async def gated(item: T) -> R:
+        async def gated(item: T) -> R | _Raised:
             async with gate:
-                return await work(item)
+                try:
+                    return await work(item)
+                except Exception:
+                    log.exception("%s raised; the others go on", what(item))
+                    return _RAISED
 
         try:
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(gated(item)) for item in items]
-        except BaseExceptionGroup as failed:
-            raise failed.exceptions[0] from None
-        return [task.result() for task in tasks]
+        except BaseExceptionGroup as stopped:
+            first, *others = stopped.exceptions
+            for other in others:
+                log.error("stopped as well: %s", type(other).__name__, exc_info=other)
+            raise first from None
+        return [r for r in (task.result() for task in tasks) if not isinstance(r, _Raised)]
+
+    async def _called(self, intent: AuditRecord, call: Awaitable[ActionResult]) -> ActionResult:
+        """The actuator's answer to a call made under ``intent``. A call that raises instead (a
+        bug, or a failure the actuator does not foresee) is the intent's ``failed`` outcome,
+        logged once with what it raised: recorded like any other, it closes the intent, and
+        the next tick plans from the node as the call left it (a lend left half-done is rolled
+        back, a reclaim begun is driven on)."""
+        try:
+            return await call
+        except Exception as exc:
+            log.exception(
+                "%s %s of pool %s under %s: the actuator raised %s; recorded as failed",
+                intent.action,
+                intent.node,
+                intent.pool,
+                intent.id,
+                type(exc).__name__,
+            )
+            message = f"the actuator raised {type(exc).__name__}: {str(exc)[:200]}"
+            action = intent.action or Action.PROGRESS
+            return ActionResult(str(intent.node), action, Outcome.FAILED, message)
 
     async def _roll_back(self, pool: PoolConfig, view: NodeView, now: datetime) -> Applied:
         """A lend left unfinished (its call ended in a conflict or a failure, and its intent is
@@ -379,14 +437,15 @@ class Executor:
         )
         try:
             await self.audit_log.tick([intent])
-        except Exception as exc:  # a rollback keeps inference: recorded on the node instead
+        except errors.StoreFailed as exc:  # a rollback keeps inference: kept on the node instead
             self.store_failed(exc, now)
             if not await self.keep(view.name, intent):
                 log.warning(
                     "node %s stays lending this tick: its rollback is not recorded", view.name
                 )
                 return Applied(view.name, Action.PROGRESS, None, None, None)
-        result = await self.actuators[pool.name].progress(view.name, intent.id)
+        call = self.actuators[pool.name].progress(view.name, intent.id)
+        result = await self._called(intent, call)
         log.info("roll back %s: %s (%s)", view.name, result.outcome.value, result.message)
         outcome = await self.safely(self.audit_log.outcome(intent, result, self.clock()))
         return Applied(view.name, Action.PROGRESS, result, intent, outcome)
@@ -397,8 +456,14 @@ class Executor:
             return None
         try:
             found = await self.audit_log.get(decision)
-        except Exception:
-            log.exception("audit store failed reading intent %s", decision)
+        except errors.StoreFailed as exc:
+            log.warning(
+                "node %s: intent %s not read, the audit store fails (%s): this pass is not "
+                "recorded",
+                view.name,
+                decision,
+                exc,
+            )
             return None
         if found is None or found.kind is not audit.Kind.INTENT:
             log.warning("node %s: decision %s is not an intent on record", view.name, decision)
@@ -406,14 +471,19 @@ class Executor:
         return found
 
     async def safely(self, write: Awaitable[AuditRecord]) -> AuditRecord | None:
-        """An outcome the store did not take waits in the spool (``AuditLog.outcome``); one the
-        spool has no room for is logged: the write it describes is done."""
+        """An outcome the store did not take waits in the spool (``AuditLog.outcome``, which
+        raises a store failure only when the spool has no room: ``SpoolFull`` says so). One
+        that is not recorded is logged as what kept it, the spool or a bug: the write it
+        describes is done either way, and the tick goes on."""
         try:
             written = await write
-        except Exception:
-            log.exception("audit store failed writing an outcome, and the spool is full")
+        except errors.StoreFailed as exc:
+            log.error("audit: an outcome is not recorded: %s: %s", type(exc).__name__, exc)
             self.tally.audit_failures.append("outcome")
             self.tally.spool_overflows += 1
+            return None
+        except Exception:
+            log.exception("audit: an outcome is not recorded: a bug, not the store failing")
             return None
         if self.audit_log.failing is not None:
             self.tally.audit_failures.append("outcome")
@@ -490,6 +560,11 @@ class Executor:
         self.tally.audit_store = (False, len(self.audit_log.spool))
 
 
+class _Raised:
+    """An item of ``Executor._together`` whose work raised (and was logged)."""
+
+
+_RAISED = _Raised()
 IN_FLIGHT = (Phase.LENDING, Phase.RECLAIMING)
 # What a write that changed something came to (a 429 from a budget changed nothing).
 _CHANGED = frozenset({WriteOutcome.APPLIED, WriteOutcome.EVICTED, WriteOutcome.GONE})

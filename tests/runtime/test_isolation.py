@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import math
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,7 +22,7 @@ import pytest
 from rebalancer.adapters import registry
 from rebalancer.adapters.audit import AuditLog, MemoryAuditStore
 from rebalancer.core import model
-from rebalancer.core.audit import Kind
+from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import PodMarks, PoolName, Reason
 from rebalancer.core.outcomes import ActionResult, Outcome
 from rebalancer.core.policy import PoolPolicy
@@ -304,3 +305,166 @@ def test_a_strategy_that_does_not_say_whether_it_reads_history_gets_none() -> No
     assert pool(PoolName("b"), registry.build("forecast")).needs_history
     assert pool(PoolName("c"), registry.build("watermark")).needs_history
     assert not pool(PoolName("d"), registry.build("window")).needs_history
+
+
+# ---------------------------------------------------------------------------------------------
+# A step, a pass or a record that raises is that one's failure only, said once as what it is.
+
+
+@dataclass
+class OneReclaimRaises(Calls):
+    """A wave of reclaims of which one raises while the others are still in flight."""
+
+    raising: str = "a-0"
+    in_flight: asyncio.Event = field(default_factory=asyncio.Event)
+    raised: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def reclaim(
+        self, node: str, decision: str, deadline: datetime, *, uid: str | None = None
+    ) -> ActionResult:
+        if node == self.raising:
+            await self.in_flight.wait()
+            self.raised.set()
+            raise RuntimeError("a bug in the actuator")
+        self.in_flight.set()
+        await self.raised.wait()  # in flight when the other raises
+        return await super().reclaim(node, decision, deadline)
+
+
+async def test_a_step_that_raises_is_closed_as_failed_and_the_rest_of_its_wave_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    w = await world(Scripted(RuntimeError("boom")), lent_a=3, demand_a=35.0)
+    raising = OneReclaimRaises()
+    w.reconciler.actuators = {A: raising, B: w.calls[B]}
+
+    report = await w.tick()
+
+    assert sorted(a.node for a in report.steps if a.node.startswith("a-")) == ["a-0", "a-1", "a-2"]
+    assert sorted(raising.of("reclaim")) == ["a-1", "a-2"]
+    outcomes = {r.node: r for r in w.store.records if r.kind is Kind.OUTCOME and r.pool == A}
+    assert {n: o.outcome for n, o in outcomes.items()} == {
+        "a-0": Outcome.FAILED,
+        "a-1": Outcome.APPLIED,
+        "a-2": Outcome.APPLIED,
+    }
+    assert outcomes["a-0"].message == "the actuator raised RuntimeError: a bug in the actuator"
+    assert await w.store.pending_intents() == (), "no intent is left open"
+    said = [
+        r for r in caplog.records if r.exc_info and "a bug in the actuator" in str(r.exc_info[1])
+    ]
+    assert len(said) == 1, "said once"
+    assert said[0].getMessage().startswith("reclaim a-0 of pool a under ")
+
+
+@dataclass
+class DrainsThatRaise(Calls):
+    """Drain passes that raise, each its own error."""
+
+    async def progress(
+        self, node: str, decision: str | None = None, *, uid: str | None = None
+    ) -> ActionResult:
+        await asyncio.sleep(0)  # the others have begun
+        raise LookupError(f"a bug while draining {node}")
+
+
+async def test_every_pass_that_raises_is_logged_once_with_its_node_and_the_tick_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    w = await world(Scripted(), demand_a=5.0)
+    draining = [begin_reclaim(node(A, i, lent=True), T0) for i in range(3)]
+    w.views.nodes = [*draining, node(A, 3), *(node(B, i) for i in range(4))]
+    w.reconciler.actuators = {A: DrainsThatRaise(), B: w.calls[B]}
+
+    report = await w.tick()
+
+    assert report.leading
+    said = sorted(
+        (r.getMessage(), str(r.exc_info[1]))
+        for r in caplog.records
+        if r.exc_info and isinstance(r.exc_info[1], LookupError)
+    )
+    assert said == [
+        (f"progress a-{i} of pool a raised; the others go on", f"a bug while draining a-{i}")
+        for i in range(3)
+    ]
+
+
+async def test_a_bug_on_the_way_to_the_store_is_not_taken_for_a_failing_store() -> None:
+    w = await world(Scripted(RuntimeError("boom")), lent_a=3, demand_a=35.0)
+    w.store.fail_next = KeyError("a bug on the way to the store")
+
+    with pytest.raises(KeyError, match="a bug on the way to the store"):
+        await w.tick()
+
+    assert w.reconciler.audit_log.failing is None
+    assert w.calls[A].of("reclaim") == [], "nothing carried out as if the store failed"
+    # The store's own failure still is one: the safety reclaims are told why nothing is stored.
+    w.store.fail_next = OSError("disk full")
+    report = await w.tick()
+    assert report.error == "audit store failed: OSError: disk full"
+    assert w.reconciler.audit_log.failing == "OSError: disk full"
+
+
+class OutcomesThatRaise(MemoryAuditStore):
+    """A store whose writes of outcomes meet a bug on the way (a record it cannot encode)."""
+
+    async def append(self, batch: Sequence[AuditRecord]) -> None:
+        if any(r.kind is Kind.OUTCOME for r in batch):
+            raise TypeError("an outcome this store cannot encode")
+        await super().append(batch)
+
+
+async def test_an_outcome_lost_to_a_bug_is_logged_as_a_bug_not_as_a_full_spool(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    w = await world(Scripted(RuntimeError("boom")), lent_a=1, demand_a=35.0)
+    store = OutcomesThatRaise()
+    w.reconciler.audit_log = AuditLog(store, sink=None)
+
+    report = await w.tick()
+
+    assert "a-0" in [a.node for a in report.steps]
+    assert [a.outcome for a in report.steps] == [None] * len(report.steps)
+    assert w.reconciler.audit_log.failing is None
+    assert w.reconciler.audit_log.spool == [], "a bug's record is not kept as the store's"
+    said = [r for r in caplog.records if isinstance(r.exc_info and r.exc_info[1], TypeError)]
+    assert [r.getMessage() for r in said] == [
+        "audit: an outcome is not recorded: a bug, not the store failing"
+    ] * len(report.steps)
+    assert not any("spool is full" in r.getMessage() for r in caplog.records)
+
+
+class UnreadableStore(MemoryAuditStore):
+    """A store that takes writes and cannot answer a read (its server dropped the query)."""
+
+    async def get(self, record_id: str) -> AuditRecord | None:
+        raise OSError("connection reset while reading")
+
+
+async def test_a_drain_whose_intent_cannot_be_read_says_so_once_even_when_its_node_is_gone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    w = await world(Scripted(), demand_a=5.0)
+    draining = [
+        dataclasses.replace(begin_reclaim(node(A, i, lent=True), T0), uid=f"uid-{i}")
+        for i in range(2)
+    ]
+    w.views.nodes = [*draining, node(A, 2), node(A, 3), *(node(B, i) for i in range(4))]
+    waiting = SlowDrains()  # every pass says the drain goes on
+    w.reconciler.actuators = {A: waiting, B: w.calls[B]}
+    await w.tick()
+    w.reconciler.audit_log = AuditLog(UnreadableStore(), sink=None)
+    w.views.nodes = [draining[1], node(A, 2), node(A, 3), *(node(B, i) for i in range(4))]
+    caplog.clear()
+
+    await w.tick()  # a-0 is gone: its drain is looked at once more, under its own UID
+
+    assert "a-0" in waiting.passes[2:]
+    said = [r.getMessage() for r in caplog.records if "not read" in r.getMessage()]
+    assert sorted(said) == [
+        "node a-0 of pool a: intent test-reclaim not read, the audit store fails "
+        "(OSError: connection reset while reading): this pass is not recorded",
+        "node a-1: intent test-reclaim not read, the audit store fails "
+        "(OSError: connection reset while reading): this pass is not recorded",
+    ]

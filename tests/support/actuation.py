@@ -54,8 +54,11 @@ STATE_OF_WRITE = {
 }
 
 
-class Crash(Exception):
-    """The controller process dies here (raised by ``Recorder`` after its k-th write)."""
+class Crash(BaseException):
+    """The controller process dies here (raised by ``Recorder`` after its k-th write). Not an
+    ``Exception``, as ``SystemExit`` is not: nothing in the process handles it as a failure
+    it lives through (a step that raises an ``Exception`` is closed as failed, and the rest
+    of its wave goes on); it ends the tick and everything in flight, as a death would."""
 
 
 @dataclass
