@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
+from rebalancer import errors
 from rebalancer.core import audit, model
 from rebalancer.core.audit import Context
 from rebalancer.core.model import PoolName
@@ -106,6 +107,8 @@ class Budgets:
             return
         try:
             await trail.tick(records)
-        except Exception:
-            log.exception("audit store failed; %d cost minute(s) not recorded", len(records))
+        except errors.StoreFailed as exc:
+            log.error("audit store fails (%s); %d cost minute(s) not recorded", exc, len(records))
             self.tally.audit_failures.append("cost")
+        except Exception:  # the tick's own records go on: a budget's minute is not worth them
+            log.exception("%d cost minute(s) not recorded: a bug, not the store", len(records))

@@ -181,6 +181,28 @@ class Noting:
         return answer
 
 
+async def test_a_cost_minute_lost_to_a_bug_is_said_to_be_a_bug_and_the_tick_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    slo = model.Slo(max_breach_minutes=5, window=timedelta(hours=1))
+    keeps = replace(CONFIG, policy=replace(POLICY, queue_reclaims=False), slo=slo)
+    async with world(keeps) as w:
+        await w.reconciler.start()
+        await w.tick()
+        w.metrics.queued[POOL] = 50.0
+        await w.tick()
+        w.advance(60)
+        w.audit.fail_next = TypeError("a cost record this store cannot encode")
+        caplog.clear()
+
+        report = await w.tick()  # its cost minute is the first write, and meets the bug
+
+        assert report.error is None, "the tick's own records are written"
+        assert "cost" not in w.seen.audit_failures, "not counted as the store failing"
+        said = [r.getMessage() for r in caplog.records if r.exc_info]
+        assert said == ["1 cost minute(s) not recorded: a bug, not the store"]
+
+
 async def test_each_costly_minute_is_audited_and_a_restarted_run_spends_the_same_budget() -> None:
     budgets: list[model.ErrorBudget | None] = []
     slo = model.Slo(max_breach_minutes=5, window=timedelta(hours=1))
