@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from kubernetes_asyncio import client
 
 from rebalancer.adapters import events, ledger
@@ -49,6 +48,7 @@ from sandbox.emulator import cluster
 from sandbox.emulator.resources import NODES
 from sandbox.emulator.views import expected_views
 from tests.support import emulated, pools
+from tests.support.audit_disk import Disk
 from tests.support.emulated import Sandbox
 from tests.support.fakes import Demand, Lead
 from tests.support.objects import daemon_pod
@@ -60,20 +60,6 @@ Obj = dict[str, Any]
 CONFIG = pools.reactive_pool()
 LOW, HIGH = pools.LOW, pools.HIGH
 PENDING = ledger.annotation(KEYS)
-
-
-class Disk:
-    """Whether the store's SQLite file takes writes: every connection the engine hands out is
-    told ``query_only`` as it is checked out, so SQLite itself refuses each write."""
-
-    def __init__(self, store: SqlAuditStore) -> None:
-        self.full = False
-        sa.event.listen(store.engine.sync_engine, "checkout", self._checkout)
-
-    def _checkout(self, dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
-        cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA query_only={'ON' if self.full else 'OFF'}")
-        cursor.close()
 
 
 @dataclass

@@ -13,6 +13,8 @@ The Reconciler on in-memory seams
 - ``fakes``: ``Views``, ``Demand``, ``CodecActuator`` (moves nodes through the codec), ``Calls``,
   ``Lead``, ``JournalStore`` (the in-memory audit store, journalled), ``Scripted`` strategies.
 - ``observers``: ``Seen``, what the reports of a Reconciler's ticks noted, tick after tick.
+- ``audit_disk``: ``Disk``, a real SQLite audit store's disk made to refuse writes as a full
+  one does.
 
 The API emulator over HTTP
 - ``emulated``: ``running()``, an emulator per test on a manual clock, with its typed clients
