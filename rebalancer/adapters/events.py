@@ -54,6 +54,10 @@ Why it is shaped like this:
   the clusters' Events apart. The note (what ``kubectl describe`` shows) and
   ``reportingInstance`` (the replica, as the Lease and the audit records name it) stay as they
   are (docs/design/fleet.md).
+- An Event may carry annotations of its own: the ``AuditStoreFailing`` Event of an intent kept
+  while the audit store fails carries the whole record (``adapters.ledger``), and ``own``
+  lists this controller's Events of one reason, so that a later run reads the records back
+  (docs/design/audit-failure.md). It is the one thing the recorder reads.
 """
 
 from __future__ import annotations
@@ -102,13 +106,15 @@ STATE_EVENTS = {
 
 @dataclass(frozen=True, slots=True)
 class NodeEvent:
-    """One Event to record about a node."""
+    """One Event to record about a node; ``annotations`` go on the Event object, beside the
+    cluster's (an audit record kept while the store fails: ``adapters.ledger``)."""
 
     node: str
     type: str  # Normal or Warning
     reason: str
     action: str
     note: str
+    annotations: tuple[tuple[str, str], ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,7 +283,8 @@ class KubeEvents:
     async def record(self, event: NodeEvent) -> bool:
         """Create the Event; whether it was stored. Never raises."""
         self._last_stamp = max(self._stamps(), self._last_stamp + 1)
-        body = event_body(event, self.instance, self.clock(), self._last_stamp, self.annotations)
+        annotations = {**self.annotations, **dict(event.annotations)}
+        body = event_body(event, self.instance, self.clock(), self._last_stamp, annotations)
         create: Any = self._events.create_namespaced_event  # a plain dict body is sent as is
         try:
             # The answer is not read into the client's models: parsing its times with dateutil
@@ -297,6 +304,26 @@ class KubeEvents:
             return False
         self.recorded += 1
         return True
+
+    async def own(self, reason: str) -> list[Obj]:
+        """The Events of ``reason`` this controller reported (any replica, any run), as the
+        server holds them: a field selector on ``reason`` and ``reportingController``. That
+        tells them from other controllers' Events, not from a forged one (whoever may create
+        Events may name any controller): what is read back is checked by the caller. Raises
+        what the API raises."""
+        selector = f"reason={reason},reportingController={CONTROLLER}"
+        listing: Any = self._events.list_namespaced_event
+        response = await listing(NAMESPACE, field_selector=selector, _preload_content=False)
+        try:
+            text = await response.read()
+            if not 200 <= response.status <= 299:
+                failed = ApiException(status=response.status, reason=response.reason)
+                failed.body = text.decode(errors="replace")
+                raise failed
+        finally:
+            response.release()
+        items: list[Obj] = json.loads(text).get("items") or []
+        return items
 
 
 def _why(error: Exception) -> str:
