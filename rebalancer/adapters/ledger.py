@@ -14,6 +14,16 @@ Why on the Node: it is the one place the controller can still write when its own
 (the API server's etcd), it is what a restart reads first anyway, and it is where an operator
 looks (``kubectl get node -o yaml``, ``kubectl describe node``). The write touches only that
 one annotation, which only the controller writes, locked to the resourceVersion just read.
+
+A second copy of each intent: another writer may remove the annotation (a GitOps sync that
+owns the Node's annotations does) before the store takes the record. So the intent's Event
+carries the whole record too, in its annotation ``<prefix>audit-record`` (the note is cut at
+1 KiB), and ``copies`` reads those back: this controller's ``AuditStoreFailing`` Events, each
+record taken only if it is an intent about the Event's node that the node's own ``decision``
+annotation names. Anyone who may create Events can write one that claims to be ours; a record
+it carries reaches the store only where the controller itself wrote its id onto the Node, which
+is exactly the records of actions carried out. Events expire (kube-apiserver's ``--event-ttl``,
+1 h by default): ``retell`` records one again before its copy gets that old.
 """
 
 from __future__ import annotations
@@ -21,6 +31,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 from rebalancer.adapters import audit as auditing
@@ -42,10 +54,25 @@ def annotation(keys: Keys) -> str:
     return keys.prefix + "audit-pending"
 
 
+def record_annotation(keys: Keys) -> str:
+    """The annotation of an ``AuditStoreFailing`` Event that holds the whole record."""
+    return keys.prefix + "audit-record"
+
+
 class EventSink(Protocol):
-    """``adapters.events.KubeEvents``: creates one Event, never raises."""
+    """``adapters.events.KubeEvents``: creates one Event (never raises), lists its own."""
 
     async def record(self, event: eventing.NodeEvent) -> bool: ...
+
+    async def own(self, reason: str) -> list[dict[str, Any]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """An intent read back from this controller's Events, and when its newest Event was made."""
+
+    record: AuditRecord
+    told: datetime
 
 
 class NotKept(RebalancerError):
@@ -90,15 +117,72 @@ class NodeLedger:
         """Add ``records`` to the node's annotation (before what they describe is done), then
         one Event per intent. ``NotKept`` if the node cannot carry them."""
         await self._rewrite(node, lambda kept: _merged(kept, records))
-        if self.events is not None:
-            for record in records:
-                if record.kind is audit.Kind.INTENT:
-                    text = note(record, why, self.keys)
-                    event = eventing.NodeEvent(node, "Warning", AUDIT_STORE_FAILING, "Audit", text)
-                    await self.events.record(event)
+        for record in records:
+            if record.kind is audit.Kind.INTENT:
+                await self.retell(record, why, node)
+
+    async def retell(self, record: AuditRecord, why: str, node: str | None = None) -> bool:
+        """The Warning Event of an intent kept while the store fails (about ``node``, else
+        the record's), carrying the record whole; whether it was recorded (an Event is a copy:
+        its failure stops nothing)."""
+        about = node or record.node
+        if self.events is None or not about:
+            return False
+        text = note(record, why, self.keys)
+        whole = ((record_annotation(self.keys), _text([record])),)
+        event = eventing.NodeEvent(
+            about, "Warning", AUDIT_STORE_FAILING, "Audit", text, annotations=whole
+        )
+        return await self.events.record(event)
 
     def kept(self, view: model.NodeView) -> tuple[AuditRecord, ...]:
         return pending(view.annotations, self.keys)
+
+    async def copies(self, views: Iterable[model.NodeView]) -> tuple[Copy, ...]:
+        """The intents this controller's ``AuditStoreFailing`` Events carry that a node's
+        ``decision`` names, oldest first, each once (with its newest Event's time). Raises
+        what the API raises."""
+        if self.events is None:
+            return ()
+        decisions = {str(v.name): v.annotations.get(self.keys.decision) for v in views}
+        found: dict[str, Copy] = {}
+        for event in await self.events.own(AUDIT_STORE_FAILING):
+            copy = self._copy(event, decisions)
+            if copy is None:
+                continue
+            seen = found.get(copy.record.id)
+            if seen is None or seen.told < copy.told:
+                found[copy.record.id] = copy
+        return tuple(sorted(found.values(), key=lambda c: (c.record.time, c.record.id)))
+
+    def _copy(self, event: Mapping[str, Any], decisions: Mapping[str, str | None]) -> Copy | None:
+        """The record ``event`` carries, if it is one to take: an intent about the Event's
+        node, whose id that node's ``decision`` names. Anything else is left unread."""
+        regarding = event.get("regarding") or {}
+        meta = event.get("metadata") or {}
+        text = (meta.get("annotations") or {}).get(record_annotation(self.keys))
+        node = regarding.get("name")
+        if (
+            event.get("reportingController") != eventing.CONTROLLER
+            or regarding.get("kind") != "Node"
+            or not text
+            or not node
+            or decisions.get(node) is None
+        ):
+            return None
+        try:
+            (record,) = pending({annotation(self.keys): text}, self.keys)
+        except (NotKept, ValueError) as exc:
+            log.warning(
+                "event %s on node %s: its record is not read: %s", meta.get("name"), node, exc
+            )
+            return None
+        if record.kind is not audit.Kind.INTENT or record.node != node:
+            return None
+        if decisions[node] != record.id:
+            return None  # not an action carried out on the node (or a forged record)
+        told = _time(event.get("eventTime")) or _time(meta.get("creationTimestamp"))
+        return Copy(record, told or record.time)
 
     async def release(self, node: str, ids: Iterable[str]) -> None:
         """Remove the records ``ids`` (the store has them now) from the node."""
@@ -130,6 +214,15 @@ class NodeLedger:
                 if attempt == _TRIES - 1:
                     raise
         raise AssertionError("unreachable")
+
+
+def _time(text: Any) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 def _merged(kept: list[AuditRecord], new: Sequence[AuditRecord]) -> list[AuditRecord]:

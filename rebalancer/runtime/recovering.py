@@ -1,6 +1,7 @@
 """Start-up and recovery: what a previous run left open is closed, and every transition it left
 in flight is taken over, before the first tick of a stretch of leadership; and the records kept
-on nodes while the audit store failed are brought to the store before a tick writes.
+on nodes (or in the controller's Events, for a node whose records another writer removed)
+while the audit store failed are brought to the store before a tick writes.
 
 Where it sits: ``runtime.reconcile.Reconciler.start`` (on the first leading tick of a term)
 calls ``close_open_intents`` then ``take_over``; every tick that writes calls ``catch_up`` first.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from rebalancer.core import audit, recovery
@@ -30,9 +31,17 @@ from rebalancer.core.outcomes import ActionResult
 from rebalancer.core.tick import phase
 from rebalancer.runtime import budgets, executing
 from rebalancer.runtime.report import Tally
-from rebalancer.runtime.seams import PoolConfig
+from rebalancer.runtime.seams import KeptCopy, NodeLedger, PoolConfig
 
 log = logging.getLogger(__name__)
+
+# An intent's Event is recorded again when its newest is this old, while the store fails:
+# half kube-apiserver's default --event-ttl (1 h), so a copy younger than the TTL always exists.
+RETELL = timedelta(minutes=30)
+# How often the Events are listed while the store works (every tick while it fails, and at the
+# start of each term): well inside the TTL, so a record that ``rebalancer reclaim`` kept there
+# is found before its Event expires, and a LIST of Events is not made on every tick.
+RELIST = timedelta(minutes=5)
 
 Members = Mapping[NodeName, tuple[PoolName, NodeView]]  # each node with the pool it belongs to
 Takeover = tuple[PoolName, NodeName, AuditRecord]  # a node in flight and its recovery intent
@@ -57,12 +66,17 @@ class Recovery:
         self.executor, self.budgets = executor, budgets
         self.tally, self.context = tally, context
         self._unkept: set[NodeName] = set()  # nodes whose kept records cannot be read, logged
+        self._unlisted = False  # the Events could not be listed, logged
+        self._listed: datetime | None = None  # when the Events were last listed
+        # Ids read back from Events and found in the store: not asked of it again.
+        self._stored: set[str] = set()
 
     async def close_open_intents(self, members: Members, now: datetime) -> list[Takeover]:
         """The verdicts on the intents a previous run left open, and a recovery intent for each
         node to take over, committed in one batch; the error budgets' count restored. Raises if
         the store fails."""
         trail = self.executor.audit_log
+        self._listed = None  # a new term reads the Events back whatever the last one read
         try:
             # Records a run kept on its nodes while the store failed come first: the intents
             # judged below may be among them.
@@ -168,12 +182,48 @@ class Recovery:
 
     async def catch_up(self, views: Iterable[NodeView], now: datetime) -> None:
         """Bring the store up to date before the tick writes: the spool first, then every
-        record a node carries that the store does not have (kept there by this process, by a
-        run that died before its spool was written, or by ``rebalancer reclaim``), oldest
-        first; each node then lets go of what the store has. Raises nothing: a store still
-        failing is found by the tick's own write."""
-        if self.executor.ledger is None:
+        record a node carries, or an Event of this controller's holds for the node's decision,
+        that the store does not have (kept there by this process, by a run that died before its
+        spool was written, or by ``rebalancer reclaim``), oldest first; each node then lets go
+        of what the store has. While the store still fails, an intent whose newest Event is
+        getting old is told again (``RETELL``). Raises nothing: a store still failing is found
+        by the tick's own write."""
+        ledger = self.executor.ledger
+        if ledger is None:
             return
+        views = list(views)
+        on_nodes = self._on_nodes(views)
+        copies = await self._copies(ledger, views, now)
+        trail = self.executor.audit_log
+        if not on_nodes and not copies and not trail.spool:
+            return
+        try:
+            await trail.flush()
+            missing = await self._missing(on_nodes, copies or ())
+            if missing:
+                trail.hold(missing)
+                await trail.flush()
+                self._stored.update(r.id for r in missing)
+                log.info(
+                    "%d record(s) kept on nodes or in Events written to the audit store",
+                    len(missing),
+                )
+        except Exception:
+            # The store still fails: the nodes and the Events keep their records.
+            if copies is not None:
+                await self._retell(ledger, views, on_nodes, copies, now)
+            return
+        self.executor.store_works(now)
+        for node, found in on_nodes.items():
+            try:
+                await ledger.release(node, [r.id for r in found])
+            except Exception as exc:  # harmless: the next tick finds them in the store
+                log.warning("node %s: records kept on it not removed yet: %s", node, exc)
+
+    def _on_nodes(self, views: Iterable[NodeView]) -> dict[str, tuple[AuditRecord, ...]]:
+        """The records each node carries (a node whose records cannot be read is left as it
+        is, and said once)."""
+        assert self.executor.ledger is not None
         on_nodes: dict[str, tuple[AuditRecord, ...]] = {}
         for view in views:
             try:
@@ -185,29 +235,81 @@ class Recovery:
                 continue
             if found:
                 on_nodes[str(view.name)] = found
-        if not on_nodes and not self.executor.audit_log.spool:
-            return
+        return on_nodes
+
+    async def _copies(
+        self, ledger: NodeLedger, views: Sequence[NodeView], now: datetime
+    ) -> Sequence[KeptCopy] | None:
+        """The intents read back from this controller's Events (``adapters.ledger.copies``);
+        None when they were not read: not due (``RELIST``), or they cannot be listed (said
+        once until they can)."""
+        listed, failing = self._listed, self.executor.audit_log.failing is not None
+        if not failing and listed is not None and now - listed < RELIST:
+            return None
         try:
-            await self.executor.audit_log.flush()
-            spooled = {r.id for r in self.executor.audit_log.spool}
-            missing = []
-            for record in sorted(
-                (r for rs in on_nodes.values() for r in rs), key=lambda r: (r.time, r.id)
+            copies = await ledger.copies(views)
+        except Exception as exc:
+            if not self._unlisted:
+                self._unlisted = True
+                log.error(
+                    "the controller's own Events cannot be listed (%s): a record kept only "
+                    "in one waits until they can",
+                    exc,
+                )
+            return None
+        self._unlisted, self._listed = False, now
+        self._stored &= {c.record.id for c in copies}  # an Event gone is not asked of again
+        return copies
+
+    async def _missing(
+        self, on_nodes: Mapping[str, Sequence[AuditRecord]], copies: Sequence[KeptCopy]
+    ) -> list[AuditRecord]:
+        """The records kept on nodes or in Events that neither the spool nor the store has,
+        oldest first (a record already stored is never written twice)."""
+        trail = self.executor.audit_log
+        spooled = {r.id for r in trail.spool}
+        found = {r.id: r for rs in on_nodes.values() for r in rs}
+        for copy in copies:
+            found.setdefault(copy.record.id, copy.record)
+        missing = []
+        for record in sorted(found.values(), key=lambda r: (r.time, r.id)):
+            if record.id in spooled or record.id in self._stored:
+                continue
+            if await trail.get(record.id) is None:
+                missing.append(record)
+            else:
+                self._stored.add(record.id)
+        return missing
+
+    async def _retell(
+        self,
+        ledger: NodeLedger,
+        views: Sequence[NodeView],
+        on_nodes: Mapping[str, Sequence[AuditRecord]],
+        copies: Sequence[KeptCopy],
+        now: datetime,
+    ) -> None:
+        """While the store fails, every intent acted on (its node's decision names it) that is
+        kept on its node, in the spool or in an Event gets a new Event once its newest is
+        ``RETELL`` old: an Event expires (kube-apiserver's ``--event-ttl``), and the copy
+        must outlast the node's annotation, which another writer may remove."""
+        decisions = {str(v.name): v.annotations.get(self.keys.decision) for v in views}
+        told = {c.record.id: c.told for c in copies}
+        kept = [
+            *(r for rs in on_nodes.values() for r in rs),
+            *self.executor.audit_log.spool,
+            *(c.record for c in copies),
+        ]
+        done: set[str] = set()
+        for record in kept:
+            if (
+                record.id in done
+                or record.kind is not audit.Kind.INTENT
+                or record.node is None
+                or decisions.get(record.node) != record.id
             ):
-                if (
-                    record.id not in spooled
-                    and await self.executor.audit_log.get(record.id) is None
-                ):
-                    missing.append(record)
-            if missing:
-                self.executor.audit_log.hold(missing)
-                await self.executor.audit_log.flush()
-                log.info("%d record(s) kept on nodes written to the audit store", len(missing))
-        except Exception:
-            return  # the store still fails: the nodes keep their records
-        self.executor.store_works(now)
-        for node, found in on_nodes.items():
-            try:
-                await self.executor.ledger.release(node, [r.id for r in found])
-            except Exception as exc:  # harmless: the next tick finds them in the store
-                log.warning("node %s: records kept on it not removed yet: %s", node, exc)
+                continue
+            done.add(record.id)
+            last = told.get(record.id)
+            if last is None or now - last >= RETELL:
+                await ledger.retell(record, self.executor.audit_log.failing or "")

@@ -221,6 +221,25 @@ class NodeLedger(Protocol):
         """The records the node carries (raises if they cannot be read)."""
         ...
 
+    async def copies(self, views: Iterable[NodeView]) -> Sequence[KeptCopy]:
+        """The intents read back from the controller's own Events that a node's decision
+        names, oldest first (raises if they cannot be listed)."""
+        ...
+
+    async def retell(self, record: AuditRecord, why: str, node: str | None = None) -> bool:
+        """Record the Event carrying ``record`` again (its copy must outlive the Event TTL)."""
+        ...
+
+
+class KeptCopy(Protocol):
+    """``adapters.ledger.Copy``: an intent read back from an Event, and when that was made."""
+
+    @property
+    def record(self) -> AuditRecord: ...
+
+    @property
+    def told(self) -> datetime: ...
+
 
 class Leadership(Protocol):
     """``adapters.leadership.LeaderElector``: whether this replica may write, on its clock."""
