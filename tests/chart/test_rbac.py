@@ -22,8 +22,10 @@ from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from rebalancer import settings as settings_mod
+from rebalancer.adapters import ledger
 from rebalancer.adapters.actuator import Actuator
 from rebalancer.adapters.events import KubeEvents, NodeEvent
 from rebalancer.adapters.leadership import LeaderElector
@@ -200,6 +202,16 @@ async def record_an_event(c: Cluster) -> bool:
     return await events.record(NodeEvent(SERVING, "Normal", "Lent", "Lend", "lent for a test"))
 
 
+async def read_back_kept_records(c: Cluster) -> bool:
+    """The audit records kept in the controller's own Events are listed back."""
+    events = KubeEvents(c.controller, instance="test")
+    try:
+        await events.own(ledger.AUDIT_STORE_FAILING)
+    except ApiException:
+        return False
+    return True
+
+
 def _elector(c: Cluster) -> LeaderElector:
     return LeaderElector(c.controller, name=RELEASE, namespace=NAMESPACE, identity="test")
 
@@ -216,6 +228,7 @@ OPERATIONS: dict[str, Operation] = {
     "take-a-new-lease": take_a_new_lease,
     "take-a-released-lease": take_a_released_lease,
     "record-an-event": record_an_event,
+    "read-back-kept-records": read_back_kept_records,
 }
 
 
@@ -258,6 +271,7 @@ def without(docs: list[Doc], verb: str, group: str, resource: str) -> list[Doc]:
         ("get", "coordination.k8s.io", "leases", "take-a-released-lease"),
         ("update", "coordination.k8s.io", "leases", "take-a-released-lease"),
         ("create", "events.k8s.io", "events", "record-an-event"),
+        ("list", "events.k8s.io", "events", "read-back-kept-records"),
     ],
 )
 async def test_removing_the_rule_an_operation_needs_makes_it_fail_with_403(
