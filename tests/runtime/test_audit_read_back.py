@@ -298,3 +298,28 @@ async def expire_events(w: World) -> None:
         made = event.event_time or event.metadata.creation_timestamp
         if w.opened.clock() - made >= EVENT_TTL:
             await api.delete_namespaced_event(event.metadata.name, events.NAMESPACE)
+
+
+async def test_a_controller_whose_store_works_lists_its_events_at_start_then_every_five_minutes(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """Reading the records back is one LIST of Events, not one on every tick: at the start of a
+    term, then every five minutes (well inside the Event TTL) while the store works."""
+    async with world(backend, tmp_path) as w:
+
+        def listed() -> int:
+            return sum(
+                1
+                for r in w.opened.requests.lists
+                if (r.group, r.resource) == ("events.k8s.io", "events")
+            )
+
+        assert await w.reconciler.start() == ()
+        assert listed() == 1
+        for _ in range(14):  # 280 s of ticks
+            w.opened.advance(20)
+            await w.tick()
+        assert listed() == 1
+        w.opened.advance(20)
+        await w.tick()
+        assert listed() == 2
