@@ -10,10 +10,7 @@ the API emulator over HTTP, with two nodes lent by the real actuator first.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 from kubernetes_asyncio import client
@@ -26,31 +23,11 @@ from rebalancer.adapters.writer import KubeWriter
 from rebalancer.core.nodestate import Keys
 from rebalancer.core.outcomes import Outcome
 from rebalancer.runtime import wiring
+from tests.support.audit_disk import fill, small_disk
 from tests.support.processes import config_text, free_port, run_cli, setup
 
 KEYS = Keys()
 LENT = ("inference-5", "inference-6")
-
-
-@contextlib.contextmanager
-def small_disk(where: Path) -> Iterator[Path]:
-    """A 4 MiB tmpfs at ``where`` until the block ends."""
-    where.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)], check=True)
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", str(where)], check=True)
-
-
-def fill(disk: Path) -> Path:
-    """A file of zeros that takes every byte left on ``disk``."""
-    filler = disk / "filler"
-    done = subprocess.run(
-        ["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], check=False, capture_output=True
-    )
-    assert b"No space left on device" in done.stderr, done.stderr
-    return filler
 
 
 async def test_reclaim_with_the_audit_disk_full_takes_the_nodes_back_recorded_on_them(
