@@ -112,6 +112,7 @@ class NodeLedger:
 
     def __init__(self, writer: NodeWriter, keys: Keys, events: EventSink | None = None) -> None:
         self.writer, self.keys, self.events = writer, keys, events
+        self._unread: set[str] = set()  # Events whose record could not be read, said once
 
     async def hold(self, node: str, records: Sequence[AuditRecord], why: str) -> None:
         """Add ``records`` to the node's annotation (before what they describe is done), then
@@ -173,9 +174,10 @@ class NodeLedger:
         try:
             (record,) = pending({annotation(self.keys): text}, self.keys)
         except (NotKept, ValueError) as exc:
-            log.warning(
-                "event %s on node %s: its record is not read: %s", meta.get("name"), node, exc
-            )
+            name = str(meta.get("name"))
+            if name not in self._unread:  # said once: the Event is listed again and again
+                self._unread.add(name)
+                log.warning("event %s on node %s: its record is not read: %s", name, node, exc)
             return None
         if record.kind is not audit.Kind.INTENT or record.node != node:
             return None
