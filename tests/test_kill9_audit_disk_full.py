@@ -80,3 +80,10 @@ async def test_a_killed_process_loses_no_reclaim_made_on_a_full_disk_whose_node_
         closing = [r for r in stored if r.intent_id == intent.id]
         assert all(order.index(r.id) > order.index(intent.id) for r in closing)
         assert any("controller restarted" in r.message for r in closing), closing
+    ids = {r.id for r in intents}
+    verdicts = sorted({str(r.outcome) for r in stored if r.intent_id in ids})
+    print(
+        f"\naudit disk full, records removed from the nodes, kill -9: {len(intents)} "
+        f"demand_above_serving reclaims, all {len(intents)} intents in the store after the "
+        f"restart, in the order made, closed as {verdicts}"
+    )
