@@ -9,7 +9,8 @@ a fresh cluster, lets the controller lend, then plays another writer with ``kube
 health checker's taint, the node lifecycle's ``NoExecute``, a cordon, a lost state label, a
 removed lent taint and a pod that does not tolerate it, garbled annotations, a relabel out of
 every pool, a node deleted and re-created, two pools selecting one node, a finalizer nobody
-removes) and, where the case needs it, brings demand back. It prints the node before and after
+removes, a sync removing the audit records kept on nodes while the store's disk is full, then a
+``kill -9``) and, where the case needs it, brings demand back. It prints the node before and after
 (state label, taints, the controller's annotations), the Events on it and the audit rows that
 name it, and checks what the controller promises (docs/design/other-writers.md): every check is
 printed as ``ok`` or ``FAILED`` with what was seen, and the exit status is 1 when one failed.
@@ -17,7 +18,7 @@ printed as ``ok`` or ``FAILED`` with what was seen, and the exit status is 1 whe
 The clock cases run the controller under Debian's ``faketime`` (libfaketime), 90 s behind and
 10 minutes ahead of the cluster and Prometheus, and are left out when it is not installed.
 
-    .venv/bin/python bench/other_writers.py                 # every case, about 4 minutes
+    .venv/bin/python bench/other_writers.py                 # every case, about 5 minutes
     .venv/bin/python bench/other_writers.py foreign-taints orphan --json out/other-writers.json
 
 Needs the ``kubectl`` that ``tests/kube/build.sh`` builds, and Debian's ``prometheus``.
@@ -523,6 +524,69 @@ async def disk_full(w: World) -> None:
         subprocess.run(["umount", str(mount)], check=False, capture_output=True)
 
 
+async def disk_full_records_removed(w: World) -> None:
+    """7b. As 7, then a GitOps sync removes ``rebalancer.io/audit-pending`` from every node and
+    the controller is killed (SIGKILL) before the disk has room: the next run, with room, writes
+    every intent to the store, in order, from the controller's own Events, and closes each."""
+    mount = w.h.tmp / "auditfs"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
+        check=False,
+        capture_output=True,
+    )
+    if made.returncode != 0:
+        w.case.check(False, f"a small tmpfs cannot be mounted here: {made.stderr.decode()}")
+        return
+    url = f"sqlite+aiosqlite:///{mount / 'audit.sqlite3'}"
+    try:
+        await w.start(audit={"url": url})
+        w.case.check(await w.wait_lent(set(IDLE)), "the 6 idle nodes are lent")
+        filler = mount / "filler"
+        subprocess.run(
+            ["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], check=False, capture_output=True
+        )
+        w.h.exporter.set_load(PEAK, 0)
+        took = await w.back(IDLE, within=40)
+        w.case.check(took is not None, f"every node back {took} s after the rise, disk full")
+        kept: dict[str, str] = {}
+        for name in IDLE:
+            pending = annotations_of(await w.node(name)).get(PREFIX + "audit-pending") or "[]"
+            kept.update({d["id"]: name for d in json.loads(pending) if d["kind"] == "intent"})
+        w.case.show(f"intents kept on the nodes: {len(kept)}")
+        for name in IDLE:
+            await w.k("annotate", "node", name, PREFIX + "audit-pending-")
+        assert w.c is not None
+        await Harness.kill(w.c)  # kill -9, before the store took a record
+        w.c = None
+        filler.unlink()
+        await w.start(audit={"url": url})
+
+        async def closed() -> bool:
+            written = await processes.read_audit(url)
+            ends = {r.intent_id for r in written if r.intent_id}
+            return all(i in ends for i in kept)
+
+        await w.wait("every intent stored and closed", closed, 20)
+        stored = await processes.read_audit(url)
+        order = [r.id for r in stored]
+        found = [i for i in order if i in kept]
+        w.case.figures["intents_kept_on_the_nodes"] = len(kept)
+        w.case.figures["intents_in_the_store_after_the_restart"] = len(found)
+        w.case.show(f"audit rows of the intents: {rows([r for r in stored if r.id in kept])}")
+        w.case.check(
+            len(kept) == len(IDLE) and sorted(found) == sorted(kept),
+            f"the store holds every intent acted on ({len(found)} of {len(kept)})",
+        )
+        w.case.check(found == sorted(found), "in the order they were made, ids kept")
+        verdicts = sorted({str(r.outcome) for r in stored if r.intent_id in kept})
+        w.case.check(bool(verdicts), f"each is closed by the restart's recovery ({verdicts})")
+    finally:
+        if w.c is not None:
+            await w.stop()
+        subprocess.run(["umount", str(mount)], check=False, capture_output=True)
+
+
 async def overlapping(w: World) -> None:
     """9a. Two pools selecting the same nodes: an audit finding and an Event, not a log line."""
     second = {
@@ -667,6 +731,11 @@ CASES: dict[str, tuple[str, Callable[[World], Awaitable[None]], Sequence[str]]] 
     "orphan": ("5. a lent node no pool selects", orphan, ()),
     "recreated": ("6. a node re-created under its name", recreated, ()),
     "disk-full": ("7. the audit store's disk fills up", disk_full, ("mount",)),
+    "disk-full-records-removed": (
+        "7b. disk full, the nodes' pending records removed, kill -9",
+        disk_full_records_removed,
+        ("mount",),
+    ),
     "clock-behind": ("8a. controller clock 90 s behind", clock_behind, ("faketime",)),
     "clock-ahead": ("8b. controller clock 10 min ahead", clock_ahead, ("faketime",)),
     "overlapping": ("9a. two pools select one node", overlapping, ()),
