@@ -69,10 +69,12 @@ class EventSink(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Copy:
-    """An intent read back from this controller's Events, and when its newest Event was made."""
+    """An intent read back from this controller's Events, when its newest Event was made, and
+    whether its node vouches for it (the node's ``decision`` names it)."""
 
     record: AuditRecord
     told: datetime
+    vouched: bool
 
 
 class NotKept(RebalancerError):
@@ -140,9 +142,10 @@ class NodeLedger:
         return pending(view.annotations, self.keys)
 
     async def copies(self, views: Iterable[model.NodeView]) -> tuple[Copy, ...]:
-        """The intents this controller's ``AuditStoreFailing`` Events carry that a node's
-        ``decision`` names, oldest first, each once (with its newest Event's time). Raises
-        what the API raises."""
+        """The intents this controller's ``AuditStoreFailing`` Events carry, oldest first,
+        each once (with its newest Event's time), each vouched for if one of ``views`` is its
+        node and that node's ``decision`` names it: only those are to be written to the store.
+        Raises what the API raises."""
         if self.events is None:
             return ()
         decisions = {str(v.name): v.annotations.get(self.keys.decision) for v in views}
@@ -152,13 +155,13 @@ class NodeLedger:
             if copy is None:
                 continue
             seen = found.get(copy.record.id)
-            if seen is None or seen.told < copy.told:
+            if seen is None or seen.told < copy.told or (copy.vouched and not seen.vouched):
                 found[copy.record.id] = copy
         return tuple(sorted(found.values(), key=lambda c: (c.record.time, c.record.id)))
 
     def _copy(self, event: Mapping[str, Any], decisions: Mapping[str, str | None]) -> Copy | None:
-        """The record ``event`` carries, if it is one to take: an intent about the Event's
-        node, whose id that node's ``decision`` names. Anything else is left unread."""
+        """The record ``event`` carries, if it is one of ours to read: an intent about the
+        Event's node; vouched for if that node's ``decision`` names it."""
         regarding = event.get("regarding") or {}
         meta = event.get("metadata") or {}
         text = (meta.get("annotations") or {}).get(record_annotation(self.keys))
@@ -168,7 +171,6 @@ class NodeLedger:
             or regarding.get("kind") != "Node"
             or not text
             or not node
-            or decisions.get(node) is None
         ):
             return None
         try:
@@ -181,10 +183,8 @@ class NodeLedger:
             return None
         if record.kind is not audit.Kind.INTENT or record.node != node:
             return None
-        if decisions[node] != record.id:
-            return None  # not an action carried out on the node (or a forged record)
         told = _time(event.get("eventTime")) or _time(meta.get("creationTimestamp"))
-        return Copy(record, told or record.time)
+        return Copy(record, told or record.time, decisions.get(node) == record.id)
 
     async def release(self, node: str, ids: Iterable[str]) -> None:
         """Remove the records ``ids`` (the store has them now) from the node."""

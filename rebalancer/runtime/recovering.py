@@ -70,6 +70,7 @@ class Recovery:
         self._listed: datetime | None = None  # when the Events were last listed
         # Ids read back from Events and found in the store: not asked of it again.
         self._stored: set[str] = set()
+        self._refused: set[str] = set()  # ids read back that no node vouches for, logged
 
     async def close_open_intents(self, members: Members, now: datetime) -> list[Takeover]:
         """The verdicts on the intents a previous run left open, and a recovery intent for each
@@ -208,6 +209,7 @@ class Recovery:
                     "%d record(s) kept on nodes or in Events written to the audit store",
                     len(missing),
                 )
+            await self._refuse(copies or ())
         except Exception:
             # The store still fails: the nodes and the Events keep their records.
             if copies is not None:
@@ -258,7 +260,9 @@ class Recovery:
                 )
             return None
         self._unlisted, self._listed = False, now
-        self._stored &= {c.record.id for c in copies}  # an Event gone is not asked of again
+        ids = {c.record.id for c in copies}
+        self._stored &= ids  # an Event gone is not asked of again
+        self._refused &= ids
         return copies
 
     async def _missing(
@@ -270,7 +274,8 @@ class Recovery:
         spooled = {r.id for r in trail.spool}
         found = {r.id: r for rs in on_nodes.values() for r in rs}
         for copy in copies:
-            found.setdefault(copy.record.id, copy.record)
+            if copy.vouched:
+                found.setdefault(copy.record.id, copy.record)
         missing = []
         for record in sorted(found.values(), key=lambda r: (r.time, r.id)):
             if record.id in spooled or record.id in self._stored:
@@ -280,6 +285,27 @@ class Recovery:
             else:
                 self._stored.add(record.id)
         return missing
+
+    async def _refuse(self, copies: Sequence[KeptCopy]) -> None:
+        """Say, once each, which records read back from Events are not written to the store:
+        those the store does not have and no node vouches for (its ``decision`` names another
+        record, or another writer removed it, or the Event is not ours but claims to be)."""
+        for copy in copies:
+            record = copy.record
+            if copy.vouched or record.id in self._stored or record.id in self._refused:
+                continue
+            if await self.executor.audit_log.get(record.id) is not None:
+                self._stored.add(record.id)
+                continue
+            self._refused.add(record.id)
+            log.warning(
+                "node %s: an AuditStoreFailing Event carries %s %s, which the audit store does "
+                "not have and the node's decision does not name: not written to the store (an "
+                "Event anyone may create is taken only for an action the node shows)",
+                record.node,
+                record.action,
+                record.id,
+            )
 
     async def _retell(
         self,
@@ -298,7 +324,7 @@ class Recovery:
         kept = [
             *(r for rs in on_nodes.values() for r in rs),
             *self.executor.audit_log.spool,
-            *(c.record for c in copies),
+            *(c.record for c in copies if c.vouched),
         ]
         done: set[str] = set()
         for record in kept:

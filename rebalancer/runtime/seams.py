@@ -222,8 +222,8 @@ class NodeLedger(Protocol):
         ...
 
     async def copies(self, views: Iterable[NodeView]) -> Sequence[KeptCopy]:
-        """The intents read back from the controller's own Events that a node's decision
-        names, oldest first (raises if they cannot be listed)."""
+        """The intents read back from the controller's own Events, oldest first, each
+        vouched for or not by its node's decision (raises if they cannot be listed)."""
         ...
 
     async def retell(self, record: AuditRecord, why: str, node: str | None = None) -> bool:
@@ -239,6 +239,11 @@ class KeptCopy(Protocol):
 
     @property
     def told(self) -> datetime: ...
+
+    @property
+    def vouched(self) -> bool:
+        """Its node's ``decision`` names it: an action carried out, not a forged Event."""
+        ...
 
 
 class Leadership(Protocol):

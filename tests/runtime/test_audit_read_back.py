@@ -30,6 +30,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rebalancer.adapters import events, ledger
 from rebalancer.adapters.actuator import Actuator
 from rebalancer.adapters.audit import AuditLog, SqlAuditStore, UlidFactory, every_record
@@ -236,10 +238,11 @@ async def test_intents_taken_off_their_nodes_reach_the_store_from_the_controller
 
 
 async def test_an_event_that_claims_to_be_ours_is_not_taken_without_its_nodes_decision(
-    backend: Backend, tmp_path: Path
+    backend: Backend, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Whoever may create Events can write one with our reporting controller and reason: the
-    record it carries is not written to the store unless the node's decision names it."""
+    record it carries is not written to the store unless the node's decision names it, and
+    the log says so, once."""
     async with world(backend, tmp_path) as w:
         kept = await reclaims_while_the_store_is_full(w)
         target = kept[0]
@@ -263,6 +266,12 @@ async def test_an_event_that_claims_to_be_ours_is_not_taken_without_its_nodes_de
 
         stored = await every_intent_is_in_the_store_in_order_and_closed(w, kept)
         assert forged.id not in {r.id for r in stored}
+        refused = [r for r in caplog.records if forged.id in r.getMessage()]
+        assert len(refused) == 1
+        assert "not written to the store" in refused[0].getMessage()
+        w.opened.advance(600)  # the Events are listed again: the same one is not said again
+        await w.tick()
+        assert len([r for r in caplog.records if forged.id in r.getMessage()]) == 1
 
 
 async def test_a_store_failing_longer_than_the_event_ttl_loses_no_record(
