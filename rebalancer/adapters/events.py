@@ -165,7 +165,8 @@ def finding_event(finding: model.Finding) -> NodeEvent:
     reason = STATE_EVENTS.get(finding.reason)
     if reason is not None:
         return NodeEvent(str(finding.node), "Warning", reason, "Report", finding.message)
-    note = f"annotation {finding.key}={finding.value!r} refused: {finding.message}"
+    # The message names the key and quotes the value (short): the value is not copied again.
+    note = f"annotation refused: {finding.message}"
     return NodeEvent(str(finding.node), "Warning", OVERRIDE_REFUSED, "Refuse", note)
 
 

@@ -71,7 +71,7 @@ from tenacity import (
 from urllib3.util.retry import Retry
 
 from rebalancer.adapters.promql import MetricQuery, Queries
-from rebalancer.core import clocks
+from rebalancer.core import bounded, clocks
 from rebalancer.core.model import (
     Clock,
     DemandHistory,
@@ -352,7 +352,7 @@ class Metrics:
             raw = values[0]["value"][1]
             value = _finite(raw)
             if value is None:
-                reason = f"the value is {raw}, not a finite number >= 0"
+                reason = f"the value is {bounded.quoted(str(raw))}, not a finite number >= 0"
                 errors.append(MetricError(pool, metric, value_q, reason))
                 continue
             found[key] = Sample(value=value, at=at)

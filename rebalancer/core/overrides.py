@@ -22,7 +22,7 @@ from datetime import datetime
 from enum import StrEnum
 from functools import lru_cache
 
-from rebalancer.core import nodestate, windows
+from rebalancer.core import bounded, nodestate, windows
 
 
 class LendMode(StrEnum):
@@ -56,7 +56,7 @@ class Problem:
     why: str
 
     def __str__(self) -> str:
-        return f"{self.key}={self.value!r} is ignored: {self.why}"
+        return f"{self.key}={bounded.quoted(self.value)} is ignored: {self.why}"
 
 
 @dataclass(frozen=True, slots=True)

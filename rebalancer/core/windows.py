@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from rebalancer.core import bounded
+
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _TIME = re.compile(r"^([01]?\d|2[0-4]):([0-5]\d)$")
 
@@ -98,7 +100,7 @@ class WindowError:
     why: str
 
     def __str__(self) -> str:
-        return f"window {self.text!r}: {self.why}"
+        return f"window {bounded.quoted(self.text)}: {self.why}"
 
 
 def parse(text: str, default_zone: str = "UTC") -> Window | WindowError:
@@ -110,10 +112,14 @@ def parse(text: str, default_zone: str = "UTC") -> Window | WindowError:
     if not stripped:
         return WindowError(text, "is empty; write e.g. 'Mon-Fri 22:00-06:00 UTC' or 'always'")
     spans = []
-    for part in stripped.split(";"):
+    parts = stripped.split(";")
+    for part in parts:
         span = _parse_span(part.strip(), default_zone)
         if isinstance(span, str):
-            return WindowError(text, f"{part.strip()!r} {span}")
+            # The part is named only when there are several: the text is quoted beside the
+            # reason already, and quoting it twice doubles what an error copies.
+            named = f"{bounded.quoted(part.strip())} {span}"
+            return WindowError(text, named if parts[1:] else span)
         spans.append(span)
     return Window(spans=tuple(spans), text=stripped)
 
@@ -127,10 +133,10 @@ def _parse_span(part: str, default_zone: str) -> Span | str:
         return days
     times = fields[1].split("-")
     if len(times) != 2:
-        return f"has time range {fields[1]!r}; write it as HH:MM-HH:MM"
+        return f"has time range {bounded.quoted(fields[1])}; write it as HH:MM-HH:MM"
     start, end = _parse_minutes(times[0]), _parse_minutes(times[1])
     if start is None or end is None:
-        return f"has time range {fields[1]!r}; times are HH:MM from 00:00 to 24:00"
+        return f"has time range {bounded.quoted(fields[1])}; times are HH:MM from 00:00 to 24:00"
     if start == 1440:
         return "starts at 24:00; start the span at 00:00 of the next day instead"
     if start == end:
@@ -142,7 +148,8 @@ def _parse_span(part: str, default_zone: str) -> Span | str:
         zone = ZoneInfo(zone_name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
         # OSError: a key naming a directory of the zone database ("America") is not a zone.
-        return f"names unknown time zone {zone_name!r}; use an IANA name such as Europe/Berlin"
+        shown = bounded.quoted(zone_name)
+        return f"names unknown time zone {shown}; use an IANA name such as Europe/Berlin"
     return Span(days=days, start=start, end=end, zone=zone)
 
 
@@ -154,7 +161,7 @@ def _parse_days(text: str) -> frozenset[int] | str:
     for item in lowered.split(","):
         bounds = item.split("-")
         if len(bounds) > 2 or any(b[:3] not in DAYS or len(b) < 3 for b in bounds):
-            return f"has days {text!r}; write e.g. Mon-Fri, Sat,Sun, Fri-Mon or daily"
+            return f"has days {bounded.quoted(text)}; write e.g. Mon-Fri, Sat,Sun, Fri-Mon or daily"
         first = DAYS.index(bounds[0][:3])
         last = DAYS.index(bounds[-1][:3])
         # A range may wrap over the week's end: Fri-Mon is Fri, Sat, Sun, Mon.

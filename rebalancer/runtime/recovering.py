@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from rebalancer.core import audit, recovery
+from rebalancer.core import audit, bounded, recovery
 from rebalancer.core.audit import AuditRecord, Context
 from rebalancer.core.model import Clock, NodeName, NodeView, PoolName
 from rebalancer.core.nodestate import Keys
@@ -159,7 +159,7 @@ class Recovery:
             decision = view.annotations.get(self.keys.decision)
             known = decision is not None and await trail.get(decision) is not None
             what = "an intent with its outcome on record" if known else "no intent on record"
-            why = f"node in flight under {decision!r}, {what}"
+            why = f"node in flight under {bounded.quoted(decision)}, {what}"
             out.append((pool, view.name, self._take_over(now, pool, view, decision, why)))
         return out
 

@@ -105,7 +105,7 @@ async def test_refused_override_recorded_once_per_bad_value(seeded: Opened) -> N
         KEYS.prefix + "lend",
         "sometimes",
         model.Reason.BAD_OVERRIDE,
-        "must be one of never, auto, now",
+        f"{KEYS.prefix}lend='sometimes' is ignored: must be never, auto or now",
     )
     for _ in range(5):  # five ticks see the same bad value
         await rec.findings(plan_with(bad))
@@ -116,8 +116,9 @@ async def test_refused_override_recorded_once_per_bad_value(seeded: Opened) -> N
     assert event.reason == events.OVERRIDE_REFUSED
     assert event.regarding.name == NODE
     assert event.regarding.kind == "Node"
+    # The finding's message names the key and quotes the value: the note copies it once.
     assert event.note == (
-        f"annotation {KEYS.prefix}lend='sometimes' refused: must be one of never, auto, now"
+        f"annotation refused: {KEYS.prefix}lend='sometimes' is ignored: must be never, auto or now"
     )
     # Another bad value for the same key is a new problem: one more Event, once.
     worse = model.Finding(

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rebalancer.core import model, nodestate
+from rebalancer.core import bounded, model, nodestate
 from rebalancer.core.model import Taint
 from rebalancer.core.nodestate import NodeState, Original, Phase, StateError
 from tests.support.factories import T0
@@ -463,7 +463,8 @@ def test_garbage_is_a_state_error_naming_key_and_value(
     assert error.key == key
     assert error.value == {**labels, **annotations}[key]
     assert why in error.why
-    assert str(error).startswith(f"{key}={error.value!r}: ")
+    # The value in full on the error, quoted short (core.bounded) in what it says.
+    assert str(error).startswith(f"{key}={bounded.quoted(error.value)}: ")
 
 
 @settings(deadline=None)

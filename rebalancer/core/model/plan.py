@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from rebalancer.core import bounded
 from rebalancer.core.model.names import NodeName, PoolName
 
 
@@ -144,13 +145,25 @@ class Rejection:
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """Something wrong with the input that the operator should fix (a bad annotation)."""
+    """Something wrong with the input that the operator should fix (a bad annotation).
+
+    ``key`` and ``value`` come from outside (an annotation may hold 256 KiB): a finding keeps
+    them cut (``bounded.cut``: the start, the size and a digest), and ``message``, which quotes
+    the value short where it is built, is cut at ``bounded.SENTENCE``; so every copy of a
+    finding (its audit record, Event, ``explain``) carries a big value once, bounded
+    (docs/design/bounded-copies.md)."""
 
     node: NodeName
     key: str
     value: str
     reason: Reason
     message: str
+
+    def __post_init__(self) -> None:
+        # Cut where the value enters, not at each copy: a copy made later cannot forget to.
+        object.__setattr__(self, "key", bounded.cut(self.key))
+        object.__setattr__(self, "value", bounded.cut(self.value))
+        object.__setattr__(self, "message", bounded.cut(self.message, bounded.SENTENCE))
 
 
 @dataclass(frozen=True)

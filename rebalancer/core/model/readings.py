@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from rebalancer.core import bounded
 from rebalancer.core.model.demand import DemandHistory, Sample
 from rebalancer.core.model.names import NodeName, PoolName
 
@@ -18,7 +19,10 @@ class MetricError:
     pool: str
     metric: str
     query: str
-    reason: str
+    reason: str  # may quote what Prometheus answered: cut where it enters
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reason", bounded.cut(self.reason, bounded.SENTENCE))
 
     def __str__(self) -> str:
         return f"pool {self.pool}: {self.metric} unknown: {self.reason} (query: {self.query})"

@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from rebalancer.core import model
+from rebalancer.core import bounded, model
 from rebalancer.core.nodestate.values import Original, TaintKey
 
 
@@ -63,7 +63,8 @@ def decode_original(text: str) -> Original | str:
         return taints
     for key, value in labels_doc.items():
         if not (value is None or isinstance(value, str)):
-            return f"label {key!r} must map to a string or null, not {value!r}"
+            shown = bounded.quoted(value)
+            return f"label {bounded.quoted(key)} must map to a string or null, not {shown}"
     if doc["v"] == 1:
         return Original(taints=taints, labels=dict(labels_doc))
     added_doc, removed_doc = doc.get("added"), doc.get("removed")
@@ -77,7 +78,7 @@ def decode_original(text: str) -> Original | str:
         if not isinstance(item, dict) or not all(
             isinstance(item.get(k), str) for k in ("key", "effect")
         ):
-            return f"removed taint {item!r} needs string 'key' and 'effect'"
+            return f"removed taint {bounded.quoted(item)} needs string 'key' and 'effect'"
         removed.append((item["key"], item["effect"]))
     return Original(taints=taints, labels=dict(labels_doc), added=added, removed=tuple(removed))
 
@@ -88,8 +89,8 @@ def _taints_from_docs(docs: list[Any]) -> tuple[model.Taint, ...] | str:
         taint = _taint_from_doc(item)
         if taint is None:
             return (
-                f"taint {item!r} needs string 'key' and 'effect', and optional string 'value' "
-                "and 'timeAdded'"
+                f"taint {bounded.quoted(item)} needs string 'key' and 'effect', and optional "
+                "string 'value' and 'timeAdded'"
             )
         taints.append(taint)
     return tuple(taints)

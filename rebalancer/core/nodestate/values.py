@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from rebalancer.core import model
+from rebalancer.core import bounded, model
 
 
 class Phase(StrEnum):
@@ -52,7 +52,7 @@ class Drift:
     why: str
 
     def __str__(self) -> str:
-        return f"{self.key}={self.value!r}: {self.why}"
+        return f"{self.key}={bounded.quoted(self.value)}: {self.why}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +76,7 @@ class StateError:
     why: str
 
     def __str__(self) -> str:
-        return f"{self.key}={self.value!r}: {self.why}"
+        return f"{self.key}={bounded.quoted(self.value)}: {self.why}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,50 @@
+"""An outside value copied into the audit log and ``explain`` is bounded: a 200 KB override value
+on a node, through the Reconciler on the API emulator (the real informer, actuator and audit
+log), makes records and answers of a few kilobytes (docs/design/bounded-copies.md).
+
+Before the bound each ``bad_override`` record carried the value four times (``message`` twice,
+``detail``, ``inputs``), about 1 MB a row, and ``explain?pool`` answered about a megabyte."""
+
+from __future__ import annotations
+
+import json
+
+from rebalancer.core import audit, bounded
+from rebalancer.core.audit import Kind
+from rebalancer.runtime import explain
+from tests.support.objects import annotate
+from tests.support.pools import IDLE, KEYS, POOL
+from tests.support.reconciling import world
+
+BIG = 200 * 1024  # bytes of the override value
+RECORD_BOUND = 8 * 1024  # bytes of any audit record of the node, as JSON
+ANSWER_BOUND = 64 * 1024  # bytes of explain's answer for the pool, as JSON
+
+
+async def test_a_200_kb_override_value_is_copied_cut_once_into_each_record_and_answer() -> None:
+    value = "Mon-Fri " + "x" * (BIG - len("Mon-Fri "))
+    async with world() as w:
+        node = IDLE[0]
+        annotate(w.store, node, {KEYS.window: value})
+        assert await w.reconciler.start() == ()
+        await w.tick()
+
+        rows = [audit.to_json(r) for r in w.audit.records if r.node == node]
+        sizes = [len(json.dumps(row)) for row in rows]
+        (finding,) = [
+            r for r in rows if r["kind"] == Kind.FINDING and r["reason"] == "bad_override"
+        ]
+        assert max(sizes) <= RECORD_BOUND, sizes
+        assert finding["detail"]["value"] == bounded.cut(value)
+        text = json.dumps(finding)
+        assert text.count(value[: bounded.KEPT]) == 1  # the value once, cut
+        assert f"({BIG} bytes, sha256:" in finding["message"]
+
+        decided = w.reconciler.last_decided
+        assert decided is not None
+        for answer in (
+            explain.answer(w.reconciler, *decided, pool=str(POOL)),
+            explain.answer(w.reconciler, *decided, node=node),
+        ):
+            assert len(json.dumps(answer)) <= ANSWER_BOUND
+            assert json.dumps(answer).count(value[: bounded.KEPT]) <= 1
