@@ -42,6 +42,7 @@ def test_each_wake_on_entry_is_one_selector_of_alertmanager_matchers(tmp_path: P
     ]
     assert loaded.alertmanager.token is None
     assert loaded.alertmanager.max_age.total_seconds() == 3600
+    assert loaded.alertmanager.max_life.total_seconds() == 12 * 3600
 
 
 def test_a_bad_matcher_is_one_line_naming_the_pool_entry_and_why(tmp_path: Path) -> None:
@@ -73,3 +74,11 @@ def test_a_max_age_of_zero_is_refused(tmp_path: Path) -> None:
     (line,) = refusal(tmp_path, {"REBALANCER_ALERTMANAGER__MAX_AGE": "0"})
 
     assert line.startswith("alertmanager.max_age=")
+
+
+def test_the_longest_life_an_alert_may_hold_a_pool_is_set_in_the_environment(
+    tmp_path: Path,
+) -> None:
+    loaded = load(tmp_path, {"REBALANCER_ALERTMANAGER__MAX_LIFE": "36h"})
+
+    assert loaded.alertmanager.max_life.total_seconds() == 36 * 3600

@@ -12,21 +12,35 @@ Why in memory: an alert is evidence about now, and Alertmanager sends it again (
 ``repeat_interval`` while it fires, and once more resolved). A restart forgets what was held
 and learns it again from the next notification; the metrics rules protect inference meanwhile.
 
-How long an alert holds its pool: until a ``resolved`` notification for its fingerprint, its
-``endsAt`` when the notification gives one (Alertmanager hides ``endsAt`` while an alert fires,
-sending ``0001-01-01T00:00:00Z``), or ``max_age`` after its last firing notification, whichever
-comes first: a lost ``resolved`` cannot hold a pool for ever.
+How long an alert holds its pool: at most its own life. Until a ``resolved`` notification
+for its fingerprint, its ``endsAt`` when the notification gives one (Alertmanager hides
+``endsAt`` while an alert fires, sending ``0001-01-01T00:00:00Z``), ``max_age`` after its last
+firing notification (a lost ``resolved`` cannot hold a pool for ever), or ``max_life`` after
+its own ``startsAt``, whichever comes first. The last bound is what a notification posted
+again cannot stretch: Alertmanager's re-sends of a firing alert and a replay of one of them
+are the same bytes, but both carry the alert's ``startsAt``, which a replay cannot move. An
+alert seen ended (resolved, or past its ``endsAt``) is remembered until then, so that a replay
+of one of its firing notifications holds nothing (``ended`` in the receipt).
 
-The payload is Alertmanager's webhook version 4. It is checked at this boundary: a body that is
-not one is refused as a ``BadPayload`` naming the first field that is wrong and its value.
+How often it wakes the loop: a notification rings ``rung`` only when it changes what is held
+(a pool newly held by an alert, an alert let go); a re-send of what is held already changes
+nothing the step must act on now. ``runtime.loop`` runs the step at once for at most one ring
+per tick interval; the next scheduled tick reads the rest (docs/design/alertmanager.md).
+
+The payload is Alertmanager's webhook version 4. It is checked at this boundary: a body over
+``MAX_BODY`` bytes or nested deeper than ``MAX_DEPTH`` is refused before it is parsed, and a
+body that is not a notification is refused as a ``BadPayload`` naming the first field that is
+wrong and its value (cut: ``core.bounded``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import itertools
 import json
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -35,13 +49,16 @@ from typing import Any, Literal
 import pydantic
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from rebalancer.core import alerts
+from rebalancer.core import alerts, bounded
 from rebalancer.core.model import Clock, FiringAlert, PoolName
 
 log = logging.getLogger(__name__)
 
 VERSION = "4"
 MAX_PER_POOL = 1000  # alerts held per pool: a flood cannot grow the process without bound
+MAX_ENDED = 10_000  # ended alerts remembered: a flood of resolved ones cannot either
+MAX_BODY = 1024 * 1024  # bytes of a notification; Alertmanager's max_alerts keeps one far below
+MAX_DEPTH = 64  # nesting of a notification's JSON; version 4 needs 4 (alerts[].labels)
 _ZERO_YEAR = 1  # Go's zero time, 0001-01-01T00:00:00Z: no endsAt
 
 
@@ -62,7 +79,9 @@ class Alert(_Payload):
     starts_at: AwareDatetime = Field(alias="startsAt")
     ends_at: AwareDatetime = Field(alias="endsAt")
     generator_url: str = Field(default="", alias="generatorURL")
-    fingerprint: str = Field(min_length=1)
+    # Alertmanager's are 16 hex digits; the bound keeps a key of the store, a log line and a
+    # record's inputs short.
+    fingerprint: str = Field(min_length=1, max_length=128)
 
     @property
     def name(self) -> str:
@@ -106,6 +125,16 @@ class BadPayload:
 
 def parse_notification(raw: bytes) -> Notification | BadPayload:
     """The notification in ``raw`` (a request body), or why it is not one."""
+    if len(raw) > MAX_BODY:
+        return too_large(len(raw))
+    deep = depth(raw)
+    if deep > MAX_DEPTH:  # json.loads recurses once a level: a deep body is a RecursionError
+        return BadPayload(
+            "(body)",
+            bounded.cut(raw[:80].decode("utf-8", "replace"), 80),
+            f"JSON nested {deep} levels deep: a notification is nested at most {MAX_DEPTH}",
+            error="too_deep",
+        )
     try:
         doc = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
@@ -128,6 +157,19 @@ def parse_notification(raw: bytes) -> Notification | BadPayload:
         return BadPayload(where, value, first["msg"])
 
 
+def too_large(size: int | None) -> BadPayload:
+    """Why a body of ``size`` bytes is refused (None: sent in chunks, cut off once it was
+    longer than ``MAX_BODY``)."""
+    shown = f"more than {MAX_BODY} bytes" if size is None else f"{size} bytes"
+    return BadPayload(
+        "(body)",
+        f"({shown})",
+        f"{shown}: a notification is at most {MAX_BODY} bytes (Alertmanager's max_alerts in "
+        "the webhook's configuration keeps one short)",
+        error="body_too_large",
+    )
+
+
 def _path(loc: Sequence[int | str]) -> str:
     out = ""
     for part in loc:
@@ -137,7 +179,20 @@ def _path(loc: Sequence[int | str]) -> str:
 
 def _shown(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= 200 else text[:200] + "..."
+    return bounded.cut(text)
+
+
+# A JSON string (escapes included), and the brackets left once strings are taken out.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_BRACKETS = re.compile(rb"[\[\]{}]")
+
+
+def depth(raw: bytes) -> int:
+    """How deep the arrays and objects of the JSON text ``raw`` nest, counted without
+    recursion (a body that is not JSON gets a count too; ``json.loads`` then says why)."""
+    brackets = _BRACKETS.findall(_STRING.sub(b"", raw))
+    steps = (1 if b in (b"[", b"{") else -1 for b in brackets)
+    return max(itertools.accumulate(steps), default=0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,11 +207,13 @@ class Matched:
 
 @dataclass(frozen=True)
 class Receipt:
-    """What one notification did: alerts now held per pool, fingerprints let go."""
+    """What one notification did: alerts now held per pool, fingerprints let go, and firing
+    alerts whose life is over (seen ended, or past ``max_life``): a replay, held by nothing."""
 
     held: tuple[Matched, ...]
     resolved: tuple[str, ...]
     unmatched: int  # firing alerts no pool's selectors admit
+    ended: tuple[str, ...] = ()
 
     def body(self) -> dict[str, Any]:
         return {
@@ -172,11 +229,16 @@ class Receipt:
             ],
             "resolved": list(self.resolved),
             "unmatched": self.unmatched,
+            "ended": list(self.ended),
         }
 
 
 class AlertStore:
-    """The firing alerts each pool is held to, and a bell the reconcile loop waits on."""
+    """The firing alerts each pool is held to, and a bell the reconcile loop waits on.
+
+    ``max_age``: how long after its last firing notification an alert holds its pool.
+    ``max_life``: how long after its own ``startsAt`` it may hold it at most, however often it
+    is posted."""
 
     def __init__(
         self,
@@ -184,45 +246,66 @@ class AlertStore:
         *,
         max_age: timedelta,
         clock: Clock,
+        max_life: timedelta = timedelta(hours=12),
     ) -> None:
         self.selectors = {pool: tuple(s) for pool, s in selectors.items()}
-        self.max_age, self.clock = max_age, clock
+        self.max_age, self.max_life, self.clock = max_age, max_life, clock
         self._held: dict[PoolName, dict[str, FiringAlert]] = {p: {} for p in self.selectors}
-        self.rung = asyncio.Event()  # set by a firing matched alert; the loop clears it
+        # fingerprint -> the startsAt of its life seen ended: a firing notification of that
+        # life (or an older one) is a replay. Kept until the life's max_life is over.
+        self._ended: dict[str, datetime] = {}
+        self.rung = asyncio.Event()  # set when what is held changes; the loop clears it
         self.why = ""
 
     def receive(self, notification: Notification) -> Receipt:
         now = self.clock()
+        self._forget_ended(now)
         held: list[Matched] = []
+        news: list[Matched] = []
         resolved: list[str] = []
+        ended: list[str] = []
         unmatched = 0
         for alert in notification.alerts:
             if alert.status == "resolved" or (alert.ends is not None and alert.ends <= now):
+                self._end(alert)
                 if self._let_go(alert.fingerprint):
                     resolved.append(alert.fingerprint)
                 continue
+            if self._over(alert, now):
+                ended.append(alert.fingerprint)
+                continue
             found = self._hold(alert, now)
-            held.extend(found)
+            held.extend(m for m, _ in found)
+            news.extend(m for m, new in found if new)
             unmatched += not found
-        if held:
-            self.why = ", ".join(
-                f"alert {m.alert.name} for pool {m.pool} ({m.alert.matcher})" for m in held[:3]
+        for m in news:
+            log.info(
+                "alertmanager: alert %s (%s) fires for pool %s (%s): running the step now",
+                m.alert.name,
+                m.alert.fingerprint,
+                m.pool,
+                m.alert.matcher,
             )
-            for m in held:
-                log.info(
-                    "alertmanager: alert %s (%s) fires for pool %s (%s): running the step now",
-                    m.alert.name,
-                    m.alert.fingerprint,
-                    m.pool,
-                    m.alert.matcher,
-                )
-            self.rung.set()
+        if ended:
+            log.info(
+                "alertmanager: %d firing alert(s) whose life is over ignored (%s): a replay, "
+                "or a rule firing longer than max_life",
+                len(ended),
+                ", ".join(ended[:3]),
+            )
         for fingerprint in resolved:
             log.info("alertmanager: alert %s resolved; it holds no pool now", fingerprint)
-        if resolved and not held:  # a pool may lend again: sooner than the next tick
+        # Only news rings: a re-send of an alert already held changes nothing the step must
+        # act on now (its next run reads the later ``until``).
+        if news:
+            self.why = ", ".join(
+                f"alert {m.alert.name} for pool {m.pool} ({m.alert.matcher})" for m in news[:3]
+            )
+            self.rung.set()
+        elif resolved:  # a pool may lend again: sooner than the next tick
             self.why = f"alert {', '.join(resolved[:3])} resolved"
             self.rung.set()
-        return Receipt(tuple(held), tuple(resolved), unmatched)
+        return Receipt(tuple(held), tuple(resolved), unmatched, tuple(ended))
 
     def firing(self, pool: PoolName, now: datetime) -> tuple[FiringAlert, ...]:
         """The alerts that hold ``pool`` at ``now``; those past their ``until`` are dropped."""
@@ -233,17 +316,31 @@ class AlertStore:
             del mine[fingerprint]
         return tuple(sorted(mine.values(), key=lambda a: (a.starts_at, a.fingerprint)))
 
-    def _hold(self, alert: Alert, now: datetime) -> list[Matched]:
+    def _life_ends(self, alert: Alert, now: datetime) -> datetime:
+        """The latest an alert may hold a pool: ``max_life`` after it started (a ``startsAt``
+        ahead of this clock counts from now, so a skewed sender cannot lengthen it)."""
+        return min(alert.starts_at, now) + self.max_life
+
+    def _over(self, alert: Alert, now: datetime) -> bool:
+        """Whether a firing notification speaks of a life that is over: seen ended here, or
+        past ``max_life``."""
+        seen_end = self._ended.get(alert.fingerprint)
+        if seen_end is not None and alert.starts_at <= seen_end:
+            return True
+        return self._life_ends(alert, now) <= now
+
+    def _hold(self, alert: Alert, now: datetime) -> list[tuple[Matched, bool]]:
+        """The pools ``alert`` holds now, each with whether it held that pool before not."""
         found = []
         for pool, selectors in self.selectors.items():
             selector = alerts.first_match(selectors, alert.labels)
             if selector is None:
                 continue
-            until = now + self.max_age
+            until = min(now + self.max_age, self._life_ends(alert, now))
             if alert.ends is not None:
                 until = min(until, alert.ends)
             value = FiringAlert(
-                name=alert.name,
+                name=bounded.cut(alert.name),
                 fingerprint=alert.fingerprint,
                 starts_at=alert.starts_at,
                 matcher=str(selector),
@@ -251,12 +348,26 @@ class AlertStore:
                 until=until,
             )
             mine = self._held[pool]
-            mine.pop(alert.fingerprint, None)  # re-inserted: the newest is last
+            before = mine.pop(alert.fingerprint, None)  # re-inserted: the newest is last
             mine[alert.fingerprint] = value
             if len(mine) > MAX_PER_POOL:  # the oldest notification goes; the pool stays held
                 del mine[next(iter(mine))]
-            found.append(Matched(pool, value))
+            found.append((Matched(pool, value), before is None or before.until <= now))
         return found
+
+    def _end(self, alert: Alert) -> None:
+        """Remember that the life of ``alert`` (its ``startsAt``) is over."""
+        known = self._ended.pop(alert.fingerprint, None)
+        self._ended[alert.fingerprint] = (
+            alert.starts_at if known is None else max(known, alert.starts_at)
+        )
+        if len(self._ended) > MAX_ENDED:
+            del self._ended[next(iter(self._ended))]
+
+    def _forget_ended(self, now: datetime) -> None:
+        """An ended life past its ``max_life`` needs no remembering: ``_over`` says so anyway."""
+        for fingerprint in [f for f, s in self._ended.items() if s + self.max_life <= now]:
+            del self._ended[fingerprint]
 
     def _let_go(self, fingerprint: str) -> bool:
         gone = False

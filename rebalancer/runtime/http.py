@@ -14,7 +14,9 @@
   404 for a node no pool selects, 503 before the first tick.
 - ``POST /api/v1/alertmanager``: Alertmanager's webhook (version 4), when the server is given
   a ``runtime.alerts.Receiver``: a firing alert that matches a pool's ``wake_on`` runs the
-  reconcile step at once and holds the pool (docs/design/alertmanager.md).
+  reconcile step at once and holds the pool (docs/design/alertmanager.md). The body is read up
+  to ``alerts.MAX_BODY`` bytes (more is a 413) and its nesting counted before it is parsed
+  (deeper than ``alerts.MAX_DEPTH`` is a 400): neither reaches ``json.loads``.
 
 Errors are JSON, never a traceback: a bad parameter is a 400 naming the parameter, its value
 and why; a store that raises or does not answer within ``query_timeout`` is a 503 (the
@@ -41,7 +43,7 @@ from prometheus_client.exposition import choose_encoder
 
 from rebalancer import errors
 from rebalancer.adapters.audit import AuditQuery, AuditStore, Cursor
-from rebalancer.core import audit
+from rebalancer.core import audit, bounded
 from rebalancer.core.audit import Kind
 from rebalancer.core.model import Action
 from rebalancer.errors import ConfigError
@@ -128,7 +130,7 @@ class BadParameter(Exception):
         return {
             "error": "bad_parameter",
             "parameter": self.parameter,
-            "value": self.value,
+            "value": bounded.cut(self.value),  # what the client sent: it need not read it whole
             "message": self.message,
         }
 
@@ -395,7 +397,10 @@ class HttpServer:
                 status=401,
                 headers={"WWW-Authenticate": 'Bearer realm="rebalancer"'},
             )
-        parsed = alerting.parse_notification(await request.read())
+        raw = await _body(request, alerting.MAX_BODY)
+        if raw is None:
+            return web.json_response(alerting.too_large(request.content_length).body(), status=413)
+        parsed = alerting.parse_notification(raw)
         if isinstance(parsed, alerting.BadPayload):
             return web.json_response(parsed.body(), status=400)
         receipt = receiver.store.receive(parsed)
@@ -434,3 +439,17 @@ class HttpServer:
                 "next": None if page.next is None else page.next.token,
             }
         )
+
+
+async def _body(request: web.Request, limit: int) -> bytes | None:
+    """The request's body, or None once it is longer than ``limit`` bytes (read no further)."""
+    if request.content_length is not None and request.content_length > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)

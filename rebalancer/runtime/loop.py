@@ -11,7 +11,9 @@ once, woken early by window edges and by wake-ups (debounced), and a clean shutd
 - ``wake(why, at_once=True)`` skips the debounce: a matched Alertmanager alert
   (``runtime.alerts``, its ``rung`` event) says inference is short now, and Alertmanager has
   grouped the burst already (its ``group_wait``). A wake-up at once that arrives during a run
-  makes the next run start as soon as that one ends.
+  makes the next run start as soon as that one ends. Alerts wake the loop at once at most once
+  per tick interval (``alert_wake``): however many notifications arrive, the rest are read by
+  the next scheduled run, at most one interval later, so posting cannot make the loop spin.
 - After each run the next window edge (``edges(now)``, e.g. ``Reconciler.next_edge``) is
   compared with the next scheduled run (``edge_wake``); if it comes first the job is moved to
   just after the edge, so a window that closes is acted on at once, not up to an interval late.
@@ -64,6 +66,13 @@ def debounced(now: datetime, due: datetime | None, delay: timedelta) -> datetime
     due at or before that (then that run serves the wake-up too)."""
     wanted = now + delay
     return due if due is not None and due <= wanted else wanted
+
+
+def alert_wake(now: datetime, last: datetime | None, interval: timedelta) -> bool:
+    """Whether an alert that rings at ``now`` runs the step at once: only when no alert did
+    within the last ``interval`` (``last``). Otherwise the run due within an interval of the
+    last one reads it: at most one run a tick comes from alerts, whatever arrives."""
+    return last is None or now - last >= interval
 
 
 def edge_wake(
@@ -305,11 +314,17 @@ async def _forward_changes(informer: Source, loop: ReconcileLoop) -> None:
 
 
 async def _forward_alerts(bell: Bell, loop: ReconcileLoop) -> None:
-    """Run the loop at once whenever a matched alert fires."""
+    """Run the loop at once when a matched alert fires, at most once per tick interval."""
+    last: datetime | None = None
     while True:
         await bell.rung.wait()
         bell.rung.clear()
-        loop.wake(f"alertmanager: {bell.why}", at_once=True)
+        now = loop.clock()
+        if alert_wake(now, last, loop.interval):
+            last = now
+            loop.wake(f"alertmanager: {bell.why}", at_once=True)
+        else:
+            log.debug("alertmanager: %s; read by the next tick (one wake-up a tick)", bell.why)
 
 
 async def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:

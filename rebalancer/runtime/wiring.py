@@ -283,6 +283,7 @@ def _alert_store(settings: Settings, clock: Clock) -> alerting.AlertStore:
     return alerting.AlertStore(
         {PoolName(p.name): p.alert_selectors() for p in settings.pools},
         max_age=settings.alertmanager.max_age,
+        max_life=settings.alertmanager.max_life,
         clock=clock,
     )
 

@@ -104,6 +104,9 @@ class AlertmanagerSettings(SettingsBlock):
     # A firing alert holds its pool at most this long after its last notification: keep the
     # receiver's route ``repeat_interval`` well under it.
     max_age: PositiveDuration = timedelta(hours=1)
+    # ... and at most this long after its own startsAt, however often it is posted: a replayed
+    # notification cannot hold a pool longer; an alert firing longer stops holding it.
+    max_life: PositiveDuration = timedelta(hours=12)
 
 
 class TakerSettings(SettingsBlock):

@@ -7,6 +7,7 @@ waiting on any clock."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,7 +23,7 @@ from rebalancer.core import alerts as matching
 from rebalancer.core.model import PoolName
 from rebalancer.runtime import alerts
 from rebalancer.runtime.http import HttpServer, readiness
-from rebalancer.runtime.loop import ReconcileLoop
+from rebalancer.runtime.loop import ReconcileLoop, alert_wake, run_controller
 from rebalancer.runtime.telemetry import Telemetry
 from tests.support.alertmanager import alert, notification
 from tests.support.factories import T0
@@ -109,6 +110,7 @@ async def test_a_firing_alert_that_matches_a_pool_is_held_for_it_and_rings_the_l
         ],
         "resolved": [],
         "unmatched": 0,
+        "ended": [],
     }
     assert store.rung.is_set()
     assert "alert InferenceQueueHigh for pool l20" in store.why
@@ -164,6 +166,93 @@ def test_every_firing_notification_starts_the_maximum_age_again() -> None:
 
     assert len(store.firing(L20, T0 + timedelta(minutes=45))) == 1
     assert store.firing(L20, T0 + timedelta(minutes=50)) == ()
+
+
+STARTS = datetime.fromisoformat("2026-03-02T11:58:00.123456+00:00")  # alert()'s startsAt
+LIFE = timedelta(hours=12)  # AlertStore's max_life by default
+
+
+def test_alertmanager_re_sending_a_firing_alert_holds_its_pool_for_the_alert_s_life() -> None:
+    clock = Clock()
+    store = store_for(clock)
+    again = alerts.Notification.model_validate(notification([alert(service="llm")]))
+    while clock.now < STARTS + LIFE - timedelta(minutes=15):  # every repeat_interval
+        store.receive(again)
+        assert len(store.firing(L20, clock.now + timedelta(minutes=14))) == 1, clock.now
+        clock.now += timedelta(minutes=15)
+
+
+def test_a_notification_posted_again_and_again_holds_no_longer_than_its_alert_s_life() -> None:
+    clock = Clock()
+    store = store_for(clock)
+    replay = alerts.Notification.model_validate(notification([alert(service="llm")]))
+    store.receive(replay)
+    (held,) = store.firing(L20, T0)
+    assert held.until == T0 + HOUR
+
+    clock.now = STARTS + LIFE - timedelta(minutes=10)
+    store.receive(replay)
+    (held,) = store.firing(L20, clock.now)
+    assert held.until == STARTS + LIFE  # not an hour after this receipt
+
+    for hours in range(1, 4):  # posted again after its life: held by nothing, ever
+        clock.now = STARTS + LIFE + timedelta(hours=hours)
+        receipt = store.receive(replay)
+        assert (receipt.held, receipt.ended) == ((), ("5f0e2c8a1b3d4e6f",))
+        assert store.firing(L20, clock.now) == ()
+
+
+def test_a_firing_notification_replayed_after_its_resolved_holds_nothing_and_rings_nothing() -> (
+    None
+):
+    clock = Clock()
+    store = store_for(clock)
+    firing = alerts.Notification.model_validate(notification([alert(service="llm")]))
+    store.receive(firing)
+    clock.now = T0 + timedelta(minutes=5)
+    store.receive(
+        alerts.Notification.model_validate(
+            notification([alert(service="llm", status="resolved", ends_at="2026-03-02T12:04:00Z")])
+        )
+    )
+    store.rung.clear()
+
+    clock.now = T0 + timedelta(minutes=6)
+    receipt = store.receive(firing)
+
+    assert receipt.ended == ("5f0e2c8a1b3d4e6f",)
+    assert store.firing(L20, clock.now) == ()
+    assert not store.rung.is_set()
+
+
+def test_an_alert_that_fires_again_after_its_resolved_is_held_again() -> None:
+    clock = Clock()
+    store = store_for(clock)
+    store.receive(alerts.Notification.model_validate(notification([alert(service="llm")])))
+    store.receive(
+        alerts.Notification.model_validate(notification([alert(service="llm", status="resolved")]))
+    )
+    clock.now = T0 + timedelta(minutes=30)
+    anew = alert(service="llm", starts_at="2026-03-02T12:29:00Z")  # a new life: a new startsAt
+    store.receive(alerts.Notification.model_validate(notification([anew])))
+
+    (held,) = store.firing(L20, clock.now)
+    assert held.starts_at == datetime.fromisoformat("2026-03-02T12:29:00+00:00")
+
+
+def test_a_re_sent_alert_already_held_does_not_ring_the_loop_again() -> None:
+    clock = Clock()
+    store = store_for(clock)
+    again = alerts.Notification.model_validate(notification([alert(service="llm")]))
+    store.receive(again)
+    assert store.rung.is_set()
+    store.rung.clear()
+    clock.now = T0 + timedelta(minutes=15)
+
+    receipt = store.receive(again)
+
+    assert len(receipt.held) == 1  # held, for longer
+    assert not store.rung.is_set()  # but nothing the step must act on at once
 
 
 def test_an_alert_with_an_ends_at_holds_until_then_and_one_already_ended_holds_nothing() -> None:
@@ -271,6 +360,59 @@ async def test_a_notification_of_another_version_is_refused_naming_it() -> None:
     assert store.firing(L20, T0) == ()
 
 
+async def test_json_nested_deeper_than_the_bound_is_a_400_naming_it_not_a_500() -> None:
+    store = store_for(Clock())
+    async with serving(alerts.Receiver(store)) as post:
+        status, answer = await post(None, raw=b"[" * 100_000 + b"]" * 100_000)
+        just_deep_enough, _ = await post(None, raw=b"[" * 64 + b"]" * 64)
+
+    assert status == 400
+    assert answer["error"] == "too_deep"
+    assert answer["message"] == (
+        "JSON nested 100000 levels deep: a notification is nested at most 64"
+    )
+    assert just_deep_enough == 400  # read, and refused for what it is: not an object
+
+
+async def test_a_body_over_the_size_bound_is_refused_naming_its_size() -> None:
+    store = store_for(Clock())
+    big = json.dumps(notification([alert(service="llm")] * 4000)).encode()
+    assert len(big) > alerts.MAX_BODY
+    async with (
+        serving(alerts.Receiver(store)) as post,
+        post.session.post(post.url, data=io.BytesIO(big)) as r,  # with its Content-Length
+    ):
+        status, answer = r.status, await r.json()
+
+    assert status == 413
+    assert answer["error"] == "body_too_large"
+    assert answer["message"].startswith(f"{len(big)} bytes: a notification is at most 1048576")
+    assert store.firing(L20, T0) == ()
+
+
+async def test_a_body_sent_in_chunks_is_cut_off_once_over_the_size_bound() -> None:
+    store = store_for(Clock())
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(20):
+            yield b" " * 65536  # JSON's whitespace: 1.25 MiB of it, no Content-Length
+
+    async with (
+        serving(alerts.Receiver(store)) as post,
+        post.session.post(post.url, data=chunks()) as r,
+    ):
+        status, answer = r.status, await r.json()
+
+    assert (status, answer["error"]) == (413, "body_too_large")
+    assert answer["value"] == f"(more than {alerts.MAX_BODY} bytes)"
+
+
+def test_depth_is_counted_without_recursion_and_ignores_brackets_inside_strings() -> None:
+    assert alerts.depth(b'{"a": [1, {"b": "[[[[{{{{\\"]"}]}') == 3
+    assert alerts.depth(b"[" * 100_000) == 100_000
+    assert alerts.depth(b"3") == 0
+
+
 @pytest.mark.parametrize("token", [None, "wrong"])
 async def test_with_a_token_set_a_notification_without_it_is_a_401(token: str | None) -> None:
     store = store_for(Clock())
@@ -349,3 +491,63 @@ async def test_a_wake_up_at_once_during_a_run_runs_again_as_soon_as_it_ends() ->
             await second.wait()
     finally:
         await loop.stop()
+
+
+def test_an_alert_wakes_the_loop_at_once_only_when_none_did_within_the_tick_interval() -> None:
+    assert alert_wake(T0, None, HOUR)
+    assert not alert_wake(T0 + timedelta(minutes=59), T0, HOUR)
+    assert alert_wake(T0 + HOUR, T0, HOUR)
+
+
+class Listed:
+    """An informer that has listed and sees no change: only alerts wake the loop."""
+
+    def __init__(self) -> None:
+        self.synced, self.changed = asyncio.Event(), asyncio.Event()
+        self.synced.set()
+
+    async def run(self) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_two_hundred_notifications_in_a_tick_run_the_step_once_not_once_each() -> None:
+    store = store_for(Clock())
+    runs = 0
+    ran = asyncio.Event()
+
+    async def step() -> None:
+        nonlocal runs
+        runs += 1
+        ran.set()
+
+    async def until_runs(n: int) -> None:
+        while runs < n:
+            ran.clear()
+            await ran.wait()
+
+    stop = asyncio.Event()
+    controller = asyncio.create_task(
+        run_controller(
+            step,
+            informer=Listed(),
+            interval=HOUR,
+            debounce=HOUR,
+            stop=stop,
+            signals=(),
+            alerts=store,
+        )
+    )
+    try:
+        async with serving(alerts.Receiver(store)) as post, asyncio.timeout(10):
+            await until_runs(1)  # the first tick
+            for i in range(200):  # each a new alert: each rings the bell
+                status, _ = await post(notification([alert(service="llm", fingerprint=f"{i:x}")]))
+                assert status == 200
+            await until_runs(2)  # the first of them ran the step at once
+            while store.rung.is_set():  # the loop has heard the last of them
+                await asyncio.sleep(0)
+        assert runs == 2
+        assert len(store.firing(L20, T0)) == 200  # the next tick reads every one
+    finally:
+        stop.set()
+        assert await controller == 0

@@ -29,8 +29,9 @@ class FiringAlert:
     """An Alertmanager alert that fires and matched one of the pool's ``wake_on`` selectors:
     inference is short, as the alert's rule sees it (docs/design/alertmanager.md). It counts
     as pressure until ``until``: its own ``endsAt`` when the notification gave one, else the
-    last firing notification plus the configured maximum age, so that a lost ``resolved``
-    cannot hold a pool for ever."""
+    last firing notification plus the configured maximum age (a lost ``resolved`` cannot hold
+    a pool for ever), and never past its ``starts_at`` plus the maximum life (a notification
+    posted again cannot hold it longer)."""
 
     name: str  # the alert's ``alertname`` label
     fingerprint: str  # Alertmanager's identity of the alert (its label set)
