@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from rebalancer.core import audit, bounded
 from rebalancer.core.audit import Kind
 from rebalancer.runtime import explain
@@ -48,3 +50,31 @@ async def test_a_200_kb_override_value_is_copied_cut_once_into_each_record_and_a
         ):
             assert len(json.dumps(answer)) <= ANSWER_BOUND
             assert json.dumps(answer).count(value[: bounded.KEPT]) <= 1
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["original", "since", "decision", "deadline", "lend", "reclaim", "paused", "override_until"],
+)
+async def test_any_annotation_of_the_controller_s_200_kb_long_on_a_lent_node_is_copied_cut(
+    key: str,
+) -> None:
+    annotation = getattr(KEYS, key)
+    value = "{" + "y" * (BIG - 1)
+    async with world() as w:
+        assert await w.reconciler.start() == ()
+        await w.tick()  # low demand: the idle nodes are lent
+        node = IDLE[0]
+        annotate(w.store, node, {annotation: value})
+        before = len(w.audit.records)
+        await w.tick()
+
+        rows = [audit.to_json(r) for r in w.audit.records[before:]]
+        assert rows, "the tick wrote what it saw"
+        sizes = [len(json.dumps(row)) for row in rows]
+        assert max(sizes) <= RECORD_BOUND, sizes
+        assert all(json.dumps(row).count(value[: bounded.KEPT]) <= 1 for row in rows)
+        decided = w.reconciler.last_decided
+        assert decided is not None
+        answer = json.dumps(explain.answer(w.reconciler, *decided, pool=str(POOL)))
+        assert len(answer) <= ANSWER_BOUND
