@@ -17,11 +17,16 @@ Pure: strings in, strings out; nothing here reads a clock or does I/O.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
 
 KEPT = 256  # characters of an outside value kept where it is copied as a field of its own
 QUOTED = 64  # characters of one quoted inside a sentence (a message, a note, a reason)
 SENTENCE = 1024  # characters of a sentence built around outside values: a backstop
 DIGEST = 16  # hex digits of the SHA-256 a cut value carries: 64 bits tell values apart
+LISTED = 20  # items of a list from outside (the alerts holding a pool) copied one by one
 
 
 def cut(text: str, limit: int = KEPT) -> str:
@@ -49,6 +54,12 @@ def measure(text: str) -> str:
     # Python holds them rather than refused here.
     data = text.encode("utf-8", "surrogatepass")
     return f"({len(data)} bytes, sha256:{hashlib.sha256(data).hexdigest()[:DIGEST]})"
+
+
+def listed(items: Sequence[T], limit: int = LISTED) -> tuple[Sequence[T], int]:
+    """The first ``limit`` of ``items``, and how many more there are: a copy names those and
+    counts the rest."""
+    return items[:limit], max(0, len(items) - limit)
 
 
 def is_cut(text: str, limit: int = KEPT) -> bool:

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from rebalancer.core import audit, clocks, model, nodestate, overrides, planning, tick
+from rebalancer.core import audit, bounded, clocks, model, nodestate, overrides, planning, tick
 from rebalancer.core import demand as demand_module
 from rebalancer.core.model import NodeName, PoolName
 from rebalancer.core.policy import PoolPolicy
@@ -202,6 +202,8 @@ def _input_lines(doc: Json) -> list[str]:
         f"  alert firing: {a['name']} (matched {a['matcher']}), holds until {a['until']}"
         for a in doc["alerts"]
     ]
+    if doc["alerts_more"]:
+        lines.append(f"  and {doc['alerts_more']} more alerts firing")
     p = doc["proposal"]
     if doc["strategy_failure"]:
         lines.append(f"  strategy failed: {doc['strategy_failure']}")
@@ -277,6 +279,7 @@ def _pool_inputs(
     }
     proposal = decision.proposals.get(pool)
     failure = decision.failures.get((pool, Stage.STRATEGY))
+    alerts, more_alerts = bounded.listed([a for a in seen.alerts if a.until > now])
     return {
         "demand": demand,
         "clocks": clocks.doc(seen.clocks),
@@ -288,9 +291,9 @@ def _pool_inputs(
                 "matcher": a.matcher,
                 "until": _time(a.until),
             }
-            for a in seen.alerts
-            if a.until > now
+            for a in alerts
         ],
+        "alerts_more": more_alerts,  # firing besides those named: counted, not copied
         "proposal": {
             "lend_target": proposal.lend_target,
             "reason": proposal.reason,

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from rebalancer.core import audit, model
+from rebalancer.core import audit, explain, model
 from rebalancer.core.model import Action, Origin, Reason
 from rebalancer.core.policy import PoolPolicy
+from rebalancer.core.tick import PoolControls, plan_tick
 from tests.support.factories import (
     KEYS,
     POOL,
@@ -157,3 +158,18 @@ def test_a_pool_without_alerts_has_no_alert_evidence() -> None:
     inputs = audit.pool_inputs(T0, quiet.pools[POOL], None, None)
 
     assert "alerts" not in inputs
+
+
+def test_a_thousand_alerts_are_named_twenty_in_each_record_and_explain_and_counted_beyond() -> None:
+    flood = [firing(fingerprint=f"{i:04x}") for i in range(1000)]
+    alerted = snapshot([*serving_nodes(2), *lent_nodes(1)], flood)
+    decision = plan_tick(alerted, {POOL: proposal(1)}, {POOL: PoolControls(policy())}, KEYS)
+
+    inputs = audit.pool_inputs(T0, alerted.pools[POOL], None, None)
+    doc = explain.pool(POOL, alerted, decision, policy(), KEYS)
+
+    assert [a["fingerprint"] for a in inputs["alerts"]] == [f"{i:04x}" for i in range(20)]
+    assert inputs["alerts_more"] == 980
+    assert len(doc["alerts"]) == 20
+    assert doc["alerts_more"] == 980
+    assert "  and 980 more alerts firing" in explain.pool_lines(doc)

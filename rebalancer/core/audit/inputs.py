@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from rebalancer.core import clocks, model, nodestate, overrides
+from rebalancer.core import bounded, clocks, model, nodestate, overrides
 from rebalancer.core.audit.documents import _sample, _time, jsonable
 from rebalancer.core.audit.record import Json
 from rebalancer.core.policy import PoolPolicy
@@ -37,6 +37,11 @@ def pool_inputs(
             "since": _time(pool.held.since),
         }
     if pool.alerts:  # the Alertmanager alerts the pool was held to, and what matched each
+        # Anyone who may post can make a thousand: every record of the pool names the first
+        # few and counts the rest.
+        shown, more = bounded.listed(pool.alerts)
+        if more:
+            doc["alerts_more"] = more
         doc["alerts"] = [
             {
                 "alertname": a.name,
@@ -46,7 +51,7 @@ def pool_inputs(
                 "received": _time(a.received),
                 "until": _time(a.until),
             }
-            for a in pool.alerts
+            for a in shown
         ]
     if proposal is not None:
         doc["proposal"] = {
