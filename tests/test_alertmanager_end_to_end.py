@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from rebalancer.core.audit import Kind
@@ -41,8 +42,14 @@ async def test_a_posted_alert_takes_lent_nodes_back_at_once_with_the_alert_in_th
         async with h.controller(config) as c:
             await h.wait_lent(c, IDLE_NODES)
 
+            # The alert started two minutes ago on the process's own (real) clock: an alert
+            # holds its pool at most alertmanager.max_life after its startsAt.
+            started = datetime.now(UTC).replace(microsecond=123456) - timedelta(minutes=2)
+            starts_at = started.isoformat().replace("+00:00", "Z")
             posted = time.monotonic()
-            body = notification([alert(service="llm", fingerprint="9a1b2c3d4e5f6071")])
+            body = notification(
+                [alert(service="llm", fingerprint="9a1b2c3d4e5f6071", starts_at=starts_at)]
+            )
             async with h.session.post(c.base + "/api/v1/alertmanager", data=json.dumps(body)) as r:
                 assert r.status == 200, await r.text()
                 receipt = await r.json()
@@ -64,7 +71,7 @@ async def test_a_posted_alert_takes_lent_nodes_back_at_once_with_the_alert_in_th
         assert named["alertname"] == "InferenceQueueHigh"
         assert named["fingerprint"] == "9a1b2c3d4e5f6071"
         assert named["matcher"] == '{alertname="InferenceQueueHigh", service="llm"}'
-        assert named["starts_at"] == "2026-03-02T11:58:00.123456Z"
+        assert named["starts_at"] == starts_at
         # While it fires the pool lends nothing: the nodes stay serving.
         first = min(r.time for r in reclaims)
         assert not [
