@@ -8,7 +8,7 @@ the snapshot and the decision; no rule is judged twice in two places.
 
 from __future__ import annotations
 
-from rebalancer.core import explain, model
+from rebalancer.core import bounded, explain, model
 from rebalancer.core.explain import Json
 from rebalancer.core.tick import Decision
 from rebalancer.errors import RebalancerError
@@ -33,7 +33,9 @@ def answer(
         config = configs.get(pool)
         if config is None or config.name not in snapshot.pools:
             known = ", ".join(configs) or "none"
-            raise NotExplained(f"pool={pool!r}: no configured pool has that name ({known})")
+            raise NotExplained(
+                f"pool={bounded.quoted(pool)}: no configured pool has that name ({known})"
+            )
         paused, frozen = _held(reconciler, snapshot, config.name)
         return explain.pool(
             config.name, snapshot, decision, config.policy, reconciler.keys, paused, frozen
@@ -54,7 +56,7 @@ def answer(
                 frozen,
             )
     raise NotExplained(
-        f"node={node!r}: no configured pool selects it, or it does not exist "
+        f"node={bounded.quoted(node)}: no configured pool selects it, or it does not exist "
         f"(pools: {', '.join(configs) or 'none'})"
     )
 
