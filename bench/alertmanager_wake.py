@@ -17,9 +17,9 @@ of a node answered 2xx that sets its state label to ``reclaiming``):
 Between repetitions the alert is resolved (a resolved notification to the controller, and the
 alert ended in Alertmanager) and the pool lends its 6 nodes again, at the next scheduled tick:
 alerts run the step early at most once per tick interval, so each repetition after the first
-waits for that tick before its alert, and a run takes about a minute a repetition. The webhook carries a bearer
-token, as the chart's receiver does. With Alertmanager a small proxy in this process notes when
-each notification arrives and passes it on unchanged.
+waits for that tick before its alert, and a run takes about a minute a repetition. The webhook
+carries a bearer token, as the chart's receiver does. With Alertmanager a small proxy in this
+process notes when each notification arrives and passes it on unchanged.
 
     .venv/bin/python bench/alertmanager_wake.py              # 20 repetitions, ~20 min
     .venv/bin/python bench/alertmanager_wake.py --direct --repetitions 50
