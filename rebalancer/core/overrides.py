@@ -11,7 +11,8 @@
 Validated on every read. A bad value never raises: it is ignored (the default applies) and
 comes back as a ``Problem`` naming the key, the value and why, which the runtime turns into an
 Event on the node and an audit record. Parsing is cached per annotation set, because nodes are
-re-read every tick and rarely change.
+re-read every tick and rarely change; not for a value over ``CACHED_LENGTH`` characters, which
+no valid override has, so that the cache cannot grow with what others write.
 """
 
 from __future__ import annotations
@@ -77,14 +78,18 @@ def parse(
     )
     if not relevant:
         return _EMPTY
+    if any(len(value) > CACHED_LENGTH for _, value in relevant):
+        # Not kept: a cache of 4096 entries of 256 KiB values, each change of an annotation
+        # a new one, would hold a gigabyte. No valid override is this long.
+        return _parse(relevant, keys, default_zone)
     return _parse_cached(relevant, keys, default_zone)
 
 
 _EMPTY = Parsed(NONE, ())
+CACHED_LENGTH = 1024  # characters of an override value whose parse is cached
 
 
-@lru_cache(maxsize=4096)
-def _parse_cached(
+def _parse(
     relevant: tuple[tuple[str, str], ...], keys: nodestate.Keys, default_zone: str
 ) -> Parsed:
     values = dict(relevant)
@@ -142,3 +147,6 @@ def _parse_cached(
         window=window, lend=lend, reclaim_now=reclaim_now, paused=paused, until=until
     )
     return Parsed(overrides, tuple(problems))
+
+
+_parse_cached = lru_cache(maxsize=4096)(_parse)

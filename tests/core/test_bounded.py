@@ -61,3 +61,11 @@ def test_a_finding_keeps_a_big_value_once_cut_and_quotes_it_short_in_its_message
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[: bounded.DIGEST]
+
+
+def test_a_long_override_value_is_parsed_each_time_not_kept_in_the_parse_cache() -> None:
+    cached = overrides._parse_cached.cache_info().currsize
+    for i in range(50):  # another writer changing a 200 KB annotation, over and over
+        parsed = overrides.parse({"rebalancer.io/lend": f"{i}" + "z" * 204_800}, nodestate.Keys())
+        assert parsed.problems
+    assert overrides._parse_cached.cache_info().currsize == cached
