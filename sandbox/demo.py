@@ -312,7 +312,7 @@ def build(opts: Options) -> World:
                 i, deployment=SERVING[pool.name], node_name=name, pool=pool.name
             )
             cluster.add(store, replica)
-    jobs = training.Training(store, CLUSTER)
+    jobs = training.Training(store, CLUSTER, lenders=[p.name for p in LENDERS])
     jobs.step()
     return World(
         first=first,

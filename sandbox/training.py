@@ -12,10 +12,17 @@ Volcano's ``PodEvicted -> RestartJob`` policy, JobSet and the Kubeflow operators
 whose work is done ends.
 
 Once a minute, before it reacts to anything, ``step`` checks the cluster as the controller left
-it: a gang with some pods running and others gone or terminating is *half-running* (a job the
-controller broke); a pod bound to a node whose labels its node affinity refuses, or whose GPU
-its affinity refuses (the node's pool as built, whatever its labels say now), is *misplaced*.
-Both must never happen; they are counted, not corrected.
+it: a gang that lost pods while another of its pods still runs on a node of a pool the
+controller lends from is *half-running* (a job the controller broke: its rule takes back every
+lent node of a job losing pods on one); a pod bound to a node whose labels its node affinity
+refuses, or whose GPU its affinity refuses (the node's pool as built, whatever its labels say
+now), is *misplaced*. Both must never happen; they are counted, not corrected.
+
+A gang may also run partly on nodes no pool lends (a ``48gb`` job on a lent L20 and an A100 of
+the training pool): a reclaim of the L20 leaves its A100 pod running, and no controller that
+touches only the nodes it lent can stop it. Ending that job is its operator's part (the
+restart below, which Volcano's ``RestartJob`` makes within seconds), so such a job is counted
+as preempted, not as half-running.
 """
 
 from __future__ import annotations
@@ -103,7 +110,8 @@ class Preemption:
 
 @dataclass(frozen=True, slots=True)
 class Broken:
-    """A gang seen half-running: ``running`` of its ``size`` pods bound and not terminating."""
+    """A gang seen half-running: ``running`` of its ``size`` pods bound and not terminating,
+    one of them at least on a node of a pool the controller lends from."""
 
     time: datetime
     job: str
@@ -149,10 +157,14 @@ class Training:
         pools: Sequence[cluster.Pool],
         kinds: Sequence[Kind] = KINDS,
         seed: int = 7,
+        lenders: Sequence[str] | None = None,
     ) -> None:
         self.store = store
         self.kinds = tuple(kinds)
         self.pools = {p.name: p for p in pools}
+        # The pools the controller lends from (every pool unless said): only a pod still
+        # running on one of their nodes makes a gang that lost pods half-running.
+        self.lenders = frozenset(self.pools if lenders is None else lenders)
         self.random = random.Random(seed)
         self.jobs: dict[str, Job] = {}
         self.record = Record()
@@ -182,7 +194,7 @@ class Training:
         for job in self.jobs.values():
             mine = pods.get(job.name, [])
             running = self._bound(mine)
-            if 0 < running < job.size:
+            if 0 < running < job.size and self._on_loan(mine, nodes):
                 self.record.broken.append(Broken(now, job.name, running, job.size))
             for pod in mine:
                 node = nodes.get(pod["spec"].get("nodeName") or "")
@@ -279,6 +291,17 @@ class Training:
             and not p["metadata"].get("deletionTimestamp")
             and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         )
+
+    def _on_loan(self, pods: list[Obj], nodes: Mapping[str, Obj]) -> bool:
+        """Whether one of ``pods`` still runs on a node of a pool the controller lends from:
+        what its gang rule must have taken back with the pods the job lost."""
+        for pod in pods:
+            if self._bound([pod]):
+                node = nodes.get(pod["spec"]["nodeName"])
+                labels = (node or {}).get("metadata", {}).get("labels") or {}
+                if labels.get("gpu-pool") in self.lenders:
+                    return True
+        return False
 
     def _usable(self, pod: Obj, node: Obj) -> bool:
         """Whether ``pod``'s affinity accepts ``node`` by its labels now and as built."""

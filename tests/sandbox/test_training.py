@@ -67,3 +67,67 @@ def test_a_pod_on_a_node_whose_gpu_its_affinity_refuses_is_counted() -> None:
     store.replace(NODES, None, "a100-0", node)
     jobs.check(clock())
     assert [m.node for m in jobs.record.misplaced] == ["a100-0"]
+
+
+def _lend(store: Store, name: str) -> None:
+    """The node as a lend leaves it: its serving taint swapped for the lent one."""
+    node = store.get(NODES, None, name)
+    node["spec"]["taints"] = [cluster.LEND_TAINT]
+    store.replace(NODES, None, name, node)
+
+
+def _fill(store: Store, *names: str) -> None:
+    """Each node's GPUs taken by a one-pod job the demo's queue does not know."""
+    for name in names:
+        pod = cluster.training_pod(f"other-{name}", 0, gpus=8, priority_class=None)
+        pod["spec"]["nodeName"] = name
+        cluster.add(store, pod)
+
+
+def _gang_on(clock: ManualClock, store: Store, lent: tuple[str, ...]) -> training.Training:
+    """A job of two pods placed by the scheduler on the nodes left free: every A100 full but
+    the last ``2 - len(lent)``, ``lent`` lent; then 45 minutes of running."""
+    for name in lent:
+        _lend(store, name)
+    _fill(store, *(f"a100-{i}" for i in range(4 - (2 - len(lent)))))
+    jobs = training.Training(store, cluster.HETEROGENEOUS, kinds=[PAIR], lenders=["l20", "t4"])
+    jobs.step()
+    (job,) = jobs.jobs.values()
+    assert job.started is not None
+    clock.advance(45 * 60)
+    return jobs
+
+
+def _take(store: Store, job: str, node: str) -> None:
+    """The job's pod on ``node`` removed, as a reclaim's drain removes it."""
+    name = next(k for k, v in _bound(store).items() if k.startswith(job) and v == node)
+    store.delete(PODS, cluster.TRAINING_NAMESPACE, name, DeleteOptions(grace_period=0))
+
+
+def test_a_gang_whose_other_pod_runs_on_a_node_no_pool_lends_is_preempted_not_half_running() -> (
+    None
+):
+    # A reclaim of the lent L20 cannot reach the A100 pod: the controller never touches a node
+    # it did not lend. The job's operator restarts it; it is preempted, not left half-running.
+    clock, store = _store()
+    jobs = _gang_on(clock, store, ("l20-2",))
+    (job,) = jobs.jobs.values()
+    assert {v for k, v in _bound(store).items() if k.startswith(job.name)} == {"a100-3", "l20-2"}
+    _take(store, job.name, "l20-2")
+    jobs.step()
+    assert jobs.record.broken == []
+    assert [p.job for p in jobs.record.preemptions] == [job.name]
+    assert job.attempt == 1  # restarted whole by its operator
+
+
+def test_a_gang_that_loses_a_pod_while_another_runs_on_a_lent_node_is_half_running() -> None:
+    # What the controller's gang rule forbids: one lent node of the job taken back, the other
+    # left lent with the job's pod running on it.
+    clock, store = _store()
+    jobs = _gang_on(clock, store, ("l20-2", "l20-3"))
+    (job,) = jobs.jobs.values()
+    assert {v for k, v in _bound(store).items() if k.startswith(job.name)} == {"l20-2", "l20-3"}
+    _take(store, job.name, "l20-2")
+    jobs.step()
+    (broken,) = jobs.record.broken
+    assert (broken.job, broken.running, broken.size) == (job.name, 1, 2)
