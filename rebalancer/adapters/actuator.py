@@ -23,7 +23,12 @@ Why it is shaped like this:
   deleted with grace 0. A pod bound to the name before this node was created belongs to an
   earlier node of that name: it is deleted at once, as the pod garbage collector would have.
 - A node is known by its UID: a step or pass for one incarnation of a name finds another (the
-  node was deleted and re-created) and ends ``gone`` without a write.
+  node was deleted and re-created) or none (deleted) and writes no node; the loan it was for
+  is over, and the pods it took, still bound to the name, are removed as a drain removes them
+  (evicted, and deleted past the deadline) before it ends ``gone``: a kubelet re-registering
+  under the name would run them on a node that serves. ``remove_earlier`` does the same for
+  the borrowed pods a tick finds on a node created after they were bound, whatever happened in
+  between (docs/design/other-writers.md).
 - Every call returns an ``ActionResult`` naming each write it made (or, in dry-run mode, would
   make, with the exact body) so the audit log can record it.
 
@@ -46,7 +51,7 @@ lends must not queue 600 requests behind each other; docs/design/actuator.md):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -166,16 +171,46 @@ class Actuator:
         """Take the node back. With ``uid``, only that incarnation of the name: another one
         (the node was deleted and re-created) ends the step ``gone``, with no write."""
         run = _Pass(node, model.Action.RECLAIM, self._dry_run)
-        return await self._guarded(run, self._reclaim(run, decision, deadline, uid))
+        step = self._reclaim(run, decision, deadline, uid)
+        return await self._guarded(run, self._unless_deleted(run, step, uid, deadline))
+
+    async def _unless_deleted(
+        self, run: _Pass, step: Any, uid: str | None, deadline: datetime | None
+    ) -> ActionResult:
+        """``step``; when the node turns out deleted (a 404) and the call was for one
+        incarnation of it (``uid``), the pods that node took are removed instead."""
+        try:
+            result: ActionResult = await step
+        except NotFound:
+            if not uid:
+                raise
+            return await self._end_earlier(run, None, uid, deadline)
+        return result
 
     async def progress(
-        self, node: str, decision: str | None = None, *, uid: str | None = None
+        self,
+        node: str,
+        decision: str | None = None,
+        *,
+        uid: str | None = None,
+        deadline: datetime | None = None,
     ) -> ActionResult:
         """Drive a node in flight one pass on. With ``decision`` (a recovery's intent), the
         transition is first taken over by it, so its remaining writes name that record; with
-        ``uid``, only that incarnation of the name is driven (another one: ``gone``)."""
+        ``uid``, only that incarnation of the name is driven: when it was replaced or deleted,
+        the pods it took are removed (evicted before ``deadline``, deleted after it or without
+        one) and the pass ends ``gone`` once none is left."""
         run = _Pass(node, model.Action.PROGRESS, self._dry_run)
-        return await self._guarded(run, self._progress(run, None, decision, uid))
+        step = self._progress(run, None, decision, uid, deadline)
+        return await self._guarded(run, self._unless_deleted(run, step, uid, deadline))
+
+    async def remove_earlier(self, node: str, decision: str, deadline: datetime) -> ActionResult:
+        """Remove the borrowed pods bound to ``node``'s name before the node there now was
+        created (``victims.left_by_earlier_node``; all those bound to the name when it has no
+        node): evicted before ``deadline``, deleted after it, as a drain's. No node is written.
+        ``applied`` once none is left, ``nothing`` when there was none."""
+        run = _Pass(node, model.Action.RECLAIM, self._dry_run)
+        return await self._guarded(run, self._remove_earlier(run, deadline))
 
     async def _guarded(self, run: _Pass, step: Any) -> ActionResult:
         try:
@@ -233,8 +268,8 @@ class Actuator:
         if _replaced(view, uid):
             if cached:  # a cache behind the server may not have seen the new node yet
                 return await self._reclaim(run, decision, deadline, uid, cached=False)
-            await self._clear_earlier(run, view)
-            return run.result(Outcome.GONE, _replaced_note(view, uid))
+            assert uid is not None
+            return await self._end_earlier(run, view, uid, deadline)
         if isinstance(state, nodestate.StateError):
             # Its own original cannot be read: back from the pool's specification, then the
             # drain and finish of any reclaim (docs/design/other-writers.md).
@@ -246,7 +281,8 @@ class Actuator:
             assert isinstance(from_spec, NodeState)
             return await self._drain(run, after, from_spec)
         if state.phase in (Phase.LENDING, Phase.RECLAIMING):  # already on its way
-            return await self._progress(run, None if cached else (view, state), None, uid)
+            seen = None if cached else (view, state)
+            return await self._progress(run, seen, None, uid, deadline)
         if state.phase is not Phase.LENT:
             if cached:  # nothing to do on the cache's word: the server says so first
                 return await self._reclaim(run, decision, deadline, uid, cached=False)
@@ -278,6 +314,7 @@ class Actuator:
         seen: tuple[model.NodeView, NodeState] | None,
         decision: str | None = None,
         uid: str | None = None,
+        deadline: datetime | None = None,
     ) -> ActionResult:
         if seen is not None:
             return await self._carry_on(run, *seen, decision)
@@ -286,8 +323,8 @@ class Actuator:
             if _replaced(view, uid):
                 if cached:
                     continue  # the server says so first
-                await self._clear_earlier(run, view)
-                return run.result(Outcome.GONE, _replaced_note(view, uid))
+                assert uid is not None
+                return await self._end_earlier(run, view, uid, deadline)
             if isinstance(state, nodestate.StateError):
                 return run.result(Outcome.REFUSED, f"unreadable state: {state}")
             try:
@@ -357,23 +394,78 @@ class Actuator:
         await self._patch(run, WriteKind.FINISH, view, self._finish(run, view, state))
         return run.result(Outcome.APPLIED, "reclaimed: serving again")
 
-    async def _clear_earlier(self, run: _Pass, view: model.NodeView) -> None:
-        """The loan of a node that was replaced is over, and so is its drain: the pods it took,
-        still bound to the name, are deleted at once, as the pod garbage collector would have
-        (the kubelet of the new node would otherwise run them on a node that serves). Only
-        those bound no later than the second the new node was created (the API's times are
-        whole seconds, and a node may be replaced within the second a pod was bound to the old
-        one): a pod the drain takes is never placed on a new, serving node by the scheduler,
-        so one bound in that second was bound to the old node."""
-        stale = [
-            p for p in await self._pods(run.node) if _taken(p) and _earlier(p, view, or_same=True)
-        ]
-        if not stale:
-            return
-        if not self._dry_run:
-            names = ", ".join(f"{p.view.namespace}/{p.view.name}" for p in stale)
-            run.notes.append(f"deleted pod(s) bound to an earlier node of this name: {names}")
-        await self._delete(run, stale)
+    async def _end_earlier(
+        self, run: _Pass, view: model.NodeView | None, uid: str, deadline: datetime | None
+    ) -> ActionResult:
+        """The loan of the node ``uid``, replaced by ``view`` or deleted (``view`` None), is
+        over, and so is its drain; the pods it took, still bound to the name, are removed (the
+        kubelet of a node created again under the name would run them on a node that serves).
+        With a new node, only those bound no later than the second it was created (the API's
+        times are whole seconds, and a node may be replaced within the second a pod was bound
+        to the old one): a pod the drain takes is never placed on a new, serving node by the
+        scheduler, so one bound in that second was bound to the old node."""
+        if view is None:
+            note = f"node {run.node} (uid {uid}) was deleted"
+        else:
+            note = _replaced_note(view, uid)
+
+        def left(pod: _Pod) -> bool:
+            return _taken(pod) and (view is None or _earlier(pod, view, or_same=True))
+
+        return await self._remove(run, left, deadline, Outcome.GONE, note, note)
+
+    async def _remove_earlier(self, run: _Pass, deadline: datetime) -> ActionResult:
+        try:
+            view: model.NodeView | None
+            view, _ = await self._read_node(run.node, cached=False, with_pods=False)
+        except NotFound:
+            view = None  # deleted again: every pod bound to the name is an earlier node's
+
+        def left(pod: _Pod) -> bool:
+            borrowed = pod.view.role is model.PodRole.BORROWED
+            return borrowed and (view is None or _earlier(pod, view))
+
+        done = "no borrowed pod bound to an earlier node of this name is left"
+        going = "borrowed pods bound to an earlier node of this name"
+        return await self._remove(run, left, deadline, Outcome.APPLIED, done, going)
+
+    async def _remove(
+        self,
+        run: _Pass,
+        left: Callable[[_Pod], bool],
+        deadline: datetime | None,
+        done: Outcome,
+        note: str,
+        going: str,
+    ) -> ActionResult:
+        """One pass over the pods ``left`` says an earlier node of the name left: evicted
+        (before ``deadline``) or deleted (after it, or with none), as a drain's. ``done`` with
+        ``note`` once none is left; ``in_progress``, its message led by ``going``, while any
+        is."""
+        found = [p for p in await self._pods(run.node) if left(p)]
+        if not found:
+            return run.result(done, note)
+        past = deadline is None or self._clock() >= deadline
+        asked = {p.uid for p in found if p.grace == 0}
+        blocked = 0
+        if past:
+            acted = [p for p in found if p.grace != 0]
+            await self._delete(run, acted)
+        else:
+            acted = [p for p in found if not p.view.terminating]
+            blocked = await self._evict(run, acted)
+        if acted and not self._dry_run:
+            names = ", ".join(f"{p.view.namespace}/{p.view.name}" for p in _cheapest_first(acted))
+            verb = "deleted" if past else "evicted"
+            run.notes.append(f"{verb} pod(s) bound to an earlier node of this name: {names}")
+        if self._dry_run:
+            return run.result(Outcome.IN_PROGRESS, f"{going}; would be removed")
+        still = [p for p in await self._pods(run.node) if left(p)]
+        if still:
+            return run.result(
+                Outcome.IN_PROGRESS, f"{going}: {self._left(run, still, blocked, past, asked)}"
+            )
+        return run.result(done, note)
 
     def _left(
         self, run: _Pass, left: Sequence[_Pod], blocked: int, past: bool, asked: set[str]
@@ -472,19 +564,11 @@ def _views(pods: Sequence[_Pod]) -> tuple[model.PodView, ...]:
 
 def _pod(raw: Obj, marks: model.PodMarks) -> _Pod:
     meta = raw.get("metadata") or {}
-    scheduled = next(
-        (
-            c.get("lastTransitionTime")
-            for c in (raw.get("status") or {}).get("conditions") or ()
-            if c.get("type") == "PodScheduled" and c.get("status") == "True"
-        ),
-        None,
-    )
     grace = meta.get("deletionGracePeriodSeconds")
     return _Pod(
         view=convert.pod_view(raw, marks),
         uid=str(meta.get("uid", "")),
-        bound=convert.time_of(scheduled) or convert.time_of(meta.get("creationTimestamp")),
+        bound=convert.bound_time(raw),
         finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
         grace=grace if isinstance(grace, int) and meta.get("deletionTimestamp") else None,
         mirror=_MIRROR in (meta.get("annotations") or {}),

@@ -233,6 +233,7 @@ class PodRecord:
     ready: bool
     requests: model.Resources
     group: str | None  # the Volcano PodGroup it belongs to (``GROUP_ANNOTATION``)
+    bound: datetime | None  # ``bound_time``: the same object as ``created`` when it is that
 
 
 class _Shared:
@@ -268,6 +269,7 @@ def pod_record(pod: Object) -> PodRecord:
         (f"{ref.get('kind')}/{ref.get('name')}" for ref in owners if ref.get("controller")), None
     )
     labels = meta.get("labels") or {}
+    created = time_of(meta.get("creationTimestamp"))
     return PodRecord(
         namespace=sys.intern(str(meta.get("namespace", ""))),
         name=str(meta.get("name", "")),
@@ -278,11 +280,30 @@ def pod_record(pod: Object) -> PodRecord:
         daemon=any(ref.get("kind") == "DaemonSet" for ref in owners),
         controller=None if controller is None else _shared(controller),
         priority=int(spec.get("priority") or 0),
-        created=time_of(meta.get("creationTimestamp")),
+        created=created,
         terminating=meta.get("deletionTimestamp") is not None,
         ready=_condition(pod, "Ready"),
         requests=_shared(requests(spec)),
         group=_shared((meta.get("annotations") or {}).get(GROUP_ANNOTATION) or None),
+        bound=_scheduled(pod) or created,
+    )
+
+
+def bound_time(pod: Object) -> datetime | None:
+    """When the pod was bound to its node: its PodScheduled condition's time (the API
+    server's clock, as the node's ``creationTimestamp`` is), else its creation (a pod created
+    with ``spec.nodeName``). Whole seconds, as the API writes them."""
+    return _scheduled(pod) or time_of((pod.get("metadata") or {}).get("creationTimestamp"))
+
+
+def _scheduled(pod: Object) -> datetime | None:
+    return next(
+        (
+            time_of(c.get("lastTransitionTime"))
+            for c in (pod.get("status") or {}).get("conditions") or ()
+            if c.get("type") == "PodScheduled" and c.get("status") == "True"
+        ),
+        None,
     )
 
 
@@ -316,6 +337,7 @@ def pod_view(pod: Object | PodRecord, marks: model.PodMarks) -> model.PodView:
         terminating=record.terminating,
         ready=record.ready,
         requests=record.requests,
+        bound=record.bound,
     )
 
 

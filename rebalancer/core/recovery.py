@@ -22,6 +22,12 @@ not "never carried out" just because no outcome follows it: the node says how fa
 
 A node in flight whose ``decision`` names no record at all (the audit store was replaced, or
 the annotation was edited) is taken over by a recovery intent too, naming what it found.
+
+An intent to remove the borrowed pods an earlier node of a name left (``EARLIER_PODS`` in its
+detail) moves no node and so leaves no trace on one: it is ``interrupted``, and the first tick
+looks for those pods again (``victims.left_by_earlier_node``) and removes any it finds under
+an intent of its own. So does it for the pods of a loan whose node was deleted: ``gone``
+closes that loan's intent, not its pods.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from rebalancer.core.nodestate import Phase
 from rebalancer.core.outcomes import Outcome
 
 LEND, RECLAIM, ROLLBACK = model.Action.LEND, model.Action.RECLAIM, model.Action.ROLLBACK
+# The detail key of an intent that removes the pods an earlier node of the name left.
+EARLIER_PODS = "earlier_pods"
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,12 @@ def judge(
         # Deleted and created again under its name: what the intent was for is gone, and
         # the node there now is another, read as it is.
         return Verdict(intent, Outcome.GONE, f"the node was replaced (uid {uid}, now {view.uid})")
+    if EARLIER_PODS in intent.detail:
+        return Verdict(
+            intent,
+            Outcome.INTERRUPTED,
+            "the pods an earlier node of its name left are looked for again, and removed",
+        )
     state = nodestate.read(view, keys)
     if isinstance(state, nodestate.StateError):
         # Nothing can be concluded, and nothing is touched: the planner reports the node.

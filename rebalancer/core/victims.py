@@ -4,7 +4,8 @@ Where it sits: the actuator orders a reclaiming node's borrowed pods with ``evic
 before it evicts them; the planner ranks the jobs on lent nodes with ``jobs`` to choose which
 nodes a reclaim takes (``planning.steps._reclaim_order``: whole nodes, so a job's cost is not a sum
 of units as ``pick_jobs`` counts it); ``pick_jobs`` is for taking back part of a pool's
-borrowed capacity by pods or GPUs. Pure: no I/O, no clock.
+borrowed capacity by pods or GPUs; the executor looks for the borrowed pods an earlier node of a
+name left with ``left_by_earlier_node`` on every tick. Pure: no I/O, no clock.
 
 Cost (docs/design/actuator.md): fewest training jobs preempted, then lowest priority, then the
 youngest (least work lost). A job is the pods sharing ``PodView.job``; a pod without a job is a job
@@ -19,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from rebalancer.core.model import PodRole, PodView
+from rebalancer.core.model import NodeView, PodRole, PodView
 
 _NEVER = datetime.min.replace(tzinfo=UTC)  # a pod with no creation time counts as the oldest
 
@@ -90,6 +91,25 @@ def _fewest(weights_desc: Sequence[int], needed: int) -> int | None:
         if total >= needed:
             return count
     return None
+
+
+def left_by_earlier_node(node: NodeView) -> tuple[PodView, ...]:
+    """The borrowed pods bound to ``node``'s name before ``node`` was created: an earlier node
+    of that name was deleted, and a node created again under it (a kubelet re-registering after
+    a reboot, seconds or hours later) runs them, though it serves. A borrowed pod tolerates
+    the pool's lent taint, so it ran there on a loan, and that loan ended with its node.
+
+    Strictly before, by whole seconds (the API's times): a pod bound in the second ``node``
+    was created may have been bound to ``node`` itself. A pod with no known bind time, or a
+    node with no creation time, is never taken for one."""
+    if node.created is None:
+        return ()
+    created = node.created
+    return tuple(
+        pod
+        for pod in node.pods
+        if pod.role is PodRole.BORROWED and pod.bound is not None and pod.bound < created
+    )
 
 
 def job_key(pod: PodView) -> str:

@@ -10,22 +10,29 @@ before each call: a step not carried out because leadership went away is closed 
 ``superseded``.
 
 It also holds what executing needs across ticks: the drains in flight under their node's UID,
-the loans of the last tick (a node deleted while lent has its loan ended), what the last record
-of each drain said, and the audit store's failure episode, during which a safety reclaim is
-carried out only once its intent is kept on its node and in the spool (``keep``,
-docs/design/audit-failure.md).
+the loans of the last tick (a node deleted while lent has its loan ended), the borrowed pods an
+earlier node of a name left being removed, what the last record of each drain said, and the
+audit store's failure episode, during which a safety reclaim is carried out only once its
+intent is kept on its node and in the spool (``keep``, docs/design/audit-failure.md).
+
+Every loan ends, whatever happens to its node (docs/design/other-writers.md): a lent node
+deleted ends its loan under an intent of its own (``_end_replaced_loan``), whose drain goes on
+while the node is away and after a node is created again under its name; and since a process
+that restarts remembers none of that, every tick also looks at each node for borrowed pods
+bound to its name before it was created (``victims.left_by_earlier_node``), and removes them
+under an intent of their own (``_remove_left``), seconds or hours after the node came back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence, Set
 from datetime import datetime
 from typing import TypeVar
 
 from rebalancer import errors
-from rebalancer.core import audit, model, nodestate, recovery
+from rebalancer.core import audit, model, nodestate, recovery, victims
 from rebalancer.core.audit import AuditRecord, Context
 from rebalancer.core.model import Action, Clock, NodeName, NodeView, PoolName
 from rebalancer.core.nodestate import Keys, Phase
@@ -78,10 +85,14 @@ class Executor:
         # The reclaims in flight, each with its pool, the UID of the node it drains and its
         # intent: one whose node is no longer seen in flight under that UID (deleted, created
         # again under its name, or out of every pool) is looked at once more (``_vanished``).
-        self._draining: dict[NodeName, tuple[PoolConfig, str, str]] = {}
+        # Its deadline too (None: passed), for the pods the node took once it is gone.
+        self._draining: dict[NodeName, Drain] = {}
         # The lent nodes of the last leading tick, as seen then: a loan whose node is deleted
         # (and perhaps created again under its name) is ended here (``_end_replaced_loan``).
         self._loans: dict[NodeName, tuple[PoolConfig, NodeView]] = {}
+        # The nodes whose borrowed pods, bound to the name before the node was created, are
+        # being removed, each under its intent and deadline (``_remove_left``).
+        self._removing: dict[NodeName, tuple[PoolConfig, AuditRecord, datetime]] = {}
         # What the last in_progress record of each drain said (intent id, message): a pass that
         # says the same and changed nothing is not recorded again (a drain a finalizer holds
         # would write a record every tick).
@@ -130,7 +141,7 @@ class Executor:
             call = actuator.reclaim(step.node, intent.id, deadline, uid=uid)
             result = await self._called(intent, call)
             if result.outcome is Outcome.IN_PROGRESS and uid:
-                self._draining[step.node] = (pool, uid, intent.id)
+                self._draining[step.node] = (pool, uid, intent.id, deadline)
         log.info(
             "%s %s: %s (%s)", step.action.value, step.node, result.outcome.value, result.message
         )
@@ -144,7 +155,8 @@ class Executor:
     ) -> tuple[Applied, ...]:
         """``progress`` on every node in flight that got no step this tick (``applied``), the
         drains of a wave together (``reclaim_concurrency`` at a time), as the reclaims that
-        began them; then the end of every loan whose node was replaced."""
+        began them; then the end of every loan whose node was replaced; then the removal of
+        the borrowed pods an earlier node of a name left on the node there now."""
         acted = {a.node for a in applied}
         in_flight = [
             (pool, view)
@@ -158,7 +170,9 @@ class Executor:
         seen = {v.name: v for p in self.pools for v in snapshot.pools[p.name].nodes}
         vanished = self._vanished(seen, {v.name for _, v in in_flight} | acted)
         self._track_drains(in_flight, acted)
-        ended = self._track_loans(snapshot, applied, seen)
+        # A loan whose node was being reclaimed ends with that drain, under its intent.
+        draining = {name for name, _ in vanished}
+        ended = [e for e in self._track_loans(snapshot, applied, seen) if e[1].name not in draining]
 
         def one(item: tuple[PoolConfig, NodeView]) -> Awaitable[Applied | None]:
             return self._progress(item, snapshot.now)
@@ -166,7 +180,7 @@ class Executor:
         def node(item: tuple[PoolConfig, NodeView]) -> str:
             return f"progress {item[1].name} of pool {item[0].name}"
 
-        def gone(item: tuple[NodeName, tuple[PoolConfig, str, str]]) -> str:
+        def gone(item: tuple[NodeName, Drain]) -> str:
             return f"progress {item[0]} (uid {item[1][1]}) of pool {item[1][0].name}"
 
         limit = self.reclaim_concurrency
@@ -174,6 +188,16 @@ class Executor:
         done += await self._together(vanished, self._drive_vanished, limit, gone)
         for pool, view in ended:
             done.append(await self._end_replaced_loan(pool, view, snapshot.now))
+        # A node a reclaim or a drain has this tick takes them itself; one lent this tick
+        # does not, and is looked at as the snapshot saw it (its pods are the server's).
+        reclaimed = {a.node for a in applied if a.call is not Action.LEND}
+        busy = reclaimed | {v.name for _, v in in_flight} | set(self._draining)
+        left = self._left_behind(snapshot, busy)
+
+        def earlier(item: tuple[PoolConfig, NodeName, NodeView | None]) -> str:
+            return f"removal of what an earlier {item[1]} left, of pool {item[0].name}"
+
+        done += await self._together(left, self._remove_left, limit, earlier)
         return tuple(a for a in done if a is not None)
 
     def _say_would_drive(self, in_flight: Sequence[tuple[PoolConfig, NodeView]]) -> None:
@@ -199,7 +223,12 @@ class Executor:
         self._draining = {
             **{name: d for name, d in self._draining.items() if name in acted},  # this tick's
             **{
-                view.name: (pool, view.uid, view.annotations.get(self.keys.decision, ""))
+                view.name: (
+                    pool,
+                    view.uid,
+                    view.annotations.get(self.keys.decision, ""),
+                    self._deadline(view),
+                )
                 for pool, view in in_flight
                 if view.uid and phase(view, self.keys, _lent(pool)) is Phase.RECLAIMING
             },
@@ -246,7 +275,9 @@ class Executor:
             return await self._roll_back(pool, view, now)
         decision = view.annotations.get(self.keys.decision)
         progress = self.actuators[pool.name].progress
-        result = await progress(view.name, decision, uid=view.uid or None)
+        result = await progress(
+            view.name, decision, uid=view.uid or None, deadline=self._deadline(view)
+        )
         log.info("progress %s: %s (%s)", view.name, result.outcome.value, result.message)
         intent = await self._intent_of(view)
         return await self._passed(pool, view.name, intent, result)
@@ -255,10 +286,12 @@ class Executor:
         self, pool: PoolConfig, lent: NodeView, now: datetime
     ) -> Applied | None:
         """A lent node that was deleted, and perhaps created again under its name, is not
-        lent any more, and nothing in its snapshot says so: the new node is serving, and the
+        lent any more, and nothing in its snapshot says so: a new node is serving, and the
         pods the loan took are still bound to the name. The loan is ended under an intent of
-        its own (a reclaim for the lent node's UID, which finds it gone) and the pods bound to
-        the earlier node are deleted, as the pod garbage collector would have."""
+        its own (a reclaim for the lent node's UID, which finds it gone or replaced), and the
+        pods bound to the earlier node are removed as a drain removes them: evicted, deleted
+        past the deadline. While any is left the drain is driven on every tick
+        (``_drive_vanished``), whether the name has a node again or not."""
         if not self.leading():
             return None
         decision = lent.annotations.get(self.keys.decision)
@@ -286,12 +319,93 @@ class Executor:
         call = self.actuators[pool.name].reclaim(lent.name, intent.id, deadline, uid=lent.uid)
         result = await self._called(intent, call)
         log.info("end loan %s: %s (%s)", lent.name, result.outcome.value, result.message)
+        if result.outcome is Outcome.IN_PROGRESS:
+            self._draining[lent.name] = (pool, lent.uid, intent.id, deadline)
         outcome = await self.safely(self.audit_log.outcome(intent, result, self.clock()))
+        self._remember(lent.name, intent, result, outcome)
         return Applied(lent.name, Action.RECLAIM, result, intent, outcome)
+
+    def _left_behind(
+        self, snapshot: model.Snapshot, busy: Set[NodeName]
+    ) -> list[tuple[PoolConfig, NodeName, NodeView | None]]:
+        """The nodes to remove borrowed pods from that an earlier node of their name left:
+        each that shows some (none in flight: its drain takes them), and each whose removal
+        is under way (until a pass finds none, so that its intent is closed)."""
+        found = {
+            view.name: (pool, view.name, view)
+            for pool in self.pools
+            for view in snapshot.pools[pool.name].nodes
+            if view.name not in busy
+            and phase(view, self.keys, _lent(pool)) not in IN_FLIGHT
+            and victims.left_by_earlier_node(view)
+        }
+        going = [
+            (pool, name, None)
+            for name, (pool, _, _) in self._removing.items()
+            if name not in found and name not in busy
+        ]
+        return [*found.values(), *going]
+
+    async def _remove_left(
+        self, item: tuple[PoolConfig, NodeName, NodeView | None]
+    ) -> Applied | None:
+        """One pass over the borrowed pods bound to a name before its node was created: the
+        first under an intent of its own (the pods named), each later one under the same
+        intent and deadline, until none is left."""
+        pool, name, view = item
+        if not self.leading():
+            return None
+        now = self.clock()
+        going = self._removing.get(name)
+        if going is not None:
+            _, intent, deadline = going
+        else:
+            assert view is not None  # a removal not under way begins with a node seen
+            intent = self._left_intent(pool, view, now)
+            try:
+                await self.audit_log.tick([intent])
+            except errors.StoreFailed as exc:  # nothing is removed unrecorded; next tick
+                self.store_failed(exc, now)
+                return None
+            deadline = now + pool.policy.reclaim_deadline
+        call = self.actuators[pool.name].remove_earlier(name, intent.id, deadline)
+        result = await self._called(intent, call)
+        log.info("left by an earlier %s: %s (%s)", name, result.outcome.value, result.message)
+        if result.outcome is Outcome.IN_PROGRESS:
+            self._removing[name] = (pool, intent, deadline)
+        else:
+            self._removing.pop(name, None)
+        return await self._passed(pool, name, intent, result)
+
+    def _left_intent(self, pool: PoolConfig, view: NodeView, now: datetime) -> AuditRecord:
+        pods = [f"{p.namespace}/{p.name}" for p in victims.left_by_earlier_node(view)]
+        shown = ", ".join(pods[:5]) + (f" and {len(pods) - 5} more" if len(pods) > 5 else "")
+        created = nodestate.format_time(view.created) if view.created else "?"
+        why = (
+            f"node {view.name} (uid {view.uid}, created {created}) runs borrowed pod(s) bound "
+            f"to its name before it was created: {shown}; an earlier node of the name was lent "
+            "and deleted, and its loan ends: they are removed"
+        )
+        return audit.recovery_intent(
+            self.context(pool),
+            self.audit_log.new_id,
+            now,
+            str(pool.name),
+            view,
+            Action.RECLAIM,
+            None,
+            why,
+            detail={recovery.EARLIER_PODS: pods},
+        )
+
+    def _deadline(self, view: NodeView) -> datetime | None:
+        """The reclaim deadline the node carries (None: none readable, so passed)."""
+        state = nodestate.read(view, self.keys)
+        return state.deadline if isinstance(state, nodestate.NodeState) else None
 
     def _vanished(
         self, seen: Mapping[NodeName, NodeView], looked_at: set[NodeName]
-    ) -> list[tuple[NodeName, tuple[PoolConfig, str, str]]]:
+    ) -> list[tuple[NodeName, Drain]]:
         """The drains of the last pass whose node is not seen in flight under the same UID:
         deleted, created again under its name, or out of every pool's selector."""
         return [
@@ -300,17 +414,16 @@ class Executor:
             if name not in looked_at and (name not in seen or seen[name].uid != drain[1])
         ]
 
-    async def _drive_vanished(
-        self, item: tuple[NodeName, tuple[PoolConfig, str, str]]
-    ) -> Applied | None:
+    async def _drive_vanished(self, item: tuple[NodeName, Drain]) -> Applied | None:
         """One pass over a drain whose node vanished from the pools: for its own UID only, so
-        a node that was replaced ends ``gone`` at once (a new node under the name is not in
-        flight, and nothing else would close the intent), and one that is out of every pool
-        but still there is driven on."""
-        name, (pool, uid, decision) = item
+        a node that was replaced or deleted has the pods it took removed and ends ``gone``
+        once none is left (a new node under the name is not in flight, and nothing else would
+        close the intent), and one that is out of every pool but still there is driven on."""
+        name, (pool, uid, decision, deadline) = item
         if not self.leading():
             return None
-        result = await self.actuators[pool.name].progress(name, decision or None, uid=uid)
+        progress = self.actuators[pool.name].progress
+        result = await progress(name, decision or None, uid=uid, deadline=deadline)
         log.info("progress %s: %s (%s)", name, result.outcome.value, result.message)
         intent = None
         if decision:
@@ -328,7 +441,7 @@ class Executor:
         if intent is not None and intent.kind is not audit.Kind.INTENT:
             intent = None
         if result.outcome is Outcome.IN_PROGRESS:
-            self._draining[name] = (pool, uid, decision)
+            self._draining[name] = (pool, uid, decision, deadline)
         return await self._passed(pool, name, intent, result)
 
     async def _passed(
@@ -566,6 +679,8 @@ class _Raised:
 
 _RAISED = _Raised()
 IN_FLIGHT = (Phase.LENDING, Phase.RECLAIMING)
+# A drain whose node may vanish: its pool, the node's UID, its intent's id and its deadline.
+Drain = tuple[PoolConfig, str, str, datetime | None]
 # What a write that changed something came to (a 429 from a budget changed nothing).
 _CHANGED = frozenset({WriteOutcome.APPLIED, WriteOutcome.EVICTED, WriteOutcome.GONE})
 

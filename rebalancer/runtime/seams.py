@@ -159,8 +159,20 @@ class NodeActuator(Protocol):
         ...
 
     async def progress(
-        self, node: str, decision: str | None = None, *, uid: str | None = None
-    ) -> ActionResult: ...
+        self,
+        node: str,
+        decision: str | None = None,
+        *,
+        uid: str | None = None,
+        deadline: datetime | None = None,
+    ) -> ActionResult:
+        """With ``uid``, only that incarnation: when it was replaced or deleted, the pods it
+        took are removed (evicted before ``deadline``) before the pass ends ``gone``."""
+        ...
+
+    async def remove_earlier(self, node: str, decision: str, deadline: datetime) -> ActionResult:
+        """The borrowed pods bound to the name before its node was created, removed."""
+        ...
 
 
 class AuditTrail(Protocol):

@@ -201,9 +201,19 @@ class RecordingActuator:
         return result
 
     async def progress(
-        self, node: str, decision: str | None = None, *, uid: str | None = None
+        self,
+        node: str,
+        decision: str | None = None,
+        *,
+        uid: str | None = None,
+        deadline: datetime | None = None,
     ) -> ActionResult:
-        result = await self.inner.progress(node, decision, uid=uid)
+        result = await self.inner.progress(node, decision, uid=uid, deadline=deadline)
+        await self.events.action(result, decision)
+        return result
+
+    async def remove_earlier(self, node: str, decision: str, deadline: datetime) -> ActionResult:
+        result = await self.inner.remove_earlier(node, decision, deadline)
         await self.events.action(result, decision)
         return result
 

@@ -266,7 +266,12 @@ class SlowDrains(Calls):
     passes: list[str] = field(default_factory=list)
 
     async def progress(
-        self, node: str, decision: str | None = None, *, uid: str | None = None
+        self,
+        node: str,
+        decision: str | None = None,
+        *,
+        uid: str | None = None,
+        deadline: datetime | None = None,
     ) -> ActionResult:
         self.running += 1
         self.most = max(self.most, self.running)
@@ -362,7 +367,12 @@ class DrainsThatRaise(Calls):
     """Drain passes that raise, each its own error."""
 
     async def progress(
-        self, node: str, decision: str | None = None, *, uid: str | None = None
+        self,
+        node: str,
+        decision: str | None = None,
+        *,
+        uid: str | None = None,
+        deadline: datetime | None = None,
     ) -> ActionResult:
         await asyncio.sleep(0)  # the others have begun
         raise LookupError(f"a bug while draining {node}")

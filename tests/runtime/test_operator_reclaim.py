@@ -100,9 +100,17 @@ class Watched:
         return await self.inner.reclaim(node, decision, deadline, uid=uid)
 
     async def progress(
-        self, node: str, decision: str | None = None, *, uid: str | None = None
+        self,
+        node: str,
+        decision: str | None = None,
+        *,
+        uid: str | None = None,
+        deadline: datetime | None = None,
     ) -> ActionResult:
-        return await self.inner.progress(node, uid=uid)
+        return await self.inner.progress(node, uid=uid, deadline=deadline)
+
+    async def remove_earlier(self, node: str, decision: str, deadline: datetime) -> ActionResult:
+        return await self.inner.remove_earlier(node, decision, deadline)
 
 
 class RefusingStore(MemoryAuditStore):

@@ -203,9 +203,18 @@ class Calls:
         return ActionResult(node, model.Action.RECLAIM, Outcome.APPLIED, "serving")
 
     async def progress(
-        self, node: str, decision: str | None = None, *, uid: str | None = None
+        self,
+        node: str,
+        decision: str | None = None,
+        *,
+        uid: str | None = None,
+        deadline: datetime | None = None,
     ) -> ActionResult:
         return ActionResult(node, model.Action.PROGRESS, Outcome.NOTHING, "")
+
+    async def remove_earlier(self, node: str, decision: str, deadline: datetime) -> ActionResult:
+        self.made.append(("remove_earlier", node))
+        return ActionResult(node, model.Action.RECLAIM, Outcome.NOTHING, "")
 
     def of(self, call: str) -> list[str]:
         """The nodes ``call`` was made for, in order."""
@@ -214,7 +223,7 @@ class Calls:
 
 @dataclass(frozen=True)
 class Call:
-    call: str  # "lend", "reclaim", "progress"
+    call: str  # "lend", "reclaim", "progress", "remove_earlier"
     node: str
     decision: str | None
     outcome: Outcome
@@ -277,7 +286,12 @@ class CodecActuator:
         return self._finish("reclaim", node, decision, deadline)
 
     async def progress(
-        self, node: str, decision: str | None = None, *, uid: str | None = None
+        self,
+        node: str,
+        decision: str | None = None,
+        *,
+        uid: str | None = None,
+        deadline: datetime | None = None,
     ) -> ActionResult:
         view = self.views.get(node)
         if decision is not None:  # the transition changes hands (a recovery's intent)
@@ -286,6 +300,11 @@ class CodecActuator:
         if self._phase(view) not in (Phase.LENDING, Phase.RECLAIMING):
             return self._done("progress", node, decision, Outcome.NOTHING, "nothing in flight")
         return self._finish("progress", node, decision)
+
+    async def remove_earlier(self, node: str, decision: str, deadline: datetime) -> ActionResult:
+        """Nothing to remove: the views' pods carry no bind time before their node's."""
+        self.calls.append(Call("remove_earlier", node, decision, Outcome.NOTHING, deadline))
+        return ActionResult(node, model.Action.RECLAIM, Outcome.NOTHING, "none")
 
     def of(self, call: str) -> list[str]:
         """The nodes ``call`` was made for, in order."""

@@ -83,10 +83,12 @@ def recovery_intent(
     action: model.Action,
     recovers: str | None,
     message: str,
+    detail: Mapping[str, Any] | None = None,
 ) -> AuditRecord:
     """The intent of a restarted controller to end a transition a previous run left in flight
     (``action`` ``rollback`` or ``reclaim``), naming the intent it takes over (``recovers``,
-    None when the node names no record the store holds). Written before any of its writes."""
+    None when the node names no record the store holds), with ``detail`` added. Written
+    before any of its writes."""
     return _stamped(
         ctx,
         new_id,
@@ -103,6 +105,7 @@ def recovery_intent(
             "recovers": recovers,
             "urgent": action is model.Action.RECLAIM,
             **({"node_uid": view.uid} if view.uid else {}),
+            **(detail or {}),
         },
     )
 

@@ -136,6 +136,9 @@ class PodView:
     created: datetime | None = None
     terminating: bool = False
     ready: bool = True  # the pod's Ready condition: an inference pod serves only when Ready
+    # When it was bound to its node (its PodScheduled condition's time, else its creation): a
+    # pod bound before its node's ``created`` was bound to an earlier node of that name.
+    bound: datetime | None = None
     requests: Resources = NOTHING  # what it holds of its node (a lent node's room for takers)
 
 
