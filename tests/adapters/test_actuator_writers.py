@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
+
+import pytest
 
 from rebalancer.adapters import convert
 from rebalancer.core.outcomes import Outcome, WriteKind
@@ -216,6 +218,120 @@ async def test_a_pod_bound_to_an_earlier_node_of_the_name_is_deleted_at_once_on_
         done = await drive(act, "gpu-0", result, w)
         assert done.outcome is Outcome.APPLIED
         assert set(pods_on(w.objects, "gpu-0")) == {"kube-system/gpu-exporter-gpu-0"}
+
+
+def bound_at(store: Objects, pod: str, when: datetime) -> None:
+    """The pod's PodScheduled condition says it was bound at ``when`` (whole seconds)."""
+    scheduled = {
+        "type": "PodScheduled",
+        "status": "True",
+        "lastTransitionTime": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    body = json.dumps({"status": {"conditions": [scheduled]}}).encode()
+    store.patch(PODS, cluster.TRAINING_NAMESPACE, pod, MERGE, body, subresource="status")
+
+
+async def test_a_reclaim_for_a_lent_node_that_was_deleted_evicts_its_pods_then_ends_gone(
+    backend: Backend,
+) -> None:
+    async with world("gpu-0", backend=backend) as w:
+        setup = w.actuator(w.writer())
+        await setup.lend("gpu-0", "audit-1")
+        (pod,) = training(w.objects, "job-a", 1, "gpu-0")
+        old = str(node_obj(w.objects, "gpu-0")["metadata"]["uid"])
+        w.objects.delete(NODES, None, "gpu-0", DeleteOptions())
+        rec = w.writer()
+        act = w.actuator(rec)
+        deadline = w.now() + timedelta(minutes=5)
+        first = await act.reclaim("gpu-0", "audit-2", deadline, uid=old)
+        assert first.outcome is Outcome.IN_PROGRESS
+        assert first.message.startswith(f"node gpu-0 (uid {old}) was deleted: 1 pod(s) of the ")
+        assert f"evicted pod(s) bound to an earlier node of this name: training/{pod}" in (
+            first.message
+        )
+        assert [(x.kind, x.target) for x in first.writes] == [
+            (WriteKind.EVICT, f"pod/training/{pod}")
+        ]
+        w.advance(60)  # its grace period
+        done = await act.progress("gpu-0", "audit-2", uid=old, deadline=deadline)
+        assert (done.outcome, done.message) == (Outcome.GONE, f"node gpu-0 (uid {old}) was deleted")
+        # The DaemonSet's pod is no loan's: the pod garbage collector's.
+        assert set(pods_on(w.objects, "gpu-0")) == {"kube-system/gpu-exporter-gpu-0"}
+        assert rec.pod_targets == {f"training/{pod}"}
+
+
+async def test_the_pods_of_a_replaced_node_a_budget_holds_are_deleted_past_the_deadline(
+    backend: Backend,
+) -> None:
+    async with world("gpu-0", backend=backend) as w:
+        await w.actuator(w.writer()).lend("gpu-0", "audit-1")
+        (pod,) = training(w.objects, "job-a", 1, "gpu-0")
+        objects.budget(w.objects, "job-a", min_available=1)
+        old = str(node_obj(w.objects, "gpu-0")["metadata"]["uid"])
+        recreate(w.objects, "gpu-0")
+        act = w.actuator(w.writer())
+        deadline = w.now() + timedelta(minutes=2)
+        blocked = await act.reclaim("gpu-0", "audit-2", deadline, uid=old)
+        assert blocked.outcome is Outcome.IN_PROGRESS
+        assert "was replaced" in blocked.message
+        assert "1 blocked by a budget" in blocked.message
+        assert [x.outcome.value for x in blocked.writes] == ["blocked"]
+        w.advance(150)
+        past = await act.progress("gpu-0", "audit-2", uid=old, deadline=deadline)
+        assert [(x.kind, x.target) for x in past.writes] == [
+            (WriteKind.DELETE, f"pod/training/{pod}")
+        ]
+        assert past.outcome is Outcome.GONE
+        assert f"deleted pod(s) bound to an earlier node of this name: training/{pod}" in (
+            past.message
+        )
+        assert set(pods_on(w.objects, "gpu-0")) == {"kube-system/gpu-exporter-gpu-0"}
+
+
+# How long after the pod was bound the node came back under its name.
+@pytest.mark.parametrize("delay", [0, 2, 6, 60])
+async def test_borrowed_pods_bound_before_the_node_was_created_are_evicted_and_no_other(
+    backend: Backend, delay: int
+) -> None:
+    async with world("gpu-0", backend=backend) as w:
+        await w.actuator(w.writer()).lend("gpu-0", "audit-1")
+        (borrowed,) = training(w.objects, "job-a", 1, "gpu-0")
+        # A pod that did not tolerate the lent taint: no restarted controller can tell that an
+        # earlier node was lent when it landed, so it is not taken for a loan's.
+        stray = objects.bound(
+            cluster.training_pod("stray", 0, gpus=1, priority_class=None), "gpu-0"
+        )
+        stray["metadata"]["name"] = "stray"
+        stray["spec"]["tolerations"] = []
+        objects.add(w.objects, stray)
+        recreate(w.objects, "gpu-0")
+        created = convert.time_of(node_obj(w.objects, "gpu-0")["metadata"]["creationTimestamp"])
+        assert created is not None
+        for name in (borrowed, "stray"):
+            bound_at(w.objects, name, created - timedelta(seconds=delay))
+        rec = w.writer()
+        act = w.actuator(rec)
+        deadline = w.now() + timedelta(minutes=5)
+        first = await act.remove_earlier("gpu-0", "audit-2", deadline)
+        if delay == 0:  # bound in the second the node was created: perhaps to this very node
+            assert first.outcome is Outcome.APPLIED
+            assert first.writes == ()
+            assert f"training/{borrowed}" in pods_on(w.objects, "gpu-0")
+            return
+        assert first.outcome is Outcome.IN_PROGRESS
+        assert [(x.kind, x.target) for x in first.writes] == [
+            (WriteKind.EVICT, f"pod/training/{borrowed}")
+        ]
+        w.advance(60)
+        done = await act.remove_earlier("gpu-0", "audit-2", deadline)
+        assert done.outcome is Outcome.APPLIED
+        assert done.message == "no borrowed pod bound to an earlier node of this name is left"
+        assert set(pods_on(w.objects, "gpu-0")) == {
+            "kube-system/gpu-exporter-gpu-0",
+            "training/stray",
+        }
+        assert rec.pod_targets == {f"training/{borrowed}"}
+        assert node_obj(w.objects, "gpu-0")["metadata"]["labels"].get(KEYS.state) is None
 
 
 async def test_a_pod_a_finalizer_holds_past_the_deadline_is_named_and_not_asked_again() -> None:

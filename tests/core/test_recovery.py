@@ -132,3 +132,16 @@ def test_an_intent_for_a_node_that_was_replaced_under_its_name_is_gone() -> None
     # The same node (its UID as recorded) is judged as before.
     same = dataclasses.replace(reclaiming, uid="uid-old")
     assert recovery.judge(for_old, same, KEYS, begun=True).result is Outcome.INTERRUPTED
+
+
+def test_a_removal_of_what_an_earlier_node_left_is_interrupted_and_looked_for_again() -> None:
+    # It writes nothing to its node, so the node cannot tell how far it got; the next tick
+    # finds the pods that are still there by their bind time.
+    removal = dataclasses.replace(
+        RECLAIM, detail={"node_uid": "uid-new", recovery.EARLIER_PODS: ["training/job-a-0"]}
+    )
+    node = dataclasses.replace(serving("n"), uid="uid-new")
+    verdict = recovery.judge(removal, node, KEYS, begun=True)
+    assert (verdict.result, verdict.take_over) == (Outcome.INTERRUPTED, False)
+    assert "looked for again" in verdict.message
+    assert recovery.judge(removal, None, KEYS).result is Outcome.GONE

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
 
-from rebalancer.core.model import PodRole, PodView
-from rebalancer.core.victims import eviction_order, job_key, jobs, pick_jobs
+from rebalancer.core.model import NodeName, NodeView, PodRole, PodView
+from rebalancer.core.victims import (
+    eviction_order,
+    job_key,
+    jobs,
+    left_by_earlier_node,
+    pick_jobs,
+)
 from tests.support.factories import T0
 
 
@@ -106,3 +113,26 @@ def test_pick_jobs_can_count_gpus_instead_of_pods() -> None:
     gpus = {"gang": 1, "small": 8, "solo": 8}
     chosen = pick_jobs(GANG + SMALL + SOLO, 8, size=lambda p: gpus[p.job or ""])
     assert [j.key for j in chosen] == ["small"]
+
+
+def test_a_node_runs_what_an_earlier_node_of_its_name_left_only_if_borrowed_and_bound_before() -> (
+    None
+):
+    created = T0 + timedelta(seconds=6)
+
+    def bound(name: str, at: timedelta, role: PodRole = PodRole.BORROWED) -> PodView:
+        return dataclasses.replace(pod(name, role=role), bound=T0 + at)
+
+    pods = (
+        bound("left", timedelta(0)),  # on the earlier node, 6 s before this one
+        bound("same-second", timedelta(seconds=6)),  # may have been bound to this very node
+        bound("after", timedelta(seconds=7)),
+        bound("serving", timedelta(0), role=PodRole.INFERENCE),
+        bound("stray", timedelta(0), role=PodRole.OTHER),  # no toleration: no loan's
+        bound("exporter", timedelta(0), role=PodRole.DAEMON),
+        dataclasses.replace(pod("unknown"), bound=None),
+    )
+    node = NodeView(NodeName("n"), {}, (), pods=pods, uid="u2", created=created)
+    assert names(left_by_earlier_node(node)) == ["left"]
+    # A node whose creation is not known says nothing of what came before it.
+    assert left_by_earlier_node(dataclasses.replace(node, created=None)) == ()
