@@ -16,7 +16,17 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from rebalancer.core import audit, bounded, clocks, model, nodestate, overrides, planning, tick
+from rebalancer.core import (
+    audit,
+    bounded,
+    clocks,
+    model,
+    nodestate,
+    overrides,
+    planning,
+    tick,
+    victims,
+)
 from rebalancer.core import demand as demand_module
 from rebalancer.core.model import NodeName, PoolName
 from rebalancer.core.policy import PoolPolicy
@@ -49,6 +59,11 @@ def node(
         **_state(state, now),
         "ready": view.ready,
         "pods": _pods(view.pods),
+        # Bound to the name before this node was created: a deleted lent node's, removed by
+        # every tick until gone (docs/design/other-writers.md), whatever the plan says.
+        "left_by_earlier_node": [
+            f"{p.namespace}/{p.name}" for p in victims.left_by_earlier_node(view)
+        ],
         "overrides": _overrides(parsed.overrides.active(now)),
         "override_problems": [str(p) for p in parsed.problems],
         **_pool_inputs(pool, seen, decision, policy, now),
@@ -156,6 +171,11 @@ def node_lines(doc: Json) -> list[str]:
     pods = doc["pods"]
     shown = "; ".join(f"{role}: {', '.join(names)}" for role, names in pods.items() if names)
     lines.append(f"  pods: {shown or 'none'}; {'Ready' if doc['ready'] else 'NotReady'}")
+    if doc.get("left_by_earlier_node"):
+        lines.append(
+            f"  left by an earlier node of its name: {', '.join(doc['left_by_earlier_node'])}; "
+            "each tick evicts them (deletes them past the pool's reclaim deadline) until gone"
+        )
     ov = doc["overrides"]
     set_ = [f"{k}={v}" for k, v in ov.items() if v not in (None, False, "auto")]
     lines.append(f"  overrides: {', '.join(set_) or 'none'}")

@@ -21,6 +21,7 @@ from tests.support.factories import (
     POOL,
     T0,
     begin_reclaim,
+    borrowed_pod,
     demand,
     inference_pod,
     lend,
@@ -369,3 +370,16 @@ def test_the_audit_record_of_a_refusal_names_each_node_left_out_and_why() -> Non
         "nodes": {"busy": "not_idle", "kept": "lend_never"},
         "more": 0,
     }
+
+
+def test_a_borrowed_pod_an_earlier_node_of_the_name_left_is_named_with_what_becomes_of_it() -> None:
+    left = dataclasses.replace(borrowed_pod("job-a"), bound=T0 - HOUR)
+    fresh = dataclasses.replace(borrowed_pod("job-b"), bound=T0)
+    node = dataclasses.replace(serving("n", pods=[left, fresh]), uid="u2", created=T0 - HOUR / 2)
+    doc = explained(Case([node, *others(2)], target=3))
+    assert doc["left_by_earlier_node"] == ["ns/job-a-worker-0"]
+    assert (
+        "  left by an earlier node of its name: ns/job-a-worker-0; each tick evicts them "
+        "(deletes them past the pool's reclaim deadline) until gone"
+    ) in explain.node_lines(doc)
+    assert explained(Case([serving("n"), *others(2)], target=3))["left_by_earlier_node"] == []
