@@ -8,9 +8,10 @@ training pods waiting, a fake vLLM exporter and a real Prometheus scraping it ev
 a fresh cluster, lets the controller lend, then plays another writer with ``kubectl`` (a GPU
 health checker's taint, the node lifecycle's ``NoExecute``, a cordon, a lost state label, a
 removed lent taint and a pod that does not tolerate it, garbled annotations, a relabel out of
-every pool, a node deleted and re-created, two pools selecting one node, a finalizer nobody
-removes, a sync removing the audit records kept on nodes while the store's disk is full, then a
-``kill -9``) and, where the case needs it, brings demand back. It prints the node before and after
+every pool, a lent node deleted and registered again at once, 2, 6 and 60 s later and with
+a restart between, two pools selecting one node, a finalizer nobody removes, a sync removing the
+audit records kept on nodes while the store's disk is full, then a ``kill -9``) and, where the
+case needs it, brings demand back. It prints the node before and after
 (state label, taints, the controller's annotations), the Events on it and the audit rows that
 name it, and checks what the controller promises (docs/design/other-writers.md): every check is
 printed as ``ok`` or ``FAILED`` with what was seen, and the exit status is 1 when one failed.
@@ -435,36 +436,54 @@ async def orphan(w: World) -> None:
     )
 
 
-async def recreated(w: World) -> None:
-    """6. A lent node deleted and re-created under its name: the training pod bound to the old
-    one is removed."""
-    fresh = await w.node("inference-2")
-    await w.start()
-    w.case.check(await w.wait_lent(set(IDLE)), "the 6 idle nodes are lent")
+def recreated(delay: float = 0.0, restart: bool = False) -> Callable[[World], Awaitable[None]]:
+    """6. A lent node deleted and registered again under its name ``delay`` seconds later (as a
+    kubelet does after a reboot), the controller restarted in between when ``restart``: the
+    training pod bound to the old one is removed, and the loan's audit rows say so."""
 
-    async def has_training() -> bool:
-        return bool(await _pods_on(w, "inference-2"))
+    async def case(w: World) -> None:
+        fresh = await w.node("inference-2")
+        await w.start()
+        w.case.check(await w.wait_lent(set(IDLE)), "the 6 idle nodes are lent")
 
-    await w.wait("a training pod on inference-2", has_training, 20)
-    old = await _pods_on(w, "inference-2")
-    w.case.show(f"pods bound to inference-2 before: {old}")
-    meddled = time.time()
-    await w.k("delete", "node", "inference-2", "--wait=false")
-    meta = fresh["metadata"]
-    for key in ("uid", "resourceVersion", "creationTimestamp", "managedFields"):
-        meta.pop(key, None)
-    fresh.pop("status", None)
-    path = w.h.tmp / "node.json"
-    path.write_text(json.dumps(fresh))
-    await w.k("create", "-f", str(path))
-    await w.show_node("inference-2", "new")
+        async def has_training() -> bool:
+            return bool(await _pods_on(w, "inference-2"))
 
-    async def old_gone() -> bool:
-        return not set(old) & set(await _pods_on(w, "inference-2"))
+        await w.wait("a training pod on inference-2", has_training, 20)
+        old = await _pods_on(w, "inference-2")
+        w.case.show(f"pods bound to inference-2 before: {old}")
+        meddled = time.time()
+        await w.k("delete", "node", "inference-2", "--wait=false")
+        if restart:
+            await w.stop()
+        await asyncio.sleep(delay)  # the node is away: a real wait, as for a reboot
+        meta = fresh["metadata"]
+        for key in ("uid", "resourceVersion", "creationTimestamp", "managedFields"):
+            meta.pop(key, None)
+        fresh.pop("status", None)
+        path = w.h.tmp / "node.json"
+        path.write_text(json.dumps(fresh))
+        await w.k("create", "-f", str(path))
+        if restart:
+            await w.start()
+        await w.show_node("inference-2", "new")
+        back = time.monotonic()
 
-    gone = await w.wait("the old incarnation's pods removed", old_gone, 30)
-    w.case.check(bool(old) and gone, f"the pods bound to the old node are removed ({old})")
-    w.case.show(f"audit rows: {rows(await w.records('inference-2', meddled))}")
+        async def old_gone() -> bool:
+            return not set(old) & set(await _pods_on(w, "inference-2"))
+
+        gone = await w.wait("the old incarnation's pods removed", old_gone, 60)
+        w.case.figures["removed_after_seconds"] = round(time.monotonic() - back, 1)
+        w.case.check(bool(old) and gone, f"the pods bound to the old node are removed ({old})")
+        records = await w.records("inference-2", meddled)
+        said = " ".join(r.message for r in records)
+        w.case.check(
+            any(f"pod(s) bound to an earlier node of this name: {p}" in said for p in old),
+            "the audit log says which pod was removed",
+        )
+        w.case.show(f"audit rows: {rows(records)}")
+
+    return case
 
 
 async def disk_full(w: World) -> None:
@@ -729,7 +748,15 @@ CASES: dict[str, tuple[str, Callable[[World], Awaitable[None]], Sequence[str]]] 
     "lent-taint-removed": ("3. a removed lent taint and a pod that landed", lent_taint_removed, ()),
     "unreadable": ("4. unreadable originals", unreadable_original, ()),
     "orphan": ("5. a lent node no pool selects", orphan, ()),
-    "recreated": ("6. a node re-created under its name", recreated, ()),
+    "recreated": ("6. a node re-created under its name", recreated(), ()),
+    "recreated-2s": ("6b. ... 2 s after its deletion", recreated(2), ()),
+    "recreated-6s": ("6c. ... 6 s after its deletion", recreated(6), ()),
+    "recreated-60s": ("6d. ... 60 s after its deletion", recreated(60), ()),
+    "recreated-restart": (
+        "6e. ... 6 s later, the controller restarted between",
+        recreated(6, True),
+        (),
+    ),
     "disk-full": ("7. the audit store's disk fills up", disk_full, ("mount",)),
     "disk-full-records-removed": (
         "7b. disk full, the nodes' pending records removed, kill -9",

@@ -295,8 +295,10 @@ class Executor:
         if not self.leading():
             return None
         decision = lent.annotations.get(self.keys.decision)
+        # A node lent by this very tick is seen as it was before the lend: no decision yet.
+        under = f" under {decision}" if decision else ""
         why = (
-            f"node {lent.name} (uid {lent.uid}) was lent under {decision} and has been deleted: "
+            f"node {lent.name} (uid {lent.uid}) was lent{under} and has been deleted: "
             "its loan ends, and the pods bound to it are removed"
         )
         intent = audit.recovery_intent(
