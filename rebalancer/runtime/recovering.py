@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from rebalancer import errors
 from rebalancer.core import audit, bounded, recovery
 from rebalancer.core.audit import AuditRecord, Context
 from rebalancer.core.model import Clock, NodeName, NodeView, PoolName
@@ -67,6 +68,7 @@ class Recovery:
         self.tally, self.context = tally, context
         self._unkept: set[NodeName] = set()  # nodes whose kept records cannot be read, logged
         self._unlisted = False  # the Events could not be listed, logged
+        self._bugs: set[type[BaseException]] = set()  # catch_up's own failures, each logged
         self._listed: datetime | None = None  # when the Events were last listed
         # Ids read back from Events and found in the store: not asked of it again.
         self._stored: set[str] = set()
@@ -210,10 +212,17 @@ class Recovery:
                     len(missing),
                 )
             await self._refuse(copies or ())
-        except Exception:
+        except errors.StoreFailed:
             # The store still fails: the nodes and the Events keep their records.
             if copies is not None:
                 await self._retell(ledger, views, on_nodes, copies, now)
+            return
+        except Exception as exc:
+            # A bug of ours, not the store: the records stay where they are (nothing is
+            # released below), the tick's safety reclaims go on, and it is said once per kind.
+            if type(exc) not in self._bugs:
+                self._bugs.add(type(exc))
+                log.exception("writing the records kept on nodes and in Events failed: a bug")
             return
         self.executor.store_works(now)
         for node, found in on_nodes.items():

@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,12 +23,12 @@ from rebalancer.adapters import registry
 from rebalancer.adapters.audit import AuditLog, MemoryAuditStore
 from rebalancer.core import model
 from rebalancer.core.audit import AuditRecord, Kind
-from rebalancer.core.model import PodMarks, PoolName, Reason
+from rebalancer.core.model import NodeView, PodMarks, PoolName, Reason
 from rebalancer.core.outcomes import ActionResult, Outcome
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.runtime.reconcile import Reconciler
 from rebalancer.runtime.report import TickReport
-from rebalancer.runtime.seams import AlwaysLeader, PoolConfig
+from rebalancer.runtime.seams import AlwaysLeader, KeptCopy, NodeLedger, PoolConfig
 from sandbox.emulator.clock import ManualClock
 from tests.support.factories import KEYS, LEND_SPEC, T0, begin_reclaim, lend, serving
 from tests.support.fakes import Calls, Demand, Scripted, Views
@@ -88,6 +88,7 @@ async def world(
     policy_a: PoolPolicy = POLICY,
     demand_a: float = 5.0,
     timeout: timedelta = timedelta(seconds=10),
+    ledger: NodeLedger | None = None,
 ) -> World:
     nodes = [node(A, i, lent=i < lent_a) for i in range(4)] + [node(B, i) for i in range(4)]
     views = Views(nodes)
@@ -106,6 +107,7 @@ async def world(
         leadership=AlwaysLeader(now=clock),
         keys=KEYS,
         strategy_timeout=timeout,
+        ledger=ledger,
     )
     await reconciler.start()  # what the first tick of a leader does before it plans
     return World(reconciler, views, demand, calls, store, seen)
@@ -443,6 +445,74 @@ async def test_an_outcome_lost_to_a_bug_is_logged_as_a_bug_not_as_a_full_spool(
         "audit: an outcome is not recorded: a bug, not the store failing"
     ] * len(report.steps)
     assert not any("spool is full" in r.getMessage() for r in caplog.records)
+
+
+class Ledger:
+    """Records kept on nodes, in memory: a node that always takes them, and no Events."""
+
+    def __init__(self) -> None:
+        self.on: dict[str, list[AuditRecord]] = {}
+
+    async def hold(self, node: str, records: Sequence[AuditRecord], why: str) -> None:
+        self.on.setdefault(node, []).extend(records)
+
+    async def release(self, node: str, ids: Iterable[str]) -> None:
+        gone = set(ids)
+        self.on[node] = [r for r in self.on.get(node, []) if r.id not in gone]
+
+    def kept(self, view: NodeView) -> tuple[AuditRecord, ...]:
+        return tuple(self.on.get(view.name, ()))
+
+    async def copies(self, views: Iterable[NodeView]) -> Sequence[KeptCopy]:
+        return ()
+
+    async def retell(self, record: AuditRecord, why: str, node: str | None = None) -> bool:
+        return True
+
+
+class PoisonedStore(MemoryAuditStore):
+    """A store whose disk is full while ``full``, and that meets a bug of ours on the way
+    whenever a batch holds one of ``poison``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.full = False
+        self.poison: set[str] = set()
+
+    async def append(self, batch: Sequence[AuditRecord]) -> None:
+        if self.full:
+            raise OSError("disk full")
+        if any(r.id in self.poison for r in batch):
+            raise TypeError("a record this store cannot encode")
+        await super().append(batch)
+
+
+async def test_a_bug_while_catching_up_on_kept_records_is_logged_once_and_the_records_stay(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kept = Ledger()
+    w = await world(Scripted(RuntimeError("boom")), lent_a=3, demand_a=35.0, ledger=kept)
+    store = PoisonedStore()
+    w.reconciler.audit_log = AuditLog(store, sink=None)
+    store.full = True
+    await w.tick()  # the safety reclaims' records wait in the spool and on their nodes
+    spooled = [r.id for r in w.reconciler.audit_log.spool]
+    assert spooled
+    store.full, store.poison = False, set(spooled)
+    caplog.clear()
+
+    for _ in range(2):  # the tick's own write meets the bug too, and it goes up as it is
+        with pytest.raises(TypeError, match="cannot encode"):
+            await w.tick()
+
+    bugs = [r for r in caplog.records if isinstance(r.exc_info and r.exc_info[1], TypeError)]
+    assert [r.getMessage() for r in bugs if r.name.endswith("recovering")] == [
+        "writing the records kept on nodes and in Events failed: a bug"
+    ], "catching up says it once, with its traceback, instead of swallowing it"
+    assert {r.id for r in w.reconciler.audit_log.spool} >= set(spooled), "nothing dropped"
+    on_nodes = {r.id for rs in kept.on.values() for r in rs}
+    assert on_nodes, "the nodes keep what the store has not taken"
+    assert on_nodes <= set(spooled)
 
 
 class UnreadableStore(MemoryAuditStore):
