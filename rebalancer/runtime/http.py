@@ -1,10 +1,22 @@
-"""The controller's HTTP endpoints: metrics, probes and a read-only audit API (plain aiohttp).
+"""The controller's HTTP endpoints: metrics and a read-only audit API behind the cluster's
+authentication, and the probes on a plain port of their own (plain aiohttp).
+
+Two ports:
+
+- the API (``http.port``): TLS (a mounted certificate, or a self-signed one made at start:
+  ``runtime.tls``), and every request, to a route of ours or not, admitted by a
+  ``kubeauth.Gate`` first. The request's path is a non-resource URL and its method, lower-cased,
+  the verb (``access``), so a ClusterRole's ``nonResourceURLs`` grants each route; no or an
+  empty token, or one the cluster rejects, is a 401, a user RBAC does not grant it a 403, a
+  review that cannot be made a 503, never a pass (docs/http.md#who-may-ask). With
+  ``http.authentication: none`` the gate is ``kubeauth.OpenGate``: anyone who reaches it.
+- the probes (``http.health_port``): plain HTTP, no token (the kubelet sends none), and only
+  ``/healthz`` and ``/readyz``.
+
+The API:
 
 - ``GET /metrics``: ``Telemetry.exposed`` (its registry) in the Prometheus text format
   (OpenMetrics if the scraper's ``Accept`` asks for it).
-- ``GET /healthz``: 200 whenever the event loop runs the handler (the process is alive).
-- ``GET /readyz``: 200 once the ``ready`` callable says so (caches synced and, with leader
-  election, the lease holder known, whoever it is), else 503 with the reason.
 - ``GET /api/v1/decisions``: a page of audit records (``AuditStore.query``), oldest first
   unless ``order=desc``, with the store's keyset cursor as ``next``. ``parse_query`` reads its
   parameters; ``rebalancer audit`` reads its flags with it too, so both take the same values
@@ -16,15 +28,24 @@
   a ``runtime.alerts.Receiver``: a firing alert that matches a pool's ``wake_on`` runs the
   reconcile step at once and holds the pool (docs/design/alertmanager.md). The body is read up
   to ``alerts.MAX_BODY`` bytes (more is a 413) and its nesting counted before it is parsed
-  (deeper than ``alerts.MAX_DEPTH`` is a 400): neither reaches ``json.loads``.
+  (deeper than ``alerts.MAX_DEPTH`` is a 400): neither reaches ``json.loads``. Its token must
+  be minted for the receiver's audience (``http.alertmanager_audience``), so no pod's mounted
+  token can post, whatever RBAC grants its account.
+
+The probes:
+
+- ``GET /healthz``: 200 whenever the event loop runs the handler (the process is alive).
+- ``GET /readyz``: 200 once the ``ready`` callable says so (caches synced and, with leader
+  election, the lease holder known, whoever it is), else 503 with the reason.
 
 Errors are JSON, never a traceback: a bad parameter is a 400 naming the parameter, its value
 and why; a store that raises or does not answer within ``query_timeout`` is a 503 (the
 exception itself goes to the log, not to the client: it may carry SQL or a database URL).
+No token is ever logged or answered back.
 
-The server is an async context manager: ``async with HttpServer(...) as server`` binds
-``host:port`` (port 0: a free port, then ``server.port``) and serves until the block ends.
-See docs/http.md.
+The server is an async context manager: ``async with HttpServer(...) as server`` binds both
+ports (port 0: a free port, then ``server.port`` and ``server.health_port``) and serves until
+the block ends. See docs/http.md and docs/design/http-server.md.
 """
 
 from __future__ import annotations
@@ -32,7 +53,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable, Mapping
+import ssl
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -42,12 +64,14 @@ from aiohttp import web
 from prometheus_client.exposition import choose_encoder
 
 from rebalancer import errors
+from rebalancer.adapters import kubeauth
 from rebalancer.adapters.audit import AuditQuery, AuditStore, Cursor
 from rebalancer.core import audit, bounded
 from rebalancer.core.audit import Kind
 from rebalancer.core.model import Action
 from rebalancer.errors import ConfigError
 from rebalancer.runtime import alerts as alerting
+from rebalancer.runtime import tls as certificates
 from rebalancer.runtime.explain import NotExplained
 from rebalancer.runtime.telemetry import Telemetry
 
@@ -55,9 +79,12 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 # ``node``, ``pool`` (one of them) -> the explanation; None before the first tick.
 Explainer = Callable[[str | None, str | None], dict[str, Any] | None]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 DEFAULT_HOST = "0.0.0.0"  # probes and scrapes come from outside the Pod
-DEFAULT_PORT = 8081
+DEFAULT_PORT = 8443
+DEFAULT_HEALTH_PORT = 8081
+DEFAULT_AUDIENCE = "rebalancer"
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 
@@ -273,11 +300,34 @@ def _one_of(values: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# Who may ask what
+
+
+def access(method: str, path: str, alertmanager_audience: str) -> kubeauth.Access:
+    """What a request asks of the cluster's authorizer: its path as a non-resource URL and its
+    method, lower-cased, as the verb (kube-apiserver's own mapping for a non-resource request:
+    ``GET /metrics`` is ``get`` on ``/metrics``, ``POST /api/v1/alertmanager`` is ``post``).
+    The receiver's token must be minted for ``alertmanager_audience``; the others take the API
+    server's own (a pod's mounted token)."""
+    audiences = (alertmanager_audience,) if path == ALERTMANAGER_PATH else ()
+    return kubeauth.Access(path=path, verb=method.lower(), audiences=audiences)
+
+
+ALERTMANAGER_PATH = "/api/v1/alertmanager"
+_REFUSALS = {
+    kubeauth.Verdict.UNAUTHENTICATED: (401, "unauthorized"),
+    kubeauth.Verdict.FORBIDDEN: (403, "forbidden"),
+    kubeauth.Verdict.UNAVAILABLE: (503, "review_unavailable"),
+}
+
+
+# ---------------------------------------------------------------------------------------------
 # The server
 
 
 class HttpServer:
-    """aiohttp on ``host:port`` with the endpoints above; ``async with`` starts and stops it."""
+    """The API on ``host:port`` (TLS, each request through ``gate``) and the probes on
+    ``host:health_port`` (plain HTTP, nothing else); ``async with`` starts and stops both."""
 
     def __init__(
         self,
@@ -285,55 +335,79 @@ class HttpServer:
         telemetry: Telemetry,
         store: AuditStore,
         ready: ReadyCheck,
+        gate: kubeauth.Gate,
         host: str = DEFAULT_HOST,
         port: int = DEFAULT_PORT,
+        health_port: int = DEFAULT_HEALTH_PORT,
+        tls: ssl.SSLContext | None = None,
+        alertmanager_audience: str = DEFAULT_AUDIENCE,
         query_timeout: float = 10.0,
         alerts: alerting.Receiver | None = None,
         explain: Explainer | None = None,
     ) -> None:
         self.telemetry, self.store, self.ready = telemetry, store, ready
-        self.host, self.port = host, port
+        self.gate, self.alertmanager_audience = gate, alertmanager_audience
+        self.host, self.port, self.health_port = host, port, health_port
+        self.tls = tls
         self.query_timeout = query_timeout
-        self.app = web.Application()
+        self.app = web.Application(middlewares=[self._admit])
         self.app.router.add_get("/metrics", self._metrics)
-        self.app.router.add_get("/healthz", self._healthz)
-        self.app.router.add_get("/readyz", self._readyz)
         self.app.router.add_get("/api/v1/decisions", self._decisions)
         self.alerts = alerts
         self.explain = explain
         if explain is not None:
             self.app.router.add_get("/api/v1/explain", self._explain)
         if alerts is not None:
-            self.app.router.add_post("/api/v1/alertmanager", self._alertmanager)
-        self._runner: web.AppRunner | None = None
+            self.app.router.add_post(ALERTMANAGER_PATH, self._alertmanager)
+        # The probes: the kubelet asks them without a token, so they are served apart.
+        self.health = web.Application()
+        self.health.router.add_get("/healthz", self._healthz)
+        self.health.router.add_get("/readyz", self._readyz)
+        self._runners: list[web.AppRunner] = []
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"https://{self._host()}:{self.port}"
+
+    @property
+    def health_url(self) -> str:
+        return f"http://{self._host()}:{self.health_port}"
+
+    def _host(self) -> str:
+        return f"[{self.host}]" if ":" in self.host else self.host
 
     async def start(self) -> None:
+        tls = self.tls if self.tls is not None else certificates.context(None, None)
+        try:
+            self.port = await self._serve(self.app, self.port, "http.port", tls)
+            self.health_port = await self._serve(self.health, self.health_port, "http.health_port")
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("http: serving the API on %s and the probes on %s", self.url, self.health_url)
+
+    async def _serve(
+        self, app: web.Application, port: int, field: str, tls: ssl.SSLContext | None = None
+    ) -> int:
+        """``app`` on ``port`` (0: a free one), the port it took."""
         # No access log: probes and scrapes come every few seconds.
-        runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         try:
-            site = web.TCPSite(runner, self.host, self.port)
-            await site.start()
+            await web.TCPSite(runner, self.host, port, ssl_context=tls).start()
         except OSError as exc:  # the port is taken, the address is not this machine's
             await runner.cleanup()
             why = exc.strerror or str(exc)
-            raise ConfigError(f"http.host={self.host!r}, http.port={self.port}: {why}") from None
+            raise ConfigError(f"http.host={self.host!r}, {field}={port}: {why}") from None
         except BaseException:
             await runner.cleanup()
             raise
-        self._runner = runner
-        if self.port == 0:
-            self.port = int(runner.addresses[0][1])
-        log.info("http: serving on %s", self.url)
+        self._runners.append(runner)
+        return port if port else int(runner.addresses[0][1])
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            runner, self._runner = self._runner, None
+        runners, self._runners = self._runners, []
+        for runner in reversed(runners):
             await runner.cleanup()
 
     async def __aenter__(self) -> HttpServer:
@@ -347,6 +421,28 @@ class HttpServer:
         tb: TracebackType | None,
     ) -> None:
         await self.stop()
+
+    @web.middleware
+    async def _admit(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Every API request, a route of ours or not, is the cluster's to admit first."""
+        token = kubeauth.bearer(request.headers.get("Authorization"))
+        answer = await self.gate.admit(
+            token, access(request.method, request.path, self.alertmanager_audience)
+        )
+        if answer.verdict is kubeauth.Verdict.ALLOWED:
+            return await handler(request)
+        status, error = _REFUSALS[answer.verdict]
+        log.debug(
+            "http: %s %s refused (%s%s): %s",
+            request.method,
+            request.path,
+            answer.verdict,
+            f", {answer.user}" if answer.user else "",
+            answer.reason,
+        )
+        headers = {"WWW-Authenticate": 'Bearer realm="rebalancer"'} if status == 401 else None
+        body = {"error": error, "message": answer.reason}
+        return web.json_response(body, status=status, headers=headers)
 
     # -----------------------------------------------------------------------------------------
     # Handlers

@@ -35,6 +35,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import (
     AsyncIterator,
     Iterable,
@@ -50,7 +51,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from rebalancer.adapters import kubeclient, leadership
+from rebalancer.adapters import kubeauth, kubeclient, leadership
 from rebalancer.adapters.actuator import Actuator, NoCache, NodeCache
 from rebalancer.adapters.audit import (
     AuditLog,
@@ -75,7 +76,7 @@ from rebalancer.core.model import Clock, HistoryResult, NodeName, PoolMetrics, P
 from rebalancer.core.nodestate import Keys
 from rebalancer.core.outcomes import ActionResult
 from rebalancer.runtime import alerts as alerting
-from rebalancer.runtime import explain, http
+from rebalancer.runtime import explain, http, tls
 from rebalancer.runtime.loop import run_controller
 from rebalancer.runtime.reconcile import Reconciler
 from rebalancer.runtime.report import TickReport
@@ -352,7 +353,7 @@ class Seams:
     new_id: NewId | None = None  # audit record ids (None: ULIDs on the wall clock)
     sink: Sink | None = stdout_sink  # where each stored audit record is also written as JSON
     name: str | None = None  # this process's identity (None: ``identity()``, from POD_NAME)
-    serve_http: bool = True  # /metrics, /healthz, /readyz and the audit API
+    serve_http: bool = True  # the HTTP API (/metrics, the audit API) and the probes' port
 
 
 @dataclass
@@ -459,12 +460,17 @@ class Controller:
                 token=None if token is None else token.get_secret_value(),
                 leading=lambda: self.leadership.may_write(self.leadership.now()),
             )
+        web = self.settings.http
         return http.HttpServer(
             telemetry=self.telemetry,
             store=self.store,
             ready=ready,
-            host=self.settings.http.host,
-            port=self.settings.http.port,
+            gate=_gate(self.settings, self.api),
+            host=web.host,
+            port=web.port,
+            health_port=web.health_port,
+            tls=tls.context(web.tls.cert_file, web.tls.key_file),
+            alertmanager_audience=web.alertmanager_audience,
             alerts=receiver,
             explain=self._explain,
         )
@@ -509,6 +515,21 @@ class Controller:
             stop=stop,
             alerts=self.alerts,
         )
+
+
+def _gate(settings: Settings, api: Any) -> kubeauth.Gate:
+    """Who may use the HTTP API: the cluster says (TokenReview, SubjectAccessReview), unless
+    ``http.authentication`` is none, which is said loudly at every start."""
+    if settings.http.authentication == "none":
+        log.warning(
+            "http.authentication is none: anyone who reaches port %d may read /metrics, the "
+            "audit log (/api/v1/decisions) and /api/v1/explain, and post to "
+            "/api/v1/alertmanager (take loans back and hold pools); no token is checked. Keep "
+            "it so only behind a proxy that authenticates and authorizes every request",
+            settings.http.port,
+        )
+        return kubeauth.OpenGate()
+    return kubeauth.CachedGate(kubeauth.KubeReviews(api), time.monotonic)
 
 
 def _leadership(

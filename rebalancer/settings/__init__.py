@@ -35,6 +35,7 @@ Reference for every setting: docs/configuration.md.
 
 from rebalancer.settings.controller import (
     AUDIT_SCHEMES,
+    AUTHENTICATIONS,
     LOG_LEVELS,
     AlertmanagerSettings,
     AuditSettings,
@@ -43,6 +44,7 @@ from rebalancer.settings.controller import (
     LogLevel,
     PrometheusSettings,
     Settings,
+    TlsSettings,
 )
 from rebalancer.settings.environment import CONFIG_ENV, ENV_PREFIX
 from rebalancer.settings.limits import LimitSettings
@@ -64,6 +66,7 @@ from rebalancer.settings.yaml_file import Unreadable, read_yaml
 
 __all__ = [
     "AUDIT_SCHEMES",
+    "AUTHENTICATIONS",
     "CONFIG_ENV",
     "DEFAULT_SLO",
     "ENV_PREFIX",
@@ -87,6 +90,7 @@ __all__ = [
     "SloSettings",
     "StrategySettings",
     "TaintSettings",
+    "TlsSettings",
     "Unreadable",
     "WakeOnSettings",
     "WholeSeconds",

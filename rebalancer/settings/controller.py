@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import typing
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import pydantic
@@ -118,9 +119,56 @@ class TakerSettings(SettingsBlock):
     kueue_workloads: bool = False
 
 
+class TlsSettings(SettingsBlock):
+    """The API port's certificate: both files (PEM; the chart mounts a ``kubernetes.io/tls``
+    Secret), or neither, and the process makes a self-signed one at start."""
+
+    cert_file: Path | None = None
+    key_file: Path | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _both_or_neither(self) -> TlsSettings:
+        if (self.cert_file is None) != (self.key_file is None):
+            given, missing = (
+                ("cert_file", "key_file") if self.key_file is None else ("key_file", "cert_file")
+            )
+            raise PydanticCustomError(
+                "tls_pair",
+                "{given} is set but {missing} is not: give both (a certificate and its key), "
+                "or neither for a self-signed certificate",
+                {"given": given, "missing": missing},
+            )
+        return self
+
+
+Authentication = Literal["kubernetes", "none"]
+AUTHENTICATIONS: tuple[str, ...] = typing.get_args(Authentication)
+
+
 class HttpSettings(SettingsBlock):
+    """The HTTP API (TLS, every request reviewed by the cluster) and the probes' plain port
+    (docs/http.md)."""
+
     host: str = Field(default="0.0.0.0", min_length=1)  # all interfaces: it serves in a pod
-    port: int = Field(default=8080, ge=1, le=65535)
+    port: int = Field(default=8443, ge=1, le=65535)  # the API: TLS, a bearer token each request
+    health_port: int = Field(default=8081, ge=1, le=65535)  # /healthz and /readyz only, plain
+    # kubernetes: TokenReview and SubjectAccessReview for every request. none: anyone who
+    # reaches the port may do anything it serves (for a port fronted by a proxy of its own).
+    authentication: Authentication = "kubernetes"
+    # The audience a token must be minted for to post to the Alertmanager receiver (a
+    # projected service-account token); reads take the API server's own audience.
+    alertmanager_audience: str = Field(default="rebalancer", min_length=1)
+    tls: TlsSettings = TlsSettings()
+
+    @pydantic.model_validator(mode="after")
+    def _two_ports(self) -> HttpSettings:
+        if self.port == self.health_port:
+            raise PydanticCustomError(
+                "ports",
+                "port and health_port are both {port}: the probes have a port of their own",
+                {"port": self.port},
+            )
+        return self
 
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
@@ -201,6 +249,28 @@ class Settings(SettingsBlock):
             raise PydanticCustomError(
                 "prefix", "must be a DNS subdomain followed by '/', e.g. 'rebalancer.io/'"
             ) from None
+        return value
+
+    @pydantic.field_validator("alertmanager")
+    @classmethod
+    def _one_kind_of_token(
+        cls, value: AlertmanagerSettings, info: pydantic.ValidationInfo
+    ) -> AlertmanagerSettings:
+        """A shared ``alertmanager.token`` is for a port whose authentication is off: with the
+        cluster's, Alertmanager sends a service-account token, and one header cannot carry
+        both."""
+        http_settings = info.data.get("http")
+        if (
+            value.token is not None
+            and http_settings is not None
+            and http_settings.authentication == "kubernetes"
+        ):
+            raise PydanticCustomError(
+                "token",
+                "is set but http.authentication is kubernetes: Alertmanager sends a "
+                "service-account token (docs/http.md#alertmanager); unset it, or set "
+                "http.authentication to none",
+            )
         return value
 
     @pydantic.field_validator("takers")

@@ -1,4 +1,5 @@
-"""The HTTP server over real HTTP on a free loopback port: metrics, probes, the decisions API."""
+"""The HTTP server over real HTTP on free loopback ports: metrics and the decisions API on the
+TLS port (through a gate that lets the tests' token through), the probes on the plain one."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from rebalancer.runtime import http
 from rebalancer.runtime.http import HttpServer, Readiness, readiness
 from rebalancer.runtime.report import Tally, TickReport
 from rebalancer.runtime.telemetry import Telemetry
+from tests.support import gates
 from tests.support.factories import T0, audit_record
 
 
@@ -76,12 +78,21 @@ async def serve(
         telemetry=telemetry or Telemetry(),
         store=store,
         ready=ready or Flags(synced=True, holder="rebalancer-0"),
+        gate=gates.Grants.everything(),
         host="127.0.0.1",
         port=0,
+        health_port=0,
         query_timeout=query_timeout,
     )
-    async with server, aiohttp.ClientSession(base_url=server.url) as session:
+    async with server, gates.session(server.url) as session:
         yield server, session
+
+
+@asynccontextmanager
+async def probes(server: HttpServer) -> AsyncIterator[aiohttp.ClientSession]:
+    """A client of the probes' port: plain HTTP, no token (as the kubelet asks)."""
+    async with aiohttp.ClientSession(base_url=server.health_url) as session:
+        yield session
 
 
 async def memory_store() -> MemoryAuditStore:
@@ -429,14 +440,14 @@ async def test_leader_gauge_follows_leadership_and_registries_are_separate() -> 
 
 
 async def test_healthz_answers() -> None:
-    async with serve(await memory_store(), ready=Flags()) as (_, session):
+    async with serve(await memory_store(), ready=Flags()) as (server, _), probes(server) as session:
         status, body = await get_json(session, "/healthz")
     assert (status, body) == (200, {"status": "ok"})
 
 
 async def test_readyz_waits_for_caches_and_a_known_leader() -> None:
     flags = Flags()
-    async with serve(await memory_store(), ready=flags) as (_, session):
+    async with serve(await memory_store(), ready=flags) as (server, _), probes(server) as session:
         status, body = await get_json(session, "/readyz")
         assert status == 503
         assert body["ready"] is False
@@ -655,11 +666,12 @@ async def test_a_store_that_hangs_is_a_503() -> None:
     assert "did not answer within 0.05 s" in body["message"]
 
 
-async def test_the_port_is_released_when_the_block_ends() -> None:
-    async with serve(await memory_store()) as (server, session):
-        status, _ = await get_json(session, "/healthz")
-        assert status == 200
-        url = server.url
-    async with aiohttp.ClientSession() as session:
-        with pytest.raises(aiohttp.ClientConnectionError):
-            await session.get(f"{url}/healthz")
+async def test_the_ports_are_released_when_the_block_ends() -> None:
+    async with serve(await memory_store()) as (server, session), probes(server) as plain:
+        assert (await get_json(plain, "/healthz"))[0] == 200
+        assert (await get_json(session, "/api/v1/decisions"))[0] == 200
+        urls = (f"{server.health_url}/healthz", f"{server.url}/api/v1/decisions")
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False)) as session:
+        for url in urls:
+            with pytest.raises(aiohttp.ClientConnectionError):
+                await session.get(url)

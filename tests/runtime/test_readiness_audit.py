@@ -8,6 +8,7 @@ import aiohttp
 from rebalancer.adapters.audit import MemoryAuditStore
 from rebalancer.runtime import http
 from rebalancer.runtime.telemetry import Telemetry
+from tests.support import gates
 
 
 async def test_readyz_names_a_failing_audit_store_and_stays_ready() -> None:
@@ -17,10 +18,16 @@ async def test_readyz_names_a_failing_audit_store_and_stays_ready() -> None:
         return http.readiness(True, True, "rebalancer-0", failing[0])
 
     server = http.HttpServer(
-        telemetry=Telemetry(), store=MemoryAuditStore(), ready=ready, host="127.0.0.1", port=0
+        telemetry=Telemetry(),
+        store=MemoryAuditStore(),
+        ready=ready,
+        gate=gates.Grants(),
+        host="127.0.0.1",
+        port=0,
+        health_port=0,
     )
     async with server, aiohttp.ClientSession() as session:
-        url = f"http://127.0.0.1:{server.port}/readyz"
+        url = f"{server.health_url}/readyz"
         async with session.get(url) as response:
             assert response.status == 200
             assert "audit store" not in (await response.json())["reason"]

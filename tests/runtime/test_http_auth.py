@@ -1,0 +1,283 @@
+"""Who may use the HTTP API, over real HTTP and TLS: every route but the probes goes through the
+gate, each verdict is its status, the probes' port serves only the probes, and the cache keeps
+the cluster's answers for controller-runtime's times (the real TokenReview and
+SubjectAccessReview: tests/kubeapi/test_http_auth_real.py)."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from rebalancer.adapters import kubeauth
+from rebalancer.adapters.audit import MemoryAuditStore
+from rebalancer.adapters.kubeauth import Access, CachedGate, User, Verdict
+from rebalancer.core.model import PoolName
+from rebalancer.errors import ConfigError
+from rebalancer.runtime import alerts as alerting
+from rebalancer.runtime import http
+from rebalancer.runtime import tls as certificates
+from rebalancer.runtime.http import HttpServer
+from rebalancer.runtime.telemetry import Telemetry
+from tests.support import gates
+from tests.support.factories import T0
+
+ROUTES = [
+    ("GET", "/metrics"),
+    ("GET", "/api/v1/decisions"),
+    ("GET", "/api/v1/explain"),
+    ("POST", "/api/v1/alertmanager"),
+    ("GET", "/healthz"),  # not served here: still the gate's first
+    ("GET", "/nothing-here"),
+]
+
+
+@asynccontextmanager
+async def serve(
+    gate: kubeauth.Gate, tls: ssl.SSLContext | None = None
+) -> AsyncIterator[HttpServer]:
+    store = alerting.AlertStore({PoolName("l20"): ()}, max_age=timedelta(hours=1), clock=lambda: T0)
+    server = HttpServer(
+        telemetry=Telemetry(),
+        store=MemoryAuditStore(),
+        ready=lambda: http.Readiness(True, "caches synced"),
+        gate=gate,
+        host="127.0.0.1",
+        port=0,
+        health_port=0,
+        tls=tls,
+        alerts=alerting.Receiver(store, token=None, leading=lambda: True),
+        explain=lambda node, pool: {"node": node},
+    )
+    async with server:
+        yield server
+
+
+async def ask(server: HttpServer, method: str, path: str, token: str | None) -> tuple[int, dict]:
+    async with (
+        gates.session(server.url, token) as session,
+        session.request(method, path, data=b"{}") as resp,
+    ):
+        body = await resp.json() if resp.content_type == "application/json" else {}
+        return resp.status, body
+
+
+# ---------------------------------------------------------------------------------------------
+# The API port
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES)
+async def test_a_request_without_a_token_is_a_401_on_every_route(method: str, path: str) -> None:
+    gate = gates.Grants.everything()
+    async with serve(gate) as server:
+        for token in (None, ""):
+            status, body = await ask(server, method, path, token)
+            assert (status, body["error"]) == (401, "unauthorized")
+    assert [token for token, _ in gate.asked] == [None, None]  # '' is no token
+
+
+async def test_each_verdict_is_its_status_and_none_is_a_pass() -> None:
+    gate = gates.Grants({"reader": "reader"}, {"reader": {("get", "/metrics")}})
+    async with serve(gate) as server:
+        assert (await ask(server, "GET", "/metrics", "reader"))[0] == 200
+        status, body = await ask(server, "GET", "/api/v1/decisions", "reader")
+        assert (status, body) == (
+            403,
+            {"error": "forbidden", "message": 'reader may not get "/api/v1/decisions"'},
+        )
+        status, body = await ask(server, "GET", "/metrics", "forged")
+        assert (status, body["error"]) == (401, "unauthorized")
+        gate.unavailable = True
+        status, body = await ask(server, "GET", "/metrics", "reader")
+        assert (status, body["error"]) == (503, "review_unavailable")
+        assert "10 s" in body["message"]
+
+
+async def test_the_401_asks_for_a_bearer_token() -> None:
+    async with (
+        serve(gates.Grants()) as server,
+        gates.session(server.url, None) as session,
+        session.get("/metrics") as resp,
+    ):
+        assert resp.status == 401
+        assert resp.headers["WWW-Authenticate"] == 'Bearer realm="rebalancer"'
+
+
+def test_each_route_is_a_non_resource_url_and_its_method_the_verb() -> None:
+    assert http.access("GET", "/metrics", "rebalancer") == Access("/metrics", "get")
+    assert http.access("GET", "/api/v1/decisions", "x") == Access("/api/v1/decisions", "get")
+    assert http.access("GET", "/api/v1/explain", "x") == Access("/api/v1/explain", "get")
+    # The write takes only a token minted for the receiver's audience.
+    assert http.access("POST", "/api/v1/alertmanager", "rebalancer") == Access(
+        "/api/v1/alertmanager", "post", ("rebalancer",)
+    )
+
+
+async def test_the_gate_is_asked_the_route_s_access_and_the_request_s_token() -> None:
+    gate = gates.Grants.everything()
+    async with serve(gate) as server:
+        assert (await ask(server, "GET", "/api/v1/explain?node=n1", gates.TOKEN))[0] == 200
+        await ask(server, "POST", "/api/v1/alertmanager", gates.TOKEN)
+    assert gate.asked == [
+        (gates.TOKEN, Access("/api/v1/explain", "get")),
+        (gates.TOKEN, Access("/api/v1/alertmanager", "post", ("rebalancer",))),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The probes' port
+
+
+async def test_the_probes_port_serves_the_probes_and_nothing_else() -> None:
+    gate = gates.Grants.everything()
+    async with serve(gate) as server, aiohttp.ClientSession(server.health_url) as plain:
+        for path in ("/healthz", "/readyz"):
+            async with plain.get(path) as resp:
+                assert resp.status == 200, path
+        for method, path in ROUTES[:4]:
+            async with plain.request(method, path) as resp:
+                assert resp.status == 404, path
+        # And the API's port has no probe: a token does not find one there.
+        assert (await ask(server, "GET", "/healthz", gates.TOKEN))[0] == 404
+    assert [a.path for _, a in gate.asked] == ["/healthz"]  # the probes asked no one
+
+
+async def test_the_api_port_speaks_only_tls() -> None:
+    async with serve(gates.Grants.everything()) as server, aiohttp.ClientSession() as plain:
+        with pytest.raises(aiohttp.ClientError):
+            await plain.get(server.url.replace("https://", "http://") + "/metrics")
+
+
+# ---------------------------------------------------------------------------------------------
+# The certificate
+
+
+async def test_a_mounted_certificate_is_the_one_served(tmp_path: Path) -> None:
+    cert, key = certificates.self_signed("localhost")
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    served = certificates.context(tmp_path / "tls.crt", tmp_path / "tls.key")
+    trusting = ssl.create_default_context(cadata=cert.decode())
+    async with serve(gates.Grants.everything(), tls=served) as server:
+        url = f"https://localhost:{server.port}/metrics"
+        auth = {"Authorization": f"Bearer {gates.TOKEN}"}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(url, ssl=trusting, headers=auth) as r,
+        ):
+            assert r.status == 200
+
+
+def test_a_certificate_that_cannot_be_read_names_the_setting_and_the_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.crt"
+    with pytest.raises(ConfigError, match=rf"http.tls.cert_file='{missing}': no such file"):
+        certificates.context(missing, tmp_path / "nope.key")
+    (tmp_path / "bad.crt").write_text("not a certificate")
+    (tmp_path / "bad.key").write_text("not a key")
+    with pytest.raises(ConfigError, match="not a PEM certificate and its key"):
+        certificates.context(tmp_path / "bad.crt", tmp_path / "bad.key")
+
+
+# ---------------------------------------------------------------------------------------------
+# The cache
+
+
+class Ticks:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def cached() -> tuple[CachedGate, gates.Counted, gates.Scripted, Ticks]:
+    scripted = gates.Scripted(
+        {"good": User("alice"), "other": User("bob")}, {"alice": {("get", "/metrics")}}
+    )
+    counted, ticks = gates.Counted(scripted), Ticks()
+    return CachedGate(counted, ticks), counted, scripted, ticks
+
+
+METRICS = Access("/metrics", "get")
+DECISIONS = Access("/api/v1/decisions", "get")
+
+
+async def test_a_second_request_within_the_ttls_asks_no_review() -> None:
+    gate, counted, _, ticks = cached()
+    assert (await gate.admit("good", METRICS)).verdict is Verdict.ALLOWED
+    assert (counted.tokens, counted.accesses) == (1, 1)
+    ticks.now += 59
+    assert (await gate.admit("good", METRICS)).verdict is Verdict.ALLOWED
+    assert (counted.tokens, counted.accesses) == (1, 1)
+    ticks.now += 1  # the token's minute is over; the allow's five are not
+    assert (await gate.admit("good", METRICS)).verdict is Verdict.ALLOWED
+    assert (counted.tokens, counted.accesses) == (2, 1)
+    ticks.now += 240  # five minutes since the allow
+    await gate.admit("good", METRICS)
+    assert (counted.tokens, counted.accesses) == (3, 2)
+
+
+async def test_a_denial_is_kept_30_seconds_and_a_rejected_token_a_minute() -> None:
+    gate, counted, scripted, ticks = cached()
+    assert (await gate.admit("good", DECISIONS)).verdict is Verdict.FORBIDDEN
+    scripted.grants["alice"].add(("get", "/api/v1/decisions"))  # granted meanwhile
+    ticks.now += 29
+    assert (await gate.admit("good", DECISIONS)).verdict is Verdict.FORBIDDEN
+    ticks.now += 1
+    assert (await gate.admit("good", DECISIONS)).verdict is Verdict.ALLOWED
+    assert counted.accesses == 2
+
+    assert (await gate.admit("forged", METRICS)).verdict is Verdict.UNAUTHENTICATED
+    ticks.now += 59
+    assert (await gate.admit("forged", METRICS)).verdict is Verdict.UNAUTHENTICATED
+    assert counted.tokens == 2  # good once, forged once
+    ticks.now += 1
+    await gate.admit("forged", METRICS)
+    assert counted.tokens == 3
+
+
+async def test_a_review_that_cannot_be_made_is_never_a_pass_and_never_kept() -> None:
+    gate, counted, scripted, _ = cached()
+    scripted.unavailable = True
+    answer = await gate.admit("good", METRICS)
+    assert answer.verdict is Verdict.UNAVAILABLE
+    scripted.unavailable = False
+    assert (await gate.admit("good", METRICS)).verdict is Verdict.ALLOWED
+    assert counted.tokens == 2
+
+
+async def test_tokens_are_kept_as_digests_and_never_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    gate, _, scripted, _ = cached()
+    caplog.set_level("DEBUG")
+    await gate.admit("good", METRICS)
+    await gate.admit("forged", METRICS)
+    scripted.unavailable = True
+    await gate.admit("good-too", METRICS)
+    kept = repr(gate.tokens.kept) + repr(gate.decisions.kept)
+    assert kubeauth.digest("good") in kept
+    for token in ("good", "forged", "good-too"):
+        assert f"'{token}'" not in kept
+        assert token not in caplog.text.replace("goodness", "")
+
+
+async def test_an_empty_token_asks_no_review() -> None:
+    gate, counted, _, _ = cached()
+    for token in (None, ""):
+        assert (await gate.admit(token, METRICS)).verdict is Verdict.UNAUTHENTICATED
+    assert counted.tokens == 0
+
+
+def test_a_bearer_header_gives_its_token_and_nothing_else_does() -> None:
+    assert kubeauth.bearer("Bearer abc") == "abc"
+    assert kubeauth.bearer("bearer  abc ") == "abc"
+    for header in (None, "", "Bearer", "Bearer ", "Basic YWxhZGRpbjpvcGVu", "abc"):
+        assert kubeauth.bearer(header) is None, header
