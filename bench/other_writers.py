@@ -513,7 +513,7 @@ async def disk_full(w: World) -> None:
         took = await w.back(IDLE, within=40)
         w.case.check(took is not None, f"every node back {took} s after the rise, disk full")
         assert w.c is not None
-        async with w.h.session.get(w.c.base + "/readyz") as r:
+        async with w.h.session.get(w.c.health + "/readyz") as r:
             ready = f"{r.status} {(await r.text()).strip()[:160]}"
         w.case.show(f"/readyz with the disk full: {ready}")
         w.case.check("audit" in ready, "readiness names the failing audit store")

@@ -5,17 +5,27 @@ The controller runs on the session's real control plane, real training Jobs its 
 real, scraping Prometheus (``tests.support.harness.on_plane``), with a 60 s tick: the lends come
 from its first tick and the informer's wake-ups, so a reclaim seen within seconds of the
 notification was the notification's doing, not the next scheduled tick's. Demand stays low
-throughout: nothing but the alert says inference is short."""
+throughout: nothing but the alert says inference is short.
+
+It posts as the chart tells Alertmanager to (docs/http.md#alertmanager): a service account's
+token projected for the receiver's audience, the account granted ``post`` on the receiver's
+URL by a ClusterRole; the controller reviews both with the cluster. The plane's admin, whose
+token is the API server's alone, is refused the write (401): no token of another audience
+posts, whatever it may do elsewhere."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from rebalancer.adapters import kubeclient
 from rebalancer.core.audit import Kind
 from rebalancer.core.model import Action, Reason
+from tests.support import tokens
 from tests.support.alertmanager import alert, notification
 from tests.support.control_plane import ControlPlane
 from tests.support.harness import INFERENCE, Harness, on_plane
@@ -26,6 +36,19 @@ async def demand_known(h: Harness) -> bool:
     query = {"query": "sum(rate(vllm:request_success_total[4s]))"}
     async with h.session.get(h.prometheus.url + "/api/v1/query", params=query) as r:
         return bool((await r.json())["data"]["result"])
+
+
+@contextlib.asynccontextmanager
+async def alertmanager_token(plane: ControlPlane, tmp_path: Path) -> AsyncIterator[str]:
+    """Alertmanager's projected token: audience ``rebalancer``, ``post`` on the receiver."""
+    config = plane.server.kubeconfig(tmp_path / "admin.kubeconfig")
+    async with (
+        kubeclient.api_client(config) as api,
+        tokens.accounts(
+            api, "monitoring", {"alertmanager": [("post", "/api/v1/alertmanager")]}
+        ) as made,
+    ):
+        yield await made["alertmanager"].token("rebalancer")
 
 
 WAKE_ON = [{"matchers": ['alertname="InferenceQueueHigh"', 'service="llm"']}]
@@ -46,13 +69,18 @@ async def test_a_posted_alert_takes_lent_nodes_back_at_once_with_the_alert_in_th
             # holds its pool at most alertmanager.max_life after its startsAt.
             started = datetime.now(UTC).replace(microsecond=123456) - timedelta(minutes=2)
             starts_at = started.isoformat().replace("+00:00", "Z")
-            posted = time.monotonic()
             body = notification(
                 [alert(service="llm", fingerprint="9a1b2c3d4e5f6071", starts_at=starts_at)]
             )
-            async with h.session.post(c.base + "/api/v1/alertmanager", data=json.dumps(body)) as r:
-                assert r.status == 200, await r.text()
-                receipt = await r.json()
+            url, data = c.base + "/api/v1/alertmanager", json.dumps(body)
+            async with c.session.post(url, data=data) as r:  # the admin's token
+                assert r.status == 401, await r.text()
+            async with alertmanager_token(plane, tmp_path) as token:
+                posted = time.monotonic()
+                headers = {"Authorization": f"Bearer {token}"}
+                async with c.session.post(url, data=data, headers=headers) as r:
+                    assert r.status == 200, await r.text()
+                    receipt = await r.json()
 
             async def some_node_comes_back() -> bool:
                 return await h.lent() != IDLE_NODES

@@ -30,13 +30,18 @@ from rebalancer.core.outcomes import Outcome
 from rebalancer.runtime import wiring
 from sandbox.emulator import cluster
 from sandbox.emulator.store import Store
-from tests.support.processes import run_cli, setup, start
+from tests.support.processes import config_text, run_cli, setup, start
 
 NODE = "inference-5"  # idle: no inference replica runs on it
 
 
-async def get(url: str) -> tuple[int, Any]:
-    async with aiohttp.ClientSession() as session, session.get(url) as response:
+async def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    # The API's certificate is self-signed: what is tested here is what it answers.
+    connector = aiohttp.TCPConnector(ssl=False)
+    async with (
+        aiohttp.ClientSession(connector=connector) as session,
+        session.get(url, headers=headers) as response,
+    ):
         return response.status, await response.json()
 
 
@@ -61,9 +66,10 @@ async def test_run_serves_healthz_and_stops_on_sigterm(tmp_path: Path, election:
     async with setup(tmp_path, election) as box:
         proc = await start("run", "--config", str(box.config), "--kubeconfig", str(box.kubeconfig))
         try:
-            base = f"http://127.0.0.1:{box.http_port}"
-            assert await poll(f"{base}/healthz", proc=proc) == {"status": "ok"}
-            ready = await poll(f"{base}/readyz", proc=proc)
+            base = f"https://127.0.0.1:{box.http_port}"
+            probes = f"http://127.0.0.1:{box.health_port}"
+            assert await poll(f"{probes}/healthz", proc=proc) == {"status": "ok"}
+            ready = await poll(f"{probes}/readyz", proc=proc)
             assert ready["ready"] is True
             # At least one tick has been audited (a summary: metrics unknown, nothing lent).
             page = await poll(f"{base}/api/v1/decisions?kind=summary", proc=proc)
@@ -97,6 +103,10 @@ async def test_run_serves_healthz_and_stops_on_sigterm(tmp_path: Path, election:
         assert lines
         assert all({"time", "level", "logger", "message"} <= set(d) for d in lines)
         assert any(d["message"] == "stopped" for d in lines)
+        # The open API is said at start, loudly and exactly.
+        (opened,) = [d for d in lines if "http.authentication is none" in d["message"]]
+        assert opened["level"] == "warning"
+        assert "post to /api/v1/alertmanager" in opened["message"]
         # Nothing from APScheduler at INFO (two lines a tick), and each metrics failure once.
         assert not [d for d in lines if d["logger"].startswith("apscheduler")]
         ticks = sum(1 for d in lines if d["message"].startswith("plan: pool inference"))
@@ -107,6 +117,34 @@ async def test_run_serves_healthz_and_stops_on_sigterm(tmp_path: Path, election:
         listed = await core.list_node(label_selector="rebalancer.io/state")
         assert listed.items == []
         assert out.decode().strip(), "the audit JSON lines go to stdout"
+
+
+async def test_run_is_closed_by_default_and_a_review_it_cannot_make_is_never_a_pass(
+    tmp_path: Path,
+) -> None:
+    """The settings' default authentication against a cluster that reviews nothing (the
+    emulator serves no TokenReview): no token is a 401, a token a 503, and the probes answer
+    on their own port all the same."""
+    async with setup(tmp_path) as box:
+        config = tmp_path / "closed.yaml"
+        text = config_text(box.audit_db, box.http_port, health_port=box.health_port)
+        config.write_text(text.replace("authentication: none", "authentication: kubernetes"))
+        proc = await start("run", "--config", str(config), "--kubeconfig", str(box.kubeconfig))
+        try:
+            ready = await poll(f"http://127.0.0.1:{box.health_port}/readyz", proc=proc)
+            assert ready["ready"] is True
+            base = f"https://127.0.0.1:{box.http_port}"
+            for path in ("/metrics", "/api/v1/decisions", "/api/v1/explain?node=x"):
+                assert (await get(base + path))[0] == 401, path
+                status, body = await get(base + path, {"Authorization": "Bearer some-token"})
+                assert (status, body["error"]) == (503, "review_unavailable"), path
+                assert "TokenReview" in body["message"]
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(15):
+                _, err = await proc.communicate()
+        assert "some-token" not in err.decode()
+        assert "http.authentication is none" not in err.decode()
 
 
 async def test_bad_config_exits_2_one_line_per_field(tmp_path: Path) -> None:

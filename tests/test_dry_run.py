@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import aiohttp
-
 from rebalancer.core.audit import Kind
 from rebalancer.core.outcomes import Outcome
 from sandbox.emulator.server import Request
@@ -30,7 +28,7 @@ async def test_a_dry_run_audits_each_step_once_and_writes_nothing(tmp_path: Path
             await asyncio.sleep(5)  # five more ticks of the same plan
             later = await h.records()
             url = f"{c.base}/api/v1/explain?pool={POOL}"
-            async with aiohttp.ClientSession() as session, session.get(url) as response:
+            async with c.session.get(url) as response:
                 assert response.status == 200
                 explained = await response.json()
         log = c.log.read_text()

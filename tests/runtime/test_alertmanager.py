@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from rebalancer.adapters import kubeauth
 from rebalancer.adapters.audit import MemoryAuditStore
 from rebalancer.core import alerts as matching
 from rebalancer.core.model import PoolName
@@ -79,11 +80,15 @@ async def serving(receiver: alerts.Receiver) -> AsyncIterator[Posting]:
         telemetry=Telemetry(),
         store=MemoryAuditStore(),
         ready=lambda: readiness(True, False, ""),
+        # The receiver alone: who may post is the gate's (tests/runtime/test_http_auth.py), and
+        # the shared token is the receiver's own, for a port whose authentication is off.
+        gate=kubeauth.OpenGate(),
         host="127.0.0.1",
         port=0,
+        health_port=0,
         alerts=receiver,
     )
-    async with server, aiohttp.ClientSession() as session:
+    async with server, aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False)) as session:
         yield Posting(session, server.url + "/api/v1/alertmanager")
 
 

@@ -32,7 +32,7 @@ from sandbox.emulator import cluster
 from sandbox.emulator.faults import Faults
 from sandbox.emulator.server import RequestObserver, serve, write_kubeconfig
 from sandbox.emulator.store import Store
-from tests.support import pools
+from tests.support import kube, pools
 from tests.support.control_plane import ControlPlane
 from tests.support.exporter import Exporter, serve_exporter
 from tests.support.processes import ROOT, Cluster, child_env, free_port, probe, read_audit
@@ -75,8 +75,10 @@ LIMITS = {
 @dataclass
 class Controller:
     proc: asyncio.subprocess.Process
-    base: str
+    base: str  # the HTTP API: https, a self-signed certificate
     log: Path
+    health: str  # the probes' plain port
+    session: aiohttp.ClientSession  # a client of the API, with the harness's token if any
 
 
 @dataclass(kw_only=True)
@@ -87,6 +89,11 @@ class Harness(Cluster):
     kubeconfig: Path
     audit_url: str
     pool_settings: Mapping[str, Any]  # what this cluster asks of the pool's settings
+    # The controller's HTTP settings, and the token a test sends it: on the emulator, which
+    # reviews no token, the API is open (``authentication: none``); on a real control plane
+    # the cluster admits each request, and the test asks as the admin.
+    http_settings: Mapping[str, Any]
+    token: str | None
 
     # -- the cluster --------------------------------------------------------------------------
 
@@ -137,7 +144,12 @@ class Harness(Cluster):
                 "resolution": "1s",
             },
             "audit": {"url": self.audit_url},
-            "http": {"host": "127.0.0.1", "port": free_port()},
+            "http": {
+                "host": "127.0.0.1",
+                "port": free_port(),
+                "health_port": free_port(),
+                **self.http_settings,
+            },
             "pools": [pool],
             **settings,
         }
@@ -164,7 +176,7 @@ class Harness(Cluster):
         """Start the controller (under ``wrapper``, e.g. ``faketime -f -90``, when given) and
         wait for its readiness probe. Its log goes to a file (a pipe nobody reads would fill
         and block it)."""
-        port = json.loads(config.read_text())["http"]["port"]
+        web = json.loads(config.read_text())["http"]
         log = self.tmp / f"controller-{time.monotonic_ns()}.log"
         with log.open("wb") as out:
             proc = await asyncio.create_subprocess_exec(
@@ -182,10 +194,21 @@ class Harness(Cluster):
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=out,
             )
-        c = Controller(proc, f"http://127.0.0.1:{port}", log)
+        headers = {} if self.token is None else {"Authorization": f"Bearer {self.token}"}
+        session = aiohttp.ClientSession(headers=headers, connector=aiohttp.TCPConnector(ssl=False))
+        c = Controller(
+            proc,
+            f"https://127.0.0.1:{web['port']}",
+            log,
+            f"http://127.0.0.1:{web['health_port']}",
+            session,
+        )
         try:
             await until(
-                "the controller is ready", lambda: probe(self.session, c.base + "/readyz"), proc, 20
+                "the controller is ready",
+                lambda: probe(self.session, c.health + "/readyz"),
+                proc,
+                20,
             )
         except BaseException:
             await self.kill(c)
@@ -198,10 +221,11 @@ class Harness(Cluster):
         if c.proc.returncode is None:
             c.proc.kill()
             await c.proc.wait()
+        await c.session.close()
 
     async def metric(self, c: Controller, name: str, **labels: str) -> float | None:
         """One sample of the controller's ``/metrics``, by name and labels."""
-        async with self.session.get(c.base + "/metrics") as r:
+        async with c.session.get(c.base + "/metrics") as r:
             text = await r.text()
         for line in text.splitlines():
             m = re.fullmatch(r"([a-z_:]+)(?:\{(.*)\})? (\S+)", line)
@@ -271,6 +295,8 @@ async def harness(
                 # real control plane (``on_plane``) the Job controller does, and the pool lends
                 # only to takers, as users get it.
                 pool_settings={"lend_only_to_takers": False},
+                http_settings={"authentication": "none"},
+                token=None,
             )
         finally:
             await prom.stop()
@@ -303,6 +329,8 @@ async def on_plane(plane: ControlPlane, tmp_path: Path, rps: float = LOW) -> Asy
                         kubeconfig=server.kubeconfig(tmp_path / "kubeconfig"),
                         audit_url=f"sqlite+aiosqlite:///{tmp_path / 'audit.sqlite3'}",
                         pool_settings={},
+                        http_settings={},
+                        token=kube.ADMIN_TOKEN,
                     )
                 finally:
                     await prom.stop()

@@ -238,10 +238,20 @@ class Setup:
     kubeconfig: Path
     config: Path
     audit_db: Path
-    http_port: int
+    http_port: int  # the API: https, a self-signed certificate, open (see ``config_text``)
+    health_port: int  # the probes: plain http
 
 
-def config_text(audit_db: Path, http_port: int, election: bool = False) -> str:
+def config_text(
+    audit_db: Path,
+    http_port: int,
+    election: bool = False,
+    health_port: int | None = None,
+    authentication: str = "none",
+) -> str:
+    """Settings of one pool. The HTTP API is open (``authentication: none``) by default: the
+    emulator reviews no token (a test that wants the cluster's reviews runs on a real server)."""
+    health = health_port if health_port is not None else free_port()
     return f"""
 tick_interval: 2s
 leader_election: {{enabled: {str(election).lower()}}}
@@ -251,7 +261,8 @@ prometheus:
   attempts: 1
   retry_budget: 1s
 audit: {{url: "sqlite+aiosqlite:///{audit_db}"}}
-http: {{host: 127.0.0.1, port: {http_port}}}
+http:
+  {{host: 127.0.0.1, port: {http_port}, health_port: {health}, authentication: {authentication}}}
 pools:
   - name: inference
     node_selector: {{gpu-pool: inference}}
@@ -273,7 +284,7 @@ async def setup(
     async with served as url, client.ApiClient(client.Configuration(host=url)) as api:
         kubeconfig = write_kubeconfig(url, tmp_path / "kubeconfig")
         audit_db = tmp_path / "audit.sqlite3"
-        port = free_port()
+        port, health = free_port(), free_port()
         config = tmp_path / "config.yaml"
-        config.write_text(config_text(audit_db, port, election), encoding="utf-8")
-        yield Setup(store, url, api, kubeconfig, config, audit_db, port)
+        config.write_text(config_text(audit_db, port, election, health), encoding="utf-8")
+        yield Setup(store, url, api, kubeconfig, config, audit_db, port, health)
