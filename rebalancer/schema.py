@@ -37,6 +37,7 @@ def config_schema() -> tuple[dict[str, Any], dict[str, Any]]:
     for key in CHART_OWNED:
         generated["properties"].pop(key)
         defs.pop(_model_name(key), None)
+    defs = _referenced(generated, defs)  # the chart-owned blocks' own parts go with them
     # Kinder at install than a controller that refuses to start: one pool at least.
     generated["properties"]["pools"]["minItems"] = 1
     generated["description"] = (
@@ -55,6 +56,19 @@ def chart_schema(current: dict[str, Any]) -> dict[str, Any]:
     updated["properties"] = {**current["properties"], "config": config}
     updated["$defs"] = defs
     return updated
+
+
+def _referenced(root: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """The ``defs`` that ``root`` names, directly or through another kept one, in their order."""
+    kept: set[str] = set()
+    todo = [root]
+    while todo:
+        text = json.dumps(todo.pop())
+        for name in defs:
+            if name not in kept and f'"#/$defs/{name}"' in text:
+                kept.add(name)
+                todo.append(defs[name])
+    return {name: sub for name, sub in defs.items() if name in kept}
 
 
 def _model_name(key: str) -> str:

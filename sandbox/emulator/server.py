@@ -51,6 +51,7 @@ from sandbox.emulator import (
     openapi,
     rbac,
     resources,
+    reviews,
     selector,
     status,
     tables,
@@ -593,6 +594,21 @@ async def _healthy(_: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
+async def _token_review(request: web.Request) -> web.Response:
+    body = await reviews.read(request)
+    if isinstance(body, web.Response):
+        return body
+    return _respond(reviews.token_review(request.app.get(ACCESS), body), 201)
+
+
+async def _access_review(request: web.Request) -> web.Response:
+    body = await reviews.read(request)
+    if isinstance(body, web.Response):
+        return body
+    answer = reviews.access_review(request.app.get(ACCESS), request.app[STORE], body)
+    return _respond(answer, 201)
+
+
 def make_app(
     store: Store,
     faults: FaultInjector | None = None,
@@ -619,6 +635,8 @@ def make_app(
     app.router.add_get("/openapi/v3/{path:.+}", _openapi_document)
     for probe in ("/healthz", "/readyz", "/livez"):
         app.router.add_get(probe, _healthy)
+    app.router.add_post(reviews.TOKEN_REVIEWS, _token_review)
+    app.router.add_post(reviews.ACCESS_REVIEWS, _access_review)
     app.router.add_route("*", "/{tail:.*}", _handle)
     return app
 

@@ -35,6 +35,7 @@ from tests.support.chart import (
     rendered,
     with_a_pool,
 )
+from tests.support.rbac import rbac_of
 
 ROOT = CHART.parents[1]
 KUBE_VERSIONS = ("1.28.0", "1.37.0")
@@ -89,6 +90,15 @@ _COMBINATIONS: dict[str, dict[str, Any]] = {
         "podDisruptionBudget": {"enabled": False},
         "leaderElection": {"enabled": False},
         "audit": {"sqlite": {"persistence": {"enabled": False}}},
+    },
+    "tls-from-a-secret": {
+        **MONITORING,
+        "http": {"tls": {"secretName": "rebalancer-tls"}},
+        "alertmanager": {"serviceAccount": {"name": "alertmanager-main"}},
+    },
+    "behind-a-proxy": {
+        "http": {"authentication": "none"},
+        "alertmanager": {"tokenSecret": {"name": "rebalancer-alertmanager"}},
     },
 }
 # Each with a pool: the chart refuses an install that names none.
@@ -170,6 +180,9 @@ def test_the_kinds_rendered_by_default(renders: dict[str, list[Doc]]) -> None:
     assert kinds == sorted(
         [
             "ClusterRole",
+            "ClusterRole",  # who may get /metrics, read the audit API, post alerts (api-access)
+            "ClusterRole",
+            "ClusterRole",
             "ClusterRoleBinding",
             "ConfigMap",
             "Deployment",
@@ -207,7 +220,9 @@ def test_the_configmap_is_a_settings_file_the_controller_accepts(
     values = COMBINATIONS[name]
     assert len(loaded.pools) == len(values.get("config", {}).get("pools", []))
     assert loaded.dry_run is bool(values.get("config", {}).get("dry_run", False))
-    assert loaded.http.port == container(docs)["ports"][0]["containerPort"]
+    ports = {p["name"]: p["containerPort"] for p in container(docs)["ports"]}
+    assert (loaded.http.port, loaded.http.health_port) == (ports["https"], ports["health"])
+    assert loaded.http.authentication == values.get("http", {}).get("authentication", "kubernetes")
     assert loaded.cluster_name == values.get("config", {}).get("cluster_name", "default")
 
 
@@ -283,8 +298,9 @@ def test_the_pod_runs_locked_down(renders: dict[str, list[Doc]]) -> None:
         assert sc["capabilities"] == {"drop": ["ALL"]}, name
         assert {"cpu", "memory"} <= set(c["resources"]["requests"]), name
         assert "memory" in c["resources"]["limits"], name
-        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}, name
-        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}, name
+        # The probes on their own plain port: the kubelet sends no token.
+        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}, name
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}, name
         # Every path it writes is a volume: /tmp, and the SQLite directory when there is one.
         writable = {m["mountPath"] for m in c["volumeMounts"] if not m.get("readOnly")}
         assert "/tmp" in writable, name
@@ -337,14 +353,14 @@ def test_a_changed_config_rolls_the_pods() -> None:
     assert checksum({}) == checksum({"podLabels": {"team": "ml"}})
 
 
-def test_the_network_policy_lets_in_only_the_http_port(renders: dict[str, list[Doc]]) -> None:
+def test_the_network_policy_lets_in_only_the_api_port(renders: dict[str, list[Doc]]) -> None:
     policy = one(renders["defaults"], "NetworkPolicy")["spec"]
     assert policy["policyTypes"] == ["Ingress", "Egress"]
     # Only from the monitoring namespace: no other pod may post alerts that take nodes back.
     monitoring = {"kubernetes.io/metadata.name": "monitoring"}
     assert policy["ingress"] == [
         {
-            "ports": [{"port": "http", "protocol": "TCP"}],
+            "ports": [{"port": "https", "protocol": "TCP"}],
             "from": [{"namespaceSelector": {"matchLabels": monitoring}}],
         }
     ]
@@ -354,11 +370,14 @@ def test_the_network_policy_lets_in_only_the_http_port(renders: dict[str, list[D
 
 
 def test_dry_run_grants_no_write_on_nodes_or_pods(renders: dict[str, list[Doc]]) -> None:
-    rules = one(renders["dry-run"], "ClusterRole")["rules"]
+    rules = one(rbac_of(renders["dry-run"]), "ClusterRole")["rules"]
     verbs = {(r["resources"][0], v) for r in rules for v in r["verbs"]}
+    # A review is a question, stored nowhere: a dry run still serves its HTTP API, closed.
     assert verbs == {("nodes", "get"), ("nodes", "list"), ("nodes", "watch")} | {
         ("pods", "list"),
         ("pods", "watch"),
+        ("tokenreviews", "create"),
+        ("subjectaccessreviews", "create"),
     }
     assert config_of(renders["dry-run"])["dry_run"] is True
 
@@ -414,6 +433,8 @@ BAD_VALUES: list[tuple[dict[str, Any], str]] = [
     ({"podSecurityContext": {"runAsNonRoot": False}}, "/podSecurityContext/runAsNonRoot"),
     ({"image": {"digest": "latest"}}, "/image/digest"),
     ({"service": {"port": 70000}}, "/service/port"),
+    ({"http": {"authentication": "anonymous"}}, "/http/authentication"),
+    ({"http": {"tls": {"secret": "x"}}}, "'secret' not allowed"),
     ({"monitoring": {"serviceMonitor": {"interval": "30 s"}}}, "/serviceMonitor/interval"),
     ({"monitoring": {"dashbord": {"enabled": True}}}, "'dashbord' not allowed"),
 ]
@@ -433,6 +454,11 @@ def test_bad_values_are_refused_naming_the_field(values: dict[str, Any], names: 
         ({**POSTGRES, "leaderElection": {"enabled": False}}, "needs leaderElection.enabled"),
         ({"audit": {"store": "postgresql"}}, "audit.postgresql.existingSecret: required"),
         ({"config": {"http": {"port": 1}}}, "config.http: set by the chart"),
+        (
+            {"alertmanager": {"tokenSecret": {"name": "shared"}}},
+            "alertmanager.tokenSecret.name=shared: a shared token is for http.authentication none",
+        ),
+        ({"http": {"healthPort": 8443}}, "http.healthPort=8443: the same as service.port"),
         ({"config": {"pools": []}}, "config.pools: empty; name at least one inference pool"),
     ],
 )

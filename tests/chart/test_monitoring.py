@@ -96,7 +96,7 @@ def test_nothing_is_rendered_unless_enabled() -> None:
     assert not [d for d in docs if d["metadata"]["name"].endswith("-dashboard")]
 
 
-def test_servicemonitor_scrapes_the_services_http_port() -> None:
+def test_servicemonitor_scrapes_the_services_api_port_with_a_token() -> None:
     values = {
         "monitoring": {
             "serviceMonitor": {
@@ -119,12 +119,36 @@ def test_servicemonitor_scrapes_the_services_http_port() -> None:
     [endpoint] = sm["spec"]["endpoints"]
     assert endpoint["port"] in [p["name"] for p in service["spec"]["ports"]]
     assert endpoint == {
-        "port": "http",
+        "port": "https",
         "path": "/metrics",
-        "scheme": "http",
+        "scheme": "https",
         "interval": "15s",
         "scrapeTimeout": "5s",
+        # The chart's own scraper's token: get on /metrics, nothing else (test_api_access.py).
+        "authorization": {
+            "type": "Bearer",
+            "credentials": {"name": "rebalancer-metrics-scraper-token", "key": "token"},
+        },
+        "tlsConfig": {"insecureSkipVerify": True},  # the controller's self-signed certificate
     }
+
+
+def test_servicemonitor_verifies_a_mounted_certificate_and_takes_a_token_secret() -> None:
+    values = {
+        "http": {"tls": {"secretName": "rebalancer-tls"}},
+        "monitoring": {
+            "serviceMonitor": {"enabled": True, "tokenSecret": {"name": "prometheus-token"}}
+        },
+    }
+    docs = render(values)
+    [endpoint] = one(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["authorization"]["credentials"] == {"name": "prometheus-token", "key": "token"}
+    assert endpoint["tlsConfig"] == {
+        "ca": {"secret": {"name": "rebalancer-tls", "key": "ca.crt"}},
+        "serverName": "rebalancer.rebalancer.svc",
+    }
+    # A Secret of the user's: no scraper of the chart's own.
+    assert not [d for d in docs if d["metadata"]["name"].endswith("-metrics-scraper")]
 
 
 def test_rules_select_the_servicemonitors_job() -> None:
@@ -206,6 +230,16 @@ METADATA = {
         "annotations": STRINGS,
     },
 }
+SECRET_KEY = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["key"],
+    "properties": {
+        "name": {"type": "string"},
+        "key": {"type": "string"},
+        "optional": {"type": "boolean"},
+    },
+}
 SELECTOR = {
     "type": "object",
     "additionalProperties": False,
@@ -265,6 +299,30 @@ OPERATOR_SCHEMAS: dict[str, dict[str, Any]] = {
                             "relabelings": {"type": "array"},
                             "metricRelabelings": {"type": "array"},
                             "params": {"type": "object"},
+                            "authorization": {
+                                "type": "object",
+                                "additionalProperties": False,
+                                "properties": {
+                                    "type": {"type": "string"},
+                                    "credentials": SECRET_KEY,
+                                },
+                            },
+                            "tlsConfig": {
+                                "type": "object",
+                                "additionalProperties": False,
+                                "properties": {
+                                    "ca": {
+                                        "type": "object",
+                                        "additionalProperties": False,
+                                        "properties": {
+                                            "secret": SECRET_KEY,
+                                            "configMap": SECRET_KEY,
+                                        },
+                                    },
+                                    "serverName": {"type": "string"},
+                                    "insecureSkipVerify": {"type": "boolean"},
+                                },
+                            },
                         },
                     },
                 },

@@ -35,7 +35,7 @@ Doc = dict[str, Any]
 
 def service_account_of(docs: Iterable[Doc]) -> User:
     """The user the chart's ServiceAccount authenticates as."""
-    (account,) = [d for d in docs if d.get("kind") == "ServiceAccount"]
+    (account,) = [d for d in rbac_of(docs) if d.get("kind") == "ServiceAccount"]
     meta = account["metadata"]
     return service_account(meta["namespace"], meta["name"])
 
@@ -106,19 +106,33 @@ class Grant:
 
 
 def rbac_of(docs: Iterable[Doc]) -> list[Doc]:
-    """The chart's ServiceAccount, roles and bindings among rendered ``docs``."""
+    """The chart's ServiceAccount, roles and bindings among rendered ``docs``: the controller's,
+    not those that grant others the use of its HTTP API (``api_access_of``)."""
     kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
-    return [d for d in docs if d["kind"] in kinds]
+    return [d for d in docs if d["kind"] in kinds and not _for_others(d)]
+
+
+def api_access_of(docs: Iterable[Doc]) -> list[Doc]:
+    """What the chart renders to let others use the HTTP API (templates/api-access.yaml)."""
+    return [d for d in docs if _for_others(d)]
+
+
+def _for_others(doc: Doc) -> bool:
+    labels = doc.get("metadata", {}).get("labels") or {}
+    return bool(labels.get("app.kubernetes.io/component") == "api-access")
 
 
 def grants(docs: Iterable[Doc]) -> set[Grant]:
-    """Every grant of the rendered ClusterRoles (cluster-wide) and Roles (in their namespace)."""
+    """Every grant on resources of the rendered ClusterRoles (cluster-wide) and Roles (in their
+    namespace)."""
     out: set[Grant] = set()
     for doc in docs:
         if doc.get("kind") not in ("ClusterRole", "Role"):
             continue
         namespace = doc["metadata"].get("namespace", "") if doc["kind"] == "Role" else ""
         for rule in doc.get("rules") or ():
+            if "resources" not in rule:  # nonResourceURLs: the HTTP API's (test_api_access.py)
+                continue
             names = tuple(rule.get("resourceNames") or ())
             for verb in rule["verbs"]:
                 for group in rule["apiGroups"]:

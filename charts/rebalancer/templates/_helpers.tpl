@@ -30,6 +30,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/component: controller
 {{- end -}}
 
+{{/* The labels of what grants others the use of the HTTP API (templates/api-access.yaml):
+not the controller's own RBAC. */}}
+{{- define "rebalancer.apiAccess.labels" -}}
+{{ include "rebalancer.labels" . | replace "app.kubernetes.io/component: controller" "app.kubernetes.io/component: api-access" }}
+{{- end -}}
+
 {{- define "rebalancer.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "rebalancer.fullname" .) .Values.serviceAccount.name -}}
@@ -70,8 +76,39 @@ sqlite+aiosqlite:////var/lib/rebalancer/audit.sqlite3
 {{- end -}}
 {{- range $key := list "leader_election" "audit" "http" -}}
 {{- if hasKey $.Values.config $key -}}
-{{- fail (printf "config.%s: set by the chart (use the chart's leaderElection, audit and service values)" $key) -}}
+{{- fail (printf "config.%s: set by the chart (use the chart's leaderElection, audit, service and http values)" $key) -}}
 {{- end -}}
+{{- end -}}
+{{- if and .Values.alertmanager.tokenSecret.name (eq .Values.http.authentication "kubernetes") -}}
+{{- fail (printf "alertmanager.tokenSecret.name=%s: a shared token is for http.authentication none; with kubernetes, Alertmanager sends a projected service-account token (alertmanager.serviceAccount)" .Values.alertmanager.tokenSecret.name) -}}
+{{- end -}}
+{{- if eq (int .Values.http.healthPort) (int .Values.service.port) -}}
+{{- fail (printf "http.healthPort=%d: the same as service.port; the probes have a port of their own" (int .Values.http.healthPort)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The controller's http settings, from the chart's service and http values. */}}
+{{- define "rebalancer.httpSettings" -}}
+host: 0.0.0.0
+port: {{ int .Values.service.port }}
+health_port: {{ int .Values.http.healthPort }}
+authentication: {{ .Values.http.authentication }}
+alertmanager_audience: {{ .Values.http.alertmanagerAudience | quote }}
+{{- if .Values.http.tls.secretName }}
+tls:
+  cert_file: /etc/rebalancer/tls/tls.crt
+  key_file: /etc/rebalancer/tls/tls.key
+{{- end }}
+{{- end -}}
+
+{{/* The ServiceMonitor's own scraper: made unless monitoring.serviceMonitor.tokenSecret names one. */}}
+{{- define "rebalancer.scraper" -}}
+{{- printf "%s-metrics-scraper" (include "rebalancer.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "rebalancer.makesScraper" -}}
+{{- if and .Values.monitoring.serviceMonitor.enabled (eq .Values.http.authentication "kubernetes") (not .Values.monitoring.serviceMonitor.tokenSecret.name) -}}
+true
 {{- end -}}
 {{- end -}}
 
