@@ -64,10 +64,10 @@ def _referenced(root: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     todo = [root]
     while todo:
         text = json.dumps(todo.pop())
-        for name in defs:
+        for name, sub in defs.items():
             if name not in kept and f'"#/$defs/{name}"' in text:
                 kept.add(name)
-                todo.append(defs[name])
+                todo.append(sub)
     return {name: sub for name, sub in defs.items() if name in kept}
 
 
