@@ -93,8 +93,8 @@ async def test_lends_at_low_load_and_reclaims_when_load_and_queue_rise(tmp_path:
         assert rbac_of(installed) == rbac_of(docs), "the roles enforced are the ones installed"
         pod = as_pod(installed, tmp_path / "pod", name=POD_NAME, namespace=NAMESPACE)
         audit_url = f"sqlite+aiosqlite:///{pod.root}/var/lib/rebalancer/audit.sqlite3"
-        base = f"http://127.0.0.1:{pod.port}"
-        decisions = f"{base}/api/v1/decisions"
+        base = f"http://127.0.0.1:{pod.health_port}"  # the probes' port
+        decisions = f"https://127.0.0.1:{pod.port}/api/v1/decisions"  # as the admin, reviewed
         proc = await start_pod(pod, box.kubeconfig)
         try:
             await until(
@@ -221,7 +221,7 @@ async def _has_queue_refusal(session: aiohttp.ClientSession, decisions: str) -> 
     """Through the controller's own audit API while it runs (``kind=refusal``, newest first)."""
     with contextlib.suppress(aiohttp.ClientError):
         query = {"kind": "refusal", "order": "desc", "limit": "50"}
-        async with session.get(decisions, params=query) as r:
+        async with session.get(decisions, params=query, ssl=False) as r:  # self-signed
             if r.status == 200:
                 body = await r.json()
                 return any(i["reason"] == Reason.QUEUE_BUILDING.value for i in body["items"])

@@ -45,6 +45,7 @@ def values(port: int) -> dict[str, Any]:
         "replicaCount": 2,
         "audit": {"store": "postgresql", "postgresql": {"existingSecret": SECRET}},
         "service": {"port": port},
+        "http": {"healthPort": free_port()},
         "config": {
             "tick_interval": "1s",
             # No Prometheus answers here: the planner refuses to lend, which is all this needs.
@@ -61,8 +62,10 @@ def values(port: int) -> dict[str, Any]:
 
 
 async def leader_metric(session: aiohttp.ClientSession, url: str) -> tuple[str, str]:
-    """The pod the ``rebalancer_leader`` gauge's identity names, and the gauge's value."""
-    async with session.get(url) as response:
+    """The pod the ``rebalancer_leader`` gauge's identity names, and the gauge's value;
+    ``session`` carries a token the cluster accepts (the API's certificate is self-signed: not
+    verified here)."""
+    async with session.get(url, ssl=False) as response:
         lines = (await response.text()).splitlines()
     line = next(line for line in lines if line.startswith("rebalancer_leader{"))
     found = re.fullmatch(r'rebalancer_leader\{identity="([^"]+)"\} (\S+)', line)
@@ -109,7 +112,8 @@ async def test_two_replicas_share_the_database_and_hand_over_the_lease(
     ):
         apply_to(store, docs)
         kubeconfig = write_kubeconfig(url, tmp_path / "kubeconfig", token=CONTROLLER_TOKEN)
-        base = {pod.env["POD_NAME"]: f"http://127.0.0.1:{pod.port}" for pod in pods}
+        base = {pod.env["POD_NAME"]: f"https://127.0.0.1:{pod.port}" for pod in pods}
+        health = {pod.env["POD_NAME"]: f"http://127.0.0.1:{pod.health_port}" for pod in pods}
 
         async def holder() -> str:
             async with admin.get(url + LEASE) as response:
@@ -122,14 +126,14 @@ async def test_two_replicas_share_the_database_and_hand_over_the_lease(
             procs = {pods[0].env["POD_NAME"]: a, pods[1].env["POD_NAME"]: b}
 
             async def both_ready() -> bool:
-                ready = [await probe(http, u + pods[0].readiness) for u in base.values()]
+                ready = [await probe(http, u + pods[0].readiness) for u in health.values()]
                 return all(ready) and await holder() in procs
 
             await until("both replicas ready, one leading", both_ready, None, within=30)
             first = await holder()
             (second,) = set(procs) - {first}
-            assert await leader_metric(http, base[first] + "/metrics") == (first, "1.0")
-            assert await leader_metric(http, base[second] + "/metrics") == (second, "0.0")
+            assert await leader_metric(admin, base[first] + "/metrics") == (first, "1.0")
+            assert await leader_metric(admin, base[second] + "/metrics") == (second, "0.0")
 
             # The gauge says 1 from the moment the Lease is won, which can be before the leader's
             # first tick: let that tick write before stopping it.
@@ -149,7 +153,7 @@ async def test_two_replicas_share_the_database_and_hand_over_the_lease(
             took = await until("the follower taking over", taken_over, procs[second], within=10)
             await until(
                 "the new leader saying so",
-                lambda: _says_leader(http, base[second], second),
+                lambda: _says_leader(admin, base[second], second),
                 procs[second],
                 within=10,
             )

@@ -108,6 +108,7 @@ def chart_values(prom: str, http_port: int, pool: str) -> dict[str, Any]:
     """What a user would put in their values file for this pool, durations in seconds."""
     return {
         "service": {"port": http_port},
+        "http": {"healthPort": free_port()},
         "config": {
             "tick_interval": "1s",
             "prometheus": fast_prometheus(prom),
@@ -185,7 +186,7 @@ async def controller(
     audit_url = f"sqlite+aiosqlite:///{pod.root}/var/lib/rebalancer/audit.sqlite3"
     try:
         async with aiohttp.ClientSession() as session:
-            base = f"http://127.0.0.1:{pod.port}"
+            base = f"http://127.0.0.1:{pod.health_port}"  # the probes' port
             await until(
                 "the readiness probe", lambda: probe(session, base + pod.readiness), c.proc, 30
             )

@@ -84,14 +84,16 @@ class Pod:
     """A container of the chart as a local process: what ``start_pod`` runs.
 
     ``argv`` and ``env`` are the container's ``args`` and ``env`` as the kubelet would give them
-    (downward API fields resolved, mount paths moved under ``root``); ``port`` its ``http`` port;
-    ``liveness`` and ``readiness`` its probes' paths (0 and "" for a Job's, which has none).
+    (downward API fields resolved, mount paths moved under ``root``); ``port`` its API's
+    (``https``) port and ``health_port`` its probes' (plain http); ``liveness`` and
+    ``readiness`` its probes' paths (0 and "" for a Job's, which has none).
     """
 
     root: Path
     argv: tuple[str, ...]
     env: Mapping[str, str]
     port: int
+    health_port: int
     liveness: str
     readiness: str
 
@@ -151,7 +153,7 @@ def as_pod(
         else:
             ref = source["secretKeyRef"]
             env[var["name"]] = (secrets or {})[ref["name"], ref["key"]]
-    ports = [p["containerPort"] for p in container.get("ports", []) if p["name"] == "http"]
+    ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
     probes = {
         name: container[name]["httpGet"]["path"] if name in container else ""
         for name in ("livenessProbe", "readinessProbe")
@@ -160,7 +162,8 @@ def as_pod(
         root=root,
         argv=tuple(container["args"]),
         env=env,
-        port=ports[0] if ports else 0,
+        port=ports.get("https", 0),
+        health_port=ports.get("health", 0),
         liveness=probes["livenessProbe"],
         readiness=probes["readinessProbe"],
     )

@@ -25,7 +25,7 @@ from sandbox.emulator.server import serve, write_kubeconfig
 from sandbox.emulator.store import Store
 from tests.support.chart import NAMESPACE, RELEASE
 from tests.support.pools import POOL, add_replicas, add_waiting_training
-from tests.support.processes import Cluster
+from tests.support.processes import Cluster, free_port
 from tests.support.rbac import (
     CONTROLLER_TOKEN,
     admin_headers,
@@ -62,6 +62,7 @@ def chart_values(prom: str, http_port: int) -> dict[str, Any]:
     """The chart's values for this cluster: what a user would put in their values file."""
     return {
         "service": {"port": http_port},
+        "http": {"healthPort": free_port()},
         "config": {
             "tick_interval": "1s",
             "prometheus": fast_prometheus(prom),
