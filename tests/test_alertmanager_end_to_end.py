@@ -8,10 +8,10 @@ notification was the notification's doing, not the next scheduled tick's. Demand
 throughout: nothing but the alert says inference is short.
 
 It posts as the chart tells Alertmanager to (docs/http.md#alertmanager): a service account's
-token projected for the receiver's audience, the account granted ``post`` on the receiver's
-URL by a ClusterRole; the controller reviews both with the cluster. The plane's admin, whose
-token is the API server's alone, is refused the write (401): no token of another audience
-posts, whatever it may do elsewhere."""
+token projected for the receiver's audience, the account granted ``create`` on
+``alerts.rebalancer.io`` by a ClusterRole; the controller reviews both with the cluster. The
+plane's admin, whose token is the API server's alone, is refused the write (401): no token of
+another audience posts, whatever it may do elsewhere."""
 
 from __future__ import annotations
 
@@ -40,12 +40,12 @@ async def demand_known(h: Harness) -> bool:
 
 @contextlib.asynccontextmanager
 async def alertmanager_token(plane: ControlPlane, tmp_path: Path) -> AsyncIterator[str]:
-    """Alertmanager's projected token: audience ``rebalancer``, ``post`` on the receiver."""
+    """Alertmanager's projected token: audience ``rebalancer``, ``create alerts.rebalancer.io``."""
     config = plane.server.kubeconfig(tmp_path / "admin.kubeconfig")
     async with (
         kubeclient.api_client(config) as api,
         tokens.accounts(
-            api, "monitoring", {"alertmanager": [("post", "/api/v1/alertmanager")]}
+            api, "monitoring", {"alertmanager": [("create", "alerts.rebalancer.io")]}
         ) as made,
     ):
         yield await made["alertmanager"].token("rebalancer")

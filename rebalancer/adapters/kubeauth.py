@@ -10,8 +10,9 @@ cannot be made (the API server refuses the review itself, times out, is unreacha
 ``UNAVAILABLE``, never a pass.
 
 Why the cluster: the port then needs nothing of its own to administer. Who may scrape, read
-the audit log or wake the loop is plain RBAC (a ClusterRole's ``nonResourceURLs``), granted
-and revoked as everything else in the cluster is (docs/http.md#who-may-ask).
+the audit log or wake the loop is plain RBAC (a ClusterRole's ``nonResourceURLs`` for
+``/metrics``, virtual resources of ``rebalancer.io`` for the rest), granted and revoked as
+everything else in the cluster is (docs/http.md#who-may-ask).
 
 - ``KubeReviews`` asks the API server (``authentication.k8s.io/v1`` and
   ``authorization.k8s.io/v1`` through kubernetes-asyncio); ``Reviews`` is the seam it fills.
@@ -54,14 +55,29 @@ class Verdict(StrEnum):
 
 @dataclass(frozen=True)
 class Access:
-    """What a request asks, as a non-resource request (``nonResourceAttributes``).
+    """What a request asks: ``verb`` on a virtual resource of ``group`` (``resourceAttributes``,
+    when ``resource`` is set) or on the non-resource URL ``path`` (``nonResourceAttributes``).
 
     ``audiences``: the audiences the token must be minted for; empty is the API server's own
     (a pod's mounted service-account token)."""
 
-    path: str
     verb: str
+    path: str = ""
+    group: str = ""
+    resource: str = ""
     audiences: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        """As ``kubectl auth can-i`` takes it: ``get decisions.rebalancer.io``, ``get /metrics``."""
+        what = f"{self.resource}.{self.group}" if self.resource else self.path
+        return f"{self.verb} {what}"
+
+    def attributes(self) -> dict[str, Any]:
+        """The SubjectAccessReview's ``spec`` fields for it."""
+        if self.resource:
+            resource = {"group": self.group, "resource": self.resource, "verb": self.verb}
+            return {"resourceAttributes": resource}
+        return {"nonResourceAttributes": {"path": self.path, "verb": self.verb}}
 
 
 @dataclass(frozen=True)
@@ -147,7 +163,7 @@ class KubeReviews:
         spec: dict[str, Any] = {
             "user": user.name,
             "groups": list(user.groups),
-            "nonResourceAttributes": {"path": access.path, "verb": access.verb},
+            **access.attributes(),
         }
         if user.uid:
             spec["uid"] = user.uid
@@ -163,9 +179,7 @@ class KubeReviews:
         )
         status = review.status
         if status is None or not status.allowed or status.denied:
-            why = (status.reason if status is not None else "") or (
-                f'{user.name} may not {access.verb} "{access.path}"'
-            )
+            why = (status.reason if status is not None else "") or f"{user.name} may not {access}"
             return Authorized(False, why)
         return Authorized(True)
 
@@ -242,7 +256,7 @@ class CachedGate:
                 return Answer(Verdict.UNAUTHENTICATED, reason=who.reason)
             may = await self._authorize(who.user, access)
         except Unavailable as exc:
-            log.warning("http: %s %s: no review could be made: %s", access.verb, access.path, exc)
+            log.warning("http: %s: no review could be made: %s", access, exc)
             return Answer(Verdict.UNAVAILABLE, reason=str(exc))
         if not may.allowed:
             return Answer(Verdict.FORBIDDEN, who.user.name, may.reason)
@@ -257,7 +271,7 @@ class CachedGate:
         return kept
 
     async def _authorize(self, user: User, access: Access) -> Authorized:
-        key = (user, access.path, access.verb)
+        key = (user, access.verb, access.path, access.group, access.resource)
         kept: Authorized | None = self.decisions.get(key)
         if kept is None:
             kept = await self.reviews.authorize(user, access)

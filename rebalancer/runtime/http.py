@@ -5,10 +5,10 @@ Two ports:
 
 - the API (``http.port``): TLS (a mounted certificate, or a self-signed one made at start:
   ``runtime.tls``), and every request, to a route of ours or not, admitted by a
-  ``kubeauth.Gate`` first. The request's path is a non-resource URL and its method, lower-cased,
-  the verb (``access``), so a ClusterRole's ``nonResourceURLs`` grants each route; no or an
-  empty token, or one the cluster rejects, is a 401, a user RBAC does not grant it a 403, a
-  review that cannot be made a 503, never a pass (docs/http.md#who-may-ask). With
+  ``kubeauth.Gate`` first. ``access`` maps each route to what RBAC grants (``/metrics`` a
+  non-resource URL; the audit API and the receiver virtual resources of ``rebalancer.io``);
+  no or an empty token, or one the cluster rejects, is a 401, a user RBAC does not grant it a
+  403, a review that cannot be made a 503, never a pass (docs/http.md#who-may-ask). With
   ``http.authentication: none`` the gate is ``kubeauth.OpenGate``: anyone who reaches it.
 - the probes (``http.health_port``): plain HTTP, no token (the kubelet sends none), and only
   ``/healthz`` and ``/readyz``.
@@ -304,16 +304,39 @@ def _one_of(values: Any) -> str:
 
 
 def access(method: str, path: str, alertmanager_audience: str) -> kubeauth.Access:
-    """What a request asks of the cluster's authorizer: its path as a non-resource URL and its
-    method, lower-cased, as the verb (kube-apiserver's own mapping for a non-resource request:
-    ``GET /metrics`` is ``get`` on ``/metrics``, ``POST /api/v1/alertmanager`` is ``post``).
-    The receiver's token must be minted for ``alertmanager_audience``; the others take the API
-    server's own (a pod's mounted token)."""
+    """What a request asks of the cluster's authorizer (docs/http.md#who-may-ask).
+
+    ``GET /metrics`` is ``get`` on the non-resource URL ``/metrics``, as controller-runtime's
+    secure metrics ask it (the grant a Prometheus already has). The audit API and the receiver
+    are virtual resources of ``rebalancer.io``: ``get decisions``, ``get explanations``,
+    ``create alerts``. Not their URLs: the bootstrap ClusterRole ``system:discovery`` grants
+    every authenticated user ``get`` on ``/api/*``, so any service account of the cluster
+    would read the audit log. Any other path is its URL with its method, lower-cased, as the
+    verb (kube-apiserver's own mapping), and is a 404 once admitted. The receiver's token must
+    be minted for ``alertmanager_audience``; the others take the API server's own (a pod's
+    mounted token)."""
+    route = ROUTES.get((method.upper(), path))
+    if route is None:
+        return kubeauth.Access(verb=method.lower(), path=path)
+    verb, resource = route
+    if resource is None:
+        return kubeauth.Access(verb=verb, path=path)
     audiences = (alertmanager_audience,) if path == ALERTMANAGER_PATH else ()
-    return kubeauth.Access(path=path, verb=method.lower(), audiences=audiences)
+    return kubeauth.Access(verb=verb, group=GROUP, resource=resource, audiences=audiences)
 
 
+GROUP = "rebalancer.io"
 ALERTMANAGER_PATH = "/api/v1/alertmanager"
+# (method, path) -> (verb, virtual resource of GROUP, or None: the path as a non-resource URL)
+ROUTES: Mapping[tuple[str, str], tuple[str, str | None]] = {
+    ("GET", "/metrics"): ("get", None),
+    ("HEAD", "/metrics"): ("get", None),
+    ("GET", "/api/v1/decisions"): ("get", "decisions"),
+    ("HEAD", "/api/v1/decisions"): ("get", "decisions"),
+    ("GET", "/api/v1/explain"): ("get", "explanations"),
+    ("HEAD", "/api/v1/explain"): ("get", "explanations"),
+    ("POST", ALERTMANAGER_PATH): ("create", "alerts"),
+}
 _REFUSALS = {
     kubeauth.Verdict.UNAUTHENTICATED: (401, "unauthorized"),
     kubeauth.Verdict.FORBIDDEN: (403, "forbidden"),

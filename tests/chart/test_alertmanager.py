@@ -47,7 +47,7 @@ def test_the_notes_give_the_webhook_url_of_the_service() -> None:
     assert "WARNING: http.authentication is none" in opened
 
 
-def test_alertmanager_s_account_is_bound_to_post_and_nothing_else() -> None:
+def test_alertmanager_s_account_is_bound_to_create_alerts_and_nothing_else() -> None:
     docs = render({"alertmanager": {"serviceAccount": {"name": "alertmanager-main"}}})
     (binding,) = [
         d
@@ -62,7 +62,9 @@ def test_alertmanager_s_account_is_bound_to_post_and_nothing_else() -> None:
         for d in of_kind(docs, "ClusterRole")
         if d["metadata"]["name"] == binding["roleRef"]["name"]
     ]
-    assert role["rules"] == [{"nonResourceURLs": ["/api/v1/alertmanager"], "verbs": ["post"]}]
+    assert role["rules"] == [
+        {"apiGroups": ["rebalancer.io"], "resources": ["alerts"], "verbs": ["create"]}
+    ]
     unbound = render({})
     assert "rebalancer-alertmanager" not in [
         d["metadata"]["name"] for d in of_kind(unbound, "ClusterRoleBinding")

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -58,7 +59,9 @@ async def serve(
         yield server
 
 
-async def ask(server: HttpServer, method: str, path: str, token: str | None) -> tuple[int, dict]:
+async def ask(
+    server: HttpServer, method: str, path: str, token: str | None
+) -> tuple[int, dict[str, Any]]:
     async with (
         gates.session(server.url, token) as session,
         session.request(method, path, data=b"{}") as resp,
@@ -82,13 +85,13 @@ async def test_a_request_without_a_token_is_a_401_on_every_route(method: str, pa
 
 
 async def test_each_verdict_is_its_status_and_none_is_a_pass() -> None:
-    gate = gates.Grants({"reader": "reader"}, {"reader": {("get", "/metrics")}})
+    gate = gates.Grants({"reader": "reader"}, {"reader": {"get /metrics"}})
     async with serve(gate) as server:
         assert (await ask(server, "GET", "/metrics", "reader"))[0] == 200
         status, body = await ask(server, "GET", "/api/v1/decisions", "reader")
         assert (status, body) == (
             403,
-            {"error": "forbidden", "message": 'reader may not get "/api/v1/decisions"'},
+            {"error": "forbidden", "message": "reader may not get decisions.rebalancer.io"},
         )
         status, body = await ask(server, "GET", "/metrics", "forged")
         assert (status, body["error"]) == (401, "unauthorized")
@@ -108,14 +111,19 @@ async def test_the_401_asks_for_a_bearer_token() -> None:
         assert resp.headers["WWW-Authenticate"] == 'Bearer realm="rebalancer"'
 
 
-def test_each_route_is_a_non_resource_url_and_its_method_the_verb() -> None:
-    assert http.access("GET", "/metrics", "rebalancer") == Access("/metrics", "get")
-    assert http.access("GET", "/api/v1/decisions", "x") == Access("/api/v1/decisions", "get")
-    assert http.access("GET", "/api/v1/explain", "x") == Access("/api/v1/explain", "get")
+def test_each_route_is_what_plain_rbac_grants() -> None:
+    def asked(method: str, path: str) -> str:
+        found = http.access(method, path, "rebalancer")
+        return f"{found} {list(found.audiences)}"
+
+    assert asked("GET", "/metrics") == "get /metrics []"
+    assert asked("GET", "/api/v1/decisions") == "get decisions.rebalancer.io []"
+    assert asked("GET", "/api/v1/explain") == "get explanations.rebalancer.io []"
     # The write takes only a token minted for the receiver's audience.
-    assert http.access("POST", "/api/v1/alertmanager", "rebalancer") == Access(
-        "/api/v1/alertmanager", "post", ("rebalancer",)
-    )
+    assert asked("POST", "/api/v1/alertmanager") == "create alerts.rebalancer.io ['rebalancer']"
+    # Anything else is its URL and method, as kube-apiserver maps a non-resource request.
+    assert asked("DELETE", "/api/v1/decisions") == "delete /api/v1/decisions []"
+    assert asked("GET", "/nothing-here") == "get /nothing-here []"
 
 
 async def test_the_gate_is_asked_the_route_s_access_and_the_request_s_token() -> None:
@@ -123,9 +131,9 @@ async def test_the_gate_is_asked_the_route_s_access_and_the_request_s_token() ->
     async with serve(gate) as server:
         assert (await ask(server, "GET", "/api/v1/explain?node=n1", gates.TOKEN))[0] == 200
         await ask(server, "POST", "/api/v1/alertmanager", gates.TOKEN)
-    assert gate.asked == [
-        (gates.TOKEN, Access("/api/v1/explain", "get")),
-        (gates.TOKEN, Access("/api/v1/alertmanager", "post", ("rebalancer",))),
+    assert [(token, str(a), a.audiences) for token, a in gate.asked] == [
+        (gates.TOKEN, "get explanations.rebalancer.io", ()),
+        (gates.TOKEN, "create alerts.rebalancer.io", ("rebalancer",)),
     ]
 
 
@@ -144,7 +152,7 @@ async def test_the_probes_port_serves_the_probes_and_nothing_else() -> None:
                 assert resp.status == 404, path
         # And the API's port has no probe: a token does not find one there.
         assert (await ask(server, "GET", "/healthz", gates.TOKEN))[0] == 404
-    assert [a.path for _, a in gate.asked] == ["/healthz"]  # the probes asked no one
+    assert [str(a) for _, a in gate.asked] == ["get /healthz"]  # the probes asked no one
 
 
 async def test_the_api_port_speaks_only_tls() -> None:
@@ -199,14 +207,14 @@ class Ticks:
 
 def cached() -> tuple[CachedGate, gates.Counted, gates.Scripted, Ticks]:
     scripted = gates.Scripted(
-        {"good": User("alice"), "other": User("bob")}, {"alice": {("get", "/metrics")}}
+        {"good": User("alice"), "other": User("bob")}, {"alice": {"get /metrics"}}
     )
     counted, ticks = gates.Counted(scripted), Ticks()
     return CachedGate(counted, ticks), counted, scripted, ticks
 
 
-METRICS = Access("/metrics", "get")
-DECISIONS = Access("/api/v1/decisions", "get")
+METRICS = Access("get", path="/metrics")
+DECISIONS = Access("get", group="rebalancer.io", resource="decisions")
 
 
 async def test_a_second_request_within_the_ttls_asks_no_review() -> None:
@@ -227,7 +235,7 @@ async def test_a_second_request_within_the_ttls_asks_no_review() -> None:
 async def test_a_denial_is_kept_30_seconds_and_a_rejected_token_a_minute() -> None:
     gate, counted, scripted, ticks = cached()
     assert (await gate.admit("good", DECISIONS)).verdict is Verdict.FORBIDDEN
-    scripted.grants["alice"].add(("get", "/api/v1/decisions"))  # granted meanwhile
+    scripted.grants["alice"].add("get decisions.rebalancer.io")  # granted meanwhile
     ticks.now += 29
     assert (await gate.admit("good", DECISIONS)).verdict is Verdict.FORBIDDEN
     ticks.now += 1

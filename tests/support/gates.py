@@ -26,11 +26,11 @@ EVERYTHING = "*"
 
 @dataclass
 class Grants:
-    """``users``: token -> user name; ``grants``: user -> ``(verb, path)`` pairs, or
-    ``EVERYTHING``."""
+    """``users``: token -> user name; ``grants``: user -> accesses as ``str(Access)``
+    (``get /metrics``, ``get decisions.rebalancer.io``), or ``EVERYTHING``."""
 
     users: dict[str, str] = field(default_factory=dict)
-    grants: dict[str, set[tuple[str, str]] | str] = field(default_factory=dict)
+    grants: dict[str, set[str] | str] = field(default_factory=dict)
     unavailable: bool = False
     asked: list[tuple[str | None, Access]] = field(default_factory=list)
 
@@ -48,18 +48,18 @@ class Grants:
         if user is None:
             return Answer(Verdict.UNAUTHENTICATED, reason="the token is not accepted")
         granted = self.grants.get(user, set())
-        if granted != EVERYTHING and (access.verb, access.path) not in granted:
-            return Answer(Verdict.FORBIDDEN, user, f'{user} may not {access.verb} "{access.path}"')
+        if granted != EVERYTHING and str(access) not in granted:
+            return Answer(Verdict.FORBIDDEN, user, f"{user} may not {access}")
         return Answer(Verdict.ALLOWED, user)
 
 
 @dataclass
 class Scripted:
     """``kubeauth.Reviews`` from tables: ``users`` token -> user, ``grants`` user name ->
-    ``(verb, path)`` pairs; ``unavailable`` makes every review raise."""
+    accesses as ``str(Access)``; ``unavailable`` makes every review raise."""
 
     users: dict[str, User] = field(default_factory=dict)
-    grants: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
+    grants: dict[str, set[str]] = field(default_factory=dict)
     unavailable: bool = False
 
     async def authenticate(self, token: str, audiences: tuple[str, ...]) -> Authenticated:
@@ -71,7 +71,7 @@ class Scripted:
     async def authorize(self, user: User, access: Access) -> Authorized:
         if self.unavailable:
             raise kubeauth.Unavailable("the SubjectAccessReview took longer than 10 s")
-        return Authorized((access.verb, access.path) in self.grants.get(user.name, set()))
+        return Authorized(str(access) in self.grants.get(user.name, set()))
 
 
 @dataclass

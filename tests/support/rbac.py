@@ -123,11 +123,11 @@ def _for_others(doc: Doc) -> bool:
 
 
 def grants(docs: Iterable[Doc]) -> set[Grant]:
-    """Every grant on resources of the rendered ClusterRoles (cluster-wide) and Roles (in their
-    namespace)."""
+    """Every grant on resources of the controller's rendered ClusterRoles (cluster-wide) and
+    Roles (in their namespace); not those for others (``api_access_of``)."""
     out: set[Grant] = set()
     for doc in docs:
-        if doc.get("kind") not in ("ClusterRole", "Role"):
+        if doc.get("kind") not in ("ClusterRole", "Role") or _for_others(doc):
             continue
         namespace = doc["metadata"].get("namespace", "") if doc["kind"] == "Role" else ""
         for rule in doc.get("rules") or ():

@@ -1,6 +1,7 @@
 """Service accounts with tokens, on a real kube-apiserver, as a cluster gives them to
-Prometheus and Alertmanager: ``account`` makes one, grants it non-resource URLs with a
-ClusterRole and its binding (plain RBAC, as the chart's), waits until the authorizer says so,
+Prometheus and Alertmanager: ``account`` makes one, grants it what it is given (a verb on a
+non-resource URL, ``/metrics``, or on a resource, ``alerts.rebalancer.io``) with a ClusterRole
+and its binding (plain RBAC, as the chart's), waits until the authorizer says so,
 and mints a token with the TokenRequest API for the audience asked (none: the API server's own,
 as a pod's mounted token is). ``Account.delete`` takes it all away again.
 """
@@ -57,7 +58,7 @@ class Account:
 async def account(
     api: Any, namespace: str, name: str, grants: Sequence[tuple[str, str]] = ()
 ) -> Account:
-    """A ServiceAccount ``namespace/name`` granted each ``(verb, non-resource URL)``."""
+    """A ServiceAccount ``namespace/name`` granted each ``(verb, /url or resource.group)``."""
     core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
     with contextlib.suppress(ApiException):  # 409: there already
         await core.create_namespace({"metadata": {"name": namespace}})
@@ -66,7 +67,7 @@ async def account(
     await core.create_namespaced_service_account(namespace, {"metadata": meta})
     if grants:
         role = {"name": made._role, "labels": MADE_HERE}
-        rules = [{"nonResourceURLs": [path], "verbs": [verb]} for verb, path in grants]
+        rules = [_rule(verb, what) for verb, what in grants]
         await rbac.create_cluster_role({"metadata": role, "rules": rules})
         subject = {"kind": "ServiceAccount", "name": name, "namespace": namespace}
         ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": made._role}
@@ -74,7 +75,7 @@ async def account(
             {"metadata": role, "roleRef": ref, "subjects": [subject]}
         )
         for verb, path in grants:
-            await _until_allowed(api, made.user, namespace, verb, path)
+            await until_allowed(api, made.user, namespace, verb, path)
     return made
 
 
@@ -93,20 +94,35 @@ async def accounts(
             await each.delete()
 
 
-async def _until_allowed(
-    api: Any, user: str, namespace: str, verb: str, path: str, within: float = 10.0
+def _rule(verb: str, what: str) -> dict[str, Any]:
+    if what.startswith("/"):
+        return {"nonResourceURLs": [what], "verbs": [verb]}
+    resource, _, group = what.partition(".")
+    return {"apiGroups": [group], "resources": [resource], "verbs": [verb]}
+
+
+def _attributes(verb: str, what: str) -> dict[str, Any]:
+    if what.startswith("/"):
+        return {"nonResourceAttributes": {"path": what, "verb": verb}}
+    resource, _, group = what.partition(".")
+    return {"resourceAttributes": {"group": group, "resource": resource, "verb": verb}}
+
+
+async def until_allowed(
+    api: Any, user: str, namespace: str, verb: str, what: str, within: float = 10.0
 ) -> None:
-    """The RBAC authorizer reads bindings from its informer: wait until it has this one."""
+    """The RBAC authorizer reads bindings from its informer: wait until it allows ``user`` (a
+    service account of ``namespace``) ``verb`` on ``what`` (``/url`` or ``resource.group``)."""
     review = {
         "spec": {
             "user": user,
             "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"],
-            "nonResourceAttributes": {"path": path, "verb": verb},
+            **_attributes(verb, what),
         }
     }
     authz = client.AuthorizationV1Api(api)
     deadline = time.monotonic() + within
     while not (await authz.create_subject_access_review(review)).status.allowed:
-        assert time.monotonic() < deadline, f"{user} not allowed {verb} {path} in {within} s"
+        assert time.monotonic() < deadline, f"{user} not allowed {verb} {what} in {within} s"
         # The server's informer, not ours: there is nothing to wait on but its answer.
         await asyncio.sleep(0.05)
