@@ -99,7 +99,7 @@ async def test_a_cluster_role_s_non_resource_url_opens_its_route_and_no_other(
     backend: Backend, tmp_path: Path
 ) -> None:
     async with serving(backend, tmp_path) as s:
-        rbac = client.RbacAuthorizationV1Api(s.opened.api)
+        rbac: Any = client.RbacAuthorizationV1Api(s.opened.api)  # dict bodies
         meta = {"name": "tests-metrics-reader", "labels": MADE_HERE}
         await rbac.create_cluster_role(
             {"metadata": meta, "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]}

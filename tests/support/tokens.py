@@ -35,7 +35,8 @@ class Account:
         spec: dict[str, Any] = {"expirationSeconds": seconds}
         if audience is not None:
             spec["audiences"] = [audience]
-        made = await client.CoreV1Api(self.api).create_namespaced_service_account_token(
+        core: Any = client.CoreV1Api(self.api)  # dict bodies, as the server takes them
+        made = await core.create_namespaced_service_account_token(
             self.name, self.namespace, {"spec": spec}
         )
         return str(made.status.token)
@@ -59,7 +60,8 @@ async def account(
     api: Any, namespace: str, name: str, grants: Sequence[tuple[str, str]] = ()
 ) -> Account:
     """A ServiceAccount ``namespace/name`` granted each ``(verb, /url or resource.group)``."""
-    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+    core: Any = client.CoreV1Api(api)  # dict bodies, as the server takes them
+    rbac: Any = client.RbacAuthorizationV1Api(api)
     with contextlib.suppress(ApiException):  # 409: there already
         await core.create_namespace({"metadata": {"name": namespace}})
     made = Account(api, namespace, name)
@@ -120,7 +122,7 @@ async def until_allowed(
             **_attributes(verb, what),
         }
     }
-    authz = client.AuthorizationV1Api(api)
+    authz: Any = client.AuthorizationV1Api(api)
     deadline = time.monotonic() + within
     while not (await authz.create_subject_access_review(review)).status.allowed:
         assert time.monotonic() < deadline, f"{user} not allowed {verb} {what} in {within} s"
