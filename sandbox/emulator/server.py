@@ -12,6 +12,10 @@ parameters are read the way apimachinery converts them (``Convert_Slice_string_T
 absent, ``0`` and ``false`` (any case) are false and everything else, ``True`` and the empty
 string included, is true.
 
+``TokenReview`` and ``SubjectAccessReview`` are answered from the served ``auth.Access`` and
+the stored RBAC (``reviews``), so a client that asks the cluster who sent a request (the
+controller's HTTP API does) can run against the emulator.
+
 Besides the request handlers, the server runs a ticker that calls ``store.tick`` (so a wall
 clock works without a test driving it) and, when asked, the scheduler on an interval.
 
