@@ -48,7 +48,8 @@ def test_defaults_load_without_a_file() -> None:
     assert s.clock_skew_bound == timedelta(seconds=30)
     assert s.leader_election.enabled
     assert s.prometheus.url == "http://127.0.0.1:9090"
-    assert s.http.port == 8080
+    assert (s.http.port, s.http.health_port) == (8443, 8081)
+    assert s.http.authentication == "kubernetes"  # closed unless said otherwise
     assert s.audit.url == auditurl.DEFAULT_URL
     assert s.cluster_name == "default"
 
@@ -457,6 +458,29 @@ BAD: list[tuple[str, object, str]] = [
         "port",
         {"http": {"port": 70000}},
         "http.port=70000: Input should be less than or equal to 65535",
+    ),
+    (
+        "an authentication the controller does not know",
+        {"http": {"authentication": "anonymous"}},
+        "http.authentication='anonymous': Input should be 'kubernetes' or 'none'",
+    ),
+    (
+        "the probes on the API's port",
+        {"http": {"port": 9000, "health_port": 9000}},
+        "http: port and health_port are both 9000: the probes have a port of their own",
+    ),
+    (
+        "a certificate without its key",
+        {"http": {"tls": {"cert_file": "/etc/tls/tls.crt"}}},
+        "http.tls: cert_file is set but key_file is not: give both (a certificate and its "
+        "key), or neither for a self-signed certificate",
+    ),
+    (
+        "a shared receiver token with the cluster's authentication",
+        {"alertmanager": {"token": "s3cret"}},
+        "alertmanager: token is set but http.authentication is kubernetes: Alertmanager sends a "
+        "service-account token (docs/http.md#alertmanager); unset it, or set "
+        "http.authentication to none",
     ),
     (
         "log level",

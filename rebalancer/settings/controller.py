@@ -266,8 +266,8 @@ class Settings(SettingsBlock):
             and http_settings.authentication == "kubernetes"
         ):
             raise PydanticCustomError(
-                "token",
-                "is set but http.authentication is kubernetes: Alertmanager sends a "
+                "token_with_reviews",
+                "token is set but http.authentication is kubernetes: Alertmanager sends a "
                 "service-account token (docs/http.md#alertmanager); unset it, or set "
                 "http.authentication to none",
             )

@@ -68,6 +68,11 @@ def _model_in(annotation: Any) -> Any:
     return None
 
 
+# Errors whose message names what is wrong itself: the block's value would repeat it, or (a
+# token) must never be shown.
+_SAID_WITHOUT_VALUE = ("timings", "capacity_missing", "tls_pair", "ports", "token_with_reviews")
+
+
 def problem_lines(exc: pydantic.ValidationError) -> list[str]:
     lines: list[str] = []
     found = exc.errors(include_url=False)
@@ -89,7 +94,7 @@ def problem_lines(exc: pydantic.ValidationError) -> list[str]:
             continue
         path = _path(loc)
         given = errors.shown(value)
-        if kind in ("timings", "capacity_missing"):
+        if kind in _SAID_WITHOUT_VALUE:
             lines.append(f"{path}: {error['msg']}")
         elif kind == "missing":
             lines.append(f"{path}: is required")

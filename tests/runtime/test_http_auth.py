@@ -5,6 +5,7 @@ SubjectAccessReview: tests/kubeapi/test_http_auth_real.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,6 +28,7 @@ from rebalancer.runtime.http import HttpServer
 from rebalancer.runtime.telemetry import Telemetry
 from tests.support import gates
 from tests.support.factories import T0
+from tests.support.processes import free_port
 
 ROUTES = [
     ("GET", "/metrics"),
@@ -282,6 +284,31 @@ async def test_an_empty_token_asks_no_review() -> None:
     for token in (None, ""):
         assert (await gate.admit(token, METRICS)).verdict is Verdict.UNAUTHENTICATED
     assert counted.tokens == 0
+
+
+async def test_an_api_server_that_cannot_be_reached_or_does_not_answer_is_a_503() -> None:
+    """The real reviews, against a port nobody serves and one that never answers."""
+    from kubernetes_asyncio import client
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # takes the request, answers nothing
+
+    hung = await asyncio.start_server(silent, "127.0.0.1", 0)
+    hung_port = hung.sockets[0].getsockname()[1]
+    try:
+        for host, timeout in (
+            (f"http://127.0.0.1:{free_port()}", 5.0),
+            (f"http://127.0.0.1:{hung_port}", 0.2),
+        ):
+            async with client.ApiClient(client.Configuration(host=host)) as api:
+                gate = CachedGate(kubeauth.KubeReviews(api, timeout=timeout), Ticks())
+                async with serve(gate) as server:
+                    status, body = await ask(server, "GET", "/metrics", "any-token")
+            assert (status, body["error"]) == (503, "review_unavailable"), host
+            assert "TokenReview" in body["message"]
+            assert "any-token" not in body["message"]
+    finally:
+        hung.close()
 
 
 def test_a_bearer_header_gives_its_token_and_nothing_else_does() -> None:
