@@ -16,6 +16,12 @@ The Reconciler on in-memory seams
 - ``audit_disk``: ``Disk``, a real SQLite audit store's disk made to refuse writes as a full
   one does.
 
+The HTTP API's gate
+- ``gates``: ``Grants`` (a gate from a table of tokens and grants), ``Scripted`` and
+  ``Counted`` reviews, and ``session``, a client of the API's TLS port with a token.
+- ``tokens``: service accounts on a real kube-apiserver, granted by ClusterRoles, with tokens
+  the TokenRequest API mints (an audience asked for, or the API server's).
+
 The API emulator over HTTP
 - ``emulated``: ``running()``, an emulator per test on a manual clock, with its typed clients
   and ``Requests``, the log its request observer (``serve(on_request=...)``) fills.
