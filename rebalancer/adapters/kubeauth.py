@@ -146,18 +146,17 @@ class KubeReviews:
         if audiences:
             spec["audiences"] = list(audiences)
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
-        review = await self._ask("TokenReview", self.authn.create_token_review, body)
-        status = review.status
-        if status is None or not status.authenticated or status.user is None:
-            why = (status.error if status is not None else "") or "the token is not accepted"
-            return Authenticated(None, why)
-        if audiences and not set(status.audiences or ()) & set(audiences):
+        status = await self._ask("TokenReview", self.authn.create_token_review, body)
+        u = status.get("user") or {}
+        if not status.get("authenticated") or not u.get("username"):
+            return Authenticated(None, str(status.get("error") or "the token is not accepted"))
+        if audiences and not set(status.get("audiences") or ()) & set(audiences):
             # The API server checked the audiences asked for; an authenticator that ignores
             # them (a webhook) must not let a token for another audience through.
             return Authenticated(None, f"the token is not for audience {', '.join(audiences)}")
-        u = status.user
-        extra = tuple(sorted((k, tuple(v or ())) for k, v in (u.extra or {}).items()))
-        return Authenticated(User(u.username or "", u.uid or "", tuple(u.groups or ()), extra))
+        extra = tuple(sorted((k, tuple(v or ())) for k, v in (u.get("extra") or {}).items()))
+        groups = tuple(u.get("groups") or ())
+        return Authenticated(User(str(u["username"]), str(u.get("uid") or ""), groups, extra))
 
     async def authorize(self, user: User, access: Access) -> Authorized:
         spec: dict[str, Any] = {
@@ -174,26 +173,39 @@ class KubeReviews:
             "kind": "SubjectAccessReview",
             "spec": spec,
         }
-        review = await self._ask(
+        status = await self._ask(
             "SubjectAccessReview", self.authz.create_subject_access_review, body
         )
-        status = review.status
-        if status is None or not status.allowed or status.denied:
-            why = (status.reason if status is not None else "") or f"{user.name} may not {access}"
-            return Authorized(False, why)
+        if not status.get("allowed") or status.get("denied"):
+            return Authorized(False, str(status.get("reason") or f"{user.name} may not {access}"))
         return Authorized(True)
 
-    async def _ask(self, kind: str, create: Callable[..., Any], body: Mapping[str, Any]) -> Any:
+    async def _ask(
+        self, kind: str, create: Callable[..., Any], body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The review's ``status``. Read raw (``_preload_content=False``): the client logs a
+        read body at DEBUG, and a TokenReview's answer repeats the token."""
         try:
             async with asyncio.timeout(self.timeout):
-                return await create(body)
+                response = await create(body, _preload_content=False)
+                try:
+                    if not 200 <= response.status <= 299:
+                        why = f"the API server refused the {kind}: {response.status}"
+                        raise Unavailable(f"{why} {response.reason or ''}".rstrip())
+                    doc = await response.json()
+                finally:
+                    response.release()
+        except Unavailable:
+            raise
         except TimeoutError:
             raise Unavailable(f"the {kind} took longer than {self.timeout:g} s") from None
         except ApiException as exc:
             why = f"the API server refused the {kind}: {exc.status} {exc.reason}"
             raise Unavailable(why) from None
-        except Exception as exc:  # unreachable, reset, TLS (aiohttp.ClientError, OSError)
+        except Exception as exc:  # unreachable, reset, TLS, not JSON (aiohttp, OSError, ...)
             raise Unavailable(f"the {kind} could not be made: {type(exc).__name__}") from None
+        status = doc.get("status") if isinstance(doc, dict) else None
+        return status if isinstance(status, dict) else {}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ emulator mints no token).
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes_asyncio import client
 
 from rebalancer.adapters import kubeauth
@@ -83,8 +85,9 @@ async def status(server: HttpServer, path: str, token: str | None, method: str =
 
 
 async def test_anonymous_wrong_token_unauthorized_and_authorized_answers(
-    backend: Backend, tmp_path: Path
+    backend: Backend, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG)  # every library's debug lines: still no token among them
     async with serving(backend, tmp_path) as s:
         for path in PATHS:
             answers = [
@@ -93,6 +96,8 @@ async def test_anonymous_wrong_token_unauthorized_and_authorized_answers(
             ]
             answers.append(await status(s.server, path, kube.ADMIN_TOKEN))
             assert answers == [401, 401, 403, 200], path
+    for token in ("not-a-token-of-this-cluster", kube.ADMIN_TOKEN):
+        assert token not in caplog.text
 
 
 async def test_a_cluster_role_s_non_resource_url_opens_its_route_and_no_other(
