@@ -36,6 +36,6 @@ ENV PATH=/opt/rebalancer/bin:$PATH \
     PYTHONUNBUFFERED=1
 USER 65532:65532
 WORKDIR /var/lib/rebalancer
-EXPOSE 8080
+EXPOSE 8443 8081
 ENTRYPOINT ["rebalancer"]
 CMD ["run"]

@@ -81,8 +81,12 @@ def test_the_image_runs_as_the_user_the_chart_demands_on_the_chart_port() -> Non
         values["podSecurityContext"]["runAsUser"],
         values["podSecurityContext"]["runAsGroup"],
     )
-    (expose,) = [line.split()[1] for line in final if line.startswith("EXPOSE ")]
-    assert int(expose) == values["service"]["port"]
+    (expose,) = [line.split()[1:] for line in final if line.startswith("EXPOSE ")]
+    # The API's port, then the probes'.
+    assert [int(port) for port in expose] == [
+        values["service"]["port"],
+        values["http"]["healthPort"],
+    ]
     assert 'ENTRYPOINT ["rebalancer"]' in final
     assert 'CMD ["run"]' in final
 
