@@ -8,6 +8,8 @@ runs as the chart's service account under the chart's RBAC.
 - ``<release>-alertmanager``, bound by ``alertmanager.serviceAccount``: the receiver, and only
   with a token projected for its audience; the same account's mounted-style token (the API
   server's audience) posts nothing, and the receiver's token reads nothing.
+
+And a real Prometheus scrapes the controller as the chart's ServiceMonitor tells it to.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -32,8 +35,9 @@ from rebalancer.runtime.http import HttpServer
 from rebalancer.runtime.telemetry import Telemetry
 from tests.support import backends, gates, kube, tokens
 from tests.support.alertmanager import alert, notification
-from tests.support.chart import of_kind, render
+from tests.support.chart import of_kind, one, render
 from tests.support.factories import T0
+from tests.support.prometheus import Scraping
 from tests.support.rbac import (
     CONTROLLER_TOKEN,
     api_access_of,
@@ -41,6 +45,7 @@ from tests.support.rbac import (
     rbac_of,
     service_account_of,
 )
+from tests.support.waits import until
 
 NAMESPACE = "monitoring"
 VALUES = {"alertmanager": {"serviceAccount": {"name": "alertmanager", "namespace": NAMESPACE}}}
@@ -144,3 +149,62 @@ async def test_each_of_the_chart_s_roles_opens_its_routes_and_no_other(
     assert grafana == {"metrics": 403, "decisions": 200, "explain": 200, "alertmanager": 401}
     assert alertmanager == {"metrics": 401, "decisions": 401, "explain": 401, "alertmanager": 200}
     assert mounted == {"metrics": 403, "decisions": 403, "explain": 403, "alertmanager": 401}
+
+
+async def test_a_prometheus_scrapes_the_controller_as_the_chart_s_servicemonitor_says(
+    real_backend: backends.Real, tmp_path: Path
+) -> None:
+    """The ServiceMonitor's endpoint (https, a bearer token, the self-signed certificate not
+    verified) as a real Prometheus's scrape job, with the token of the chart's own scraper
+    account (minted here: this server runs no token controller to fill its Secret): up, and
+    the controller's series in Prometheus; the same job without the token is down (401)."""
+    values = {"monitoring": {"serviceMonitor": {"enabled": True}, "crdCheck": False}}
+    docs = render(values)
+    (endpoint,) = one(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert (endpoint["scheme"], endpoint["authorization"]["type"]) == ("https", "Bearer")
+    assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+    scraper = one(api_access_of(docs), "ServiceAccount")["metadata"]
+    async with real_backend.open() as opened:
+        apply_to(opened.objects, rbac_of(docs))
+        apply_to(opened.objects, api_access_of(docs), user=service_account_of(docs))
+        account = tokens.Account(opened.api, scraper["namespace"], scraper["name"])
+        await tokens.until_allowed(
+            opened.api, account.user, account.namespace, "get", endpoint["path"]
+        )
+        token_file = tmp_path / "token"
+        token_file.write_text(await account.token())
+        async with controller(opened) as server:
+            target = f"127.0.0.1:{server.port}"
+            how = (
+                f"scheme: {endpoint['scheme']}\n"
+                f"metrics_path: {endpoint['path']}\n"
+                "tls_config: {insecure_skip_verify: true}\n"
+            )
+            with_token = how + (
+                f"authorization: {{type: Bearer, credentials_file: {token_file}}}\n"
+            )
+            scraping = Scraping(tmp_path / "with", target, job="rebalancer", how=with_token)
+            anonymous = Scraping(tmp_path / "without", target, job="rebalancer", how=how)
+            for prometheus in (scraping, anonymous):
+                await prometheus.start()
+            try:
+                await until("a scrape with the token", lambda: _up(scraping.url, 1), None, 20)
+                await until("a scrape without it", lambda: _up(anonymous.url, 0), None, 20)
+                info = await _query(scraping.url, "rebalancer_cluster_info")
+                assert [r["metric"]["cluster_name"] for r in info] == ["default"]
+            finally:
+                for prometheus in (scraping, anonymous):
+                    await prometheus.stop()
+
+
+async def _query(url: str, expr: str) -> list[Any]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"{url}/api/v1/query", params={"query": expr}) as resp,
+    ):
+        return list((await resp.json())["data"]["result"])
+
+
+async def _up(url: str, wanted: int) -> bool:
+    found = await _query(url, 'up{job="rebalancer"}')
+    return bool(found) and float(found[0]["value"][1]) == wanted

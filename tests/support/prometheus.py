@@ -283,6 +283,8 @@ class Scraping:
     target: str
     port: int = field(default_factory=free_port)
     proc: asyncio.subprocess.Process | None = None
+    job: str = "vllm"
+    how: str = ""  # more of the scrape job's settings, YAML lines (scheme, authorization...)
 
     @property
     def url(self) -> str:
@@ -295,7 +297,8 @@ class Scraping:
         config.write_text(
             "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
             "scrape_configs:\n"
-            f"  - job_name: vllm\n    static_configs: [{{targets: ['{self.target}']}}]\n",
+            f"  - job_name: {self.job}\n    static_configs: [{{targets: ['{self.target}']}}]\n"
+            + "".join(f"    {line}\n" for line in self.how.splitlines()),
             encoding="utf-8",
         )
         log = self.workdir / "prometheus.log"
