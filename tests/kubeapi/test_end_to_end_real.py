@@ -190,6 +190,12 @@ async def controller(
             await until(
                 "the readiness probe", lambda: probe(session, base + pod.readiness), c.proc, 30
             )
+            # A scrape as the admin, through the controller's own reviews of its token (so
+            # its grants to review are used, as the rest are).
+            admin = {"Authorization": f"Bearer {kube.ADMIN_TOKEN}"}
+            metrics = f"https://127.0.0.1:{pod.port}/metrics"
+            async with session.get(metrics, headers=admin, ssl=False) as resp:
+                assert resp.status == 200, await resp.text()
         yield c, audit_url
     finally:
         await c.stop()
