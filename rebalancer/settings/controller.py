@@ -99,8 +99,9 @@ AUDIT_SCHEMES = ("sqlite+aiosqlite://", "postgresql+asyncpg://")  # the drivers 
 class AlertmanagerSettings(SettingsBlock):
     """``POST /api/v1/alertmanager`` (docs/design/alertmanager.md)."""
 
-    # Set: a notification must carry ``Authorization: Bearer <token>`` (Alertmanager's
-    # ``http_config.authorization``). Unset: anyone who reaches the port may post.
+    # Only with ``http.authentication: none`` (a port behind a proxy of its own): a notification
+    # must carry ``Authorization: Bearer <token>``. With the cluster's authentication the token
+    # is a service account's, reviewed; this one is refused (``Settings._one_kind_of_token``).
     token: pydantic.SecretStr | None = None
     # A firing alert holds its pool at most this long after its last notification: keep the
     # receiver's route ``repeat_interval`` well under it.
