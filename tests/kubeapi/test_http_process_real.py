@@ -22,6 +22,7 @@ import contextlib
 import functools
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -146,7 +147,10 @@ async def test_the_port_that_took_every_loan_back_now_asks_the_cluster_who_posts
                     async with plain.get(health + "/metrics") as resp:
                         assert resp.status == 404  # the probes' port serves the probes alone
 
-                    firing = notification([alert(service="llm")])
+                    # Started a minute ago: an alert holds its pool at most max_life after it.
+                    started = datetime.now(UTC) - timedelta(minutes=1)
+                    starts_at = started.isoformat().replace("+00:00", "Z")
+                    firing = notification([alert(service="llm", starts_at=starts_at)])
                     posted = [
                         await ask(base, "POST", "/api/v1/alertmanager", token, firing)
                         for token in (None, "not-a-token", stranger)
