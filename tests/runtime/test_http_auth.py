@@ -290,8 +290,10 @@ async def test_an_api_server_that_cannot_be_reached_or_does_not_answer_is_a_503(
     """The real reviews, against a port nobody serves and one that never answers."""
     from kubernetes_asyncio import client
 
+    held: list[asyncio.StreamWriter] = []
+
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.read()  # takes the request, answers nothing
+        held.append(writer)  # takes the request, answers nothing, closed by the test
 
     hung = await asyncio.start_server(silent, "127.0.0.1", 0)
     hung_port = hung.sockets[0].getsockname()[1]
@@ -309,6 +311,10 @@ async def test_an_api_server_that_cannot_be_reached_or_does_not_answer_is_a_503(
             assert "any-token" not in body["message"]
     finally:
         hung.close()
+        for writer in held:
+            writer.close()
+            await writer.wait_closed()
+        await hung.wait_closed()
 
 
 def test_a_bearer_header_gives_its_token_and_nothing_else_does() -> None:
