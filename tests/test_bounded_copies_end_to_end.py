@@ -39,7 +39,7 @@ async def test_a_200_kb_override_value_leaves_every_row_and_answer_of_the_proces
                 f"/api/v1/explain?node={INFERENCE[-1]}",
                 "/api/v1/decisions?kind=finding&limit=1000",
             ):
-                async with h.session.get(c.base + path) as r:
+                async with c.session.get(c.base + path) as r:
                     assert r.status == 200, await r.text()
                     answers[path] = await r.read()
         rows = [json.dumps(audit.to_json(r)) for r in await h.records()]

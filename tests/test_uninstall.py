@@ -125,7 +125,7 @@ async def _scenario(
 
     watching = asyncio.create_task(kubelet())
     try:
-        base = f"http://127.0.0.1:{pod.port}"
+        base = f"http://127.0.0.1:{pod.health_port}"
         await until("the readiness probe", lambda: probe(h.session, base + pod.readiness), proc, 20)
 
         async def idle_lent_and_used() -> bool:

@@ -269,7 +269,7 @@ async def test_nan_and_inf_are_unknown_never_zero(
     assert got.demand is None
     assert got.queue is not None
     assert [(e.metric, e.reason) for e in got.errors] == [
-        ("demand", f"the value is {shown}, not a finite number >= 0")
+        ("demand", f"the value is {shown!r}, not a finite number >= 0")
     ]
 
 
