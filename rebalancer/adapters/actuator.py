@@ -233,7 +233,7 @@ class Actuator:
         if self._keys.original in view.annotations:
             # Never overwritten: it may be the only record of what the node served with.
             return run.result(Outcome.REFUSED, f"node carries {self._keys.original} already")
-        if state.phase is not Phase.SERVING:
+        if state.phase is not Phase.SERVING or not state.verified:
             return run.result(Outcome.REFUSED, f"node is {state.phase.value}, not serving")
         if not view.idle:
             return run.result(Outcome.REFUSED, f"node is not idle: {_busy(view)}")
@@ -280,6 +280,19 @@ class Actuator:
             from_spec = nodestate.read(after, self._keys)
             assert isinstance(from_spec, NodeState)
             return await self._drain(run, after, from_spec)
+        if not state.verified:
+            # Not provably its own: never acted on as written, in whatever phase it says it
+            # is; back within what the pool's specification confirms, then drained and
+            # finished as any reclaim (docs/design/node-state-integrity.md).
+            change = nodestate.begin_restore_confirmed(
+                view, state, self._spec, self._keys, self._clock(), deadline, decision
+            )
+            run.kept.extend(str(t) for t in change.kept)
+            after = await self._patch(run, WriteKind.BEGIN_RECLAIM, view, change)
+            confirmed = nodestate.read(after, self._keys)
+            assert isinstance(confirmed, NodeState)
+            assert confirmed.verified
+            return await self._drain(run, after, confirmed)
         if state.phase in (Phase.LENDING, Phase.RECLAIMING):  # already on its way
             seen = None if cached else (view, state)
             return await self._progress(run, seen, None, uid, deadline)
@@ -327,6 +340,8 @@ class Actuator:
                 return await self._end_earlier(run, view, uid, deadline)
             if isinstance(state, nodestate.StateError):
                 return run.result(Outcome.REFUSED, f"unreadable state: {state}")
+            if not state.verified:  # the planner's safety reclaim takes it back
+                return run.result(Outcome.REFUSED, f"unverified state: {state.drift[0]}")
             try:
                 result = await self._carry_on(run, view, state, decision)
                 if result.outcome is not Outcome.NOTHING or not cached:
@@ -539,7 +554,10 @@ class Actuator:
     async def _patch(
         self, run: _Pass, kind: WriteKind, view: model.NodeView, change: NodeChange
     ) -> model.NodeView:
-        """Send ``change`` locked to the version of ``view``; the node as it is afterwards."""
+        """Send ``change`` locked to the version of ``view``, signed (``nodestate.seal``: every
+        write of a key the controller acts on later carries the signature of what it leaves);
+        the node as it is afterwards."""
+        change = nodestate.seal(view, change, self._keys)
         body = merge_patch(change, view.resource_version)
         if self._dry_run:
             run.writes.append(Write(kind, f"node/{view.name}", body, WriteOutcome.PLANNED))

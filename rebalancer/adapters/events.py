@@ -23,9 +23,9 @@ What is recorded (events.k8s.io/v1, ``reportingController`` ``rebalancer.io/cont
   ``OverrideRefused``, action ``Refuse``, the note naming the key, the value and why;
 - the planner found a node another writer changed, or that is not where it belongs (a
   ``Finding`` with a state reason): Warning, action ``Report``, the reason saying what it is
-  (``StateUnreadable``, ``StateLabelLost``, ``LentTaintLost``, ``ForeignPodOnLentNode``,
-  ``NodeOrphaned``, ``SelectedByManyPools``, ``SinceInFuture``), the note saying what is done
-  about it. Once per node, key and value, as a refused override;
+  (``StateUnreadable``, ``StateUnverified``, ``StateLabelLost``, ``LentTaintLost``,
+  ``ForeignPodOnLentNode``, ``NodeOrphaned``, ``SelectedByManyPools``, ``SinceInFuture``),
+  the note saying what is done about it. Once per node, key and value, as a refused override;
 - the planner refused, for now, what an operator asked of the node by a valid annotation
   (``lend=now`` with no room to lend, a ``reclaim=now`` on a frozen pool: a ``Rejection`` of an
   operator's intent about the node): Warning ``RequestRefused``, action ``Refuse``, the note
@@ -96,6 +96,7 @@ REQUEST_REFUSED = "RequestRefused"
 STATE_EVENTS = {
     model.Reason.STATE_UNREADABLE: "StateUnreadable",
     model.Reason.STATE_LABEL_LOST: "StateLabelLost",
+    model.Reason.STATE_UNVERIFIED: "StateUnverified",
     model.Reason.LENT_TAINT_LOST: "LentTaintLost",
     model.Reason.FOREIGN_POD: "ForeignPodOnLentNode",
     model.Reason.ORPHANED: "NodeOrphaned",

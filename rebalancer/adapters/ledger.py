@@ -40,7 +40,7 @@ from rebalancer.adapters import events as eventing
 from rebalancer.adapters.writer import Conflict, NodeWriter, NotFound
 from rebalancer.core import audit, model, nodestate
 from rebalancer.core.audit import AuditRecord
-from rebalancer.core.nodestate import Keys
+from rebalancer.core.nodestate import Keys, sealing
 from rebalancer.errors import RebalancerError
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,12 @@ def annotation(keys: Keys) -> str:
 def record_annotation(keys: Keys) -> str:
     """The annotation of an ``AuditStoreFailing`` Event that holds the whole record."""
     return keys.prefix + "audit-record"
+
+
+def signature(keys: Keys) -> str:
+    """The annotation that signs ``annotation`` for its node (docs/design/node-state-integrity.md):
+    records a node carries reach the store only if the controller wrote them there."""
+    return keys.prefix + "audit-pending-signature"
 
 
 class EventSink(Protocol):
@@ -139,6 +145,11 @@ class NodeLedger:
         return await self.events.record(event)
 
     def kept(self, view: model.NodeView) -> tuple[AuditRecord, ...]:
+        """The records ``view`` carries; ``NotKept`` if they cannot be read or are not signed
+        by the controller for this node (left as they are, for a person to look at)."""
+        unsigned = _unsigned(view.annotations, view.uid, self.keys)
+        if unsigned is not None:
+            raise NotKept(f"annotation {annotation(self.keys)}: {unsigned}")
         return pending(view.annotations, self.keys)
 
     async def copies(self, views: Iterable[model.NodeView]) -> tuple[Copy, ...]:
@@ -199,7 +210,14 @@ class NodeLedger:
         for attempt in range(_TRIES):
             raw = await self.writer.get_node(node)
             meta = raw.get("metadata") or {}
-            kept = list(pending(meta.get("annotations") or {}, self.keys))
+            annotations, uid = meta.get("annotations") or {}, str(meta.get("uid") or "")
+            unsigned = _unsigned(annotations, uid, self.keys)
+            if unsigned is not None:
+                # Not written by the controller: never signed as if it were. Replaced by what
+                # is written now (the store never takes what it held).
+                log.warning("node %s: %s: %s; replaced", node, annotation(self.keys), unsigned)
+                annotations = {}
+            kept = list(pending(annotations, self.keys))
             wanted: list[AuditRecord] = change(kept)
             if [r.id for r in wanted] == [r.id for r in kept]:
                 return
@@ -208,7 +226,10 @@ class NodeLedger:
                     f"node {node} carries {len(kept)} records already ({NODE_LIMIT} at most)"
                 )
             text = _text(wanted) if wanted else None
-            body = nodestate.NodeChange(taints=None, labels={}, annotations={key: text})
+            signed = sealing.sign_text(self.keys, uid, key, text)
+            body = nodestate.NodeChange(
+                taints=None, labels={}, annotations={key: text, signature(self.keys): signed}
+            )
             try:
                 await self.writer.patch_node(node, body, str(meta.get("resourceVersion", "")))
                 return
@@ -225,6 +246,15 @@ def _time(text: Any) -> datetime | None:
         return datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+def _unsigned(annotations: Mapping[str, str], uid: str, keys: Keys) -> str | None:
+    """Why the records ``annotations`` holds are not the controller's own for the node ``uid``;
+    None when they are (or there are none, or nothing is signed)."""
+    text = annotations.get(annotation(keys))
+    if not text:
+        return None
+    return sealing.check_text(keys, uid, annotation(keys), text, annotations.get(signature(keys)))
 
 
 def _merged(kept: list[AuditRecord], new: Sequence[AuditRecord]) -> list[AuditRecord]:

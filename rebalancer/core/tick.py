@@ -175,10 +175,13 @@ def _holding(
 def phase(
     view: model.NodeView, keys: nodestate.Keys, lent: tuple[model.Taint, ...]
 ) -> Phase | None:
-    """The node's phase, None when its state cannot be read (``lent``: the pool's lent taints,
-    ``nodestate.read_in_pool``)."""
+    """The node's phase, None when its state cannot be read, or is not the controller's own
+    (unverified: counted and taken back as an unreadable one is); ``lent``: the pool's lent
+    taints, ``nodestate.read_in_pool``."""
     state = nodestate.read_in_pool(view, keys, lent)
-    return None if isinstance(state, nodestate.StateError) else state.phase
+    if isinstance(state, nodestate.StateError) or not state.verified:
+        return None
+    return state.phase
 
 
 def _checked(answer: Unchecked, size: int) -> model.Proposal | Failure:

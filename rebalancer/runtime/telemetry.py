@@ -75,6 +75,7 @@ REFUSAL = "refusal"
 # where it belongs (docs/design/other-writers.md).
 DRIFT_KINDS = (
     model.Reason.STATE_UNREADABLE,
+    model.Reason.STATE_UNVERIFIED,
     model.Reason.STATE_LABEL_LOST,
     model.Reason.LENT_TAINT_LOST,
     model.Reason.FOREIGN_POD,
@@ -213,8 +214,8 @@ class Telemetry:
         self.node_drift = Gauge(
             "rebalancer_node_drift",
             "Nodes of the pool another writer changed, or that are not where they belong, by "
-            "kind (state_unreadable, state_label_lost, lent_taint_lost, foreign_pod, orphaned, "
-            "selected_by_many_pools), as the last plan found them.",
+            "kind (state_unreadable, state_unverified, state_label_lost, lent_taint_lost, "
+            "foreign_pod, orphaned, selected_by_many_pools), as the last plan found them.",
             ["pool", "kind"],
             registry=r,
         )

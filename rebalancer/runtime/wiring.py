@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -51,7 +52,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from rebalancer.adapters import kubeauth, kubeclient, leadership
+from rebalancer.adapters import kubeauth, kubeclient, leadership, sealkeys
 from rebalancer.adapters.actuator import Actuator, NoCache, NodeCache
 from rebalancer.adapters.audit import (
     AuditLog,
@@ -135,6 +136,14 @@ def pool_configs(settings: Settings) -> tuple[PoolConfig, ...]:
         )
         for p in settings.pools
     )
+
+
+def signed_keys(settings: Settings) -> Keys:
+    """The settings' keys with the seal read from ``node_state_keys`` (``adapters.sealkeys``):
+    every reader and writer of node state takes it from here."""
+    directory = settings.node_state_keys
+    seal = sealkeys.load(None if directory is None else Path(directory))
+    return dataclasses.replace(settings.keys(), seal=seal)
 
 
 def actuators(
@@ -415,7 +424,7 @@ class Controller:
             audit_log = AuditLog(
                 store, sink=seams.sink, new_id=seams.new_id, cluster=settings.cluster_name
             )
-            keys, pools = settings.keys(), pool_configs(settings)
+            keys, pools = signed_keys(settings), pool_configs(settings)
             alert_store = _alert_store(settings, clock)
             events = _events(settings, api, me, clock, keys)
             informer = _informer(settings, role, api)

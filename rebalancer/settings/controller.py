@@ -205,6 +205,10 @@ class Settings(SettingsBlock):
         default="rebalancer.io/",
         json_schema_extra={"pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/$"},
     )
+    # A directory holding ``current`` (the key node state is signed with) and, while a
+    # rotation is under way, ``previous`` (still accepted); None: a key of the process's own
+    # (docs/design/node-state-integrity.md). The chart mounts its Secret here.
+    node_state_keys: str | None = Field(default=None, min_length=1)
     dry_run: bool = False
     paused: bool = False  # every pool: no lending; safety reclaims still happen
     frozen: bool = False  # every pool: nothing moves at all, not even safety reclaims

@@ -53,6 +53,7 @@ class Reason(StrEnum):
     # a node another writer changed, reported and taken back (docs/design/other-writers.md)
     STATE_UNREADABLE = "state_unreadable"  # an owned key cannot be read: back from the spec
     STATE_LABEL_LOST = "state_label_lost"  # the state label is gone, the original is there
+    STATE_UNVERIFIED = "state_unverified"  # not signed by the controller for this node
     LENT_TAINT_LOST = "lent_taint_lost"  # a lent node lost a lent taint: anything may land
     FOREIGN_POD = "foreign_pod"  # a lent node runs a pod neither inference, daemon nor borrowed
     ORPHANED = "orphaned"  # carries our keys, yet no pool selects it now

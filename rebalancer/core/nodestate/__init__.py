@@ -25,11 +25,14 @@ follow the same rule: restore writes only the labels the lend changed.
 
 One noun a module, from the bottom up:
 
-- ``keys``: the names of the owned keys (``Keys``);
+- ``signing``: the keys that sign node state (``Seal``, ``SealKey``) and the MAC;
+- ``keys``: the names of the owned keys and the seal (``Keys``);
 - ``values``: ``Phase``, ``Original``, ``NodeState``, ``StateError``, ``LendSpec``, ``NodeChange``;
 - ``encoding``: the text formats of times and of ``original``;
 - ``reading``: ``read`` and what a node carries of ours;
 - ``restoration``: what a restore owns and puts back (``restore_taints``, ``spec_original``);
+- ``sealing``: what the signature covers, ``seal`` on every write, ``verify`` on every read,
+  and ``confirmed``, an original trusted only as far as the pool's specification confirms it;
 - ``transitions``: ``begin_lend`` ... ``finish``, and ``apply``.
 
 Callers import this package (``from rebalancer.core import nodestate``); every name they use is
@@ -58,10 +61,13 @@ from rebalancer.core.nodestate.restoration import (
     restore_taints,
     spec_original,
 )
+from rebalancer.core.nodestate.sealing import confirmed, seal, verify
+from rebalancer.core.nodestate.signing import Seal, SealKey
 from rebalancer.core.nodestate.transitions import (
     apply,
     begin_lend,
     begin_reclaim,
+    begin_restore_confirmed,
     begin_restore_from_spec,
     finish,
     finish_lend,
@@ -89,13 +95,17 @@ __all__ = [
     "Original",
     "Phase",
     "Restore",
+    "Seal",
+    "SealKey",
     "StateError",
     "TaintKey",
     "apply",
     "begin_lend",
     "begin_reclaim",
+    "begin_restore_confirmed",
     "begin_restore_from_spec",
     "carries_ours",
+    "confirmed",
     "decode_original",
     "encode_original",
     "finish",
@@ -110,8 +120,10 @@ __all__ = [
     "recorded_lend",
     "restore",
     "restore_taints",
+    "seal",
     "serving_labels",
     "spec_original",
     "taint_key",
     "take_over",
+    "verify",
 ]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from rebalancer.core.nodestate.signing import Seal
 
 # A DNS-1123 subdomain (dot-separated labels, each starting and ending alphanumeric, at most
 # 253 characters) and the slash; used with fullmatch, so no trailing newline slips through.
@@ -13,9 +15,14 @@ _PREFIX = re.compile(rf"(?=.{{2,254}}\Z){_LABEL}(\.{_LABEL})*/")
 
 @dataclass(frozen=True, slots=True)
 class Keys:
-    """Every label, annotation and taint key the controller owns, under one prefix."""
+    """Every label, annotation and taint key the controller owns, under one prefix, and the
+    ``seal`` that makes what it writes under them provably its own (None: nothing is signed
+    or checked, as the simulator and the tests of the codec alone need; the controller always
+    runs with one, docs/design/node-state-integrity.md). Every reader and writer of these keys
+    takes a ``Keys``, so the seal goes wherever they do."""
 
     prefix: str = "rebalancer.io/"
+    seal: Seal | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not _PREFIX.fullmatch(self.prefix):
@@ -29,6 +36,7 @@ class Keys:
     since = property(lambda self: self.prefix + "since")
     decision = property(lambda self: self.prefix + "decision")
     deadline = property(lambda self: self.prefix + "reclaim-deadline")
+    signature = property(lambda self: self.prefix + "signature")  # docs/design/node-state.md
     lent_taint = property(lambda self: self.prefix + "lent")
     # operator overrides (docs/operations.md)
     window = property(lambda self: self.prefix + "window")

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from rebalancer.core import model
+from rebalancer.core.nodestate import sealing
 from rebalancer.core.nodestate.encoding import decode_original, parse_time
 from rebalancer.core.nodestate.keys import Keys
 from rebalancer.core.nodestate.values import (
@@ -22,7 +23,7 @@ from rebalancer.core.nodestate.values import (
 def read(node: model.NodeView, keys: Keys) -> NodeState | StateError:
     """The node's state, or why it cannot be read. Read once per node value and key set (the
     node's ``memo``): a tick asks it of every node several times, and a value never changes."""
-    memo_key = ("state", keys.prefix)  # a Keys is its prefix; a string hashes cheaply
+    memo_key = ("state", *_identity(keys))
     found = node.memo.get(memo_key)
     if not isinstance(found, NodeState | StateError):
         found = node.memo[memo_key] = _read(node, keys)
@@ -72,6 +73,13 @@ def _read(node: model.NodeView, keys: Keys) -> NodeState | StateError:
             parsed = None
         times.append(parsed)
     since, deadline = times
+    unverified = sealing.verify(node, keys)
+    if unverified is not None:
+        # Never acted on as written: the planner takes it back at once, within what the pool's
+        # specification confirms (docs/design/node-state-integrity.md).
+        value = ann.get(keys.signature, "")
+        why = f"{unverified}: taken back within what the pool's specification confirms"
+        drift.insert(0, Drift(model.Reason.STATE_UNVERIFIED, keys.signature, value, why))
     return NodeState(
         phase=phase,
         original=original,
@@ -79,7 +87,13 @@ def _read(node: model.NodeView, keys: Keys) -> NodeState | StateError:
         decision=ann.get(keys.decision),
         deadline=deadline,
         drift=tuple(drift),
+        verified=unverified is None,
     )
+
+
+def _identity(keys: Keys) -> tuple[str, tuple[str, ...]]:
+    """What a read depends on in ``keys``, cheap to hash: the prefix and the accepted key ids."""
+    return keys.prefix, keys.seal.ids if keys.seal is not None else ()
 
 
 def read_in_pool(
@@ -88,7 +102,7 @@ def read_in_pool(
     """``read``, for a node of a pool whose lend adds the taints ``lent``: a node read as
     serving that carries one of them (key, value and effect) has lost its original, and cannot
     be read. The planner, the counts of a tick and the actuator all read a pool's nodes so."""
-    memo_key = ("state-in-pool", keys.prefix, lent)
+    memo_key = ("state-in-pool", *_identity(keys), lent)
     found = node.memo.get(memo_key)
     if not isinstance(found, NodeState | StateError):
         found = node.memo[memo_key] = _left_behind(node, read(node, keys), keys, lent)

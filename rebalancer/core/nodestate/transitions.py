@@ -8,9 +8,16 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from rebalancer.core import model
+from rebalancer.core.nodestate import sealing
 from rebalancer.core.nodestate.encoding import encode_original, format_time
 from rebalancer.core.nodestate.keys import Keys
-from rebalancer.core.nodestate.restoration import recorded_lend, restore, spec_original
+from rebalancer.core.nodestate.restoration import (
+    owned_taints,
+    recorded_lend,
+    restore,
+    restore_taints,
+    spec_original,
+)
 from rebalancer.core.nodestate.values import (
     LendSpec,
     NodeChange,
@@ -46,6 +53,49 @@ def begin_restore_from_spec(
             keys.deadline: format_time(deadline),
             keys.decision: decision,
         },
+    )
+
+
+def begin_restore_confirmed(
+    node: model.NodeView,
+    state: NodeState,
+    spec: LendSpec,
+    keys: Keys,
+    now: datetime,
+    deadline: datetime,
+    decision: str,
+) -> NodeChange:
+    """unverified (in any phase) -> reclaiming: a state the controller cannot show to be its
+    own is never acted on as written. Its original counts only as far as the pool's
+    specification confirms it (``sealing.confirmed``): what the lend did is undone for the
+    pool's own lent and serving taints alone, the labels the pool's lend changes are set to
+    their serving values, any taint under our prefix goes and a serving taint still missing
+    is added; every other taint and label stays as it is now. Every key of ours is written
+    anew (``original`` rebuilt from what was confirmed), so the signature the write carries
+    vouches only for what the controller checked. Where the original was an ordinary lend's,
+    unsigned because an earlier release wrote it, the node ends as it was before the loan,
+    byte for byte."""
+    if state.original is None:
+        return begin_restore_from_spec(node, spec, keys, now, deadline, decision)
+    trusted = sealing.confirmed(state.original, spec)
+    owned = owned_taints(trusted, spec, node.taints, keys)
+    restored = restore_taints(node.taints, trusted, owned)
+    taints = [t for t in restored.taints if not t.key.startswith(keys.prefix)]
+    present = {taint_key(t) for t in taints}
+    taints += [t for t in spec.remove_taints if taint_key(t) not in present]
+    original = dataclasses.replace(trusted, taints=tuple(taints))
+    labels: dict[str, str | None] = dict(trusted.labels)
+    labels[keys.state] = Phase.RECLAIMING.value
+    return NodeChange(
+        taints=tuple(taints),
+        labels=labels,
+        annotations={
+            keys.original: encode_original(original),
+            keys.since: format_time(now),
+            keys.deadline: format_time(deadline),
+            keys.decision: decision,
+        },
+        kept=restored.kept,
     )
 
 

@@ -65,6 +65,9 @@ class NodeState:
     # What another writer changed that the read worked around (a lost state label read as
     # lent, a garbled time read as unknown); empty when the node is as the controller left it.
     drift: tuple[Drift, ...] = ()
+    # False when the state is not signed by the controller for this node (a drift
+    # ``state_unverified`` says why): it is never acted on as written.
+    verified: bool = True
 
 
 @dataclass(frozen=True, slots=True)

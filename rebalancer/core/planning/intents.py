@@ -56,6 +56,8 @@ def _operator_reclaim(pool: _Pool, node: _Node) -> Intent | None:
 _PROBLEMS = {
     Reason.STATE_UNREADABLE: "its state cannot be read: it is taken back from the pool's "
     "specification, so that it serves again",
+    Reason.STATE_UNVERIFIED: "its state is not signed by the controller for this node: it is "
+    "taken back within what the pool's specification confirms, never as the state says",
     Reason.STATE_LABEL_LOST: "another writer removed its state label: it is taken back from "
     "its original before it can be mistaken for a serving node",
     Reason.LENT_TAINT_LOST: "another writer removed its lent taint: pods that do not tolerate "

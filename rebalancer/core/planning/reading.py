@@ -164,6 +164,18 @@ def _decode(
         node = _Node(view, view.name, stand_in, Phase.LENT, ov, ov.window, bad_override)
         node = dataclasses.replace(node, problem=Reason.STATE_UNREADABLE, error=state)
         return _Decoded(node, tuple(findings))
+    if not state.verified:
+        # Not the controller's own: planned as lent whatever it says (its times and phase are
+        # not trusted either) and taken back at once, within what the pool's specification
+        # confirms (docs/design/node-state-integrity.md).
+        findings += [
+            model.Finding(view.name, d.key, d.value, d.reason, f"{d}; the node is taken back")
+            for d in state.drift
+        ]
+        stand_in = nodestate.NodeState(phase=Phase.LENT, drift=state.drift, verified=False)
+        node = _Node(view, view.name, stand_in, Phase.LENT, ov, ov.window, bad_override)
+        node = dataclasses.replace(node, problem=Reason.STATE_UNVERIFIED)
+        return _Decoded(node, tuple(findings))
     drift = list(state.drift)
     if state.phase is Phase.LENT:
         drift += _lent_drift(view, spec)
