@@ -148,7 +148,7 @@ def forge(c: Cluster, name: str) -> None:
     """The issue's forgery on a serving node that carries the GPU health taint: the state label
     ``lent`` and an original that lists that taint as added and ``evil.example/x=1`` as
     removed. A kubelet under NodeRestriction may write exactly these (labels, annotations)."""
-    taints = c.node(name)["spec"]["taints"]
+    taints = [t for t in c.node(name)["spec"]["taints"] if t != HEALTH]  # "before the lend"
     original = {
         "v": 2,
         "taints": taints,
