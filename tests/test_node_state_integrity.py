@@ -29,7 +29,7 @@ from rebalancer.adapters.events import KubeEvents
 from rebalancer.adapters.informer import Informer
 from rebalancer.adapters.reflector import WatchSettings
 from rebalancer.adapters.writer import KubeWriter, RetryPolicy
-from rebalancer.core import model, nodestate
+from rebalancer.core import nodestate
 from rebalancer.core.audit import Kind
 from rebalancer.core.model import Reason
 from rebalancer.runtime.reconcile import Reconciler

@@ -385,7 +385,8 @@ BAD: list[tuple[str, object, str]] = [
     (
         "unknown top-level key",
         {"dryrun": True},
-        "dryrun=True: unknown setting; known: cluster_name, key_prefix, dry_run, paused, frozen, "
+        "dryrun=True: unknown setting; known: cluster_name, key_prefix, node_state_keys, dry_run, "
+        "paused, frozen, "
         "tick_interval, strategy_timeout, clock_skew_bound, lend_concurrency, log_level, "
         "leader_election, prometheus, audit, http, alertmanager, pools, takers",
     ),
@@ -564,7 +565,8 @@ BAD_ENV: list[tuple[str, dict[str, str], str]] = [
         "unknown variable",
         {"REBALANCER_DRYRUN": "1"},
         "REBALANCER_DRYRUN='1': unknown setting; known: REBALANCER_CLUSTER_NAME, "
-        "REBALANCER_KEY_PREFIX, REBALANCER_DRY_RUN, REBALANCER_PAUSED, REBALANCER_FROZEN, "
+        "REBALANCER_KEY_PREFIX, REBALANCER_NODE_STATE_KEYS, REBALANCER_DRY_RUN, "
+        "REBALANCER_PAUSED, REBALANCER_FROZEN, "
         "REBALANCER_TICK_INTERVAL, "
         "REBALANCER_STRATEGY_TIMEOUT, REBALANCER_CLOCK_SKEW_BOUND, REBALANCER_LEND_CONCURRENCY, "
         "REBALANCER_LOG_LEVEL, "
@@ -628,7 +630,8 @@ def test_every_error_is_reported_at_once(tmp_path: Path) -> None:
             "pools[0].limits.headroom=-1: Input should be greater than or equal to 0",
             "pools[1].strategy.name='nope': unknown strategy; "
             "choose one of adaptive, cron, forecast, peak, reactive, static, watermark, window",
-            "bogus=1: unknown setting; known: cluster_name, key_prefix, dry_run, paused, frozen, "
+            "bogus=1: unknown setting; known: cluster_name, key_prefix, node_state_keys, dry_run, "
+            "paused, frozen, "
             "tick_interval, strategy_timeout, clock_skew_bound, lend_concurrency, log_level, "
             "leader_election, prometheus, audit, http, alertmanager, pools, takers",
         ]

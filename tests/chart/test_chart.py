@@ -10,6 +10,7 @@ field, by the values schema or by a template ``fail``.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shutil
@@ -197,11 +198,53 @@ def test_the_kinds_rendered_by_default(renders: dict[str, list[Doc]]) -> None:
             "RoleBinding",
             "RoleBinding",
             "RoleBinding",
+            "Secret",  # the key node state is signed with
             "Service",
             "ServiceAccount",
         ]
     )
-    assert not list(of_kind(renders["defaults"], "Secret"))
+    (secret,) = of_kind(renders["defaults"], "Secret")
+    assert secret["metadata"]["name"] == "rebalancer-node-state-keys"
+
+
+def test_the_node_state_key_is_a_random_secret_mounted_as_files_into_every_pod_that_writes() -> (
+    None
+):
+    """docs/design/node-state-integrity.md: a key of 64 random characters, made at install
+    (``lookup`` keeps it across upgrades), mounted read-only, named in the settings; the
+    controller and the uninstall hook (which takes every node back) sign with it, and no
+    Role grants a right to read Secrets for it."""
+    docs = hooks_and_install()
+    (secret,) = of_kind(docs, "Secret")
+    current = base64.b64decode(secret["data"]["current"])
+    assert len(current) == 64
+    assert current.isalnum()
+    assert secret["data"]["previous"] == ""
+    path = "/var/run/rebalancer/node-state-keys"
+    config = yaml.safe_load(one(render(), "ConfigMap")["data"]["config.yaml"])
+    assert config["node_state_keys"] == path
+    for pod in (one(render(), "Deployment"), one(render(hook="pre-delete"), "Job")):
+        spec = pod["spec"]["template"]["spec"]
+        (volume,) = [v for v in spec["volumes"] if v["name"] == "node-state-keys"]
+        assert volume["secret"]["secretName"] == "rebalancer-node-state-keys"
+        (mount,) = [
+            m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "node-state-keys"
+        ]
+        assert (mount["mountPath"], mount["readOnly"]) == (path, True)
+    for role in (*of_kind(docs, "Role"), *of_kind(docs, "ClusterRole")):
+        for rule in role.get("rules") or ():
+            assert "secrets" not in rule.get("resources", ()), role["metadata"]["name"]
+
+
+def test_a_named_secret_replaces_the_charts_node_state_key() -> None:
+    docs = hooks_and_install({"nodeStateKeys": {"existingSecret": "my-keys"}})
+    assert not list(of_kind(docs, "Secret"))
+    spec = one(render({"nodeStateKeys": {"existingSecret": "my-keys"}}), "Deployment")
+    volumes = spec["spec"]["template"]["spec"]["volumes"]
+    assert {
+        "name": "node-state-keys",
+        "secret": {"secretName": "my-keys", "defaultMode": 0o440},
+    } in volumes
 
 
 # ---------------------------------------------------------------------------------------------

@@ -173,3 +173,15 @@ the controller, its uninstall hook and its helm test alike. */}}
       name: {{ .Values.audit.postgresql.existingSecret }}
       key: {{ .Values.audit.postgresql.secretKey }}
 {{- end -}}
+
+{{/*
+The Secret holding the node-state keys, and where they are mounted
+(docs/design/node-state-integrity.md).
+*/}}
+{{- define "rebalancer.nodeStateKeysSecret" -}}
+{{- .Values.nodeStateKeys.existingSecret | default (printf "%s-node-state-keys" (include "rebalancer.fullname" .)) -}}
+{{- end }}
+
+{{- define "rebalancer.nodeStateKeysPath" -}}
+/var/run/rebalancer/node-state-keys
+{{- end }}
