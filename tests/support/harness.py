@@ -35,7 +35,15 @@ from sandbox.emulator.store import Store
 from tests.support import kube, pools
 from tests.support.control_plane import ControlPlane
 from tests.support.exporter import Exporter, serve_exporter
-from tests.support.processes import ROOT, Cluster, child_env, free_port, probe, read_audit
+from tests.support.processes import (
+    ROOT,
+    Cluster,
+    child_env,
+    free_port,
+    node_state_keys,
+    probe,
+    read_audit,
+)
 from tests.support.prometheus import Scraping
 from tests.support.training_cluster import (
     JOB_NAME,
@@ -134,6 +142,7 @@ class Harness(Cluster):
         }
         doc = {
             "tick_interval": "1s",
+            "node_state_keys": str(node_state_keys(self.tmp)),
             "leader_election": {"enabled": False},
             "prometheus": {
                 "url": self.prometheus.url,

@@ -13,6 +13,7 @@ store back. ``start`` runs ``rebalancer ARGS`` with its output piped, ``run_cli`
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import re
@@ -111,7 +112,7 @@ def as_pod(
     resolve its container.
 
     Every volume is a directory ``root/<mountPath>``; a ConfigMap volume gets the rendered
-    ConfigMap's files. Any text naming a mount path (an env value, a settings file) names the
+    ConfigMap's files, a Secret volume the rendered Secret's (the node-state key). Any text naming a mount path (an env value, a settings file) names the
     directory under ``root`` instead, like a chroot. The service account token mount is not
     emulated: the test gives the process a kubeconfig with the account's token. ``secrets``
     holds what ``secretKeyRef`` variables read: (Secret name, key) -> value.
@@ -119,6 +120,7 @@ def as_pod(
     docs = list(docs)
     (workload,) = [d for d in docs if d["kind"] == kind]
     configmaps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
+    rendered_secrets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Secret"}
     pod = workload["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     volumes = {v["name"]: v for v in pod["volumes"]}
@@ -142,6 +144,10 @@ def as_pod(
             data = configmaps[volume["configMap"]["name"]]["data"]
             for key, text in data.items():
                 (directory / key).write_text(moved(text))
+        elif "secret" in volume and volume["secret"]["secretName"] in rendered_secrets:
+            data = rendered_secrets[volume["secret"]["secretName"]].get("data") or {}
+            for key, encoded in data.items():
+                (directory / key).write_bytes(base64.b64decode(encoded))
     fields = {"metadata.name": name, "metadata.namespace": namespace}
     env: dict[str, str] = {}
     for var in container.get("env", []):
@@ -245,6 +251,19 @@ class Setup:
     health_port: int  # the probes: plain http
 
 
+NODE_STATE_KEY = "a-test-key-the-processes-of-one-test-share-" * 2
+
+
+def node_state_keys(home: Path) -> Path:
+    """A directory in ``home`` holding the node-state key ``current``, as the chart mounts its
+    Secret: the processes of one test (a restart, a second replica, ``rebalancer reclaim``)
+    sign and verify with one key, as the pods of one release do."""
+    directory = home / "node-state-keys"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "current").write_text(NODE_STATE_KEY, encoding="utf-8")
+    return directory
+
+
 def config_text(
     audit_db: Path,
     http_port: int,
@@ -252,11 +271,13 @@ def config_text(
     health_port: int | None = None,
     authentication: str = "none",
 ) -> str:
-    """Settings of one pool. The HTTP API is open (``authentication: none``) by default: the
-    emulator reviews no token (a test that wants the cluster's reviews runs on a real server)."""
+    """Settings of one pool; the node-state key beside ``audit_db``. The HTTP API is open
+    (``authentication: none``) by default: the emulator reviews no token (a test that wants the
+    cluster's reviews runs on a real server)."""
     health = health_port if health_port is not None else free_port()
     return f"""
 tick_interval: 2s
+node_state_keys: {node_state_keys(audit_db.parent)}
 leader_election: {{enabled: {str(election).lower()}}}
 prometheus:
   url: http://127.0.0.1:{free_port()}
