@@ -10,10 +10,10 @@ health checker's taint, the node lifecycle's ``NoExecute``, a cordon, a lost sta
 removed lent taint and a pod that does not tolerate it, garbled annotations, a relabel out of
 every pool, a lent node deleted and registered again at once, 2, 6 and 60 s later and with
 a restart between, two pools selecting one node, a finalizer nobody removes, a sync removing the
-audit records kept on nodes while the store's disk is full, then a ``kill -9``) and, where the
-case needs it, brings demand back. It prints the node before and after
-(state label, taints, the controller's annotations), the Events on it and the audit rows that
-name it, and checks what the controller promises (docs/design/other-writers.md): every check is
+audit records kept on nodes while the store's disk is full, then a ``kill -9``, an original
+forged on a serving node) and, where the case needs it, brings demand back. It prints the node
+before and after (state label, taints, the controller's annotations), the Events on it and the
+audit rows that name it, and checks what the controller promises (docs/design/other-writers.md): every check is
 printed as ``ok`` or ``FAILED`` with what was seen, and the exit status is 1 when one failed.
 
 The clock cases run the controller under Debian's ``faketime`` (libfaketime), 90 s behind and
@@ -486,6 +486,58 @@ def recreated(delay: float = 0.0, restart: bool = False) -> Callable[[World], Aw
     return case
 
 
+async def forged_original(w: World) -> None:
+    """10. Another writer (a node's kubelet may: labels and annotations are its to edit) marks a
+    serving node that carries the GPU health taint as lent, with an original listing that taint
+    as added by the lend and ``evil.example/x=1`` as removed by it: the controller neither strips
+    the taint nor writes the label; it says so and makes the node serve from its pool's
+    specification (docs/design/node-state-integrity.md)."""
+    await w.start()
+    w.case.check(await w.wait_lent(set(IDLE)), "the 6 idle nodes are lent")
+    node = "inference-0"  # runs an inference replica: serving, never lent
+    await w.k("taint", "nodes", node, "nvidia.com/gpu.unhealthy=true:NoSchedule")
+    before = await w.show_node(node, "sick")
+    original = {
+        "v": 2,
+        "taints": [t for t in before["spec"]["taints"] if t["key"] != "nvidia.com/gpu.unhealthy"],
+        "labels": {"evil.example/x": "1"},
+        "added": [{"key": "nvidia.com/gpu.unhealthy", "value": "true", "effect": "NoSchedule"}],
+        "removed": [],
+    }
+    meddled = time.time()
+    await w.k("label", "node", node, f"{STATE}=lent", "--overwrite")
+    await w.k("annotate", "node", node, f"{ORIGINAL}={json.dumps(original)}", "--overwrite")
+    await w.show_node(node, "forged")
+
+    async def reported() -> bool:
+        return any(r.reason == "state_unverified" for r in await w.records(node, meddled))
+
+    seen = await w.wait("the forged state reported", reported, 20)
+    w.case.check(seen, "a finding state_unverified names the node")
+
+    async def serving() -> bool:
+        return not labels_of(await w.node(node)).get(STATE)
+
+    await w.wait("the node serving again", serving, 20)
+    after = await w.show_node(node, "after")
+    w.case.check(
+        "nvidia.com/gpu.unhealthy=true:NoSchedule" in taints_of(after),
+        f"the GPU health taint is kept: {taints_of(after)}",
+    )
+    w.case.check(
+        "evil.example/x" not in labels_of(after),
+        "the label the forged original names is not written",
+    )
+    w.case.check(not labels_of(after).get(STATE), "the node serves (no state label)")
+    events = await w.events(node)
+    w.case.show(f"Events on {node}: {events}")
+    w.case.check(
+        any(e.startswith("Warning StateUnverified") for e in events),
+        "a Warning Event StateUnverified says so",
+    )
+    w.case.show(f"audit rows: {rows(await w.records(node, meddled))}")
+
+
 async def disk_full(w: World) -> None:
     """7. The audit store's file system fills up with nodes lent, and demand then needs every
     node: the safety reclaims still happen, recorded on the Node and in Events, readiness says
@@ -767,6 +819,7 @@ CASES: dict[str, tuple[str, Callable[[World], Awaitable[None]], Sequence[str]]] 
     "clock-ahead": ("8b. controller clock 10 min ahead", clock_ahead, ("faketime",)),
     "overlapping": ("9a. two pools select one node", overlapping, ()),
     "finalizer": ("9b. a finalizer nobody removes", finalizer, ()),
+    "forged-original": ("10. a forged original on a serving node", forged_original, ()),
 }
 
 
