@@ -77,6 +77,9 @@ def judge(
     if isinstance(state, nodestate.StateError):
         # Nothing can be concluded, and nothing is touched: the planner reports the node.
         return Verdict(intent, Outcome.FAILED, f"cannot tell how far it got: {state}")
+    if not state.verified:
+        # Its decision may be anyone's: the planner takes the node back as unverified.
+        return Verdict(intent, Outcome.FAILED, f"cannot tell how far it got: {state.drift[0]}")
     if state.decision != intent.id:
         if begun:  # it did move the node; another decision has it now
             return Verdict(intent, Outcome.INTERRUPTED, "begun, then another decision took over")

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rebalancer.core import model, nodestate, tick
+from rebalancer.core import model, nodestate, recovery, tick
+from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.nodestate import NodeState, Phase
 from tests.support.factories import GPU_TAINT, INFERENCE_TAINT, LEND_SPEC, T0, serving
 
@@ -317,3 +318,26 @@ def test_a_forged_original_never_makes_a_restore_strip_a_foreign_taint_or_write_
     assert GPU_TAINT not in now or GPU_TAINT in change.taints
     # Made to serve from the pool's specification: its serving taint is on, by key and effect.
     assert nodestate.taint_key(INFERENCE_TAINT) in {nodestate.taint_key(t) for t in change.taints}
+
+
+def test_a_restart_concludes_nothing_from_a_state_that_does_not_verify() -> None:
+    """An open intent whose node carries its id in an unsigned ``decision`` is not judged by
+    it: anyone could have written that id."""
+    view = lent(node())
+    forged = fresh(view, annotations={**view.annotations, KEYS.decision: "X1"})
+    intent = AuditRecord(
+        id="X1",
+        time=T0,
+        kind=Kind.INTENT,
+        pool="gpu",
+        controller="rebalancer-a",
+        reason="strategy",
+        message="test",
+        node="n",
+        action=model.Action.RECLAIM,
+    )
+
+    verdict = recovery.judge(intent, forged, KEYS)
+
+    assert verdict.result.value == "failed"
+    assert not verdict.take_over
