@@ -20,17 +20,18 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from kubernetes_asyncio import client
 
-from rebalancer.adapters import events
+from rebalancer.adapters import convert, events, ledger
 from rebalancer.adapters.actuator import Actuator
 from rebalancer.adapters.audit import AuditLog, MemoryAuditStore, UlidFactory
 from rebalancer.adapters.events import KubeEvents
 from rebalancer.adapters.informer import Informer
 from rebalancer.adapters.reflector import WatchSettings
 from rebalancer.adapters.writer import KubeWriter, RetryPolicy
-from rebalancer.core import nodestate
-from rebalancer.core.audit import Kind
+from rebalancer.core import audit, model, nodestate
+from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Reason
 from rebalancer.runtime.reconcile import Reconciler
 from rebalancer.runtime.seams import AlwaysLeader
@@ -38,6 +39,7 @@ from sandbox.emulator.resources import NODES
 from sandbox.emulator.store import DeleteOptions
 from sandbox.emulator.views import expected_views
 from tests.support import backends, objects, pools
+from tests.support.factories import T0
 from tests.support.fakes import Demand
 from tests.support.reads import scheduling
 from tests.support.waits import Pulse, no_sleep, stop
@@ -264,3 +266,41 @@ async def test_an_upgrade_with_nodes_lent_restores_them_exactly_and_says_why(
         assert sorted(c.findings(Reason.STATE_UNVERIFIED)) == sorted(lent)
         for name in lent:
             assert scheduling(c.node(name)) == before[name], f"{name} not restored exactly"
+
+
+def a_record(ident: str, node: str) -> AuditRecord:
+    return AuditRecord(
+        id=ident,
+        time=T0,
+        kind=Kind.INTENT,
+        pool=str(POOL),
+        controller="replica-a",
+        reason="demand_above_serving",
+        message="kept on the node while the store fails",
+        node=node,
+        action=model.Action.RECLAIM,
+    )
+
+
+async def test_pending_audit_records_reach_the_store_only_if_the_controller_wrote_them(
+    backend: backends.Backend,
+) -> None:
+    """The records the ledger keeps on a Node while the store fails carry a signature of their
+    own: another writer's records are not taken for the controller's, and the ledger never
+    signs over them."""
+    async with cluster(backend) as c:
+        writer = KubeWriter(c.opened.core, RetryPolicy(sleep=no_sleep))
+        kept = ledger.NodeLedger(writer, KEYS)
+        await kept.hold("gpu-1", [a_record("R1", "gpu-1")], "disk full")
+
+        view = convert.node_view(c.node("gpu-1"))
+        assert [r.id for r in kept.kept(view)] == ["R1"]
+        assert ledger.signature(KEYS) in view.annotations
+
+        text = json.dumps([audit.to_json(a_record("F1", "gpu-2"))])
+        c.patch("gpu-2", {"metadata": {"annotations": {ledger.annotation(KEYS): text}}})
+        with pytest.raises(ledger.NotKept, match="not signed"):
+            kept.kept(convert.node_view(c.node("gpu-2")))
+
+        await kept.hold("gpu-2", [a_record("R2", "gpu-2")], "disk full")
+        assert [r.id for r in kept.kept(convert.node_view(c.node("gpu-2")))] == ["R2"]
