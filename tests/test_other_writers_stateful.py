@@ -76,7 +76,9 @@ from tests.support.reads import scheduling
 from tests.support.waits import Pulse, no_sleep, stop
 
 Obj = dict[str, Any]
-KEYS = nodestate.Keys()
+# Signed, as the controller always runs (docs/design/node-state-integrity.md): a writer that
+# writes back what it read of the controller's keys changes nothing the signature covers.
+KEYS = nodestate.Keys(seal=nodestate.Seal(nodestate.SealKey(b"the-stateful-test-key-" * 2)))
 POOL = PoolName("inference")
 NAMES = ("gpu-0", "gpu-1", "gpu-2")
 SERVE = model.Taint(key="workload", value="inference", effect="NoSchedule")
@@ -438,7 +440,10 @@ class OtherWriters(RuleBasedStateMachine):
             },
         }
         self._write(name, changes[what])
-        if what.startswith("original"):
+        if what.startswith("original") or what == "since garbled":
+            # A garbled since breaks the signature as a garbled original does: the original is
+            # no longer provably the controller's, and counts only as far as the pool's
+            # specification confirms it (docs/design/node-state-integrity.md).
             self.truth[name].lost = True
         self.read_nodes()
 
