@@ -112,8 +112,9 @@ def as_pod(
     resolve its container.
 
     Every volume is a directory ``root/<mountPath>``; a ConfigMap volume gets the rendered
-    ConfigMap's files, a Secret volume the rendered Secret's (the node-state key). Any text naming a mount path (an env value, a settings file) names the
-    directory under ``root`` instead, like a chroot. The service account token mount is not
+    ConfigMap's files, a Secret volume the rendered Secret's (the node-state key). Any text
+    naming a mount path (an env value, a settings file) names the directory under ``root``
+    instead, like a chroot. The service account token mount is not
     emulated: the test gives the process a kubeconfig with the account's token. ``secrets``
     holds what ``secretKeyRef`` variables read: (Secret name, key) -> value.
     """
