@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import secrets
 import sys
 import tempfile
 import time
@@ -106,8 +107,9 @@ def pool_model(pool: cluster.Pool) -> engine.PoolModel:
     return engine.PoolModel(size=pool.size)
 
 
-def settings(strategy: str, rps_per_node: dict[str, float]) -> Settings:
-    """The demo's settings: the two inference pools; no election (one replica), no server."""
+def settings(strategy: str, rps_per_node: dict[str, float], keys: Path | None = None) -> Settings:
+    """The demo's settings: the two inference pools; no election (one replica), no server;
+    ``keys``, the directory of the node-state key (``node_keys``)."""
     pools = []
     for pool in LENDERS:
         m = pool_model(pool)
@@ -127,7 +129,19 @@ def settings(strategy: str, rps_per_node: dict[str, float]) -> Settings:
                 },
             }
         )
-    return Settings.model_validate({"leader_election": {"enabled": False}, "pools": pools})
+    doc: dict[str, Any] = {"leader_election": {"enabled": False}, "pools": pools}
+    if keys is not None:
+        doc["node_state_keys"] = str(keys)
+    return Settings.model_validate(doc)
+
+
+def node_keys(home: Path) -> Path:
+    """A node-state key of the demo's own, made at random in ``home`` (the demo's scratch
+    directory), as the chart makes one per release (docs/design/node-state-integrity.md)."""
+    directory = home / "node-state-keys"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    (directory / "current").write_text(secrets.token_urlsafe(48), encoding="utf-8")
+    return directory
 
 
 # ---------------------------------------------------------------------------------------------
@@ -528,7 +542,8 @@ async def _drive(
             serve_http=False,
         )
         rps = {name: x.rps_per_node for name, x in w.lenders.items()}
-        async with Controller.open(settings(opts.strategy, rps), seams) as c:
+        config = settings(opts.strategy, rps, node_keys(kubeconfig.parent))
+        async with Controller.open(config, seams) as c:
             marks = c.pools[0].marks
             task = asyncio.create_task(c.informer.run())
             try:
