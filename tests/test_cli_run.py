@@ -30,7 +30,7 @@ from rebalancer.core.outcomes import Outcome
 from rebalancer.runtime import wiring
 from sandbox.emulator import cluster
 from sandbox.emulator.store import Store
-from tests.support.processes import config_text, run_cli, setup, start
+from tests.support.processes import config_text, node_state_keys, run_cli, setup, start
 
 NODE = "inference-5"  # idle: no inference replica runs on it
 
@@ -371,7 +371,10 @@ async def test_an_audit_store_that_cannot_be_made_and_a_port_in_use_are_one_line
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(UNREACHABLE_KUBECONFIG, encoding="utf-8")
     (tmp_path / "a-file").write_text("", encoding="utf-8")
-    pool = "pools: [{name: a, node_selector: {gpu-pool: a}, rps_per_node: 10}]\n"
+    pool = (
+        f"node_state_keys: {node_state_keys(tmp_path)}\n"
+        "pools: [{name: a, node_selector: {gpu-pool: a}, rps_per_node: 10}]\n"
+    )
     no_dir = tmp_path / "no-dir.yaml"
     no_dir.write_text(
         f"audit: {{url: 'sqlite+aiosqlite:///{tmp_path}/a-file/audit.db'}}\n{pool}",
