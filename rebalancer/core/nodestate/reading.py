@@ -78,8 +78,7 @@ def _read(node: model.NodeView, keys: Keys) -> NodeState | StateError:
         # Never acted on as written: the planner takes it back at once, within what the pool's
         # specification confirms (docs/design/node-state-integrity.md).
         value = ann.get(keys.signature, "")
-        why = f"{unverified}: taken back within what the pool's specification confirms"
-        drift.insert(0, Drift(model.Reason.STATE_UNVERIFIED, keys.signature, value, why))
+        drift.insert(0, Drift(model.Reason.STATE_UNVERIFIED, keys.signature, value, unverified))
     return NodeState(
         phase=phase,
         original=original,

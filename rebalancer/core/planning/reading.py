@@ -169,7 +169,13 @@ def _decode(
         # not trusted either) and taken back at once, within what the pool's specification
         # confirms (docs/design/node-state-integrity.md).
         findings += [
-            model.Finding(view.name, d.key, d.value, d.reason, f"{d}; the node is taken back")
+            model.Finding(
+                view.name,
+                d.key,
+                d.value,
+                d.reason,
+                f"{d}; taken back within what the pool's specification confirms",
+            )
             for d in state.drift
         ]
         stand_in = nodestate.NodeState(phase=Phase.LENT, drift=state.drift, verified=False)
