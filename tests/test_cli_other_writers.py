@@ -43,7 +43,9 @@ async def test_explain_and_reclaim_work_on_unreadable_unlabelled_and_orphaned_no
         config = settings_mod.load(box.config, env={})
         (pool,) = wiring.pool_configs(config)
         writer = KubeWriter(client.CoreV1Api(box.api))
-        actuator = Actuator(writer, config.keys(), pool.lend_spec, pool.marks, wiring.utc_now)
+        actuator = Actuator(
+            writer, wiring.signed_keys(config), pool.lend_spec, pool.marks, wiring.utc_now
+        )
         before = {n: await node(box, n) for n in (GARBLED, STRIPPED, MOVED)}
         for name in before:
             assert (await actuator.lend(name, "test-lend")).outcome is Outcome.APPLIED

@@ -173,7 +173,9 @@ async def test_reclaim_node_restores_it_and_audits(tmp_path: Path) -> None:
         core = client.CoreV1Api(box.api)
         writer = KubeWriter(core)
         before = await writer.get_node(NODE)
-        actuator = Actuator(writer, config.keys(), pool.lend_spec, pool.marks, wiring.utc_now)
+        actuator = Actuator(
+            writer, wiring.signed_keys(config), pool.lend_spec, pool.marks, wiring.utc_now
+        )
         lent = await actuator.lend(NODE, "test-lend")
         assert lent.outcome is Outcome.APPLIED, lent.message
         mid = await core.read_node(NODE)
@@ -238,7 +240,9 @@ async def test_reclaim_all_and_a_node_that_cannot_be_restored(tmp_path: Path) ->
         config = settings_mod.load(box.config, env={})
         (pool,) = wiring.pool_configs(config)
         writer = KubeWriter(client.CoreV1Api(box.api))
-        actuator = Actuator(writer, config.keys(), pool.lend_spec, pool.marks, wiring.utc_now)
+        actuator = Actuator(
+            writer, wiring.signed_keys(config), pool.lend_spec, pool.marks, wiring.utc_now
+        )
         for node in ("inference-6", "inference-7"):
             assert (await actuator.lend(node, "test-lend")).outcome is Outcome.APPLIED
         args = ("--config", str(box.config), "--kubeconfig", str(box.kubeconfig))
@@ -281,7 +285,9 @@ async def test_reclaim_all_taints_every_node_before_any_drain_ends_then_drains_t
         config = settings_mod.load(box.config, env={})
         (pool,) = wiring.pool_configs(config)
         writer = KubeWriter(client.CoreV1Api(box.api))
-        actuator = Actuator(writer, config.keys(), pool.lend_spec, pool.marks, wiring.utc_now)
+        actuator = Actuator(
+            writer, wiring.signed_keys(config), pool.lend_spec, pool.marks, wiring.utc_now
+        )
         for node in lent:
             assert (await actuator.lend(node, "test-lend")).outcome is Outcome.APPLIED
             train_on(box.store, node, pods=2, grace=3)  # evicted pods linger 3 s (wall clock)
@@ -323,7 +329,7 @@ async def test_reclaim_pool_brings_back_a_node_whose_since_is_garbled_with_the_o
         (pool,) = wiring.pool_configs(config)
         core = client.CoreV1Api(box.api)
         actuator = Actuator(
-            KubeWriter(core), config.keys(), pool.lend_spec, pool.marks, wiring.utc_now
+            KubeWriter(core), wiring.signed_keys(config), pool.lend_spec, pool.marks, wiring.utc_now
         )
         for node in lent:
             assert (await actuator.lend(node, "test-lend")).outcome is Outcome.APPLIED

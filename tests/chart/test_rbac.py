@@ -148,7 +148,9 @@ async def running(
 
     def actuator(api: Any, dry: bool = False) -> Actuator:
         writer = KubeWriter(client.CoreV1Api(api))
-        return Actuator(writer, config.keys(), pool.lend_spec, pool.marks, wiring.utc_now, dry)
+        return Actuator(
+            writer, wiring.signed_keys(config), pool.lend_spec, pool.marks, wiring.utc_now, dry
+        )
 
     async with backend.open(seeded=True, authorized=True) as opened:
         assert service_account_of(docs).name == kube.CONTROLLER_USER
