@@ -4,17 +4,17 @@ operator of a real cluster would see it, with the real ``kubectl``.
 What it runs: the process tests' harness (``tests/support/harness.py``: the API emulator with one
 pool of 8 ``gpu-pool=inference`` nodes, two of them running an inference replica, preemptible
 training pods waiting, a fake vLLM exporter and a real Prometheus scraping it every second) and
-``rebalancer run`` against it with the ``reactive`` strategy and 1 s ticks. Each case starts from
-a fresh cluster, lets the controller lend, then plays another writer with ``kubectl`` (a GPU
-health checker's taint, the node lifecycle's ``NoExecute``, a cordon, a lost state label, a
-removed lent taint and a pod that does not tolerate it, garbled annotations, a relabel out of
-every pool, a lent node deleted and registered again at once, 2, 6 and 60 s later and with
-a restart between, two pools selecting one node, a finalizer nobody removes, a sync removing the
-audit records kept on nodes while the store's disk is full, then a ``kill -9``, an original
-forged on a serving node) and, where the case needs it, brings demand back. It prints the node
-before and after (state label, taints, the controller's annotations), the Events on it and the
-audit rows that name it, and checks what the controller promises (docs/design/other-writers.md): every check is
-printed as ``ok`` or ``FAILED`` with what was seen, and the exit status is 1 when one failed.
+``rebalancer run`` against it with the ``reactive`` strategy and 1 s ticks. Each case starts from a
+fresh cluster, lets the controller lend, then plays another writer with ``kubectl`` (a GPU health
+checker's taint, the node lifecycle's ``NoExecute``, a cordon, a lost state label, a removed lent
+taint and a pod that does not tolerate it, garbled annotations, a relabel out of every pool, a lent
+node deleted and registered again at once, 2, 6 and 60 s later and with a restart between, two
+pools selecting one node, a finalizer nobody removes, a sync removing the audit records kept on
+nodes while the store's disk is full, then a ``kill -9``, an original forged on a serving node)
+and, where the case needs it, brings demand back. It prints the node before and after (state label,
+taints, the controller's annotations), the Events on it and the audit rows that name it, and checks
+what the controller promises (docs/design/other-writers.md): every check is printed as ``ok`` or
+``FAILED`` with what was seen, and the exit status is 1 when one failed.
 
 The clock cases run the controller under Debian's ``faketime`` (libfaketime), 90 s behind and
 10 minutes ahead of the cluster and Prometheus, and are left out when it is not installed.
