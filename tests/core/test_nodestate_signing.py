@@ -94,7 +94,7 @@ def test_the_forged_original_of_the_issue_is_unverified_and_reported() -> None:
     assert state.drift[0].reason is model.Reason.STATE_UNVERIFIED
     assert "not signed" in state.drift[0].why
     # Counted as a node whose state cannot be read: away from serving, never driven as written.
-    assert tick.phase(view, KEYS) is None
+    assert tick.phase(view, KEYS, SPEC.add_taints) is None
     change = nodestate.begin_restore_confirmed(view, state, SPEC, KEYS, T0, DEADLINE, "D2")
     assert change.taints is not None
     assert HEALTH in change.taints
