@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from rebalancer.core import model
 from rebalancer.core.nodestate import signing
 from rebalancer.core.nodestate.keys import Keys
-from rebalancer.core.nodestate.values import LendSpec, NodeChange, Original, taint_key
+from rebalancer.core.nodestate.values import LendSpec, NodeChange, Original, merged, taint_key
 
 
 def covered(keys: Keys) -> tuple[str, ...]:
@@ -88,8 +88,8 @@ def seal(node: model.NodeView, change: NodeChange, keys: Keys) -> NodeChange:
     assert every <= touched or verify(node, keys) is None, (
         f"node {node.name}: a write would sign a state that did not verify"
     )
-    labels = _merged(node.labels, change.labels)
-    annotations = _merged(node.annotations, change.annotations)
+    labels = merged(node.labels, change.labels)
+    annotations = merged(node.annotations, change.annotations)
     signature = signing.sign(keys.seal, message(node.uid, keys, labels, annotations))
     return dataclasses.replace(
         change, annotations={**change.annotations, keys.signature: signature}
@@ -144,13 +144,3 @@ def _text_message(keys: Keys, uid: str, name: str, text: str) -> bytes:
     doc = {"uid": uid, "prefix": keys.prefix, "name": name, "text": text}
     body = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return b"rebalancer annotation v1\n" + body.encode()
-
-
-def _merged(current: Mapping[str, str], change: Mapping[str, str | None]) -> dict[str, str]:
-    merged = dict(current)
-    for key, value in change.items():
-        if value is None:
-            merged.pop(key, None)
-        else:
-            merged[key] = value
-    return merged

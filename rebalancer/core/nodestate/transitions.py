@@ -4,7 +4,7 @@ a write, and ``apply`` shows a node as it looks once one is written."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
 from rebalancer.core import model
@@ -24,6 +24,7 @@ from rebalancer.core.nodestate.values import (
     NodeState,
     Original,
     Phase,
+    merged,
     taint_key,
 )
 
@@ -210,17 +211,7 @@ def finish(
 
 def apply(node: model.NodeView, change: NodeChange) -> model.NodeView:
     """The node as it looks once ``change`` is written: what a fake cluster does on a patch."""
-    labels = _merge(node.labels, change.labels)
-    annotations = _merge(node.annotations, change.annotations)
+    labels = merged(node.labels, change.labels)
+    annotations = merged(node.annotations, change.annotations)
     taints = node.taints if change.taints is None else change.taints
     return dataclasses.replace(node, labels=labels, taints=taints, annotations=annotations)
-
-
-def _merge(current: Mapping[str, str], change: Mapping[str, str | None]) -> dict[str, str]:
-    merged = dict(current)
-    for key, value in change.items():
-        if value is None:
-            merged.pop(key, None)
-        else:
-            merged[key] = value
-    return merged

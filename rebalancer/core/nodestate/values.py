@@ -107,3 +107,15 @@ class NodeChange:
     labels: Mapping[str, str | None]
     annotations: Mapping[str, str | None]
     kept: tuple[model.Taint, ...] = ()
+
+
+def merged(current: Mapping[str, str], change: Mapping[str, str | None]) -> dict[str, str]:
+    """``current`` with ``change`` written over it (``None`` deletes a key), as a merge patch
+    writes a node's labels or annotations."""
+    result = dict(current)
+    for key, value in change.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = value
+    return result
