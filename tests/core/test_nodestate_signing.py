@@ -341,3 +341,14 @@ def test_a_restart_concludes_nothing_from_a_state_that_does_not_verify() -> None
 
     assert verdict.result.value == "failed"
     assert not verdict.take_over
+
+
+def test_a_forged_key_id_of_any_length_is_said_in_a_bounded_reason() -> None:
+    forged = "v1:" + "k" * 200_000 + ":AAAA"
+
+    why = nodestate.signing.check(nodestate.Seal(NEW), b"anything", forged)
+
+    assert why is not None
+    assert why.startswith("signed with key 'kkk")
+    assert len(why) < 300
+    assert "200000 bytes, sha256:" in why

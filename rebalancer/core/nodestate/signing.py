@@ -18,6 +18,8 @@ import hashlib
 import hmac
 from dataclasses import dataclass, field
 
+from rebalancer.core import bounded
+
 VERSION = "v1"
 MIN_SECRET = 32  # bytes: the chart's key is 64 random letters and digits
 
@@ -68,7 +70,7 @@ def check(seal: Seal, message: bytes, signature: str) -> str | None:
         return f"not a signature of the form {VERSION}:<key id>:<MAC>"
     key = seal.accepted(parts[1])
     if key is None:
-        return f"signed with key {parts[1]!r}, which is not one of the accepted keys"
+        return f"signed with key {bounded.quoted(parts[1])}, which is not one of the accepted keys"
     if not hmac.compare_digest(_mac(key, message), parts[2]):
         return "the signature does not match the values on this node"
     return None
