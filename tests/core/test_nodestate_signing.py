@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -20,7 +21,8 @@ from tests.support.factories import GPU_TAINT, INFERENCE_TAINT, LEND_SPEC, T0, s
 
 OLD = nodestate.SealKey(b"o" * 40)
 NEW = nodestate.SealKey(b"n" * 40)
-KEYS = nodestate.Keys(seal=nodestate.Seal(NEW))
+SEAL = nodestate.Seal(NEW)
+KEYS = nodestate.Keys(seal=SEAL)
 ROTATING = nodestate.Keys(seal=nodestate.Seal(NEW, (OLD,)))
 BEFORE_ROTATION = nodestate.Keys(seal=nodestate.Seal(OLD))
 UNSIGNED = nodestate.Keys()  # a release before signatures, or another writer
@@ -48,9 +50,9 @@ def lent(view: model.NodeView, keys: nodestate.Keys = KEYS) -> model.NodeView:
     return written(begun, nodestate.finish_lend(SPEC, state, keys, T0), keys)
 
 
-def fresh(view: model.NodeView, **changes: object) -> model.NodeView:
+def fresh(view: model.NodeView, **changes: Any) -> model.NodeView:
     """``view`` with ``changes`` and no cached read."""
-    return dataclasses.replace(view, **changes)  # type: ignore[arg-type]
+    return dataclasses.replace(view, **changes)
 
 
 def test_a_state_the_controller_wrote_verifies_and_reads_as_written() -> None:
@@ -232,8 +234,8 @@ def test_a_signature_verifies_for_exactly_the_values_and_node_it_was_made_for(
     labels = {} if values["state"] is None else {KEYS.state: values["state"]}
     annotations = {KEYS.prefix + k: v for k, v in values.items() if k != "state" and v is not None}
     message = nodestate.sealing.message(uid, KEYS, labels, annotations)
-    signature = nodestate.signing.sign(KEYS.seal, message)  # type: ignore[arg-type]
-    assert nodestate.signing.check(KEYS.seal, message, signature) is None  # type: ignore[arg-type]
+    signature = nodestate.signing.sign(SEAL, message)
+    assert nodestate.signing.check(SEAL, message, signature) is None
 
     if which == "uid":
         if other == uid:
@@ -249,7 +251,7 @@ def test_a_signature_verifies_for_exactly_the_values_and_node_it_was_made_for(
         changed = nodestate.sealing.message(
             uid, KEYS, labels, {**annotations, KEYS.prefix + which: other}
         )
-    assert nodestate.signing.check(KEYS.seal, changed, signature) is not None  # type: ignore[arg-type]
+    assert nodestate.signing.check(SEAL, changed, signature) is not None
     assert nodestate.signing.check(nodestate.Seal(OLD), message, signature) is not None
 
 
