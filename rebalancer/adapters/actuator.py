@@ -276,10 +276,7 @@ class Actuator:
             change = nodestate.begin_restore_from_spec(
                 view, self._spec, self._keys, self._clock(), deadline, decision
             )
-            after = await self._patch(run, WriteKind.BEGIN_RECLAIM, view, change)
-            from_spec = nodestate.read(after, self._keys)
-            assert isinstance(from_spec, NodeState)
-            return await self._drain(run, after, from_spec)
+            return await self._drain(run, *await self._begin_reclaim(run, view, change))
         if not state.verified:
             # Not provably its own: never acted on as written, in whatever phase it says it
             # is; back within what the pool's specification confirms, then drained and
@@ -287,12 +284,7 @@ class Actuator:
             change = nodestate.begin_restore_confirmed(
                 view, state, self._spec, self._keys, self._clock(), deadline, decision
             )
-            run.kept.extend(str(t) for t in change.kept)
-            after = await self._patch(run, WriteKind.BEGIN_RECLAIM, view, change)
-            confirmed = nodestate.read(after, self._keys)
-            assert isinstance(confirmed, NodeState)
-            assert confirmed.verified
-            return await self._drain(run, after, confirmed)
+            return await self._drain(run, *await self._begin_reclaim(run, view, change))
         if state.phase in (Phase.LENDING, Phase.RECLAIMING):  # already on its way
             seen = None if cached else (view, state)
             return await self._progress(run, seen, None, uid, deadline)
@@ -309,17 +301,26 @@ class Actuator:
             taints=view.taints,
             spec=self._spec,
         )
-        run.kept.extend(str(t) for t in change.kept)
         try:
-            after = await self._patch(run, WriteKind.BEGIN_RECLAIM, view, change)
+            begun = await self._begin_reclaim(run, view, change)
         except Conflict:
             if not cached:
                 raise
             run.kept.clear()  # what the server's node holds is judged again
             return await self._reclaim(run, decision, deadline, uid, cached=False)
+        return await self._drain(run, *begun)
+
+    async def _begin_reclaim(
+        self, run: _Pass, view: model.NodeView, change: nodestate.NodeChange
+    ) -> tuple[model.NodeView, NodeState]:
+        """A reclaim's first write (taints and labels back, so nothing new lands), and the
+        state it leaves, signed by that write: what the drain goes on from."""
+        run.kept.extend(str(t) for t in change.kept)
+        after = await self._patch(run, WriteKind.BEGIN_RECLAIM, view, change)
         reclaiming = nodestate.read(after, self._keys)
         assert isinstance(reclaiming, NodeState)
-        return await self._drain(run, after, reclaiming)
+        assert reclaiming.verified
+        return after, reclaiming
 
     async def _progress(
         self,
