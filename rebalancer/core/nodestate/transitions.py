@@ -43,18 +43,7 @@ def begin_restore_from_spec(
     The unreadable text itself is kept in the audit log (the finding and the intent's
     ``before``), not on the node."""
     original = spec_original(node, spec, keys)
-    labels: dict[str, str | None] = dict(original.labels)
-    labels[keys.state] = Phase.RECLAIMING.value
-    return NodeChange(
-        taints=original.taints,
-        labels=labels,
-        annotations={
-            keys.original: encode_original(original),
-            keys.since: format_time(now),
-            keys.deadline: format_time(deadline),
-            keys.decision: decision,
-        },
-    )
+    return _restoring(original, keys, now, deadline, decision)
 
 
 def begin_restore_confirmed(
@@ -85,10 +74,23 @@ def begin_restore_confirmed(
     present = {taint_key(t) for t in taints}
     taints += [t for t in spec.remove_taints if taint_key(t) not in present]
     original = dataclasses.replace(trusted, taints=tuple(taints))
-    labels: dict[str, str | None] = dict(trusted.labels)
+    return _restoring(original, keys, now, deadline, decision, kept=restored.kept)
+
+
+def _restoring(
+    original: Original,
+    keys: Keys,
+    now: datetime,
+    deadline: datetime,
+    decision: str,
+    kept: tuple[model.Taint, ...] = (),
+) -> NodeChange:
+    """-> reclaiming from an ``original`` the controller rebuilt: its taints and labels written
+    at once, and every key of ours written anew around it."""
+    labels: dict[str, str | None] = dict(original.labels)
     labels[keys.state] = Phase.RECLAIMING.value
     return NodeChange(
-        taints=tuple(taints),
+        taints=original.taints,
         labels=labels,
         annotations={
             keys.original: encode_original(original),
@@ -96,7 +98,7 @@ def begin_restore_confirmed(
             keys.deadline: format_time(deadline),
             keys.decision: decision,
         },
-        kept=restored.kept,
+        kept=kept,
     )
 
 
