@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -538,10 +538,12 @@ async def forged_original(w: World) -> None:
     w.case.show(f"audit rows: {rows(await w.records(node, meddled))}")
 
 
-async def disk_full(w: World) -> None:
-    """7. The audit store's file system fills up with nodes lent, and demand then needs every
-    node: the safety reclaims still happen, recorded on the Node and in Events, readiness says
-    the store fails, and the records reach the store once it has room again."""
+@contextlib.asynccontextmanager
+async def disk_filled(w: World) -> AsyncIterator[tuple[str, Path, float] | None]:
+    """The audit store on a 4 MiB tmpfs, the controller started on it with the idle nodes lent,
+    then the disk filled and demand at its peak, every node back: the store's URL, the file
+    that fills the disk, and when it filled. None when no tmpfs can be mounted (a failed
+    check). The controller is stopped and the tmpfs unmounted when the block ends."""
     mount = w.h.tmp / "auditfs"
     mount.mkdir()
     made = subprocess.run(
@@ -551,6 +553,7 @@ async def disk_full(w: World) -> None:
     )
     if made.returncode != 0:
         w.case.check(False, f"a small tmpfs cannot be mounted here: {made.stderr.decode()}")
+        yield None
         return
     url = f"sqlite+aiosqlite:///{mount / 'audit.sqlite3'}"
     try:
@@ -564,6 +567,21 @@ async def disk_full(w: World) -> None:
         w.h.exporter.set_load(PEAK, 0)
         took = await w.back(IDLE, within=40)
         w.case.check(took is not None, f"every node back {took} s after the rise, disk full")
+        yield url, filler, full
+    finally:
+        if w.c is not None:
+            await w.stop()
+        subprocess.run(["umount", str(mount)], check=False, capture_output=True)
+
+
+async def disk_full(w: World) -> None:
+    """7. The audit store's file system fills up with nodes lent, and demand then needs every
+    node: the safety reclaims still happen, recorded on the Node and in Events, readiness says
+    the store fails, and the records reach the store once it has room again."""
+    async with disk_filled(w) as filled:
+        if filled is None:
+            return
+        url, filler, full = filled
         assert w.c is not None
         async with w.h.session.get(w.c.health + "/readyz") as r:
             ready = f"{r.status} {(await r.text()).strip()[:160]}"
@@ -589,37 +607,16 @@ async def disk_full(w: World) -> None:
             sorted(str(r.node) for r in reclaims) == IDLE,
             f"the store holds a reclaim intent for each node once it has room ({len(reclaims)})",
         )
-    finally:
-        if w.c is not None:
-            await w.stop()
-        subprocess.run(["umount", str(mount)], check=False, capture_output=True)
 
 
 async def disk_full_records_removed(w: World) -> None:
     """7b. As 7, then a GitOps sync removes ``rebalancer.io/audit-pending`` from every node and
     the controller is killed (SIGKILL) before the disk has room: the next run, with room, writes
     every intent to the store, in order, from the controller's own Events, and closes each."""
-    mount = w.h.tmp / "auditfs"
-    mount.mkdir()
-    made = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
-        check=False,
-        capture_output=True,
-    )
-    if made.returncode != 0:
-        w.case.check(False, f"a small tmpfs cannot be mounted here: {made.stderr.decode()}")
-        return
-    url = f"sqlite+aiosqlite:///{mount / 'audit.sqlite3'}"
-    try:
-        await w.start(audit={"url": url})
-        w.case.check(await w.wait_lent(set(IDLE)), "the 6 idle nodes are lent")
-        filler = mount / "filler"
-        subprocess.run(
-            ["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], check=False, capture_output=True
-        )
-        w.h.exporter.set_load(PEAK, 0)
-        took = await w.back(IDLE, within=40)
-        w.case.check(took is not None, f"every node back {took} s after the rise, disk full")
+    async with disk_filled(w) as filled:
+        if filled is None:
+            return
+        url, filler, _ = filled
         kept: dict[str, str] = {}
         for name in IDLE:
             pending = annotations_of(await w.node(name)).get(PREFIX + "audit-pending") or "[]"
@@ -652,10 +649,6 @@ async def disk_full_records_removed(w: World) -> None:
         w.case.check(found == sorted(found), "in the order they were made, ids kept")
         verdicts = sorted({str(r.outcome) for r in stored if r.intent_id in kept})
         w.case.check(bool(verdicts), f"each is closed by the restart's recovery ({verdicts})")
-    finally:
-        if w.c is not None:
-            await w.stop()
-        subprocess.run(["umount", str(mount)], check=False, capture_output=True)
 
 
 async def overlapping(w: World) -> None:
