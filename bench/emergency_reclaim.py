@@ -41,8 +41,9 @@ from typing import Any
 
 from rebalancer import settings as settings_mod
 from rebalancer.adapters import convert
+from rebalancer.commands import reclaim
 from rebalancer.core.outcomes import Outcome
-from rebalancer.runtime import takeback, wiring
+from rebalancer.runtime import wiring
 from sandbox.emulator import cluster
 from sandbox.emulator.faults import FaultInjector, Faults
 from sandbox.emulator.resources import NODES
@@ -149,12 +150,12 @@ async def wave(lab: Lab, concurrency: int) -> Figures:
     started = time.perf_counter()
     reported: dict[str, float] = {}
 
-    def seen(event: takeback.ReclaimEvent) -> None:
-        if event.stage is takeback.Stage.SERVING_TAINTED:
+    def seen(event: reclaim.ReclaimEvent) -> None:
+        if event.stage is reclaim.Stage.SERVING_TAINTED:
             reported.setdefault(event.node, time.perf_counter() - started)
 
-    known = await takeback.lent_nodes(lab.controller)
-    done = await takeback.reclaim_wave(
+    known = await reclaim.lent_nodes(lab.controller)
+    done = await reclaim.reclaim_wave(
         lab.controller, list(known), known=known, concurrency=concurrency, on_event=seen
     )
     back = time.perf_counter() - started
@@ -173,9 +174,9 @@ async def sequential(lab: Lab) -> Figures:
     """The former path: one node at a time, each to the end of its drain."""
     lab.store.arm()
     started = time.perf_counter()
-    done: list[takeback.Reclaimed] = []
-    for node in await takeback.lent_nodes(lab.controller):
-        done.extend(await takeback.reclaim_wave(lab.controller, [node], concurrency=1))
+    done: list[reclaim.Reclaimed] = []
+    for node in await reclaim.lent_nodes(lab.controller):
+        done.extend(await reclaim.reclaim_wave(lab.controller, [node], concurrency=1))
     return Figures(
         "one node after another (before)",
         len(done),
@@ -193,7 +194,7 @@ async def controller(lab: Lab, concurrency: int | None) -> Figures:
     reconciler = lab.controller.reconciler
     (pool,) = lab.controller.pools
     actuator = reconciler.actuators[pool.name]
-    known = await takeback.lent_nodes(lab.controller)
+    known = await reclaim.lent_nodes(lab.controller)
     views = [convert.node_view(raw) for raw in known.values()]
     # The intents, committed as a tick's are before apply: untimed.
     plan, tick = await reconciler.operator_reclaims({pool.name: views}, "bench")

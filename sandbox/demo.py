@@ -21,7 +21,7 @@ In one process, with no network, cluster or Prometheus:
 
 Each decision is printed as it happens and every minute of each pool is scored as the simulator
 scores it (``sim.engine.score``). At the end every loan is taken back by ``rebalancer
-reclaim``'s own wave (``runtime.takeback``), and a summary says what was lent and what training
+reclaim``'s own wave (``commands.reclaim``), and a summary says what was lent and what training
 used of it, what was refused for want of a taker, what reclaims cost training, whether a gang
 was ever left half-running or a job put on a GPU it cannot use, what was breached, and whether
 every node's taints and labels are back byte for byte. See docs/demo.md.
@@ -48,12 +48,12 @@ from kubernetes_asyncio import client
 
 from rebalancer.adapters import convert, registry
 from rebalancer.adapters.audit import SqlAuditStore, UlidFactory, every_record, json_line
+from rebalancer.commands import reclaim
 from rebalancer.core import model, nodestate, warmth
 from rebalancer.core.audit import AuditRecord
 from rebalancer.core.model import PoolName
 from rebalancer.core.outcomes import Outcome
 from rebalancer.errors import TraceError
-from rebalancer.runtime import takeback
 from rebalancer.runtime.report import TickReport
 from rebalancer.runtime.wiring import Controller, PoolMetricsRouter, Seams
 from rebalancer.settings import Settings
@@ -652,8 +652,8 @@ async def _take_back(c: Controller, w: World, say: Callable[[str], None]) -> Non
         w.training.step()
         await _caught_up(c, w.store)
 
-    known = await takeback.lent_nodes(c)
-    done = await takeback.reclaim_wave(c, list(known), known=known, poll=10.0, sleep=wait)
+    known = await reclaim.lent_nodes(c)
+    done = await reclaim.reclaim_wave(c, list(known), known=known, poll=10.0, sleep=wait)
     for d in done:
         if not d.ok:
             raise DemoError(f"{d.node} was not taken back: {d.message}")

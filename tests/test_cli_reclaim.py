@@ -16,7 +16,7 @@ import pytest
 from rebalancer import cli
 from rebalancer.cli import common
 from rebalancer.cli import reclaim as reclaim_command
-from rebalancer.runtime.takeback import ReclaimEvent, Stage
+from rebalancer.commands.reclaim import ReclaimEvent, Stage
 from tests.support.processes import config_text
 
 

@@ -1,8 +1,9 @@
 """``nvidia-smi``, asked what GPUs its node has, as a process with a deadline.
 
-Where it sits: the GPU labeler (``runtime.gpulabeler``) asks ``NvidiaSmi.query`` once a pass and
-hands what comes back to ``core.gpulabels.decide``. The reading itself is ``core.gpulabels.read``;
-this module only runs the process and turns what can go wrong with it into the same
+Where it sits: the GPU labeler (``commands.gpu_labeler``) asks ``NvidiaSmi.query`` once a pass
+and hands what comes back to ``core.gpulabels.decide``. The reading itself is
+``core.gpulabels.read``; this module only runs the process and turns what can go wrong with it
+into the same
 ``Unreadable`` value: a program that cannot be started, a driver that does not answer (nvidia-smi
 exits 9 with "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver"), no
 GPU (exit 6, "No devices were found"), a hang.

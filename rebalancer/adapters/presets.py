@@ -3,7 +3,7 @@
 Where it sits: a pool's settings name a preset (``metrics.preset``, vLLM unless told otherwise)
 and a unit (``capacity.unit``); ``rebalancer.settings`` takes from here the templates the
 metrics adapter evaluates (``rebalancer.adapters.metrics``) and that ``rebalancer capacity``
-measures a node with (``rebalancer.runtime.capacity``). This module is the one home of those
+measures a node with (``rebalancer.commands.capacity``). This module is the one home of those
 templates: the adapter's defaults, the settings' defaults and docs/configuration.md all come
 from it. It is text only: importing it loads no HTTP client.
 

@@ -1,7 +1,7 @@
 """``rebalancer capacity``: what one node of a pool serves when full, from Prometheus history.
 
 Where it sits: before sizing a pool's ``capacity.per_node`` (docs/capacity.md). The measuring
-and printing are ``runtime.capacity``'s; this module only declares the flags.
+and printing are ``commands.capacity``'s; this module only declares the flags.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from rebalancer.cli import common
 
 
 def register(commands: Any) -> None:
-    """`rebalancer capacity`: its flags and handler (``runtime.capacity``)."""
+    """`rebalancer capacity`: its flags and handler (``commands.capacity``)."""
     measure = commands.add_parser(
         "capacity",
         help="measure what one node of a pool serves when full, from its Prometheus history",
@@ -45,6 +45,6 @@ def register(commands: Any) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from rebalancer.runtime import capacity
+    from rebalancer.commands import capacity
 
     return capacity.command(args)

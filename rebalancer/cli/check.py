@@ -1,7 +1,7 @@
 """``rebalancer check``: is a settings file ready to deploy, and (``--online``) to this cluster?
 
 Where it sits: before a deploy, by hand or in CI. The checks themselves are
-``runtime.check``'s; this module turns settings that do not load into findings too, and prints
+``commands.check``'s; this module turns settings that do not load into findings too, and prints
 them as lines or one document.
 """
 
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from rebalancer.cli import common
 from rebalancer.settings import InvalidSettings
 
-if TYPE_CHECKING:  # the runtime is imported by the handler, not at start
-    from rebalancer.runtime.check import Finding
+if TYPE_CHECKING:  # the command's body is imported by the handler, not at start
+    from rebalancer.commands.check import Finding
 
 
 def register(commands: Any) -> None:
@@ -44,7 +44,7 @@ def register(commands: Any) -> None:
 def handle(args: argparse.Namespace) -> int:
     import asyncio
 
-    from rebalancer.runtime import check
+    from rebalancer.commands import check
 
     timeout = common.duration("--timeout", args.timeout)
     try:
@@ -70,7 +70,7 @@ def _split_line(line: str) -> tuple[str, str]:
 
 
 def _findings(found: Sequence[Finding], output: str) -> int:
-    from rebalancer.runtime.check import Level
+    from rebalancer.commands.check import Level
 
     failed = any(f.level is Level.FAIL for f in found)
     doc = {"ok": not failed, "findings": [f.doc() for f in found]}

@@ -1,7 +1,7 @@
 """``rebalancer explain``: why a node is lent or not, and what the next tick would do to it.
 
 Where it sits: an operator's question, answered by observing, deciding and planning once as the
-loop does, writing nothing (``common.reading``). The answer is ``runtime.explain``'s, the same
+loop does, writing nothing (``common.reading``). The answer is ``commands.explain``'s, the same
 document ``GET /api/v1/explain`` gives; this module prints it.
 """
 
@@ -40,19 +40,17 @@ def register(commands: Any) -> None:
 def handle(args: argparse.Namespace) -> int:
     import asyncio
 
-    from rebalancer.runtime import explain
+    from rebalancer.commands import explain
+    from rebalancer.runtime.explaining import NotExplained
 
     timeout = common.duration("--timeout", args.timeout)
     config = common.load_settings(args)
 
     async def go() -> int:
-        async with common.reading(args, config, timeout) as controller:
-            snapshot, decision = await controller.reconciler.preview()
         try:
-            doc = explain.answer(
-                controller.reconciler, snapshot, decision, node=args.node, pool=args.pool
-            )
-        except explain.NotExplained as exc:
+            async with common.reading(args, config, timeout) as controller:
+                doc = await explain.preview(controller.reconciler, node=args.node, pool=args.pool)
+        except NotExplained as exc:
             raise ConfigError(str(exc)) from None
         common.print_document(doc, args.output, lambda: explain.lines(doc))
         return 0

@@ -1,7 +1,7 @@
 """``rebalancer gpu-labeler``: keep this node's ``nvidia.com/gpu.*`` labels in step with its GPUs.
 
 Where it sits: the chart's DaemonSet runs it on every GPU node (docs/design/gpu-labels.md); the
-passes are ``runtime.gpulabeler``'s. This module reads the flags into its options.
+passes are ``commands.gpu_labeler``'s. This module reads the flags into its options.
 """
 
 from __future__ import annotations
@@ -40,14 +40,15 @@ def handle(args: argparse.Namespace) -> int:
     import logging
     import os
 
-    from rebalancer.runtime import gpulabeler, loop
+    from rebalancer.commands import gpu_labeler
+    from rebalancer.runtime import loop
 
     node = args.node or os.environ.get("NODE_NAME", "")
     if not node.strip():
         raise ConfigError(
             "--node: required (or set NODE_NAME, as the chart does from spec.nodeName)"
         )
-    options = gpulabeler.Options(
+    options = gpu_labeler.Options(
         node=node.strip(),
         interval=common.duration("--interval", args.interval),
         once=args.once,
@@ -58,4 +59,4 @@ def handle(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
     )
     loop.json_logging(logging.INFO)
-    return asyncio.run(gpulabeler.main(options))
+    return asyncio.run(gpu_labeler.main(options))

@@ -1,9 +1,9 @@
 """``rebalancer pools apply``: make every node's labels and taints what its pool says.
 
 Where it sits: the node pools, as a file says (docs/operations.md, docs/design/pools.md). The
-file is read by ``runtime.poolfile``, each node planned by ``core.nodepools`` and written by
-``runtime.poolmanager``; this module prints the diff per node and the summary, or one document
-per node.
+file is read and each node written by ``commands.pools``, each node planned by
+``core.nodepools``; this module prints the diff per node and the summary, or one document per
+node.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from rebalancer.cli import common
 
-if TYPE_CHECKING:  # the runtime is imported by the handler, not at start
+if TYPE_CHECKING:  # the command's body is imported by the handler, not at start
+    from rebalancer.commands.pools import Report
     from rebalancer.core.nodepools import NodePlan
-    from rebalancer.runtime.poolmanager import Report
 
 
 def register(commands: Any) -> None:
@@ -58,14 +58,14 @@ def handle(args: argparse.Namespace) -> int:
     """``rebalancer pools apply``."""
     import asyncio
 
-    from rebalancer.runtime import poolfile, poolmanager
+    from rebalancer.commands import pools
 
     keys = common.load_settings(args).keys()
-    layout = poolfile.load(args.file, keys)
+    layout = pools.load(args.file, keys)
 
-    async def go() -> poolmanager.Report:
-        async with poolmanager.open_writer(args.kubeconfig, args.context) as writer:
-            return await poolmanager.apply(writer, layout, keys, dry_run=args.dry_run)
+    async def go() -> pools.Report:
+        async with pools.open_writer(args.kubeconfig, args.context) as writer:
+            return await pools.apply(writer, layout, keys, dry_run=args.dry_run)
 
     report = asyncio.run(go())
     if report.overlap:
@@ -127,14 +127,14 @@ def pools_lines(report: Report) -> list[str]:
 def pools_summary(report: Report) -> str:
     """``3 changed, 5 unchanged, 1 refused (lent), 2 matched by no pool``; a dry run says
     ``would change`` and that nothing was written."""
+    from rebalancer.commands import pools
     from rebalancer.core.nodepools import Verdict
-    from rebalancer.runtime import poolmanager
 
     results = report.results
     refused = [r.plan for r in results if r.plan.verdict is Verdict.REFUSED]
     why = ", ".join(
         reason if len(refused) == 1 else f"{n} {reason}"
-        for reason, n in poolmanager.refusals(refused).items()
+        for reason, n in pools.refusals(refused).items()
     )
     if report.dry_run:
         moving = sum(r.plan.verdict is Verdict.CHANGE for r in results)

@@ -1,10 +1,10 @@
 """``rebalancer reclaim``: take lent nodes back now, through the audited path, all at once.
 
 Where it sits: the runbook's answer to a controller that is down, and the chart's pre-delete
-hook (``--stop-controller``). The wave is ``runtime.takeback.reclaim_wave``'s; this module
-checks the flags, optionally stands the controller down first (``runtime.standdown``), picks the
-nodes, and shows the wave: a live bar on a terminal, one line per node event otherwise, then a
-summary whose last line says what the exit status means.
+hook (``--stop-controller``). The wave, and standing the controller down first, are
+``commands.reclaim``'s (``reclaim_wave``, ``stop_controller``); this module checks the flags,
+picks the nodes, and shows the wave: a live bar on a terminal, one line per node event
+otherwise, then a summary whose last line says what the exit status means.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from rebalancer.core.concurrency import RECLAIM_CONCURRENCY, RECLAIM_MAX_CONCURR
 from rebalancer.errors import ConfigError
 from rebalancer.settings import Settings
 
-if TYPE_CHECKING:  # the runtime is imported by the handler, not at start
-    from rebalancer.runtime.takeback import Reclaimed, ReclaimEvent
+if TYPE_CHECKING:  # the command's body and the runtime are imported by the handler
+    from rebalancer.commands.reclaim import Reclaimed, ReclaimEvent
     from rebalancer.runtime.wiring import Controller
 
 
@@ -102,7 +102,8 @@ async def _take_back(
     args: argparse.Namespace, config: Settings, pools: list[str], stop_timeout: float
 ) -> int:
     from rebalancer.adapters import audit as audit_store
-    from rebalancer.runtime import takeback, wiring
+    from rebalancer.commands.reclaim import lent_nodes, reclaim_wave
+    from rebalancer.runtime import wiring
 
     sink = audit_store.stdout_sink if args.log_records else None
     seams = wiring.Seams(kubeconfig=args.kubeconfig, context=args.context, sink=sink)
@@ -114,14 +115,14 @@ async def _take_back(
         if args.node:
             nodes, known = list(dict.fromkeys(args.node)), None
         else:
-            known = await takeback.lent_nodes(controller, pools)
+            known = await lent_nodes(controller, pools)
             nodes = list(known)
         if not nodes:
             print("no node is lent")
             return 0
         view = reclaim_view(nodes, sys.stdout, sys.stderr)
         try:
-            done = await takeback.reclaim_wave(
+            done = await reclaim_wave(
                 controller, nodes, known=known, concurrency=args.concurrency, on_event=view.event
             )
         finally:
@@ -137,11 +138,11 @@ async def _stand_down(
 ) -> bool:
     """Scale the controller's Deployment to 0 and wait for its pods to go, saying so; False
     (with a line on stderr) when they did not, and then nothing is taken back."""
-    from rebalancer.runtime import standdown
+    from rebalancer.commands.reclaim import NotStopped, stop_controller
 
     try:
-        stopped = await standdown.stop_controller(controller.api, namespace, deployment, timeout)
-    except standdown.NotStopped as exc:
+        stopped = await stop_controller(controller.api, namespace, deployment, timeout)
+    except NotStopped as exc:
         print(f"rebalancer: {exc}; nothing taken back", file=sys.stderr)
         return False
     print(
@@ -170,7 +171,7 @@ def _seconds(elapsed: timedelta) -> str:
 def reclaim_line(event: ReclaimEvent) -> str | None:
     """One node event as a line (``inference-3 back 12.1s (2 pods evicted)``); None for the
     passes that only say a drain goes on, which would be one line per node per second."""
-    from rebalancer.runtime.takeback import Stage
+    from rebalancer.commands.reclaim import Stage
 
     head = f"{event.node} {event.stage.value} {_seconds(event.elapsed)}"
     if event.stage is Stage.SERVING_TAINTED:
@@ -221,7 +222,7 @@ class ReclaimBar:
         self._draining: dict[str, ReclaimEvent] = {}  # node -> its last event, while it drains
 
     def event(self, event: ReclaimEvent) -> None:
-        from rebalancer.runtime.takeback import Stage
+        from rebalancer.commands.reclaim import Stage
 
         if event.stage is Stage.SERVING_TAINTED:
             self._tainted.add(event.node)

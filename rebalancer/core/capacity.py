@@ -1,6 +1,6 @@
 """What one node of a pool serves when it is full, measured from the pool's own history.
 
-Where it sits: ``rebalancer capacity`` (``runtime.capacity``) reads, node by node and step by
+Where it sits: ``rebalancer capacity`` (``commands.capacity``) reads, node by node and step by
 step, what each node served in the pool's unit and whether its queue stayed non-empty all
 through the step; ``measure`` turns those readings into a figure for ``capacity.per_node``
 and says how far to trust it. Pure: readings in, a ``Measurement`` out.

@@ -1,7 +1,7 @@
 """How many reclaims and lends go out at once: the one home of the numbers the command, the
 settings and the runtime share.
 
-Where it sits: ``runtime.takeback.reclaim_wave`` (``rebalancer reclaim``) sends at most this many
+Where it sits: ``commands.reclaim.reclaim_wave`` (``rebalancer reclaim``) sends at most this many
 API calls at a time, the reconcile step as many of a tick's reclaims, and ``rebalancer reclaim``
 offers them as its ``--concurrency`` default and bound; a tick's lends go ``LEND_CONCURRENCY`` at
 a time unless the settings say otherwise (``lend_concurrency``). Why here: the command builds its

@@ -1,6 +1,6 @@
 """What a GPU node's ``nvidia.com/gpu.*`` labels should say, from what ``nvidia-smi`` printed.
 
-Where it sits: ``rebalancer gpu-labeler`` (``runtime.gpulabeler``) runs ``nvidia-smi
+Where it sits: ``rebalancer gpu-labeler`` (``commands.gpu_labeler``) runs ``nvidia-smi
 --query-gpu=name,memory.total,compute_cap --format=csv,noheader,nounits`` on its node
 (``adapters.nvidiasmi``), hands the text to ``read``, and hands the GPUs and the node's labels
 to ``decide``; what comes back is the few label changes to send as one merge patch. Nothing

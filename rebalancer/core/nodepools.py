@@ -1,8 +1,8 @@
 """Node pools: which nodes belong to which pool, and what each node's labels and taints become.
 
-Where it sits: ``rebalancer pools apply`` reads a pools file (``runtime.poolfile``) into a
-``Layout``, lists the nodes, and asks ``plan_node`` of each one what to write; the runtime
-(``runtime.poolmanager``) sends the writes under an optimistic lock and asks again on a 409.
+Where it sits: ``rebalancer pools apply`` (``commands.pools``) reads a pools file into a
+``Layout``, lists the nodes, and asks ``plan_node`` of each one what to write; it sends the
+writes under an optimistic lock and asks again on a 409.
 Everything here is a pure value, so the diff a dry run prints is the very change a run writes,
 and both are tested on values (docs/design/pools.md).
 

@@ -22,7 +22,7 @@ The API:
   parameters; ``rebalancer audit`` reads its flags with it too, so both take the same values
   (``since=2h`` as well as an RFC 3339 time).
 - ``GET /api/v1/explain?node=NAME`` or ``?pool=NAME``: the node or pool as the loop's last tick
-  saw and planned it (``runtime.explain``, the same document as ``rebalancer explain --json``);
+  saw and planned it (``runtime.explaining``, the same document as ``rebalancer explain --json``);
   404 for a node no pool selects, 503 before the first tick.
 - ``POST /api/v1/alertmanager``: Alertmanager's webhook (version 4), when the server is given
   a ``runtime.alerts.Receiver``: a firing alert that matches a pool's ``wake_on`` runs the
@@ -72,7 +72,7 @@ from rebalancer.core.model import Action
 from rebalancer.errors import ConfigError
 from rebalancer.runtime import alerts as alerting
 from rebalancer.runtime import tls as certificates
-from rebalancer.runtime.explain import NotExplained
+from rebalancer.runtime.explaining import NotExplained
 from rebalancer.runtime.telemetry import Telemetry
 
 log = logging.getLogger(__name__)

@@ -3,10 +3,10 @@ injects, every adapter opened, and closed, in one place.
 
 Where it sits: ``rebalancer run`` opens a ``Controller`` (``async with Controller.open(...)``) and
 calls ``run()``; ``rebalancer reclaim`` opens the same controller in the operator's role (no
-lease, no HTTP server) and runs ``runtime.takeback`` with its reconciler; the demo opens it with
-the emulator's client, a manual clock and a replayed trace as seams and ticks its reconciler.
-``rebalancer audit`` opens only the store (``open_audit_store``). Nothing here decides anything:
-it builds the values the settings describe and hands them to the runtime
+lease, no HTTP server) and runs ``commands.reclaim``'s wave with its reconciler; the demo opens
+it with the emulator's client, a manual clock and a replayed trace as seams and ticks its
+reconciler. ``rebalancer audit`` opens only the store (``open_audit_store``). Nothing here
+decides anything: it builds the values the settings describe and hands them to the runtime
 (docs/design/runtime.md).
 
 What is built:
@@ -77,7 +77,7 @@ from rebalancer.core.model import Clock, HistoryResult, NodeName, PoolMetrics, P
 from rebalancer.core.nodestate import Keys
 from rebalancer.core.outcomes import ActionResult
 from rebalancer.runtime import alerts as alerting
-from rebalancer.runtime import explain, http, tls
+from rebalancer.runtime import explaining, http, tls
 from rebalancer.runtime.loop import run_controller
 from rebalancer.runtime.reconcile import Reconciler
 from rebalancer.runtime.report import TickReport
@@ -489,7 +489,7 @@ class Controller:
         decided = self.reconciler.last_decided
         if decided is None:
             return None
-        return explain.answer(self.reconciler, *decided, node=node, pool=pool)
+        return explaining.answer(self.reconciler, *decided, node=node, pool=pool)
 
     @asynccontextmanager
     async def informed(self, timeout: float) -> AsyncIterator[None]:

@@ -1,7 +1,7 @@
 """A taint in the settings: one a pool's serving nodes carry, or one its lent nodes get.
 
 Where it sits: a block of ``PoolSettings`` (``serving_taints``, ``lent_taints``); the pools
-file (rebalancer/runtime/poolfile.py) reads its taints with ``taint_text`` too, so that both
+file (rebalancer/commands/pools.py) reads its taints with ``taint_text`` too, so that both
 accept the short form ``key=value:Effect``.
 """
 

@@ -1,7 +1,7 @@
 """A YAML file read without a traceback: the settings file, and the pools file too.
 
 Where it sits: ``load`` (rebalancer/settings/loader.py) reads the settings file with
-``read_settings_file``; rebalancer/runtime/poolfile.py reads a pools file with ``read_yaml``.
+``read_settings_file``; rebalancer/commands/pools.py reads a pools file with ``read_yaml``.
 A file that cannot be read is ``Unreadable``, saying why in the words of an error line.
 """
 

@@ -19,8 +19,8 @@ import yaml
 
 from rebalancer import cli, settings
 from rebalancer.adapters import metrics, presets
+from rebalancer.commands import capacity
 from rebalancer.core.model import NodeName, PoolName, Unit
-from rebalancer.runtime import capacity
 from tests.support import prometheus
 from tests.support.serving_series import (
     BASE,

@@ -28,7 +28,7 @@ from kubernetes_asyncio import client
 from rebalancer.adapters import kubeclient
 from rebalancer.adapters.nvidiasmi import NvidiaSmi
 from rebalancer.adapters.writer import KubeWriter, WriteError
-from rebalancer.runtime import gpulabeler
+from rebalancer.commands import gpu_labeler
 from tests.support import kube, objects
 from tests.support import nvidia_smi as smi
 from tests.support.backends import Opened, Real
@@ -243,11 +243,11 @@ async def test_the_labeler_itself_labels_its_node_and_no_other(
         for header, value in as_labeler(MINE).items():
             api.set_default_header(header, value)
         writer = KubeWriter(client.CoreV1Api(api))
-        done = await gpulabeler.label(writer, MINE, source)
+        done = await gpu_labeler.label(writer, MINE, source)
         assert done.changes["nvidia.com/gpu.product"] == "NVIDIA-H200"
         assert policed.labels(MINE)["nvidia.com/gpu.memory"] == "143771"
         with pytest.raises(WriteError) as refused:
-            await gpulabeler.label(writer, OTHER, source)
+            await gpu_labeler.label(writer, OTHER, source)
     assert refused.value.code == 403
     assert "not gpu-node-b" in refused.value.message
     assert not any(k.startswith("nvidia.com/") for k in policed.labels(OTHER))

@@ -14,7 +14,7 @@ import pytest
 
 from rebalancer.core import audit, bounded
 from rebalancer.core.audit import Kind
-from rebalancer.runtime import explain
+from rebalancer.runtime import explaining
 from tests.support.objects import annotate
 from tests.support.pools import IDLE, KEYS, POOL
 from tests.support.reconciling import world
@@ -46,8 +46,8 @@ async def test_a_200_kb_override_value_is_copied_cut_once_into_each_record_and_a
         decided = w.reconciler.last_decided
         assert decided is not None
         for answer in (
-            explain.answer(w.reconciler, *decided, pool=str(POOL)),
-            explain.answer(w.reconciler, *decided, node=node),
+            explaining.answer(w.reconciler, *decided, pool=str(POOL)),
+            explaining.answer(w.reconciler, *decided, node=node),
         ):
             assert len(json.dumps(answer)) <= ANSWER_BOUND
             assert json.dumps(answer).count(value[: bounded.KEPT]) <= 1
@@ -77,5 +77,5 @@ async def test_any_annotation_of_the_controller_s_200_kb_long_on_a_lent_node_is_
         assert all(json.dumps(row).count(value[: bounded.KEPT]) <= 1 for row in rows)
         decided = w.reconciler.last_decided
         assert decided is not None
-        answer = json.dumps(explain.answer(w.reconciler, *decided, pool=str(POOL)))
+        answer = json.dumps(explaining.answer(w.reconciler, *decided, pool=str(POOL)))
         assert len(answer) <= ANSWER_BOUND

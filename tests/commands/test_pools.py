@@ -1,4 +1,4 @@
-"""``poolmanager.apply`` on a cluster: the default GPU cluster (8 L20 inference nodes, 4 A100
+"""``pools.apply`` on a cluster: the default GPU cluster (8 L20 inference nodes, 4 A100
 training nodes) and a CPU node no pool selects, on the API emulator and on a real kube-apiserver.
 
 PATCH requests are counted from the log of what the test's client asked (``Opened.requests``);
@@ -17,11 +17,11 @@ import pytest
 from rebalancer.adapters import convert
 from rebalancer.adapters.actuator import Actuator
 from rebalancer.adapters.writer import KubeWriter, RetryPolicy
+from rebalancer.commands import pools as pools_command
 from rebalancer.core import model, nodepools
 from rebalancer.core.nodepools import Verdict
 from rebalancer.core.nodestate import NodeChange
 from rebalancer.core.outcomes import Outcome
-from rebalancer.runtime import poolfile, poolmanager
 from sandbox.emulator import cluster
 from sandbox.emulator.resources import NODES
 from tests.support import objects
@@ -61,7 +61,7 @@ TRAINING = [f"training-{i}" for i in range(4)]
 def layout(tmp_path: Path, text: str = POOLS) -> nodepools.Layout:
     path = tmp_path / "pools.yaml"
     path.write_text(text, encoding="utf-8")
-    return poolfile.load(path, KEYS)
+    return pools_command.load(path, KEYS)
 
 
 @pytest.fixture
@@ -102,7 +102,7 @@ async def test_apply_assigns_every_node_and_a_second_apply_sends_no_write(
     gpus: Opened, tmp_path: Path
 ) -> None:
     pools = layout(tmp_path)
-    first = await poolmanager.apply(writer(gpus), pools, KEYS)
+    first = await pools_command.apply(writer(gpus), pools, KEYS)
     assert first.complete
     assert sum(r.written for r in first.results) == 12
     assert patches(gpus) == 12
@@ -117,7 +117,7 @@ async def test_apply_assigns_every_node_and_a_second_apply_sends_no_write(
     unmatched = [r.plan.node for r in first.results if r.plan.verdict is Verdict.UNMATCHED]
     assert unmatched == ["cpu-0"]
 
-    second = await poolmanager.apply(writer(gpus), pools, KEYS)
+    second = await pools_command.apply(writer(gpus), pools, KEYS)
     assert second.complete
     assert nodepools.summary(second.plans)[Verdict.UNCHANGED] == 12
     assert patches(gpus) == 12  # not one more
@@ -127,11 +127,11 @@ async def test_a_node_moved_to_another_pool_swaps_its_taint_and_loses_the_old_po
     gpus: Opened, tmp_path: Path
 ) -> None:
     pools = layout(tmp_path)
-    await poolmanager.apply(writer(gpus), pools, KEYS)
+    await pools_command.apply(writer(gpus), pools, KEYS)
     # Its GPUs were swapped: the labeler now says L20.
     objects.label(gpus.objects, "training-1", {"nvidia.com/gpu.product": "NVIDIA-L20"})
     objects.label(gpus.objects, "training-1", {"team": "search"})
-    report = await poolmanager.apply(writer(gpus), pools, KEYS)
+    report = await pools_command.apply(writer(gpus), pools, KEYS)
     (moved,) = [r for r in report.results if r.written]
     assert moved.plan.edits == [
         "+label gpu-pool=inference-l20 (was training-a100)",
@@ -151,7 +151,7 @@ async def test_a_lent_node_is_refused_and_left_as_the_lend_left_it(
 ) -> None:
     await lend(gpus, "inference-5")
     lent = scheduling(gpus.objects, "inference-5")
-    report = await poolmanager.apply(writer(gpus), layout(tmp_path), KEYS)
+    report = await pools_command.apply(writer(gpus), layout(tmp_path), KEYS)
     assert not report.complete
     (refused,) = [r.plan for r in report.results if r.plan.verdict is Verdict.REFUSED]
     assert (refused.node, refused.refusal, refused.pools) == (
@@ -168,19 +168,19 @@ async def test_a_dry_run_sends_no_write_and_plans_what_the_apply_then_writes(
 ) -> None:
     pools = layout(tmp_path)
     before = {n: scheduling(gpus.objects, n) for n in INFERENCE + TRAINING}
-    dry = await poolmanager.apply(writer(gpus), pools, KEYS, dry_run=True)
+    dry = await pools_command.apply(writer(gpus), pools, KEYS, dry_run=True)
     assert patches(gpus) == 0
     assert {n: scheduling(gpus.objects, n) for n in INFERENCE + TRAINING} == before
     assert dry.complete
     assert not any(r.written for r in dry.results)
-    real = await poolmanager.apply(writer(gpus), pools, KEYS)
+    real = await pools_command.apply(writer(gpus), pools, KEYS)
     assert [r.plan for r in real.results] == dry.plans
 
 
 async def test_a_node_two_pools_select_stops_the_apply_before_any_write(
     gpus: Opened, tmp_path: Path
 ) -> None:
-    report = await poolmanager.apply(writer(gpus), layout(tmp_path, OVERLAPPING), KEYS)
+    report = await pools_command.apply(writer(gpus), layout(tmp_path, OVERLAPPING), KEYS)
     assert [p.node for p in report.overlap] == INFERENCE
     assert report.overlap[0].pools == ("inference-l20", "any-gpu")
     assert not report.complete
@@ -220,7 +220,7 @@ async def test_a_409_reads_the_node_again_and_plans_on_what_the_other_writer_lef
         gpus.objects.patch(NODES, None, "inference-2", "application/merge-patch+json", body)
 
     meddler = Meddler(writer(gpus), "inference-2", meddle)
-    report = await poolmanager.apply(meddler, layout(tmp_path), KEYS)
+    report = await pools_command.apply(meddler, layout(tmp_path), KEYS)
     assert report.complete
     (raced,) = [r for r in report.results if r.plan.node == "inference-2"]
     assert (raced.written, raced.attempts) == (True, 2)
@@ -237,7 +237,7 @@ async def test_a_node_lent_between_the_read_and_the_write_is_refused_not_overwri
         await lend(gpus, "inference-4")
 
     meddler = Meddler(writer(gpus), "inference-4", meddle)
-    report = await poolmanager.apply(meddler, layout(tmp_path), KEYS)
+    report = await pools_command.apply(meddler, layout(tmp_path), KEYS)
     (raced,) = [r for r in report.results if r.plan.node == "inference-4"]
     assert (raced.plan.verdict, raced.plan.refusal, raced.written) == (
         Verdict.REFUSED,
@@ -257,11 +257,11 @@ async def test_a_node_that_changes_before_every_write_is_reported_after_three(
             gpus.objects, "inference-1", {"example.com/touched": str(len(meddler.sent))}
         )
 
-    meddler = Meddler(writer(gpus), "inference-1", meddle, times=poolmanager.ATTEMPTS)
-    report = await poolmanager.apply(meddler, layout(tmp_path), KEYS)
+    meddler = Meddler(writer(gpus), "inference-1", meddle, times=pools_command.ATTEMPTS)
+    report = await pools_command.apply(meddler, layout(tmp_path), KEYS)
     (raced,) = report.failed
     assert raced.plan.node == "inference-1"
-    assert raced.attempts == poolmanager.ATTEMPTS
+    assert raced.attempts == pools_command.ATTEMPTS
     assert raced.error == "changed by another writer before each of 3 writes; run again"
     assert "workload-type" not in scheduling(gpus.objects, "inference-1")[0]
     assert not report.complete

@@ -17,10 +17,10 @@ import pytest
 
 from rebalancer.adapters.nvidiasmi import NvidiaSmi
 from rebalancer.adapters.writer import KubeWriter, NodeWriter
+from rebalancer.commands import gpu_labeler
 from rebalancer.core import gpulabels
 from rebalancer.core.gpulabels import Gpu, Unreadable
 from rebalancer.core.nodestate import NodeChange
-from rebalancer.runtime import gpulabeler
 from tests.support import nvidia_smi as smi
 from tests.support import objects
 from tests.support.backends import Backend, Opened
@@ -60,7 +60,7 @@ async def test_a_node_gets_its_gpu_labels_once_and_keeps_its_others(
     source = NvidiaSmi(str(smi.fake(tmp_path, smi.node_of(smi.H100, 8))))
     writer = KubeWriter(opened.core)
     with caplog.at_level(logging.INFO, "rebalancer.gpulabeler"):
-        done = await gpulabeler.label(writer, NODE, source)
+        done = await gpu_labeler.label(writer, NODE, source)
     expected = {
         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
         "nvidia.com/gpu.memory": "81559",
@@ -76,18 +76,18 @@ async def test_a_node_gets_its_gpu_labels_once_and_keeps_its_others(
         f"node {NODE}: {key}: (none) -> {value}" for key, value in expected.items()
     ]
     # The same hardware again: a read, no write.
-    again = await gpulabeler.label(writer, NODE, source)
+    again = await gpu_labeler.label(writer, NODE, source)
     assert again.changes == {}
     assert writes(opened) == 1
 
 
 async def test_a_gpu_gone_changes_only_the_count(opened: Opened, tmp_path: Path) -> None:
     writer = KubeWriter(opened.core)
-    await gpulabeler.label(
+    await gpu_labeler.label(
         writer, NODE, NvidiaSmi(str(smi.fake(tmp_path / "8", smi.node_of(smi.A100, 8))))
     )
     before = labels(opened)
-    done = await gpulabeler.label(
+    done = await gpu_labeler.label(
         writer, NODE, NvidiaSmi(str(smi.fake(tmp_path / "7", smi.node_of(smi.A100, 7))))
     )
     assert done.changes == {"nvidia.com/gpu.count": "7"}
@@ -109,11 +109,11 @@ async def test_an_nvidia_smi_error_changes_nothing_on_the_node(
     opened: Opened, tmp_path: Path, broken: dict[str, Any]
 ) -> None:
     writer = KubeWriter(opened.core)
-    await gpulabeler.label(
+    await gpu_labeler.label(
         writer, NODE, NvidiaSmi(str(smi.fake(tmp_path / "ok", smi.node_of(smi.L40S, 4))))
     )
     before = labels(opened)
-    done = await gpulabeler.label(
+    done = await gpu_labeler.label(
         writer, NODE, NvidiaSmi(str(smi.fake(tmp_path / "broken", **broken)))
     )
     assert done.error is not None
@@ -124,7 +124,7 @@ async def test_an_nvidia_smi_error_changes_nothing_on_the_node(
 async def test_a_hang_changes_nothing_on_the_node(opened: Opened, tmp_path: Path) -> None:
     writer = KubeWriter(opened.core)
     hung = NvidiaSmi(str(smi.fake(tmp_path, smi.T4, hang=True)), timeout=0.5)
-    done = await gpulabeler.label(writer, NODE, hung)
+    done = await gpu_labeler.label(writer, NODE, hung)
     assert done.error == "nvidia-smi did not answer within 0.5s and was killed"
     assert labels(opened) == OTHERS
     assert writes(opened) == 0
@@ -142,7 +142,7 @@ async def test_a_node_gpu_feature_discovery_labels_is_not_fought(
     objects.label(opened.objects, NODE, dict(gfd))
     writer = KubeWriter(opened.core)
     source = NvidiaSmi(str(smi.fake(tmp_path, smi.node_of(smi.H100, 7) + smi.A100 + "\n")))
-    done = await gpulabeler.label(writer, NODE, source)
+    done = await gpu_labeler.label(writer, NODE, source)
     assert done.stood_down
     assert labels(opened) == {**OTHERS, **gfd}
     assert writes(opened) == 0
@@ -150,7 +150,7 @@ async def test_a_node_gpu_feature_discovery_labels_is_not_fought(
 
 async def test_a_mixed_node_is_labelled_for_its_weakest_gpu(opened: Opened, tmp_path: Path) -> None:
     source = NvidiaSmi(str(smi.fake(tmp_path, smi.node_of(smi.B200, 4) + smi.node_of(smi.H200, 4))))
-    await gpulabeler.label(KubeWriter(opened.core), NODE, source)
+    await gpu_labeler.label(KubeWriter(opened.core), NODE, source)
     got = labels(opened)
     assert got["nvidia.com/gpu.product"] == "NVIDIA-H200"
     assert got["nvidia.com/gpu.memory"] == "143771"
@@ -193,7 +193,7 @@ class ChangedUnderneath:
 async def test_a_conflict_is_met_by_reading_the_node_again(opened: Opened, tmp_path: Path) -> None:
     writer = ChangedUnderneath(KubeWriter(opened.core), opened)
     source = NvidiaSmi(str(smi.fake(tmp_path, smi.node_of(smi.T4, 1))))
-    done = await gpulabeler.label(writer, NODE, source)
+    done = await gpu_labeler.label(writer, NODE, source)
     assert writer.patches == 2
     assert done.changes["nvidia.com/gpu.family"] == "turing"
     got = labels(opened)
@@ -205,7 +205,7 @@ async def test_a_conflict_is_met_by_reading_the_node_again(opened: Opened, tmp_p
 
 async def test_a_dry_run_writes_nothing(opened: Opened, tmp_path: Path) -> None:
     source = NvidiaSmi(str(smi.fake(tmp_path, smi.node_of(smi.L20, 2))))
-    done = await gpulabeler.label(KubeWriter(opened.core), NODE, source, dry_run=True)
+    done = await gpu_labeler.label(KubeWriter(opened.core), NODE, source, dry_run=True)
     assert done.changes["nvidia.com/gpu.product"] == "NVIDIA-L20"
     assert labels(opened) == OTHERS
     assert writes(opened) == 0
@@ -233,7 +233,7 @@ class Recovering:
 async def test_the_loop_tries_again_after_an_error(opened: Opened, tmp_path: Path) -> None:
     stop = asyncio.Event()
     source = Recovering(NvidiaSmi(str(smi.fake(tmp_path, smi.node_of(smi.B200, 8)))), stop, 3)
-    await gpulabeler.run(KubeWriter(opened.core), NODE, source, 0.0, stop)
+    await gpu_labeler.run(KubeWriter(opened.core), NODE, source, 0.0, stop)
     assert source.asked == 3
     assert labels(opened)["nvidia.com/gpu.family"] == "blackwell"
     assert writes(opened) == 1

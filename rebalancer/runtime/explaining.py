@@ -1,9 +1,15 @@
-"""``rebalancer explain`` and ``GET /api/v1/explain``: one node, or one pool, as a tick sees it.
+"""The explanation of one node, or one pool, from a tick's snapshot and decision: the answer of
+``GET /api/v1/explain`` and of ``rebalancer explain``.
 
-The CLI observes and decides once, read-only (``Reconciler.preview``: the loop's own observe
-and decide, then ``core.tick.plan_tick``); the HTTP API answers from the running loop's last tick
-(``Reconciler.last``), so a dry run's plan is one request away. Either way ``core.explain`` reads
-the snapshot and the decision; no rule is judged twice in two places.
+Where it sits: the HTTP API answers from the running loop's last tick (``Reconciler.last``,
+through ``wiring.Controller``), so a dry run's plan is one request away; the command
+(``rebalancer.commands.explain``) observes and decides once, read-only, and asks the same
+``answer``. Either way ``core.explain`` reads the snapshot and the decision; no rule is judged
+twice in two places.
+
+Why this part is in the runtime and not with the command: the running controller serves it, and
+the runtime imports nothing of the commands above it. It is not pure enough for the core either:
+which pool drives a node, and whether a pool is held, are the reconciler's to say.
 """
 
 from __future__ import annotations
@@ -66,7 +72,3 @@ def _held(
 ) -> tuple[bool, bool]:
     controls = reconciler.pool_controls(pool)
     return snapshot.paused or controls.paused, snapshot.frozen or controls.frozen
-
-
-def lines(doc: Json) -> list[str]:
-    return explain.node_lines(doc) if "node" in doc else explain.pool_lines(doc)

@@ -1,9 +1,13 @@
-"""The operator's reclaim: ``rebalancer reclaim`` takes lent nodes back now, all at once.
+"""The body of ``rebalancer reclaim``: take lent nodes back now, all at once.
 
-It goes through the Reconciler's own path: the nodes are planned as steps
+Where it sits: ``rebalancer.cli.reclaim`` checks the flags, shows the wave and prints its summary;
+this module stands the controller down first when asked (``stop_controller``), lists the nodes
+not finished with (``lent_nodes``) and runs the wave (``reclaim_wave``).
+
+The wave goes through the Reconciler's own path: the nodes are planned as steps
 (``core.tick.operator_reclaims``, origin operator), their intents built like a tick's and
 committed in one batch before the first write, and each step carried out by
-``Reconciler.carry_out``, which writes its outcome record; then passes of ``progress`` drive the
+``Executor.carry_out``, which writes its outcome record; then passes of ``progress`` drive the
 drains until each node serves again or the one deadline has passed.
 
 When the audit store cannot take the intents (a full disk, a database gone), the wave goes on
@@ -20,17 +24,30 @@ labels restored, then the evictions asked for) before any node is waited on; the
 another drives every drain still under way, all against the same deadline. Passes rather than a
 task per node: one sleep per pass, so a test on a manual clock moves time once per pass and the
 deadline means the same thing for every node.
+
+Why the controller is stood down first in the chart's pre-delete hook (``--stop-controller``):
+``helm uninstall`` runs the hook while the controller still runs. Taking the loans back first
+would race it: the controller, seeing idle nodes and pending training again, could lend them
+once more between the reclaim and its own deletion. So the hook first scales the controller's
+Deployment to 0 and waits until no pod of it is left (a pod on its way out finishes the step in
+flight and releases its lease, ``rebalancer run``'s SIGTERM), and only then takes every loan
+back. Scaled to 0, nothing lends again; if the reclaim then fails, the uninstall stops with the
+controller down and every node's state on the node, for the runbook (docs/upgrade-uninstall.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from rebalancer.adapters import convert
 from rebalancer.adapters import ledger as ledgers
@@ -127,21 +144,6 @@ def _pool_of(
     because it carries our keys (``observing.adopter``); None when neither."""
     pool = next((p for p in pools if p.selects(view, keys)), None)
     return pool if pool is not None else observing.adopter(pools, view, keys)
-
-
-async def operator_reclaim(
-    controller: Controller,
-    node: str,
-    *,
-    poll: float = 1.0,
-    grace: timedelta = timedelta(seconds=30),
-    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
-) -> Reclaimed:
-    """Take ``node`` back now: ``reclaim_wave`` over one node."""
-    (done,) = await reclaim_wave(
-        controller, [node], concurrency=1, poll=poll, grace=grace, sleep=sleep
-    )
-    return done
 
 
 @dataclass
@@ -407,3 +409,54 @@ def _unexpected(node: str, action: model.Action, exc: Exception) -> ActionResult
     """The actuator turns the writer's errors into results; anything else it lets through
     becomes a failed result for this node alone, so the rest of the wave goes on."""
     return ActionResult(node, action, Outcome.FAILED, f"unexpected error: {exc!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Standing the controller down first (``--stop-controller``)
+
+
+class NotStopped(RebalancerError):
+    """The controller's Deployment could not be scaled down, or its pods outlived the wait."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    deployment: str
+    namespace: str
+    waited: float  # seconds until no pod of it was left
+    pods: int  # how many there were when it was scaled down
+
+
+async def stop_controller(
+    api: Any,
+    namespace: str,
+    deployment: str,
+    timeout: float,
+    *,
+    poll: float = 1.0,
+) -> Stopped:
+    """Scale ``namespace/deployment`` to 0 and wait until none of its pods is left."""
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    where = f"deployment/{deployment} in namespace {namespace}"
+    try:
+        found = await apps.read_namespaced_deployment(deployment, namespace)
+        await apps.patch_namespaced_deployment_scale(
+            deployment, namespace, {"spec": {"replicas": 0}}
+        )
+    except ApiException as exc:
+        raise NotStopped(f"{where}: not scaled to 0: {exc.status} {exc.reason}") from None
+    selector = ",".join(f"{k}={v}" for k, v in (found.spec.selector.match_labels or {}).items())
+    if not selector:
+        raise NotStopped(f"{where}: its selector has no matchLabels to find its pods by")
+    began = time.monotonic()
+    first: int | None = None
+    while True:
+        pods = await core.list_namespaced_pod(namespace, label_selector=selector)
+        left = len(pods.items)
+        first = left if first is None else first
+        if left == 0:
+            return Stopped(deployment, namespace, time.monotonic() - began, first)
+        if time.monotonic() - began >= timeout:
+            names = ", ".join(p.metadata.name for p in pods.items)
+            raise NotStopped(f"{where}: scaled to 0, but {left} pod(s) still run: {names}")
+        await asyncio.sleep(poll)

@@ -1,4 +1,4 @@
-"""``takeback.reclaim_wave`` (``rebalancer reclaim``) in process, against the API emulator on a
+"""``reclaim.reclaim_wave`` (``rebalancer reclaim``) in process, against the API emulator on a
 manual clock.
 
 The emulator serves over HTTP as in ``tests/test_cli_run.py``, but time moves only when the wave
@@ -26,12 +26,13 @@ from rebalancer import settings as settings_mod
 from rebalancer.adapters import ledger
 from rebalancer.adapters.audit import AuditLog, AuditQuery, MemoryAuditStore
 from rebalancer.cli import reclaim as reclaim_command
+from rebalancer.commands import reclaim
+from rebalancer.commands.reclaim import ReclaimEvent, Stage
 from rebalancer.core import model, nodestate
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.outcomes import ActionResult, Outcome
-from rebalancer.runtime import takeback, wiring
+from rebalancer.runtime import wiring
 from rebalancer.runtime.seams import NodeActuator
-from rebalancer.runtime.takeback import ReclaimEvent, Stage
 from sandbox.emulator import cluster
 from sandbox.emulator.clock import ManualClock
 from sandbox.emulator.resources import NODES
@@ -129,8 +130,8 @@ class Box:
     sleeper: Sleeper
     events: list[ReclaimEvent] = field(default_factory=list)
 
-    async def wave(self, nodes: list[str], **options: Any) -> list[takeback.Reclaimed]:
-        return await takeback.reclaim_wave(
+    async def wave(self, nodes: list[str], **options: Any) -> list[reclaim.Reclaimed]:
+        return await reclaim.reclaim_wave(
             self.controller,
             nodes,
             poll=POLL,
@@ -194,7 +195,7 @@ async def lent(
             yield Box(store, clock, journal, controller, Sleeper(clock, journal))
 
 
-def back_at(done: list[takeback.Reclaimed]) -> list[float]:
+def back_at(done: list[reclaim.Reclaimed]) -> list[float]:
     return [d.back.total_seconds() for d in done if d.back is not None]
 
 
@@ -315,16 +316,16 @@ async def test_a_garbled_since_does_not_keep_a_node_lent_and_a_missing_node_is_r
 
 async def test_a_pool_takes_back_only_its_own_lent_nodes(tmp_path: Path) -> None:
     async with lent(tmp_path, nodes=(*LENT[:2], "spare-0", "spare-1"), pods=1) as box:
-        spare = await takeback.lent_nodes(box.controller, ["spare"])
+        spare = await reclaim.lent_nodes(box.controller, ["spare"])
         assert list(spare) == ["spare-0", "spare-1"]
-        everything = await takeback.lent_nodes(box.controller)
+        everything = await reclaim.lent_nodes(box.controller)
         assert list(everything) == sorted([*LENT[:2], "spare-0", "spare-1"])
         done = await box.wave(list(spare), known=spare)
         assert [(d.node, d.pool, d.ok) for d in done] == [
             ("spare-0", "spare", True),
             ("spare-1", "spare", True),
         ]
-        assert list(await takeback.lent_nodes(box.controller)) == list(LENT[:2])
+        assert list(await reclaim.lent_nodes(box.controller)) == list(LENT[:2])
 
 
 async def test_an_intent_batch_the_store_refuses_with_nowhere_else_to_record_it_touches_nothing(
@@ -333,7 +334,7 @@ async def test_an_intent_batch_the_store_refuses_with_nowhere_else_to_record_it_
     async with lent(tmp_path, pods=0) as box:
         box.controller.reconciler.audit_log = AuditLog(RefusingStore(), sink=None)
         box.controller.reconciler.ledger = None
-        with pytest.raises(takeback.IntentsNotRecorded, match="no node was touched"):
+        with pytest.raises(reclaim.IntentsNotRecorded, match="no node was touched"):
             await box.wave(list(LENT))
         assert box.journal == []
 
