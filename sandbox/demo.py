@@ -54,8 +54,9 @@ from rebalancer.core.audit import AuditRecord
 from rebalancer.core.model import PoolName
 from rebalancer.core.outcomes import Outcome
 from rebalancer.errors import TraceError
+from rebalancer.runtime.poolmetrics import PoolMetricsRouter
 from rebalancer.runtime.report import TickReport
-from rebalancer.runtime.wiring import Controller, PoolMetricsRouter, Seams
+from rebalancer.runtime.wiring import Controller, Seams
 from rebalancer.settings import Settings
 from sandbox import training
 from sandbox.emulator import cluster

@@ -7,7 +7,7 @@ lease, no HTTP server) and runs ``commands.reclaim``'s wave with its reconciler;
 it with the emulator's client, a manual clock and a replayed trace as seams and ticks its
 reconciler. ``rebalancer audit`` opens only the store (``open_audit_store``). Nothing here
 decides anything: it builds the values the settings describe and hands them to the runtime
-(docs/design/runtime.md).
+(docs/design/runtime.md); the parts it puts together live in modules of their own.
 
 What is built:
 - one Kubernetes ``ApiClient`` (``adapters.kubeclient``: an explicit kubeconfig, else the
@@ -16,9 +16,10 @@ What is built:
   reads a node from it before a step: ``adapters.actuator`` says what it asks the server again);
 - per pool a ``PoolConfig`` and an ``Actuator``; the actuator's writer is
   ``LeaderGatedWriter(KubeWriter)`` with leader election on, the bare ``KubeWriter`` with it off
-  or for an operator's command; every actuator records its transitions as Events;
-- per pool a Prometheus ``Metrics`` with the pool's queries, behind ``PoolMetricsRouter``,
-  unless a metrics source is handed in;
+  or for an operator's command; every actuator records its transitions as Events
+  (``runtime.recording``);
+- per pool a Prometheus ``Metrics`` with the pool's queries, behind ``PoolMetricsRouter``
+  (``runtime.poolmetrics``), unless a metrics source is handed in;
 - the audit store from its URL (unless handed in) and the ``AuditLog`` over it;
 - the cluster's name (``cluster_name``) on what leaves the controller: the audit log (which
   also reads back only that cluster's records), ``Telemetry`` and the Events;
@@ -39,13 +40,12 @@ import socket
 import time
 from collections.abc import (
     AsyncIterator,
-    Iterable,
     Mapping,
     Sequence,
 )
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -71,22 +71,21 @@ from rebalancer.adapters.leadership import LeaderElector
 from rebalancer.adapters.ledger import NodeLedger
 from rebalancer.adapters.metrics import Metrics
 from rebalancer.adapters.writer import KubeWriter, NodeWriter
-from rebalancer.core import clocks
 from rebalancer.core.audit import NewId
-from rebalancer.core.model import Clock, HistoryResult, NodeName, PoolMetrics, PoolName
+from rebalancer.core.model import Clock, PoolName
 from rebalancer.core.nodestate import Keys
-from rebalancer.core.outcomes import ActionResult
 from rebalancer.runtime import alerts as alerting
 from rebalancer.runtime import explaining, http, tls
 from rebalancer.runtime.loop import run_controller
+from rebalancer.runtime.poolmetrics import PoolMetricsRouter
 from rebalancer.runtime.reconcile import Reconciler
+from rebalancer.runtime.recording import RecordingActuator
 from rebalancer.runtime.report import TickReport
 from rebalancer.runtime.seams import (
     AlwaysLeader,
     EventRecorder,
     Leadership,
     MetricsSource,
-    NodeActuator,
     NoEvents,
     PoolConfig,
 )
@@ -157,75 +156,6 @@ def actuators(
     return {
         p.name: Actuator(writer, keys, p.lend_spec, p.marks, clock, dry_run, cache) for p in pools
     }
-
-
-@dataclass
-class PoolMetricsRouter:
-    """``MetricsSource`` over one source per pool (each pool has its own queries, or its own
-    replayed trace)."""
-
-    by_pool: Mapping[PoolName, MetricsSource]
-
-    async def measure_skew(self, pool: PoolName) -> clocks.Skew | None:
-        """The clock of the pool's Prometheus (``Metrics.measure_skew``); None for a source
-        that has no clock to read (a replayed trace)."""
-        source = self.by_pool[pool]
-        return await source.measure_skew() if isinstance(source, Metrics) else None
-
-    async def read(
-        self, pool: PoolName, nodes: Iterable[NodeName], now: datetime | None = None
-    ) -> PoolMetrics:
-        return await self.by_pool[pool].read(pool, nodes, now)
-
-    async def history(
-        self,
-        pool: PoolName,
-        nodes: Iterable[NodeName],
-        since: datetime,
-        until: datetime,
-        step: timedelta,
-    ) -> HistoryResult:
-        return await self.by_pool[pool].history(pool, nodes, since, until, step)
-
-
-@dataclass
-class RecordingActuator:
-    """A ``NodeActuator`` that records each call's node transitions as Kubernetes Events.
-
-    A decorator rather than calls in the reconciler, so that every path that moves a node (the
-    reconcile loop, start-up recovery, ``rebalancer reclaim``) records the same Events."""
-
-    inner: NodeActuator
-    events: EventRecorder
-
-    async def lend(self, node: str, decision: str) -> ActionResult:
-        result = await self.inner.lend(node, decision)
-        await self.events.action(result, decision)
-        return result
-
-    async def reclaim(
-        self, node: str, decision: str, deadline: datetime, *, uid: str | None = None
-    ) -> ActionResult:
-        result = await self.inner.reclaim(node, decision, deadline, uid=uid)
-        await self.events.action(result, decision)
-        return result
-
-    async def progress(
-        self,
-        node: str,
-        decision: str | None = None,
-        *,
-        uid: str | None = None,
-        deadline: datetime | None = None,
-    ) -> ActionResult:
-        result = await self.inner.progress(node, decision, uid=uid, deadline=deadline)
-        await self.events.action(result, decision)
-        return result
-
-    async def remove_earlier(self, node: str, decision: str, deadline: datetime) -> ActionResult:
-        result = await self.inner.remove_earlier(node, decision, deadline)
-        await self.events.action(result, decision)
-        return result
 
 
 def _reconciler(
