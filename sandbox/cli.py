@@ -296,6 +296,7 @@ def _history_source(args: argparse.Namespace, config: Settings, pool: PoolSettin
 
     from rebalancer import settings
     from rebalancer.core.model import PoolName
+    from rebalancer.runtime import adapterconfig
     from sandbox.sim.history import Source
 
     try:
@@ -313,7 +314,7 @@ def _history_source(args: argparse.Namespace, config: Settings, pool: PoolSettin
             raise ConfigError(f"--nodes={args.nodes!r}: write node names separated by commas")
     with_url = config.model_copy(update={"prometheus": prometheus})
     return Source(
-        settings=with_url.metrics_settings(pool),
+        settings=adapterconfig.metrics_settings(with_url, pool),
         pool=PoolName(pool.name),
         node_selector=dict(pool.node_selector),
         nodes=nodes,

@@ -15,6 +15,7 @@ from rebalancer.adapters import auditurl, leadership, metrics, promql
 from rebalancer.core import model, nodestate, windows
 from rebalancer.core.policy import PoolPolicy, default_lend_spec
 from rebalancer.errors import ConfigError
+from rebalancer.runtime import adapterconfig
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "config.yaml"
 
@@ -101,8 +102,8 @@ def test_example_file_loads() -> None:
     for pool in s.pools:
         pool.policy(s.keys())
         pool.pod_marks(s.keys())
-        s.metrics_settings(pool)
-    assert s.metrics_settings(l20).queries.gpu_busy == promql.DCGM_GPU_BUSY
+        adapterconfig.metrics_settings(s, pool)
+    assert adapterconfig.metrics_settings(s, l20).queries.gpu_busy == promql.DCGM_GPU_BUSY
 
 
 def test_env_overrides_file(tmp_path: Path) -> None:
@@ -659,9 +660,9 @@ def test_default_pool_builds_the_documented_values() -> None:
         lend_taints=(model.Taint(key="rebalancer.io/lent", value="training", effect="NoSchedule"),),
         serving_taints=(model.Taint(key="workload", value="inference", effect="NoSchedule"),),
     )
-    assert s.metrics_settings(p) == metrics.Settings()
-    assert s.metrics_settings() == metrics.Settings()
-    assert s.timings() == leadership.Timings()
+    assert adapterconfig.metrics_settings(s, p) == metrics.Settings()
+    assert adapterconfig.metrics_settings(s) == metrics.Settings()
+    assert adapterconfig.timings(s) == leadership.Timings()
 
 
 @pytest.mark.parametrize(
@@ -795,7 +796,7 @@ def test_custom_pool_builds_its_values() -> None:
         serving_taints=spec.remove_taints,
         inference_selector={"app": "vllm"},
     )
-    assert s.metrics_settings(p) == metrics.Settings(
+    assert adapterconfig.metrics_settings(s, p) == metrics.Settings(
         url="http://p:9090",
         timeout=2.0,
         lookback=timedelta(minutes=5),
@@ -803,7 +804,7 @@ def test_custom_pool_builds_its_values() -> None:
             queue=promql.MetricQuery(value="sum(q)", sampled="timestamp(q)"), running=None
         ),
     )
-    assert s.timings() == leadership.Timings(
+    assert adapterconfig.timings(s) == leadership.Timings(
         lease_duration=30.0, renew_deadline=20.0, retry_period=4.0
     )
     # A serving label that lending does not set again is removed while lent.
@@ -829,10 +830,10 @@ def test_the_default_pool_reads_vllm_in_requests_per_second_with_the_documented_
         "pod) group_left (node) $scope)"
     )
     (p,) = settings.Settings.model_validate(pool()).pools
-    queries = p.queries()
+    queries = adapterconfig.queries(p)
     assert queries.demand.value == documented
     assert queries.history == documented.replace("5m", "$window")
-    assert queries == promql.Queries() == settings.MetricsSettings().queries()
+    assert queries == promql.Queries() == adapterconfig.metric_queries(settings.MetricsSettings())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -891,7 +892,7 @@ def test_the_unit_picks_the_demand_query_and_the_policy_counts_in_it(
         }
     )
     (p,) = s.pools
-    queries = s.metrics_settings(p).queries
+    queries = adapterconfig.metrics_settings(s, p).queries
     assert counted in queries.demand.value
     assert counted.split(" ", maxsplit=1)[0] in queries.history
     assert "vllm:request_success_total" not in queries.demand.value + queries.history
@@ -935,7 +936,7 @@ def test_a_template_written_out_replaces_the_presets_and_running_null_stays_off(
     (p,) = settings.Settings.model_validate(
         pool(metrics={"preset": "tgi", "demand": own, "running": None})
     ).pools
-    queries = p.queries()
+    queries = adapterconfig.queries(p)
     assert queries.demand == promql.MetricQuery("sum(my_demand)", "timestamp(my_demand)")
     assert queries.running is None
     assert "tgi_queue_size" in queries.queue.value
@@ -954,7 +955,7 @@ def test_a_preset_without_the_unit_is_accepted_when_demand_and_history_are_writt
         },
     }
     (p,) = settings.Settings.model_validate({"pools": [doc]}).pools
-    assert p.queries().history == "sum(rate(tok[$window]))"
+    assert adapterconfig.queries(p).history == "sum(rate(tok[$window]))"
     # Measuring it needs node_served written out too.
     assert p.metrics.node_queries(p.unit) == (
         "metrics.node_served: preset triton has no tokens_per_second query (Triton's own "

@@ -24,7 +24,7 @@ from rebalancer.adapters import metrics, ranges
 from rebalancer.core import capacity
 from rebalancer.core.model import NodeName, PoolName
 from rebalancer.errors import ConfigError
-from rebalancer.runtime import http
+from rebalancer.runtime import adapterconfig, http
 
 EXIT_MEASURED = 0
 EXIT_LOWER_BOUND = 1  # no node was full: only a lower bound could be given
@@ -55,7 +55,7 @@ async def measure(
     if isinstance(templates, str):
         raise ConfigError(f"pool {pool.name!r}: {templates}")
     served_q, full_q = templates
-    m = reader or metrics.Metrics(config.metrics_settings(pool))
+    m = reader or metrics.Metrics(adapterconfig.metrics_settings(config, pool))
     try:
         names = list(nodes) if nodes is not None else await _nodes(m, pool, span)
         name = PoolName(pool.name)

@@ -29,6 +29,7 @@ import promql_parser
 
 from rebalancer.adapters import metrics
 from rebalancer.core import model, nodestate
+from rebalancer.runtime import adapterconfig
 
 if TYPE_CHECKING:
     from rebalancer.runtime.wiring import Controller
@@ -90,7 +91,7 @@ def _promql(pool: PoolSettings, where: str) -> Iterator[Finding]:
 def _templates(pool: PoolSettings) -> Iterator[tuple[str, str, dict[str, str]]]:
     """Every query the controller and ``rebalancer capacity`` would run for ``pool``: its
     preset's in its unit, or what the settings write out instead."""
-    q = pool.queries()
+    q = adapterconfig.queries(pool)
     for name in ("demand", "queue", "running", "gpu_busy"):
         query = getattr(q, name)
         if query is not None:

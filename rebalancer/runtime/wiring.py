@@ -19,7 +19,8 @@ What is built:
   or for an operator's command; every actuator records its transitions as Events
   (``runtime.recording``);
 - per pool a Prometheus ``Metrics`` with the pool's queries, behind ``PoolMetricsRouter``
-  (``runtime.poolmetrics``), unless a metrics source is handed in;
+  (``runtime.poolmetrics``), unless a metrics source is handed in; the adapters' configuration
+  (the metrics settings and queries, the election's timings) from ``runtime.adapterconfig``;
 - the audit store from its URL (unless handed in) and the ``AuditLog`` over it;
 - the cluster's name (``cluster_name``) on what leaves the controller: the audit log (which
   also reads back only that cluster's records), ``Telemetry`` and the Events;
@@ -74,8 +75,8 @@ from rebalancer.adapters.writer import KubeWriter, NodeWriter
 from rebalancer.core.audit import NewId
 from rebalancer.core.model import Clock, PoolName
 from rebalancer.core.nodestate import Keys
+from rebalancer.runtime import adapterconfig, explaining, http, tls
 from rebalancer.runtime import alerts as alerting
-from rebalancer.runtime import explaining, http, tls
 from rebalancer.runtime.loop import run_controller
 from rebalancer.runtime.poolmetrics import PoolMetricsRouter
 from rebalancer.runtime.reconcile import Reconciler
@@ -495,7 +496,7 @@ def _leadership(
         name=le.lease_name,
         namespace=le.lease_namespace,
         identity=me,
-        timings=settings.timings(),
+        timings=adapterconfig.timings(settings),
         on_started=lambda _term: telemetry.set_leader(me, True),
         on_stopped=lambda _term, _why: telemetry.set_leader(me, False),
     )
@@ -523,7 +524,8 @@ async def _audit_store_for(
 
 def _prometheus(settings: Settings, stack: AsyncExitStack, clock: Clock) -> PoolMetricsRouter:
     by_pool = {
-        PoolName(p.name): Metrics(settings.metrics_settings(p), clock=clock) for p in settings.pools
+        PoolName(p.name): Metrics(adapterconfig.metrics_settings(settings, p), clock=clock)
+        for p in settings.pools
     }
     for metrics in by_pool.values():
         stack.callback(metrics.close)

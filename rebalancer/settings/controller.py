@@ -1,8 +1,9 @@
 """The controller's own settings (``Settings``) and the blocks only it has.
 
 Where it sits: at the top of the schema; ``load`` (rebalancer/settings/loader.py) makes one,
-and ``rebalancer run`` builds its values from it: ``keys()``, ``timings()``,
-``metrics_settings(pool)``, and each of ``pools``.
+and ``rebalancer run`` builds its values from it: ``keys()``, each of ``pools``, and the
+adapters' configuration (``runtime.adapterconfig``: the leader election's timings, the metrics
+adapter's settings).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import re
 import typing
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 import pydantic
 from pydantic import Field
@@ -21,7 +22,6 @@ from rebalancer.adapters import auditurl
 from rebalancer.core import audit, clocks, nodestate
 from rebalancer.core.concurrency import LEND_CONCURRENCY
 from rebalancer.settings.pool import PoolSettings
-from rebalancer.settings.queries import MetricsSettings
 from rebalancer.settings.values import (
     NAME,
     NAME_PATTERN,
@@ -30,9 +30,6 @@ from rebalancer.settings.values import (
     SettingsBlock,
     WholeSeconds,
 )
-
-if TYPE_CHECKING:
-    from rebalancer.adapters import leadership, metrics
 
 
 class LeaderElectionSettings(SettingsBlock):
@@ -303,29 +300,3 @@ class Settings(SettingsBlock):
             if pool.name == name:
                 return pool
         raise KeyError(name)
-
-    def timings(self) -> leadership.Timings:
-        from rebalancer.adapters import leadership
-
-        le = self.leader_election
-        return leadership.Timings(
-            lease_duration=le.lease_duration.total_seconds(),
-            renew_deadline=le.renew_deadline.total_seconds(),
-            retry_period=le.retry_period.total_seconds(),
-        )
-
-    def metrics_settings(self, pool: PoolSettings | None = None) -> metrics.Settings:
-        """The metrics adapter's settings, with ``pool``'s queries (the defaults without one)."""
-        from rebalancer.adapters import metrics
-
-        p = self.prometheus
-        return metrics.Settings(
-            url=p.url,
-            timeout=p.timeout.total_seconds(),
-            attempts=p.attempts,
-            retry_budget=p.retry_budget.total_seconds(),
-            backoff=p.backoff.total_seconds(),
-            lookback=p.lookback,
-            resolution=p.resolution,
-            queries=pool.queries() if pool is not None else MetricsSettings().queries(),
-        )

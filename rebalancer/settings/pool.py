@@ -27,7 +27,6 @@ from rebalancer.settings.values import NAME, NAME_PATTERN, SettingsBlock, Zone
 from rebalancer.settings.wake_on import WakeOnSettings
 
 if TYPE_CHECKING:
-    from rebalancer.adapters.promql import Queries  # in PoolSettings, ``metrics`` is a field
     from rebalancer.core.strategy import Strategy
 
 
@@ -229,10 +228,6 @@ class PoolSettings(SettingsBlock):
     def _capacity(self) -> CapacitySettings:
         assert self.capacity is not None, "validated at load: given, or made of rps_per_node"
         return self.capacity
-
-    def queries(self) -> Queries:
-        """The metrics adapter's queries for this pool: demand and history in its unit."""
-        return self.metrics.queries(self.unit)
 
     def parsed_window(self) -> windows.Window:
         parsed = windows.parse(self.window, self.zone)

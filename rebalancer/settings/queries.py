@@ -1,9 +1,10 @@
 """A pool's PromQL: the metrics block of ``PoolSettings``, a server's preset or templates.
 
-Where it sits: ``PoolSettings.metrics``; ``queries()`` turns it into the metrics adapter's
-``Queries`` (rebalancer/adapters/promql.py) in the pool's unit. Every template is checked here
-as the settings are read, so that a typo in a placeholder stops the start instead of failing
-the pool's query on every tick.
+Where it sits: ``PoolSettings.metrics``; ``runtime.adapterconfig.queries`` turns it into the
+metrics adapter's ``Queries`` (rebalancer/adapters/promql.py) in the pool's unit. Every template
+is checked here as the settings are read, so that a typo in a placeholder stops the start
+instead of failing the pool's query on every tick. The templates a preset fills in are values
+of the fields, and stay here; the adapter's objects are built in the runtime.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import pydantic
 from pydantic import Field
 
-from rebalancer.adapters import presets, promql
+from rebalancer.adapters import presets
 from rebalancer.core import model
 from rebalancer.settings.values import SettingsBlock
 
@@ -29,9 +30,6 @@ class MetricQuerySettings(SettingsBlock):
 
     value: str = Field(min_length=1)
     sampled: str = Field(min_length=1)
-
-    def query(self) -> promql.MetricQuery:
-        return promql.MetricQuery(value=self.value, sampled=self.sampled)
 
 
 def _gauge_query(gauge: presets.Gauge) -> MetricQuerySettings:
@@ -121,23 +119,18 @@ class MetricsSettings(SettingsBlock):
             f"has: {units}"
         )
 
-    def queries(self, unit: model.Unit = model.Unit.REQUESTS_PER_SECOND) -> promql.Queries:
-        """The adapter's queries, demand and history in ``unit``."""
-        server = self.server
-        demand = self.demand
-        if demand is None:
-            demand = MetricQuerySettings(
-                value=presets.demand_value(server, unit),
-                sampled=presets.demand_sampled(server, unit),
-            )
-        return promql.Queries(
-            demand=demand.query(),
-            queue=self.queue.query(),
-            running=None if self.running is None else self.running.query(),
-            gpu_busy=None if self.gpu_busy is None else self.gpu_busy.query(),
-            history=self.history or presets.history(server, unit),
-            scope=self.scope,
+    def demand_in(self, unit: model.Unit) -> MetricQuerySettings:
+        """``demand``, or where it is left out the preset's in ``unit``."""
+        if self.demand is not None:
+            return self.demand
+        return MetricQuerySettings(
+            value=presets.demand_value(self.server, unit),
+            sampled=presets.demand_sampled(self.server, unit),
         )
+
+    def history_in(self, unit: model.Unit) -> str:
+        """``history``, or where it is left out the preset's in ``unit``."""
+        return self.history or presets.history(self.server, unit)
 
     def node_queries(self, unit: model.Unit) -> tuple[str, str] | str:
         """``(node_served, node_saturated)`` in ``unit``, for measuring a node's capacity; or

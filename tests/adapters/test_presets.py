@@ -21,6 +21,7 @@ from rebalancer import cli, settings
 from rebalancer.adapters import metrics, presets
 from rebalancer.commands import capacity
 from rebalancer.core.model import NodeName, PoolName, Unit
+from rebalancer.runtime import adapterconfig
 from tests.support import prometheus
 from tests.support.serving_series import (
     BASE,
@@ -91,7 +92,7 @@ async def test_each_preset_reads_demand_in_its_unit_as_the_server_served_it(
 ) -> None:
     p = pool(engine.value, unit)
     node = BY_POOL[engine.value]
-    m = metrics.Metrics(config(url, p).metrics_settings(p))
+    m = metrics.Metrics(adapterconfig.metrics_settings(config(url, p), p))
     try:
         got = await m.read(PoolName(p.name), [NodeName(node.name)], now=at(CALM_SCRAPE + 7))
     finally:
@@ -112,7 +113,7 @@ async def test_each_preset_s_history_is_the_demand_of_each_bucket_in_its_unit(
     p = pool(engine.value, unit)
     node = BY_POOL[engine.value]
     step = at(300) - at(0)
-    m = metrics.Metrics(config(url, p).metrics_settings(p))
+    m = metrics.Metrics(adapterconfig.metrics_settings(config(url, p), p))
     try:
         # Minutes 5 to 25: the calm 6 a second before the surge, in 5-minute buckets.
         got = await m.history(PoolName(p.name), [NodeName(node.name)], at(300), at(1500), step)
@@ -129,7 +130,7 @@ async def test_each_preset_reads_the_queue_and_what_runs_while_the_node_is_full(
     p = pool(engine.value, RPS)
     node = BY_POOL[engine.value]
     scrape = 50 * 60 + 8
-    m = metrics.Metrics(config(url, p).metrics_settings(p))
+    m = metrics.Metrics(adapterconfig.metrics_settings(config(url, p), p))
     try:
         got = await m.read(PoolName(p.name), [NodeName(node.name)], now=at(scrape + 7))
     finally:

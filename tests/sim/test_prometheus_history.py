@@ -20,6 +20,7 @@ import pytest
 from rebalancer import cli, settings
 from rebalancer.adapters import metrics, ranges
 from rebalancer.core.model import PoolName
+from rebalancer.runtime import adapterconfig
 from sandbox.sim import history, traces
 from tests.support import demand_history
 from tests.support.demand_history import CONV_MISSING, Series
@@ -107,7 +108,9 @@ async def test_the_chunked_read_returns_every_minute_prometheus_has_and_invents_
 ) -> None:
     conv = weeks["conv"]
     pool = settings.load(config, env={}).pool("conv")
-    adapter = metrics.Metrics(metrics.Settings(url=prometheus, queries=pool.metrics.queries()))
+    adapter = metrics.Metrics(
+        metrics.Settings(url=prometheus, queries=adapterconfig.metric_queries(pool.metrics))
+    )
     try:
         read = await ranges.read_range(
             adapter,
@@ -133,7 +136,9 @@ async def test_a_query_for_one_pool_reads_only_that_pool(
 ) -> None:
     code = weeks["code"]
     pool = settings.load(config, env={}).pool("code")
-    adapter = metrics.Metrics(metrics.Settings(url=prometheus, queries=pool.metrics.queries()))
+    adapter = metrics.Metrics(
+        metrics.Settings(url=prometheus, queries=adapterconfig.metric_queries(pool.metrics))
+    )
     try:
         read = await ranges.read_range(
             adapter,
