@@ -2,7 +2,7 @@
 
 Where it sits: the actuator orders a reclaiming node's borrowed pods with ``eviction_order``
 before it evicts them; the planner ranks the jobs on lent nodes with ``jobs`` to choose which
-nodes a reclaim takes (``planning.steps._reclaim_order``: whole nodes, so a job's cost is not a sum
+nodes a reclaim takes (``planning.steps.reclaim_order``: whole nodes, so a job's cost is not a sum
 of units as ``pick_jobs`` counts it); ``pick_jobs`` is for taking back part of a pool's
 borrowed capacity by pods or GPUs; the executor looks for the borrowed pods an earlier node of a
 name left with ``left_by_earlier_node`` on every tick. Pure: no I/O, no clock.

@@ -1,8 +1,8 @@
 """Gangs on reclaim: a job loses all its pods as soon as it loses one, so the planner takes
 back first the nodes that preempt the fewest jobs not lost already (a gang's other nodes cost
 nothing more), and brings back with a node every other lent node of the jobs it preempts:
-no gang is left half-running (``planning.steps._reclaim_order`` and
-``planning.intents._gang_intent``)."""
+no gang is left half-running (``planning.steps.reclaim_order`` and
+``planning.intents.gang_intent``)."""
 
 from __future__ import annotations
 

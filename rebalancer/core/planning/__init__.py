@@ -10,10 +10,10 @@ rejections equal its count.
 
 How one pool is planned (``planner.plan_pool``), one module per stage:
 
-1. ``reading``: every node is decoded once and demand is judged, into a ``_Pool`` that does not
+1. ``reading``: every node is decoded once and demand is judged, into a ``Pool`` that does not
    change while the tick is decided (the values passed between the stages are in ``draft``);
 2. ``intents``, in order of precedence: operators, safety, then the strategy. Each goes through
-   the same three stages (``grant``), and what it decides lands in the ``_Draft``, the plan being
+   the same three stages (``grant``), and what it decides lands in the ``Draft``, the plan being
    built, so that later intents see the steps of earlier ones:
    - ``candidates``: which nodes could take its steps, and the Reason each other one is excluded;
    - ``allowance``: how many steps the rules allow (pause, metrics, capacity, the per-tick limit),

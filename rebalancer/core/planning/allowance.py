@@ -1,6 +1,6 @@
 """Allowance: how many steps an intent may take, each rule refusing what it cuts.
 
-Where it sits: the second of the three stages of ``grant._grant``. The limits are the pool's,
+Where it sits: the second of the three stages of ``grant.grant``. The limits are the pool's,
 not one node's: pause and freeze, metrics, alerts, capacity (``min_serving``, headroom,
 ``max_lent_fraction``, what the error budget covers) and the per-tick step limit.
 """
@@ -13,12 +13,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from rebalancer.core import model, takers
 from rebalancer.core.model import Action, Intent, Origin, Reason
 from rebalancer.core.nodestate import Phase
-from rebalancer.core.planning.draft import Health, _Allowance, _Draft, _Limit, _Pool
-from rebalancer.core.planning.rooms import _room, _to_takers
+from rebalancer.core.planning.draft import Allowance, Draft, Health, Limit, Pool
+from rebalancer.core.planning.rooms import as_room, lends_to_takers
 from rebalancer.core.policy import Guard
 
 
-def _allowance(intent: Intent, limits: Iterable[_Limit]) -> _Allowance:
+def apply_limits(intent: Intent, limits: Iterable[Limit]) -> Allowance:
     """What every limit, in turn, leaves of ``intent``; each refuses the part it cuts."""
     allowed, refused = intent.count, []
     for limit in limits:
@@ -29,10 +29,10 @@ def _allowance(intent: Intent, limits: Iterable[_Limit]) -> _Allowance:
             allowed = granted
         if allowed == 0:
             break  # the rules after this one have nothing left to cut
-    return _Allowance(allowed, tuple(refused))
+    return Allowance(allowed, tuple(refused))
 
 
-def _limits(draft: _Draft, intent: Intent) -> Iterator[_Limit]:
+def intent_limits(draft: Draft, intent: Intent) -> Iterator[Limit]:
     """The rules that bound ``intent``, in the order their refusals are reported."""
     pool = draft.pool
     paused = _pause_limit(pool, intent)
@@ -46,10 +46,10 @@ def _limits(draft: _Draft, intent: Intent) -> Iterator[_Limit]:
     if intent.origin is Origin.STRATEGY:
         per_tick = pool.policy.step_budget(pool.size)
         why = f"at most {per_tick} strategy changes per tick"
-        yield _Limit(_per_tick_cap(draft, intent), Reason.RATE_LIMIT, why)
+        yield Limit(_per_tick_cap(draft, intent), Reason.RATE_LIMIT, why)
 
 
-def _per_tick_cap(draft: _Draft, intent: Intent) -> int:
+def _per_tick_cap(draft: Draft, intent: Intent) -> int:
     """The strategy's moves left this tick. A gang is lent whole in one tick or not at all, so
     where lends go to takers, the first move of a tick may be as large as the largest waiting
     gang a node of the pool would accept (its pods: at least the nodes it needs): a job of four
@@ -57,9 +57,9 @@ def _per_tick_cap(draft: _Draft, intent: Intent) -> int:
     it."""
     left = draft.per_tick_left
     pool = draft.pool
-    if not _to_takers(pool, intent) or left < pool.policy.step_budget(pool.size):
+    if not lends_to_takers(pool, intent) or left < pool.policy.step_budget(pool.size):
         return left
-    rooms = [_room(pool, node, lent=False) for node in draft.untouched(Phase.SERVING)]
+    rooms = [as_room(pool, node, lent=False) for node in draft.untouched(Phase.SERVING)]
 
     def welcome(pod: model.PendingPod) -> bool:
         return any(takers.accepts(pod, r.labels, r.taints) is None for r in rooms)
@@ -68,23 +68,23 @@ def _per_tick_cap(draft: _Draft, intent: Intent) -> int:
     return max(left, max(gangs, default=0))
 
 
-def _pause_limit(pool: _Pool, intent: Intent) -> _Limit | None:
+def _pause_limit(pool: Pool, intent: Intent) -> Limit | None:
     """A freeze refuses everything. A pause refuses lending and the moves that are not about
     keeping inference served: a safety reclaim, or one an operator asked for on a node,
     still happens."""
     if pool.frozen:
         why = "the pool is frozen: nothing moves, not even safety reclaims"
-        return _Limit(0, Reason.FROZEN, why)
+        return Limit(0, Reason.FROZEN, why)
     protects = intent.action is Action.RECLAIM and intent.origin in (
         Origin.SAFETY,
         Origin.OPERATOR,
     )
     if pool.paused and not protects:
-        return _Limit(0, Reason.PAUSED, "the pool is paused")
+        return Limit(0, Reason.PAUSED, "the pool is paused")
     return None
 
 
-def _lend_blocked(pool: _Pool) -> _Limit | None:
+def _lend_blocked(pool: Pool) -> Limit | None:
     """The rules under which nothing is lent at all: a node of the pool not as the controller
     left it, demand unknown, a fall not believed yet, requests queueing."""
     demand, policy = pool.demand, pool.policy
@@ -94,7 +94,7 @@ def _lend_blocked(pool: _Pool) -> _Limit | None:
         # not known: lending waits for every node to read as the controller wrote it.
         first = changed[0]
         more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
-        return _Limit(
+        return Limit(
             0,
             first.problem or Reason.STATE_UNREADABLE,
             f"no lending while node {first.name}{more} is taken back ({first.problem})",
@@ -102,17 +102,17 @@ def _lend_blocked(pool: _Pool) -> _Limit | None:
     if demand.health is not Health.FRESH:
         stale = demand.health is Health.STALE
         reason = Reason.METRICS_STALE if stale else Reason.METRICS_MISSING
-        return _Limit(0, reason, f"no lending while demand is unknown ({demand.note})")
+        return Limit(0, reason, f"no lending while demand is unknown ({demand.note})")
     problems = pool.clocks.problems()
     if problems:
         # The ages of samples and the times written on nodes rest on the clocks: a clock that
         # cannot be trusted fails toward inference, as unknown demand does. Reclaims go on.
         # After the metrics rule: a Prometheus that is down is not a clock's fault (its
         # ``time()`` fails with the rest, and the refusal above names the clocks too).
-        return _Limit(0, Reason.CLOCK_SKEW, f"no lending: {'; '.join(problems)}")
+        return Limit(0, Reason.CLOCK_SKEW, f"no lending: {'; '.join(problems)}")
     if demand.held is not None:
         held = demand.held
-        return _Limit(
+        return Limit(
             0,
             Reason.DEMAND_DROP_HELD,
             f"demand fell from {held.level.value:.4g} to {held.seen.value:.4g} "
@@ -121,10 +121,10 @@ def _lend_blocked(pool: _Pool) -> _Limit | None:
             f"(since {held.since.isoformat()})",
         )
     if pool.alerts:
-        return _Limit(0, Reason.ALERT_FIRING, f"no lending while {_alert_names(pool.alerts)} fires")
+        return Limit(0, Reason.ALERT_FIRING, f"no lending while {alert_names(pool.alerts)} fires")
     queue = demand.queue
     if Guard.QUEUE_LIMIT in policy.guards and queue is not None and queue > policy.queue_limit:
-        return _Limit(
+        return Limit(
             0,
             Reason.QUEUE_BUILDING,
             f"{queue:.0f} requests wait (limit {policy.queue_limit:.0f}): serving is short already",
@@ -132,12 +132,12 @@ def _lend_blocked(pool: _Pool) -> _Limit | None:
     return None
 
 
-def _alert_names(alerts: Sequence[model.FiringAlert]) -> str:
+def alert_names(alerts: Sequence[model.FiringAlert]) -> str:
     shown = ", ".join(f"alert {a.name} ({a.matcher})" for a in alerts[:3])
     return shown + (f" and {len(alerts) - 3} more" if len(alerts) > 3 else "")
 
 
-def _lend_room(draft: _Draft) -> _Limit:
+def _lend_room(draft: Draft) -> Limit:
     """How many more nodes may be lent, and the rule that sets that number.
 
     Only warm serving nodes are capacity to lend from: a node still reclaiming or warming up
@@ -146,15 +146,15 @@ def _lend_room(draft: _Draft) -> _Limit:
     pool, policy = draft.pool, draft.pool.policy
     size, serving, need = pool.size, draft.serving_count, pool.demand.need
     limits = [
-        _Limit(serving - policy.min_serving, Reason.MIN_SERVING, f"{policy.min_serving} must serve")
+        Limit(serving - policy.min_serving, Reason.MIN_SERVING, f"{policy.min_serving} must serve")
     ]
     if Guard.MAX_LENT_FRACTION in policy.guards:
         most = math.floor(policy.max_lent_fraction * size + 1e-9)
         why = f"at most {policy.max_lent_fraction:.0%} of {size} nodes may be lent"
-        limits.append(_Limit(most - draft.lent_count, Reason.MAX_FRACTION, why))
+        limits.append(Limit(most - draft.lent_count, Reason.MAX_FRACTION, why))
     if Guard.HEADROOM in policy.guards and need is not None:
         why = f"demand needs {need} of {size} nodes with {policy.headroom:.0%} headroom"
-        limits.append(_Limit(serving - need, Reason.HEADROOM, why))
+        limits.append(Limit(serving - need, Reason.HEADROOM, why))
     if pool.budget_short:
         limits.append(_covered_room(pool, serving))
     tightest = min(limits, key=lambda limit: limit.cap)
@@ -163,34 +163,34 @@ def _lend_room(draft: _Draft) -> _Limit:
     return tightest
 
 
-def _covered_keep(pool: _Pool) -> int | None:
+def covered_keep(pool: Pool) -> int | None:
     """The serving nodes what the pool's history covers needs, the demand sample raising the
     peaks; None: no cover, or none of its windows covers anything."""
     cover = pool.cover
     return None if cover is None else cover.keep(pool.policy.need, pool.demand.value)
 
 
-def _covered_room(pool: _Pool, serving: int) -> _Limit:
+def _covered_room(pool: Pool, serving: int) -> Limit:
     """With the error budget short, what may be lent leaves serving what the pool's history
     covers; with no cover, nothing."""
     budget, cover, rps = pool.budget, pool.cover, pool.demand.value
     assert budget is not None, "only a pool with a budget is short of it"
-    keep = _covered_keep(pool)
+    keep = covered_keep(pool)
     if cover is None or keep is None:
         why = (
             f"the error budget cannot cover another loan ({budget.spent_text}, a loan may cost "
             f"{pool.policy.loan_risk_minutes}) and the pool's history covers none: no lending "
             "until minutes leave the window"
         )
-        return _Limit(0, Reason.BUDGET_SPENT, why)
+        return Limit(0, Reason.BUDGET_SPENT, why)
     why = (
         f"the error budget cannot pay for another loan ({budget.spent_text}): only covered "
         f"loans, {keep} serving nodes carry {cover.text(rps, pool.policy.unit)}"
     )
-    return _Limit(serving - keep, Reason.BUDGET_SPENT, why)
+    return Limit(serving - keep, Reason.BUDGET_SPENT, why)
 
 
-def _blame_cold_nodes(pool: _Pool, limit: _Limit) -> _Limit:
+def _blame_cold_nodes(pool: Pool, limit: Limit) -> Limit:
     """When serving capacity limits lending, name the serving nodes that carry no load: not
     ready, or on their way back and not warm yet."""
     cold = []
@@ -202,4 +202,4 @@ def _blame_cold_nodes(pool: _Pool, limit: _Limit) -> _Limit:
     if not cold:
         return limit
     reason = Reason.NOT_READY if pool.not_ready else Reason.WARMING
-    return _Limit(limit.cap, reason, f"{'; '.join(cold)}, so they carry no load; {limit.message}")
+    return Limit(limit.cap, reason, f"{'; '.join(cold)}, so they carry no load; {limit.message}")

@@ -1,6 +1,6 @@
 """Candidates: which nodes could take an intent's steps, and the Reason each other one is excluded.
 
-Where it sits: the first of the three stages of ``grant._grant``. The rule tables here are the
+Where it sits: the first of the three stages of ``grant.grant``. The rule tables here are the
 ones ``verdicts.node_rules`` evaluates in full for ``rebalancer explain``: one table, two readers,
 so explain cannot drift from what the planner does.
 """
@@ -13,10 +13,10 @@ from datetime import timedelta
 from rebalancer.core import overrides
 from rebalancer.core.model import Action, Intent, Origin, Reason
 from rebalancer.core.nodestate import Phase
-from rebalancer.core.planning.draft import _Candidates, _Node, _Pool
+from rebalancer.core.planning.draft import Candidates, Node, Pool
 
 
-def _candidates(pool: _Pool, intent: Intent, nodes: Sequence[_Node]) -> _Candidates:
+def candidates_for(pool: Pool, intent: Intent, nodes: Sequence[Node]) -> Candidates:
     """Sort ``nodes`` into those that may take ``intent``'s steps and those excluded, and why."""
     why_not = _why_not_lend if intent.action is Action.LEND else _why_not_reclaim
     strategy = intent.origin is Origin.STRATEGY
@@ -27,16 +27,16 @@ def _candidates(pool: _Pool, intent: Intent, nodes: Sequence[_Node]) -> _Candida
             eligible.append(node)
         else:
             excluded[node.name] = reason
-    return _Candidates(tuple(eligible), excluded)
+    return Candidates(tuple(eligible), excluded)
 
 
 # The rules a node is held to, in the order they are judged: (reason, refuses, the strategy's
 # only). The first that refuses is the reason a node is excluded; ``verdicts.node_rules`` shows
 # them all.
-_NodeRule = tuple[Reason, Callable[["_Pool", "_Node"], bool], bool]
+_NodeRule = tuple[Reason, Callable[["Pool", "Node"], bool], bool]
 
 
-_LEND_RULES: tuple[_NodeRule, ...] = (
+LEND_RULES: tuple[_NodeRule, ...] = (
     # A serving node with a state key another writer garbled: fail closed, as for an override.
     (Reason.BAD_STATE, lambda pool, node: bool(node.state.drift), False),
     (Reason.BAD_OVERRIDE, lambda pool, node: node.unreadable, False),
@@ -53,7 +53,7 @@ _LEND_RULES: tuple[_NodeRule, ...] = (
 )
 
 
-_RECLAIM_RULES: tuple[_NodeRule, ...] = (
+RECLAIM_RULES: tuple[_NodeRule, ...] = (
     # The actuator finishes or rolls back a lend in flight first.
     (Reason.IN_FLIGHT, lambda pool, node: node.phase is Phase.LENDING, False),
     (Reason.NODE_PAUSED, lambda pool, node: node.overrides.paused, False),
@@ -76,18 +76,18 @@ _RECLAIM_RULES: tuple[_NodeRule, ...] = (
 )
 
 
-def _within(pool: _Pool, node: _Node, span: timedelta) -> bool:
+def _within(pool: Pool, node: Node, span: timedelta) -> bool:
     """Whether the node's phase began less than ``span`` ago."""
     since = node.state.since
     return since is not None and pool.now - since < span
 
 
 # The rules about one node, as against those about the pool (its limits): ``core.explain``.
-NODE_RULES = frozenset(reason for reason, _, _ in _LEND_RULES + _RECLAIM_RULES)
+NODE_RULES = frozenset(reason for reason, _, _ in LEND_RULES + RECLAIM_RULES)
 
 
 def _first_refusal(
-    rules: Sequence[_NodeRule], pool: _Pool, node: _Node, strategy: bool
+    rules: Sequence[_NodeRule], pool: Pool, node: Node, strategy: bool
 ) -> Reason | None:
     for reason, refuses, strategy_only in rules:
         if strategy_only and not strategy:
@@ -97,12 +97,12 @@ def _first_refusal(
     return None
 
 
-def _why_not_lend(pool: _Pool, node: _Node, strategy: bool) -> Reason | None:
-    """Why ``node`` may not be lent now, or None when it may (``_LEND_RULES``)."""
-    return _first_refusal(_LEND_RULES, pool, node, strategy)
+def _why_not_lend(pool: Pool, node: Node, strategy: bool) -> Reason | None:
+    """Why ``node`` may not be lent now, or None when it may (``LEND_RULES``)."""
+    return _first_refusal(LEND_RULES, pool, node, strategy)
 
 
-def _why_not_reclaim(pool: _Pool, node: _Node, strategy: bool) -> Reason | None:
-    """Why ``node`` may not be reclaimed now, or None when it may (``_RECLAIM_RULES``). Only
+def _why_not_reclaim(pool: Pool, node: Node, strategy: bool) -> Reason | None:
+    """Why ``node`` may not be reclaimed now, or None when it may (``RECLAIM_RULES``). Only
     the strategy is held to ``min_loan`` and to an operator's ``lend=now``."""
-    return _first_refusal(_RECLAIM_RULES, pool, node, strategy)
+    return _first_refusal(RECLAIM_RULES, pool, node, strategy)

@@ -1,7 +1,7 @@
 """The values passed between the planner's stages, and the plan of one pool while it is built.
 
-Where it sits: ``reading`` builds a ``_Pool`` (every node decoded once, demand judged) that does
-not change while a tick is decided; each intent then writes into the ``_Draft``, so that later
+Where it sits: ``reading`` builds a ``Pool`` (every node decoded once, demand judged) that does
+not change while a tick is decided; each intent then writes into the ``Draft``, so that later
 intents see the steps of earlier ones. Kept apart so that every stage reads the same few types.
 """
 
@@ -26,7 +26,7 @@ class Health(Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class _Node:
+class Node:
     """One node as the planner sees it: decoded once per node version, reused across ticks."""
 
     view: model.NodeView
@@ -44,7 +44,7 @@ class _Node:
     # cap) and taken back from the pool's specification.
     error: nodestate.StateError | None = None
 
-    def as_of(self, now: datetime) -> _Node:
+    def as_of(self, now: datetime) -> Node:
         """The node at ``now``: past ``override-until`` every override lapses, an unreadable
         one too."""
         if self.overrides.active(now) is self.overrides:
@@ -53,13 +53,13 @@ class _Node:
 
 
 @dataclass(frozen=True, slots=True)
-class _Decoded:
-    node: _Node  # one whose state cannot be read too, planned as lent (``_Node.error``)
+class DecodedNode:
+    node: Node  # one whose state cannot be read too, planned as lent (``Node.error``)
     findings: tuple[model.Finding, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class _Demand:
+class Demand:
     """What the tick knows of a pool's demand."""
 
     health: Health
@@ -71,18 +71,18 @@ class _Demand:
 
 
 @dataclass(frozen=True, slots=True)
-class _Pool:
+class Pool:
     """One pool as the tick found it. It does not change while intents are decided: what they
-    decide is in the ``_Draft``."""
+    decide is in the ``Draft``."""
 
     name: model.PoolName
     now: datetime
     policy: PoolPolicy
-    by_phase: Mapping[Phase, tuple[_Node, ...]]  # every phase, in the order of ``Phase``
+    by_phase: Mapping[Phase, tuple[Node, ...]]  # every phase, in the order of ``Phase``
     unreadable: int  # nodes whose state could not be read: planned as lent, taken back
     not_ready: int  # serving nodes that are NotReady: no capacity, not lendable
     warming: frozenset[model.NodeName]  # serving, Ready, not warm yet: capacity soon, not now
-    demand: _Demand
+    demand: Demand
     budget: model.ErrorBudget | None  # the pool's error budget, where it has an slo
     cover: model.Cover | None  # what the pool's history covers, where it has an slo
     findings: tuple[model.Finding, ...]
@@ -103,7 +103,7 @@ class _Pool:
     def count(self, *phases: Phase) -> int:
         return sum(len(self.by_phase[phase]) for phase in phases)
 
-    def is_open(self, node: _Node) -> bool:
+    def is_open(self, node: Node) -> bool:
         """Whether the node's window (its own, or the pool's) is open now."""
         return self.window_open if node.window is None else node.window.is_open(self.now)
 
@@ -118,16 +118,16 @@ class _Pool:
 
 
 @dataclass(frozen=True, slots=True)
-class _Candidates:
+class Candidates:
     """The nodes that could take an intent's steps, and every other node it is about with
     the reason it is excluded (in the nodes' order, which breaks ties between reasons)."""
 
-    eligible: tuple[_Node, ...]
+    eligible: tuple[Node, ...]
     excluded: Mapping[model.NodeName, Reason]
 
 
 @dataclass(frozen=True, slots=True)
-class _Limit:
+class Limit:
     """What one rule allows an intent: at most ``cap`` steps, and the words for the rest."""
 
     cap: int
@@ -136,7 +136,7 @@ class _Limit:
 
 
 @dataclass(frozen=True, slots=True)
-class _Allowance:
+class Allowance:
     """How many steps an intent may take, and the refusals of the rest."""
 
     allowed: int
@@ -144,12 +144,12 @@ class _Allowance:
 
 
 @dataclass
-class _Draft:
+class Draft:
     """The plan of one pool while it is built: what the intents so far asked for, took and
     were refused. Counts read through it include the steps already decided, so a node moves
     at most once a tick and capacity is never lent twice."""
 
-    pool: _Pool
+    pool: Pool
     intents: list[Intent] = field(default_factory=list)
     steps: list[model.Step] = field(default_factory=list)
     rejections: list[model.Rejection] = field(default_factory=list)
@@ -163,7 +163,7 @@ class _Draft:
     def __post_init__(self) -> None:
         self.per_tick_left = self.pool.policy.step_budget(self.pool.size)
 
-    def untouched(self, *phases: Phase) -> list[_Node]:
+    def untouched(self, *phases: Phase) -> list[Node]:
         """Nodes in ``phases`` that no step of this tick has touched yet."""
         by_phase = self.pool.by_phase
         return [n for phase in phases for n in by_phase[phase] if n.name not in self.changed]
@@ -187,7 +187,7 @@ class _Draft:
         warming = len(self.pool.warming) - self.cold_lends
         return self.pool.count(Phase.RECLAIMING) + warming + self.reclaims
 
-    def step(self, intent: Intent, node: _Node, taker: str | None = None) -> None:
+    def step(self, intent: Intent, node: Node, taker: str | None = None) -> None:
         # A reclaim for anything but the strategy protects inference: its deadline is short.
         urgent = intent.action is Action.RECLAIM and intent.origin is not Origin.STRATEGY
         message = intent.message if taker is None else f"{intent.message}; for job {taker}"

@@ -1,7 +1,7 @@
 """Intents, in order of precedence: operators, then the nodes' own state, then safety, then the
 strategy.
 
-Where it sits: ``plan_pool`` forms them in this order and hands each to ``grant._grant``, so an
+Where it sits: ``plan_pool`` forms them in this order and hands each to ``grant.grant``, so an
 operator's move is decided before a safety reclaim, and both before the strategy's. A reclaim
 that protects inference is the safety rules' own; a strategy cannot ask for it away. Two follow
 the strategy's: loans no job uses are given back, and a gang losing a node brings back the rest.
@@ -12,31 +12,31 @@ from __future__ import annotations
 from rebalancer.core import model, overrides, takers
 from rebalancer.core.model import Action, Intent, Origin, Reason
 from rebalancer.core.nodestate import Phase
-from rebalancer.core.planning.allowance import _alert_names, _covered_keep
-from rebalancer.core.planning.draft import Health, _Draft, _Node, _Pool
-from rebalancer.core.planning.grant import _grant
-from rebalancer.core.planning.rooms import _lent_rooms
-from rebalancer.core.planning.steps import _jobs_on, _preempted
+from rebalancer.core.planning.allowance import alert_names, covered_keep
+from rebalancer.core.planning.draft import Draft, Health, Node, Pool
+from rebalancer.core.planning.grant import grant
+from rebalancer.core.planning.rooms import lent_rooms
+from rebalancer.core.planning.steps import jobs_on, preempted_jobs
 from rebalancer.core.policy import Guard
 
 
-def _operator_intents(draft: _Draft) -> None:
+def operator_intents(draft: Draft) -> None:
     """Per-node overrides and window edges: each is an intent of its own, about one node."""
     pool = draft.pool
     for node in draft.untouched(Phase.LENT):
         if node.overrides is overrides.NONE and pool.window_open and not node.unreadable:
             continue  # the common case, decided without looking further
-        intent = _operator_reclaim(pool, node)
+        intent = operator_reclaim(pool, node)
         if intent is not None:
-            _grant(draft, intent, [node])
+            grant(draft, intent, [node])
     for node in draft.untouched(Phase.SERVING):
         if node.overrides.lend is overrides.LendMode.NOW and not node.unreadable:
             reason, why = Reason.OPERATOR_LEND_NOW, "an operator asked to lend this node now"
             intent = Intent(pool.name, Action.LEND, 1, Origin.OPERATOR, reason, why, node=node.name)
-            _grant(draft, intent, [node])
+            grant(draft, intent, [node])
 
 
-def _operator_reclaim(pool: _Pool, node: _Node) -> Intent | None:
+def operator_reclaim(pool: Pool, node: Node) -> Intent | None:
     """The intent to take back a lent node its overrides or its window no longer allow lent."""
     ov = node.overrides
     if ov.reclaim_now or ov.lend is overrides.LendMode.NEVER:
@@ -53,7 +53,7 @@ def _operator_reclaim(pool: _Pool, node: _Node) -> Intent | None:
     return Intent(pool.name, Action.RECLAIM, 1, origin, reason, why, node=node.name)
 
 
-_PROBLEMS = {
+PROBLEM_NOTES = {
     Reason.STATE_UNREADABLE: "its state cannot be read: it is taken back from the pool's "
     "specification, so that it serves again",
     Reason.STATE_UNVERIFIED: "its state is not signed by the controller for this node: it is "
@@ -69,7 +69,7 @@ _PROBLEMS = {
 }
 
 
-def _state_intents(draft: _Draft) -> None:
+def state_intents(draft: Draft) -> None:
     """Lent nodes another writer changed, or that no pool selects now: each is taken back at
     once, as a safety reclaim of its own. The controller does not keep a node lent whose state
     it cannot vouch for (docs/design/other-writers.md); an operator's pause still holds it."""
@@ -77,14 +77,14 @@ def _state_intents(draft: _Draft) -> None:
     for node in draft.untouched(Phase.LENT):
         if node.problem is None:
             continue
-        why = _PROBLEMS[node.problem]
+        why = PROBLEM_NOTES[node.problem]
         intent = Intent(
             pool.name, Action.RECLAIM, 1, Origin.SAFETY, node.problem, why, node=node.name
         )
-        _grant(draft, intent, [node])
+        grant(draft, intent, [node])
 
 
-def _safety_intents(draft: _Draft) -> None:
+def safety_intents(draft: Draft) -> None:
     """Reclaims that keep inference served: everything lent once demand is lost, else what
     demand above serving and a queue beyond its limit call for."""
     demand, policy = draft.pool.demand, draft.pool.policy
@@ -102,14 +102,14 @@ def _safety_intents(draft: _Draft) -> None:
         _reclaim_for_budget(draft)
 
 
-def _reclaim_for_demand(draft: _Draft, need: int) -> None:
+def _reclaim_for_demand(draft: Draft, need: int) -> None:
     # Nodes already on their way back count: they will serve again.
     covered = draft.serving_count + draft.returning
     why = f"demand needs {need} serving nodes, {covered} serve or are returning"
     _safety_reclaim(draft, min(need - covered, draft.lent_count), Reason.DEMAND_ABOVE_SERVING, why)
 
 
-def _reclaim_for_budget(draft: _Draft) -> None:
+def _reclaim_for_budget(draft: Draft) -> None:
     """The error budget cannot pay for another loan's worst case. Demand above what serves
     now is an episode under way: every loan comes back, so that it ends within one return time
     (no more than the budget had left when it could last pay for a whole one). Otherwise the
@@ -127,7 +127,7 @@ def _reclaim_for_budget(draft: _Draft) -> None:
         )
         _safety_reclaim(draft, draft.lent_count, Reason.BUDGET_EXPOSED, why)
         return
-    keep = _covered_keep(pool)
+    keep = covered_keep(pool)
     if cover is None or keep is None:
         return
     kept = draft.serving_count + draft.returning
@@ -138,7 +138,7 @@ def _reclaim_for_budget(draft: _Draft) -> None:
     _safety_reclaim(draft, min(keep - kept, draft.lent_count), Reason.BUDGET_EXPOSED, why)
 
 
-def _reclaim_for_queue(draft: _Draft) -> None:
+def _reclaim_for_queue(draft: Draft) -> None:
     """Requests waiting beyond the limit: serving is short now, whatever the rate says (a rate
     lags, and under-reads a series younger than its window; a queue does not). Take back
     enough nodes to clear the backlog within a minute, counting those already on their way
@@ -162,7 +162,7 @@ def _reclaim_for_queue(draft: _Draft) -> None:
     _keep_returning(draft, backlog, Reason.QUEUE_ABOVE_LIMIT, why)
 
 
-def _reclaim_for_alerts(draft: _Draft) -> None:
+def _reclaim_for_alerts(draft: Draft) -> None:
     """A matched Alertmanager alert fires: inference is short as its rule sees it, whatever
     the samples here say. Stepped as the queue rule is: a wave of the pool's per-tick step
     is kept on its way back while an alert fires, so each wave is warm before the next is
@@ -172,31 +172,31 @@ def _reclaim_for_alerts(draft: _Draft) -> None:
         return
     wave = pool.policy.step_budget(pool.size)
     why = (
-        f"{_alert_names(pool.alerts)} fires: {wave} nodes come back at a time, "
+        f"{alert_names(pool.alerts)} fires: {wave} nodes come back at a time, "
         f"{draft.returning} are on their way back"
     )
     _keep_returning(draft, wave, Reason.ALERT_FIRING, why)
 
 
-def _keep_returning(draft: _Draft, wanted: int, reason: Reason, why: str) -> None:
+def _keep_returning(draft: Draft, wanted: int, reason: Reason, why: str) -> None:
     """Reclaim until ``wanted`` nodes are on their way back, those returning included."""
     _safety_reclaim(draft, min(wanted - draft.returning, draft.lent_count), reason, why)
 
 
-def _safety_reclaim(draft: _Draft, count: int, reason: Reason, why: str) -> None:
+def _safety_reclaim(draft: Draft, count: int, reason: Reason, why: str) -> None:
     """Take ``count`` lent nodes back to keep inference served: no churn limit applies."""
     if count > 0:
         intent = Intent(draft.pool.name, Action.RECLAIM, count, Origin.SAFETY, reason, why)
-        _grant(draft, intent, _reclaimable(draft))
+        grant(draft, intent, _reclaimable(draft))
 
 
-def _reclaimable(draft: _Draft) -> list[_Node]:
+def _reclaimable(draft: Draft) -> list[Node]:
     """What a reclaim of the pool is about: the lent nodes no step has touched, and those still
     being lent, there only to be refused as in flight (``_why_not_reclaim``)."""
     return draft.untouched(Phase.LENT, Phase.LENDING)
 
 
-def _strategy_intent(draft: _Draft, proposal: model.Proposal | None) -> None:
+def strategy_intent(draft: Draft, proposal: model.Proposal | None) -> None:
     if proposal is None:
         return
     delta = proposal.lend_target - draft.lent_count
@@ -215,10 +215,10 @@ def _strategy_intent(draft: _Draft, proposal: model.Proposal | None) -> None:
     else:
         intent = Intent(name, Action.RECLAIM, -delta, Origin.STRATEGY, Reason.STRATEGY, why)
         nodes = _reclaimable(draft)
-    _grant(draft, intent, nodes)
+    grant(draft, intent, nodes)
 
 
-def _unused_loans(draft: _Draft) -> None:
+def unused_loan_intent(draft: Draft) -> None:
     """In a pool that lends only to takers, a loan is for a job: one that no borrowed pod runs
     on and no pending job would take, ``unused_loan`` after it began (the job finished, was
     deleted, or went elsewhere), harvests nothing and is given back. A strategy's move: held
@@ -227,7 +227,7 @@ def _unused_loans(draft: _Draft) -> None:
     grace = pool.policy.unused_loan
     if not pool.policy.lend_only_to_takers:
         return
-    used = takers.place(pool.takers, _lent_rooms(draft), (), 0).used
+    used = takers.place(pool.takers, lent_rooms(draft), (), 0).used
     idle = [
         n
         for n in draft.untouched(Phase.LENT)
@@ -241,25 +241,25 @@ def _unused_loans(draft: _Draft) -> None:
         intent = Intent(
             pool.name, Action.RECLAIM, len(idle), Origin.STRATEGY, Reason.UNUSED_LOAN, why
         )
-        _grant(draft, intent, idle)
+        grant(draft, intent, idle)
 
 
-def _gang_intent(draft: _Draft) -> None:
+def gang_intent(draft: Draft) -> None:
     """No gang is left half-running: the lent nodes that still run pods of a job that is
     losing pods elsewhere (a step of this tick, or a node on its way back) come back too. The
     job is lost already, so taking its other nodes back costs it nothing more, and frees them
     for inference or for a job that can run whole. As urgent as any reclaim that is not the
     strategy's; a node an operator paused stays as it is."""
-    preempted = _preempted(draft)
+    preempted = preempted_jobs(draft)
     if not preempted:
         return
-    siblings = [n for n in draft.untouched(Phase.LENT) if _jobs_on(n) & preempted]
+    siblings = [n for n in draft.untouched(Phase.LENT) if jobs_on(n) & preempted]
     if not siblings:
         return
-    jobs = sorted({j for n in siblings for j in _jobs_on(n) & preempted})
+    jobs = sorted({j for n in siblings for j in jobs_on(n) & preempted})
     shown = ", ".join(jobs[:3]) + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")
     why = f"job {shown} is losing pods on a node taken back: its other nodes come back with it"
     intent = Intent(
         draft.pool.name, Action.RECLAIM, len(siblings), Origin.SAFETY, Reason.GANG_PREEMPTED, why
     )
-    _grant(draft, intent, siblings)
+    grant(draft, intent, siblings)

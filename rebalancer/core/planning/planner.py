@@ -10,17 +10,17 @@ from __future__ import annotations
 from datetime import datetime
 
 from rebalancer.core import model, nodestate
-from rebalancer.core.planning.draft import _Draft
+from rebalancer.core.planning.draft import Draft
 from rebalancer.core.planning.intents import (
-    _gang_intent,
-    _operator_intents,
-    _safety_intents,
-    _state_intents,
-    _strategy_intent,
-    _unused_loans,
+    gang_intent,
+    operator_intents,
+    safety_intents,
+    state_intents,
+    strategy_intent,
+    unused_loan_intent,
 )
-from rebalancer.core.planning.reading import _read_pool
-from rebalancer.core.planning.rooms import _room_lent_already
+from rebalancer.core.planning.reading import read_pool
+from rebalancer.core.planning.rooms import room_lent_already
 from rebalancer.core.policy import PoolPolicy
 
 
@@ -58,13 +58,13 @@ def plan_pool(
     served: frozenset[str] = frozenset(),
 ) -> model.PoolPlan:
     """One pool's plan; ``served``: jobs other pools have room for (``core.takers``)."""
-    draft = _Draft(_read_pool(now, name, pool, policy, keys, paused, frozen, served))
+    draft = Draft(read_pool(now, name, pool, policy, keys, paused, frozen, served))
     # Every intent is still formed under a pause or a freeze, and refused: nothing is silent.
-    _operator_intents(draft)
-    _state_intents(draft)
-    _safety_intents(draft)
-    _strategy_intent(draft, proposal)
-    _unused_loans(draft)
-    _gang_intent(draft)
-    _room_lent_already(draft)
+    operator_intents(draft)
+    state_intents(draft)
+    safety_intents(draft)
+    strategy_intent(draft, proposal)
+    unused_loan_intent(draft)
+    gang_intent(draft)
+    room_lent_already(draft)
     return draft.finish(proposal)

@@ -1,4 +1,4 @@
-"""Observe: decode every node of a pool once and judge its demand, into a ``_Pool``.
+"""Observe: decode every node of a pool once and judge its demand, into a ``Pool``.
 
 Where it sits: the first stage of ``plan_pool`` (and of ``node_rules``, so that explain judges a
 node on what the planner saw). A node whose state or overrides cannot be read is decoded as such,
@@ -15,11 +15,11 @@ from rebalancer.core import clocks, model, nodestate, overrides, takers, warmth
 from rebalancer.core import demand as demand_module
 from rebalancer.core.model import Reason
 from rebalancer.core.nodestate import Phase
-from rebalancer.core.planning.draft import Health, _Decoded, _Demand, _Node, _Pool
+from rebalancer.core.planning.draft import DecodedNode, Demand, Health, Node, Pool
 from rebalancer.core.policy import Guard, PoolPolicy
 
 
-def _read_pool(
+def read_pool(
     now: datetime,
     name: model.PoolName,
     snapshot: model.PoolSnapshot,
@@ -28,11 +28,11 @@ def _read_pool(
     paused: bool,
     frozen: bool,
     served: frozenset[str] = frozenset(),
-) -> _Pool:
+) -> Pool:
     by_phase, findings, unreadable = _read_nodes(now, name, snapshot, keys, policy)
     future = _in_future(now, by_phase, snapshot.clocks, keys)
     serving = by_phase[Phase.SERVING]
-    return _Pool(
+    return Pool(
         name=name,
         now=now,
         policy=policy,
@@ -60,7 +60,7 @@ def _read_pool(
 
 def _in_future(
     now: datetime,
-    by_phase: Mapping[Phase, Sequence[_Node]],
+    by_phase: Mapping[Phase, Sequence[Node]],
     measured: clocks.Clocks,
     keys: nodestate.Keys,
 ) -> dict[model.NodeName, model.Finding]:
@@ -90,11 +90,11 @@ def _read_nodes(
     snapshot: model.PoolSnapshot,
     keys: nodestate.Keys,
     policy: PoolPolicy,
-) -> tuple[dict[Phase, tuple[_Node, ...]], tuple[model.Finding, ...], int]:
+) -> tuple[dict[Phase, tuple[Node, ...]], tuple[model.Finding, ...], int]:
     """The nodes by phase (every phase, in the order of ``Phase``; a node whose state cannot
     be read among the lent), what could not be read or was changed by another writer on any
     node, and how many nodes' state could not be read at all."""
-    by_phase: dict[Phase, list[_Node]] = {phase: [] for phase in Phase}
+    by_phase: dict[Phase, list[Node]] = {phase: [] for phase in Phase}
     findings: list[model.Finding] = []
     unreadable = 0
     spec = policy.lend_spec
@@ -102,7 +102,7 @@ def _read_nodes(
     memo_key = ("planning", keys.prefix, policy.zone, spec.add_taints)
     for view in snapshot.nodes:
         decoded = view.memo.get(memo_key)
-        if not isinstance(decoded, _Decoded):
+        if not isinstance(decoded, DecodedNode):
             decoded = view.memo[memo_key] = _decode(view, keys, policy.zone, spec)
         if decoded.findings:
             findings.extend(decoded.findings)
@@ -117,8 +117,8 @@ def _read_nodes(
 
 
 def _membership(
-    name: model.PoolName, snapshot: model.PoolSnapshot, node: _Node, findings: list[model.Finding]
-) -> _Node:
+    name: model.PoolName, snapshot: model.PoolSnapshot, node: Node, findings: list[model.Finding]
+) -> Node:
     """An orphan (no pool selects it, yet it carries our keys) is this pool's to take back;
     a node other pools select too is this pool's to drive. Both are reported."""
     others = snapshot.overlaps.get(node.name)
@@ -143,7 +143,7 @@ _MANY = Reason.SELECTED_BY_MANY_POOLS
 
 def _decode(
     view: model.NodeView, keys: nodestate.Keys, zone: str, spec: nodestate.LendSpec
-) -> _Decoded:
+) -> DecodedNode:
     """Everything about a node that depends only on its metadata: computed once per version."""
     state = nodestate.read_in_pool(view, keys, spec.add_taints)
     parsed = overrides.parse(view.annotations, keys, zone)
@@ -161,9 +161,9 @@ def _decode(
         # Away from serving for every cap, as a lent node is: whatever it runs, it is not the
         # capacity the pool counts on until it is back.
         stand_in = nodestate.NodeState(phase=Phase.LENT)
-        node = _Node(view, view.name, stand_in, Phase.LENT, ov, ov.window, bad_override)
+        node = Node(view, view.name, stand_in, Phase.LENT, ov, ov.window, bad_override)
         node = dataclasses.replace(node, problem=Reason.STATE_UNREADABLE, error=state)
-        return _Decoded(node, tuple(findings))
+        return DecodedNode(node, tuple(findings))
     if not state.verified:
         # Not the controller's own: planned as lent whatever it says (its times and phase are
         # not trusted either) and taken back at once, within what the pool's specification
@@ -179,17 +179,17 @@ def _decode(
             for d in state.drift
         ]
         stand_in = nodestate.NodeState(phase=Phase.LENT, drift=state.drift, verified=False)
-        node = _Node(view, view.name, stand_in, Phase.LENT, ov, ov.window, bad_override)
+        node = Node(view, view.name, stand_in, Phase.LENT, ov, ov.window, bad_override)
         node = dataclasses.replace(node, problem=Reason.STATE_UNVERIFIED)
-        return _Decoded(node, tuple(findings))
+        return DecodedNode(node, tuple(findings))
     drift = list(state.drift)
     if state.phase is Phase.LENT:
         drift += _lent_drift(view, spec)
     after = "the node is taken back" if state.phase is Phase.LENT else "it is not lent until fixed"
     findings += [model.Finding(view.name, d.key, d.value, d.reason, f"{d}; {after}") for d in drift]
     problem = drift[0].reason if drift and state.phase is Phase.LENT else None
-    node = _Node(view, view.name, state, state.phase, ov, ov.window, bad_override, problem)
-    return _Decoded(node, tuple(findings))
+    node = Node(view, view.name, state, state.phase, ov, ov.window, bad_override, problem)
+    return DecodedNode(node, tuple(findings))
 
 
 def _lent_drift(view: model.NodeView, spec: nodestate.LendSpec) -> list[nodestate.Drift]:
@@ -216,7 +216,7 @@ def _lent_drift(view: model.NodeView, spec: nodestate.LendSpec) -> list[nodestat
     return drift
 
 
-def _judge_demand(now: datetime, pool: model.PoolSnapshot, policy: PoolPolicy) -> _Demand:
+def _judge_demand(now: datetime, pool: model.PoolSnapshot, policy: PoolPolicy) -> Demand:
     # A rate that is not a finite number >= 0 is no sample: never read as a load, and never
     # handed to ``need``, which cannot round NaN or infinity.
     demand = demand_module.usable(pool.demand)
@@ -226,7 +226,7 @@ def _judge_demand(now: datetime, pool: model.PoolSnapshot, policy: PoolPolicy) -
     queue = pool.queue
     sampled_now = clocks.prometheus_now(pool.clocks, now)
     fresh_queue = queue is not None and queue.age(sampled_now) <= policy.staleness
-    return _Demand(
+    return Demand(
         health=health,
         note=note,
         need=policy.need(demand.value) if demand is not None else None,

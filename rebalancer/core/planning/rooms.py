@@ -12,10 +12,10 @@ from __future__ import annotations
 from rebalancer.core import model, nodestate, takers
 from rebalancer.core.model import Action, Intent, Origin
 from rebalancer.core.nodestate import Phase
-from rebalancer.core.planning.draft import _Draft, _Node, _Pool
+from rebalancer.core.planning.draft import Draft, Node, Pool
 
 
-def _to_takers(pool: _Pool, intent: Intent) -> bool:
+def lends_to_takers(pool: Pool, intent: Intent) -> bool:
     """Whether ``intent`` lends only to pending jobs: the strategy's lends in a pool that says
     so. An operator's ``lend=now`` is the operator's call, as it is for the window."""
     return (
@@ -25,17 +25,17 @@ def _to_takers(pool: _Pool, intent: Intent) -> bool:
     )
 
 
-def _room_lent_already(draft: _Draft) -> None:
+def room_lent_already(draft: Draft) -> None:
     """Jobs that fit on what the pool holds lent once this tick's steps are taken are the
     pool's (``PoolPlan.served``), whether or not it lends more now: a pool that holds, is
     paused or plans safety only still has the room it lent for a job the scheduler has not
     placed yet, and no pool planned after it lends that job a second node. Counting a job
     served that will not land here costs at most a loan not made: the side of inference."""
-    placed = takers.place(draft.pool.takers, _lent_rooms(draft), (), 0)
+    placed = takers.place(draft.pool.takers, lent_rooms(draft), (), 0)
     draft.served.update(placed.served)
 
 
-def _why_no_taker(pool: _Pool, placed: takers.Placement) -> str:
+def why_no_taker(pool: Pool, placed: takers.Placement) -> str:
     if not pool.takers:
         return "no pending pod tolerates the lend taint: a lent node would run nothing"
     waiting = list(placed.waiting.items())
@@ -46,26 +46,26 @@ def _why_no_taker(pool: _Pool, placed: takers.Placement) -> str:
     return f"no pending job would run on another node: {shown}{more}"
 
 
-def _lent_rooms(draft: _Draft) -> list[takers.Room]:
+def lent_rooms(draft: Draft) -> list[takers.Room]:
     """The room pending pods may find without a new loan: nodes lent or being lent (not
     taken back this tick), then those lent this tick, as they will be once lent."""
     pool = draft.pool
     stepped = {s.node: s.action for s in draft.steps}
     rooms = [
-        _room(pool, node, lent=node.phase is Phase.LENT)
+        as_room(pool, node, lent=node.phase is Phase.LENT)
         for node in (*pool.by_phase[Phase.LENT], *pool.by_phase[Phase.LENDING])
         if stepped.get(node.name) is not Action.RECLAIM
     ]
     by_name = {n.name: n for n in pool.by_phase[Phase.SERVING]}
     rooms += [
-        _room(pool, by_name[s.node], lent=False)
+        as_room(pool, by_name[s.node], lent=False)
         for s in draft.steps
         if s.action is Action.LEND and s.node in by_name
     ]
     return rooms
 
 
-def _room(pool: _Pool, node: _Node, lent: bool) -> takers.Room:
+def as_room(pool: Pool, node: Node, lent: bool) -> takers.Room:
     """``node`` as a pending pod would find it: as it is when ``lent``, else once lent."""
     view, spec = node.view, pool.policy.lend_spec
     labels, taints = view.labels, view.taints

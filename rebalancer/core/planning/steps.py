@@ -1,6 +1,6 @@
 """Steps: which candidates an intent takes, cheapest first, and why what it cannot take is refused.
 
-Where it sits: the last of the three stages of ``grant._grant``. A lend takes the nodes that
+Where it sits: the last of the three stages of ``grant.grant``. A lend takes the nodes that
 cost least to lend; a reclaim takes those that preempt the fewest training jobs
 (``core.victims``). What the allowance permits but no candidate can take is refused with the
 reasons the other nodes were excluded: nothing is refused silently.
@@ -15,16 +15,16 @@ from functools import partial
 from rebalancer.core import model, victims
 from rebalancer.core.model import Action, Intent, Reason
 from rebalancer.core.nodestate import Phase
-from rebalancer.core.planning.draft import _Draft, _Node, _Pool
+from rebalancer.core.planning.draft import Draft, Node, Pool
 from rebalancer.core.policy import PoolPolicy
 
 
-def _lend_cost(node: _Node) -> tuple[int, str]:
+def lend_cost(node: Node) -> tuple[int, str]:
     """Cheapest first: fewest pods, then by name, so that plans are deterministic."""
     return len(node.view.pods), node.name
 
 
-def _reclaim_order(nodes: Sequence[_Node], preempted: set[str], count: int) -> list[_Node]:
+def reclaim_order(nodes: Sequence[Node], preempted: set[str], count: int) -> list[Node]:
     """The ``count`` nodes a reclaim takes first, cheapest first in what they cost training:
     a job (a gang) is preempted whole as soon as one of its pods goes, so each next node is
     the one that preempts the fewest jobs not preempted already (``preempted``: by this tick's
@@ -34,44 +34,44 @@ def _reclaim_order(nodes: Sequence[_Node], preempted: set[str], count: int) -> l
     remaining = list(nodes)
     lost = set(preempted)
     cost = {job.key: rank for rank, job in enumerate(victims.jobs(_borrowed(remaining)))}
-    chosen: list[_Node] = []
+    chosen: list[Node] = []
     while remaining and len(chosen) < count:
         best = min(remaining, key=partial(_price, lost=frozenset(lost), cost=cost))
         remaining.remove(best)
         chosen.append(best)
-        lost |= _jobs_on(best)
+        lost |= jobs_on(best)
     return chosen
 
 
 def _price(
-    node: _Node, lost: frozenset[str], cost: Mapping[str, int]
+    node: Node, lost: frozenset[str], cost: Mapping[str, int]
 ) -> tuple[int, list[int], int, str]:
     """What taking ``node`` back costs when the jobs in ``lost`` are lost already: the jobs
     it preempts besides, the dearest of them first (by their rank in ``cost``), its pods."""
-    new = _jobs_on(node) - lost
+    new = jobs_on(node) - lost
     return len(new), sorted((cost[j] for j in new), reverse=True), len(node.view.pods), node.name
 
 
-def _jobs_on(node: _Node) -> set[str]:
+def jobs_on(node: Node) -> set[str]:
     return {victims.job_key(p) for p in node.view.borrowed_pods}
 
 
-def _borrowed(nodes: Iterable[_Node]) -> list[model.PodView]:
+def _borrowed(nodes: Iterable[Node]) -> list[model.PodView]:
     return [p for node in nodes for p in node.view.borrowed_pods]
 
 
-def _preempted(draft: _Draft) -> set[str]:
+def preempted_jobs(draft: Draft) -> set[str]:
     """The jobs that lose pods this tick or are losing them: those on nodes a step of this
     tick takes back, and those on nodes already on their way back."""
     pool = draft.pool
     back = {s.node for s in draft.steps if s.action is Action.RECLAIM}
     nodes = [n for n in pool.by_phase[Phase.LENT] if n.name in back]
     nodes += pool.by_phase[Phase.RECLAIMING]
-    return {job for node in nodes for job in _jobs_on(node)}
+    return {job for node in nodes for job in jobs_on(node)}
 
 
-def _shortfall(
-    pool: _Pool, intent: Intent, missing: int, excluded: Mapping[model.NodeName, Reason]
+def shortfall(
+    pool: Pool, intent: Intent, missing: int, excluded: Mapping[model.NodeName, Reason]
 ) -> list[model.Rejection]:
     """Refusals for the ``missing`` steps the allowance permitted but no candidate could take."""
     if missing <= 0:
@@ -94,7 +94,7 @@ def _shortfall(
     return refused
 
 
-_LEND_EXCLUSIONS = {
+LEND_EXCLUSIONS = {
     Reason.BAD_STATE: "with a state key that cannot be read",
     Reason.BAD_OVERRIDE: "with an override that cannot be read",
     Reason.OPERATOR_RECLAIM_NOW: "marked reclaim=now",
@@ -113,7 +113,7 @@ def _why_no_lend_candidate(excluded: Counter[Reason]) -> tuple[Reason, str]:
     if not excluded:
         return Reason.NO_CANDIDATE, "no serving node is left to lend"
     reason = excluded.most_common(1)[0][0]
-    parts = ", ".join(f"{count} {_LEND_EXCLUSIONS[r]}" for r, count in excluded.most_common())
+    parts = ", ".join(f"{count} {LEND_EXCLUSIONS[r]}" for r, count in excluded.most_common())
     return reason, f"not enough idle serving nodes: {parts}"
 
 

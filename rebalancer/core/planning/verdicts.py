@@ -15,13 +15,13 @@ from enum import StrEnum
 from rebalancer.core import model, nodestate, overrides, takers
 from rebalancer.core.model import Action, Intent, Origin, Reason
 from rebalancer.core.nodestate import Phase
-from rebalancer.core.planning.allowance import _limits
-from rebalancer.core.planning.candidates import _LEND_RULES, _RECLAIM_RULES
-from rebalancer.core.planning.draft import _Draft, _Node, _Pool
-from rebalancer.core.planning.intents import _PROBLEMS, _operator_reclaim
-from rebalancer.core.planning.reading import _read_pool
-from rebalancer.core.planning.rooms import _lent_rooms, _room, _to_takers, _why_no_taker
-from rebalancer.core.planning.steps import _LEND_EXCLUSIONS
+from rebalancer.core.planning.allowance import intent_limits
+from rebalancer.core.planning.candidates import LEND_RULES, RECLAIM_RULES
+from rebalancer.core.planning.draft import Draft, Node, Pool
+from rebalancer.core.planning.intents import PROBLEM_NOTES, operator_reclaim
+from rebalancer.core.planning.reading import read_pool
+from rebalancer.core.planning.rooms import as_room, lends_to_takers, lent_rooms, why_no_taker
+from rebalancer.core.planning.steps import LEND_EXCLUSIONS
 from rebalancer.core.policy import PoolPolicy
 
 
@@ -61,9 +61,9 @@ def node_rules(
     frozen: bool = False,
 ) -> NodeRules:
     """What ``rebalancer explain NODE`` lists: the same rule tables, limits and takers the
-    planner uses (``_LEND_RULES``, ``_RECLAIM_RULES``, ``_limits``), every one evaluated rather
+    planner uses (``LEND_RULES``, ``RECLAIM_RULES``, ``intent_limits``), every one evaluated rather
     than the first that refuses. A node of ``snapshot`` only."""
-    pool = _read_pool(now, name, snapshot, policy, keys, paused, frozen)
+    pool = read_pool(now, name, snapshot, policy, keys, paused, frozen)
     found = next((n for nodes in pool.by_phase.values() for n in nodes if n.name == node), None)
     if found is None:
         return NodeRules(None, note=f"not a node of pool {name}")
@@ -100,13 +100,13 @@ _RECLAIM_NOTES = {
 }
 
 
-def _lend_checks(pool: _Pool, node: _Node) -> Iterator[RuleCheck]:
+def _lend_checks(pool: Pool, node: Node) -> Iterator[RuleCheck]:
     operator = node.overrides.lend is overrides.LendMode.NOW
-    for reason, refuses, strategy_only in _LEND_RULES:
+    for reason, refuses, strategy_only in LEND_RULES:
         if strategy_only and operator:
             yield RuleCheck(reason, Verdict.SKIPPED, "lend=now skips it")
         elif refuses(pool, node):
-            yield RuleCheck(reason, Verdict.REFUSES, _LEND_EXCLUSIONS[reason])
+            yield RuleCheck(reason, Verdict.REFUSES, LEND_EXCLUSIONS[reason])
         else:
             yield RuleCheck(reason, Verdict.ALLOWS, _LEND_PASSES[reason])
     if operator:
@@ -114,27 +114,27 @@ def _lend_checks(pool: _Pool, node: _Node) -> Iterator[RuleCheck]:
         intent = Intent(pool.name, Action.LEND, 1, Origin.OPERATOR, Reason.OPERATOR_LEND_NOW, why)
     else:
         intent = Intent(pool.name, Action.LEND, 1, Origin.STRATEGY, Reason.STRATEGY, "")
-    draft = _Draft(pool)
+    draft = Draft(pool)
     yield from _limit_checks(draft, intent)
-    if _to_takers(pool, intent):
-        placed = takers.place(pool.takers, _lent_rooms(draft), [_room(pool, node, False)], 1)
+    if lends_to_takers(pool, intent):
+        placed = takers.place(pool.takers, lent_rooms(draft), [as_room(pool, node, False)], 1)
         if placed.lend:
             yield RuleCheck(Reason.NO_TAKER, Verdict.ALLOWS, f"job {placed.lend[0][1]} would run")
         else:
-            yield RuleCheck(Reason.NO_TAKER, Verdict.REFUSES, _why_no_taker(pool, placed))
+            yield RuleCheck(Reason.NO_TAKER, Verdict.REFUSES, why_no_taker(pool, placed))
 
 
-def _reclaim_checks(pool: _Pool, node: _Node) -> Iterator[RuleCheck]:
+def _reclaim_checks(pool: Pool, node: Node) -> Iterator[RuleCheck]:
     if node.problem is not None:
-        yield RuleCheck(node.problem, Verdict.ASKS, _PROBLEMS[node.problem])
-    asked = _operator_reclaim(pool, node)
+        yield RuleCheck(node.problem, Verdict.ASKS, PROBLEM_NOTES[node.problem])
+    asked = operator_reclaim(pool, node)
     if asked is not None:
         yield RuleCheck(asked.reason, Verdict.ASKS, asked.message)
     elif pool.is_open(node):
         yield RuleCheck(
             Reason.WINDOW_CLOSED, Verdict.ALLOWS, "its window is open: it may stay lent"
         )
-    for reason, refuses, strategy_only in _RECLAIM_RULES:
+    for reason, refuses, strategy_only in RECLAIM_RULES:
         passed, refused = _RECLAIM_NOTES[reason]
         if refuses(pool, node):
             who = " (holds against the strategy only)" if strategy_only else ""
@@ -142,12 +142,12 @@ def _reclaim_checks(pool: _Pool, node: _Node) -> Iterator[RuleCheck]:
         else:
             yield RuleCheck(reason, Verdict.ALLOWS, passed)
     intent = Intent(pool.name, Action.RECLAIM, 1, Origin.STRATEGY, Reason.STRATEGY, "")
-    yield from _limit_checks(_Draft(pool), intent)
+    yield from _limit_checks(Draft(pool), intent)
 
 
-def _limit_checks(draft: _Draft, intent: Intent) -> Iterator[RuleCheck]:
+def _limit_checks(draft: Draft, intent: Intent) -> Iterator[RuleCheck]:
     """Each pool rule that bounds ``intent``, and what it leaves (one more step, or none)."""
-    for limit in _limits(draft, intent):
+    for limit in intent_limits(draft, intent):
         if limit.cap >= 1:
             yield RuleCheck(limit.reason, Verdict.ALLOWS, f"{limit.message}: room for {limit.cap}")
         else:
