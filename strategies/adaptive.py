@@ -155,7 +155,7 @@ class _Rung:
 
 
 @dataclass
-class _Memory:
+class Memory:
     start: datetime  # index 0 of the grid the replay counts steps on
     step: timedelta
     figures: tuple[object, ...]
@@ -193,7 +193,7 @@ class Adaptive:
 
     def __init__(self, params: Params) -> None:
         self.params = params
-        self._memos: dict[model.PoolName, _Memory] = {}
+        self._memos: dict[model.PoolName, Memory] = {}
         # Per pool, what each answer kept and when: a loan needs the most of the hold span (the
         # replay's own keeps lag the live sample by the history's refresh).
         self._kept: dict[model.PoolName, deque[tuple[datetime, int]]] = {}
@@ -236,7 +236,7 @@ class Adaptive:
         kept.append((pool.now, keep))
         return max(k for _, k in kept)
 
-    def _choose(self, memo: _Memory, pool: model.PoolView) -> tuple[int, float, int]:
+    def _choose(self, memo: Memory, pool: model.PoolView) -> tuple[int, float, int]:
         """The best rung over the trailing span: (its index, its score, its misses)."""
         p, step = self.params, pool.history.step
         price = p.price_pool_hours * pool.size
@@ -251,7 +251,7 @@ class Adaptive:
                 best, best_score, best_misses = index, score, misses
         return best, best_score, best_misses
 
-    def _advance(self, pool: model.PoolView) -> _Memory:
+    def _advance(self, pool: model.PoolView) -> Memory:
         """The replay brought up to the end of ``pool.history``: where the last history read
         left off, when this one continues it (the controller reads a new one every few
         minutes), so that a tick costs the steps that are new; from this history alone when it
@@ -271,7 +271,7 @@ class Adaptive:
         memo.end = max(memo.end, now + 1)
         return memo
 
-    def _fresh(self, pool: model.PoolView, span: int) -> _Memory:
+    def _fresh(self, pool: model.PoolView, span: int) -> Memory:
         p, history = self.params, pool.history
         step = history.step
         longest = max(_steps(timedelta(minutes=w), step) for w in p.windows)
@@ -285,7 +285,7 @@ class Adaptive:
         ]
         windows = {r.window for r in rungs}
         bucket = _steps(_BUCKET, step)
-        return _Memory(
+        return Memory(
             start=history.start,
             step=step,
             figures=_figures(pool),
@@ -298,7 +298,7 @@ class Adaptive:
             buckets=math.ceil(span / bucket),
         )
 
-    def _replay(self, memo: _Memory, pool: model.PoolView, tick: int, last: float | None) -> None:
+    def _replay(self, memo: Memory, pool: model.PoolView, tick: int, last: float | None) -> None:
         """One step of every rung: score the minute before ``tick`` (``last``) against what the
         rung had warm, then move the rung's nodes as the planner would at ``tick``."""
         _slide(memo, last, tick)
@@ -370,7 +370,7 @@ class _Moves:
             rung.cooling.append(self.tick + self.drain + self.cooldown)
 
 
-def _slide(memo: _Memory, last: float | None, tick: int) -> None:
+def _slide(memo: Memory, last: float | None, tick: int) -> None:
     """The running window maxima over the steps before ``tick``, with ``last`` the newest."""
     if last is not None:
         for maxima in memo.maxes.values():
@@ -392,7 +392,7 @@ def _push(maxima: Steps, at: int, value: float) -> None:
     maxima.append((at, value))
 
 
-def _hold(memo: _Memory, pool: model.PoolView, last: float | None, tick: int) -> bool:
+def _hold(memo: Memory, pool: model.PoolView, last: float | None, tick: int) -> bool:
     """The planner's drop hold (``core.demand``): a fall below ``drop_floor`` of the last
     believed sample, by a node's worth or more, is not believed (nothing is lent, the level is
     planned with) until it has lasted ``drop_hold``."""

@@ -16,6 +16,7 @@ from rebalancer.core import model, nodestate, windows
 from rebalancer.core.policy import PoolPolicy, default_lend_spec
 from rebalancer.errors import ConfigError
 from rebalancer.runtime import adapterconfig
+from rebalancer.settings.queries import HISTORY_PLACEHOLDERS, QUERY_PLACEHOLDERS, SCOPE_PLACEHOLDERS
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "config.yaml"
 
@@ -965,9 +966,9 @@ def test_a_preset_without_the_unit_is_accepted_when_demand_and_history_are_writt
 
 
 def test_the_placeholders_a_template_may_use_are_those_render_fills_in() -> None:
-    every = " ".join(f"${name}" for name in settings._QUERY_PLACEHOLDERS)
-    history = " ".join(f"${name}" for name in settings._HISTORY_PLACEHOLDERS)
-    scope = " ".join(f"${name}" for name in settings._SCOPE_PLACEHOLDERS)
+    every = " ".join(f"${name}" for name in QUERY_PLACEHOLDERS)
+    history = " ".join(f"${name}" for name in HISTORY_PLACEHOLDERS)
+    scope = " ".join(f"${name}" for name in SCOPE_PLACEHOLDERS)
     assert metrics.render(every, "l20", ["n-1"], scope) == "n-1 l20 n-1 l20"
     assert metrics.render(history, "l20", ["n-1"], scope, window="60s") == "n-1 l20 n-1 l20 60s"
     settings.MetricsSettings(history=history, scope=scope)  # and the settings take them

@@ -168,14 +168,16 @@ def render(template: str, pool: str, nodes: Iterable[str], scope: str, **extra: 
     return Template(template).substitute(scope=scope_expr, nodes=regex, pool=pool, **extra)
 
 
-def _duration(d: timedelta) -> str:
+def promql_duration(d: timedelta) -> str:
+    """``d`` as PromQL writes a duration: whole seconds, ``"60s"``."""
     seconds = int(d.total_seconds())
     if seconds <= 0 or d.total_seconds() != seconds:
         raise ValueError(f"a duration must be whole seconds > 0, not {d}")
     return f"{seconds}s"
 
 
-def _finite(raw: object) -> float | None:
+def finite_value(raw: object) -> float | None:
+    """A sample's value, or None for anything but a finite number >= 0: never a zero."""
     if not isinstance(raw, str | int | float):
         return None  # Prometheus sends sample values as strings; anything else is garbage
     try:
@@ -202,7 +204,7 @@ def _scalar_time(answer: object) -> datetime:
     """The evaluation time of a scalar answer ``[<time>, "<value>"]``, or ``ValueError``."""
     if not (isinstance(answer, list) and len(answer) == 2):
         raise ValueError(f"unexpected answer to time() (not a scalar): {answer!r:.200}")
-    ts = _finite(answer[0])
+    ts = finite_value(answer[0])
     if ts is None:
         raise ValueError(f"unexpected time in the answer to time(): {answer[0]!r:.100}")
     return _utc(ts)
@@ -274,7 +276,9 @@ class Metrics:
             raise QueryFailed(_describe(exc)) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _instant(self, query: str, at: datetime | None) -> list[dict[str, Any]]:
+    async def query_instant(self, query: str, at: datetime | None) -> list[dict[str, Any]]:
+        """``query``'s series at ``at`` (Prometheus' own now when None), retried on transient
+        failures; raises ``QueryFailed``."""
         params = {} if at is None else {"time": f"{at.timestamp():.3f}"}
         timeout = self.settings.timeout
 
@@ -283,11 +287,13 @@ class Metrics:
 
         return await self._call(run)
 
-    async def _range(
+    async def query_range(
         self, query: str, start: datetime, end: datetime, step: timedelta
     ) -> list[dict[str, Any]]:
+        """``query``'s series on ``[start, end]`` at ``step``, retried on transient failures;
+        raises ``QueryFailed``. At most ``MAX_POINTS`` steps."""
         timeout = self.settings.timeout
-        step_s = _duration(step)
+        step_s = promql_duration(step)
 
         def run() -> list[dict[str, Any]]:
             return _vector(
@@ -314,24 +320,24 @@ class Metrics:
         try:
             sampled = render(q.sampled, pool, nodes, s.queries.scope)
             value_q = render(q.value, pool, nodes, s.queries.scope)
-            window = f"[{_duration(s.lookback)}:{_duration(s.resolution)}]"
+            window = f"[{promql_duration(s.lookback)}:{promql_duration(s.resolution)}]"
         except (ValueError, KeyError) as exc:
             return {}, [MetricError(pool, metric, q.value, f"cannot build the query: {exc}")]
         group = f" by ({by})" if by else ""
         at_q = f"max{group} (max_over_time(({sampled}){window}))"
         try:
-            times = await self._instant(at_q, now)
+            times = await self.query_instant(at_q, now)
         except QueryFailed as exc:
             return {}, [MetricError(pool, metric, at_q, exc.reason)]
         found: dict[str, Sample] = {}
         for series in times:
             key = str(series.get("metric", {}).get(by, "")) if by else ""
-            ts = _finite(series["value"][1])
+            ts = finite_value(series["value"][1])
             if ts is None or (by and not key):
                 continue
             at = _utc(ts)
             try:
-                values = await self._instant(value_q, at)
+                values = await self.query_instant(value_q, at)
             except QueryFailed as exc:
                 errors.append(MetricError(pool, metric, value_q, exc.reason))
                 continue
@@ -350,7 +356,7 @@ class Metrics:
             if not values:
                 continue  # the sample exists but the expression has no value: unknown
             raw = values[0]["value"][1]
-            value = _finite(raw)
+            value = finite_value(raw)
             if value is None:
                 reason = f"the value is {bounded.quoted(str(raw))}, not a finite number >= 0"
                 errors.append(MetricError(pool, metric, value_q, reason))
@@ -417,7 +423,7 @@ class Metrics:
                 pool,
                 names,
                 self.settings.queries.scope,
-                window=_duration(step),
+                window=promql_duration(step),
             )
         except (ValueError, KeyError) as exc:
             err = MetricError(pool, "history", self.settings.queries.history, str(exc))
@@ -428,7 +434,7 @@ class Metrics:
         for first in range(0, n, MAX_POINTS):
             last = min(n, first + MAX_POINTS) - 1
             try:
-                result = await self._range(
+                result = await self.query_range(
                     query, since + step * (first + 1), since + step * (last + 1), step
                 )
             except QueryFailed as exc:
@@ -439,7 +445,7 @@ class Metrics:
             for ts, raw in result[0]["values"] if result else []:
                 i = round((float(ts) - since.timestamp()) / step.total_seconds()) - 1
                 if first <= i <= last:
-                    values[i] = _finite(raw)
+                    values[i] = finite_value(raw)
         return HistoryResult(DemandHistory(start=since, step=step, values=values, end_index=n))
 
 

@@ -15,8 +15,8 @@ from rebalancer.adapters.metrics import (
     MAX_POINTS,
     Metrics,
     QueryFailed,
-    _duration,
-    _finite,
+    finite_value,
+    promql_duration,
     render,
 )
 from rebalancer.adapters.promql import MetricQuery
@@ -84,7 +84,7 @@ async def read_range(
         for query in (value_q, sampled_q):
             requests += 1
             try:
-                result = await metrics._range(query, since, until, step)
+                result = await metrics.query_range(query, since, until, step)
             except QueryFailed as exc:
                 error = MetricError(pool, metric, query, exc.reason)
                 return RangeRead(start, step, values, requests, error)
@@ -111,7 +111,7 @@ def _by_step(
     for ts, raw in result[0]["values"] if result else []:
         i = round((float(ts) - start.timestamp()) / step.total_seconds()) - 1
         if first <= i <= last:
-            points[i] = _finite(raw)
+            points[i] = finite_value(raw)
     return points
 
 
@@ -159,7 +159,7 @@ async def read_by_node(
             pool,
             sorted(set(nodes)),
             metrics.settings.queries.scope,
-            window=_duration(step),
+            window=promql_duration(step),
         )
     except (ValueError, KeyError) as exc:
         error = MetricError(pool, metric, template, f"cannot build the query: {exc}")
@@ -169,7 +169,7 @@ async def read_by_node(
         last = min(n, first + per_chunk) - 1
         requests += 1
         try:
-            result = await metrics._range(
+            result = await metrics.query_range(
                 query, start + step * (first + 1), start + step * (last + 1), step
             )
         except QueryFailed as exc:
@@ -204,10 +204,10 @@ async def labelled_nodes(
         f'label_{re.sub(r"[^a-zA-Z0-9_]", "_", key)}="{_promql_string(value)}"'
         for key, value in sorted(selector.items())
     )
-    span = _duration(max(end - start, timedelta(seconds=1)))
+    span = promql_duration(max(end - start, timedelta(seconds=1)))
     query = f"group by (node) (last_over_time(kube_node_labels{{{matchers}}}[{span}]))"
     try:
-        result = await metrics._instant(query, end)
+        result = await metrics.query_instant(query, end)
     except QueryFailed as exc:
         return f"{exc.reason} (query: {query})"
     return sorted({str(s["metric"]["node"]) for s in result if s["metric"].get("node")})

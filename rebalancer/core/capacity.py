@@ -34,7 +34,7 @@ from rebalancer.core.model import NodeName, Unit
 QUANTILE = 0.9  # of the full node-steps' figures: the per-node capacity reported
 FEW = 30  # full node-steps under which the figure is called rough
 SPREAD = 0.25  # nodes whose own figures differ by more than this share are pointed out
-_NODE_FIGURE = 5  # full steps a node needs before its own figure is compared with the others
+NODE_FIGURE_STEPS = 5  # full steps a node needs before its own figure is compared with the others
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +63,7 @@ class Measurement:
     def spread(self) -> tuple[NodeFigure, NodeFigure] | None:
         """The nodes with the lowest and the highest own figure, when those differ by more
         than ``SPREAD`` (different GPUs, models or settings in one pool?); else None."""
-        measured = [n for n in self.nodes if n.per_node is not None and n.full >= _NODE_FIGURE]
+        measured = [n for n in self.nodes if n.per_node is not None and n.full >= NODE_FIGURE_STEPS]
         if len(measured) < 2:
             return None
         low = min(measured, key=lambda n: n.per_node or 0.0)

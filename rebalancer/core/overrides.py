@@ -82,7 +82,7 @@ def parse(
         # Not kept: a cache of 4096 entries of 256 KiB values, each change of an annotation
         # a new one, would hold a gigabyte. No valid override is this long.
         return _parse(relevant, keys, default_zone)
-    return _parse_cached(relevant, keys, default_zone)
+    return parse_cached(relevant, keys, default_zone)
 
 
 _EMPTY = Parsed(NONE, ())
@@ -149,4 +149,4 @@ def _parse(
     return Parsed(overrides, tuple(problems))
 
 
-_parse_cached = lru_cache(maxsize=4096)(_parse)
+parse_cached = lru_cache(maxsize=4096)(_parse)

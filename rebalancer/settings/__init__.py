@@ -51,11 +51,6 @@ from rebalancer.settings.limits import LimitSettings
 from rebalancer.settings.loader import config_path, load
 from rebalancer.settings.pool import CapacitySettings, PoolSettings
 from rebalancer.settings.problems import InvalidSettings
-
-# Not for callers: what ``metrics.render`` fills in, which a test holds equal to it.
-from rebalancer.settings.queries import _HISTORY_PLACEHOLDERS as _HISTORY_PLACEHOLDERS
-from rebalancer.settings.queries import _QUERY_PLACEHOLDERS as _QUERY_PLACEHOLDERS
-from rebalancer.settings.queries import _SCOPE_PLACEHOLDERS as _SCOPE_PLACEHOLDERS
 from rebalancer.settings.queries import MetricQuerySettings, MetricsSettings
 from rebalancer.settings.slo import DEFAULT_SLO, SLO_OFF, SloSettings
 from rebalancer.settings.strategy import StrategySettings

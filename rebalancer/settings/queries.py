@@ -90,16 +90,16 @@ class MetricsSettings(SettingsBlock):
         Checked when the settings are read, so that a typo in a placeholder stops the start
         instead of failing the pool's query on every tick."""
         templates: list[tuple[str, str | None, tuple[str, ...]]] = [
-            ("history", self.history, _HISTORY_PLACEHOLDERS),
-            ("node_served", self.node_served, _HISTORY_PLACEHOLDERS),
-            ("node_saturated", self.node_saturated, _HISTORY_PLACEHOLDERS),
-            ("scope", self.scope, _SCOPE_PLACEHOLDERS),
+            ("history", self.history, HISTORY_PLACEHOLDERS),
+            ("node_served", self.node_served, HISTORY_PLACEHOLDERS),
+            ("node_saturated", self.node_saturated, HISTORY_PLACEHOLDERS),
+            ("scope", self.scope, SCOPE_PLACEHOLDERS),
         ]
         for name in ("demand", "queue", "running", "gpu_busy"):
             query: MetricQuerySettings | None = getattr(self, name)
             if query is not None:
-                templates.append((f"{name}.value", query.value, _QUERY_PLACEHOLDERS))
-                templates.append((f"{name}.sampled", query.sampled, _QUERY_PLACEHOLDERS))
+                templates.append((f"{name}.value", query.value, QUERY_PLACEHOLDERS))
+                templates.append((f"{name}.sampled", query.sampled, QUERY_PLACEHOLDERS))
         found = (
             (f, t, _template_problem(t, allowed)) for f, t, allowed in templates if t is not None
         )
@@ -150,9 +150,9 @@ class MetricsSettings(SettingsBlock):
 # What ``rebalancer.adapters.metrics.render`` fills in (a test holds them equal): ``$scope``,
 # ``$nodes`` and ``$pool`` in a query, ``$window`` too in ``history``, ``node_served`` and
 # ``node_saturated``; ``scope`` itself is filled in with ``$nodes`` and ``$pool``.
-_QUERY_PLACEHOLDERS = ("scope", "nodes", "pool")
-_HISTORY_PLACEHOLDERS = (*_QUERY_PLACEHOLDERS, "window")
-_SCOPE_PLACEHOLDERS = ("nodes", "pool")
+QUERY_PLACEHOLDERS = ("scope", "nodes", "pool")
+HISTORY_PLACEHOLDERS = (*QUERY_PLACEHOLDERS, "window")
+SCOPE_PLACEHOLDERS = ("nodes", "pool")
 
 
 def _template_problem(template: str, allowed: Sequence[str]) -> str | None:

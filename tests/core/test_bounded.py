@@ -64,8 +64,8 @@ def _digest(text: str) -> str:
 
 
 def test_a_long_override_value_is_parsed_each_time_not_kept_in_the_parse_cache() -> None:
-    cached = overrides._parse_cached.cache_info().currsize
+    cached = overrides.parse_cached.cache_info().currsize
     for i in range(50):  # another writer changing a 200 KB annotation, over and over
         parsed = overrides.parse({"rebalancer.io/lend": f"{i}" + "z" * 204_800}, nodestate.Keys())
         assert parsed.problems
-    assert overrides._parse_cached.cache_info().currsize == cached
+    assert overrides.parse_cached.cache_info().currsize == cached

@@ -52,7 +52,7 @@ def test_few_full_steps_make_a_rough_figure() -> None:
 
 
 def test_nodes_that_differ_by_more_than_a_quarter_are_pointed_out() -> None:
-    steps = capacity._NODE_FIGURE
+    steps = capacity.NODE_FIGURE_STEPS
     alike = capacity.measure(
         {A: [10.0] * steps, B: [12.0] * steps}, {A: [1.0] * steps, B: [1.0] * steps}, RPS, STEP
     )

@@ -80,7 +80,7 @@ def followed(run: engine.Run, strategy: adaptive.Adaptive) -> int:
     return memo.rungs[strategy._choose(memo, _view(memo, run))[0]].window
 
 
-def _view(memo: adaptive._Memory, run: engine.Run) -> model.PoolView:
+def _view(memo: adaptive.Memory, run: engine.Run) -> model.PoolView:
     """The pool at the end of ``run``, at 20 rps, as ``_choose`` reads it."""
     history = model.DemandHistory(memo.start, memo.step, (), 0)
     last = run.timeline[-1]

@@ -21,7 +21,7 @@ def node_doc(view: model.NodeView) -> Json:
     }
 
 
-def _intent_doc(intent: model.Intent) -> Json:
+def intent_doc(intent: model.Intent) -> Json:
     return {
         "action": intent.action.value,
         "count": intent.count,
@@ -32,17 +32,17 @@ def _intent_doc(intent: model.Intent) -> Json:
     }
 
 
-def _sample(sample: model.Sample | None) -> Json | None:
+def sample_doc(sample: model.Sample | None) -> Json | None:
     if sample is None:
         return None
-    return {"value": _number(sample.value), "at": _time(sample.at)}
+    return {"value": _number(sample.value), "at": time_doc(sample.at)}
 
 
 def _number(value: float) -> float | str:
     return value if math.isfinite(value) else str(value)  # JSON has no NaN or infinity
 
 
-def _time(when: datetime) -> str:
+def time_doc(when: datetime) -> str:
     return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
@@ -55,7 +55,7 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, float):
         return _number(value)
     if isinstance(value, datetime):
-        return _time(value)
+        return time_doc(value)
     if isinstance(value, timedelta):
         return value.total_seconds()
     if isinstance(value, Mapping):
@@ -70,7 +70,7 @@ def to_json(record: AuditRecord) -> Json:
     """The record as one JSON document (the stdout line, and what readers get)."""
     return {
         "id": record.id,
-        "time": _time(record.time),
+        "time": time_doc(record.time),
         "cluster": record.cluster,
         "kind": record.kind.value,
         "controller": record.controller,

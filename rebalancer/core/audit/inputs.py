@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from rebalancer.core import bounded, clocks, model, nodestate, overrides
-from rebalancer.core.audit.documents import _sample, _time, jsonable
+from rebalancer.core.audit.documents import jsonable, sample_doc, time_doc
 from rebalancer.core.audit.record import Json
 from rebalancer.core.policy import PoolPolicy
 
@@ -19,22 +19,22 @@ def pool_inputs(
 ) -> Json:
     """What the pool's decision was made from: metric samples, window state, the proposal."""
     doc: Json = {
-        "demand": _sample(pool.demand),
-        "queue": _sample(pool.queue),
+        "demand": sample_doc(pool.demand),
+        "queue": sample_doc(pool.queue),
         "nodes": len(pool.nodes),
-        "history_end": None if pool.history is None else _time(pool.history.end),
+        "history_end": None if pool.history is None else time_doc(pool.history.end),
     }
     if not pool.demand_known:  # the sample above is the last good one, or there is none
         doc["demand_unknown"] = {
-            "since": _time(pool.demand.at if pool.demand else pool.unknown_since or now)
+            "since": time_doc(pool.demand.at if pool.demand else pool.unknown_since or now)
         }
     if pool.clocks.skews or pool.clocks.unmeasured:  # what sample ages were told on
         doc["clocks"] = clocks.doc(pool.clocks)
     if pool.held is not None:  # the evidence of a fall not believed yet
         doc["demand_held"] = {
-            "level": _sample(pool.held.level),
-            "seen": _sample(pool.held.seen),
-            "since": _time(pool.held.since),
+            "level": sample_doc(pool.held.level),
+            "seen": sample_doc(pool.held.seen),
+            "since": time_doc(pool.held.since),
         }
     if pool.alerts:  # the Alertmanager alerts the pool was held to, and what matched each
         # Anyone who may post can make a thousand: every record of the pool names the first
@@ -46,10 +46,10 @@ def pool_inputs(
             {
                 "alertname": a.name,
                 "fingerprint": a.fingerprint,
-                "starts_at": _time(a.starts_at),
+                "starts_at": time_doc(a.starts_at),
                 "matcher": a.matcher,
-                "received": _time(a.received),
-                "until": _time(a.until),
+                "received": time_doc(a.received),
+                "until": time_doc(a.until),
             }
             for a in shown
         ]
@@ -76,7 +76,7 @@ def node_overrides(
             "lend": active.lend.value,
             "reclaim_now": active.reclaim_now,
             "paused": active.paused,
-            "until": None if parsed.overrides.until is None else _time(parsed.overrides.until),
+            "until": None if parsed.overrides.until is None else time_doc(parsed.overrides.until),
             "expired": active is not parsed.overrides,
             "problems": [str(p) for p in parsed.problems],
         }

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from rebalancer.core import model, nodestate
-from rebalancer.core.audit.documents import _intent_doc, jsonable, node_doc
+from rebalancer.core.audit.documents import intent_doc, jsonable, node_doc
 from rebalancer.core.audit.inputs import node_overrides, pool_inputs
 from rebalancer.core.audit.record import STEADY, AuditRecord, Context, Json, Kind, NewId
 from rebalancer.core.policy import PoolPolicy
@@ -59,7 +59,7 @@ def build_tick(
 
 
 def _intent(stamp: _Stamp, step: model.Step) -> AuditRecord:
-    detail: Json = {"urgent": step.urgent, "intent": _intent_doc(step.intent)}
+    detail: Json = {"urgent": step.urgent, "intent": intent_doc(step.intent)}
     view = stamp.nodes.get(step.node)
     if view is not None and view.uid:  # the incarnation of the name it was decided for
         detail["node_uid"] = view.uid
@@ -83,7 +83,7 @@ def _refusal(stamp: _Stamp, rejection: model.Rejection) -> AuditRecord:
         reason=rejection.reason.value,
         message=rejection.message,
         count=rejection.count,
-        detail={"intent": _intent_doc(rejection.intent)}
+        detail={"intent": intent_doc(rejection.intent)}
         | ({"excluded": excluded_doc(rejection.excluded)} if rejection.excluded else {}),
     )
 
