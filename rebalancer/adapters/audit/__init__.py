@@ -5,9 +5,9 @@ record describes; ``rebalancer audit``, ``explain`` and the HTTP API read the st
 modules, in the order a record meets them: ``ids`` (its id), ``log`` (``AuditLog``, its spool and
 the JSON line), ``groupcommit`` and ``sql`` (the transaction that makes it durable), ``schema``
 (the tables and their migrations), ``rows`` (a record as a row or a JSON line and back),
-``queries`` (reading it back, ``Tail`` to follow), ``stores`` (the seam and the stores that keep
-nothing on disk) and ``errors``. The names below are the package's surface; import them from
-here.
+``queries`` (what a store is asked and answers), ``reading`` (reading it back, ``Tail`` to
+follow), ``stores`` (the seam and the stores that keep nothing on disk) and ``errors``. The names
+below are the package's surface; import them from here.
 
 Why it is shaped like this:
 - Append only. An outcome is a new row naming its intent (``intent_id``); no row is ever updated,
@@ -44,14 +44,8 @@ from rebalancer.adapters.audit.errors import (
 from rebalancer.adapters.audit.groupcommit import GroupCommit
 from rebalancer.adapters.audit.ids import UlidFactory
 from rebalancer.adapters.audit.log import SPOOL_LIMIT, AuditLog, Sink, stdout_sink
-from rebalancer.adapters.audit.queries import (
-    LATE,
-    AuditPage,
-    AuditQuery,
-    Cursor,
-    Tail,
-    every_record,
-)
+from rebalancer.adapters.audit.queries import AuditPage, AuditQuery, Cursor
+from rebalancer.adapters.audit.reading import LATE, Tail, every_record
 from rebalancer.adapters.audit.rows import from_json, json_line
 from rebalancer.adapters.audit.schema import (
     MIGRATIONS,

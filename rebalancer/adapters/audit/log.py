@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
-from rebalancer.adapters.audit import errors, ids, queries, rows, stores
+from rebalancer.adapters.audit import errors, ids, queries, reading, rows, stores
 from rebalancer.core import audit
 from rebalancer.core.audit import AuditRecord, Context, Deduper, Kind, NewId
 from rebalancer.core.outcomes import ERRORS, ActionResult, Outcome, WriteKind, WriteOutcome
@@ -211,7 +211,7 @@ class AuditLog:
         query = queries.AuditQuery(
             since=since, cluster=self.cluster, pool=pool, kinds=(Kind.COST,), limit=1000
         )
-        spent = await self._read(queries.every_record(self.store, query))
+        spent = await self._read(reading.every_record(self.store, query))
         return tuple(r.time for r in spent if r.time > since)
 
     async def _read(self, answer: Awaitable[T]) -> T:

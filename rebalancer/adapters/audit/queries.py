@@ -1,28 +1,18 @@
-"""Reading the audit log back: filters, keyset pages, every record, and a follower.
+"""What a store is asked and what it answers: filters, and pages with a keyset.
 
-Where it sits: every store answers an ``AuditQuery`` with an ``AuditPage``; ``rebalancer audit``,
-the HTTP API and the runtime's error budget read through it. Readers page with a keyset on
-``(time, id)``: ids increase within a process (``ids``), so records of one tick (which share its
-time) come back in the order they were written.
-
-A follower (``Tail``, ``rebalancer audit --follow``) cannot rely on the keyset alone: a record is
-committed after its ``time`` (an intent carries its tick's snapshot time), and two writers (the
-controller and ``rebalancer reclaim``, a fleet's controllers) commit in any order, so a record
-may land behind one already shown. It re-reads a window of ``LATE`` behind the newest record it
-has shown and skips the ids it has shown.
+Where it sits: every store answers an ``AuditQuery`` with an ``AuditPage`` (``stores``, ``sql``);
+``reading`` reads through them for ``rebalancer audit``, the HTTP API and the runtime's error
+budget. Readers page with a keyset on ``(time, id)``: ids increase within a process (``ids``), so
+records of one tick (which share its time) come back in the order they were written.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from rebalancer.core.audit import AuditRecord, Kind
-
-if TYPE_CHECKING:  # the stores answer these queries: they import this module
-    from rebalancer.adapters.audit import stores
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,73 +75,3 @@ def page_of(found: Sequence[AuditRecord], limit: int) -> AuditPage:
     rows = tuple(found[:limit])
     more = len(found) > limit
     return AuditPage(rows, Cursor(rows[-1].time, rows[-1].id) if more and rows else None)
-
-
-async def every_record(
-    store: stores.AuditStore, query: AuditQuery | None = None
-) -> list[AuditRecord]:
-    """Every record ``query`` selects (default: all of them, oldest first), page after page."""
-    query = query or AuditQuery(limit=500)
-    out: list[AuditRecord] = []
-    while True:
-        page = await store.query(query)
-        out.extend(page.records)
-        if page.next is None:
-            return out
-        query = replace(query, after=page.next)
-
-
-# How long after its ``time`` a record may still be committed: an intent carries its tick's
-# snapshot time and is committed once the tick is planned (within ``strategy_timeout``, 10 s by
-# default), an outcome is stamped as its call returns. Minutes of margin over both.
-LATE = timedelta(minutes=5)
-
-
-@dataclass
-class Tail:
-    """The records ``query`` selects as they are committed, each once (``rebalancer audit
-    --follow``).
-
-    ``first`` reads the newest ``query.limit`` records; each ``more`` then reads what has been
-    committed since, in ``(time, id)`` order. A keyset cursor alone would miss a record
-    committed after one with a later key, so each ``more`` re-reads from ``LATE`` before the
-    newest record shown and leaves out the ids shown already (remembered for that long). Only
-    records after the oldest one ``first`` showed count: those before it were left out by the
-    limit, not missed.
-    """
-
-    query: AuditQuery
-    late: timedelta = LATE
-    _shown: dict[str, datetime] = field(default_factory=dict)  # id -> time, within ``late``
-    _floor: tuple[datetime, str] | None = None  # the oldest record ``first`` showed
-    _newest: datetime | None = None
-
-    async def first(self, store: stores.AuditStore) -> list[AuditRecord]:
-        """The newest ``query.limit`` records, oldest first."""
-        page = await store.query(replace(self.query, after=None, newest_first=True))
-        found = list(reversed(page.records))
-        if found:  # else nothing matches yet: every record to come is new
-            self._floor = (found[0].time, found[0].id)
-        return self._show(found)
-
-    async def more(self, store: stores.AuditStore) -> list[AuditRecord]:
-        """The records committed since the last call that have not been shown, in key order."""
-        query = replace(self.query, after=None, newest_first=False, limit=500)
-        if self._newest is not None:
-            horizon = self._newest - self.late
-            query = replace(query, since=max(horizon, query.since or horizon))
-        found = [r for r in await every_record(store, query) if self._new(r)]
-        return self._show(found)
-
-    def _new(self, r: AuditRecord) -> bool:
-        return r.id not in self._shown and (self._floor is None or (r.time, r.id) > self._floor)
-
-    def _show(self, found: list[AuditRecord]) -> list[AuditRecord]:
-        for r in found:
-            self._shown[r.id] = r.time
-            if self._newest is None or r.time > self._newest:
-                self._newest = r.time
-        if self._newest is not None:
-            horizon = self._newest - self.late
-            self._shown = {i: t for i, t in self._shown.items() if t >= horizon}
-        return found
