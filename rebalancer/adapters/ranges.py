@@ -1,6 +1,7 @@
 """Reads of a pool over a span of history, step by step, in range queries a day at a time: its
-past demand (``rebalancer simulate --prometheus``), its nodes one by one and the nodes a label
-picked (``rebalancer capacity``). Apart from ``Metrics``, whose tick reads last samples."""
+nodes one by one and the nodes a label picked (``rebalancer capacity``; the simulator reads a
+pool's past demand on the same grid, ``sandbox/sim/history.py``). Apart from ``Metrics``, whose
+tick reads last samples."""
 
 from __future__ import annotations
 
@@ -19,91 +20,12 @@ from rebalancer.adapters.metrics import (
     promql_duration,
     render,
 )
-from rebalancer.adapters.promql import MetricQuery
 from rebalancer.core.model import MetricError, PoolName
 
 RANGE_CHUNK = timedelta(days=1)  # one request's span: 1,440 points at one-minute steps
 
 
-@dataclass(frozen=True)
-class RangeRead:
-    """A metric of a pool on the grid ``start + i*step`` for ``i < len(values)``.
-
-    ``values[i]`` is the metric's ``value`` expression evaluated at the END of step ``i``, kept
-    only when the pool's newest raw sample (its ``sampled`` expression) at that time fell
-    inside step ``i``. Otherwise it is ``None``: Prometheus answers an instant query with the
-    last sample of the 5 minutes before (its lookback delta), so a series that stopped goes on
-    answering for minutes, and those answers are not samples of that step. ``requests`` counts
-    the range queries made; ``error`` says why the read stopped, if it did (values then hold
-    what was read before it).
-    """
-
-    start: datetime
-    step: timedelta
-    values: list[float | None]
-    requests: int = 0
-    error: MetricError | None = None
-
-
-async def read_range(
-    metrics: Metrics,
-    pool: PoolName,
-    metric: str,
-    q: MetricQuery,
-    nodes: Iterable[str],
-    start: datetime,
-    end: datetime,
-    step: timedelta = timedelta(minutes=1),
-    chunk: timedelta = RANGE_CHUNK,
-) -> RangeRead:
-    """``q`` for ``pool`` over ``[start, end)`` at ``step``, asked for ``chunk`` at a time.
-
-    Prometheus refuses more than 11,000 points per series in one range query; ``chunk`` must
-    hold at most ``MAX_POINTS`` steps. Each chunk is two range queries (value, and the newest
-    raw sample time, ``max(<sampled>)``), each retried on transient failures as every read of
-    the adapter is.
-    """
-    n = math.floor((end - start) / step)
-    per_chunk = math.floor(chunk / step)
-    if not 1 <= per_chunk <= MAX_POINTS:
-        raise ValueError(f"a chunk of {chunk} is {per_chunk} steps; it must be 1 to {MAX_POINTS}")
-    values: list[float | None] = [None] * max(n, 0)
-    names = sorted(set(nodes))
-    scope = metrics.settings.queries.scope
-    try:
-        value_q = render(q.value, pool, names, scope)
-        sampled_q = f"max({render(q.sampled, pool, names, scope)})"
-    except (ValueError, KeyError) as exc:
-        error = MetricError(pool, metric, q.value, f"cannot build the query: {exc}")
-        return RangeRead(start, step, values, 0, error)
-    requests = 0
-    for first in range(0, n, per_chunk):
-        last = min(n, first + per_chunk) - 1
-        since, until = start + step * (first + 1), start + step * (last + 1)
-        got: list[dict[int, float | None]] = []
-        for query in (value_q, sampled_q):
-            requests += 1
-            try:
-                result = await metrics.query_range(query, since, until, step)
-            except QueryFailed as exc:
-                error = MetricError(pool, metric, query, exc.reason)
-                return RangeRead(start, step, values, requests, error)
-            if len(result) > 1:
-                why = f"{len(result)} series where one was expected; aggregate it (sum)"
-                return RangeRead(
-                    start, step, values, requests, MetricError(pool, metric, query, why)
-                )
-            got.append(_by_step(result, start, step, first, last))
-        at, sampled = got
-        for i, value in at.items():
-            newest = sampled.get(i)
-            step_start = (start + step * i).timestamp()
-            if value is not None and newest is not None and newest > step_start:
-                values[i] = value
-    return RangeRead(start, step, values, requests)
-
-
-def _by_step(
+def points_by_step(
     result: list[dict[str, Any]], start: datetime, step: timedelta, first: int, last: int
 ) -> dict[int, float | None]:
     """A range result's points by step index (a point at ``start + (i+1)*step`` is step ``i``)."""
@@ -183,7 +105,7 @@ async def read_by_node(
                 return NodesRead(
                     start, step, values, requests, MetricError(pool, metric, query, why)
                 )
-            points = _by_step([series], start, step, first, last)
+            points = points_by_step([series], start, step, first, last)
             row = values.setdefault(node, [None] * n)
             for i, value in points.items():
                 row[i] = value

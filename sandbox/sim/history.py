@@ -2,8 +2,8 @@
 
 Where it sits: the simulate command resolves the settings, the pool and the time span, and
 hands them here. This module reads the pool's demand minute by minute through the metrics
-adapter (``ranges.read_range``: the pool's own demand query, one-minute steps, a day per
-request, the adapter's retries), decides what to do with the minutes that have no sample
+adapter (``read_range``: the pool's own demand query, one-minute steps, a day per request,
+the adapter's retries), decides what to do with the minutes that have no sample
 (``fill``, pure), writes the result as a ``time,rps`` trace file, and loads that file back with
 ``traces.load``. The replay then is the ``--trace`` path's, on the very file a later
 ``--trace`` run reads, so the two cannot drift apart.
@@ -20,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import csv
 import json
+import math
 import string
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -29,7 +30,8 @@ from pathlib import Path
 
 from rebalancer import errors
 from rebalancer.adapters import metrics, ranges
-from rebalancer.core.model import PoolName
+from rebalancer.adapters.promql import MetricQuery
+from rebalancer.core.model import MetricError, PoolName
 from rebalancer.errors import ConfigError, TraceError
 from sandbox.sim import traces
 
@@ -241,19 +243,99 @@ def load(
 
 async def _read(
     source: Source, first: datetime, until: datetime, chunk: timedelta
-) -> tuple[list[str], ranges.RangeRead]:
+) -> tuple[list[str], RangeRead]:
     client = metrics.Metrics(source.settings)
     try:
         nodes = source.nodes
         if nodes is None:
             nodes = await _nodes(client, source, first, until)
         demand = source.settings.queries.demand
-        read = await ranges.read_range(
+        read = await read_range(
             client, source.pool, "demand", demand, nodes, first, until, chunk=chunk
         )
         return nodes, read
     finally:
         client.close()
+
+
+@dataclass(frozen=True)
+class RangeRead:
+    """A metric of a pool on the grid ``start + i*step`` for ``i < len(values)``.
+
+    ``values[i]`` is the metric's ``value`` expression evaluated at the END of step ``i``, kept
+    only when the pool's newest raw sample (its ``sampled`` expression) at that time fell
+    inside step ``i``. Otherwise it is ``None``: Prometheus answers an instant query with the
+    last sample of the 5 minutes before (its lookback delta), so a series that stopped goes on
+    answering for minutes, and those answers are not samples of that step. ``requests`` counts
+    the range queries made; ``error`` says why the read stopped, if it did (values then hold
+    what was read before it).
+    """
+
+    start: datetime
+    step: timedelta
+    values: list[float | None]
+    requests: int = 0
+    error: MetricError | None = None
+
+
+async def read_range(
+    client: metrics.Metrics,
+    pool: PoolName,
+    metric: str,
+    q: MetricQuery,
+    nodes: Iterable[str],
+    start: datetime,
+    end: datetime,
+    step: timedelta = timedelta(minutes=1),
+    chunk: timedelta = ranges.RANGE_CHUNK,
+) -> RangeRead:
+    """``q`` for ``pool`` over ``[start, end)`` at ``step``, asked for ``chunk`` at a time.
+
+    Prometheus refuses more than 11,000 points per series in one range query; ``chunk`` must
+    hold at most ``MAX_POINTS`` steps. Each chunk is two range queries (value, and the newest
+    raw sample time, ``max(<sampled>)``), each retried on transient failures as every read of
+    the adapter is.
+    """
+    n = math.floor((end - start) / step)
+    per_chunk = math.floor(chunk / step)
+    if not 1 <= per_chunk <= metrics.MAX_POINTS:
+        raise ValueError(
+            f"a chunk of {chunk} is {per_chunk} steps; it must be 1 to {metrics.MAX_POINTS}"
+        )
+    values: list[float | None] = [None] * max(n, 0)
+    names = sorted(set(nodes))
+    scope = client.settings.queries.scope
+    try:
+        value_q = metrics.render(q.value, pool, names, scope)
+        sampled_q = f"max({metrics.render(q.sampled, pool, names, scope)})"
+    except (ValueError, KeyError) as exc:
+        error = MetricError(pool, metric, q.value, f"cannot build the query: {exc}")
+        return RangeRead(start, step, values, 0, error)
+    requests = 0
+    for first in range(0, n, per_chunk):
+        last = min(n, first + per_chunk) - 1
+        since, until = start + step * (first + 1), start + step * (last + 1)
+        got: list[dict[int, float | None]] = []
+        for query in (value_q, sampled_q):
+            requests += 1
+            try:
+                result = await client.query_range(query, since, until, step)
+            except metrics.QueryFailed as exc:
+                error = MetricError(pool, metric, query, exc.reason)
+                return RangeRead(start, step, values, requests, error)
+            if len(result) > 1:
+                why = f"{len(result)} series where one was expected; aggregate it (sum)"
+                return RangeRead(
+                    start, step, values, requests, MetricError(pool, metric, query, why)
+                )
+            got.append(ranges.points_by_step(result, start, step, first, last))
+        at, sampled = got
+        for i, value in at.items():
+            newest = sampled.get(i)
+            step_start = (start + step * i).timestamp()
+            if value is not None and newest is not None and newest > step_start:
+                values[i] = value
+    return RangeRead(start, step, values, requests)
 
 
 async def _nodes(

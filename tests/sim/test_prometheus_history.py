@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rebalancer import cli, settings
-from rebalancer.adapters import metrics, ranges
+from rebalancer.adapters import metrics
 from rebalancer.core.model import PoolName
 from rebalancer.runtime import adapterconfig
 from sandbox.sim import history, traces
@@ -112,7 +112,7 @@ async def test_the_chunked_read_returns_every_minute_prometheus_has_and_invents_
         metrics.Settings(url=prometheus, queries=adapterconfig.metric_queries(pool.metrics))
     )
     try:
-        read = await ranges.read_range(
+        read = await history.read_range(
             adapter,
             PoolName("conv"),
             "demand",
@@ -140,7 +140,7 @@ async def test_a_query_for_one_pool_reads_only_that_pool(
         metrics.Settings(url=prometheus, queries=adapterconfig.metric_queries(pool.metrics))
     )
     try:
-        read = await ranges.read_range(
+        read = await history.read_range(
             adapter,
             PoolName("code"),
             "demand",
