@@ -173,10 +173,6 @@ class NodeView:
     memo: dict[object, object] = field(default_factory=dict, compare=False, repr=False, init=False)
 
     @cached_property
-    def busy_with_inference(self) -> bool:
-        return any(p.role is PodRole.INFERENCE for p in self.pods)
-
-    @cached_property
     def idle(self) -> bool:
         """No pod that makes lending unsafe: DaemonSet pods and borrowed ones do not count."""
         return all(p.role in (PodRole.DAEMON, PodRole.BORROWED) for p in self.pods)
