@@ -3,9 +3,8 @@
 Where it sits: the actuator orders a reclaiming node's borrowed pods with ``eviction_order``
 before it evicts them; the planner ranks the jobs on lent nodes with ``jobs`` to choose which
 nodes a reclaim takes (``planning.steps.reclaim_order``: whole nodes, so a job's cost is not a sum
-of units as ``pick_jobs`` counts it); ``pick_jobs`` is for taking back part of a pool's
-borrowed capacity by pods or GPUs; the executor looks for the borrowed pods an earlier node of a
-name left with ``left_by_earlier_node`` on every tick. Pure: no I/O, no clock.
+of units); the executor looks for the borrowed pods an earlier node of a name left with
+``left_by_earlier_node`` on every tick. Pure: no I/O, no clock.
 
 Cost (docs/design/actuator.md): fewest training jobs preempted, then lowest priority, then the
 youngest (least work lost). A job is the pods sharing ``PodView.job``; a pod without a job is a job
@@ -16,7 +15,7 @@ a gang already costs the whole gang its step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -55,42 +54,6 @@ def jobs(pods: Iterable[PodView]) -> tuple[Job, ...]:
 def eviction_order(pods: Iterable[PodView]) -> tuple[PodView, ...]:
     """Borrowed pods only (nothing else is ever evicted), job after job, cheapest first."""
     return tuple(pod for job in jobs(pods) for pod in job.pods)
-
-
-def pick_jobs(
-    pods: Iterable[PodView], needed: int, size: Callable[[PodView], int] = lambda _: 1
-) -> tuple[Job, ...]:
-    """The fewest jobs whose pods free at least ``needed`` units (pods by default, or GPUs),
-    the cheapest such set; all jobs when even all of them are not enough."""
-    candidates = list(jobs(pods))
-    if needed <= 0:
-        return ()
-    weights = {job.key: sum(size(p) for p in job.pods) for job in candidates}
-    count = _fewest(sorted(weights.values(), reverse=True), needed)
-    if count is None:
-        return tuple(candidates)
-    chosen: list[Job] = []
-    remaining = needed
-    for slot in range(count):
-        left = count - slot - 1  # jobs still to choose after this one
-        for job in candidates:
-            others = sorted((weights[j.key] for j in candidates if j is not job), reverse=True)
-            if remaining - weights[job.key] <= sum(others[:left]):
-                chosen.append(job)
-                candidates.remove(job)
-                remaining -= weights[job.key]
-                break
-    return tuple(chosen)
-
-
-def _fewest(weights_desc: Sequence[int], needed: int) -> int | None:
-    """How many jobs at least: the largest first reach ``needed`` soonest."""
-    total = 0
-    for count, weight in enumerate(weights_desc, start=1):
-        total += weight
-        if total >= needed:
-            return count
-    return None
 
 
 def left_by_earlier_node(node: NodeView) -> tuple[PodView, ...]:

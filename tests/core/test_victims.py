@@ -13,7 +13,6 @@ from rebalancer.core.victims import (
     job_key,
     jobs,
     left_by_earlier_node,
-    pick_jobs,
 )
 from tests.support.factories import T0
 
@@ -83,36 +82,6 @@ def test_eviction_order_is_least_cost_first(pods: list[PodView], expected: list[
 def test_a_pod_without_a_job_is_keyed_by_its_own_name() -> None:
     assert job_key(pod("x")) == "pod:training/x"
     assert [j.key for j in jobs([pod("x"), pod("y", "j")])] == ["j", "pod:training/x"]
-
-
-GANG = [pod(f"gang-{i}", "gang", age_min=30) for i in range(4)]
-SMALL = [pod(f"small-{i}", "small", age_min=1) for i in range(2)]
-SOLO = [pod("solo-0", "solo", priority=5)]
-
-
-@pytest.mark.parametrize(
-    ("needed", "expected"),
-    [
-        (0, []),
-        (1, ["small"]),  # one job suffices: the cheapest that does
-        (2, ["small"]),
-        (3, ["gang"]),  # only the gang frees three pods as one job
-        (4, ["gang"]),
-        (5, ["small", "gang"]),  # two jobs are needed: the cheapest pair that frees enough
-        (7, ["small", "gang", "solo"]),
-        (99, ["small", "gang", "solo"]),  # not enough: everything
-    ],
-)
-def test_pick_jobs_preempts_the_fewest_jobs_then_the_cheapest(
-    needed: int, expected: list[str]
-) -> None:
-    assert [j.key for j in pick_jobs(GANG + SMALL + SOLO, needed)] == expected
-
-
-def test_pick_jobs_can_count_gpus_instead_of_pods() -> None:
-    gpus = {"gang": 1, "small": 8, "solo": 8}
-    chosen = pick_jobs(GANG + SMALL + SOLO, 8, size=lambda p: gpus[p.job or ""])
-    assert [j.key for j in chosen] == ["small"]
 
 
 def test_a_node_runs_what_an_earlier_node_of_its_name_left_only_if_borrowed_and_bound_before() -> (
