@@ -50,7 +50,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from string import Template
@@ -447,12 +447,3 @@ class Metrics:
                 if first <= i <= last:
                     values[i] = finite_value(raw)
         return HistoryResult(DemandHistory(start=since, step=step, values=values, end_index=n))
-
-
-async def gather_pools(
-    metrics: Metrics, pools: Mapping[PoolName, Iterable[NodeName]], now: datetime | None = None
-) -> dict[PoolName, PoolMetrics]:
-    """``read`` for every pool at once."""
-    names = list(pools)
-    reads: list[Awaitable[PoolMetrics]] = [metrics.read(p, pools[p], now) for p in names]
-    return dict(zip(names, await asyncio.gather(*reads), strict=True))

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer.adapters.metrics import Metrics, Settings, gather_pools, node_regex, render
+from rebalancer.adapters.metrics import Metrics, Settings, node_regex, render
 from rebalancer.adapters.promql import DCGM_GPU_BUSY, VLLM_DEMAND, MetricQuery, Queries
 from rebalancer.core.model import NodeName, PoolName, Sample
 from tests.support.processes import free_port
@@ -37,6 +37,7 @@ from tests.support.prometheus import (
     START,
     Data,
     Server,
+    gather_pools,
     require,
     running,
     scrape_time,

@@ -35,7 +35,7 @@ import shutil
 import subprocess
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -43,6 +43,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from rebalancer.adapters.metrics import Metrics
+from rebalancer.core.model import NodeName, PoolMetrics, PoolName
 from tests.support.processes import free_port
 
 TRACE = Path(__file__).parents[2] / "examples" / "traces" / "azure_llm_2024_week_per_minute.csv"
@@ -209,6 +211,15 @@ def running(workdir: Path) -> Iterator[Server]:
     store, backfill_cmd = backfill(workdir, openmetrics(data))
     with serving(workdir, store) as (url, proc, cmd):
         yield Server(url, proc, cmd, backfill_cmd, data)
+
+
+async def gather_pools(
+    metrics: Metrics, pools: Mapping[PoolName, Iterable[NodeName]], now: datetime | None = None
+) -> dict[PoolName, PoolMetrics]:
+    """``metrics.read`` for every pool of the backfilled series at once."""
+    names = list(pools)
+    reads: list[Awaitable[PoolMetrics]] = [metrics.read(p, pools[p], now) for p in names]
+    return dict(zip(names, await asyncio.gather(*reads), strict=True))
 
 
 @contextlib.contextmanager
