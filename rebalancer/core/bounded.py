@@ -60,8 +60,3 @@ def listed(items: Sequence[T], limit: int = LISTED) -> tuple[Sequence[T], int]:
     """The first ``limit`` of ``items``, and how many more there are: a copy names those and
     counts the rest."""
     return items[:limit], max(0, len(items) - limit)
-
-
-def is_cut(text: str, limit: int = KEPT) -> bool:
-    """Whether ``cut(text, limit)`` would shorten ``text``."""
-    return len(text) > limit
