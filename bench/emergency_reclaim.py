@@ -197,7 +197,8 @@ async def controller(lab: Lab, concurrency: int | None) -> Figures:
     known = await reclaim.lent_nodes(lab.controller)
     views = [convert.node_view(raw) for raw in known.values()]
     # The intents, committed as a tick's are before apply: untimed.
-    plan, tick = await reconciler.operator_reclaims({pool.name: views}, "bench")
+    plan, tick = reconciler.operator_plan({pool.name: views}, "bench")
+    await reconciler.audit_log.tick(tick.records)
     intents = {str(s.node): tick.intent_for(s) for s in plan.steps}
     audit_log, clock = reconciler.audit_log, reconciler.clock
     deadline = clock() + pool.policy.reclaim_deadline

@@ -7,7 +7,7 @@ not finished with (``lent_nodes``) and runs the wave (``reclaim_wave``).
 The wave goes through the Reconciler's own path: the nodes are planned as steps
 (``core.tick.operator_reclaims``, origin operator), their intents built like a tick's and
 committed in one batch before the first write, and each step carried out by
-``Executor.carry_out``, which writes its outcome record; then passes of ``progress`` drive the
+``effects.Shell.carry``, which writes its outcome record; then passes of ``progress`` drive the
 drains until each node serves again or the one deadline has passed.
 
 When the audit store cannot take the intents (a full disk, a database gone), the wave goes on
@@ -59,6 +59,7 @@ from rebalancer.core.outcomes import BACK, ActionResult, Outcome, WriteKind, Wri
 from rebalancer.errors import RebalancerError
 from rebalancer.runtime import observing
 from rebalancer.runtime.seams import NodeActuator, PoolConfig
+from rebalancer.runtime.step import Carry
 
 if TYPE_CHECKING:
     from rebalancer.runtime.wiring import Controller
@@ -286,19 +287,19 @@ class _Wave:
         if not members:
             return []
         plan, self.tick = controller.reconciler.operator_plan(members, OPERATOR_MESSAGE)
-        executor = controller.reconciler.executor
+        shell = controller.reconciler.shell()
         try:  # durable before any write
-            await executor.audit_log.tick(self.tick.records)
+            await shell.audit_log.tick(self.tick.records)
         except Exception as exc:
-            if executor.ledger is None:
+            if shell.ledger is None:
                 raise IntentsNotRecorded(
                     f"audit store: the intents were not recorded, no node was touched: {exc}"
                 ) from exc
-            self.unaudited = executor.audit_log.failing or str(exc)
+            self.unaudited = shell.audit_log.failing or str(exc)
         by_node = {str(s.node): s for s in plan.steps}
         if self.unaudited is not None:
             for name in list(by_node):
-                if not await executor.keep(name, self.tick.intent_for(by_node[name])):
+                if not await shell.keep(name, self.tick.intent_for(by_node[name])):
                     why = (
                         f"the audit store fails ({self.unaudited}) and the intent could not be "
                         "recorded on the node: not touched"
@@ -310,17 +311,17 @@ class _Wave:
         for name in (n for n in names if n in by_node):
             pool, step = pools[name], by_node[name]
             deadline = self.start + pool.policy.reclaim_deadline  # one start for every node
-            actuator = executor.actuators[pool.name]
+            actuator = shell.actuators[pool.name]
             moving.append(_Node(name, pool, actuator, step, self.tick.intent_for(step), deadline))
         return moving
 
     async def first(self, node: _Node) -> None:
-        """The node's step through ``Executor.carry_out``: the reclaim and its outcome."""
+        """The node's step through ``effects.Shell.carry``: the reclaim and its outcome."""
         async with self.limit:
             try:
-                applied = await self.controller.reconciler.executor.carry_out(
-                    node.step, self.tick, self.start
-                )
+                shell = self.controller.reconciler.shell()
+                carry = Carry(node.step, self.tick.intent_for(node.step))
+                applied = await shell.carry(carry, self.start)
             except Exception as exc:  # this node alone fails; the wave goes on
                 result = _unexpected(node.name, model.Action.RECLAIM, exc)
                 await self.record(node, result)
@@ -344,7 +345,7 @@ class _Wave:
             await self.record(node, result)
 
     async def record(self, node: _Node, result: ActionResult) -> None:
-        trail = self.controller.reconciler.executor.audit_log
+        trail = self.controller.reconciler.audit_log
         try:
             await trail.outcome(node.intent, result, self.controller.clock())
         except Exception as exc:  # the write it describes is done: the wave goes on
@@ -353,8 +354,8 @@ class _Wave:
     async def settle_records(self, moving: Sequence[_Node]) -> None:
         """Before the command ends (and its memory with it): the records the store refused go
         to the store if it takes them now, else onto their nodes, and each node says where."""
-        executor = self.controller.reconciler.executor
-        trail, ledger = executor.audit_log, executor.ledger
+        reconciler = self.controller.reconciler
+        trail, ledger = reconciler.audit_log, reconciler.ledger
         if not trail.spool or ledger is None:
             return
         with contextlib.suppress(Exception):

@@ -13,15 +13,13 @@ remembers between observations (histories, beliefs, what was logged) is a concer
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from rebalancer.core import clocks, demand, exposure, model, nodestate
 from rebalancer.core.model import NodeName, NodeView, PoolMetrics, PoolName
 from rebalancer.core.nodestate import Keys
-from rebalancer.runtime import budgets
-from rebalancer.runtime.report import Tally
 from rebalancer.runtime.seams import (
     AlertSource,
     ApiServerClock,
@@ -43,21 +41,19 @@ class Snapshotter:
         self,
         pools: Sequence[PoolConfig],
         *,
-        keys: Keys,
         views: ViewSource,
         metrics: MetricsSource,
-        budgets: budgets.Budgets,
-        tally: Tally,
-        history: HistorySettings,
-        paused: Callable[[], bool],
-        frozen: Callable[[], bool],
-        alerts: AlertSource | None,
-        apiserver_clock: ApiServerClock | None,
-        prometheus_clock: PrometheusClock | None,
-        clock_bound: timedelta,
+        keys: Keys | None = None,
+        history: HistorySettings | None = None,
+        paused: bool = False,
+        frozen: bool = False,
+        alerts: AlertSource | None = None,
+        apiserver_clock: ApiServerClock | None = None,
+        prometheus_clock: PrometheusClock | None = None,
+        clock_bound: timedelta = clocks.DEFAULT_BOUND,
     ) -> None:
-        self.pools, self.keys, self.views, self.metrics = tuple(pools), keys, views, metrics
-        self.budgets, self.tally, self.history_settings = budgets, tally, history
+        self.pools, self.views, self.metrics = tuple(pools), views, metrics
+        self.keys, self.history_settings = keys or Keys(), history or HistorySettings()
         self.paused, self.frozen = paused, frozen
         self.alerts = alerts  # None: no Alertmanager receiver, no alert holds a pool
         # The clocks measured each tick (None: not measured, as with in-memory fakes), and the
@@ -139,15 +135,19 @@ class Snapshotter:
         return out
 
     async def observe(
-        self, now: datetime, measured: Mapping[PoolName, clocks.Clocks] | None = None
+        self,
+        now: datetime,
+        measured: Mapping[PoolName, clocks.Clocks] | None = None,
+        budgets: Mapping[PoolName, model.ErrorBudget | None] | None = None,
     ) -> Observation:
         """The snapshot at ``now``; ``measured``: the clocks, measured before ``now`` was read
-        (so that ``now`` is corrected by the same readings); None: measured here."""
+        (so that ``now`` is corrected by the same readings); None: measured here. ``budgets``:
+        each pool's error budget as the step counts it (``runtime.step.budget``)."""
         pools: dict[PoolName, model.PoolSnapshot] = {}
         read: dict[PoolName, PoolMetrics] = {}
         membership = self._membership()
         members = membership.members
-        self._report_unreadable()
+        unreadable = self._report_unreadable()
         if measured is None:
             measured = await self.measure_clocks()
         for pool in self.pools:
@@ -168,7 +168,7 @@ class Snapshotter:
                 demand_known=reading.known,
                 unknown_since=reading.unknown_since,
                 held=reading.held,
-                budget=self.budgets.budget(pool, now),
+                budget=(budgets or {}).get(pool.name),
                 cover=self._cover(pool, history),
                 takers=self.views.pending(pool.marks) if pool.policy.lend_only_to_takers else (),
                 alerts=self.alerts.firing(pool.name, now) if self.alerts is not None else (),
@@ -176,9 +176,8 @@ class Snapshotter:
                 overlaps=membership.overlaps.get(pool.name, {}),
                 clocks=seen_clocks,
             )
-        self.tally.clocks = measured
-        snapshot = model.Snapshot(now=now, pools=pools, paused=self.paused(), frozen=self.frozen())
-        return Observation(snapshot, read)
+        snapshot = model.Snapshot(now=now, pools=pools, paused=self.paused, frozen=self.frozen)
+        return Observation(snapshot, read, measured, unreadable)
 
     async def measure_clocks(self) -> dict[PoolName, clocks.Clocks]:
         """Each pool's clocks this tick: the API server's skew (which the tick's ``now`` is
@@ -241,7 +240,7 @@ class Snapshotter:
             log.info("pool %s: demand fall no longer held", pool.name)
         return reading
 
-    def _report_unreadable(self) -> None:
+    def _report_unreadable(self) -> dict[str, int]:
         """Objects the informer could not read are left out of every view (their node is left
         alone); each is logged once per reason, and counted in ``/metrics`` every tick."""
         found = dict(self.views.unreadable())
@@ -255,7 +254,7 @@ class Snapshotter:
         for key in found:
             kind = key.split("/", 1)[0]
             counts[kind] = counts.get(kind, 0) + 1
-        self.tally.unreadable = counts
+        return counts
 
     async def _read(self, pool: PoolName, nodes: Sequence[NodeName], now: datetime) -> PoolMetrics:
         try:

@@ -30,9 +30,10 @@ from rebalancer.core.model import Clock, NodeName, NodeView, PoolName
 from rebalancer.core.nodestate import Keys
 from rebalancer.core.outcomes import ActionResult
 from rebalancer.core.tick import phase
-from rebalancer.runtime import budgets, executing
-from rebalancer.runtime.report import Tally
-from rebalancer.runtime.seams import KeptCopy, NodeLedger, PoolConfig
+from rebalancer.runtime import budgets
+from rebalancer.runtime.effects import Shell
+from rebalancer.runtime.seams import AuditTrail, KeptCopy, NodeLedger, PoolConfig
+from rebalancer.runtime.step import IN_FLIGHT
 
 log = logging.getLogger(__name__)
 
@@ -57,15 +58,13 @@ class Recovery:
         *,
         keys: Keys,
         clock: Clock,
-        executor: executing.Executor,
-        budgets: budgets.Budgets,
-        tally: Tally,
         context: Callable[[PoolConfig | None], Context],
     ) -> None:
-        self.pools, self.keys, self.clock = tuple(pools), keys, clock
-        # The audit log, the ledger and the actuators are the executor's (a test swaps them).
-        self.executor, self.budgets = executor, budgets
-        self.tally, self.context = tally, context
+        # The audit log, the ledger and the actuators are the shell's, as the reconciler holds
+        # them at the call (a test swaps them between ticks): each call is handed it.
+        self.pools, self.keys, self.clock, self.context = tuple(pools), keys, clock, context
+        # What it has said, and what it has read, so as not to say or read it again: the
+        # recovery's own log and read cache, which no decision reads.
         self._unkept: set[NodeName] = set()  # nodes whose kept records cannot be read, logged
         self._unlisted = False  # the Events could not be listed, logged
         self._bugs: set[type[BaseException]] = set()  # catch_up's own failures, each logged
@@ -74,21 +73,23 @@ class Recovery:
         self._stored: set[str] = set()
         self._refused: set[str] = set()  # ids read back that no node vouches for, logged
 
-    async def close_open_intents(self, members: Members, now: datetime) -> list[Takeover]:
+    async def close_open_intents(
+        self, shell: Shell, members: Members, now: datetime
+    ) -> tuple[list[Takeover], budgets.Costs]:
         """The verdicts on the intents a previous run left open, and a recovery intent for each
         node to take over, committed in one batch; the error budgets' count restored. Raises if
         the store fails."""
-        trail = self.executor.audit_log
+        trail = shell.audit_log
         self._listed = None  # a new term reads the Events back whatever the last one read
         try:
             # Records a run kept on its nodes while the store failed come first: the intents
             # judged below may be among them.
-            await self.catch_up([view for _, view in members.values()], now)
-            records, takeovers = await self._recovery_records(now, members)
+            await self.catch_up(shell, [view for _, view in members.values()], now)
+            records, takeovers = await self._recovery_records(shell, now, members)
             await trail.tick(records)
-            await self.budgets.restore(trail, now)
+            costs = await budgets.restore(self.pools, trail, now)
         except Exception:
-            self.tally.audit_failures.append("recover")
+            shell.run.audit_failures.append("recover")
             raise
         closed = sum(1 for r in records if r.kind is audit.Kind.OUTCOME)
         if records:
@@ -97,28 +98,29 @@ class Recovery:
                 closed,
                 len(takeovers),
             )
-        return takeovers
+        return takeovers, costs
 
-    async def take_over(self, takeovers: Sequence[Takeover]) -> tuple[ActionResult, ...]:
+    async def take_over(
+        self, shell: Shell, takeovers: Sequence[Takeover]
+    ) -> tuple[ActionResult, ...]:
         """One actuator pass on each node taken over, under its recovery intent, then its
         outcome."""
-        executor = self.executor
         results: list[ActionResult] = []
         for pool, name, intent in takeovers:
-            result = await executor.actuators[pool].progress(name, decision=intent.id)
+            result = await shell.actuators[pool].progress(name, decision=intent.id)
             log.info("recover %s: %s (%s)", name, result.outcome.value, result.message)
-            await executor.safely(executor.audit_log.outcome(intent, result, self.clock()))
-            executor.reclaimed(pool, intent, result)
+            await shell.safely(shell.audit_log.outcome(intent, result, self.clock()))
+            shell.reclaimed(pool, intent, result)
             results.append(result)
         return tuple(results)
 
     async def _recovery_records(
-        self, now: datetime, members: Members
+        self, shell: Shell, now: datetime, members: Members
     ) -> tuple[list[AuditRecord], list[Takeover]]:
         """The verdicts on the open intents, and the recovery intents, in one batch."""
         records: list[AuditRecord] = []
         takeovers: list[Takeover] = []
-        trail = self.executor.audit_log
+        trail = shell.audit_log
         untouched = {i.id for i in await trail.pending_intents()}
         for intent in await trail.unfinished_intents():
             member = members.get(NodeName(intent.node or ""))
@@ -130,7 +132,7 @@ class Recovery:
             detail: dict[str, Any] = {"by": intent.controller, "term": intent.term}
             if verdict.take_over and member is not None:
                 why = f"a restart found {intent.action} {intent.id} unfinished: ending it"
-                taken = self._take_over(now, member[0], member[1], intent.id, why)
+                taken = self._take_over(shell, now, member[0], member[1], intent.id, why)
                 records.append(taken)
                 takeovers.append((member[0], member[1].name, taken))
                 message += f"; recovery {taken.id} takes it over"
@@ -141,37 +143,43 @@ class Recovery:
                     intent, trail.new_id, now, verdict.result, message, detail=detail, ctx=ctx
                 )
             )
-        for left in await self._left_in_flight(now, members, {n for _, n, _ in takeovers}):
+        for left in await self._left_in_flight(shell, now, members, {n for _, n, _ in takeovers}):
             records.append(left[2])
             takeovers.append(left)
         return records, takeovers
 
     async def _left_in_flight(
-        self, now: datetime, members: Members, taken: set[NodeName]
+        self, shell: Shell, now: datetime, members: Members, taken: set[NodeName]
     ) -> list[Takeover]:
         """Every other node in flight is taken over too, though its intent is closed (a lend
         that ended in a conflict, leaving the node lending): the run that moved it is gone."""
-        trail = self.executor.audit_log
+        trail = shell.audit_log
         out: list[Takeover] = []
         for name, (pool, view) in members.items():
             config = self._pool(pool)
             lent = config.lend_spec.add_taints if config is not None else ()
-            if name in taken or phase(view, self.keys, lent) not in executing.IN_FLIGHT:
+            if name in taken or phase(view, self.keys, lent) not in IN_FLIGHT:
                 continue
             decision = view.annotations.get(self.keys.decision)
             known = decision is not None and await trail.get(decision) is not None
             what = "an intent with its outcome on record" if known else "no intent on record"
             why = f"node in flight under {bounded.quoted(decision)}, {what}"
-            out.append((pool, view.name, self._take_over(now, pool, view, decision, why)))
+            out.append((pool, view.name, self._take_over(shell, now, pool, view, decision, why)))
         return out
 
     def _take_over(
-        self, now: datetime, pool: PoolName, view: NodeView, recovers: str | None, why: str
+        self,
+        shell: Shell,
+        now: datetime,
+        pool: PoolName,
+        view: NodeView,
+        recovers: str | None,
+        why: str,
     ) -> AuditRecord:
         """The recovery intent under which a node in flight is ended."""
         return audit.recovery_intent(
             self.context(self._pool(pool)),
-            self.executor.audit_log.new_id,
+            shell.audit_log.new_id,
             now,
             str(pool),
             view,
@@ -183,7 +191,7 @@ class Recovery:
     def _pool(self, name: PoolName) -> PoolConfig | None:
         return next((p for p in self.pools if p.name == name), None)
 
-    async def catch_up(self, views: Iterable[NodeView], now: datetime) -> None:
+    async def catch_up(self, shell: Shell, views: Iterable[NodeView], now: datetime) -> None:
         """Bring the store up to date before the tick writes: the spool first, then every
         record a node carries, or an Event of this controller's holds for the node's decision,
         that the store does not have (kept there by this process, by a run that died before its
@@ -191,18 +199,18 @@ class Recovery:
         of what the store has. While the store still fails, an intent whose newest Event is
         getting old is told again (``RETELL``). Raises nothing: a store still failing is found
         by the tick's own write."""
-        ledger = self.executor.ledger
+        ledger = shell.ledger
         if ledger is None:
             return
         views = list(views)
-        on_nodes = self._on_nodes(views)
-        copies = await self._copies(ledger, views, now)
-        trail = self.executor.audit_log
+        on_nodes = self._on_nodes(ledger, views)
+        copies = await self._copies(shell, ledger, views, now)
+        trail = shell.audit_log
         if not on_nodes and not copies and not trail.spool:
             return
         try:
             await trail.flush()
-            missing = await self._missing(on_nodes, copies or ())
+            missing = await self._missing(shell.audit_log, on_nodes, copies or ())
             if missing:
                 trail.hold(missing)
                 await trail.flush()
@@ -211,11 +219,11 @@ class Recovery:
                     "%d record(s) kept on nodes or in Events written to the audit store",
                     len(missing),
                 )
-            await self._refuse(copies or ())
+            await self._refuse(shell.audit_log, copies or ())
         except errors.StoreFailed:
             # The store still fails: the nodes and the Events keep their records.
             if copies is not None:
-                await self._retell(ledger, views, on_nodes, copies, now)
+                await self._retell(shell.audit_log, ledger, views, on_nodes, copies, now)
             return
         except Exception as exc:
             # A bug of ours, not the store: the records stay where they are (nothing is
@@ -224,21 +232,22 @@ class Recovery:
                 self._bugs.add(type(exc))
                 log.exception("writing the records kept on nodes and in Events failed: a bug")
             return
-        self.executor.store_works(now)
+        shell.store_works()
         for node, found in on_nodes.items():
             try:
                 await ledger.release(node, [r.id for r in found])
             except Exception as exc:  # harmless: the next tick finds them in the store
                 log.warning("node %s: records kept on it not removed yet: %s", node, exc)
 
-    def _on_nodes(self, views: Iterable[NodeView]) -> dict[str, tuple[AuditRecord, ...]]:
+    def _on_nodes(
+        self, ledger: NodeLedger, views: Iterable[NodeView]
+    ) -> dict[str, tuple[AuditRecord, ...]]:
         """The records each node carries (a node whose records cannot be read is left as it
         is, and said once)."""
-        assert self.executor.ledger is not None
         on_nodes: dict[str, tuple[AuditRecord, ...]] = {}
         for view in views:
             try:
-                found = self.executor.ledger.kept(view)
+                found = ledger.kept(view)
             except Exception as exc:
                 if view.name not in self._unkept:
                     self._unkept.add(view.name)
@@ -249,12 +258,12 @@ class Recovery:
         return on_nodes
 
     async def _copies(
-        self, ledger: NodeLedger, views: Sequence[NodeView], now: datetime
+        self, shell: Shell, ledger: NodeLedger, views: Sequence[NodeView], now: datetime
     ) -> Sequence[KeptCopy] | None:
         """The intents read back from this controller's Events (``adapters.ledger.copies``);
         None when they were not read: not due (``RELIST``), or they cannot be listed (said
         once until they can)."""
-        listed, failing = self._listed, self.executor.audit_log.failing is not None
+        listed, failing = self._listed, shell.audit_log.failing is not None
         if not failing and listed is not None and now - listed < RELIST:
             return None
         try:
@@ -275,11 +284,13 @@ class Recovery:
         return copies
 
     async def _missing(
-        self, on_nodes: Mapping[str, Sequence[AuditRecord]], copies: Sequence[KeptCopy]
+        self,
+        trail: AuditTrail,
+        on_nodes: Mapping[str, Sequence[AuditRecord]],
+        copies: Sequence[KeptCopy],
     ) -> list[AuditRecord]:
         """The records kept on nodes or in Events that neither the spool nor the store has,
         oldest first (a record already stored is never written twice)."""
-        trail = self.executor.audit_log
         spooled = {r.id for r in trail.spool}
         found = {r.id: r for rs in on_nodes.values() for r in rs}
         for copy in copies:
@@ -295,7 +306,7 @@ class Recovery:
                 self._stored.add(record.id)
         return missing
 
-    async def _refuse(self, copies: Sequence[KeptCopy]) -> None:
+    async def _refuse(self, trail: AuditTrail, copies: Sequence[KeptCopy]) -> None:
         """Say, once each, which records read back from Events are not written to the store:
         those the store does not have and no node vouches for (its ``decision`` names another
         record, or another writer removed it, or the Event is not ours but claims to be)."""
@@ -303,7 +314,7 @@ class Recovery:
             record = copy.record
             if copy.vouched or record.id in self._stored or record.id in self._refused:
                 continue
-            if await self.executor.audit_log.get(record.id) is not None:
+            if await trail.get(record.id) is not None:
                 self._stored.add(record.id)
                 continue
             self._refused.add(record.id)
@@ -318,6 +329,7 @@ class Recovery:
 
     async def _retell(
         self,
+        trail: AuditTrail,
         ledger: NodeLedger,
         views: Sequence[NodeView],
         on_nodes: Mapping[str, Sequence[AuditRecord]],
@@ -332,7 +344,7 @@ class Recovery:
         told = {c.record.id: c.told for c in copies}
         kept = [
             *(r for rs in on_nodes.values() for r in rs),
-            *self.executor.audit_log.spool,
+            *trail.spool,
             *(c.record for c in copies if c.vouched),
         ]
         done: set[str] = set()
@@ -347,4 +359,4 @@ class Recovery:
             done.add(record.id)
             last = told.get(record.id)
             if last is None or now - last >= RETELL:
-                await ledger.retell(record, self.executor.audit_log.failing or "")
+                await ledger.retell(record, trail.failing or "")

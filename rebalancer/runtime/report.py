@@ -1,16 +1,15 @@
 """What one tick did, as a value: the report ``Reconciler.tick`` returns.
 
-The phases do not call the controller's metrics. What they measure or meet on the way (a clock's
-skew, a strategy that timed out, a reclaim that ended, an audit store that failed) they note in
-the reconciler's ``Tally``; the tick hands what the tally holds over in its report, and
-whoever runs the loop gives the report to ``runtime.telemetry``. A tick that raises hands
-nothing over: what it noted stays in the tally and comes with the next report, so a
-counter is late by one tick, never lost.
+No phase calls the controller's metrics. The step decides the tick's gauges and counts as
+values (``runtime.step.Noted``), the shell gathers what carrying the effects out came to
+(``runtime.effects.Run``), and the observation says what it measured (the clocks, what could
+not be read); the tick puts them together in its report as ``Happened``, and whoever runs the
+loop gives the report to ``runtime.telemetry``. A tick that raises reports nothing: its gauges
+keep their values until the next tick measures them again.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,13 +20,13 @@ from rebalancer.core.model import Action, PoolName
 from rebalancer.runtime.seams import Applied
 
 
-@dataclass
-class Tally:
-    """What the phases of a tick (and of any failed tick before it) noted, for the telemetry.
+@dataclass(frozen=True)
+class Happened:
+    """The gauges and counts of one tick, for the telemetry.
 
-    A gauge's reading stays ``None`` when no tick measured it since the last ``take`` (a tick
-    that stopped early); the telemetry then keeps the value it has. The lists are events, in
-    the order they happened.
+    A gauge's reading is ``None`` when the tick did not measure it (a tick that stopped
+    early); the telemetry then keeps the value it has. The tuples are events, in the order
+    they happened.
     """
 
     leader: tuple[str, bool] | None = None  # (this replica's identity, whether it may write)
@@ -40,19 +39,13 @@ class Tally:
     unreadable: Mapping[str, int] | None = None  # objects the informer could not read, by kind
     budgets: Mapping[str, model.ErrorBudget] | None = None
     audit_store: tuple[bool, int] | None = None  # (failing, records waiting in the spool)
-    decided: list[model.Plan] = field(default_factory=list)  # plans the leader carried out
-    strategy_failures: list[tuple[str, str, str]] = field(default_factory=list)  # pool, name, kind
-    planner_failures: list[str] = field(default_factory=list)  # pools
-    borrowing_minutes: list[str] = field(default_factory=list)  # a pool per minute lending cost
-    audit_failures: list[str] = field(default_factory=list)  # the store operation that raised
+    decided: tuple[model.Plan, ...] = ()  # the plan the leader carried out
+    strategy_failures: tuple[tuple[str, str, str], ...] = ()  # pool, strategy, kind
+    planner_failures: tuple[str, ...] = ()  # pools
+    borrowing_minutes: tuple[str, ...] = ()  # a pool per minute lending cost
+    audit_failures: tuple[str, ...] = ()  # the store operation that raised
     spool_overflows: int = 0
-    reclaims: list[tuple[str, datetime, datetime]] = field(default_factory=list)  # decided, serving
-
-    def take(self) -> Tally:
-        """What was noted since the last ``take``; this tally starts again empty."""
-        taken = copy.copy(self)
-        vars(self).update(vars(Tally()))
-        return taken
+    reclaims: tuple[tuple[str, datetime, datetime], ...] = ()  # pool, decided, serving
 
 
 @dataclass(frozen=True)
@@ -65,7 +58,7 @@ class TickReport:
     audited: tuple[AuditRecord, ...] = ()  # what ``AuditLog.tick`` wrote
     applied: tuple[Applied, ...] = ()
     error: str | None = None  # why nothing was written (the audit store failed)
-    happened: Tally = field(default_factory=Tally)
+    happened: Happened = field(default_factory=Happened)
 
     @property
     def steps(self) -> tuple[Applied, ...]:

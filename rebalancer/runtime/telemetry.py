@@ -63,7 +63,7 @@ from prometheus_client.metrics_core import Metric
 from rebalancer.core import clocks, model
 from rebalancer.core.audit import DEFAULT_CLUSTER
 from rebalancer.core.model import PoolName
-from rebalancer.runtime.report import Tally, TickReport
+from rebalancer.runtime.report import Happened, TickReport
 
 # A reclaim drains borrowed pods (a grace period of seconds to minutes), then the node warms up
 # (image pull, model load): the interesting range is ten seconds to an hour.
@@ -294,7 +294,7 @@ class Telemetry:
         for reclaim in noted.reclaims:
             self.reclaim_done(*reclaim)
 
-    def _gauges(self, noted: Tally) -> None:
+    def _gauges(self, noted: Happened) -> None:
         """The gauges a tick measured (``None``: not measured, the last value stays)."""
         if noted.lent is not None:
             self.set_lent(noted.lent)

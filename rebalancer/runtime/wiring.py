@@ -78,6 +78,7 @@ from rebalancer.core.nodestate import Keys
 from rebalancer.runtime import adapterconfig, explaining, http, tls
 from rebalancer.runtime import alerts as alerting
 from rebalancer.runtime.loop import run_controller
+from rebalancer.runtime.observing import Snapshotter
 from rebalancer.runtime.poolmetrics import PoolMetricsRouter
 from rebalancer.runtime.reconcile import Reconciler
 from rebalancer.runtime.recording import RecordingActuator
@@ -179,11 +180,22 @@ def _reconciler(
     """The reconcile step of ``Controller.open``, from what it built: each pool's actuator
     (its Events recorded, reading the informer's cache when this is the controller), the
     settings' limits and switches, and where a record goes while the audit store fails."""
-    return Reconciler(
+    snapshots = Snapshotter(
         pools,
-        events=events,
+        keys=keys,
         views=informer,
         metrics=metrics,
+        paused=settings.paused,
+        frozen=settings.frozen,
+        alerts=alerts,
+        apiserver_clock=apiserver_clock,
+        prometheus_clock=prometheus_clock,
+        clock_bound=settings.clock_skew_bound,
+    )
+    return Reconciler(
+        pools,
+        snapshots=snapshots,
+        events=events,
         clock=clock,
         actuators={
             name: RecordingActuator(a, events)
@@ -199,20 +211,14 @@ def _reconciler(
         audit_log=audit_log,
         leadership=leadership,
         keys=keys,
-        paused=lambda: settings.paused,
-        frozen=lambda: settings.frozen,
         dry_run=settings.dry_run,
         strategy_timeout=settings.strategy_timeout,
         lend_concurrency=settings.lend_concurrency,
-        alerts=alerts,
         # Where a record goes while the audit store fails (docs/design/audit-failure.md);
         # a dry run writes nothing, so it has none.
         ledger=None
         if settings.dry_run
         else NodeLedger(writer, keys, events if isinstance(events, KubeEvents) else None),
-        apiserver_clock=apiserver_clock,
-        prometheus_clock=prometheus_clock,
-        clock_bound=settings.clock_skew_bound,
     )
 
 

@@ -31,6 +31,7 @@ from rebalancer.adapters.writer import KubeWriter, RetryPolicy
 from rebalancer.core import clocks, model, nodestate
 from rebalancer.core.audit import Kind
 from rebalancer.core.model import Clock, PoolName, Reason, Term
+from rebalancer.runtime.observing import Snapshotter
 from rebalancer.runtime.reconcile import Reconciler
 from rebalancer.runtime.report import TickReport
 from sandbox.emulator import cluster
@@ -99,16 +100,20 @@ class World:
         self.prometheus.estimator = clocks.Estimator(clocks.Against.PROMETHEUS)
         reconciler = Reconciler(
             [CONFIG],
-            views=self.informer,
-            metrics=self.prometheus,
+            snapshots=Snapshotter(
+                [CONFIG],
+                views=self.informer,
+                metrics=self.prometheus,
+                apiserver_clock=probe,
+                prometheus_clock=self.prometheus,
+                clock_bound=bound,
+                keys=KEYS,
+            ),
             clock=probe.now,
             actuators={POOL: Actuator(kube, KEYS, SPEC, MARKS, probe.now)},
             audit_log=AuditLog(store, sink=None, new_id=UlidFactory(own)),
             leadership=Lead(own, term=Term(f"replica{offset:+.0f}", 1, own())),
             keys=KEYS,
-            apiserver_clock=probe,
-            prometheus_clock=self.prometheus,
-            clock_bound=bound,
         )
         return Replica(own, probe, reconciler, store)
 

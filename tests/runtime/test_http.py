@@ -29,7 +29,7 @@ from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Action, NodeName, Origin, PoolName, Reason
 from rebalancer.runtime import http
 from rebalancer.runtime.http import HttpServer, Readiness, readiness
-from rebalancer.runtime.report import Tally, TickReport
+from rebalancer.runtime.report import Happened, TickReport
 from rebalancer.runtime.telemetry import Telemetry
 from tests.support import gates
 from tests.support.factories import T0, audit_record
@@ -180,20 +180,20 @@ def snapshot(now: datetime, demand: model.Sample | None) -> model.Snapshot:
 
 def test_a_ticks_report_sets_what_it_noted_and_a_gauge_it_did_not_measure_stays() -> None:
     t = Telemetry()
-    noted = Tally(
+    noted = Happened(
         leader=("rebalancer-0", True),
         lent={"l20": 3},
         audit_store=(True, 2),
-        decided=[plan()],
-        strategy_failures=[("l20", "forecast", "timeout")],
-        reclaims=[("l20", T0, T0 + timedelta(seconds=42))],
+        decided=(plan(),),
+        strategy_failures=(("l20", "forecast", "timeout"),),
+        reclaims=(("l20", T0, T0 + timedelta(seconds=42)),),
         spool_overflows=2,
     )
     snap = snapshot(T0, model.Sample(40.0, T0 - timedelta(seconds=30)))
     report = TickReport(T0, snap, {}, model.Plan(T0, {}), leading=True, happened=noted)
     t.record(report)
     # A tick that stopped early measured no gauge: each keeps its value; events only add.
-    t.record(replace(report, happened=Tally(strategy_failures=[("l20", "forecast", "raised")])))
+    t.record(replace(report, happened=Happened(strategy_failures=(("l20", "forecast", "raised"),))))
 
     def value(name: str, **labels: str) -> float | None:
         return t.registry.get_sample_value(name, labels)

@@ -26,6 +26,7 @@ from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import NodeView, PodMarks, PoolName, Reason
 from rebalancer.core.outcomes import ActionResult, Outcome
 from rebalancer.core.policy import PoolPolicy
+from rebalancer.runtime.observing import Snapshotter
 from rebalancer.runtime.reconcile import Reconciler
 from rebalancer.runtime.report import TickReport
 from rebalancer.runtime.seams import AlwaysLeader, KeptCopy, NodeLedger, PoolConfig
@@ -99,8 +100,12 @@ async def world(
     seen = Seen()
     reconciler = Reconciler(
         [pool(A, strategy_a, policy_a), pool(B, registry.build("reactive"))],
-        views=views,
-        metrics=demand,
+        snapshots=Snapshotter(
+            [pool(A, strategy_a, policy_a), pool(B, registry.build("reactive"))],
+            views=views,
+            metrics=demand,
+            keys=KEYS,
+        ),
         clock=clock,
         actuators=calls,
         audit_log=AuditLog(store, sink=None),
@@ -195,7 +200,7 @@ async def test_a_strategy_that_overruns_is_not_called_again_until_it_returns() -
         assert "still running" in second.proposals[A].reason
     finally:
         gate.set()
-    await w.reconciler.decider.running[A]  # let the released call finish before the next tick
+    await w.reconciler.strategies.running[A]  # let the released call finish before the next tick
     strategy.gate = None
 
     third = await w.tick()

@@ -29,6 +29,7 @@ from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Action, PodMarks, PoolName, Reason
 from rebalancer.core.outcomes import ActionResult, Outcome
 from rebalancer.core.policy import PoolPolicy
+from rebalancer.runtime.observing import Snapshotter
 from rebalancer.runtime.reconcile import Reconciler
 from rebalancer.runtime.report import TickReport
 from rebalancer.runtime.seams import AlwaysLeader, PoolConfig
@@ -167,8 +168,15 @@ def world(
             config(CHAT, {"pool": "chat"}, CHAT_POLICY, chat_strategy, chat_paused),
             config(BATCH, {"accelerator": "l20"}, BATCH_POLICY),
         ],
-        views=views,
-        metrics=demand,
+        snapshots=Snapshotter(
+            [
+                config(CHAT, {"pool": "chat"}, CHAT_POLICY, chat_strategy, chat_paused),
+                config(BATCH, {"accelerator": "l20"}, BATCH_POLICY),
+            ],
+            views=views,
+            metrics=demand,
+            keys=KEYS,
+        ),
         clock=clock,
         actuators=actuators,
         audit_log=AuditLog(audit, sink=None, new_id=UlidFactory(clock)),
