@@ -58,8 +58,8 @@ from rebalancer.core.model import NodeView, PoolName
 from rebalancer.core.outcomes import BACK, ActionResult, Outcome, WriteKind, WriteOutcome
 from rebalancer.errors import RebalancerError
 from rebalancer.runtime import observing
+from rebalancer.runtime.effects import Carry
 from rebalancer.runtime.seams import NodeActuator, PoolConfig
-from rebalancer.runtime.step import Carry
 
 if TYPE_CHECKING:
     from rebalancer.runtime.wiring import Controller

@@ -62,7 +62,7 @@ from rebalancer.core.model import Clock, NodeView, PoolName
 from rebalancer.core.nodestate import Keys
 from rebalancer.core.outcomes import ActionResult
 from rebalancer.core.tick import Decision, PoolControls, operator_reclaims, plan_tick
-from rebalancer.runtime import budgets, deciding, effects, recovering, step
+from rebalancer.runtime import budgets, deciding, effects, flight, recovering, step
 from rebalancer.runtime.memory import Memory
 from rebalancer.runtime.observing import Snapshotter
 from rebalancer.runtime.report import Happened, TickReport
@@ -75,6 +75,7 @@ from rebalancer.runtime.seams import (
     NoEvents,
     PoolConfig,
 )
+from rebalancer.runtime.shell import CatchUp, Run, Shell, say
 
 log = logging.getLogger(__name__)
 
@@ -117,9 +118,9 @@ class Reconciler:
         self.memory = Memory(started=_NOT_STARTED)
 
     @property
-    def rules(self) -> step.Rules:
+    def rules(self) -> effects.Rules:
         """What the step runs by: the pools, the keys and the switches, as they stand."""
-        return step.Rules(
+        return effects.Rules(
             self.pools,
             self.keys,
             dry_run=self.dry_run,
@@ -128,9 +129,9 @@ class Reconciler:
             lend_concurrency=self.lend_concurrency,
         )
 
-    def shell(self) -> effects.Shell:
+    def shell(self) -> Shell:
         """The effects' seams as they stand, with a fresh account of what they come to."""
-        return effects.Shell(
+        return Shell(
             self.pools,
             self.actuators,
             self.audit_log,
@@ -153,7 +154,7 @@ class Reconciler:
     # -----------------------------------------------------------------------------------------
     # Start-up
 
-    async def start(self, shell: effects.Shell | None = None) -> tuple[ActionResult, ...]:
+    async def start(self, shell: Shell | None = None) -> tuple[ActionResult, ...]:
         """Before the first tick (informer synced, leading): say what the intents a previous run
         left open came to, and end every transition it left in flight, audited like any step
         (``runtime.recovering``); the error budgets' count taken up from the audit log."""
@@ -171,7 +172,7 @@ class Reconciler:
         self.memory = replace(self.memory, costs=costs, started=self._term_key())
         return await self.recovery.take_over(shell, takeovers)
 
-    async def _start_up_if_new_term(self, shell: effects.Shell) -> None:
+    async def _start_up_if_new_term(self, shell: Shell) -> None:
         """On the first tick of this stretch of leadership, what a previous leader (or this
         process before a restart) left unfinished is closed and ended first, then the tick
         observes and plans from what start-up left."""
@@ -199,11 +200,11 @@ class Reconciler:
         # The clocks first: the tick's now is the API server's, corrected by what they say.
         measured = await self.snapshots.measure_clocks()
         now = self.clock()
-        budget = {p.name: step.budget(self.memory, p, now) for p in self.pools}
+        budget = {p.name: budgets.budget(self.memory, p, now) for p in self.pools}
         seen = await self.snapshots.observe(now, measured, budget)
         answers = await self.strategies.answers(seen.snapshot)
         term = self.leadership.term
-        facts = step.Seen(
+        facts = effects.Seen(
             seen.snapshot,
             answers,
             self.leadership.identity,
@@ -239,7 +240,7 @@ class Reconciler:
             happened=happened,
         )
 
-    def _catch_up(self, shell: effects.Shell, snapshot: model.Snapshot) -> effects.CatchUp:
+    def _catch_up(self, shell: Shell, snapshot: model.Snapshot) -> CatchUp:
         """The records kept on nodes (or in Events) brought to the store before the tick's."""
         views = [v for pool in snapshot.pools.values() for v in pool.nodes]
 
@@ -248,12 +249,12 @@ class Reconciler:
 
         return catch_up
 
-    def _settle(self, memory: Memory, run: effects.Run) -> None:
+    def _settle(self, memory: Memory, run: Run) -> None:
         """The memory after what the effects came to; what it says about them, logged."""
-        self.memory, says = step.settle(memory, run.done, run.store)
+        self.memory, says = flight.settle(memory, run.done, run.store)
         run.done.clear()
         run.store.clear()
-        effects.say(says)
+        say(says)
 
     async def preview(self) -> tuple[model.Snapshot, Decision]:
         """Observe and decide as a tick does, and write nothing, to the cluster or the audit
@@ -261,13 +262,13 @@ class Reconciler:
         first when no start-up has (a process that only explains)."""
         now = self.clock()
         if self.memory.started is _NOT_STARTED:
-            costs = await budgets.restore_unknown(
+            costs = await recovering.restore_unknown_costs(
                 self.pools, self.memory.costs, self.audit_log, now
             )
             self.memory = replace(self.memory, costs=costs)
         measured = await self.snapshots.measure_clocks()
         now = self.clock()
-        budget = {p.name: step.budget(self.memory, p, now) for p in self.pools}
+        budget = {p.name: budgets.budget(self.memory, p, now) for p in self.pools}
         seen = await self.snapshots.observe(now, measured, budget)
         answers = await self.strategies.answers(seen.snapshot)
         controls = self.rules.controls
@@ -281,7 +282,7 @@ class Reconciler:
     ) -> tuple[model.Plan, audit.Tick]:
         """An operator's reclaim of these nodes now (``rebalancer reclaim``): planned by
         ``core.tick.operator_reclaims``, its intents built like a tick's, not committed yet.
-        Each step is then carried out with ``effects.Shell.carry``, as a tick's are."""
+        Each step is then carried out with ``Shell.carry``, as a tick's are."""
         now = self.clock()
         names = {pool: [v.name for v in views] for pool, views in members.items()}
         plan = operator_reclaims(now, names, message)

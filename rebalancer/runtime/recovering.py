@@ -30,10 +30,10 @@ from rebalancer.core.model import Clock, NodeName, NodeView, PoolName
 from rebalancer.core.nodestate import Keys
 from rebalancer.core.outcomes import ActionResult
 from rebalancer.core.tick import phase
-from rebalancer.runtime import budgets
-from rebalancer.runtime.effects import Shell
+from rebalancer.runtime.budgets import MINUTE
+from rebalancer.runtime.flight import IN_FLIGHT
 from rebalancer.runtime.seams import AuditTrail, KeptCopy, NodeLedger, PoolConfig
-from rebalancer.runtime.step import IN_FLIGHT
+from rebalancer.runtime.shell import Shell
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class Recovery:
 
     async def close_open_intents(
         self, shell: Shell, members: Members, now: datetime
-    ) -> tuple[list[Takeover], budgets.Costs]:
+    ) -> tuple[list[Takeover], Costs]:
         """The verdicts on the intents a previous run left open, and a recovery intent for each
         node to take over, committed in one batch; the error budgets' count restored. Raises if
         the store fails."""
@@ -87,7 +87,7 @@ class Recovery:
             await self.catch_up(shell, [view for _, view in members.values()], now)
             records, takeovers = await self._recovery_records(shell, now, members)
             await trail.tick(records)
-            costs = await budgets.restore(self.pools, trail, now)
+            costs = await restore_costs(self.pools, trail, now)
         except Exception:
             shell.run.audit_failures.append("recover")
             raise
@@ -360,3 +360,29 @@ class Recovery:
             last = told.get(record.id)
             if last is None or now - last >= RETELL:
                 await ledger.retell(record, trail.failing or "")
+
+
+Costs = Mapping[PoolName, tuple[datetime, ...]]  # each pool's minutes that cost its error budget
+
+
+async def restore_costs(pools: Sequence[PoolConfig], trail: AuditTrail, now: datetime) -> Costs:
+    """Every pool's minutes as the audit log holds them, within its error budget's window (the
+    last minute only for a pool without a budget): a new leader, or this one restarted, takes
+    the count up where the last one left it. Raises if the store fails."""
+    out = {}
+    for config in pools:
+        since = now - (config.slo.window if config.slo else MINUTE)
+        out[config.name] = tuple(await trail.cost_minutes(config.name, since))
+    return out
+
+
+async def restore_unknown_costs(
+    pools: Sequence[PoolConfig], costs: Costs, trail: AuditTrail, now: datetime
+) -> Costs:
+    """``costs`` with the minutes of each pool with an error budget whose count is not known
+    yet (a process that only explains, and never started up)."""
+    out = dict(costs)
+    for config in pools:
+        if config.slo is not None and config.name not in out:
+            out[config.name] = tuple(await trail.cost_minutes(config.name, now - config.slo.window))
+    return out

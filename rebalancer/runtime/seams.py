@@ -56,6 +56,12 @@ class PoolConfig:
     slo: model.Slo | None = None  # the pool's error budget; None: none, fixed margins
 
     @property
+    def lent_taints(self) -> tuple[model.Taint, ...]:
+        """The taints lending puts on the pool's nodes: what every reading of their phase
+        takes (``core.tick.phase``)."""
+        return self.lend_spec.add_taints
+
+    @property
     def lend_spec(self) -> nodestate.LendSpec:
         return self.policy.lend_spec
 

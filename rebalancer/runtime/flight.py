@@ -1,0 +1,389 @@
+"""The nodes in flight: which are driven on by a tick (``drives``), and what the passes came to,
+folded into the memory the next tick starts from (``settle``).
+
+Where it sits: ``runtime.step`` asks for the drives of each branch of the commit; the shell
+(``runtime.shell``) carries them out; ``runtime.reconcile`` settles the results. Every loan
+ends, whatever happens to its node (docs/design/other-writers.md): a lent node deleted ends its
+loan under an intent of its own, whose drain goes on while the node is away and after a node is
+created again under its name; and since a process that restarts remembers none of that, every
+tick also looks at each node for borrowed pods bound to its name before it was created
+(``core.victims.left_by_earlier_node``), and removes them under an intent of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from rebalancer.core import audit, model, nodestate, recovery, victims
+from rebalancer.core.audit import AuditRecord, Context
+from rebalancer.core.model import Action, NodeName, NodeView, PoolName
+from rebalancer.core.nodestate import Keys, Phase
+from rebalancer.core.outcomes import ActionResult, Outcome, WriteOutcome
+from rebalancer.core.tick import (
+    phase,
+)
+from rebalancer.runtime.effects import (
+    Carry,
+    Done,
+    Drive,
+    EndLoan,
+    Progress,
+    RemoveLeft,
+    RollBack,
+    Rules,
+    Say,
+    StoreEvent,
+    Wave,
+)
+from rebalancer.runtime.memory import (
+    Drain,
+    Loan,
+    Memory,
+    Removal,
+)
+from rebalancer.runtime.seams import PoolConfig
+
+IN_FLIGHT = (Phase.LENDING, Phase.RECLAIMING)
+
+# The nodes in flight
+
+
+def drives(
+    memory: Memory,
+    snapshot: model.Snapshot,
+    rules: Rules,
+    carries: Sequence[Carry],
+    new_id: audit.NewId,
+    context: Callable[[PoolConfig | None], Context],
+) -> tuple[Memory, list[Say], tuple[Wave, ...]]:
+    """Every node in flight that gets no step this tick (``carries``) is driven on, a wave of
+    drains together as the reclaims that began them; then the drains whose node vanished from
+    the pools, under their UID; then the end of every loan whose node was replaced; then the
+    removal of the borrowed pods an earlier node of a name left on the node there now. A dry
+    run drives nothing: it says once which nodes a run that writes would drive on."""
+    keys, now = rules.keys, snapshot.now
+    acted = {c.step.node for c in carries}
+    in_flight = [
+        (pool, view)
+        for pool in rules.pools
+        for view in snapshot.pools[pool.name].nodes
+        if view.name not in acted and phase(view, keys, pool.lent_taints) in IN_FLIGHT
+    ]
+    if rules.dry_run:
+        return _would_drive(memory, in_flight, rules)
+    seen = {v.name: v for p in rules.pools for v in snapshot.pools[p.name].nodes}
+    looked_at = {v.name for _, v in in_flight} | acted
+    vanished = [
+        (name, drain)
+        for name, drain in memory.draining.items()
+        if name not in looked_at and (name not in seen or seen[name].uid != drain.uid)
+    ]
+    # The drains to look at again next tick: those of this tick's steps (their reclaims add
+    # theirs as they begin), and every node seen reclaiming, under its UID.
+    draining = {
+        **{name: d for name, d in memory.draining.items() if name in acted},
+        **{
+            view.name: Drain(
+                pool.name, view.uid, view.annotations.get(keys.decision, ""), _deadline(view, keys)
+            )
+            for pool, view in in_flight
+            if view.uid and phase(view, keys, pool.lent_taints) is Phase.RECLAIMING
+        },
+    }
+    # By UID alone, acted on or not: a new node under the name may be lent already, and the
+    # pods bound to the old one are still there. A loan whose node was being reclaimed ends
+    # with that drain, under its intent.
+    gone = {name for name, _ in vanished}
+    ended = [
+        loan
+        for name, loan in memory.loans.items()
+        if (name not in seen or seen[name].uid != loan.view.uid) and name not in gone
+    ]
+    # The loans as of this tick: those the snapshot shows lent (this tick's lends are added
+    # as they are made: a node may be replaced before the next tick sees it lent).
+    loans = {
+        view.name: Loan(pool.name, view)
+        for pool in rules.pools
+        for view in snapshot.pools[pool.name].nodes
+        if view.uid and phase(view, keys, pool.lent_taints) is Phase.LENT
+    }
+    memory = replace(memory, draining=draining, loans=loans)
+    passes = tuple(
+        _pass(memory, pool, view, rules, new_id, context, now) for pool, view in in_flight
+    )
+    followed = tuple(
+        Progress(d.pool, name, d.decision or None, d.uid, d.deadline, memory.said.get(name), True)
+        for name, d in vanished
+    )
+    ends = tuple(_end_loan(loan, rules, new_id, context, now) for loan in ended)
+    # A node a reclaim or a drain has this tick takes the borrowed pods itself.
+    reclaimed = {c.step.node for c in carries if c.step.action is not Action.LEND}
+    busy = reclaimed | {v.name for _, v in in_flight} | set(draining) | gone
+    busy |= {e.view.name for e in ends}
+    left = _left_behind(memory, snapshot, rules, busy, new_id, context, now)
+    limit = rules.reclaim_concurrency
+    waves = (Wave(passes, limit), Wave(followed, limit), Wave(ends, 1), Wave(left, limit))
+    return memory, [], waves
+
+
+def _would_drive(
+    memory: Memory, in_flight: Sequence[tuple[PoolConfig, NodeView]], rules: Rules
+) -> tuple[Memory, list[Say], tuple[Wave, ...]]:
+    """A node in flight was left so by a run that writes: a dry run neither drives it on nor
+    closes the intent it answers to. Each is said once."""
+    says = []
+    for pool, view in in_flight:
+        if view.name not in memory.would_drive:
+            state = phase(view, rules.keys, pool.lent_taints)
+            says.append(
+                Say(
+                    logging.WARNING,
+                    f"dry run: node {view.name} of pool {pool.name} is "
+                    f"{state.value if state else 'unreadable'}; a run that writes would drive "
+                    "it on",
+                )
+            )
+    names = frozenset(view.name for _, view in in_flight)
+    return replace(memory, would_drive=names), says, ()
+
+
+def _pass(
+    memory: Memory,
+    pool: PoolConfig,
+    view: NodeView,
+    rules: Rules,
+    new_id: audit.NewId,
+    context: Callable[[PoolConfig | None], Context],
+    now: datetime,
+) -> Progress | RollBack:
+    """One pass over a node in flight: a lend left unfinished (its call ended in a conflict or
+    a failure, and its intent is closed with that) is rolled back under an intent of its own,
+    like a restart's; a reclaim is drained on."""
+    decision = view.annotations.get(rules.keys.decision)
+    if phase(view, rules.keys, pool.lent_taints) is Phase.LENDING:
+        why = f"lend {decision} left the node lending: rolling it back"
+        intent = audit.recovery_intent(
+            context(pool), new_id, now, str(pool.name), view, recovery.ROLLBACK, decision, why
+        )
+        return RollBack(pool.name, view.name, intent)
+    deadline = _deadline(view, rules.keys)
+    return Progress(
+        pool.name, view.name, decision, view.uid or None, deadline, memory.said.get(view.name)
+    )
+
+
+def _end_loan(
+    loan: Loan,
+    rules: Rules,
+    new_id: audit.NewId,
+    context: Callable[[PoolConfig | None], Context],
+    now: datetime,
+) -> EndLoan:
+    """A lent node that was deleted, and perhaps created again under its name, is not lent
+    any more, and nothing in its snapshot says so: a new node is serving, and the pods the
+    loan took are still bound to the name. The loan is ended under an intent of its own (a
+    reclaim for the lent node's UID, which finds it gone or replaced), and the pods bound to
+    the earlier node are removed as a drain removes them: evicted, deleted past the deadline.
+    While any is left the drain is driven on every tick, whether the name has a node again or
+    not."""
+    pool, lent = rules.pool(loan.pool), loan.view
+    decision = lent.annotations.get(rules.keys.decision)
+    # A node lent by the last tick is seen as it was before the lend: no decision yet.
+    under = f" under {decision}" if decision else ""
+    why = (
+        f"node {lent.name} (uid {lent.uid}) was lent{under} and has been deleted: "
+        "its loan ends, and the pods bound to it are removed"
+    )
+    intent = audit.recovery_intent(
+        context(pool), new_id, now, str(pool.name), lent, Action.RECLAIM, decision, why
+    )
+    return EndLoan(pool.name, lent, intent, now + pool.policy.reclaim_deadline)
+
+
+def _left_behind(
+    memory: Memory,
+    snapshot: model.Snapshot,
+    rules: Rules,
+    busy: set[NodeName],
+    new_id: audit.NewId,
+    context: Callable[[PoolConfig | None], Context],
+    now: datetime,
+) -> tuple[RemoveLeft, ...]:
+    """The nodes to remove borrowed pods from that an earlier node of their name left: each
+    that shows some (none in flight: its drain takes them), and each whose removal is under
+    way (until a pass finds none, so that its intent is closed)."""
+    out: dict[NodeName, RemoveLeft] = {}
+    for pool in rules.pools:
+        for view in snapshot.pools[pool.name].nodes:
+            if (
+                view.name in busy
+                or view.name in out
+                or phase(view, rules.keys, pool.lent_taints) in IN_FLIGHT
+                or not victims.left_by_earlier_node(view)
+            ):
+                continue
+            under_way = memory.removing.get(view.name)
+            if under_way is not None:
+                out[view.name] = _removal(view.name, under_way, memory)
+                continue
+            intent = _left_intent(pool, view, new_id, context, now)
+            deadline = now + pool.policy.reclaim_deadline
+            out[view.name] = RemoveLeft(pool.name, view.name, intent, deadline, True, None)
+    going = tuple(
+        _removal(name, removal, memory)
+        for name, removal in memory.removing.items()
+        if name not in out and name not in busy
+    )
+    return (*out.values(), *going)
+
+
+def _removal(name: NodeName, removal: Removal, memory: Memory) -> RemoveLeft:
+    return RemoveLeft(
+        removal.pool, name, removal.intent, removal.deadline, False, memory.said.get(name)
+    )
+
+
+def _left_intent(
+    pool: PoolConfig,
+    view: NodeView,
+    new_id: audit.NewId,
+    context: Callable[[PoolConfig | None], Context],
+    now: datetime,
+) -> AuditRecord:
+    pods = [f"{p.namespace}/{p.name}" for p in victims.left_by_earlier_node(view)]
+    shown = ", ".join(pods[:5]) + (f" and {len(pods) - 5} more" if len(pods) > 5 else "")
+    created = nodestate.format_time(view.created) if view.created else "?"
+    why = (
+        f"node {view.name} (uid {view.uid}, created {created}) runs borrowed pod(s) bound "
+        f"to its name before it was created: {shown}; an earlier node of the name was lent "
+        "and deleted, and its loan ends: they are removed"
+    )
+    return audit.recovery_intent(
+        context(pool),
+        new_id,
+        now,
+        str(pool.name),
+        view,
+        Action.RECLAIM,
+        None,
+        why,
+        detail={recovery.EARLIER_PODS: pods},
+    )
+
+
+def _deadline(view: NodeView, keys: Keys) -> datetime | None:
+    """The reclaim deadline the node carries (None: none readable, so passed)."""
+    state = nodestate.read(view, keys)
+    return state.deadline if isinstance(state, nodestate.NodeState) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# What the effects came to, folded into the memory
+
+
+def settle(
+    memory: Memory, done: Sequence[Done], store: Sequence[StoreEvent]
+) -> tuple[Memory, list[Say]]:
+    """The memory after the tick's effects: the drains begun or still going, the loans made
+    or not ended, the removals under way, what each drain's last record said, and the audit
+    store's failure episode."""
+    draining, loans = dict(memory.draining), dict(memory.loans)
+    removing, said = dict(memory.removing), dict(memory.said)
+    for item in done:
+        effect, result = item.effect, item.result
+        if isinstance(effect, EndLoan) and item.unaudited:  # ended next tick, once it can be
+            loans.setdefault(effect.view.name, Loan(effect.pool, effect.view))
+        if result is None:
+            continue
+        name, going = _node_of(effect), result.outcome is Outcome.IN_PROGRESS
+        if isinstance(effect, Carry) and effect.step.action is Action.LEND:
+            lent = _seen(memory, effect.step.pool, name)
+            if result.outcome is Outcome.APPLIED and lent is not None and lent.uid:
+                loans[name] = Loan(effect.step.pool, lent)
+        elif isinstance(effect, Carry) and going and _node_uid(effect.intent):
+            uid = _node_uid(effect.intent) or ""
+            draining[name] = Drain(effect.step.pool, uid, effect.intent.id, item.deadline)
+        elif isinstance(effect, Progress) and effect.vanished and going:
+            draining[name] = Drain(
+                effect.pool, effect.uid or "", effect.decision or "", effect.deadline
+            )
+        elif isinstance(effect, EndLoan) and going:
+            draining[name] = Drain(effect.pool, effect.view.uid, effect.intent.id, effect.deadline)
+        elif isinstance(effect, RemoveLeft) and going:
+            removing[name] = Removal(effect.pool, effect.intent, effect.deadline)
+        elif isinstance(effect, RemoveLeft):
+            removing.pop(name, None)
+        if isinstance(effect, RollBack):
+            continue
+        if not going:
+            said.pop(name, None)
+        elif item.recorded and item.intent is not None:
+            said[name] = (item.intent.id, result.message)
+    memory = replace(memory, draining=draining, loans=loans, removing=removing, said=said)
+    return _store_episode(memory, store)
+
+
+def _seen(memory: Memory, pool: PoolName, name: NodeName) -> NodeView | None:
+    """The node as the last snapshot saw it."""
+    seen = memory.last.pools.get(pool) if memory.last is not None else None
+    return next((v for v in seen.nodes if v.name == name), None) if seen else None
+
+
+def _store_episode(memory: Memory, events: Sequence[StoreEvent]) -> tuple[Memory, list[Say]]:
+    """The store's failure episode: its traceback once when it begins, a line on each later
+    failure, and how long it lasted once it takes writes again."""
+    since, says = memory.store_since, []
+    for event in events:
+        if event.error is not None and since is None:
+            since = event.now
+            says.append(
+                Say(
+                    logging.ERROR,
+                    "audit store failed; lending stops, safety reclaims go on recorded on their "
+                    "nodes until it takes writes again",
+                    event.error,
+                )
+            )
+        elif event.error is not None and since is not None:
+            says.append(
+                Say(
+                    logging.WARNING,
+                    f"audit store still failing since {nodestate.format_time(since)}: "
+                    f"{event.failing or event.error}",
+                )
+            )
+        elif since is not None:
+            seconds = int((event.now - since).total_seconds())
+            says.append(Say(logging.INFO, f"audit store takes writes again after {seconds}s"))
+            since = None
+    return replace(memory, store_since=since), says
+
+
+def _node_of(effect: Carry | Drive) -> NodeName:
+    if isinstance(effect, Carry):
+        return effect.step.node
+    if isinstance(effect, EndLoan):
+        return effect.view.name
+    return effect.node
+
+
+def _node_uid(intent: AuditRecord) -> str | None:
+    """The UID of the node an intent was decided for, as its record holds it."""
+    uid = intent.detail.get("node_uid")
+    return uid if isinstance(uid, str) and uid else None
+
+
+# What a write that changed something came to (a 429 from a budget changed nothing).
+CHANGED = frozenset({WriteOutcome.APPLIED, WriteOutcome.EVICTED, WriteOutcome.GONE})
+
+
+def news(said: tuple[str, str] | None, intent: AuditRecord, result: ActionResult) -> bool:
+    """Whether a pass is worth a record: it ended, changed something (a pod evicted or
+    deleted, a node written), or says something else than the last record of its drain."""
+    if result.outcome is not Outcome.IN_PROGRESS:
+        return True
+    changed = any(w.outcome in CHANGED for w in result.writes)
+    return changed or said != (intent.id, result.message)
