@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from rebalancer.core import model
+from rebalancer.core import demand, model
 from rebalancer.core.audit import AuditRecord
 from rebalancer.core.model import Action, NodeName, NodeView, PoolName
 from rebalancer.core.tick import Decision, Failure, Stage
@@ -73,6 +73,16 @@ class Memory:
     # (then it is tried again next tick while the tick's safety reclaims go on).
     started: object = None
     start_unaudited: bool = False
+    # Each pool's demand as believed after the last tick (``core.demand``): unknown since the
+    # last good sample, an implausible fall held.
+    beliefs: Mapping[PoolName, demand.Belief] = field(default_factory=dict)
+    # What was said once and is not said again until it changes: each pool's clock problems,
+    # the pairs of pools found selecting a node, the orphans taken back, and the objects that
+    # cannot be read (with why).
+    clock_problems: Mapping[PoolName, tuple[str, ...]] = field(default_factory=dict)
+    said_overlaps: frozenset[tuple[NodeName, PoolName]] = frozenset()
+    said_orphans: frozenset[NodeName] = frozenset()
+    said_unreadable: Mapping[str, str] = field(default_factory=dict)
     # The last tick's snapshot, and what was decided on it: for wake-ups and explain.
     last: model.Snapshot | None = None
     last_decided: tuple[model.Snapshot, Decision] | None = None

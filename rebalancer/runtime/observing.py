@@ -1,13 +1,14 @@
-"""The observe step: each pool's nodes from the informer's cache, its demand and queue samples
-(each through the pool's demand belief), its demand history when it wants one, its error
-budget, the alerts that hold it, and the clocks it is read against, as one ``model.Snapshot``.
+"""The observe step: each pool's nodes from the informer's cache, its demand and queue samples,
+its demand history when it wants one (and what that history covers), the takers and alerts
+that bear on it, and the clocks it is read against, as one ``Observation``.
 
-Where it sits: first in ``runtime.reconcile.Reconciler.tick`` (and ``preview``), before decide.
-A lent node belongs to the pool its *original* labels select (``nodestate.serving_labels``); a
-node two pools select goes to the first; a node no pool selects that carries our keys is an
-orphan the ``adopter`` pool takes back. Unknown is never zero: a metrics read that fails is no
-sample, and the planner fails toward inference. Kept apart from the step because what the tick
-remembers between observations (histories, beliefs, what was logged) is a concern of its own.
+Where it sits: first in ``runtime.reconcile.Reconciler.tick`` (and ``preview``); what the
+memory makes of it (each demand through its belief, the budget, what is said once) is
+``runtime.perception``'s. A lent node belongs to the pool its *original* labels select
+(``nodestate.serving_labels``); a node two pools select goes to the first; a node no pool
+selects that carries our keys is an orphan the ``adopter`` pool takes back. Unknown is never
+zero: a metrics read that fails is no sample, and the planner fails toward inference. It
+remembers nothing between ticks but caches of what it read.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from rebalancer.core import clocks, demand, exposure, model, nodestate
+from rebalancer.core import clocks, exposure, model, nodestate
 from rebalancer.core.model import NodeName, NodeView, PoolMetrics, PoolName
 from rebalancer.core.nodestate import Keys
 from rebalancer.runtime.seams import (
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 
 
 class Snapshotter:
-    """The tick's snapshot, and what observing remembers from one tick to the next."""
+    """What the seams show each tick: nodes, samples, histories, takers, alerts and clocks."""
 
     def __init__(
         self,
@@ -60,13 +61,11 @@ class Snapshotter:
         # skew past which a pool lends nothing (docs/design/clocks.md).
         self.apiserver_clock, self.prometheus_clock = apiserver_clock, prometheus_clock
         self.clock_bound = clock_bound
-        self._clock_problems: dict[PoolName, tuple[str, ...]] = {}
+        # Caches of what was read, whose loss changes no decision: each pool's demand history
+        # as last read (read again every ``history.refresh``), and what it covers, judged
+        # incrementally as each read continues the last.
         self._histories: dict[PoolName, tuple[datetime, model.DemandHistory]] = {}
         self._jumps: dict[PoolName, exposure.Jumps] = {}  # pools with an slo: their covers
-        self._warned: set[tuple[NodeName, PoolName]] = set()  # overlaps logged, per pair
-        self._adopted: set[NodeName] = set()  # orphans logged
-        self._beliefs: dict[PoolName, demand.Belief] = {}
-        self._unreadable: dict[str, str] = {}  # what was last reported unreadable
 
     def members(self) -> dict[PoolName, tuple[NodeView, ...]]:
         """Each pool's nodes, orphans adopted (``_membership``)."""
@@ -90,15 +89,6 @@ class Snapshotter:
                 first = taken.setdefault(view.name, pool.name)
                 if first != pool.name:
                     found.overlap(first, view.name, pool.name)
-                    if (view.name, pool.name) not in self._warned:
-                        self._warned.add((view.name, pool.name))
-                        log.warning(
-                            "node %s is selected by pools %s and %s; only %s drives it",
-                            view.name,
-                            first,
-                            pool.name,
-                            first,
-                        )
                     continue
                 mine.append(view)
             found.members[pool.name] = tuple(mine)
@@ -122,14 +112,6 @@ class Snapshotter:
             pool = adopter(self.pools, view, self.keys)
             if pool is None:
                 continue
-            if view.name not in self._adopted:
-                self._adopted.add(view.name)
-                log.warning(
-                    "node %s carries the controller's keys but no pool selects it: pool %s "
-                    "takes it back",
-                    view.name,
-                    pool.name,
-                )
             adopted = next(v for v in every[pool.name] if v.name == view.name)
             out.append((pool, adopted))
         return out
@@ -138,16 +120,16 @@ class Snapshotter:
         self,
         now: datetime,
         measured: Mapping[PoolName, clocks.Clocks] | None = None,
-        budgets: Mapping[PoolName, model.ErrorBudget | None] | None = None,
     ) -> Observation:
-        """The snapshot at ``now``; ``measured``: the clocks, measured before ``now`` was read
-        (so that ``now`` is corrected by the same readings); None: measured here. ``budgets``:
-        each pool's error budget as the step counts it (``runtime.step.budget``)."""
+        """What the seams show at ``now``; ``measured``: the clocks, measured before ``now`` was
+        read (so that ``now`` is corrected by the same readings); None: measured here. Each
+        pool's demand is the sample read, and its budget unknown: what the memory makes of
+        them is ``runtime.perception``'s."""
         pools: dict[PoolName, model.PoolSnapshot] = {}
         read: dict[PoolName, PoolMetrics] = {}
         membership = self._membership()
         members = membership.members
-        unreadable = self._report_unreadable()
+        unreadable = dict(self.views.unreadable())
         if measured is None:
             measured = await self.measure_clocks()
         for pool in self.pools:
@@ -158,17 +140,12 @@ class Snapshotter:
             seen_clocks = measured[pool.name]
             metrics = await self._read(pool.name, names, clocks.prometheus_now(seen_clocks, now))
             read[pool.name] = metrics
-            reading = self._believe(pool, metrics.demand, now)
             history = await self._history(pool, names, now) if pool.needs_history else None
             pools[pool.name] = model.PoolSnapshot(
                 nodes=views,
-                demand=reading.demand,
+                demand=metrics.demand,
                 queue=metrics.queue,
                 history=history,
-                demand_known=reading.known,
-                unknown_since=reading.unknown_since,
-                held=reading.held,
-                budget=(budgets or {}).get(pool.name),
                 cover=self._cover(pool, history),
                 takers=self.views.pending(pool.marks) if pool.policy.lend_only_to_takers else (),
                 alerts=self.alerts.firing(pool.name, now) if self.alerts is not None else (),
@@ -201,13 +178,6 @@ class Snapshotter:
             out[pool.name] = clocks.Clocks(
                 tuple(mine), frozenset(missing), self.clock_bound, correction
             )
-            problems = out[pool.name].problems()
-            if problems != self._clock_problems.get(pool.name, ()):  # logged once a change
-                if problems:
-                    log.warning("pool %s: no lending: %s", pool.name, "; ".join(problems))
-                else:
-                    log.info("pool %s: the clocks can be trusted again", pool.name)
-            self._clock_problems[pool.name] = problems
         return out
 
     @staticmethod
@@ -217,44 +187,6 @@ class Snapshotter:
         except Exception:  # not measured is what it means: the pool lends nothing
             log.exception("a clock could not be measured")
             return None
-
-    def _believe(
-        self, pool: PoolConfig, seen: model.Sample | None, now: datetime
-    ) -> demand.Reading:
-        before = self._beliefs.get(pool.name) or demand.start(now)
-        belief, reading = demand.judge(before, seen, now, pool.policy.drop_rule)
-        self._beliefs[pool.name] = belief
-        if reading.held is not None and before.held is None:
-            held = reading.held
-            log.warning(
-                "pool %s: demand fell from %.4g to %.4g %s faster than traffic falls; held at "
-                "%.4g for up to %s",
-                pool.name,
-                held.level.value,
-                held.seen.value,
-                pool.policy.unit.symbol,
-                held.level.value,
-                pool.policy.drop_hold,
-            )
-        elif before.held is not None and reading.held is None:
-            log.info("pool %s: demand fall no longer held", pool.name)
-        return reading
-
-    def _report_unreadable(self) -> dict[str, int]:
-        """Objects the informer could not read are left out of every view (their node is left
-        alone); each is logged once per reason, and counted in ``/metrics`` every tick."""
-        found = dict(self.views.unreadable())
-        for key, why in found.items():
-            if self._unreadable.get(key) != why:
-                log.error("%s cannot be read and is left alone: %s", key, why)
-        for key in self._unreadable.keys() - found.keys():
-            log.info("%s can be read again", key)
-        self._unreadable = found
-        counts = {"node": 0, "pod": 0}
-        for key in found:
-            kind = key.split("/", 1)[0]
-            counts[kind] = counts.get(kind, 0) + 1
-        return counts
 
     async def _read(self, pool: PoolName, nodes: Sequence[NodeName], now: datetime) -> PoolMetrics:
         try:

@@ -62,7 +62,7 @@ from rebalancer.core.model import Clock, NodeView, PoolName
 from rebalancer.core.nodestate import Keys
 from rebalancer.core.outcomes import ActionResult
 from rebalancer.core.tick import Decision, PoolControls, operator_reclaims, plan_tick
-from rebalancer.runtime import budgets, deciding, effects, flight, recovering, step
+from rebalancer.runtime import deciding, effects, flight, perception, recovering, step
 from rebalancer.runtime.memory import Memory
 from rebalancer.runtime.observing import Snapshotter
 from rebalancer.runtime.report import Happened, TickReport
@@ -200,12 +200,13 @@ class Reconciler:
         # The clocks first: the tick's now is the API server's, corrected by what they say.
         measured = await self.snapshots.measure_clocks()
         now = self.clock()
-        budget = {p.name: budgets.budget(self.memory, p, now) for p in self.pools}
-        seen = await self.snapshots.observe(now, measured, budget)
-        answers = await self.strategies.answers(seen.snapshot)
+        seen = await self.snapshots.observe(now, measured)
+        self.memory, perceived = perception.perceive(self.memory, seen, self.rules)
+        say(perceived.says)
+        answers = await self.strategies.answers(perceived.snapshot)
         term = self.leadership.term
         facts = effects.Seen(
-            seen.snapshot,
+            perceived.snapshot,
             answers,
             self.leadership.identity,
             term.number if term is not None else None,
@@ -214,7 +215,7 @@ class Reconciler:
         )
         memory, done = step.step(self.memory, facts, self.rules, self.audit_log.new_id)
         self.memory = memory
-        branch = await shell.effects(done, self._catch_up(shell, seen.snapshot))
+        branch = await shell.effects(done, self._catch_up(shell, perceived.snapshot))
         if branch is not None:
             self._settle(branch.memory, shell.run)
         decision, run = done.decision, shell.run
@@ -222,7 +223,7 @@ class Reconciler:
         happened = Happened(
             **noted,
             clocks=seen.clocks,
-            unreadable=seen.unreadable,
+            unreadable=perceived.unreadable,
             audit_store=run.audit_store,
             audit_failures=tuple(run.audit_failures),
             spool_overflows=run.spool_overflows,
@@ -230,7 +231,7 @@ class Reconciler:
         )
         return TickReport(
             now,
-            seen.snapshot,
+            perceived.snapshot,
             decision.proposals,
             decision.plan,
             leading=branch is not None,
@@ -267,12 +268,11 @@ class Reconciler:
             )
             self.memory = replace(self.memory, costs=costs)
         measured = await self.snapshots.measure_clocks()
-        now = self.clock()
-        budget = {p.name: budgets.budget(self.memory, p, now) for p in self.pools}
-        seen = await self.snapshots.observe(now, measured, budget)
-        answers = await self.strategies.answers(seen.snapshot)
-        controls = self.rules.controls
-        return seen.snapshot, plan_tick(seen.snapshot, answers, controls, self.keys)
+        seen = await self.snapshots.observe(self.clock(), measured)
+        _, perceived = perception.perceive(self.memory, seen, self.rules)
+        snapshot = perceived.snapshot
+        answers = await self.strategies.answers(snapshot)
+        return snapshot, plan_tick(snapshot, answers, self.rules.controls, self.keys)
 
     def pool_controls(self, name: PoolName) -> PoolControls:
         return self.rules.controls[name]

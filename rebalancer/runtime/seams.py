@@ -333,4 +333,4 @@ class Observation:
     snapshot: model.Snapshot
     metrics: Mapping[PoolName, PoolMetrics]
     clocks: Mapping[PoolName, clocks.Clocks] = field(default_factory=dict)  # as measured
-    unreadable: Mapping[str, int] = field(default_factory=dict)  # objects left out, by kind
+    unreadable: Mapping[str, str] = field(default_factory=dict)  # objects left out, with why
