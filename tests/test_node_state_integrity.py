@@ -33,7 +33,7 @@ from rebalancer.adapters.writer import KubeWriter, RetryPolicy
 from rebalancer.core import audit, model, nodestate
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Reason
-from rebalancer.runtime.observing import Snapshotter
+from rebalancer.runtime.observing import Observer
 from rebalancer.runtime.reconcile import Reconciler
 from rebalancer.runtime.seams import AlwaysLeader
 from sandbox.emulator.resources import NODES
@@ -90,7 +90,7 @@ class Cluster:
         writer = KubeWriter(self.opened.core, RetryPolicy(sleep=no_sleep))
         return Reconciler(
             [pools.reactive_pool()],
-            snapshots=Snapshotter(
+            observer=Observer(
                 [pools.reactive_pool()],
                 views=self.informer,
                 metrics=Demand({POOL: demand}, clock),

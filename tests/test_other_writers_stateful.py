@@ -65,7 +65,7 @@ from rebalancer.adapters.writer import KubeWriter, RetryPolicy
 from rebalancer.core import model, nodestate, tick
 from rebalancer.core.model import PodMarks, PoolName
 from rebalancer.core.policy import PoolPolicy
-from rebalancer.runtime.observing import Snapshotter
+from rebalancer.runtime.observing import Observer
 from rebalancer.runtime.reconcile import Reconciler
 from rebalancer.runtime.seams import AlwaysLeader, PoolConfig
 from sandbox.emulator.resources import NODES
@@ -251,7 +251,7 @@ class OtherWriters(RuleBasedStateMachine):
         writer = Recorder(KubeWriter(self.opened.core, RetryPolicy(sleep=no_sleep)))
         reconciler = Reconciler(
             [config()],
-            snapshots=Snapshotter([config()], views=self.informer, metrics=self.demand, keys=KEYS),
+            observer=Observer([config()], views=self.informer, metrics=self.demand, keys=KEYS),
             clock=clock,
             actuators={POOL: Actuator(writer, KEYS, SPEC, MARKS, clock)},
             audit_log=AuditLog(self.audit, sink=None, new_id=UlidFactory(clock)),
@@ -520,7 +520,7 @@ class OtherWriters(RuleBasedStateMachine):
         if "c" not in self.checks:
             return
         now = self.opened.clock()
-        seen = self.run(self.counter.snapshots.observe(now))
+        seen = self.run(self.counter.observer.observe(now))
         pool = seen.snapshot.pools[POOL]
         for view in pool.nodes:
             name, truth = str(view.name), self.truth[str(view.name)]

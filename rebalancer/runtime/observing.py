@@ -35,7 +35,7 @@ from rebalancer.runtime.seams import (
 log = logging.getLogger(__name__)
 
 
-class Snapshotter:
+class Observer:
     """What the seams show each tick: nodes, samples, histories, takers, alerts and clocks."""
 
     def __init__(

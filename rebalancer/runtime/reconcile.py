@@ -64,7 +64,7 @@ from rebalancer.core.outcomes import ActionResult
 from rebalancer.core.tick import Decision, PoolControls, operator_reclaims, plan_tick
 from rebalancer.runtime import deciding, effects, flight, perception, recovering, step
 from rebalancer.runtime.memory import Memory
-from rebalancer.runtime.observing import Snapshotter
+from rebalancer.runtime.observing import Observer
 from rebalancer.runtime.report import Happened, TickReport
 from rebalancer.runtime.seams import (
     AuditTrail,
@@ -87,7 +87,7 @@ class Reconciler:
         self,
         pools: Sequence[PoolConfig],
         *,
-        snapshots: Snapshotter,
+        observer: Observer,
         clock: Clock,
         actuators: Mapping[PoolName, NodeActuator],
         audit_log: AuditTrail,
@@ -103,7 +103,7 @@ class Reconciler:
         _check_pools(pools, actuators)
         self.pools = tuple(pools)
         self.keys = keys or Keys()
-        self.clock, self.leadership, self.snapshots = clock, leadership, snapshots
+        self.clock, self.leadership, self.observer = clock, leadership, observer
         # The seams the effects go through (a test may swap one between ticks).
         self.actuators, self.audit_log, self.ledger = actuators, audit_log, ledger
         # Transitions are recorded by the actuators (``runtime.recording``); the findings'
@@ -161,7 +161,7 @@ class Reconciler:
         shell = shell or self.shell()
         members = {
             view.name: (pool, view)
-            for pool, views in self.snapshots.members().items()
+            for pool, views in self.observer.members().items()
             for view in views
         }
         now = self.clock()
@@ -198,9 +198,9 @@ class Reconciler:
         shell = self.shell()
         await self._start_up_if_new_term(shell)
         # The clocks first: the tick's now is the API server's, corrected by what they say.
-        measured = await self.snapshots.measure_clocks()
+        measured = await self.observer.measure_clocks()
         now = self.clock()
-        seen = await self.snapshots.observe(now, measured)
+        seen = await self.observer.observe(now, measured)
         self.memory, perceived = perception.perceive(self.memory, seen, self.rules)
         say(perceived.says)
         answers = await self.strategies.answers(perceived.snapshot)
@@ -267,8 +267,8 @@ class Reconciler:
                 self.pools, self.memory.costs, self.audit_log, now
             )
             self.memory = replace(self.memory, costs=costs)
-        measured = await self.snapshots.measure_clocks()
-        seen = await self.snapshots.observe(self.clock(), measured)
+        measured = await self.observer.measure_clocks()
+        seen = await self.observer.observe(self.clock(), measured)
         _, perceived = perception.perceive(self.memory, seen, self.rules)
         snapshot = perceived.snapshot
         answers = await self.strategies.answers(snapshot)

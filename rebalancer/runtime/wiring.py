@@ -78,7 +78,7 @@ from rebalancer.core.nodestate import Keys
 from rebalancer.runtime import adapterconfig, explaining, http, tls
 from rebalancer.runtime import alerts as alerting
 from rebalancer.runtime.loop import run_controller
-from rebalancer.runtime.observing import Snapshotter
+from rebalancer.runtime.observing import Observer
 from rebalancer.runtime.poolmetrics import PoolMetricsRouter
 from rebalancer.runtime.reconcile import Reconciler
 from rebalancer.runtime.recording import RecordingActuator
@@ -180,7 +180,7 @@ def _reconciler(
     """The reconcile step of ``Controller.open``, from what it built: each pool's actuator
     (its Events recorded, reading the informer's cache when this is the controller), the
     settings' limits and switches, and where a record goes while the audit store fails."""
-    snapshots = Snapshotter(
+    observer = Observer(
         pools,
         keys=keys,
         views=informer,
@@ -194,7 +194,7 @@ def _reconciler(
     )
     return Reconciler(
         pools,
-        snapshots=snapshots,
+        observer=observer,
         events=events,
         clock=clock,
         actuators={

@@ -41,7 +41,7 @@ from rebalancer.core import model
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Term
 from rebalancer.runtime import http
-from rebalancer.runtime.observing import Snapshotter
+from rebalancer.runtime.observing import Observer
 from rebalancer.runtime.reconcile import Reconciler
 from rebalancer.runtime.report import TickReport
 from rebalancer.runtime.telemetry import Telemetry
@@ -128,7 +128,7 @@ async def world(tmp_path: Path, spool_limit: int = 10_000) -> AsyncIterator[Worl
         def make(log: AuditLog) -> Reconciler:
             return Reconciler(
                 [CONFIG],
-                snapshots=Snapshotter([CONFIG], views=informer, metrics=metrics, keys=KEYS),
+                observer=Observer([CONFIG], views=informer, metrics=metrics, keys=KEYS),
                 clock=box.clock,
                 actuators={POOL: Actuator(writer, KEYS, SPEC, MARKS, box.clock)},
                 audit_log=log,

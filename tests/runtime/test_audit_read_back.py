@@ -43,7 +43,7 @@ from rebalancer.adapters.writer import KubeWriter, RetryPolicy
 from rebalancer.core import audit, model
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Term
-from rebalancer.runtime.observing import Snapshotter
+from rebalancer.runtime.observing import Observer
 from rebalancer.runtime.reconcile import Reconciler
 from rebalancer.runtime.report import TickReport
 from sandbox.emulator.resources import NODES
@@ -133,7 +133,7 @@ async def world(backend: Backend, tmp_path: Path) -> AsyncIterator[World]:
             recorder = KubeEvents(opened.api, instance="replica-a", clock=clock, keys=KEYS)
             return Reconciler(
                 [pools.reactive_pool()],
-                snapshots=Snapshotter(
+                observer=Observer(
                     [pools.reactive_pool()], views=informer, metrics=metrics, keys=KEYS
                 ),
                 clock=clock,

@@ -31,7 +31,7 @@ from rebalancer.adapters.writer import KubeWriter, RetryPolicy
 from rebalancer.core import clocks, model, nodestate
 from rebalancer.core.audit import Kind
 from rebalancer.core.model import Clock, PoolName, Reason, Term
-from rebalancer.runtime.observing import Snapshotter
+from rebalancer.runtime.observing import Observer
 from rebalancer.runtime.reconcile import Reconciler
 from rebalancer.runtime.report import TickReport
 from sandbox.emulator import cluster
@@ -100,7 +100,7 @@ class World:
         self.prometheus.estimator = clocks.Estimator(clocks.Against.PROMETHEUS)
         reconciler = Reconciler(
             [CONFIG],
-            snapshots=Snapshotter(
+            observer=Observer(
                 [CONFIG],
                 views=self.informer,
                 metrics=self.prometheus,

@@ -26,7 +26,7 @@ from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import NodeView, PodMarks, PoolName, Reason
 from rebalancer.core.outcomes import ActionResult, Outcome
 from rebalancer.core.policy import PoolPolicy
-from rebalancer.runtime.observing import Snapshotter
+from rebalancer.runtime.observing import Observer
 from rebalancer.runtime.reconcile import Reconciler
 from rebalancer.runtime.report import TickReport
 from rebalancer.runtime.seams import AlwaysLeader, KeptCopy, NodeLedger, PoolConfig
@@ -100,7 +100,7 @@ async def world(
     seen = Seen()
     reconciler = Reconciler(
         [pool(A, strategy_a, policy_a), pool(B, registry.build("reactive"))],
-        snapshots=Snapshotter(
+        observer=Observer(
             [pool(A, strategy_a, policy_a), pool(B, registry.build("reactive"))],
             views=views,
             metrics=demand,

@@ -29,7 +29,7 @@ from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Action, PodMarks, PoolName, Reason
 from rebalancer.core.outcomes import ActionResult, Outcome
 from rebalancer.core.policy import PoolPolicy
-from rebalancer.runtime.observing import Snapshotter
+from rebalancer.runtime.observing import Observer
 from rebalancer.runtime.reconcile import Reconciler
 from rebalancer.runtime.report import TickReport
 from rebalancer.runtime.seams import AlwaysLeader, PoolConfig
@@ -168,7 +168,7 @@ def world(
             config(CHAT, {"pool": "chat"}, CHAT_POLICY, chat_strategy, chat_paused),
             config(BATCH, {"accelerator": "l20"}, BATCH_POLICY),
         ],
-        snapshots=Snapshotter(
+        observer=Observer(
             [
                 config(CHAT, {"pool": "chat"}, CHAT_POLICY, chat_strategy, chat_paused),
                 config(BATCH, {"accelerator": "l20"}, BATCH_POLICY),

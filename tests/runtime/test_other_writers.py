@@ -25,7 +25,7 @@ from rebalancer.core.model import Action, PodMarks, PoolName, Reason
 from rebalancer.core.outcomes import ActionResult
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.runtime import telemetry
-from rebalancer.runtime.observing import Snapshotter
+from rebalancer.runtime.observing import Observer
 from rebalancer.runtime.reconcile import Reconciler
 from rebalancer.runtime.report import TickReport
 from rebalancer.runtime.seams import AlwaysLeader, PoolConfig
@@ -155,7 +155,7 @@ def world(nodes: Sequence[model.NodeView], rps: Mapping[PoolName, float]) -> Wor
     ]
     reconciler = Reconciler(
         configs,
-        snapshots=Snapshotter(configs, views=views, metrics=Demand(dict(rps), clock), keys=KEYS),
+        observer=Observer(configs, views=views, metrics=Demand(dict(rps), clock), keys=KEYS),
         clock=clock,
         actuators=actuators,
         audit_log=AuditLog(audit, sink=None, new_id=UlidFactory(clock)),

@@ -142,8 +142,10 @@ def drives(waves: Sequence[Wave], kind: type) -> list[NodeName]:
     out = []
     for wave in waves:
         for e in wave.items:
-            if isinstance(e, kind):
-                out.append(e.view.name if isinstance(e, EndLoan) else e.node)
+            if isinstance(e, kind) and isinstance(e, EndLoan):
+                out.append(e.view.name)
+            elif isinstance(e, kind) and not isinstance(e, Carry):
+                out.append(e.node)
     return out
 
 

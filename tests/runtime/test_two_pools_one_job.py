@@ -26,7 +26,7 @@ from rebalancer.core import model, nodestate
 from rebalancer.core.audit import Kind
 from rebalancer.core.model import Action, PodMarks, PoolName, Reason
 from rebalancer.core.policy import PoolPolicy
-from rebalancer.runtime.observing import Snapshotter
+from rebalancer.runtime.observing import Observer
 from rebalancer.runtime.reconcile import Reconciler
 from rebalancer.runtime.report import TickReport
 from rebalancer.runtime.seams import AlwaysLeader, PoolConfig
@@ -106,7 +106,7 @@ def world(
     audit = MemoryAuditStore()
     reconciler = Reconciler(
         [config(CHAT, chat_strategy), config(BATCH)],
-        snapshots=Snapshotter(
+        observer=Observer(
             [config(CHAT, chat_strategy), config(BATCH)],
             views=views,
             metrics=Demand({CHAT: 0.0, BATCH: 0.0}, clock),

@@ -23,7 +23,7 @@ from rebalancer.adapters.reflector import WatchSettings
 from rebalancer.adapters.writer import KubeWriter, NodeWriter, RetryPolicy
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Term
-from rebalancer.runtime.observing import Snapshotter
+from rebalancer.runtime.observing import Observer
 from rebalancer.runtime.reconcile import Reconciler
 from rebalancer.runtime.report import TickReport
 from rebalancer.runtime.seams import PoolConfig
@@ -112,7 +112,7 @@ def make_reconciler(
     actuator = Actuator(writer, KEYS, SPEC, MARKS, box.clock)
     return Reconciler(
         [config],
-        snapshots=Snapshotter([config], views=informer, metrics=metrics, keys=KEYS),
+        observer=Observer([config], views=informer, metrics=metrics, keys=KEYS),
         clock=box.clock,
         actuators={POOL: actuator},
         audit_log=AuditLog(store, sink=None, new_id=UlidFactory(box.clock)),
