@@ -142,9 +142,11 @@ def drives(waves: Sequence[Wave], kind: type) -> list[NodeName]:
     out = []
     for wave in waves:
         for e in wave.items:
-            if isinstance(e, kind) and isinstance(e, EndLoan):
+            if not isinstance(e, kind):
+                continue
+            if isinstance(e, EndLoan):
                 out.append(e.view.name)
-            elif isinstance(e, kind) and not isinstance(e, Carry):
+            elif isinstance(e, Progress | RollBack | RemoveLeft):
                 out.append(e.node)
     return out
 
