@@ -67,13 +67,18 @@ class Seen:
     term_key: object  # the stretch of leadership start-up runs once for
 
     def context(self, pool: PoolConfig | None, dry_run: bool) -> Context:
-        return Context(
-            controller=self.identity,
-            term=self.term,
-            strategy=pool.strategy_name if pool else "",
-            params=dict(pool.strategy_params) if pool else {},
-            dry_run=dry_run,
-        )
+        return context(self.identity, self.term, pool, dry_run)
+
+
+def context(identity: str, term: int | None, pool: PoolConfig | None, dry_run: bool) -> Context:
+    """Who decides, and with what: the context of a pool's records (none: the controller's)."""
+    return Context(
+        controller=identity,
+        term=term,
+        strategy=pool.strategy_name if pool else "",
+        params=dict(pool.strategy_params) if pool else {},
+        dry_run=dry_run,
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,51 +1,41 @@
-"""The reconcile step: observe, decide, plan, audit, apply, audit outcomes; then drive what is in
-flight. Level-triggered: every tick starts again from the cluster as the informer's cache holds
-it, so a step that failed, or a 409, is simply planned again on fresh state next tick.
+"""The reconcile tick: observe, perceive, ask the strategies, step, carry the effects out,
+settle. Level-triggered: every tick starts again from the cluster as the informer's cache
+holds it, so a step that failed, or a 409, is simply planned again on fresh state next tick.
 
 Where it sits: ``runtime.loop`` calls ``Reconciler.tick`` on a schedule (and early, on window
-edges and informer changes). Every dependency is a seam given to the constructor (a views
-source, a metrics source, a clock, one actuator per pool, the audit log, leadership), so a test
-passes fakes or the real adapters against the API emulator (the seams: ``runtime.seams``).
+edges and informer changes). The Reconciler is the shell around one pure step: it holds the
+one ``Memory`` (``runtime.memory``) and the seams (the ``Observer``, one actuator per pool, the
+audit log, where a record is kept while the store fails, leadership), so a test passes fakes
+or the real adapters against the API emulator, or builds a memory and asks ``runtime.step``.
 
-The Reconciler is the shell around one pure step: it holds the one ``Memory``
-(``runtime.memory``) and the seams, and ``tick`` reads as what it does with them: observe
-(``runtime.observing``), ask the strategies (``runtime.deciding``), take the step
-(``runtime.step``: the plan, the records and every effect, decided there), carry the effects
-out (``runtime.effects``) and settle what they came to into the next memory. Start-up and
-recovery (``runtime.recovering``) run before the first tick of each term.
+The order inside a tick (docs/design/runtime.md, docs/design/pure-step.md):
 
-The order inside a tick (docs/design/runtime.md):
-
-1. observe (``runtime.observing``): node views per pool from the informer's cache (a lent node
-   belongs to the pool its *original* labels select, ``nodestate.serving_labels``), the last
-   demand and queue samples with their sample times, and the demand history for strategies
-   that want one, refreshed at most every ``history_refresh``;
-   Each pool's demand goes through its ``core.demand`` belief: unknown since the last good
-   sample, and an implausible fall held (docs/design/safety-rules.md);
-2. decide (``runtime.deciding``): each pool's strategy turns its ``PoolView`` into a
-   ``Proposal``, in a thread of its own with a time limit. A strategy that raises, answers
-   garbage or overruns is replaced, for that pool and tick only, by the safety-only proposal
-   (hold what is lent; the planner's safety rules still reclaim): one pool's strategy never
-   stops another pool, nor its own pool's safety rules (docs/design/fault-isolation.md);
-3. plan: ``planning.plan_pool`` per pool with its policy, pause and freeze; a planner failure
-   in one pool is isolated the same way;
-4. audit: the tick's records (intents first of all) are committed through ``AuditLog.tick``
-   BEFORE anything is written. If the store fails, nothing is lent; the safety reclaims (an
-   urgent step: any reclaim not the strategy's own) and the drives of nodes in flight still
-   happen, each intent first recorded on its Node (``NodeLedger``), in an Event, on stdout and
-   in the log's spool, which the store gets, in order, once it takes writes again
+1. start-up, on the first tick of a stretch of leadership (``runtime.recovering``): what a
+   previous run left open is closed and what it left in flight is ended, audited;
+2. observe (``runtime.observing``): node views per pool from the informer's cache (a lent node
+   belongs to the pool its *original* labels select), the demand and queue samples, the
+   demand history for strategies that want one, takers, alerts and clocks;
+3. perceive (``runtime.perception``, pure): each pool's demand through its ``core.demand``
+   belief (unknown since the last good sample, an implausible fall held), its error budget,
+   and what is said once;
+4. ask (``runtime.deciding``): each pool's strategy, in a thread of its own with a time limit
+   (one that raises, answers garbage or overruns is replaced by the safety-only proposal for
+   that pool and tick only: docs/design/fault-isolation.md);
+5. step (``runtime.step``, pure): the plan (``core.tick.plan_tick``), the failure episodes,
+   the minute's cost, the tick's records, and, for each outcome of their commit, what follows:
+   if the store takes them every step (reclaims first) and every node in flight driven on; if
+   it fails only the reclaims that keep inference, each kept on its node first
    (docs/design/audit-failure.md);
-5. apply (``runtime.executing``): each step through its pool's actuator (whose writer is
-   leader-gated), the intent id as the node's ``decision`` annotation; leadership is checked
-   again before each step, and a step not carried out because leadership went away is closed
-   as ``superseded``;
-6. outcomes: one outcome record per actuator call;
-7. in flight: every ``lending``/``reclaiming`` node that got no step is driven with
-   ``progress``; the outcome goes on the intent the node's ``decision`` annotation names.
+6. carry out (``runtime.shell``): the records committed BEFORE anything is written, then the
+   branch the commit chose, leadership checked again before each call (a step not carried
+   out because leadership went away is closed as ``superseded``), each call followed by its
+   outcome record;
+7. settle (``runtime.flight.settle``, pure): what the calls came to, folded into the memory
+   the next tick starts from.
 
-A follower (``may_write`` false at the start of the write phase) observes, decides and plans (its
-caches stay warm, its log says what it would do) but writes nothing: no cluster write, and no
-audit record either, so a shared audit store holds only the leader's decisions.
+A follower (``may_write`` false at the step) observes, perceives, asks and plans (its caches
+stay warm, its log says what it would do) but writes nothing: no cluster write, and no audit
+record either, so a shared audit store holds only the leader's decisions.
 """
 
 from __future__ import annotations
@@ -323,13 +313,8 @@ class Reconciler:
 
     def _context(self, pool: PoolConfig | None) -> Context:
         term = self.leadership.term
-        return Context(
-            controller=self.leadership.identity,
-            term=term.number if term is not None else None,
-            strategy=pool.strategy_name if pool else "",
-            params=dict(pool.strategy_params) if pool else {},
-            dry_run=self.dry_run,
-        )
+        number = term.number if term is not None else None
+        return effects.context(self.leadership.identity, number, pool, self.dry_run)
 
 
 _NOT_STARTED = object()
