@@ -201,7 +201,7 @@ class Effects:
     says: tuple[Say, ...] = ()
     noted: Noted = field(default_factory=Noted)
     costs: tuple[AuditRecord, ...] = ()
-    catch_up: bool = False
+    catch_up: tuple[NodeView, ...] | None = None  # whose kept records go to the store first
     batch: audit.Tick | None = None
     taken: Branch | None = None
     refused: Branch | None = None

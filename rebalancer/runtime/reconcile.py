@@ -65,7 +65,7 @@ from rebalancer.runtime.seams import (
     NoEvents,
     PoolConfig,
 )
-from rebalancer.runtime.shell import CatchUp, Run, Shell, say
+from rebalancer.runtime.shell import Run, Shell, say
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,8 @@ class Reconciler:
             self.ledger,
             self.events,
             self.clock,
-            self._leading,
+            self.leadership,
+            self.recovery,
         )
 
     @property
@@ -205,7 +206,7 @@ class Reconciler:
         )
         memory, done = step.step(self.memory, facts, self.rules, self.audit_log.new_id)
         self.memory = memory
-        branch = await shell.effects(done, self._catch_up(shell, perceived.snapshot))
+        branch = await shell.effects(done)
         if branch is not None:
             self._settle(branch.memory, shell.run)
         decision, run = done.decision, shell.run
@@ -230,15 +231,6 @@ class Reconciler:
             error=run.error,
             happened=happened,
         )
-
-    def _catch_up(self, shell: Shell, snapshot: model.Snapshot) -> CatchUp:
-        """The records kept on nodes (or in Events) brought to the store before the tick's."""
-        views = [v for pool in snapshot.pools.values() for v in pool.nodes]
-
-        async def catch_up() -> None:
-            await self.recovery.catch_up(shell, views, snapshot.now)
-
-        return catch_up
 
     def _settle(self, memory: Memory, run: Run) -> None:
         """The memory after what the effects came to; what it says about them, logged."""

@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from rebalancer import errors
 from rebalancer.core import audit
 from rebalancer.core.audit import AuditRecord
-from rebalancer.core.model import Action, Clock, NodeName, PoolName
+from rebalancer.core.model import Action, Clock, NodeName, NodeView, PoolName
 from rebalancer.core.outcomes import ActionResult, Outcome
 from rebalancer.runtime.effects import (
     Branch,
@@ -49,6 +49,7 @@ from rebalancer.runtime.seams import (
     Applied,
     AuditTrail,
     EventRecorder,
+    Leadership,
     NodeActuator,
     NodeLedger,
     PoolConfig,
@@ -57,7 +58,12 @@ from rebalancer.runtime.seams import (
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
-CatchUp = Callable[[], Awaitable[None]]  # the records kept on nodes, brought to the store
+
+
+class CatchingUp(Protocol):
+    """Brings the records kept on nodes (or in Events) to the store (``runtime.recovering``)."""
+
+    async def catch_up(self, shell: Shell, views: Iterable[NodeView], now: datetime) -> None: ...
 
 
 @dataclass
@@ -91,17 +97,22 @@ class Shell:
     ledger: NodeLedger | None
     events: EventRecorder
     clock: Clock
-    leading: Callable[[], bool]
+    leadership: Leadership
+    recovery: CatchingUp
     run: Run = field(default_factory=Run)
 
-    async def effects(self, effects: Effects, catch_up: CatchUp) -> Branch | None:
+    def leading(self) -> bool:
+        """Whether this replica may write now: checked again before each call."""
+        return self.leadership.may_write(self.leadership.now())
+
+    async def effects(self, effects: Effects) -> Branch | None:
         """Carry ``effects`` out; the branch the tick's commit chose (None: nothing written)."""
         say(effects.says)
         if effects.batch is None:
             return None
         await self._costs(effects.costs)
-        if effects.catch_up:
-            await catch_up()
+        if effects.catch_up is not None:
+            await self.recovery.catch_up(self, effects.catch_up, effects.decision.plan.now)
         try:
             self.run.audited = await self.audit_log.tick(effects.batch.records)
         except errors.StoreFailed as exc:  # no intent on record: only what keeps inference

@@ -123,7 +123,9 @@ def _leading(
         tuple(says),
         noted,
         cost_records,
-        catch_up=not rules.dry_run,
+        catch_up=None
+        if rules.dry_run
+        else tuple(v for p in snapshot.pools.values() for v in p.nodes),
         batch=batch,
         taken=taken,
         refused=refused,
@@ -171,6 +173,10 @@ def _refused(
     ]
     memory, says, drives = flight.drives(memory, snapshot, rules, carries, new_id, context)
     return Branch(memory, tuple(says), None, (*_waves(carries, rules), *drives), error=True)
+
+
+def _views(snapshot: model.Snapshot) -> tuple[NodeView, ...]:
+    return tuple(view for pool in snapshot.pools.values() for view in pool.nodes)
 
 
 def keeps_inference(step: model.Step) -> bool:
