@@ -151,12 +151,14 @@ def actuators(
     pools: Sequence[PoolConfig],
     writer: NodeWriter,
     keys: Keys,
-    clock: Clock,
+    server_clock: Clock,
     dry_run: bool = False,
     cache: NodeCache | None = None,
 ) -> dict[PoolName, Actuator]:
+    """Each pool's actuator, telling time on the API server's clock."""
     return {
-        p.name: Actuator(writer, keys, p.lend_spec, p.marks, clock, dry_run, cache) for p in pools
+        p.name: Actuator(writer, keys, p.lend_spec, p.marks, server_clock, dry_run, cache)
+        for p in pools
     }
 
 
@@ -169,7 +171,7 @@ def _reconciler(
     writer: NodeWriter,
     informer: Informer,
     metrics: MetricsSource,
-    clock: Clock,
+    server_clock: Clock,
     audit_log: AuditLog,
     leadership: Leadership,
     events: EventRecorder,
@@ -196,14 +198,14 @@ def _reconciler(
         pools,
         observer=observer,
         events=events,
-        clock=clock,
+        clock=server_clock,
         actuators={
             name: RecordingActuator(a, events)
             for name, a in actuators(
                 pools,
                 writer,
                 keys,
-                clock,
+                server_clock,
                 settings.dry_run,
                 informer if role is Role.CONTROLLER else NoCache(),
             ).items()
@@ -235,21 +237,27 @@ def _informer(settings: Settings, role: Role, api: Any) -> Informer:
     )
 
 
-def _alert_store(settings: Settings, clock: Clock) -> alerting.AlertStore:
-    """Where the Alertmanager receiver holds each pool's firing alerts."""
+def _alert_store(settings: Settings, server_clock: Clock) -> alerting.AlertStore:
+    """Where the Alertmanager receiver holds each pool's firing alerts (on the API server's
+    clock, as the alerts are held against the tick's now)."""
     return alerting.AlertStore(
         {PoolName(p.name): p.alert_selectors() for p in settings.pools},
         max_age=settings.alertmanager.max_age,
         max_life=settings.alertmanager.max_life,
-        clock=clock,
+        clock=server_clock,
     )
 
 
-def _events(settings: Settings, api: Any, me: str, clock: Clock, keys: Keys) -> EventRecorder:
-    """Events on the nodes; none in a dry run (an Event is a write)."""
+def _events(
+    settings: Settings, api: Any, me: str, server_clock: Clock, keys: Keys
+) -> EventRecorder:
+    """Events on the nodes (their times on the API server's clock); none in a dry run (an
+    Event is a write)."""
     if settings.dry_run:
         return NoEvents()
-    return KubeEvents(api, instance=me, clock=clock, cluster=settings.cluster_name, keys=keys)
+    return KubeEvents(
+        api, instance=me, clock=server_clock, cluster=settings.cluster_name, keys=keys
+    )
 
 
 async def open_audit_store(settings: Settings) -> SqlAuditStore:
@@ -309,7 +317,7 @@ class Controller:
     settings: Settings
     role: Role
     identity: str
-    clock: Clock
+    clock: Clock  # the API server's: what node writes and the tick's now are told on
     api: Any
     keys: Keys
     pools: tuple[PoolConfig, ...]
@@ -339,31 +347,31 @@ class Controller:
         """Everything built (and the HTTP server serving); all of it closed when the block
         ends, except what ``seams`` handed in."""
         seams = seams or Seams()
-        me, own = seams.name or identity(), seams.clock
+        me, own_clock = seams.name or identity(), seams.clock
         async with AsyncExitStack() as stack:
             api = await _api_for(seams, stack)
             # Every time the controller writes on a node or compares with one is told on the
             # API server's clock (docs/design/clocks.md); the lease keeps the controller's own.
-            probe = kubeclient.ClockProbe(own)
+            probe = kubeclient.ClockProbe(own_clock)
             probe.watch(api)
-            clock: Clock = probe.now
+            server_clock: Clock = probe.now
             telemetry = Telemetry(cluster=settings.cluster_name)
             elector, leadership, writer = _leadership(
-                settings, role, api, me, own, telemetry, clock
+                settings, role, api, me, own_clock, telemetry, server_clock
             )
             # A follower (or a candidate not yet won) says 0 from the start, not its first tick.
             telemetry.set_leader(me, leadership.may_write(leadership.now()))
             prometheus: PoolMetricsRouter | None = None  # whose clocks are read, when built here
             metrics = seams.metrics
             if metrics is None:
-                metrics = prometheus = _prometheus(settings, stack, own)
+                metrics = prometheus = _prometheus(settings, stack, own_clock)
             store = await _audit_store_for(settings, seams, role, stack)
             audit_log = AuditLog(
                 store, sink=seams.sink, new_id=seams.new_id, cluster=settings.cluster_name
             )
             keys, pools = signed_keys(settings), pool_configs(settings)
-            alert_store = _alert_store(settings, clock)
-            events = _events(settings, api, me, clock, keys)
+            alert_store = _alert_store(settings, server_clock)
+            events = _events(settings, api, me, server_clock, keys)
             informer = _informer(settings, role, api)
             reconciler = _reconciler(
                 settings,
@@ -373,7 +381,7 @@ class Controller:
                 writer=writer,
                 informer=informer,
                 metrics=metrics,
-                clock=clock,
+                server_clock=server_clock,
                 audit_log=audit_log,
                 leadership=leadership,
                 events=events,
@@ -382,8 +390,8 @@ class Controller:
                 prometheus_clock=prometheus,
             )
             built = Controller(
-                settings, role, me, clock, api, keys, pools, writer, informer, metrics, store,
-                audit_log, telemetry, events, elector, leadership, reconciler,
+                settings, role, me, server_clock, api, keys, pools, writer, informer, metrics,
+                store, audit_log, telemetry, events, elector, leadership, reconciler,
             )  # fmt: skip
             built.alerts = alert_store
             if role is Role.CONTROLLER and seams.serve_http:
@@ -483,18 +491,18 @@ def _leadership(
     role: Role,
     api: Any,
     me: str,
-    clock: Clock,
+    own_clock: Clock,
     telemetry: Telemetry,
     server_clock: Clock,
 ) -> tuple[LeaderElector | None, Leadership, NodeWriter]:
-    """Who may write (on the process's own ``clock``), and the writer that holds every node
-    write to it (its times on the API server's)."""
+    """Who may write (on the process's own clock, as a Lease is), and the writer that holds
+    every node write to it (its times on the API server's)."""
     kube = KubeWriter(client.CoreV1Api(api), clock=server_clock)
     le = settings.leader_election
     if role is Role.OPERATOR or not le.enabled or settings.dry_run:
         # A dry run writes nothing, not even a Lease: it plans and audits as if leading
         # (docs/design/dry-run.md).
-        return None, AlwaysLeader(identity=me, now=clock), kube
+        return None, AlwaysLeader(identity=me, now=own_clock), kube
     # The gauge follows the Lease as the elector sees it change (set after the write that won
     # it, cleared before the release write), not the next tick.
     elector = LeaderElector(
@@ -528,9 +536,10 @@ async def _audit_store_for(
     return store
 
 
-def _prometheus(settings: Settings, stack: AsyncExitStack, clock: Clock) -> PoolMetricsRouter:
+def _prometheus(settings: Settings, stack: AsyncExitStack, own_clock: Clock) -> PoolMetricsRouter:
+    """Each pool's Prometheus, whose skew is measured against the process's own clock."""
     by_pool = {
-        PoolName(p.name): Metrics(adapterconfig.metrics_settings(settings, p), clock=clock)
+        PoolName(p.name): Metrics(adapterconfig.metrics_settings(settings, p), clock=own_clock)
         for p in settings.pools
     }
     for metrics in by_pool.values():
