@@ -7,7 +7,7 @@ not finished with (``lent_nodes``) and runs the wave (``reclaim_wave``).
 The wave goes through the Reconciler's own path: the nodes are planned as steps
 (``core.tick.operator_reclaims``, origin operator), their intents built like a tick's and
 committed in one batch before the first write, and each step carried out by
-``effects.Shell.carry``, which writes its outcome record; then passes of ``progress`` drive the
+``shell.Shell.carry``, which writes its outcome record; then passes of ``progress`` drive the
 drains until each node serves again or the one deadline has passed.
 
 When the audit store cannot take the intents (a full disk, a database gone), the wave goes on
@@ -316,7 +316,7 @@ class _Wave:
         return moving
 
     async def first(self, node: _Node) -> None:
-        """The node's step through ``effects.Shell.carry``: the reclaim and its outcome."""
+        """The node's step through ``shell.Shell.carry``: the reclaim and its outcome."""
         async with self.limit:
             try:
                 shell = self.controller.reconciler.shell()

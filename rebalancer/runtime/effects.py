@@ -213,7 +213,7 @@ class Effects:
 
 @dataclass(frozen=True)
 class Done:
-    """What carrying out one effect came to (``runtime.effects``)."""
+    """What carrying out one effect came to (``runtime.shell``)."""
 
     effect: Carry | Drive
     result: ActionResult | None  # None: not called (leadership lost, or not kept)

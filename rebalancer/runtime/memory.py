@@ -2,9 +2,11 @@
 
 Where it sits: ``runtime.reconcile.Reconciler`` holds the one ``Memory``; ``runtime.step``
 takes it with the tick's observation and returns the next one with the tick's effects, and
-``runtime.step.settle`` folds in what carrying the effects out came to. Nothing else keeps
-anything across ticks but caches of reads (a demand history and what it covers, the Events
-last listed), whose loss changes no decision, only how much is read again.
+``runtime.flight.settle`` folds in what carrying the effects out came to. Besides it, the
+``Observer`` keeps what it read (each demand history, and what it covers, judged as each read
+continues the last), ``Strategies`` the calls still running in their threads, and start-up's
+``Recovery`` what it read back from the store and the Events and what it has said of them: no
+decision of the step reads any of them (docs/design/pure-step.md).
 
 Every field says why it outlives a tick. A process that restarts starts from ``Memory()``:
 what must survive a restart is on the nodes and in the audit log, and start-up reads it back

@@ -231,7 +231,7 @@ class Observer:
 
 @dataclass
 class _Membership:
-    """Which pool drives each node, as ``Reconciler._membership`` found it."""
+    """Which pool drives each node, as ``Observer._membership`` found it."""
 
     members: dict[PoolName, tuple[NodeView, ...]] = field(default_factory=dict)
     orphans: dict[PoolName, frozenset[NodeName]] = field(default_factory=dict)

@@ -1,8 +1,8 @@
 """What one tick did, as a value: the report ``Reconciler.tick`` returns.
 
 No phase calls the controller's metrics. The step decides the tick's gauges and counts as
-values (``runtime.step.Noted``), the shell gathers what carrying the effects out came to
-(``runtime.effects.Run``), and the observation says what it measured (the clocks, what could
+values (``runtime.effects.Noted``), the shell gathers what carrying the effects out came to
+(``runtime.shell.Run``), and the observation says what it measured (the clocks, what could
 not be read); the tick puts them together in its report as ``Happened``, and whoever runs the
 loop gives the report to ``runtime.telemetry``. A tick that raises reports nothing: its gauges
 keep their values until the next tick measures them again.

@@ -409,7 +409,7 @@ class Shell:
             self.run.reclaims.append((str(pool), intent.time, self.clock()))
 
     def store_failed(self, exc: BaseException) -> None:
-        """A write the store failed: counted, and its episode goes on (``step.settle``)."""
+        """A write the store failed: counted, and its episode goes on (``flight.settle``)."""
         self.run.audit_failures.append("tick")
         self.run.store.append(StoreEvent(self.clock(), exc, self.audit_log.failing))
         self.run.audit_store = (True, len(self.audit_log.spool))

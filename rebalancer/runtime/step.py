@@ -3,9 +3,9 @@ effects out, in the order they are carried out. No ``async``, no clock read, no 
 is the snapshot's, ids come from the function given, and leadership is a value.
 
 Where it sits: ``runtime.reconcile.Reconciler.tick`` observes (``runtime.observing``), asks
-each pool's strategy (``runtime.deciding``), then calls ``step``; ``runtime.effects`` carries
-the effects out and returns what they came to, and ``settle`` folds that into the memory the
-next tick starts from. An import-linter contract keeps this module free of I/O.
+each pool's strategy (``runtime.deciding``), then calls ``step``; ``runtime.shell`` carries
+the effects out and returns what they came to, and ``runtime.flight.settle`` folds that into
+the memory the next tick starts from. An import-linter contract keeps this module free of I/O.
 
 What is decided here, once (docs/design/runtime.md): the plan (``core.tick.plan_tick``); the
 failure episodes of strategies and planner, each audited when it starts and ends; the minute's

@@ -24,7 +24,7 @@ from rebalancer.core import audit, model
 from rebalancer.core.model import Action, NodeName, PodMarks
 from rebalancer.core.policy import PoolPolicy
 from rebalancer.core.tick import Failure, lent_count
-from rebalancer.runtime import budgets, episodes, flight, memory, perception, step
+from rebalancer.runtime import budgets, effects, episodes, flight, memory, perception, step
 from rebalancer.runtime.effects import (
     Carry,
     EndLoan,
@@ -160,15 +160,15 @@ def test_a_follower_or_a_leader_not_started_writes_nothing(
     tick: tuple[Memory, Seen, Rules],
 ) -> None:
     before, seen, rules = tick
-    after, effects = step.step(before, seen, rules, ids())
+    after, out = step.step(before, seen, rules, ids())
     if seen.leading and before.started == TERM:
-        assert effects.batch is not None
+        assert out.batch is not None
         return
-    assert effects.batch is None
-    assert effects.taken is None
-    assert effects.refused is None
-    assert not effects.costs
-    assert not effects.catch_up
+    assert out.batch is None
+    assert out.taken is None
+    assert out.refused is None
+    assert not out.costs
+    assert not out.catch_up
     # What is in flight stays as it was, to be driven by a tick that writes.
     assert (after.draining, after.loans, after.removing) == (
         before.draining,
@@ -183,27 +183,25 @@ def test_every_intent_committed_is_carried_out_once_and_nothing_without_one(
     tick: tuple[Memory, Seen, Rules],
 ) -> None:
     before, seen, rules = tick
-    _, effects = step.step(before, seen, rules, ids())
-    if effects.batch is None:
+    _, out = step.step(before, seen, rules, ids())
+    if out.batch is None:
         return
-    assert effects.taken is not None
-    assert effects.refused is not None
-    committed = {r.id for r in effects.batch.records}
-    taken = carries(effects.taken.waves)
-    assert sorted(c.intent.id for c in taken) == sorted(
-        r.id for r in effects.batch.intents.values()
-    )
+    assert out.taken is not None
+    assert out.refused is not None
+    committed = {r.id for r in out.batch.records}
+    taken = carries(out.taken.waves)
+    assert sorted(c.intent.id for c in taken) == sorted(r.id for r in out.batch.intents.values())
     assert {c.intent.id for c in taken} <= committed
     # While the store fails: only reclaims that keep inference, each kept on its node first; a
     # subset of what the taken branch carries out. Nothing at all in a dry run or with nowhere
     # to keep a record.
-    refused = carries(effects.refused.waves)
+    refused = carries(out.refused.waves)
     assert all(c.keep_first and step.keeps_inference(c.step) for c in refused)
     assert {c.intent.id for c in refused} <= {c.intent.id for c in taken}
     if rules.dry_run or not rules.can_keep:
-        assert not effects.refused.waves
+        assert not out.refused.waves
     # A drive that begins something commits its own intent first: none is in the tick's batch.
-    for branch in (effects.taken, effects.refused):
+    for branch in (out.taken, out.refused):
         for wave in branch.waves:
             for e in wave.items:
                 if isinstance(e, RollBack | EndLoan) or (isinstance(e, RemoveLeft) and e.new):
@@ -214,8 +212,8 @@ def test_every_intent_committed_is_carried_out_once_and_nothing_without_one(
 @given(ticks())
 def test_no_node_is_driven_twice_in_one_tick(tick: tuple[Memory, Seen, Rules]) -> None:
     before, seen, rules = tick
-    _, effects = step.step(before, seen, rules, ids())
-    for branch in (effects.taken, effects.refused):
+    _, out = step.step(before, seen, rules, ids())
+    for branch in (out.taken, out.refused):
         if branch is None:
             continue
         stepped = {c.step.node for c in carries(branch.waves)}
@@ -239,13 +237,13 @@ def test_one_lent_count_for_the_gauge_and_the_safety_only_proposal(
     tick: tuple[Memory, Seen, Rules],
 ) -> None:
     before, seen, rules = tick
-    _, effects = step.step(before, seen, rules, ids())
+    _, out = step.step(before, seen, rules, ids())
     (pool,) = rules.pools
     lent = lent_count(seen.snapshot.pools[POOL], KEYS, pool.lent_taints)
-    assert effects.noted.lent == {str(POOL): lent}
+    assert out.noted.lent == {str(POOL): lent}
     if isinstance(seen.answers[POOL], Failure):
-        assert effects.decision.proposals[POOL].lend_target == lent
-        assert effects.noted.safety_only == {str(POOL): True}
+        assert out.decision.proposals[POOL].lend_target == lent
+        assert out.noted.safety_only == {str(POOL): True}
 
 
 def test_an_episode_is_audited_when_it_starts_and_when_it_ends_once_each() -> None:
@@ -257,11 +255,11 @@ def test_an_episode_is_audited_when_it_starts_and_when_it_ends_once_each() -> No
     memory_ = Memory(started=TERM)
     reasons = []
     for seen in (failing, failing, working, working):
-        memory_, effects = step.step(memory_, seen, rules, ids())
-        assert effects.batch is not None
-        assert effects.taken is not None
-        reasons += [r.reason for r in effects.batch.records if r.reason in EPISODE_REASONS]
-        memory_ = effects.taken.memory  # the store took the batch
+        memory_, out = step.step(memory_, seen, rules, ids())
+        assert out.batch is not None
+        assert out.taken is not None
+        reasons += [r.reason for r in out.batch.records if r.reason in EPISODE_REASONS]
+        memory_ = out.taken.memory  # the store took the batch
     assert reasons == [model.Reason.STRATEGY_FAILED, model.Reason.RECOVERED]
 
 
@@ -270,9 +268,9 @@ def test_an_episode_the_store_did_not_take_is_audited_again_next_tick() -> None:
     rules = Rules((pool,), KEYS)
     snapshot = model.Snapshot(T0, {POOL: model.PoolSnapshot(nodes=())})
     failing = Seen(snapshot, {POOL: Failure.raised(RuntimeError("x"))}, "me", 3, True, TERM)
-    memory_, effects = step.step(Memory(started=TERM), failing, rules, ids())
-    assert effects.refused is not None
-    memory_ = effects.refused.memory  # the store failed the batch
+    memory_, out = step.step(Memory(started=TERM), failing, rules, ids())
+    assert out.refused is not None
+    memory_ = out.refused.memory  # the store failed the batch
     _, again = step.step(memory_, failing, rules, ids())
     assert again.batch is not None
     assert [r.reason for r in again.batch.records if r.reason in EPISODE_REASONS] == [
@@ -280,7 +278,7 @@ def test_an_episode_the_store_did_not_take_is_audited_again_next_tick() -> None:
     ]
 
 
-PURE = (memory, step, flight, episodes, budgets, perception)
+PURE = (memory, step, effects, flight, episodes, budgets, perception)
 
 
 def test_the_step_reads_no_clock_and_awaits_nothing() -> None:
