@@ -64,13 +64,13 @@ def drives(
     the pools, under their UID; then the end of every loan whose node was replaced; then the
     removal of the borrowed pods an earlier node of a name left on the node there now. A dry
     run drives nothing: it says once which nodes a run that writes would drive on."""
-    keys, now = rules.keys, snapshot.now
+    now = snapshot.now
     acted = {c.step.node for c in carries}
     in_flight = [
         (pool, view)
         for pool in rules.pools
         for view in snapshot.pools[pool.name].nodes
-        if view.name not in acted and phase(view, keys, pool.lent_taints) in IN_FLIGHT
+        if view.name not in acted and phase(view, rules.keys, pool.lent_taints) in IN_FLIGHT
     ]
     if rules.dry_run:
         return _would_drive(memory, in_flight, rules)
@@ -81,8 +81,47 @@ def drives(
         for name, drain in memory.draining.items()
         if name not in looked_at and (name not in seen or seen[name].uid != drain.uid)
     ]
-    # The drains to look at again next tick: those of this tick's steps (their reclaims add
-    # theirs as they begin), and every node seen reclaiming, under its UID.
+    # By UID alone, acted on or not: a new node under the name may be lent already, and the
+    # pods bound to the old one are still there. A loan whose node was being reclaimed ends
+    # with that drain, under its intent.
+    gone = {name for name, _ in vanished}
+    ended = [
+        loan
+        for name, loan in memory.loans.items()
+        if (name not in seen or seen[name].uid != loan.view.uid) and name not in gone
+    ]
+    memory = _tracked(memory, snapshot, rules, in_flight, acted)
+    passes = tuple(
+        _pass(memory, pool, view, rules, new_id, context, now) for pool, view in in_flight
+    )
+    followed = tuple(
+        Progress(d.pool, name, d.decision or None, d.uid, d.deadline, memory.said.get(name), True)
+        for name, d in vanished
+    )
+    ends = tuple(_end_loan(loan, rules, new_id, context, now) for loan in ended)
+    # A node a reclaim, a drain or a loan's end has this tick takes the borrowed pods itself;
+    # one lent this tick does not, and is looked at as the snapshot saw it.
+    reclaimed = {c.step.node for c in carries if c.step.action is not Action.LEND}
+    busy = reclaimed | {v.name for _, v in in_flight} | set(memory.draining) | gone
+    busy |= {e.view.name for e in ends}
+    left = _left_behind(memory, snapshot, rules, busy, new_id, context, now)
+    limit = rules.reclaim_concurrency
+    waves = (Wave(passes, limit), Wave(followed, limit), Wave(ends, 1), Wave(left, limit))
+    return memory, [], waves
+
+
+def _tracked(
+    memory: Memory,
+    snapshot: model.Snapshot,
+    rules: Rules,
+    in_flight: Sequence[tuple[PoolConfig, NodeView]],
+    acted: set[NodeName],
+) -> Memory:
+    """The drains and loans to look at again next tick. The drains: those of this tick's steps
+    (their reclaims add theirs as they begin), and every node seen reclaiming, under its UID.
+    The loans: those the snapshot shows lent (this tick's lends are added as they are made: a
+    node may be replaced before the next tick sees it lent)."""
+    keys = rules.keys
     draining = {
         **{name: d for name, d in memory.draining.items() if name in acted},
         **{
@@ -93,40 +132,13 @@ def drives(
             if view.uid and phase(view, keys, pool.lent_taints) is Phase.RECLAIMING
         },
     }
-    # By UID alone, acted on or not: a new node under the name may be lent already, and the
-    # pods bound to the old one are still there. A loan whose node was being reclaimed ends
-    # with that drain, under its intent.
-    gone = {name for name, _ in vanished}
-    ended = [
-        loan
-        for name, loan in memory.loans.items()
-        if (name not in seen or seen[name].uid != loan.view.uid) and name not in gone
-    ]
-    # The loans as of this tick: those the snapshot shows lent (this tick's lends are added
-    # as they are made: a node may be replaced before the next tick sees it lent).
     loans = {
         view.name: Loan(pool.name, view)
         for pool in rules.pools
         for view in snapshot.pools[pool.name].nodes
         if view.uid and phase(view, keys, pool.lent_taints) is Phase.LENT
     }
-    memory = replace(memory, draining=draining, loans=loans)
-    passes = tuple(
-        _pass(memory, pool, view, rules, new_id, context, now) for pool, view in in_flight
-    )
-    followed = tuple(
-        Progress(d.pool, name, d.decision or None, d.uid, d.deadline, memory.said.get(name), True)
-        for name, d in vanished
-    )
-    ends = tuple(_end_loan(loan, rules, new_id, context, now) for loan in ended)
-    # A node a reclaim or a drain has this tick takes the borrowed pods itself.
-    reclaimed = {c.step.node for c in carries if c.step.action is not Action.LEND}
-    busy = reclaimed | {v.name for _, v in in_flight} | set(draining) | gone
-    busy |= {e.view.name for e in ends}
-    left = _left_behind(memory, snapshot, rules, busy, new_id, context, now)
-    limit = rules.reclaim_concurrency
-    waves = (Wave(passes, limit), Wave(followed, limit), Wave(ends, 1), Wave(left, limit))
-    return memory, [], waves
+    return replace(memory, draining=draining, loans=loans)
 
 
 def _would_drive(
