@@ -184,7 +184,7 @@ class Noted:
     demand_held: Mapping[str, bool] | None = None  # demand held over a failed read
     frozen_under_pressure: Mapping[str, bool] | None = None
     budgets: Mapping[str, model.ErrorBudget] | None = None
-    decided: model.Plan | None = None  # the plan the leader carried out
+    decided: tuple[model.Plan, ...] = ()  # the plan the leader carried out, if it led
     strategy_failures: tuple[tuple[str, str, str], ...] = ()  # pool, strategy, kind
     planner_failures: tuple[str, ...] = ()  # pools
     borrowing_minutes: tuple[str, ...] = ()  # a pool per minute lending cost

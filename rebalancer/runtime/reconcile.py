@@ -210,9 +210,8 @@ class Reconciler:
         if branch is not None:
             self._settle(branch.memory, shell.run)
         decision, run = done.decision, shell.run
-        noted = {**vars(done.noted), "decided": (done.noted.decided,) if done.noted.decided else ()}
         happened = Happened(
-            **noted,
+            **vars(done.noted),
             clocks=seen.clocks,
             unreadable=perceived.unreadable,
             audit_store=run.audit_store,

@@ -17,32 +17,23 @@ from datetime import datetime
 from rebalancer.core import clocks, model
 from rebalancer.core.audit import AuditRecord
 from rebalancer.core.model import Action, PoolName
+from rebalancer.runtime.effects import Noted
 from rebalancer.runtime.seams import Applied
 
 
 @dataclass(frozen=True)
-class Happened:
-    """The gauges and counts of one tick, for the telemetry.
+class Happened(Noted):
+    """The gauges and counts of one tick, for the telemetry: what the step decided (``Noted``),
+    what the observation measured, and what carrying the effects out met.
 
     A gauge's reading is ``None`` when the tick did not measure it (a tick that stopped
     early); the telemetry then keeps the value it has. The tuples are events, in the order
     they happened.
     """
 
-    leader: tuple[str, bool] | None = None  # (this replica's identity, whether it may write)
-    lent: Mapping[str, int] | None = None  # nodes on loan, per pool
-    overdue: Mapping[str, int] | None = None  # nodes whose reclaim is past its deadline
-    safety_only: Mapping[str, bool] | None = None  # planned on safety rules alone
-    demand_held: Mapping[str, bool] | None = None  # demand held over a failed read
-    frozen_under_pressure: Mapping[str, bool] | None = None
     clocks: Mapping[PoolName, clocks.Clocks] | None = None
     unreadable: Mapping[str, int] | None = None  # objects the informer could not read, by kind
-    budgets: Mapping[str, model.ErrorBudget] | None = None
     audit_store: tuple[bool, int] | None = None  # (failing, records waiting in the spool)
-    decided: tuple[model.Plan, ...] = ()  # the plan the leader carried out
-    strategy_failures: tuple[tuple[str, str, str], ...] = ()  # pool, strategy, kind
-    planner_failures: tuple[str, ...] = ()  # pools
-    borrowing_minutes: tuple[str, ...] = ()  # a pool per minute lending cost
     audit_failures: tuple[str, ...] = ()  # the store operation that raised
     spool_overflows: int = 0
     reclaims: tuple[tuple[str, datetime, datetime], ...] = ()  # pool, decided, serving

@@ -99,7 +99,7 @@ def _leading(
     memory = replace(memory, costs=costs)
     noted = replace(
         noted,
-        decided=plan,
+        decided=(plan,),
         budgets=budgets.gauges(memory, rules.pools, snapshot.now),
         borrowing_minutes=minutes,
     )
