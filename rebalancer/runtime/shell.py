@@ -82,6 +82,17 @@ class Run:
     audit_store: tuple[bool, int] | None = None  # (failing, records waiting in the spool)
 
 
+@dataclass(frozen=True)
+class Did:
+    """What one effect came to: the report's line and what ``flight.settle`` reads."""
+
+    applied: Applied | None
+    done: Done | None
+
+
+NOTHING = Did(None, None)  # not carried out: leadership went, or its intent was not committed
+
+
 def say(lines: Sequence[Say]) -> None:
     for line in lines:
         log.log(line.level, "%s", line.message, exc_info=line.error)
@@ -133,7 +144,12 @@ class Shell:
             waves = await self._kept(waves, len(effects.decision.plan.steps))
         started = self.clock()
         for wave in waves:
-            await self._together(wave.items, lambda e: self._one(e, started), wave.limit)
+            # In the wave's order, whatever order the calls ended in: the report reads so.
+            for did in await self._together(
+                wave.items, lambda e: self._one(e, started), wave.limit
+            ):
+                self.run.applied.extend(a for a in (did.applied,) if a is not None)
+                self.run.done.extend(d for d in (did.done,) if d is not None)
         if branch.error:
             self.run.audit_store = (True, len(self.audit_log.spool))
         return branch
@@ -175,22 +191,28 @@ class Shell:
 
     # -- one effect -----------------------------------------------------------------------
 
-    async def _one(self, effect: Carry | Drive, started: datetime) -> None:
+    async def _one(self, effect: Carry | Drive, started: datetime) -> Did:
         match effect:
             case Carry():
-                await self.carry(effect, started)
+                return await self._carry(effect, started)
             case Progress():
-                await self._progress(effect)
+                return await self._progress(effect)
             case RollBack():
-                await self._roll_back(effect)
+                return await self._roll_back(effect)
             case EndLoan():
-                await self._end_loan(effect)
+                return await self._end_loan(effect)
             case RemoveLeft():
-                await self._remove_left(effect)
+                return await self._remove_left(effect)
+        raise TypeError(f"not an effect: {effect!r}")
 
     async def carry(self, carry: Carry, started: datetime) -> Applied:
         """One step: the actuator's call (the intent's id as the node's decision, a reclaim's
         deadline counted from ``started``), then its outcome record."""
+        did = await self._carry(carry, started)
+        assert did.applied is not None, "a step always says what came of it"
+        return did.applied
+
+    async def _carry(self, carry: Carry, started: datetime) -> Did:
         step, intent = carry.step, carry.intent
         if not self.leading():
             why = "leadership lost before the step was carried out"
@@ -215,65 +237,63 @@ class Shell:
         self.reclaimed(step.pool, intent, result)
         return self._applied(carry, step.action, result, intent, outcome, deadline)
 
-    async def _progress(self, effect: Progress) -> None:
+    async def _progress(self, effect: Progress) -> Did:
         """One pass over a node in flight, or over a drain whose node vanished from the pools
         (for its own UID only: a node replaced or deleted has the pods it took removed and
         ends ``gone`` once none is left; one out of every pool but still there is driven
         on)."""
         if not self.leading():
-            return
+            return NOTHING
         progress = self.actuators[effect.pool].progress
         name = effect.node
         result = await progress(name, effect.decision, uid=effect.uid, deadline=effect.deadline)
         log.info("progress %s: %s (%s)", name, result.outcome.value, result.message)
         intent = await self._intent(name, effect.pool, effect.decision, effect.vanished)
-        await self._passed(effect, effect.pool, intent, result, effect.said)
+        return await self._passed(effect, effect.pool, intent, result, effect.said)
 
-    async def _roll_back(self, effect: RollBack) -> None:
+    async def _roll_back(self, effect: RollBack) -> Did:
         """A lend left unfinished, rolled back under its own intent, committed first (kept on
         the node while the store fails)."""
         if not self.leading():
-            return
+            return NOTHING
         name, intent = effect.node, effect.intent
         if not await self._committed([intent], keep_on=name):
             log.warning("node %s stays lending this tick: its rollback is not recorded", name)
-            self.run.applied.append(Applied(name, Action.PROGRESS, None, None, None))
-            return
+            return Did(Applied(name, Action.PROGRESS, None, None, None), None)
         call = self.actuators[effect.pool].progress(name, intent.id)
         result = await self._called(intent, call)
         log.info("roll back %s: %s (%s)", name, result.outcome.value, result.message)
         outcome = await self.safely(self.audit_log.outcome(intent, result, self.clock()))
-        self._applied(effect, Action.PROGRESS, result, intent, outcome)
+        return self._applied(effect, Action.PROGRESS, result, intent, outcome)
 
-    async def _end_loan(self, effect: EndLoan) -> None:
+    async def _end_loan(self, effect: EndLoan) -> Did:
         """A replaced lent node's loan ended: its intent committed (the node is gone: nothing
         waits on it, so a store failing ends it next tick), then the reclaim for its UID."""
         if not self.leading():
-            return
+            return NOTHING
         lent, intent = effect.view, effect.intent
         if not await self._committed([intent]):
-            self.run.done.append(Done(effect, None, unaudited=True))
-            return
+            return Did(None, Done(effect, None, unaudited=True))
         call = self.actuators[effect.pool].reclaim(
             lent.name, intent.id, effect.deadline, uid=lent.uid
         )
         result = await self._called(intent, call)
         log.info("end loan %s: %s (%s)", lent.name, result.outcome.value, result.message)
         outcome = await self.safely(self.audit_log.outcome(intent, result, self.clock()))
-        self._applied(effect, Action.RECLAIM, result, intent, outcome)
+        return self._applied(effect, Action.RECLAIM, result, intent, outcome)
 
-    async def _remove_left(self, effect: RemoveLeft) -> None:
+    async def _remove_left(self, effect: RemoveLeft) -> Did:
         """One pass over the borrowed pods an earlier node of a name left; the first commits
         its intent (nothing is removed unrecorded: a store failing tries again next tick)."""
         if not self.leading():
-            return
+            return NOTHING
         name, intent = effect.node, effect.intent
         if effect.new and not await self._committed([intent]):
-            return
+            return NOTHING
         call = self.actuators[effect.pool].remove_earlier(name, intent.id, effect.deadline)
         result = await self._called(intent, call)
         log.info("left by an earlier %s: %s (%s)", name, result.outcome.value, result.message)
-        await self._passed(effect, effect.pool, intent, result, effect.said)
+        return await self._passed(effect, effect.pool, intent, result, effect.said)
 
     async def _passed(
         self,
@@ -282,14 +302,14 @@ class Shell:
         intent: AuditRecord | None,
         result: ActionResult,
         said: tuple[str, str] | None,
-    ) -> None:
+    ) -> Did:
         """The outcome record of one pass over a node in flight, unless it says only what the
         last one said."""
         outcome = None
         if intent is not None and news(said, intent, result):
             outcome = await self.safely(self.audit_log.outcome(intent, result, self.clock()))
         self.reclaimed(pool, intent, result)
-        self._applied(effect, Action.PROGRESS, result, intent, outcome)
+        return self._applied(effect, Action.PROGRESS, result, intent, outcome)
 
     def _applied(
         self,
@@ -299,17 +319,14 @@ class Shell:
         intent: AuditRecord | None,
         outcome: AuditRecord | None,
         deadline: datetime | None = None,
-    ) -> Applied:
+    ) -> Did:
         node = (
             effect.view.name
             if isinstance(effect, EndLoan)
             else (effect.step.node if isinstance(effect, Carry) else effect.node)
         )
-        applied = Applied(node, call, result, intent, outcome)
-        self.run.applied.append(applied)
-        recorded = outcome is not None
-        self.run.done.append(Done(effect, result, intent, recorded, deadline=deadline))
-        return applied
+        done = Done(effect, result, intent, outcome is not None, deadline=deadline)
+        return Did(Applied(node, call, result, intent, outcome), done)
 
     async def _intent(
         self, name: NodeName, pool: PoolName, decision: str | None, vanished: bool
