@@ -15,18 +15,12 @@ from datetime import datetime, timedelta
 from rebalancer.core import audit, model
 from rebalancer.core.audit import AuditRecord, Context
 from rebalancer.core.model import PoolName
-from rebalancer.core.tick import (
-    nodes_lending_costs,
-)
+from rebalancer.core.tick import nodes_lending_costs
 from rebalancer.runtime.effects import Rules
-from rebalancer.runtime.memory import (
-    Memory,
-)
+from rebalancer.runtime.memory import Memory
 from rebalancer.runtime.seams import PoolConfig
 
 MINUTE = timedelta(minutes=1)
-
-# The error budgets' count
 
 
 def budget(memory: Memory, pool: PoolConfig, now: datetime) -> model.ErrorBudget | None:
@@ -80,6 +74,3 @@ def count(
             )
         )
     return out, tuple(records), tuple(paid)
-
-
-# ---------------------------------------------------------------------------------------------

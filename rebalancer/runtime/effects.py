@@ -20,14 +20,8 @@ from rebalancer.core.concurrency import LEND_CONCURRENCY, RECLAIM_CONCURRENCY
 from rebalancer.core.model import NodeName, NodeView, PoolName
 from rebalancer.core.nodestate import Keys
 from rebalancer.core.outcomes import ActionResult
-from rebalancer.core.tick import (
-    Decision,
-    PoolControls,
-    Unchecked,
-)
-from rebalancer.runtime.memory import (
-    Memory,
-)
+from rebalancer.core.tick import Decision, PoolControls, Unchecked
+from rebalancer.runtime.memory import Memory
 from rebalancer.runtime.seams import PoolConfig
 
 # ---------------------------------------------------------------------------------------------

@@ -16,18 +16,9 @@ from datetime import datetime
 from rebalancer.core import audit, model, nodestate
 from rebalancer.core.audit import AuditRecord, Context
 from rebalancer.core.model import PoolName
-from rebalancer.core.tick import (
-    Decision,
-    Stage,
-)
+from rebalancer.core.tick import Decision, Stage
 from rebalancer.runtime.effects import Noted, Rules, Say
-from rebalancer.runtime.memory import (
-    Announcement,
-    Episode,
-    Memory,
-)
-
-# Failure episodes: what failed, audited once when it starts and once when it ends
+from rebalancer.runtime.memory import Announcement, Episode, Memory
 
 
 def after(

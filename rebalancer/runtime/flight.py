@@ -22,9 +22,7 @@ from rebalancer.core.audit import AuditRecord, Context
 from rebalancer.core.model import Action, NodeName, NodeView, PoolName
 from rebalancer.core.nodestate import Keys, Phase
 from rebalancer.core.outcomes import ActionResult, Outcome, WriteOutcome
-from rebalancer.core.tick import (
-    phase,
-)
+from rebalancer.core.tick import phase
 from rebalancer.runtime.effects import (
     Carry,
     Done,
@@ -38,12 +36,7 @@ from rebalancer.runtime.effects import (
     StoreEvent,
     Wave,
 )
-from rebalancer.runtime.memory import (
-    Drain,
-    Loan,
-    Memory,
-    Removal,
-)
+from rebalancer.runtime.memory import Drain, Loan, Memory, Removal
 from rebalancer.runtime.seams import PoolConfig
 
 IN_FLIGHT = (Phase.LENDING, Phase.RECLAIMING)

@@ -30,26 +30,10 @@ from rebalancer.core import audit, model, nodestate
 from rebalancer.core.audit import AuditRecord, Context
 from rebalancer.core.model import Action, NodeName, NodeView, PoolName
 from rebalancer.core.nodestate import Keys, Phase
-from rebalancer.core.tick import (
-    Decision,
-    lent_count,
-    plan_tick,
-)
+from rebalancer.core.tick import Decision, lent_count, plan_tick
 from rebalancer.runtime import budgets, episodes, flight
-from rebalancer.runtime.effects import (
-    Branch,
-    Carry,
-    Effects,
-    Noted,
-    Rules,
-    Say,
-    Seen,
-    Wave,
-)
-from rebalancer.runtime.memory import (
-    Announcement,
-    Memory,
-)
+from rebalancer.runtime.effects import Branch, Carry, Effects, Noted, Rules, Say, Seen, Wave
+from rebalancer.runtime.memory import Announcement, Memory
 from rebalancer.runtime.seams import PoolConfig
 
 
@@ -123,9 +107,7 @@ def _leading(
         tuple(says),
         noted,
         cost_records,
-        catch_up=None
-        if rules.dry_run
-        else tuple(v for p in snapshot.pools.values() for v in p.nodes),
+        catch_up=None if rules.dry_run else _views(snapshot),
         batch=batch,
         taken=taken,
         refused=refused,
@@ -176,6 +158,7 @@ def _refused(
 
 
 def _views(snapshot: model.Snapshot) -> tuple[NodeView, ...]:
+    """Every node of the snapshot: whose records kept on it go to the store first."""
     return tuple(view for pool in snapshot.pools.values() for view in pool.nodes)
 
 
@@ -283,6 +266,3 @@ def _new_steps(
     }
     kept = len(plan.steps) - sum(len(p.steps) for p in pools.values())
     return replace(plan, pools=pools), kept
-
-
-# ---------------------------------------------------------------------------------------------
