@@ -39,9 +39,7 @@ from rebalancer.runtime.effects import (
 from rebalancer.runtime.memory import Drain, Loan, Memory, Removal
 from rebalancer.runtime.seams import PoolConfig
 
-IN_FLIGHT = (Phase.LENDING, Phase.RECLAIMING)
-
-# The nodes in flight
+IN_FLIGHT = (Phase.LENDING, Phase.RECLAIMING)  # the phases a tick drives a node on in
 
 
 def drives(
