@@ -143,13 +143,17 @@ class Shell:
         if branch.error and waves:
             waves = await self._kept(waves, len(effects.decision.plan.steps))
         started = self.clock()
+
+        def one(effect: Carry | Drive) -> Awaitable[Did]:
+            return self._one(effect, started)
+
         for wave in waves:
             # In the wave's order, whatever order the calls ended in: the report reads so.
-            for did in await self._together(
-                wave.items, lambda e: self._one(e, started), wave.limit
-            ):
-                self.run.applied.extend(a for a in (did.applied,) if a is not None)
-                self.run.done.extend(d for d in (did.done,) if d is not None)
+            for did in await self._together(wave.items, one, wave.limit):
+                if did.applied is not None:
+                    self.run.applied.append(did.applied)
+                if did.done is not None:
+                    self.run.done.append(did.done)
         if branch.error:
             self.run.audit_store = (True, len(self.audit_log.spool))
         return branch
