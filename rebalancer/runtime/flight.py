@@ -306,8 +306,8 @@ def settle(
             lent = _seen(memory, effect.step.pool, name)
             if result.outcome is Outcome.APPLIED and lent is not None and lent.uid:
                 loans[name] = Loan(effect.step.pool, lent)
-        elif isinstance(effect, Carry) and going and _node_uid(effect.intent):
-            uid = _node_uid(effect.intent) or ""
+        elif isinstance(effect, Carry) and going and node_uid(effect.intent):
+            uid = node_uid(effect.intent) or ""
             draining[name] = Drain(effect.step.pool, uid, effect.intent.id, item.deadline)
         elif isinstance(effect, Progress) and effect.vanished and going:
             draining[name] = Drain(
@@ -373,7 +373,7 @@ def _node_of(effect: Carry | Drive) -> NodeName:
     return effect.node
 
 
-def _node_uid(intent: AuditRecord) -> str | None:
+def node_uid(intent: AuditRecord) -> str | None:
     """The UID of the node an intent was decided for, as its record holds it."""
     uid = intent.detail.get("node_uid")
     return uid if isinstance(uid, str) and uid else None

@@ -44,7 +44,7 @@ from rebalancer.runtime.effects import (
     StoreEvent,
     Wave,
 )
-from rebalancer.runtime.flight import news
+from rebalancer.runtime.flight import news, node_uid
 from rebalancer.runtime.seams import (
     Applied,
     AuditTrail,
@@ -229,10 +229,7 @@ class Shell:
         else:
             pool = next(p for p in self.pools if p.name == step.pool)
             deadline = started + pool.policy.reclaim_deadline
-            uid = intent.detail.get("node_uid")
-            call = actuator.reclaim(
-                step.node, intent.id, deadline, uid=uid if isinstance(uid, str) and uid else None
-            )
+            call = actuator.reclaim(step.node, intent.id, deadline, uid=node_uid(intent))
             result = await self._called(intent, call)
         log.info(
             "%s %s: %s (%s)", step.action.value, step.node, result.outcome.value, result.message
