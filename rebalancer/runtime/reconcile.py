@@ -207,8 +207,8 @@ class Reconciler:
         memory, done = step.step(self.memory, facts, self.rules, self.audit_log.new_id)
         self.memory = memory
         branch = await shell.effects(done)
-        if branch is not None:
-            self._settle(branch.memory, shell.run)
+        # A tick that wrote nothing settles too: start-up may have met the store.
+        self._settle(branch.memory if branch is not None else memory, shell.run)
         decision, run = done.decision, shell.run
         happened = Happened(
             **vars(done.noted),
