@@ -20,8 +20,11 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from types import FrameType
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support, as the tests
 
 from rebalancer.core.model import PoolName
 from tests.runtime.test_reconcile import add_training
