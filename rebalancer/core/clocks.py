@@ -20,6 +20,7 @@ answer, or a server that paused, does not move it).
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -175,14 +176,19 @@ def prometheus_now(clocks: Clocks, now: datetime) -> datetime:
     return now - clocks.correction + skew.offset
 
 
-def in_future(clocks: Clocks, when: datetime, now: datetime) -> timedelta | None:
-    """How far ``when`` (a time written on a node) is ahead of the API server's clock, beyond
-    what the measurement and the second the annotation is cut to allow; None when it is not."""
+def in_future(clocks: Clocks, now: datetime) -> Callable[[datetime], timedelta | None]:
+    """How far a time written on a node is ahead of the API server's clock at ``now``, beyond
+    what the measurement and the second the annotation is cut to allow; None when it is not.
+    The clocks are read once, for all the nodes a tick judges."""
     skew = clocks.skew(Against.APISERVER)
     server_now = now if skew is None else now - clocks.correction + skew.offset
     slack = (skew.uncertainty if skew is not None else timedelta(0)) + SECOND
-    ahead = when - server_now
-    return ahead if ahead > slack else None
+
+    def ahead(when: datetime) -> timedelta | None:
+        by = when - server_now
+        return by if by > slack else None
+
+    return ahead
 
 
 def doc(clocks: Clocks) -> dict[str, object]:

@@ -8,6 +8,7 @@ never guessed at; a demand sample is judged fresh, stale or lost here, once.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
@@ -67,9 +68,10 @@ def _in_future(
     """The nodes whose ``since`` is ahead of the API server's clock (a clock ahead wrote it),
     each with its finding. Judged every tick, not once per node value: the clock moves."""
     found = {}
-    for node in (n for nodes in by_phase.values() for n in nodes):
+    ahead_of = clocks.in_future(measured, now)
+    for node in itertools.chain.from_iterable(by_phase.values()):
         since = node.state.since
-        ahead = clocks.in_future(measured, since, now) if since is not None else None
+        ahead = ahead_of(since) if since is not None else None
         if ahead is None or since is None:
             continue
         found[node.name] = model.Finding(
