@@ -100,8 +100,10 @@ def _read_nodes(
     findings: list[model.Finding] = []
     unreadable = 0
     spec = policy.lend_spec
-    # This runs for every node every tick: the common case costs no call.
-    memo_key = ("planning", keys.prefix, policy.zone, spec.add_taints)
+    # This runs for every node every tick: the common case costs no call, and the key is
+    # hashed as plain strings (a taint's own hash is a call of its own, for every node).
+    taints = tuple((t.key, t.effect, t.value, t.time_added) for t in spec.add_taints)
+    memo_key = ("planning", keys.prefix, policy.zone, taints)
     for view in snapshot.nodes:
         decoded = view.memo.get(memo_key)
         if not isinstance(decoded, DecodedNode):
