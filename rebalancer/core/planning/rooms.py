@@ -30,7 +30,10 @@ def room_lent_already(draft: Draft) -> None:
     pool's (``PoolPlan.served``), whether or not it lends more now: a pool that holds, is
     paused or plans safety only still has the room it lent for a job the scheduler has not
     placed yet, and no pool planned after it lends that job a second node. Counting a job
-    served that will not land here costs at most a loan not made: the side of inference."""
+    served that will not land here costs at most a loan not made: the side of inference.
+    With no job waiting there is nothing to place: the rooms are not worked out, every tick."""
+    if not draft.pool.takers:
+        return
     placed = takers.place(draft.pool.takers, lent_rooms(draft), (), 0)
     draft.served.update(placed.served)
 
