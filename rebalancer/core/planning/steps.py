@@ -31,25 +31,32 @@ def reclaim_order(nodes: Sequence[Node], preempted: set[str], count: int) -> lis
     earlier steps, or by nodes on their way back), then the cheapest such jobs by
     ``victims``' order (lowest priority, least work lost), then the fewest pods. The other
     nodes of a gang taken once cost nothing more, and come next."""
-    remaining = list(nodes)
+    remaining = [(node, frozenset(jobs_on(node))) for node in nodes]
     lost = set(preempted)
-    cost = {job.key: rank for rank, job in enumerate(victims.jobs(_borrowed(remaining)))}
+    cost = {job.key: rank for rank, job in enumerate(victims.jobs(_borrowed(nodes)))}
     chosen: list[Node] = []
     while remaining and len(chosen) < count:
-        best = min(remaining, key=partial(_price, lost=frozenset(lost), cost=cost))
-        remaining.remove(best)
-        chosen.append(best)
-        lost |= jobs_on(best)
+        # The prices change only when a node taken preempts a job not lost before: until then
+        # the next cheapest is the next in this order (a stable sort: ties as ``min`` breaks).
+        ranked = sorted(remaining, key=partial(_price, lost=frozenset(lost), cost=cost))
+        for taken in ranked:
+            remaining.remove(taken)
+            chosen.append(taken[0])
+            if len(chosen) == count or not taken[1] <= lost:
+                lost |= taken[1]
+                break
     return chosen
 
 
 def _price(
-    node: Node, lost: frozenset[str], cost: Mapping[str, int]
+    node: tuple[Node, frozenset[str]], lost: frozenset[str], cost: Mapping[str, int]
 ) -> tuple[int, list[int], int, str]:
-    """What taking ``node`` back costs when the jobs in ``lost`` are lost already: the jobs
-    it preempts besides, the dearest of them first (by their rank in ``cost``), its pods."""
-    new = jobs_on(node) - lost
-    return len(new), sorted((cost[j] for j in new), reverse=True), len(node.view.pods), node.name
+    """What taking ``node`` (with the jobs it runs) back costs when the jobs in ``lost`` are
+    lost already: the jobs it preempts besides, the dearest of them first (by their rank in
+    ``cost``), its pods."""
+    taken, jobs = node
+    new = jobs - lost
+    return len(new), sorted((cost[j] for j in new), reverse=True), len(taken.view.pods), taken.name
 
 
 def jobs_on(node: Node) -> set[str]:
