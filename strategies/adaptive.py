@@ -316,37 +316,45 @@ class Adaptive:
         )
         per_tick = max(1, math.ceil(limits.max_step_fraction * pool.size))
         scored = last if last is not None and tick > memo.first else None
+        size, rps_per_node = pool.size, pool.rps_per_node
+        # Rungs share window peaks (a busy window is the plain one while traffic never stops)
+        # and margins: each keep is worked out once per step.
+        keeps: dict[tuple[float, float], int] = {}
+        closing = (tick + 1) % memo.bucket == 0
         for rung in memo.rungs:
-            missed = scored is not None and scored > pool.rps_per_node * rung.serving_after + 1e-9
+            missed = scored is not None and scored > rps_per_node * rung.serving_after + 1e-9
             while rung.returning and rung.returning[0] <= tick:
                 rung.returning.popleft()
             while rung.cooling and rung.cooling[0] <= tick:
                 rung.cooling.popleft()
             if need_now is None:
-                keep = pool.size - rung.lent  # demand unknown: the planner lends nothing more
+                keep = size - rung.lent  # demand unknown: the planner lends nothing more
             else:
                 window = (memo.busy if rung.traffic else memo.maxes)[rung.window]
                 top = max(believed or 0.0, window[0][1] if window else 0.0)
-                keep = _keep(pool, top, rung.margin)
+                known = keeps.get((top, rung.margin))
+                if known is None:
+                    known = keeps[top, rung.margin] = _keep(pool, top, rung.margin)
+                keep = known
             rung.keep = keep
-            target = max(0, pool.size - keep)
+            target = max(0, size - keep)
             if lost:
                 moves.reclaim(rung, rung.lent)
-            if need_now is not None:
-                short = need_now - (pool.size - rung.lent)  # serving and returning count
+            if need_now is not None and need_now > size - rung.lent:
+                short = need_now - (size - rung.lent)  # serving and returning count
                 moves.reclaim(rung, min(short, rung.lent))
             if target < rung.lent:
                 moves.reclaim(rung, min(rung.lent - target, per_tick))
             elif target > rung.lent and need_now is not None and not held:
-                serving = pool.size - rung.lent - len(rung.returning)
+                serving = size - rung.lent - len(rung.returning)
                 # Warm nodes back from a loan within the cooldown are not lent again.
                 lendable = serving - max(0, len(rung.cooling) - len(rung.returning))
                 room = min(serving - max(pool.min_serving, need_now), lendable)
                 rung.lent += max(0, min(target - rung.lent, per_tick, room))
-            rung.serving_after = pool.size - rung.lent - len(rung.returning)
+            rung.serving_after = size - rung.lent - len(rung.returning)
             rung.lent_steps.add(rung.lent)
             rung.missed.add(missed)
-            if (tick + 1) % memo.bucket == 0:
+            if closing:
                 rung.lent_steps.close(memo.buckets)
                 rung.missed.close(memo.buckets)
 
