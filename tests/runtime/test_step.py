@@ -263,6 +263,32 @@ def test_an_episode_is_audited_when_it_starts_and_when_it_ends_once_each() -> No
     assert reasons == [model.Reason.STRATEGY_FAILED, model.Reason.RECOVERED]
 
 
+def test_a_replaced_lent_node_has_its_loan_ended_and_nothing_else_begun_on_it_in_that_tick() -> (
+    None
+):
+    """A lent node deleted and created again under its name, with a removal of what an earlier
+    node left already under way there: the loan is ended under an intent of its own, and the
+    removal waits for the next tick (the snapshot that shows the pods predates the end)."""
+    pool = config(policy())
+    rules = Rules((pool,), KEYS)
+    old = dataclasses.replace(serving("n-00"), uid="uid-old")
+    new = dataclasses.replace(serving("n-00"), uid="uid-new")
+    intent = audit_record(
+        "r-1", T0, pool=str(POOL), node="n-00", action="reclaim", kind=audit.Kind.INTENT
+    )
+    before = Memory(
+        started=TERM,
+        loans={NodeName("n-00"): Loan(POOL, old)},
+        removing={NodeName("n-00"): Removal(POOL, intent, T0)},
+    )
+    snapshot = model.Snapshot(T0, {POOL: model.PoolSnapshot((new,), demand_known=False)})
+    seen = Seen(snapshot, {POOL: model.Proposal(0, "hold")}, "me", 3, True, TERM)
+    _, out = step.step(before, seen, rules, ids())
+    assert out.taken is not None
+    assert drives(out.taken.waves, EndLoan) == ["n-00"]
+    assert drives(out.taken.waves, RemoveLeft) == []
+
+
 def test_an_episode_the_store_did_not_take_is_audited_again_next_tick() -> None:
     pool = config(policy())
     rules = Rules((pool,), KEYS)
