@@ -27,9 +27,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support, as the tests
 
 from rebalancer.core.model import PoolName
-from tests.runtime.test_reconcile import add_training
 from tests.support.pools import IDLE, POOL
-from tests.support.reconciling import HIGH, LOW, world
+from tests.support.reconciling import HIGH, LOW, add_training, world
 
 RUNTIME = "rebalancer.runtime"
 RECONCILE = "rebalancer.runtime.reconcile"

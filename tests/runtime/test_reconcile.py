@@ -29,9 +29,7 @@ from rebalancer.core.model import Term
 from rebalancer.core.outcomes import Outcome
 from rebalancer.runtime.loop import run_controller
 from rebalancer.runtime.report import TickReport
-from sandbox.emulator import cluster
 from sandbox.emulator.resources import NODES
-from sandbox.emulator.store import Store
 from tests.support import emulated
 from tests.support.actuation import Crash, Recorder
 from tests.support.fakes import Demand, Lead
@@ -42,18 +40,13 @@ from tests.support.reconciling import (
     HIGH,
     LOW,
     World,
+    add_training,
     make_reconciler,
     world,
 )
 from tests.support.waits import no_sleep
 
 Obj = dict[str, Any]
-
-
-def add_training(store: Store, jobs: int) -> None:
-    for job in range(jobs):
-        cluster.add(store, cluster.training_pod(f"job-{job}", 0, priority_class=None))
-    store.schedule()
 
 
 def check_audit_order(w: World) -> None:

@@ -100,6 +100,13 @@ class World:
         return [r for r in self.audit.records if r.kind is kind]
 
 
+def add_training(store: Store, jobs: int) -> None:
+    """One training pod per job, scheduled at once by the emulator onto the nodes lent."""
+    for job in range(jobs):
+        cluster.add(store, cluster.training_pod(f"job-{job}", 0, priority_class=None))
+    store.schedule()
+
+
 def make_reconciler(
     box: Sandbox,
     writer: NodeWriter,
