@@ -16,6 +16,7 @@ import inspect
 from collections.abc import Sequence
 from datetime import timedelta
 from itertools import count
+from typing import ClassVar
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -37,7 +38,6 @@ from rebalancer.runtime.effects import (
 )
 from rebalancer.runtime.memory import Drain, Loan, Memory, Removal
 from rebalancer.runtime.seams import PoolConfig
-from tests.core.test_planning_properties import POLICIES, minutes, nodes
 from tests.support.factories import (
     INFERENCE_TAINT,
     KEYS,
@@ -48,6 +48,7 @@ from tests.support.factories import (
     policy,
     serving,
 )
+from tests.support.generated import POLICIES, minutes, nodes
 
 TERM = ("me", 3)
 MOSTLY = st.sampled_from((True, True, True, False))  # the tick that writes is the one to test
@@ -61,7 +62,8 @@ EPISODE_REASONS = {
 class _Fixed:
     """A strategy the step never calls: its answer is part of what the tick saw."""
 
-    name = "fixed"
+    name: ClassVar[str] = "fixed"
+    reads_history: ClassVar[bool] = False
 
     def decide(self, view: model.PoolView) -> model.Proposal:
         raise AssertionError("the step asks no strategy")
@@ -73,7 +75,7 @@ def config(rules: PoolPolicy) -> PoolConfig:
         node_selector={"pool": "gpu"},
         policy=dataclasses.replace(rules, lend_spec=LEND_SPEC),
         marks=PodMarks(lend_taints=LEND_SPEC.add_taints, serving_taints=(INFERENCE_TAINT,)),
-        strategy=_Fixed(),  # type: ignore[arg-type]
+        strategy=_Fixed(),
         strategy_name="fixed",
     )
 
