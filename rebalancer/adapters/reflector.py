@@ -197,9 +197,11 @@ class Reflector:
         try:
             await _check(response)
             body: Obj = orjson.loads(await response.read())
-            return body
-        finally:
-            response.release()
+        except BaseException:
+            _drop(response)
+            raise
+        response.release()
+        return body
 
     async def _watch(self) -> int:
         """Follow one stream until it ends; the number of events it carried."""
@@ -220,8 +222,10 @@ class Reflector:
             while line := await response.content.readline():
                 self._event(orjson.loads(line))
                 received += 1
-        finally:
-            response.close()
+        except BaseException:  # a stream left unread (a failure, a cancellation)
+            _drop(response)
+            raise
+        response.release()  # the server ended it: the connection is whole and is reused
         log.debug(
             "%s: watch ended after %d events at resourceVersion %s",
             self.resource,
@@ -253,6 +257,17 @@ class Reflector:
 
 
 _UNREADABLE = (KeyError, TypeError, AttributeError)  # an object without a name to key it by
+
+
+def _drop(response: Any) -> None:
+    """End a response whose body is left unread by aborting its connection. Closing it would
+    start a TLS shutdown, which waits for the server's close_notify; the API server does not send
+    one on a stream it is still writing, so the socket would stay open for the shutdown's timeout
+    (30 s), and for good if the event loop ends first (the process's last watches)."""
+    connection = response.connection
+    if connection is not None and connection.transport is not None:
+        connection.transport.abort()
+    response.close()
 
 
 async def _check(response: Any) -> None:

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from rebalancer.adapters import kubeclient
 from rebalancer.adapters.informer import Informer
-from rebalancer.adapters.reflector import Backoff, WatchSettings
+from rebalancer.adapters.reflector import Backoff, Reflector, WatchSettings
 from rebalancer.core import model
 from rebalancer.core.model import Taint
 from tests.support import kube, kueue
@@ -154,6 +156,43 @@ async def test_the_informer_follows_workloads_as_kueue_moves_them(
         await until(lambda: not any(n.startswith(f"{ns}/job-a/") for n in names(informer)))
         assert informer.workloads.lists == lists  # all of it from the watch
         assert informer.unreadable() == {}
+
+
+def streams(informer: Informer) -> list[Reflector]:
+    return [
+        r
+        for r in (informer.nodes, informer.pods, informer.pending_pods, informer.workloads)
+        if r is not None
+    ]
+
+
+def open_connections(server: kube.KubeServer) -> list[asyncio.Transport]:
+    """The process's socket transports to ``server`` that are not closed nor closing."""
+    port = urlsplit(server.url).port
+    return [
+        t
+        for t in gc.get_objects()
+        if isinstance(t, asyncio.Transport)
+        and not t.is_closing()
+        and (t.get_extra_info("peername") or ("", 0))[1] == port
+    ]
+
+
+async def test_an_informer_stopped_leaves_no_connection_to_the_server_open(
+    server: kube.KubeServer, tmp_path: Path
+) -> None:
+    """Its watches are cut, not shut down over TLS: a shutdown waits for the server's
+    close_notify, so each socket outlived the informer by as long as the server took to answer
+    (for good, when the event loop ended first: then it warned when collected, in whatever test
+    ran next). A server that answers nothing makes the wait certain."""
+    kueue.install_workloads(server)
+    with contextlib.ExitStack() as stack:
+        async with informing(server, tmp_path) as informer:
+            await until(lambda: all(r.watches for r in streams(informer)))  # all four open
+            assert open_connections(server)
+            stack.enter_context(server.frozen())  # it stops while the server answers nothing
+        await asyncio.sleep(0)  # an aborted socket is closed on the loop's next turn
+        assert open_connections(server) == []
 
 
 async def test_the_charts_role_lets_the_controller_watch_workloads_when_it_is_on(

@@ -77,6 +77,17 @@ class KubeServer:
     version: str  # as /version says it (gitVersion)
     home: Path
     etcd: str  # etcd's client URL
+    pid: int = 0  # kube-apiserver's process
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """kube-apiserver stopped (SIGSTOP) for the block: it answers nothing, not even a TLS
+        close_notify, and resumes where it was."""
+        os.kill(self.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(self.pid, signal.SIGCONT)
 
     def compact(self) -> int:
         """Compact etcd at its current revision, as kube-apiserver does every few minutes: every
@@ -345,7 +356,7 @@ def running(home: Path, within: float = 90.0, flags: Sequence[str] = ()) -> Iter
             f"https://127.0.0.1:{secure}", home / "certs" / "apiserver.crt", "", home, etcd_url
         )
         version = _ready(server, processes, within)
-        yield KubeServer(server.url, server.ca, version, home, etcd_url)
+        yield KubeServer(server.url, server.ca, version, home, etcd_url, processes[1].pid)
     finally:
         kept = _kept.pop(f"https://127.0.0.1:{secure}", None)
         if kept is not None:
