@@ -1,11 +1,12 @@
 #!/bin/sh
-# Builds kube-apiserver, kube-scheduler, kube-controller-manager, kubectl and etcd from their
-# published Go modules (the versions tests/kube/go.mod pins), and kwok from its own (the version
-# tests/kube/kwok/go.mod pins), as `go install` would, into a per-user cache keyed by those
-# versions, each only when it is missing. Prints the directory that holds the binaries. Nothing
-# is downloaded but Go modules. Kueue's manager (the version tests/kube/kueue/go.mod pins) is
-# built beside that directory, in kueue-<version>/ of its own (tests/support/kueue.py finds it
-# there), so that neither the directory printed nor its key changes with Kueue.
+# Builds kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, the kubelet and etcd
+# from their published Go modules (the versions tests/kube/go.mod pins), kwok from its own (the
+# version tests/kube/kwok/go.mod pins) and the real nodes' pod sandbox program (pause/), as
+# `go install` would, into a per-user cache keyed by those versions, each only when it is
+# missing. Prints the directory that holds the binaries. Nothing is downloaded but Go modules.
+# Kueue's manager (the version tests/kube/kueue/go.mod pins) is built beside that directory, in
+# kueue-<version>/ of its own (tests/support/kueue.py finds it there), so that neither the
+# directory printed nor its key changes with Kueue.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -29,7 +30,7 @@ if [ ! -x "$kueue_dir/kueue" ]; then
 	mv "$kueue_dir/.kueue.build" "$kueue_dir/kueue"
 fi
 missing=""
-for binary in kube-apiserver kube-scheduler kube-controller-manager kubectl etcd kwok; do
+for binary in kube-apiserver kube-scheduler kube-controller-manager kubectl kubelet etcd kwok pause; do
 	[ -x "$dir/$binary" ] || missing="$missing $binary"
 done
 if [ -z "$missing" ]; then
@@ -52,6 +53,7 @@ for binary in $missing; do
 	case $binary in
 	etcd) go build -buildvcs=false -trimpath -o "$work/etcd" ./etcd ;;
 	kwok) (cd kwok && go build -buildvcs=false -trimpath -o "$work/kwok" sigs.k8s.io/kwok/cmd/kwok) ;;
+	pause) (cd pause && CGO_ENABLED=0 go build -buildvcs=false -trimpath -o "$work/pause" .) ;;
 	*) go build -buildvcs=false -trimpath -ldflags "$stamp" -o "$work/$binary" \
 		"k8s.io/kubernetes/cmd/$binary" ;;
 	esac

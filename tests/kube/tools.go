@@ -2,7 +2,7 @@
 
 // The servers the suite runs against, and the client it drives the emulator with, built from their
 // published modules as `go install` would build them (build.sh): kube-apiserver, kube-scheduler,
-// kube-controller-manager and kubectl from k8s.io/kubernetes, etcd from its server module at the
+// kube-controller-manager, kubectl and the kubelet from k8s.io/kubernetes, etcd from its server module at the
 // version Kubernetes itself pins. KWOK has a module of its own (kwok/).
 package kube
 
@@ -11,5 +11,6 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 )

@@ -1,0 +1,3 @@
+module rebalancer.test/pause
+
+go 1.24

@@ -1,0 +1,444 @@
+"""Real nodes beside ``kube.running``'s server: a real kubelet over containerd and runc, so that a
+pod is a process that receives its SIGTERM, runs its ``preStop`` hook and is killed at its grace
+period (KWOK, in ``control_plane.py``, only says so).
+
+The kubelet is built with the control plane (``tests/kube/build.sh``); containerd 1.6, runc 1.1,
+the CNI plugins and busybox are Debian's (``make system-deps``). Debian's containerd 1.6 lacks
+the CRI ``RuntimeConfig`` call: the 1.36 kubelet falls back to its own cgroup driver setting,
+which its code says ends in 1.37, when containerd 2.x will be needed (docs/design/real-nodes.md).
+
+``running`` starts one node and stops it, leaving the machine as it found it:
+
+- **One mount namespace per node**, which containerd is started in (``unshare -m``, mounts
+  propagated from the host only) and the kubelet joins (``nsenter``). In it, and only there:
+  files holding the values the kubelet insists on are bind-mounted over the three kernel
+  settings it would otherwise write for the whole machine (``vm.overcommit_memory``,
+  ``kernel.panic``, ``kernel.panic_on_oops``), and over ``net.ipv4.ip_forward``, which the CNI
+  bridge sets; and the paths the kubelet, containerd and CNI hard-code (``/var/lib/kubelet``,
+  ``/var/log/containers``, ``/var/lib/cni``, ``/var/run/netns``) are bind-mounted to the
+  node's own directories. Containers' overlays, ``/dev/shm`` and network-namespace pins are
+  mounted there too, so none is seen by the host, and all go with the namespace.
+- **Its own cgroup root** (``/rebalancer-node-<slot>`` in every cgroup v1 hierarchy), so that
+  neither kubelet touches the other's pods, and ending the node can kill what runs in it.
+- **A slot** (a lock file held with ``flock`` while the node runs, freed if the process dies):
+  the bridge ``rbnode<slot>``, the pod subnet ``10.244.<slot>.0/24`` and the cgroup root are
+  the slot's, so that nodes of parallel test workers never share one.
+- **The kubelet's user**: ``system:node:<name>`` (``kube.NODE_TOKENS``), bound to the
+  ``system:node`` ClusterRole (the server authorizes with RBAC alone).
+- **Flags**: ``failCgroupV1: false`` (this machine's controllers are cgroup v1); containerd's
+  ``restrict_oom_score_adj`` (root here lacks ``CAP_SYS_RESOURCE``, so the -998 the kubelet
+  asks for a sandbox would fail in runc); no registry: images are imported from the tarballs
+  ``images.build`` writes, and ``PAUSE`` is the sandbox image.
+
+Stopping: the kubelet, then every process of the node's cgroups (its containers), then
+containerd and its shims (the processes of its mount namespace), SIGTERM then SIGKILL; then
+the bridge, the cgroups, and the mount points made on the host for the namespace's binds
+(the last node out removes them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from tests.support import images, kube
+from tests.support.processes import free_port
+
+LOCKS = Path("/tmp/rebalancer-test-nodes")  # one lock file per slot
+SLOTS = range(10, 60)
+CGROUPS = Path("/sys/fs/cgroup")
+CNI_BIN = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
+# What the kubelet writes to the kernel unless told not to, with the value it writes; and the
+# bridge plugin's forwarding switch. Each is faked inside the node's mount namespace.
+SYSCTLS = {
+    "vm/overcommit_memory": "1",
+    "kernel/panic": "10",
+    "kernel/panic_on_oops": "1",
+    "net/ipv4/ip_forward": "1",
+}
+# Host paths hard-coded by the kubelet, containerd's CRI and CNI: each bound to the node's own.
+HOST_PATHS = ("/var/lib/kubelet", "/var/log/containers", "/var/lib/cni", "/var/run/netns")
+NODE_ROLE_BINDING = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRoleBinding",
+    "metadata": {"name": "rebalancer-test-nodes"},
+    "roleRef": {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "system:node",
+    },
+    "subjects": [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}
+    ],
+}
+
+
+class NodeFailed(RuntimeError):
+    """The node did not come up; the message names the log to read."""
+
+
+@dataclass(frozen=True)
+class RealNode:
+    name: str
+    home: Path
+    slot: int
+    containerd: int  # pids
+    kubelet: int
+    started: float  # time.monotonic() when the kubelet was started
+    ready_after: float  # seconds from the kubelet's start to the Node's Ready condition
+
+    @property
+    def bridge(self) -> str:
+        return f"rbnode{self.slot}"
+
+    @property
+    def cgroup_root(self) -> str:
+        return f"rebalancer-node-{self.slot}"
+
+
+@contextlib.contextmanager
+def _slot() -> Iterator[int]:
+    LOCKS.mkdir(exist_ok=True)
+    for slot in SLOTS:
+        lock: IO[bytes] = (LOCKS / f"{slot}.lock").open("ab")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            continue
+        try:
+            yield slot
+        finally:
+            lock.close()
+        return
+    raise NodeFailed(f"every node slot {SLOTS.start}-{SLOTS.stop - 1} is taken ({LOCKS})")
+
+
+def _alone() -> bool:
+    """No node's slot is held (so the host mount points made for them may go)."""
+    for path in LOCKS.glob("*.lock"):
+        with path.open("ab") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+    return True
+
+
+def _make_mount_points() -> None:
+    """The host paths a node's namespace binds over, made where missing and listed in
+    ``LOCKS/made``, so that the last node out removes them (``_remove_mount_points``)."""
+    with (LOCKS / "made").open("a") as listed:
+        for path in map(Path, HOST_PATHS):
+            if not path.exists():
+                path.mkdir(parents=True)
+                listed.write(f"{path}\n")
+
+
+def _remove_mount_points() -> None:
+    listed = LOCKS / "made"
+    if not listed.exists() or not _alone():
+        return
+    for line in reversed(listed.read_text().splitlines()):
+        with contextlib.suppress(OSError):  # not empty: something else put files there
+            Path(line).rmdir()
+    listed.unlink()
+
+
+def _hierarchies() -> list[Path]:
+    """The cgroup v1 hierarchies (those the kubelet manages pods in here)."""
+    return sorted(h for h in CGROUPS.iterdir() if (h / "cgroup.procs").exists() and h.is_dir())
+
+
+def _make_cgroups(root: str) -> None:
+    for hierarchy in _hierarchies():
+        made = hierarchy / root
+        made.mkdir(exist_ok=True)
+        if (hierarchy / "cpuset.cpus").exists():  # a cpuset cgroup starts empty: no process fits
+            for name in ("cpuset.cpus", "cpuset.mems"):
+                (made / name).write_text((hierarchy / name).read_text())
+
+
+def _cgroup_pids(root: str) -> set[int]:
+    pids: set[int] = set()
+    for hierarchy in _hierarchies():
+        for procs in (hierarchy / root).rglob("cgroup.procs"):
+            with contextlib.suppress(OSError):
+                pids.update(int(p) for p in procs.read_text().split())
+    return pids
+
+
+def _remove_cgroups(root: str) -> None:
+    for hierarchy in _hierarchies():
+        top = hierarchy / root
+        if not top.exists():
+            continue
+        for directory in sorted(top.rglob("*"), key=lambda p: -len(p.parts)):
+            if directory.is_dir():
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+        with contextlib.suppress(OSError):
+            top.rmdir()
+
+
+def _namespace_pids(mnt: str) -> set[int]:
+    """The processes in the mount namespace ``mnt`` (as ``readlink /proc/PID/ns/mnt`` says)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.readlink(entry / "ns" / "mnt") == mnt:
+                    found.add(int(entry.name))
+    return found
+
+
+def _end(pids: Callable[[], set[int]], within: float = 10.0) -> None:
+    """SIGTERM each of the ``pids()`` callable's processes, SIGKILL those left after ``within``."""
+    deadline = time.monotonic() + within
+    sig = signal.SIGTERM
+    while left := pids():
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        if time.monotonic() > deadline:
+            sig = signal.SIGKILL
+        time.sleep(0.1)
+
+
+def containerd_config(home: Path, slot: int, stream_port: int) -> str:
+    state = home / "containerd"
+    return f"""version = 2
+root = "{state}/root"
+state = "{state}/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.internal.v1.opt", "io.containerd.tracing.processor.v1.otlp"]
+[grpc]
+  address = "{state}/containerd.sock"
+[ttrpc]
+  address = "{state}/containerd.sock.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{images.PAUSE}"
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "{stream_port}"
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "{state}/runc"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{CNI_BIN}"
+    conf_dir = "{home}/cni/net.d"
+"""
+
+
+def cni_config(home: Path, slot: int) -> dict[str, Any]:
+    return {
+        "cniVersion": "1.0.0",
+        "name": f"rbnode{slot}",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": f"rbnode{slot}",
+                "isGateway": True,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "dataDir": str(home / "cni" / "ipam"),
+                    "ranges": [[{"subnet": f"10.244.{slot}.0/24"}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                },
+            }
+        ],
+    }
+
+
+def kubelet_config(home: Path, slot: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "failCgroupV1": False,
+        "cgroupDriver": "cgroupfs",
+        "cgroupRoot": f"/rebalancer-node-{slot}",
+        "containerRuntimeEndpoint": f"unix://{home}/containerd/containerd.sock",
+        "address": "127.0.0.1",
+        "port": free_port(),
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": free_port(),
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False}},
+        "authorization": {"mode": "AlwaysAllow"},
+        "failSwapOn": False,
+        "podLogsDir": str(home / "pod-logs"),
+        "resolvConf": "/etc/resolv.conf",
+        "evictionHard": {
+            "memory.available": "100Mi",
+            "nodefs.available": "1%",
+            "imagefs.available": "1%",
+            "nodefs.inodesFree": "1%",
+        },
+        "imageGCHighThresholdPercent": 99,
+        "imageGCLowThresholdPercent": 98,
+        "nodeStatusUpdateFrequency": "2s",
+        "fileCheckFrequency": "2s",
+        "syncFrequency": "5s",
+    }
+
+
+def _namespace_script(home: Path, containerd: Sequence[str]) -> str:
+    """What runs in the new mount namespace before containerd (which it becomes)."""
+    lines = ["set -eu"]
+    for name in SYSCTLS:
+        lines.append(f"mount --bind {home}/sysctl/{name.replace('/', '.')} /proc/sys/{name}")
+    for path in HOST_PATHS:
+        lines.append(f"mount --bind {home}/host{path} {path}")
+    lines.append("exec " + " ".join(containerd))
+    return "\n".join(lines)
+
+
+def _ready(server: kube.KubeServer, name: str) -> bool:
+    code, doc = server.request("GET", f"/api/v1/nodes/{name}")
+    if code != 200:
+        return False
+    conditions = doc.get("status", {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+@contextlib.contextmanager
+def running(
+    server: kube.KubeServer,
+    kube_dir: Path,
+    home: Path,
+    name: str = "real-0",
+    labels: Mapping[str, str] | None = None,
+    taints: Sequence[str] = (),
+    within: float = 60.0,
+) -> Iterator[RealNode]:
+    """A real node ``name`` (one of ``kube.NODE_TOKENS``) registered with ``server``, with
+    ``labels`` and ``taints`` (``key=value:Effect``) from its start, its images imported; until
+    the block ends. ``kube_dir`` holds the kubelet and pause binaries (``tests/kube/build.sh``)."""
+    code, doc = server.request(
+        "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", NODE_ROLE_BINDING
+    )
+    assert code in (201, 409), doc
+    home.mkdir(parents=True, exist_ok=True)
+    tarballs = images.build(kube_dir / "pause", home.parent / "images")
+    logs: list[IO[bytes]] = []
+    with _slot() as slot:
+        root = f"rebalancer-node-{slot}"
+        containerd: subprocess.Popen[bytes] | None = None
+        mnt = ""
+        try:
+            _make_mount_points()
+            for sysctl, value in SYSCTLS.items():
+                fake = home / "sysctl" / sysctl.replace("/", ".")
+                fake.parent.mkdir(exist_ok=True)
+                fake.write_text(value + "\n")
+            for path in HOST_PATHS:
+                (home / "host" / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
+            (home / "cni" / "net.d").mkdir(parents=True, exist_ok=True)
+            (home / "cni" / "net.d" / "10-node.conflist").write_text(
+                json.dumps(cni_config(home, slot))
+            )
+            (home / "containerd").mkdir(exist_ok=True)
+            (home / "containerd.toml").write_text(containerd_config(home, slot, free_port()))
+            _make_cgroups(root)
+            logs.append((home / "containerd.log").open("wb"))
+            script = _namespace_script(
+                home, ["containerd", "--config", str(home / "containerd.toml")]
+            )
+            containerd = subprocess.Popen(
+                ["unshare", "--mount", "--propagation", "slave", "sh", "-c", script],
+                stdout=logs[-1],
+                stderr=subprocess.STDOUT,
+            )
+            socket = home / "containerd" / "containerd.sock"
+            _settle(socket.exists, containerd, home / "containerd.log", within)
+            mnt = os.readlink(f"/proc/{containerd.pid}/ns/mnt")
+            for tarball in tarballs:
+                subprocess.run(
+                    ["ctr", "-a", str(socket), "-n", "k8s.io", "images", "import", str(tarball)],
+                    check=True,
+                    capture_output=True,
+                )
+            config = kubelet_config(home, slot)
+            (home / "kubelet.yaml").write_text(json.dumps(config))
+            kubeconfig = server.kubeconfig(home / "kubelet.kubeconfig", kube.NODE_TOKENS[name])
+            flags = [
+                f"--config={home / 'kubelet.yaml'}",
+                f"--kubeconfig={kubeconfig}",
+                f"--root-dir={home / 'kubelet'}",
+                f"--cert-dir={home / 'kubelet' / 'pki'}",
+                f"--hostname-override={name}",
+            ]
+            if labels:
+                flags.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in labels.items()))
+            if taints:
+                flags.append("--register-with-taints=" + ",".join(taints))
+            logs.append((home / "kubelet.log").open("wb"))
+            started = time.monotonic()
+            kubelet = subprocess.Popen(
+                [
+                    "nsenter",
+                    "-t",
+                    str(containerd.pid),
+                    "-m",
+                    "--",
+                    str(kube_dir / "kubelet"),
+                    *flags,
+                ],
+                stdout=logs[-1],
+                stderr=subprocess.STDOUT,
+            )
+            try:
+                _settle(lambda: _ready(server, name), kubelet, home / "kubelet.log", within)
+                yield RealNode(
+                    name,
+                    home,
+                    slot,
+                    containerd.pid,
+                    kubelet.pid,
+                    started,
+                    time.monotonic() - started,
+                )
+            finally:
+                _end(lambda: {kubelet.pid} if kubelet.poll() is None else set())
+        finally:
+            _end(lambda: _cgroup_pids(root))  # the pods' processes
+            if mnt:
+                _end(lambda: _namespace_pids(mnt))  # containerd and its shims
+            if containerd is not None:
+                _end(lambda: {containerd.pid} if containerd.poll() is None else set())
+            subprocess.run(
+                ["ip", "link", "delete", f"rbnode{slot}"], check=False, capture_output=True
+            )
+            _remove_cgroups(root)
+            for log in logs:
+                log.close()
+    _remove_mount_points()
+
+
+def _settle(
+    check: Callable[[], bool], process: subprocess.Popen[bytes], log: Path, within: float
+) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        if process.poll() is not None:
+            raise NodeFailed(f"it exited ({process.returncode}): read {log}")
+        if time.monotonic() > deadline:
+            raise NodeFailed(f"not ready within {within:.0f}s: read {log}")
+        time.sleep(0.1)
