@@ -38,14 +38,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import signal
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from rebalancer.core.audit import AuditRecord, Kind
@@ -54,17 +52,16 @@ from rebalancer.core.outcomes import Outcome
 from tests.support import kube
 from tests.support.chart import NAMESPACE, RELEASE, render
 from tests.support.control_plane import ControlPlane
+from tests.support.deployed import chart_values, controller
 from tests.support.exporter import Exporter, serve_exporter
-from tests.support.processes import as_pod, free_port, probe, read_audit, start_pod
+from tests.support.processes import free_port, read_audit
 from tests.support.prometheus import scraping
 from tests.support.rbac import MAY_GO_UNUSED, Grant, grants, rbac_of, unused
 from tests.support.reads import scheduling
-from tests.support.scenario import fast_prometheus
 from tests.support.training_cluster import (
     INDEX,
     JOB_NAME,
     LENT_TAINT,
-    SERVING,
     Api,
     answered,
     budget,
@@ -82,16 +79,11 @@ from tests.support.waits import until
 Obj = dict[str, Any]
 STATE = "rebalancer.io/state"
 OURS = "rebalancer.io/controller"  # the reportingController of the controller's Events
-POD_NAME = "rebalancer-6f7c9d8b4-x2k9q"  # what the downward API gives the container
 JOB = "train"
 PODS = 2  # the Job's pods: one node each
 STOP_AFTER, GRACE = 3, 8  # the checkpoint, within the grace period, within the deadline
 DEADLINE = 12  # the pool's reclaim_deadline, seconds
-RPS_PER_NODE, LOW, HIGH = 10, 5.0, 200.0  # LOW needs 2 serving nodes; HIGH more than the pool
-# The default demand query with a 4-second rate window (tests/support/harness.py): a load the
-# test sets shows within seconds.
-DEMAND = "sum(rate(vllm:request_success_total[4s]) * on (namespace, pod) group_left (node) $scope)"
-DEMAND_SAMPLED = "timestamp(vllm:request_success_total) and on (namespace, pod) $scope"
+LOW, HIGH = 5.0, 200.0  # LOW needs 2 serving nodes (RPS_PER_NODE each); HIGH more than the pool
 LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{RELEASE}"
 # Another writer's label and taint put on a lent node during the loan: a restore keeps them.
 FOREIGN_LABEL = ("example.com/rack", "r7")
@@ -102,103 +94,6 @@ def plane_rbac() -> list[Any]:
     """The chart's ServiceAccount and roles (the same whatever the pools), which the session's
     control plane has applied (tests/conftest.py)."""
     return rbac_of(render({}))
-
-
-def chart_values(prom: str, http_port: int, pool: str) -> dict[str, Any]:
-    """What a user would put in their values file for this pool, durations in seconds."""
-    return {
-        "service": {"port": http_port},
-        "http": {"healthPort": free_port()},
-        "config": {
-            "tick_interval": "1s",
-            "prometheus": fast_prometheus(prom),
-            "pools": [
-                {
-                    "name": pool,
-                    "node_selector": {"gpu-pool": pool},
-                    "inference_selector": SERVING,
-                    "rps_per_node": RPS_PER_NODE,
-                    "strategy": {
-                        "name": "window",
-                        "params": {"window": "always", "lead_minutes": 0},
-                    },
-                    "metrics": {"demand": {"value": DEMAND, "sampled": DEMAND_SAMPLED}},
-                    # lend_only_to_takers: not set, as users get it (true).
-                    "limits": {
-                        "min_serving": 2,
-                        "headroom": 0.2,
-                        "cooldown": "3s",
-                        "max_step_fraction": 1.0,
-                        "staleness": "5s",
-                        "stale_grace": "10s",
-                        "queue_limit": 10,
-                        "reclaim_deadline": f"{DEADLINE}s",
-                        "warmup": "0s",
-                        "drop_hold": "3s",
-                    },
-                }
-            ],
-        },
-    }
-
-
-class Controller:
-    """The controller process; its output drained as it comes (a full pipe would block it)."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self.out = bytearray()
-        self.err = bytearray()
-        self._readers = [
-            asyncio.create_task(self._drain(proc.stdout, self.out)),
-            asyncio.create_task(self._drain(proc.stderr, self.err)),
-        ]
-
-    @staticmethod
-    async def _drain(stream: asyncio.StreamReader | None, into: bytearray) -> None:
-        assert stream is not None
-        while chunk := await stream.read(65536):
-            into.extend(chunk)
-
-    async def stop(self) -> int:
-        """SIGTERM, as the kubelet ends it; its exit code."""
-        if self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                async with asyncio.timeout(20):
-                    await self.proc.wait()
-            except TimeoutError:
-                self.proc.kill()
-                await self.proc.wait()
-        await asyncio.gather(*self._readers)
-        assert self.proc.returncode is not None
-        return self.proc.returncode
-
-
-@contextlib.asynccontextmanager
-async def controller(
-    server: kube.KubeServer, docs: list[Any], root: Path
-) -> AsyncIterator[tuple[Controller, str]]:
-    """The chart's Deployment as a process, as the chart's service account; ready."""
-    pod = as_pod(docs, root / "pod", name=POD_NAME, namespace=NAMESPACE)
-    kubeconfig = server.kubeconfig(root / "controller.kubeconfig", kube.CONTROLLER_TOKEN)
-    c = Controller(await start_pod(pod, kubeconfig))
-    audit_url = f"sqlite+aiosqlite:///{pod.root}/var/lib/rebalancer/audit.sqlite3"
-    try:
-        async with aiohttp.ClientSession() as session:
-            base = f"http://127.0.0.1:{pod.health_port}"  # the probes' port
-            await until(
-                "the readiness probe", lambda: probe(session, base + pod.readiness), c.proc, 30
-            )
-            # A scrape as the admin, through the controller's own reviews of its token (so
-            # its grants to review are used, as the rest are).
-            admin = {"Authorization": f"Bearer {kube.ADMIN_TOKEN}"}
-            metrics = f"https://127.0.0.1:{pod.port}/metrics"
-            async with session.get(metrics, headers=admin, ssl=False) as resp:
-                assert resp.status == 200, await resp.text()
-        yield c, audit_url
-    finally:
-        await c.stop()
 
 
 @dataclass(frozen=True)
@@ -290,7 +185,7 @@ async def test_a_job_borrows_is_taken_back_through_its_budget_and_borrows_again(
             serve_exporter(exporter) as target,
             scraping(tmp_path / "prometheus", target) as prom,
         ):
-            docs = render(chart_values(prom, free_port(), case.pool))
+            docs = render(chart_values(prom, free_port(), case.pool, DEADLINE))
             assert rbac_of(docs) == rbac_of(plane_rbac()), (
                 "the roles enforced are the ones installed"
             )
