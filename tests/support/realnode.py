@@ -53,6 +53,7 @@ from typing import IO, Any
 from tests.support import images, kube
 from tests.support.processes import free_port
 
+Obj = dict[str, Any]
 LOCKS = Path("/tmp/rebalancer-test-nodes")  # one lock file per slot
 SLOTS = range(10, 60)
 CGROUPS = Path("/sys/fs/cgroup")
@@ -93,6 +94,7 @@ class RealNode:
     slot: int
     containerd: int  # pids
     kubelet: int
+    mount_namespace: str  # as ``readlink /proc/PID/ns/mnt`` names it
     started: float  # time.monotonic() when the kubelet was started
     ready_after: float  # seconds from the kubelet's start to the Node's Ready condition
 
@@ -144,14 +146,18 @@ def _make_mount_points() -> None:
                 listed.write(f"{path}\n")
 
 
-def _remove_mount_points() -> None:
+def _listed_mount_points() -> list[str]:
     listed = LOCKS / "made"
-    if not listed.exists() or not _alone():
+    return listed.read_text().splitlines() if listed.exists() else []
+
+
+def _remove_mount_points() -> None:
+    if not _alone():
         return
-    for line in reversed(listed.read_text().splitlines()):
+    for line in reversed(_listed_mount_points()):
         with contextlib.suppress(OSError):  # not empty: something else put files there
             Path(line).rmdir()
-    listed.unlink()
+    (LOCKS / "made").unlink(missing_ok=True)
 
 
 def _hierarchies() -> list[Path]:
@@ -406,14 +412,9 @@ def running(
             )
             try:
                 _settle(lambda: _ready(server, name), kubelet, home / "kubelet.log", within)
+                ready_after = time.monotonic() - started
                 yield RealNode(
-                    name,
-                    home,
-                    slot,
-                    containerd.pid,
-                    kubelet.pid,
-                    started,
-                    time.monotonic() - started,
+                    name, home, slot, containerd.pid, kubelet.pid, mnt, started, ready_after
                 )
             finally:
                 _end(lambda: {kubelet.pid} if kubelet.poll() is None else set())
@@ -442,3 +443,147 @@ def _settle(
         if time.monotonic() > deadline:
             raise NodeFailed(f"not ready within {within:.0f}s: read {log}")
         time.sleep(0.1)
+
+
+# -- What runs on a real node, and what it records ------------------------------------------------
+
+
+def training(
+    template: Obj, records: Path, checkpoint: str, seconds: int, size: int, gpus: int = 0
+) -> Obj:
+    """``template`` (a Pod, or a Job's pod template) with one container, the training image's
+    process (``images.TRAIN``), in place of its own: it records to ``records`` (a host
+    directory), and on SIGTERM writes a checkpoint of ``size`` bytes over ``seconds`` seconds to
+    ``<records>/<checkpoint>`` (``$(JOB_COMPLETION_INDEX)`` expands for a Job's pod); its
+    ``preStop`` hook records too, and its annotations are at ``/etc/podinfo`` (downward API).
+    It asks for ``gpus`` GPUs and nothing else (the node's CPUs are this machine's)."""
+    spec = template["spec"]
+    (container,) = spec["containers"]
+    gpu = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+    spec["containers"] = [
+        {
+            "name": container["name"],
+            "image": images.TRAINING,
+            "imagePullPolicy": "Never",
+            "resources": {"requests": gpu, "limits": gpu},
+            "env": [
+                {"name": "RECORDS", "value": "/records"},
+                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "CHECKPOINT", "value": f"/records/{checkpoint}"},
+                {"name": "CHECKPOINT_SECONDS", "value": str(seconds)},
+                {"name": "CHECKPOINT_BYTES", "value": str(size)},
+            ],
+            "lifecycle": {"preStop": {"exec": {"command": ["/bin/train", "prestop"]}}},
+            "volumeMounts": [
+                {"name": "records", "mountPath": "/records"},
+                {"name": "podinfo", "mountPath": "/etc/podinfo"},
+            ],
+        }
+    ]
+    annotations = {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}
+    spec["volumes"] = [
+        {"name": "records", "hostPath": {"path": str(records), "type": "Directory"}},
+        {"name": "podinfo", "downwardAPI": {"items": [annotations]}},
+    ]
+    return template
+
+
+@dataclass(frozen=True)
+class Record:
+    event: str  # start, resume, notice, prestop, sigterm, checkpoint, exit
+    at: float  # time.time() of it: /proc/uptime mapped onto the wall clock
+    detail: str
+
+
+def boot_to_wall() -> float:
+    """What to add to a /proc/uptime reading to get the wall clock (``time.time()``)."""
+    return time.time() - float(Path("/proc/uptime").read_text().split()[0])
+
+
+def records(directory: Path, pod: str) -> list[Record]:
+    """What the training process of ``pod`` recorded, in order (none before it started)."""
+    path = directory / f"{pod}.log"
+    if not path.exists():
+        return []
+    offset = boot_to_wall()
+    out = []
+    for line in path.read_text().splitlines():
+        event, at, *detail = line.split(" ", 2)
+        out.append(Record(event, float(at) + offset, detail[0] if detail else ""))
+    return out
+
+
+# -- The machine's state, which a node must leave as it found it -----------------------------------
+
+NODE_DEVICES = ("rbnode", "veth")  # a node's bridge and its pods' links (any node's)
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What a node could change on the machine and must not have once stopped, as seen from
+    the host: kernel settings, mounts, network links, top-level cgroups, the hard-coded host
+    paths. Another node's bridge, links and cgroup root (a parallel test's) are left out."""
+
+    sysctls: Mapping[str, str]
+    mounts: frozenset[str]
+    links: frozenset[str]
+    cgroups: frozenset[str]
+    paths: frozenset[str]
+
+
+def _sysctls() -> dict[str, str]:
+    values = {}
+    for path in Path("/proc/sys").rglob("*"):
+        name = str(path.relative_to("/proc/sys"))
+        if any(f"/{d}" in name for d in NODE_DEVICES):  # a link's own settings come and go
+            continue
+        with contextlib.suppress(OSError):
+            if path.is_file() and path.stat().st_mode & 0o200:  # a setting, not a statistic
+                values[name] = path.read_text()
+    return values
+
+
+def machine() -> Machine:
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True)
+    names = {line.split(":")[1].strip().split("@")[0] for line in links.stdout.splitlines()}
+    return Machine(
+        sysctls=_sysctls(),
+        mounts=frozenset(
+            " ".join(line.split()[4:])  # mount point, options, type, source: not the ids
+            for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        ),
+        links=frozenset(n for n in names if not n.startswith(NODE_DEVICES)),
+        cgroups=frozenset(
+            str(c)
+            for h in _hierarchies()
+            for c in h.iterdir()
+            if c.is_dir() and not c.name.startswith("rebalancer-node-")
+        ),
+        # Those made for the nodes running (a parallel test's) are theirs to remove.
+        paths=frozenset(
+            p for p in HOST_PATHS if Path(p).exists() and p not in _listed_mount_points()
+        ),
+    )
+
+
+def settled_sysctls(wait: float = 1.0) -> frozenset[str]:
+    """The kernel settings that change on their own (counters, entropy, ...): read twice,
+    ``wait`` seconds apart, with no node running in between on this worker."""
+    first = _sysctls()
+    time.sleep(wait)
+    second = _sysctls()
+    return frozenset(k for k in first.keys() | second.keys() if first.get(k) != second.get(k))
+
+
+def traces(node: RealNode) -> list[str]:
+    """What is left of ``node`` once stopped: its processes (in its cgroups or its mount
+    namespace), its bridge, its cgroups, the host paths made for it while no node runs."""
+    left = [f"process {pid}" for pid in _cgroup_pids(node.cgroup_root)]
+    left += [f"process {pid}" for pid in _namespace_pids(node.mount_namespace)]
+    shown = subprocess.run(["ip", "link", "show", node.bridge], capture_output=True, check=False)
+    if shown.returncode == 0:
+        left.append(f"bridge {node.bridge}")
+    left += [str(h / node.cgroup_root) for h in _hierarchies() if (h / node.cgroup_root).exists()]
+    if _alone():
+        left += [f"made {line}" for line in _listed_mount_points()]
+    return left
