@@ -11,16 +11,45 @@ wall clock: ``start`` or ``resume`` (it found its checkpoint), ``prestop`` (its 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from rebalancer.core.audit import Kind
 from tests.support import kube, realnode
+from tests.support.chart import NAMESPACE, RELEASE, render
 from tests.support.control_plane import ControlPlane
+from tests.support.deployed import chart_values, controller
+from tests.support.exporter import Exporter, serve_exporter
+from tests.support.processes import free_port, read_audit
+from tests.support.prometheus import scraping
+from tests.support.reads import scheduling
+from tests.support.training_cluster import (
+    GPU_LABELS,
+    INFERENCE_TAINT,
+    JOB_NAME,
+    POOL_KEY,
+    Api,
+    answered,
+    budget,
+    gpu_node,
+    namespace,
+    running_ready,
+    schedulable,
+    serving,
+    training_job,
+)
+from tests.support.waits import until
 
 Obj = dict[str, Any]
+STATE = "rebalancer.io/state"
+LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{RELEASE}"
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +105,7 @@ def test_a_pod_killed_at_its_grace_and_the_machine_as_it_was(
                 "containers": [{"name": "trainer"}],
             },
         }
-        realnode.training(pod, records, "slow.ckpt", seconds=30, size=30_000)
+        realnode.training(pod, records, seconds=30, size=30_000, checkpoint="slow.ckpt")
         created = time.time()
         code, doc = server.request("POST", "/api/v1/namespaces/real-grace/pods", pod)
         assert code == 201, doc
@@ -122,3 +151,274 @@ def test_a_pod_killed_at_its_grace_and_the_machine_as_it_was(
     assert after.paths == before.paths
     code, _ = server.request("DELETE", f"/api/v1/nodes/{node.name}")
     assert code == 200
+
+
+# -- A reclaim end to end, the borrowed pod on a real node ----------------------------------------
+
+GRACE = 10  # the Job's pods' terminationGracePeriodSeconds
+DEADLINE = 8  # the pool's reclaim_deadline, seconds
+CHECKPOINT_BYTES = 3_000_000
+LOW, HIGH = 5.0, 200.0  # LOW needs the 2 serving nodes; HIGH more than the pool
+SERVES = "rebalancer.test/serves"  # on the nodes the inference replicas run on
+
+
+@dataclass(frozen=True)
+class Case:
+    """The pool ``gpu-pool=<pool>``: two KWOK nodes the inference replicas take, and the node
+    lent, ``real`` (one of ``kube.NODE_TOKENS``) or KWOK's when empty. Its Job's one pod
+    checkpoints for ``checkpoint`` seconds under a budget of ``min_available``."""
+
+    pool: str
+    real: str
+    min_available: int
+    checkpoint: int
+
+    @property
+    def lent(self) -> str:
+        return self.real or f"{self.pool}-lent"
+
+
+FITS = Case("fits", "real-1", min_available=0, checkpoint=3)  # within its grace
+REFUSED = Case("refused", "real-2", min_available=1, checkpoint=60)  # the deadline ends it
+KWOK = Case("kwok", "", min_available=0, checkpoint=3)  # FITS with KWOK's node, to compare
+
+
+@contextlib.contextmanager
+def lent_node(plane: ControlPlane, case: Case, home: Path) -> Iterator[None]:
+    """The case's node to lend, Ready, inference's taint on it, 8 GPUs; deleted at the end."""
+    server = plane.server
+    labels = {POOL_KEY: case.pool, **GPU_LABELS}
+    with contextlib.ExitStack() as stack:
+        if case.real:
+            taint = "{key}={value}:{effect}".format(**INFERENCE_TAINT)
+            stack.enter_context(
+                realnode.running(server, kube.binaries(), home, case.real, labels, [taint])
+            )
+            gpus = [{"op": "add", "path": "/status/capacity/nvidia.com~1gpu", "value": "8"}]
+            code, doc = server.request(
+                "PATCH",
+                f"/api/v1/nodes/{case.real}/status",
+                gpus,
+                content_type="application/json-patch+json",
+            )
+            assert code == 200, doc
+        else:
+            code, doc = server.request("POST", "/api/v1/nodes", gpu_node(case.lent, case.pool))
+            assert code == 201, doc
+        try:
+            yield
+        finally:
+            server.request("DELETE", f"/api/v1/nodes/{case.lent}")
+
+
+def serving_node(name: str, pool: str) -> Obj:
+    node = gpu_node(name, pool)
+    node["metadata"]["labels"][SERVES] = "true"
+    return node
+
+
+def the_job(case: Case, namespace: str, records: Path) -> Obj:
+    job = training_job(JOB, namespace, case.pool, 1, f"{case.checkpoint}s", GRACE)
+    template = job["spec"]["template"]
+    if case.real:
+        realnode.training(template, records, case.checkpoint, CHECKPOINT_BYTES, gpus=8)
+    return job
+
+
+JOB = "train"
+
+
+@pytest.mark.parametrize("case", [FITS, REFUSED, KWOK], ids=lambda c: c.pool)
+async def test_a_borrowed_pod_on_a_real_node_is_taken_back_and_runs_again(
+    plane: ControlPlane, case: Case, tmp_path: Path
+) -> None:
+    server = plane.server
+    inference, training = f"{case.pool}-serving", f"{case.pool}-training"
+    records = tmp_path / "records"
+    records.mkdir()
+    serving_nodes = [f"{case.pool}-s{i}" for i in range(2)]
+    nodes_of = [*serving_nodes, case.lent]
+    async with Api.session_for(server) as session:
+        api = Api(server.url, session)
+        await api.ask("DELETE", LEASE_PATH)
+        for name in (inference, training):
+            await api.create("/api/v1/namespaces", namespace(name))
+        for name in serving_nodes:
+            await api.create("/api/v1/nodes", serving_node(name, case.pool))
+        with lent_node(plane, case, tmp_path / "node"):
+
+            async def nodes_ready() -> bool:
+                nodes = await api.nodes()
+                return all(n in nodes and schedulable(nodes[n]) for n in nodes_of)
+
+            await until("the nodes Ready, not-ready taken off", nodes_ready, None, 30)
+            deployment = serving(2, inference, case.pool)
+            deployment["spec"]["template"]["spec"]["nodeSelector"][SERVES] = "true"
+            await api.create(f"/apis/apps/v1/namespaces/{inference}/deployments", deployment)
+
+            async def replicas() -> list[Obj]:
+                return [p for p in await api.pods(inference) if running_ready(p)]
+
+            await until("the inference replicas running", lambda: _count(replicas, 2), None, 30)
+            placed = {
+                f"{inference}/{p['metadata']['name']}": p["spec"]["nodeName"]
+                for p in await replicas()
+            }
+            original = scheduling((await api.nodes())[case.lent])
+
+            async def job_pods() -> list[Obj]:
+                return await api.pods(training, f"{JOB_NAME}={JOB}")
+
+            async def on_lent() -> list[Obj]:
+                return [
+                    p
+                    for p in await job_pods()
+                    if running_ready(p) and p["spec"].get("nodeName") == case.lent
+                ]
+
+            async def lent() -> bool:
+                labels = (await api.nodes())[case.lent]["metadata"]["labels"]
+                return STATE in labels
+
+            exporter = Exporter(pods=placed, rps=LOW)
+            async with (
+                serve_exporter(exporter) as target,
+                scraping(tmp_path / "prometheus", target) as prom,
+            ):
+                docs = render(chart_values(prom, free_port(), case.pool, DEADLINE))
+                mark = server.audit_mark()
+                async with controller(server, docs, tmp_path) as (c, audit_url):
+                    await asyncio.sleep(3)  # three ticks: idle, but no one to lend it to
+                    assert not await lent()
+                    budgets = f"/apis/policy/v1/namespaces/{training}/poddisruptionbudgets"
+                    await api.create(budgets, budget(JOB, training, case.min_available))
+                    job = the_job(case, training, records)
+                    await api.create(f"/apis/batch/v1/namespaces/{training}/jobs", job)
+                    await until(
+                        "the Job's pod running on the lent node", on_lent_one(on_lent), c.proc, 40
+                    )
+                    (first,) = await on_lent()
+                    first_name = first["metadata"]["name"]
+                    if case.real:
+                        await until(
+                            "its process started", _recorded(records, first_name), c.proc, 20
+                        )
+
+                    # -- demand rises: taken back ---------------------------------------------
+                    exporter.set_load(HIGH, 0)
+                    raised = time.time()
+                    times: dict[str, float] = {}
+
+                    async def back() -> bool:
+                        pods = {p["metadata"]["name"] for p in await job_pods()}
+                        node = (await api.nodes())[case.lent]
+                        if first_name not in pods:
+                            times.setdefault("gone", time.time())
+                        if scheduling(node) == original:
+                            times.setdefault("serving", time.time())
+                        return len(times) == 2
+
+                    await until("the pod gone, the node serving", back, c.proc, DEADLINE + 40)
+
+                    # -- the Job makes its pod again; demand falls: it runs on the node -------
+                    async def again() -> list[Obj]:
+                        return [p for p in await on_lent() if p["metadata"]["name"] != first_name]
+
+                    exporter.set_load(LOW, 0)
+                    await until(
+                        "the re-created pod running on the node", on_lent_one(again), c.proc, 60
+                    )
+                    (second,) = await again()
+                    second_name = second["metadata"]["name"]
+                    if case.real:
+                        await until(
+                            "its process started", _recorded(records, second_name), c.proc, 20
+                        )
+                    audit = await read_audit(audit_url)
+            log = c.err.decode(errors="replace")
+            assert c.proc.returncode == 0, log[-3000:]
+            assert "Traceback" not in log, log[-3000:]
+            await _deleted(api, training)
+            await api.ask("DELETE", LEASE_PATH)
+        for name in serving_nodes:
+            await api.ask("DELETE", f"/api/v1/nodes/{name}")
+
+    # -- when each thing happened -----------------------------------------------------------------
+    reclaims = [r for r in audit if r.kind is Kind.INTENT and r.action == "reclaim"]
+    assert [r.node for r in reclaims] == [case.lent], reclaims
+    decided = reclaims[0].time.timestamp()
+    mine = [a for a in answered(server, kube.CONTROLLER_USER, mark) if a.namespace == training]
+    evictions = [(a.code, a.at.timestamp()) for a in mine if a.resource == "pods/eviction"]
+    deletions = [a.at.timestamp() for a in mine if (a.verb, a.resource) == ("delete", "pods")]
+    evicted = [at for code, at in evictions if code == 201]
+    told = evicted[0] if evicted else deletions[0]  # the write that ends the pod
+    figures = {
+        "decided→told": told - decided,
+        "told→gone": times["gone"] - told,
+        "decided→serving": times["serving"] - decided,
+        "rise→decided": decided - raised,
+    }
+    first_records = {r.event: r.at for r in realnode.records(records, first_name)}
+    if case.real:
+        figures["told→SIGTERM"] = first_records["sigterm"] - told
+        if "exit" in first_records:
+            figures["SIGTERM→exit"] = first_records["exit"] - first_records["sigterm"]
+    print(f"\nreal-nodes[{case.pool}]: " + ", ".join(f"{k} {v:.2f}s" for k, v in figures.items()))
+
+    if case.min_available == 0:
+        assert [code for code, _ in evictions] == [201], evictions
+        assert deletions == []
+    else:  # refused every pass until the deadline, then deleted
+        assert {code for code, _ in evictions} == {429}, evictions
+        assert len(deletions) == 1, deletions
+        assert DEADLINE - 2 <= deletions[0] - evictions[0][1] <= DEADLINE + 4, (
+            evictions,
+            deletions,
+        )
+    if not case.real:
+        return
+    second_records = [r.event for r in realnode.records(records, second_name)]
+    checkpoint = records / "checkpoint-0"
+    assert first_records["prestop"] <= first_records["sigterm"]
+    assert 0 <= first_records["sigterm"] - told < 2.0, figures
+    if case.checkpoint < GRACE:  # written whole, then the process ends by itself
+        events = [e for e in first_records if e != "notice"]
+        assert events == ["start", "prestop", "sigterm", "checkpoint", "exit"], events
+        assert case.checkpoint - 0.5 <= figures["SIGTERM→exit"] <= case.checkpoint + 1.5
+        assert checkpoint.stat().st_size == CHECKPOINT_BYTES
+        assert second_records[0] == "resume", second_records  # it found its checkpoint
+    else:  # killed (the deletion's grace is 0): no checkpoint, the next run starts over
+        assert [e for e in first_records if e != "notice"] == ["start", "prestop", "sigterm"]
+        assert not checkpoint.exists()
+        assert second_records[0] == "start", second_records
+
+
+def on_lent_one(read: Any) -> Any:
+    async def check() -> bool:
+        return len(await read()) == 1
+
+    return check
+
+
+def _recorded(records: Path, pod: str) -> Any:
+    async def check() -> bool:
+        return bool(realnode.records(records, pod))
+
+    return check
+
+
+async def _count(read: Any, n: int) -> bool:
+    return len(await read()) == n
+
+
+async def _deleted(api: Api, namespace: str) -> None:
+    """The Job gone with its pods: a pod left on a node would outlive it."""
+    path = f"/apis/batch/v1/namespaces/{namespace}/jobs/{JOB}?propagationPolicy=Background"
+    await api.ask("DELETE", path)
+    pods = f"/api/v1/namespaces/{namespace}/pods?labelSelector={JOB_NAME}%3D{JOB}"
+    await api.ask("DELETE", pods + "&gracePeriodSeconds=0")  # no checkpoint to wait for
+
+    async def gone() -> bool:
+        return not await api.pods(namespace, f"{JOB_NAME}={JOB}")
+
+    await until("the Job's pods gone", gone, None, 60)

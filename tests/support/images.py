@@ -31,19 +31,24 @@ INFERENCE = "rebalancer.test/inference:1"
 # The training process. Its records go to ``$RECORDS/$POD_NAME.log``, one line per event:
 # ``<event> <seconds since boot> [detail]``. /proc/uptime (CLOCK_BOOTTIME) is the clock: the same
 # on the host, so a test puts the process's records and its own readings on one axis.
-# - started: ``start``, or ``resume <bytes>`` when ``$CHECKPOINT`` exists (a run after an eviction);
+# - started: ``start``, or ``resume <bytes>`` when ``$CHECKPOINT`` exists (a run after an eviction;
+#   by default ``$RECORDS/checkpoint-$JOB_COMPLETION_INDEX``: a Job's index keeps its checkpoint);
 # - a line ``notice <text>`` each time ``/etc/podinfo/annotations`` (a downward-API volume,
 #   when mounted) changes;
 # - on SIGTERM: ``sigterm``, then a checkpoint of ``$CHECKPOINT_BYTES`` written over
 #   ``$CHECKPOINT_SECONDS`` seconds to a temporary file renamed to ``$CHECKPOINT`` when whole
-#   (``checkpoint``), then ``exit`` and exit 0. Killed before that, no checkpoint exists;
+#   (``checkpoint``; a second SIGTERM meanwhile is ignored), then ``exit`` and exit 143
+#   (128 + SIGTERM): a process that exits 0 has succeeded, and its Job would count the index
+#   done rather than make the pod again. Killed before that, no checkpoint exists;
 # - ``/bin/train prestop`` (the pod's preStop hook) records ``prestop``.
 # Sleeps run in the background and are waited for, so a signal is handled at once.
 TRAIN = r"""#!/bin/sh
 up() { cut -d' ' -f1 /proc/uptime; }
 say() { echo "$1 $(up)${2:+ $2}" >> "$RECORDS/$POD_NAME.log"; }
 if [ "$1" = prestop ]; then say prestop; exit 0; fi
+CHECKPOINT=${CHECKPOINT:-$RECORDS/checkpoint-${JOB_COMPLETION_INDEX:-0}}
 checkpoint() {
+  trap '' TERM
   say sigterm
   seconds=${CHECKPOINT_SECONDS:-0}; bytes=${CHECKPOINT_BYTES:-0}
   : > "$CHECKPOINT.part"
@@ -57,7 +62,7 @@ checkpoint() {
   mv "$CHECKPOINT.part" "$CHECKPOINT"
   say checkpoint "$(wc -c < "$CHECKPOINT")"
   say exit
-  exit 0
+  exit 143
 }
 trap checkpoint TERM
 if [ -f "$CHECKPOINT" ]; then say resume "$(wc -c < "$CHECKPOINT")"; else say start; fi

@@ -42,6 +42,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -208,16 +209,25 @@ def _namespace_pids(mnt: str) -> set[int]:
 
 
 def _end(pids: Callable[[], set[int]], within: float = 10.0) -> None:
-    """SIGTERM each of the ``pids()`` callable's processes, SIGKILL those left after ``within``."""
+    """SIGTERM the ``pids()`` callable's processes once, SIGKILL those left after ``within``
+    seconds (at once when 0), and wait until none is left."""
     deadline = time.monotonic() + within
-    sig = signal.SIGTERM
+    sig = signal.SIGKILL if within <= 0 else signal.SIGTERM
+    told: set[int] = set()
     while left := pids():
-        for pid in left:
+        if time.monotonic() > deadline:
+            sig, told = signal.SIGKILL, set()
+        for pid in left - told:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-        if time.monotonic() > deadline:
-            sig = signal.SIGKILL
-        time.sleep(0.1)
+        told |= left
+        time.sleep(0.05)
+
+
+def socket_dir(slot: int) -> Path:
+    """Where a node's containerd listens and the kubelet keeps its root (with sockets in it): a
+    unix socket's path has at most 104 bytes, which a test's temporary directory may exceed."""
+    return Path(f"/tmp/rebalancer-node-{slot}")
 
 
 def containerd_config(home: Path, slot: int, stream_port: int) -> str:
@@ -229,9 +239,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
   "io.containerd.internal.v1.opt", "io.containerd.tracing.processor.v1.otlp"]
 [grpc]
-  address = "{state}/containerd.sock"
+  address = "{socket_dir(slot)}/containerd.sock"
 [ttrpc]
-  address = "{state}/containerd.sock.ttrpc"
+  address = "{socket_dir(slot)}/containerd.sock.ttrpc"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{images.PAUSE}"
   stream_server_address = "127.0.0.1"
@@ -280,7 +290,7 @@ def kubelet_config(home: Path, slot: int) -> dict[str, Any]:
         "failCgroupV1": False,
         "cgroupDriver": "cgroupfs",
         "cgroupRoot": f"/rebalancer-node-{slot}",
-        "containerRuntimeEndpoint": f"unix://{home}/containerd/containerd.sock",
+        "containerRuntimeEndpoint": f"unix://{socket_dir(slot)}/containerd.sock",
         "address": "127.0.0.1",
         "port": free_port(),
         "readOnlyPort": 0,
@@ -361,6 +371,8 @@ def running(
                 json.dumps(cni_config(home, slot))
             )
             (home / "containerd").mkdir(exist_ok=True)
+            shutil.rmtree(socket_dir(slot), ignore_errors=True)  # a killed run's
+            socket_dir(slot).mkdir()
             (home / "containerd.toml").write_text(containerd_config(home, slot, free_port()))
             _make_cgroups(root)
             logs.append((home / "containerd.log").open("wb"))
@@ -372,7 +384,7 @@ def running(
                 stdout=logs[-1],
                 stderr=subprocess.STDOUT,
             )
-            socket = home / "containerd" / "containerd.sock"
+            socket = socket_dir(slot) / "containerd.sock"
             _settle(socket.exists, containerd, home / "containerd.log", within)
             mnt = os.readlink(f"/proc/{containerd.pid}/ns/mnt")
             for tarball in tarballs:
@@ -387,8 +399,8 @@ def running(
             flags = [
                 f"--config={home / 'kubelet.yaml'}",
                 f"--kubeconfig={kubeconfig}",
-                f"--root-dir={home / 'kubelet'}",
-                f"--cert-dir={home / 'kubelet' / 'pki'}",
+                f"--root-dir={socket_dir(slot) / 'kubelet'}",
+                f"--cert-dir={home / 'pki'}",
                 f"--hostname-override={name}",
             ]
             if labels:
@@ -419,7 +431,7 @@ def running(
             finally:
                 _end(lambda: {kubelet.pid} if kubelet.poll() is None else set())
         finally:
-            _end(lambda: _cgroup_pids(root))  # the pods' processes
+            _end(lambda: _cgroup_pids(root), within=0)  # the pods' processes: no grace now
             if mnt:
                 _end(lambda: _namespace_pids(mnt))  # containerd and its shims
             if containerd is not None:
@@ -428,6 +440,7 @@ def running(
                 ["ip", "link", "delete", f"rbnode{slot}"], check=False, capture_output=True
             )
             _remove_cgroups(root)
+            shutil.rmtree(socket_dir(slot), ignore_errors=True)
             for log in logs:
                 log.close()
     _remove_mount_points()
@@ -449,17 +462,18 @@ def _settle(
 
 
 def training(
-    template: Obj, records: Path, checkpoint: str, seconds: int, size: int, gpus: int = 0
+    template: Obj, records: Path, seconds: int, size: int, gpus: int = 0, checkpoint: str = ""
 ) -> Obj:
     """``template`` (a Pod, or a Job's pod template) with one container, the training image's
     process (``images.TRAIN``), in place of its own: it records to ``records`` (a host
     directory), and on SIGTERM writes a checkpoint of ``size`` bytes over ``seconds`` seconds to
-    ``<records>/<checkpoint>`` (``$(JOB_COMPLETION_INDEX)`` expands for a Job's pod); its
+    ``<records>/<checkpoint>`` (by default ``checkpoint-<the Job's completion index>``); its
     ``preStop`` hook records too, and its annotations are at ``/etc/podinfo`` (downward API).
     It asks for ``gpus`` GPUs and nothing else (the node's CPUs are this machine's)."""
     spec = template["spec"]
     (container,) = spec["containers"]
     gpu = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+    named = [{"name": "CHECKPOINT", "value": f"/records/{checkpoint}"}] if checkpoint else []
     spec["containers"] = [
         {
             "name": container["name"],
@@ -469,9 +483,9 @@ def training(
             "env": [
                 {"name": "RECORDS", "value": "/records"},
                 {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                {"name": "CHECKPOINT", "value": f"/records/{checkpoint}"},
                 {"name": "CHECKPOINT_SECONDS", "value": str(seconds)},
                 {"name": "CHECKPOINT_BYTES", "value": str(size)},
+                *named,
             ],
             "lifecycle": {"preStop": {"exec": {"command": ["/bin/train", "prestop"]}}},
             "volumeMounts": [
