@@ -30,15 +30,23 @@ simulate: $(STAMP)
 test: lint typecheck imports system-deps pytest
 
 # The tests start a real Prometheus (Debian's prometheus brings promtool too), a throwaway
-# PostgreSQL (initdb and pg_ctl, run as an unprivileged user through setpriv when root) and a
-# real kube-apiserver, whose service-account keys openssl makes.
+# PostgreSQL (initdb and pg_ctl, run as an unprivileged user through setpriv when root), a
+# real kube-apiserver, whose service-account keys openssl makes, and real nodes: the kubelet
+# (built with the control plane) over Debian's containerd and runc, the CNI bridge plugin,
+# in mount namespaces of their own (unshare, nsenter), pods built from busybox's static binary.
 system-deps:
 	@missing=""; \
 	command -v prometheus >/dev/null && command -v promtool >/dev/null || missing="prometheus"; \
 	{ command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } \
 		|| missing="$$missing postgresql"; \
-	command -v setpriv >/dev/null || missing="$$missing util-linux"; \
+	command -v setpriv >/dev/null && command -v unshare >/dev/null \
+		&& command -v nsenter >/dev/null || missing="$$missing util-linux"; \
 	command -v openssl >/dev/null || missing="$$missing openssl"; \
+	command -v containerd >/dev/null && command -v ctr >/dev/null || missing="$$missing containerd"; \
+	command -v runc >/dev/null || missing="$$missing runc"; \
+	[ -x /usr/lib/cni/bridge ] || missing="$$missing containernetworking-plugins"; \
+	dpkg -s busybox-static >/dev/null 2>&1 || missing="$$missing busybox-static"; \
+	command -v ip >/dev/null || missing="$$missing iproute2"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		$(SUDO) apt-get update -q && \

@@ -19,8 +19,8 @@ once; ``make test`` builds them first and passes their directory in ``TESTS_KUBE
 It waits for ``/readyz`` and stops both at the end, leaving no process behind.
 
 What is not there: no kubelet, scheduler or controller-manager (``control_plane.running``
-starts the real scheduler and controller-manager, and KWOK for kubelets, beside a server of a
-test module's own). So on this server alone a pod runs nowhere: a test binds it by setting
+starts the real scheduler and controller-manager, and KWOK for kubelets, beside a server;
+``realnode.running`` a real kubelet). So on this server alone a pod runs nowhere: a test binds it by setting
 ``spec.nodeName`` at creation, and writes what those components would write (a pod's phase and
 conditions, a PodDisruptionBudget's ``status``) through the ``status`` subresource itself
 (``set_status``). What therefore cannot be seen there: pods that actually stop (a deleted pod
