@@ -97,6 +97,7 @@ _COMBINATIONS: dict[str, dict[str, Any]] = {
         "http": {"tls": {"secretName": "rebalancer-tls"}},
         "alertmanager": {"serviceAccount": {"name": "alertmanager-main"}},
     },
+    "host-network": {"hostNetwork": True},
     "behind-a-proxy": {
         "http": {"authentication": "none"},
         "alertmanager": {"tokenSecret": {"name": "rebalancer-alertmanager"}},
@@ -174,6 +175,14 @@ def test_strict_validation_would_catch_a_misspelt_field() -> None:
     deployment["spec"]["template"]["spec"]["containers"][0]["readOnlyRootFileSystem"] = True
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(deployment, "1.37.0", strict=True)
+
+
+def test_the_pod_joins_the_node_s_network_only_when_asked(renders: dict[str, list[Doc]]) -> None:
+    """In the node's network, the cluster's DNS is still the pod's (ClusterFirstWithHostNet)."""
+    pod = one(renders["host-network"], "Deployment")["spec"]["template"]["spec"]
+    assert (pod["hostNetwork"], pod["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
+    default = one(renders["defaults"], "Deployment")["spec"]["template"]["spec"]
+    assert "hostNetwork" not in default and "dnsPolicy" not in default
 
 
 def test_the_kinds_rendered_by_default(renders: dict[str, list[Doc]]) -> None:

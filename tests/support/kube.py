@@ -304,9 +304,14 @@ def _ready(server: KubeServer, processes: list[subprocess.Popen[bytes]], within:
 
 
 @contextlib.contextmanager
-def running(home: Path, within: float = 90.0, flags: Sequence[str] = ()) -> Iterator[KubeServer]:
+def running(
+    home: Path, within: float = 90.0, flags: Sequence[str] = (), service_accounts: bool = False
+) -> Iterator[KubeServer]:
     """etcd and kube-apiserver in ``home`` on free loopback ports, until the block ends;
-    ``flags`` go to kube-apiserver."""
+    ``flags`` go to kube-apiserver. With ``service_accounts`` the ServiceAccount admission
+    plugin is on (a pod gets its service account's token, and its service account must
+    exist); off, as in envtest, by default: no controller here makes each namespace's
+    ``default`` service account, which every pod without one would need."""
     bin_dir = binaries()
     client, peer, secure = free_port(), free_port(), free_port()
     etcd_url = f"http://127.0.0.1:{client}"
@@ -348,7 +353,7 @@ def running(home: Path, within: float = 90.0, flags: Sequence[str] = ()) -> Iter
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
         "--authorization-mode=RBAC",
         "--service-cluster-ip-range=10.0.0.0/24",
-        "--disable-admission-plugins=ServiceAccount",
+        *([] if service_accounts else ["--disable-admission-plugins=ServiceAccount"]),
         "--allow-privileged=true",
         f"--audit-policy-file={policy}",
         f"--audit-log-path={home / 'audit.log'}",
