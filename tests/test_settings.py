@@ -596,6 +596,24 @@ BAD_ENV: list[tuple[str, dict[str, str], str]] = [
 ]
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "REBALANCER_SERVICE_HOST",
+        "REBALANCER_PORT_8443_TCP_ADDR",
+        "REBALANCER_PROD_SERVICE_PORT_HTTPS",
+    ],
+)
+def test_a_variable_the_kubelet_sets_for_a_service_says_how_to_stop_it(name: str) -> None:
+    """Seen on a real kubelet: the chart's Service is named rebalancer, and every pod of its
+    namespace gets REBALANCER_SERVICE_HOST and the rest unless its spec turns service links off."""
+    (line,) = errors(None, {name: "10.0.0.1"})
+    assert line.startswith(f"{name}='10.0.0.1': unknown setting; known: ")
+    assert line.endswith("set the pod's enableServiceLinks: false, as the chart does)")
+    (typo,) = errors(None, {"REBALANCER_DRYRUN": "1"})
+    assert "enableServiceLinks" not in typo
+
+
 @pytest.mark.parametrize(("env", "expected"), [b[1:] for b in BAD_ENV], ids=[b[0] for b in BAD_ENV])
 def test_bad_environment_gives_one_line(env: dict[str, str], expected: str) -> None:
     assert errors(None, env) == [expected]

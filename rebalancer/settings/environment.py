@@ -8,6 +8,7 @@ so that tests and ``rebalancer check`` pass their own; a variable it cannot read
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,6 +54,16 @@ class _MappingEnvSource(EnvSettingsSource):
 
 
 _COMPOUND = ("leader_election", "prometheus", "audit", "http", "alertmanager", "pools")
+# What the kubelet sets in every container for each Service of its namespace (the Service's
+# name, upper-cased, then _SERVICE_HOST, _SERVICE_PORT, _PORT_8443_TCP_ADDR, ...): a Service
+# named rebalancer (the chart's, by default) makes variables that look like settings.
+_SERVICE_LINK = re.compile(
+    r"REBALANCER_(\w+_)?(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT(_\d+_(TCP|UDP|SCTP)(_\w+)?)?)"
+)
+_SERVICE_LINK_HINT = (
+    " (the kubelet's variable for a Service whose name starts with rebalancer? set the pod's"
+    " enableServiceLinks: false, as the chart does)"
+)
 
 
 def read_env(environ: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
@@ -72,6 +83,7 @@ def read_env(environ: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
             lines.append(
                 f"{upper}={errors.shown(value)}: unknown setting; known: "
                 + ", ".join(ENV_PREFIX + f.upper() for f in Settings.model_fields)
+                + (_SERVICE_LINK_HINT if _SERVICE_LINK.fullmatch(upper) else "")
             )
         elif top in _COMPOUND and "__" not in rest:
             try:

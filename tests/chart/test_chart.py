@@ -182,7 +182,24 @@ def test_the_pod_joins_the_node_s_network_only_when_asked(renders: dict[str, lis
     pod = one(renders["host-network"], "Deployment")["spec"]["template"]["spec"]
     assert (pod["hostNetwork"], pod["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
     default = one(renders["defaults"], "Deployment")["spec"]["template"]["spec"]
-    assert "hostNetwork" not in default and "dnsPolicy" not in default
+    assert "hostNetwork" not in default
+    assert "dnsPolicy" not in default
+
+
+def test_no_service_links_reach_the_controller(renders: dict[str, list[Doc]]) -> None:
+    """The kubelet's variables for the chart's own Service (REBALANCER_SERVICE_HOST...) would
+    read as unknown settings, and each command refuses to start on them (seen on a real kubelet,
+    tests/kubeapi/test_in_cluster.py)."""
+    pods = [
+        d["spec"]["template"]["spec"]
+        for docs in renders.values()
+        for d in docs
+        if d["kind"] in ("Deployment", "DaemonSet", "Job")
+    ]
+    assert {"Deployment", "DaemonSet", "Job"} <= {
+        d["kind"] for docs in renders.values() for d in docs
+    }  # the controller, the GPU labeler, the uninstall hook: each runs the image
+    assert all(pod["enableServiceLinks"] is False for pod in pods)
 
 
 def test_the_kinds_rendered_by_default(renders: dict[str, list[Doc]]) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -27,15 +26,9 @@ import pytest
 import yaml
 
 from tests.support.chart import CHART
+from tests.support.controller_image import HOW_THIS_MACHINE_REACHES_PYPI, replay_build_stage, stages
 
 ROOT = CHART.parents[1]
-# What lets pip reach PyPI from this machine (a proxy, its certificate, a mirror); the build's
-# own settings come from the Dockerfile. The machine's other pip settings (a local wheel
-# directory) are left out: the image is built from what the index serves.
-HOW_THIS_MACHINE_REACHES_PYPI = (
-    "PIP_INDEX_URL", "PIP_CERT", "PIP_DEFAULT_TIMEOUT", "SSL_CERT_FILE", "SSL_CERT_DIR",
-    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
-)  # fmt: skip
 # The oldest glibc a manylinux wheel may ask for, and the base image's (Debian's release).
 MANYLINUX_SINCE = 17
 GLIBC_OF_DEBIAN = {"bookworm": 36}
@@ -45,21 +38,6 @@ BUILD_TOOLS = {
     "pip", "setuptools", "wheel", "cython", "meson", "meson-python", "ninja", "cmake",
     "maturin", "scikit-build-core", "hatchling", "flit-core", "poetry-core",
 }  # fmt: skip
-
-
-def stages() -> list[list[str]]:
-    """The Dockerfile's instructions, continuation lines joined, split into build stages."""
-    text = re.sub(r"\\\n", " ", (ROOT / "Dockerfile").read_text())
-    lines = [line.strip() for line in text.splitlines()]
-    out: list[list[str]] = []
-    for line in lines:
-        if not line or line.startswith("#"):
-            continue
-        if line.upper().startswith("FROM "):
-            out.append([])
-        if out:
-            out[-1].append(line)
-    return out
 
 
 def test_two_stages_and_the_last_installs_nothing() -> None:
@@ -105,61 +83,6 @@ def test_the_build_context_admits_what_the_build_copies() -> None:
         for word in line.split()[1:-1]
     }
     assert copied == admitted
-
-
-def replay_build_stage(into: Path) -> Path:
-    """Run the Dockerfile's build stage here, under ``into``; return its virtual environment.
-
-    Its ENV, WORKDIR, COPY and RUN instructions are carried out as written, the image's paths
-    moved under ``into``. ``python`` on the PATH is the suite's interpreter and nothing else is:
-    a dependency that had to be compiled fails here as it would in the slim base image.
-    """
-    build = stages()[0]
-    (venv_in_image,) = [
-        m.group(1) for line in build if (m := re.fullmatch(r"RUN python -m venv (\S+)", line))
-    ]
-    venv = into / venv_in_image.lstrip("/")
-    tools = into / "tools"
-    tools.mkdir(parents=True)
-    (tools / "python").symlink_to(sys.executable)
-    (into / "home").mkdir()
-    env = {
-        "PATH": str(tools),
-        "HOME": str(into / "home"),
-        **{name: os.environ[name] for name in HOW_THIS_MACHINE_REACHES_PYPI if name in os.environ},
-    }
-    workdir = into
-    for line in build[1:]:
-        instruction, _, rest = line.partition(" ")
-        if instruction == "ENV":
-            env.update(word.partition("=")[::2] for word in shlex.split(rest))
-        elif instruction == "WORKDIR":
-            workdir = into / rest.lstrip("/")
-            workdir.mkdir(parents=True, exist_ok=True)
-        elif instruction == "COPY":
-            *sources, target = rest.split()
-            for source in sources:
-                destination = workdir / target
-                if target.endswith("/"):
-                    destination /= source
-                if (ROOT / source).is_dir():
-                    ignore = shutil.ignore_patterns("__pycache__")
-                    shutil.copytree(ROOT / source, destination, ignore=ignore)
-                else:
-                    shutil.copy(ROOT / source, destination)
-        elif instruction == "RUN":
-            command = rest.replace(venv_in_image, str(venv))
-            run = subprocess.run(
-                ["/bin/sh", "-c", command],
-                check=False,
-                cwd=workdir,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=900,
-            )
-            assert run.returncode == 0, f"{line}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
-    return venv
 
 
 # Run by the environment's own interpreter, away from the source tree: what it can import and

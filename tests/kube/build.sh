@@ -29,6 +29,17 @@ if [ ! -x "$kueue_dir/kueue" ]; then
 		sigs.k8s.io/kueue/cmd/kueue)
 	mv "$kueue_dir/.kueue.build" "$kueue_dir/kueue"
 fi
+# Helm (the version tests/kube/helm/go.mod pins), which installs the chart on a real plane, is
+# built beside them in helm-<version>/ likewise (tests/support/helm.py finds it there).
+helm=$(cd helm && go list -m -f '{{.Version}}' helm.sh/helm/v4)
+helm_dir="$cache/kube/helm-$helm"
+if [ ! -x "$helm_dir/helm" ]; then
+	echo "building helm $helm into $helm_dir (once; minutes)" >&2
+	mkdir -p "$helm_dir"
+	(cd helm && go build -buildvcs=false -trimpath -o "$helm_dir/.helm.build" \
+		-ldflags "-X helm.sh/helm/v4/internal/version.version=$helm" helm.sh/helm/v4/cmd/helm)
+	mv "$helm_dir/.helm.build" "$helm_dir/helm"
+fi
 missing=""
 for binary in kube-apiserver kube-scheduler kube-controller-manager kubectl kubelet etcd kwok pause; do
 	[ -x "$dir/$binary" ] || missing="$missing $binary"

@@ -20,13 +20,14 @@ It waits for ``/readyz`` and stops both at the end, leaving no process behind.
 
 What is not there: no kubelet, scheduler or controller-manager (``control_plane.running``
 starts the real scheduler and controller-manager, and KWOK for kubelets, beside a server;
-``realnode.running`` a real kubelet). So on this server alone a pod runs nowhere: a test binds it by setting
-``spec.nodeName`` at creation, and writes what those components would write (a pod's phase and
-conditions, a PodDisruptionBudget's ``status``) through the ``status`` subresource itself
-(``set_status``). What therefore cannot be seen there: pods that actually stop (a deleted pod
-with a grace period stays ``Terminating`` until something deletes it with grace 0, as the
-kubelet would), garbage collection of owned objects, a budget's status following its pods by
-itself, default service accounts (the ServiceAccount admission plugin is off, as in envtest).
+``realnode.running`` a real kubelet). So on this server alone a pod runs nowhere: a test
+binds it by setting ``spec.nodeName`` at creation, and writes what those components would
+write (a pod's phase and conditions, a PodDisruptionBudget's ``status``) through the
+``status`` subresource itself (``set_status``). What therefore cannot be seen there: pods that
+actually stop (a deleted pod with a grace period stays ``Terminating`` until something deletes
+it with grace 0, as the kubelet would), garbage collection of owned objects, a budget's status
+following its pods by itself, default service accounts (the ServiceAccount admission plugin is
+off, as in envtest, unless ``service_accounts``).
 """
 
 from __future__ import annotations

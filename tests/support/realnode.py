@@ -343,9 +343,11 @@ def running(
     labels: Mapping[str, str] | None = None,
     taints: Sequence[str] = (),
     within: float = 60.0,
+    extra_images: Sequence[Path] = (),
 ) -> Iterator[RealNode]:
     """A real node ``name`` (one of ``kube.NODE_TOKENS``) registered with ``server``, with
-    ``labels`` and ``taints`` (``key=value:Effect``) from its start, its images imported; until
+    ``labels`` and ``taints`` (``key=value:Effect``) from its start, its images and
+    ``extra_images`` (docker-archive tarballs) imported; until
     the block ends. ``kube_dir`` holds the kubelet and pause binaries (``tests/kube/build.sh``)."""
     code, doc = server.request(
         "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", NODE_ROLE_BINDING
@@ -387,7 +389,7 @@ def running(
             socket = socket_dir(slot) / "containerd.sock"
             _settle(socket.exists, containerd, home / "containerd.log", within)
             mnt = os.readlink(f"/proc/{containerd.pid}/ns/mnt")
-            for tarball in tarballs:
+            for tarball in [*tarballs, *extra_images]:
                 subprocess.run(
                     ["ctr", "-a", str(socket), "-n", "k8s.io", "images", "import", str(tarball)],
                     check=True,

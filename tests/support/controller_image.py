@@ -1,0 +1,277 @@
+"""The controller's container image, built on this machine with no Docker engine and no registry:
+the Dockerfile's build stage replayed here (``replay_build_stage``: its COPY and RUN as written,
+the project's wheel installed into a virtual environment), laid out as the image lays it out
+(``/opt/rebalancer``), over this machine's Python and the shared libraries it and the installed
+packages load: a docker-archive tarball that ``ctr images import`` reads (``build``).
+
+What differs from the released image: the base is this machine's interpreter and C library,
+not ``python:3.11-slim-bookworm`` (which no registry here serves); everything the image runs
+is the project's own install. The tarball is kept per user, keyed by what goes into it, and built
+under a lock, so that parallel test workers build it once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import io
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.support.processes import ROOT
+
+REF = "rebalancer.test/controller:dev"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rebalancer" / "images"
+USER = 65532  # the Dockerfile's USER, which the chart's security context demands
+VENV = "/opt/rebalancer"
+# The base interpreter's library, less what a controller never imports.
+UNUSED = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "site-packages"}
+SOURCES = ("Dockerfile", "pyproject.toml", "README.md", "rebalancer", "strategies")
+
+
+# What lets pip reach PyPI from this machine (a proxy, its certificate, a mirror); the build's
+# own settings come from the Dockerfile. The machine's other pip settings (a local wheel
+# directory) are left out: the image is built from what the index serves.
+HOW_THIS_MACHINE_REACHES_PYPI = (
+    "PIP_INDEX_URL", "PIP_CERT", "PIP_DEFAULT_TIMEOUT", "SSL_CERT_FILE", "SSL_CERT_DIR",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+)  # fmt: skip
+
+
+def stages() -> list[list[str]]:
+    """The Dockerfile's instructions, continuation lines joined, split into build stages."""
+    text = re.sub(r"\\\n", " ", (ROOT / "Dockerfile").read_text())
+    lines = [line.strip() for line in text.splitlines()]
+    out: list[list[str]] = []
+    for line in lines:
+        if not line or line.startswith("#"):
+            continue
+        if line.upper().startswith("FROM "):
+            out.append([])
+        if out:
+            out[-1].append(line)
+    return out
+
+
+def replay_build_stage(into: Path) -> Path:
+    """Run the Dockerfile's build stage here, under ``into``; return its virtual environment.
+
+    Its ENV, WORKDIR, COPY and RUN instructions are carried out as written, the image's paths
+    moved under ``into``. ``python`` on the PATH is the suite's interpreter and nothing else is:
+    a dependency that had to be compiled fails here as it would in the slim base image.
+    """
+    build = stages()[0]
+    (venv_in_image,) = [
+        m.group(1) for line in build if (m := re.fullmatch(r"RUN python -m venv (\S+)", line))
+    ]
+    venv = into / venv_in_image.lstrip("/")
+    tools = into / "tools"
+    tools.mkdir(parents=True)
+    (tools / "python").symlink_to(sys.executable)
+    (into / "home").mkdir()
+    env = {
+        "PATH": str(tools),
+        "HOME": str(into / "home"),
+        **{name: os.environ[name] for name in HOW_THIS_MACHINE_REACHES_PYPI if name in os.environ},
+    }
+    workdir = into
+    for line in build[1:]:
+        instruction, _, rest = line.partition(" ")
+        if instruction == "ENV":
+            env.update(word.partition("=")[::2] for word in shlex.split(rest))
+        elif instruction == "WORKDIR":
+            workdir = into / rest.lstrip("/")
+            workdir.mkdir(parents=True, exist_ok=True)
+        elif instruction == "COPY":
+            *sources, target = rest.split()
+            for source in sources:
+                destination = workdir / target
+                if target.endswith("/"):
+                    destination /= source
+                if (ROOT / source).is_dir():
+                    ignore = shutil.ignore_patterns("__pycache__")
+                    shutil.copytree(ROOT / source, destination, ignore=ignore)
+                else:
+                    shutil.copy(ROOT / source, destination)
+        elif instruction == "RUN":
+            command = rest.replace(venv_in_image, str(venv))
+            run = subprocess.run(
+                ["/bin/sh", "-c", command],
+                check=False,
+                cwd=workdir,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+            assert run.returncode == 0, f"{line}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    return venv
+
+
+def _key() -> str:
+    """What the image is made of: the build's inputs and the interpreter under it."""
+    digest = hashlib.sha256(sys.version.encode() + sys.base_prefix.encode())
+    for name in SOURCES:
+        path = ROOT / name
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for file in files:
+            if "__pycache__" not in file.parts:
+                digest.update(str(file.relative_to(ROOT)).encode() + file.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _libraries(files: list[Path]) -> set[str]:
+    """The shared libraries ``files`` (executables and extension modules) load, as ``ldd``
+    names them, and the dynamic loader itself."""
+    found: set[str] = set()
+    for chunk in range(0, len(files), 200):
+        out = subprocess.run(
+            ["ldd", *map(str, files[chunk : chunk + 200])],
+            check=False,
+            capture_output=True,
+            text=True,
+        ).stdout
+        found.update(re.findall(r"(?:=> )?(/\S+) \(0x", out))
+    return found
+
+
+def _entries(venv: Path) -> Iterator[tuple[str, Path]]:
+    """(path in the image, path here) for every file, link and directory of the image."""
+    prefix = Path(sys.base_prefix)
+    stdlib = Path(sysconfig.get_paths(vars={"base": sys.base_prefix})["stdlib"])
+    executable = Path(os.path.realpath(sys.executable))
+    yield str(executable), executable
+    for library in prefix.glob("lib/libpython*.so*"):
+        yield str(library), library
+    for path in sorted(stdlib.rglob("*")):
+        if not set(path.relative_to(stdlib).parts) & UNUSED:
+            yield str(path), path
+    for path in sorted(venv.rglob("*")):
+        yield VENV + "/" + str(path.relative_to(venv)), path
+    loaded = [executable, *stdlib.rglob("*.so"), *venv.rglob("*.so"), *venv.rglob("*.so.*")]
+    for name in sorted(_libraries([p for p in loaded if p.is_file()])):
+        yield name, Path(os.path.realpath(name))
+    for path in sorted(Path("/usr/share/zoneinfo").rglob("*")):  # the windows' time zones
+        yield str(path), path
+
+
+def _layer(venv: Path, out: Path) -> None:
+    executable = os.path.realpath(sys.executable)
+    built = str(venv)
+    made: set[str] = set()
+    with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
+
+        def directory(name: str, mode: int = 0o755, owner: int = 0) -> None:
+            parts = Path(name.lstrip("/")).parts
+            for i in range(1, len(parts) + 1):
+                path = "/".join(parts[:i])
+                if path not in made:
+                    made.add(path)
+                    info = tarfile.TarInfo(path)
+                    info.type = tarfile.DIRTYPE
+                    info.mode, info.uid, info.gid = mode, owner, owner
+                    tar.addfile(info)
+
+        def data(name: str, content: bytes, mode: int = 0o644) -> None:
+            directory(str(Path(name).parent))
+            info = tarfile.TarInfo(name.lstrip("/"))
+            info.size, info.mode = len(content), mode
+            tar.addfile(info, io.BytesIO(content))
+
+        for name, here in _entries(venv):
+            if name.lstrip("/") in made:
+                continue
+            if here.is_symlink():
+                target = os.readlink(here)
+                if os.path.realpath(here) == executable:
+                    target = executable  # the venv's python: the image's interpreter
+                directory(str(Path(name).parent))
+                info = tarfile.TarInfo(name.lstrip("/"))
+                info.type, info.linkname = tarfile.SYMTYPE, target
+                tar.addfile(info)
+            elif here.is_dir():
+                directory(name)
+            elif here.is_file():
+                content = here.read_bytes()
+                if name.startswith(VENV + "/bin/") and content.startswith(b"#!" + built.encode()):
+                    content = content.replace(
+                        built.encode(), VENV.encode(), 1
+                    )  # a script's shebang
+                data(name, content, here.stat().st_mode & 0o777)
+        data(
+            "/etc/passwd",
+            f"root:x:0:0::/:/bin/false\nnonroot:x:{USER}:{USER}::/:/bin/false\n".encode(),
+        )
+        data("/etc/group", f"root:x:0:\nnonroot:x:{USER}:\n".encode())
+        directory("/tmp", 0o1777)
+        directory("/var/lib/rebalancer", 0o755, USER)
+
+
+def build() -> Path:
+    """The image's tarball, built unless the cache has it for these sources."""
+    out = CACHE / f"controller-{_key()}.tar"
+    with _locked(CACHE / "build.lock"):
+        if out.exists():
+            return out
+        with tempfile.TemporaryDirectory(dir=CACHE) as work:
+            venv = replay_build_stage(Path(work) / "build")
+            layer = Path(work) / "layer.tar"
+            _layer(venv, layer)
+            digest = hashlib.sha256()
+            with layer.open("rb") as f:
+                while chunk := f.read(1 << 20):
+                    digest.update(chunk)
+            diff_id = "sha256:" + digest.hexdigest()
+            config = json.dumps(
+                {
+                    "architecture": "amd64",
+                    "os": "linux",
+                    "config": {
+                        "Entrypoint": [f"{VENV}/bin/rebalancer"],
+                        "Env": [
+                            f"PATH={VENV}/bin:/usr/bin:/bin",
+                            "PYTHONDONTWRITEBYTECODE=1",
+                            "PYTHONUNBUFFERED=1",
+                        ],
+                        "User": f"{USER}:{USER}",
+                        "WorkingDir": "/var/lib/rebalancer",
+                    },
+                    "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+                }
+            ).encode()
+            config_name = hashlib.sha256(config).hexdigest() + ".json"
+            layer_name = diff_id.removeprefix("sha256:") + "/layer.tar"
+            manifest = json.dumps(
+                [{"Config": config_name, "RepoTags": [REF], "Layers": [layer_name]}]
+            )
+            part = out.with_suffix(".part")
+            with tarfile.open(part, "w") as tar:
+                tar.add(layer, layer_name)
+                for name, content in ((config_name, config), ("manifest.json", manifest.encode())):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(content)
+                    tar.addfile(info, io.BytesIO(content))
+            part.rename(out)
+        for old in CACHE.glob("controller-*.tar"):
+            if old != out:
+                old.unlink()  # an image of older sources
+    return out
