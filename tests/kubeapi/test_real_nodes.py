@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from rebalancer.core.audit import Kind
-from tests.support import kube, realnode
+from tests.support import images, kube, realnode
 from tests.support.chart import NAMESPACE, RELEASE, render
 from tests.support.control_plane import ControlPlane
 from tests.support.deployed import chart_values, controller
@@ -84,16 +84,44 @@ def ensure_namespace(server: kube.KubeServer, name: str) -> None:
 def test_a_pod_killed_at_its_grace_and_the_machine_as_it_was(
     plane: ControlPlane, tmp_path: Path, volatile: frozenset[str]
 ) -> None:
-    """A checkpoint longer than the grace period: the preStop hook and the SIGTERM arrive at
-    once, the kubelet kills the process at its grace period (137), no checkpoint is left. Once
-    the node is stopped: no process, bridge, cgroup, mount or kernel setting of it is left."""
+    """Two nodes side by side, each with its own bridge, subnet and cgroup root; on one, a
+    server answers its readiness probe; on the other, a checkpoint longer than the grace period:
+    the preStop hook and the SIGTERM arrive at once, the kubelet kills the process at its grace
+    period (137), no checkpoint is left. Once the nodes are stopped: no process, bridge, cgroup,
+    mount or kernel setting of theirs is left."""
     server = plane.server
     before = realnode.machine()
     records = tmp_path / "records"
     records.mkdir()
     grace = 3
-    with realnode.running(server, kube.binaries(), tmp_path / "node", "real-0") as node:
+    with (
+        realnode.running(server, kube.binaries(), tmp_path / "serving", "real-3") as serving,
+        realnode.running(server, kube.binaries(), tmp_path / "node", "real-0") as node,
+    ):
+        assert serving.slot != node.slot
         ensure_namespace(server, "real-grace")
+        answers: Obj = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "answers", "namespace": "real-grace"},
+            "spec": {
+                "nodeName": serving.name,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [
+                    {
+                        "name": "server",
+                        "image": images.INFERENCE,
+                        "imagePullPolicy": "Never",
+                        "readinessProbe": {
+                            "httpGet": {"path": "/", "port": 8080},
+                            "periodSeconds": 1,
+                        },
+                    }
+                ],
+            },
+        }
+        code, doc = server.request("POST", "/api/v1/namespaces/real-grace/pods", answers)
+        assert code == 201, doc
         pod: Obj = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -134,11 +162,21 @@ def test_a_pod_killed_at_its_grace_and_the_machine_as_it_was(
         assert seen[-1]["exitCode"] == 137, seen[-1]  # SIGKILL
         assert list(events) == ["start", "prestop", "sigterm"], events
         assert events["prestop"] <= events["sigterm"]
-        assert 0 <= events["sigterm"] - posted < 1.0
-        assert grace - 0.5 <= ended - events["sigterm"] < grace + 3
+        assert 0 <= events["sigterm"] - posted < 5.0  # within a second here; a busy CI is slower
+        assert grace - 0.5 <= ended - events["sigterm"] < grace + 5
         assert not (records / "slow.ckpt").exists()
+
+        def answering() -> bool:
+            _, doc = server.request("GET", "/api/v1/namespaces/real-grace/pods/answers")
+            ready = [c for c in doc["status"].get("conditions", []) if c["type"] == "Ready"]
+            return bool(ready) and ready[0]["status"] == "True"
+
+        wait("the server's readiness probe answered", answering, 30)
+        _, doc = server.request("GET", "/api/v1/namespaces/real-grace/pods/answers")
+        assert doc["status"]["podIP"].startswith(f"10.244.{serving.slot}."), doc["status"]
     after = realnode.machine()
     assert realnode.traces(node) == []
+    assert realnode.traces(serving) == []
     changed = {
         k
         for k in before.sysctls.keys() | after.sysctls.keys()
@@ -149,8 +187,9 @@ def test_a_pod_killed_at_its_grace_and_the_machine_as_it_was(
     assert after.links == before.links, after.links ^ before.links
     assert after.cgroups == before.cgroups, after.cgroups ^ before.cgroups
     assert after.paths == before.paths
-    code, _ = server.request("DELETE", f"/api/v1/nodes/{node.name}")
-    assert code == 200
+    for name in (node.name, serving.name):
+        code, _ = server.request("DELETE", f"/api/v1/nodes/{name}")
+        assert code == 200
 
 
 # -- A reclaim end to end, the borrowed pod on a real node ----------------------------------------
@@ -380,11 +419,11 @@ async def test_a_borrowed_pod_on_a_real_node_is_taken_back_and_runs_again(
     second_records = [r.event for r in realnode.records(records, second_name)]
     checkpoint = records / "checkpoint-0"
     assert first_records["prestop"] <= first_records["sigterm"]
-    assert 0 <= first_records["sigterm"] - told < 2.0, figures
+    assert 0 <= first_records["sigterm"] - told < 5.0, figures
     if case.checkpoint < GRACE:  # written whole, then the process ends by itself
         events = [e for e in first_records if e != "notice"]
         assert events == ["start", "prestop", "sigterm", "checkpoint", "exit"], events
-        assert case.checkpoint - 0.5 <= figures["SIGTERM→exit"] <= case.checkpoint + 1.5
+        assert case.checkpoint - 0.5 <= figures["SIGTERM→exit"] <= case.checkpoint + 3
         assert checkpoint.stat().st_size == CHECKPOINT_BYTES
         assert second_records[0] == "resume", second_records  # it found its checkpoint
     else:  # killed (the deletion's grace is 0): no checkpoint, the next run starts over
