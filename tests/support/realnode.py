@@ -21,8 +21,11 @@ which its code says ends in 1.37, when containerd 2.x will be needed (docs/desig
 - **Its own cgroup root** (``/rebalancer-node-<slot>`` in every cgroup v1 hierarchy), so that
   neither kubelet touches the other's pods, and ending the node can kill what runs in it.
 - **A slot** (a lock file held with ``flock`` while the node runs, freed if the process dies):
-  the bridge ``rbnode<slot>``, the pod subnet ``10.244.<slot>.0/24`` and the cgroup root are
-  the slot's, so that nodes of parallel test workers never share one.
+  the bridge ``rbnode<slot>``, the pod subnet ``10.244.<slot>.0/24``, the cgroup root and the
+  run directory ``/tmp/rebalancer-node-<slot>`` (containerd's sockets and the kubelet's root:
+  a unix socket's path may not exceed 104 bytes, which a test's directory can) are the slot's,
+  so that nodes of parallel test workers never share one. The rest of a node's state is under
+  the ``home`` its test gives.
 - **The kubelet's user**: ``system:node:<name>`` (``kube.NODE_TOKENS``), bound to the
   ``system:node`` ClusterRole (the server authorizes with RBAC alone).
 - **Flags**: ``failCgroupV1: false`` (this machine's controllers are cgroup v1); containerd's
@@ -30,10 +33,11 @@ which its code says ends in 1.37, when containerd 2.x will be needed (docs/desig
   asks for a sandbox would fail in runc); no registry: images are imported from the tarballs
   ``images.build`` writes, and ``PAUSE`` is the sandbox image.
 
-Stopping: the kubelet, then every process of the node's cgroups (its containers), then
-containerd and its shims (the processes of its mount namespace), SIGTERM then SIGKILL; then
-the bridge, the cgroups, and the mount points made on the host for the namespace's binds
-(the last node out removes them).
+Stopping: the kubelet (SIGTERM), then every process of the node's cgroups (its containers,
+SIGKILL: no kubelet is left to honour a grace period), then containerd and its shims (the
+processes of its mount namespace); then the bridge, the cgroups, the run directory and the
+mount points made on the host for the namespace's binds (the last node out removes them).
+``machine`` and ``traces`` are what a test compares to show that nothing is left.
 """
 
 from __future__ import annotations
@@ -96,7 +100,6 @@ class RealNode:
     containerd: int  # pids
     kubelet: int
     mount_namespace: str  # as ``readlink /proc/PID/ns/mnt`` names it
-    started: float  # time.monotonic() when the kubelet was started
     ready_after: float  # seconds from the kubelet's start to the Node's Ready condition
 
     @property
@@ -427,9 +430,7 @@ def running(
             try:
                 _settle(lambda: _ready(server, name), kubelet, home / "kubelet.log", within)
                 ready_after = time.monotonic() - started
-                yield RealNode(
-                    name, home, slot, containerd.pid, kubelet.pid, mnt, started, ready_after
-                )
+                yield RealNode(name, home, slot, containerd.pid, kubelet.pid, mnt, ready_after)
             finally:
                 _end(lambda: {kubelet.pid} if kubelet.poll() is None else set())
         finally:
