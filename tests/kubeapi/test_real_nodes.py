@@ -152,9 +152,13 @@ def test_a_pod_killed_at_its_grace_and_the_machine_as_it_was(
         path = "/api/v1/namespaces/real-grace/pods/slow"
         gone = wait("the pod gone", lambda: server.request("GET", path)[0] == 404, 30)
         events = {r.event: r.at for r in realnode.records(records, "slow") if r.event != "notice"}
+        rss = {
+            what: realnode.rss(pid)
+            for what, pid in (("kubelet", node.kubelet), ("containerd", node.containerd))
+        }
         print(
-            f"\nreal node: Ready {node.ready_after:.2f}s after the kubelet started; pod started "
-            f"{started - created:.2f}s after its creation; after the eviction: preStop "
+            f"\nreal node: RSS {rss}; Ready {node.ready_after:.2f}s after the kubelet started; "
+            f"pod started {started - created:.2f}s after its creation; after the eviction: preStop "
             f"{events['prestop'] - posted:+.2f}s, SIGTERM {events['sigterm'] - posted:+.2f}s, "
             f"terminated ({seen[-1]['exitCode']}) {ended - posted:+.2f}s, "
             f"gone {gone - posted:+.2f}s"

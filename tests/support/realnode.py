@@ -604,3 +604,11 @@ def traces(node: RealNode) -> list[str]:
     if _alone():
         left += [f"made {line}" for line in _listed_mount_points()]
     return left
+
+
+def rss(pid: int) -> str:
+    """A process's resident memory, as /proc says it (``VmRSS``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return line.split(":", 1)[1].strip()
+    return "?"
