@@ -323,6 +323,16 @@ async def test_a_borrowed_pod_on_a_real_node_is_taken_back_and_runs_again(
                 labels = (await api.nodes())[case.lent]["metadata"]["labels"]
                 return STATE in labels
 
+            async def started(what: str, read: Any, proc: Any) -> str:
+                """The one pod ``read`` gives, once running on the lent node (and its process
+                started, on a real node); its name."""
+                await until(f"{what} running on the lent node", on_lent_one(read), proc, 60)
+                (pod,) = await read()
+                name: str = pod["metadata"]["name"]
+                if case.real:
+                    await until(f"{what}'s process started", _recorded(records, name), proc, 20)
+                return name
+
             exporter = Exporter(pods=placed, rps=LOW)
             async with (
                 serve_exporter(exporter) as target,
@@ -337,15 +347,7 @@ async def test_a_borrowed_pod_on_a_real_node_is_taken_back_and_runs_again(
                     await api.create(budgets, budget(JOB, training, case.min_available))
                     job = the_job(case, training, records)
                     await api.create(f"/apis/batch/v1/namespaces/{training}/jobs", job)
-                    await until(
-                        "the Job's pod running on the lent node", on_lent_one(on_lent), c.proc, 40
-                    )
-                    (first,) = await on_lent()
-                    first_name = first["metadata"]["name"]
-                    if case.real:
-                        await until(
-                            "its process started", _recorded(records, first_name), c.proc, 20
-                        )
+                    first_name = await started("the Job's pod", on_lent, c.proc)
 
                     # -- demand rises: taken back ---------------------------------------------
                     exporter.set_load(HIGH, 0)
@@ -368,15 +370,7 @@ async def test_a_borrowed_pod_on_a_real_node_is_taken_back_and_runs_again(
                         return [p for p in await on_lent() if p["metadata"]["name"] != first_name]
 
                     exporter.set_load(LOW, 0)
-                    await until(
-                        "the re-created pod running on the node", on_lent_one(again), c.proc, 60
-                    )
-                    (second,) = await again()
-                    second_name = second["metadata"]["name"]
-                    if case.real:
-                        await until(
-                            "its process started", _recorded(records, second_name), c.proc, 20
-                        )
+                    second_name = await started("the re-created pod", again, c.proc)
                     audit = await read_audit(audit_url)
             log = c.err.decode(errors="replace")
             assert c.proc.returncode == 0, log[-3000:]

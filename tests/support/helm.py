@@ -22,11 +22,7 @@ MODULE = "helm.sh/helm/v4"
 
 
 def version() -> str:
-    for line in (HERE / "go.mod").read_text(encoding="utf-8").splitlines():
-        words = line.split()
-        if words[:2] == ["require", MODULE] or words[:1] == [MODULE]:
-            return words[-1]
-    raise AssertionError(f"{HERE / 'go.mod'} requires no {MODULE}")
+    return kube.pinned(HERE / "go.mod", MODULE)
 
 
 def binary() -> Path:

@@ -75,6 +75,15 @@ def binaries() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
+def pinned(go_mod: Path, module: str) -> str:
+    """The version of ``module`` that ``go_mod`` requires (one of tests/kube's modules)."""
+    for line in go_mod.read_text(encoding="utf-8").splitlines():
+        words = line.split()
+        if words[:2] == ["require", module] or words[:1] == [module]:
+            return words[-1]
+    raise AssertionError(f"{go_mod} requires no {module}")
+
+
 @dataclass(frozen=True)
 class KubeServer:
     url: str  # https://127.0.0.1:PORT

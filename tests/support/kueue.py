@@ -144,11 +144,7 @@ CONVERTED = ("localqueues", "clusterqueues", "workloads", "cohorts", "multikueue
 
 def version() -> str:
     """The Kueue release tests/kube/kueue/go.mod pins (``v0.17.0``)."""
-    for line in (HERE / "go.mod").read_text(encoding="utf-8").splitlines():
-        words = line.split()
-        if words[:2] == ["require", MODULE] or words[:1] == [MODULE]:
-            return words[-1]
-    raise AssertionError(f"{HERE / 'go.mod'} requires no {MODULE}")
+    return kube.pinned(HERE / "go.mod", MODULE)
 
 
 def manager() -> Path:
