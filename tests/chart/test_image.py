@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import controller_image
 from tests.support.chart import CHART
-from tests.support.controller_image import HOW_THIS_MACHINE_REACHES_PYPI, replay_build_stage, stages
+from tests.support.controller_image import HOW_THIS_MACHINE_REACHES_PYPI, stages
 
 ROOT = CHART.parents[1]
 # The oldest glibc a manylinux wheel may ask for, and the base image's (Debian's release).
@@ -108,7 +109,7 @@ def normalized(name: str) -> str:
 def test_the_build_stage_installs_the_controller_and_no_harness_or_build_tool(
     tmp_path: Path,
 ) -> None:
-    venv = replay_build_stage(tmp_path / "build")
+    venv = controller_image.replayed()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
 

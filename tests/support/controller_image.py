@@ -226,14 +226,32 @@ def _layer(venv: Path, out: Path) -> None:
         directory("/var/lib/rebalancer", 0o755, USER)
 
 
+def replayed() -> Path:
+    """The build stage's virtual environment (``replay_build_stage``), replayed unless the
+    cache has it for these sources: the image is made from it, and ``tests/chart/test_image.py``
+    holds it to what the image may carry. A virtual environment cannot be moved, so it stays
+    where it was made."""
+    key = _key()
+    done = CACHE / f"venv-{key}"
+    with _locked(CACHE / "build.lock"):
+        if not (done / "ready").exists():
+            shutil.rmtree(done, ignore_errors=True)
+            venv = replay_build_stage(done)
+            (done / "ready").write_text(str(venv))
+        for old in CACHE.glob("venv-*"):
+            if old != done:
+                shutil.rmtree(old, ignore_errors=True)  # of older sources
+        return Path((done / "ready").read_text())
+
+
 def build() -> Path:
     """The image's tarball, built unless the cache has it for these sources."""
     out = CACHE / f"controller-{_key()}.tar"
+    venv = replayed()
     with _locked(CACHE / "build.lock"):
         if out.exists():
             return out
         with tempfile.TemporaryDirectory(dir=CACHE) as work:
-            venv = replay_build_stage(Path(work) / "build")
             layer = Path(work) / "layer.tar"
             _layer(venv, layer)
             digest = hashlib.sha256()
