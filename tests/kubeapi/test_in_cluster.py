@@ -172,10 +172,8 @@ async def test_the_chart_s_pod_lends_and_reclaims_from_inside_the_cluster(
             scraping(tmp_path / "prometheus", target) as prom,
         ):
             began = time.monotonic()
-            helm.install(
-                tmp_path / "helm", server.kubeconfig(tmp_path / "admin.kubeconfig"),
-                RELEASE, NAMESPACE, values(prom, server),
-            )  # fmt: skip
+            admin = server.kubeconfig(tmp_path / "admin.kubeconfig")
+            helm.install(tmp_path / "helm", admin, RELEASE, NAMESPACE, values(prom, server))
 
             async def controller_ready() -> list[Obj]:
                 return [p for p in await api.pods(NAMESPACE) if running_ready(p)]
