@@ -131,7 +131,7 @@ def _slot() -> Iterator[int]:
 
 def _alone() -> bool:
     """No node's slot is held (so the host mount points made for them may go)."""
-    for path in LOCKS.glob("*.lock"):
+    for path in LOCKS.glob("[0-9]*.lock"):  # the slots
         with path.open("ab") as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -140,10 +140,19 @@ def _alone() -> bool:
     return True
 
 
+@contextlib.contextmanager
+def _mount_points_locked() -> Iterator[None]:
+    """One node at a time makes or removes the host mount points (a node that found them
+    could otherwise see them removed by the last one out before it binds over them)."""
+    with (LOCKS / "mount-points.lock").open("ab") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def _make_mount_points() -> None:
     """The host paths a node's namespace binds over, made where missing and listed in
     ``LOCKS/made``, so that the last node out removes them (``_remove_mount_points``)."""
-    with (LOCKS / "made").open("a") as listed:
+    with _mount_points_locked(), (LOCKS / "made").open("a") as listed:
         for path in map(Path, HOST_PATHS):
             if not path.exists():
                 path.mkdir(parents=True)
@@ -156,12 +165,13 @@ def _listed_mount_points() -> list[str]:
 
 
 def _remove_mount_points() -> None:
-    if not _alone():
-        return
-    for line in reversed(_listed_mount_points()):
-        with contextlib.suppress(OSError):  # not empty: something else put files there
-            Path(line).rmdir()
-    (LOCKS / "made").unlink(missing_ok=True)
+    with _mount_points_locked():
+        if not _alone():
+            return
+        for line in reversed(_listed_mount_points()):
+            with contextlib.suppress(OSError):  # not empty: something else put files there
+                Path(line).rmdir()
+        (LOCKS / "made").unlink(missing_ok=True)
 
 
 def _hierarchies() -> list[Path]:
@@ -583,13 +593,18 @@ def machine() -> Machine:
     )
 
 
+# Writable, yet a counter: the last process id given out, which any process started moves.
+COUNTERS = frozenset({"kernel/ns_last_pid"})
+
+
 def settled_sysctls(wait: float = 1.0) -> frozenset[str]:
-    """The kernel settings that change on their own (counters, entropy, ...): read twice,
-    ``wait`` seconds apart, with no node running in between on this worker."""
+    """The kernel settings that change on their own: ``COUNTERS``, and any other seen to change
+    when read twice, ``wait`` seconds apart, with no node running in between on this worker."""
     first = _sysctls()
     time.sleep(wait)
     second = _sysctls()
-    return frozenset(k for k in first.keys() | second.keys() if first.get(k) != second.get(k))
+    moved = {k for k in first.keys() | second.keys() if first.get(k) != second.get(k)}
+    return COUNTERS | moved
 
 
 def traces(node: RealNode) -> list[str]:
