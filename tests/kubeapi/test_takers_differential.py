@@ -25,9 +25,10 @@ still differ, so the list cannot go stale.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,7 @@ import pytest
 from tests.support import control_plane, kube, takers_gen
 from tests.support.control_plane import settle
 from tests.support.takers_gen import Case
+from tests.support.training_cluster import Api
 
 Obj = dict[str, Any]
 SEED = 30  # issue 30
@@ -44,6 +46,9 @@ NAMESPACE = "takers"
 EDGES = takers_gen.edge_reasons()  # the hand-written cases, by name: what each is about
 PENDING = re.compile(r"c\d{4}")
 MERGE = "application/merge-patch+json"
+# Requests in flight at once while the cases are made: one at a time, each of the ~1,800 waits
+# for its own round trip (some 12 ms here), the server idle in between; a few at once keep it busy.
+IN_FLIGHT = 16
 
 # Cases where takers and kube-scheduler are known to differ, by name, each with its reason.
 KNOWN: dict[str, str] = {}
@@ -123,27 +128,26 @@ def _verdicts(
         _create(server, "/apis/node.k8s.io/v1/runtimeclasses", body)
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     _create(server, "/api/v1/namespaces", body)
-    for case in generated:
-        for node in case.nodes:
-            _create(server, "/api/v1/nodes", node)
+    _all(server, [("POST", "/api/v1/nodes", node) for case in generated for node in case.nodes])
     wanted = sum(len(c.nodes) for c in generated)
     settle(f"{wanted} KWOK nodes Ready", lambda: _nodes_ready(server)[0] == wanted, 60)
     # Lent, as the actuator lends them (which also takes off the server's not-ready taint).
-    for case in generated:
-        for node in case.nodes:
-            path = f"/api/v1/nodes/{node['metadata']['name']}"
-            patch = takers_gen.lend_patch(node)
-            code, doc = server.request("PATCH", path, patch, content_type=MERGE)
-            assert code == 200, doc
+    lends = [
+        ("PATCH", f"/api/v1/nodes/{node['metadata']['name']}", takers_gen.lend_patch(node))
+        for case in generated
+        for node in case.nodes
+    ]
+    _all(server, lends, content_type=MERGE, expected=200)
     settle("no node tainted by the lifecycle controller", lambda: _nodes_ready(server)[1] == 0, 60)
     seconds["nodes"] = time.monotonic() - mark
 
     mark = time.monotonic()
     pods = f"/api/v1/namespaces/{NAMESPACE}/pods"
-    holders: dict[str, list[Obj]] = {}
-    for case in generated:
-        holders[case.name] = [_create(server, pods, h) for h in case.holders]
-    pending = {case.name: _create(server, pods, case.pending) for case in generated}
+    made = iter(_all(server, [("POST", pods, h) for case in generated for h in case.holders]))
+    holders = {case.name: [next(made) for _ in case.holders] for case in generated}
+    # Every holder is made (bound by its nodeName) before the first pending pod is.
+    made = iter(_all(server, [("POST", pods, case.pending) for case in generated]))
+    pending = {case.name: next(made) for case in generated}
     settle(
         "every pending pod bound or Unschedulable",
         lambda: _decided(server, len(generated)) == len(generated),
@@ -176,6 +180,30 @@ def _verdicts(
             )
         )
     return verdicts
+
+
+def _all(
+    server: kube.KubeServer,
+    requests: Sequence[tuple[str, str, Obj]],
+    content_type: str = "application/json",
+    expected: int = 201,
+) -> list[Obj]:
+    """Each (method, path, body), ``IN_FLIGHT`` at a time; the answers in the same order."""
+
+    async def send() -> list[Obj]:
+        gate = asyncio.Semaphore(IN_FLIGHT)
+        async with Api.session_for(server) as session:
+            api = Api(server.url, session)
+
+            async def one(method: str, path: str, body: Obj) -> Obj:
+                async with gate:
+                    code, doc = await api.ask(method, path, body, content_type)
+                assert code == expected, (method, path, body, doc)
+                return dict(doc)
+
+            return await asyncio.gather(*(one(*r) for r in requests))
+
+    return asyncio.run(send())
 
 
 def _create(server: kube.KubeServer, path: str, body: Obj) -> Obj:
