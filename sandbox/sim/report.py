@@ -779,8 +779,12 @@ def figure(
 
 
 def _draw_timeline(ax: Any, run: Run, rps_per_node: float) -> None:
-    """Demand (in nodes) over the serving, returning and lent nodes, breach minutes marked."""
-    times = [m.time for m in run.timeline]
+    """Demand (in nodes) over the serving, returning and lent nodes, breach minutes marked.
+
+    The minutes are converted to the date axis' numbers once, here: given as datetimes, each
+    series converted them again (a week is 10,080 of them; the stack draws three series and the
+    demand line a fourth), half the CPU time of a week's plot, for the same picture."""
+    times = ax.xaxis.convert_units([m.time for m in run.timeline])
     demand = [
         float("nan") if m.demand_rps is None else m.demand_rps / rps_per_node for m in run.timeline
     ]
