@@ -188,26 +188,28 @@ def _make_cgroups(root: str) -> None:
                 (made / name).write_text((hierarchy / name).read_text())
 
 
+def _cgroups(root: str) -> list[Path]:
+    """Every cgroup under ``root`` in every hierarchy, deepest first. The kubelet and runc make
+    and remove them as this walks: one gone meanwhile is left out, not an error."""
+    found = []
+    for hierarchy in _hierarchies():
+        for directory, _, _ in os.walk(hierarchy / root):  # os.walk skips what vanished
+            found.append(Path(directory))
+    return sorted(found, key=lambda p: -len(p.parts))
+
+
 def _cgroup_pids(root: str) -> set[int]:
     pids: set[int] = set()
-    for hierarchy in _hierarchies():
-        for procs in (hierarchy / root).rglob("cgroup.procs"):
-            with contextlib.suppress(OSError):
-                pids.update(int(p) for p in procs.read_text().split())
+    for cgroup in _cgroups(root):
+        with contextlib.suppress(OSError):
+            pids.update(int(p) for p in (cgroup / "cgroup.procs").read_text().split())
     return pids
 
 
 def _remove_cgroups(root: str) -> None:
-    for hierarchy in _hierarchies():
-        top = hierarchy / root
-        if not top.exists():
-            continue
-        for directory in sorted(top.rglob("*"), key=lambda p: -len(p.parts)):
-            if directory.is_dir():
-                with contextlib.suppress(OSError):
-                    directory.rmdir()
+    for cgroup in _cgroups(root):
         with contextlib.suppress(OSError):
-            top.rmdir()
+            cgroup.rmdir()
 
 
 def _namespace_pids(mnt: str) -> set[int]:
@@ -359,104 +361,99 @@ def running(
     extra_images: Sequence[Path] = (),
 ) -> Iterator[RealNode]:
     """A real node ``name`` (one of ``kube.NODE_TOKENS``) registered with ``server``, with
-    ``labels`` and ``taints`` (``key=value:Effect``) from its start, its images and
-    ``extra_images`` (docker-archive tarballs) imported; until
-    the block ends. ``kube_dir`` holds the kubelet and pause binaries (``tests/kube/build.sh``)."""
+    ``labels`` and ``taints`` (``key=value:Effect``) from its start, the suite's images and
+    ``extra_images`` (docker-archive tarballs) imported; until the block ends. ``kube_dir``
+    holds the kubelet and pause binaries (``tests/kube/build.sh``)."""
     code, doc = server.request(
         "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", NODE_ROLE_BINDING
     )
     assert code in (201, 409), doc
     home.mkdir(parents=True, exist_ok=True)
     tarballs = images.build(kube_dir / "pause", home.parent / "images")
-    logs: list[IO[bytes]] = []
-    with _slot() as slot:
-        root = f"rebalancer-node-{slot}"
-        containerd: subprocess.Popen[bytes] | None = None
-        mnt = ""
-        try:
-            _make_mount_points()
-            for sysctl, value in SYSCTLS.items():
-                fake = home / "sysctl" / sysctl.replace("/", ".")
-                fake.parent.mkdir(exist_ok=True)
-                fake.write_text(value + "\n")
-            for path in HOST_PATHS:
-                (home / "host" / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
-            (home / "cni" / "net.d").mkdir(parents=True, exist_ok=True)
-            (home / "cni" / "net.d" / "10-node.conflist").write_text(
-                json.dumps(cni_config(home, slot))
+    try:
+        with _slot() as slot, contextlib.ExitStack() as undo:
+            # Each step is undone in reverse, whatever an undoing before it raised.
+            loaded = [*tarballs, *extra_images]
+            yield from _started(
+                server, kube_dir, home, name, slot, undo, labels, taints, within, loaded
             )
-            (home / "containerd").mkdir(exist_ok=True)
-            shutil.rmtree(socket_dir(slot), ignore_errors=True)  # a killed run's
-            socket_dir(slot).mkdir()
-            (home / "containerd.toml").write_text(containerd_config(home, slot, free_port()))
-            _make_cgroups(root)
-            logs.append((home / "containerd.log").open("wb"))
-            script = _namespace_script(
-                home, ["containerd", "--config", str(home / "containerd.toml")]
-            )
-            containerd = subprocess.Popen(
-                ["unshare", "--mount", "--propagation", "slave", "sh", "-c", script],
-                stdout=logs[-1],
-                stderr=subprocess.STDOUT,
-            )
-            socket = socket_dir(slot) / "containerd.sock"
-            _settle(socket.exists, containerd, home / "containerd.log", within)
-            mnt = os.readlink(f"/proc/{containerd.pid}/ns/mnt")
-            for tarball in [*tarballs, *extra_images]:
-                subprocess.run(
-                    ["ctr", "-a", str(socket), "-n", "k8s.io", "images", "import", str(tarball)],
-                    check=True,
-                    capture_output=True,
-                )
-            config = kubelet_config(home, slot)
-            (home / "kubelet.yaml").write_text(json.dumps(config))
-            kubeconfig = server.kubeconfig(home / "kubelet.kubeconfig", kube.NODE_TOKENS[name])
-            flags = [
-                f"--config={home / 'kubelet.yaml'}",
-                f"--kubeconfig={kubeconfig}",
-                f"--root-dir={socket_dir(slot) / 'kubelet'}",
-                f"--cert-dir={home / 'pki'}",
-                f"--hostname-override={name}",
-            ]
-            if labels:
-                flags.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in labels.items()))
-            if taints:
-                flags.append("--register-with-taints=" + ",".join(taints))
-            logs.append((home / "kubelet.log").open("wb"))
-            started = time.monotonic()
-            kubelet = subprocess.Popen(
-                [
-                    "nsenter",
-                    "-t",
-                    str(containerd.pid),
-                    "-m",
-                    "--",
-                    str(kube_dir / "kubelet"),
-                    *flags,
-                ],
-                stdout=logs[-1],
-                stderr=subprocess.STDOUT,
-            )
-            try:
-                _settle(lambda: _ready(server, name), kubelet, home / "kubelet.log", within)
-                ready_after = time.monotonic() - started
-                yield RealNode(name, home, slot, containerd.pid, kubelet.pid, mnt, ready_after)
-            finally:
-                _end(lambda: {kubelet.pid} if kubelet.poll() is None else set())
-        finally:
-            _end(lambda: _cgroup_pids(root), within=0)  # the pods' processes: no grace now
-            if mnt:
-                _end(lambda: _namespace_pids(mnt))  # containerd and its shims
-            if containerd is not None:
-                _end(lambda: {containerd.pid} if containerd.poll() is None else set())
-            subprocess.run(
-                ["ip", "link", "delete", f"rbnode{slot}"], check=False, capture_output=True
-            )
-            _remove_cgroups(root)
-            shutil.rmtree(socket_dir(slot), ignore_errors=True)
-            for log in logs:
-                log.close()
-    _remove_mount_points()
+    finally:
+        _remove_mount_points()
+
+
+def _started(
+    server: kube.KubeServer,
+    kube_dir: Path,
+    home: Path,
+    name: str,
+    slot: int,
+    undo: contextlib.ExitStack,
+    labels: Mapping[str, str] | None,
+    taints: Sequence[str],
+    within: float,
+    tarballs: Sequence[Path],
+) -> Iterator[RealNode]:
+    root = f"rebalancer-node-{slot}"
+    _make_mount_points()
+    for sysctl, value in SYSCTLS.items():
+        fake = home / "sysctl" / sysctl.replace("/", ".")
+        fake.parent.mkdir(exist_ok=True)
+        fake.write_text(value + "\n")
+    for path in HOST_PATHS:
+        (home / "host" / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    (home / "cni" / "net.d").mkdir(parents=True, exist_ok=True)
+    (home / "cni" / "net.d" / "10-node.conflist").write_text(json.dumps(cni_config(home, slot)))
+    (home / "containerd").mkdir(exist_ok=True)
+    shutil.rmtree(socket_dir(slot), ignore_errors=True)  # a killed run's
+    socket_dir(slot).mkdir()
+    undo.callback(shutil.rmtree, socket_dir(slot), ignore_errors=True)
+    (home / "containerd.toml").write_text(containerd_config(home, slot, free_port()))
+    _make_cgroups(root)
+    undo.callback(_remove_cgroups, root)
+    bridge = ["ip", "link", "delete", f"rbnode{slot}"]
+    undo.callback(subprocess.run, bridge, check=False, capture_output=True)
+    log = undo.enter_context((home / "containerd.log").open("wb"))
+    script = _namespace_script(home, ["containerd", "--config", str(home / "containerd.toml")])
+    containerd = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "slave", "sh", "-c", script],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    undo.callback(_end, lambda: {containerd.pid} if containerd.poll() is None else set())
+    socket = socket_dir(slot) / "containerd.sock"
+    _settle(socket.exists, containerd, home / "containerd.log", within)
+    mnt = os.readlink(f"/proc/{containerd.pid}/ns/mnt")
+    undo.callback(_end, lambda: _namespace_pids(mnt))  # containerd's shims
+    undo.callback(_end, lambda: _cgroup_pids(root), 0)  # the pods' processes: no grace now
+    for tarball in tarballs:
+        subprocess.run(
+            ["ctr", "-a", str(socket), "-n", "k8s.io", "images", "import", str(tarball)],
+            check=True,
+            capture_output=True,
+        )
+    (home / "kubelet.yaml").write_text(json.dumps(kubelet_config(home, slot)))
+    kubeconfig = server.kubeconfig(home / "kubelet.kubeconfig", kube.NODE_TOKENS[name])
+    flags = [
+        f"--config={home / 'kubelet.yaml'}",
+        f"--kubeconfig={kubeconfig}",
+        f"--root-dir={socket_dir(slot) / 'kubelet'}",
+        f"--cert-dir={home / 'pki'}",
+        f"--hostname-override={name}",
+    ]
+    if labels:
+        flags.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in labels.items()))
+    if taints:
+        flags.append("--register-with-taints=" + ",".join(taints))
+    log = undo.enter_context((home / "kubelet.log").open("wb"))
+    started = time.monotonic()
+    kubelet = subprocess.Popen(
+        ["nsenter", "-t", str(containerd.pid), "-m", "--", str(kube_dir / "kubelet"), *flags],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    undo.callback(_end, lambda: {kubelet.pid} if kubelet.poll() is None else set())
+    _settle(lambda: _ready(server, name), kubelet, home / "kubelet.log", within)
+    yield RealNode(name, home, slot, containerd.pid, kubelet.pid, mnt, time.monotonic() - started)
 
 
 def _settle(
