@@ -77,8 +77,8 @@ kube:
 # 30-60 s each, and with fixed shares handed out up front a run lasts as long as its longest
 # share (two runs each on the same tree: 465 s and 409 s in fixed shares, 369 s and 336 s).
 # The sources compiled first: the suite starts the controller as a process some hundred times,
-# and where PYTHONDONTWRITEBYTECODE is set (CI sets it) each start would compile them again
-# (0.15-0.2 s of CPU each).
+# and where PYTHONDONTWRITEBYTECODE is set (the machines here set it) each start would compile
+# them again (0.15-0.2 s of CPU each).
 pytest: $(STAMP)
 	$(BIN)/python -m compileall -q -j 0 rebalancer strategies sandbox tests >/dev/null
 	dir=$$(tests/kube/build.sh) && TESTS_KUBE_DIR="$$dir" \
