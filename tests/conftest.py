@@ -27,6 +27,16 @@ settings.register_profile("rebalancer", deadline=None, print_blob=True)
 settings.load_profile("rebalancer")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With parallel workers, the longest modules first (``tests/support/ordering.py``). Every
+    worker collects and orders alike, as pytest-xdist requires."""
+    from tests.support.ordering import longest_first  # after register_assert_rewrite, as above
+
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)
+    if workers > 1:
+        items[:] = longest_first(items, workers)
+
+
 @pytest.fixture(scope="session")
 def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kube.KubeServer]:
     """One real kube-apiserver (with etcd) for the whole session: starting it takes seconds, so
