@@ -74,7 +74,7 @@ from tests.support.training_cluster import (
     training_job,
     unschedulable,
 )
-from tests.support.waits import until
+from tests.support.waits import counted, until
 
 Obj = dict[str, Any]
 STATE = "rebalancer.io/state"
@@ -148,7 +148,7 @@ async def test_a_job_borrows_is_taken_back_through_its_budget_and_borrows_again(
         async def replicas() -> list[Obj]:
             return [p for p in await api.pods(case.inference) if running_ready(p)]
 
-        await until("the inference replicas running", lambda: _count(replicas, 2), None, 30)
+        await until("the inference replicas running", lambda: counted(replicas, 2), None, 30)
         placed = {
             f"{case.inference}/{p['metadata']['name']}": p["spec"]["nodeName"]
             for p in await replicas()
@@ -172,7 +172,7 @@ async def test_a_job_borrows_is_taken_back_through_its_budget_and_borrows_again(
         async def running() -> list[Obj]:
             return [p for p in await job_pods() if running_ready(p)]
 
-        await until("the Job's pods unschedulable", lambda: _count(pending, PODS), None, 30)
+        await until("the Job's pods unschedulable", lambda: counted(pending, PODS), None, 30)
         first_pods = {p["metadata"]["uid"] for p in await pending()}
         originals = {n: scheduling(obj) for n, obj in (await api.nodes()).items()}
 
@@ -194,7 +194,7 @@ async def test_a_job_borrows_is_taken_back_through_its_budget_and_borrows_again(
                 # -- 1. lent to the Job's pods, and to nothing else ---------------------------
                 lend_time = await until(
                     "the Job's pods running on lent nodes",
-                    lambda: _count(running, PODS),
+                    lambda: counted(running, PODS),
                     c.proc,
                     40,
                 )
@@ -266,7 +266,7 @@ async def test_a_job_borrows_is_taken_back_through_its_budget_and_borrows_again(
 
                 await until(
                     "both indices re-created, unschedulable",
-                    lambda: _count(recreated, PODS),
+                    lambda: counted(recreated, PODS),
                     c.proc,
                     40,
                 )
@@ -286,7 +286,7 @@ async def test_a_job_borrows_is_taken_back_through_its_budget_and_borrows_again(
                     return [p for p in await running() if p["metadata"]["uid"] in again]
 
                 relend_time = await until(
-                    "the re-created pods running", lambda: _count(rerun, PODS), c.proc, 40
+                    "the re-created pods running", lambda: counted(rerun, PODS), c.proc, 40
                 )
                 rerunning = await rerun()
                 await _scheduled_by_the_scheduler(api, case.training, rerunning)
@@ -476,10 +476,6 @@ def _check_audit(
         assert mine[-1].outcome == Outcome.APPLIED.value, (intent, mine)
     # Every lend of the second round comes after every reclaim of the first.
     assert max(r.time for r in reclaims) < min(r.time for r in lends[PODS:])
-
-
-async def _count(read: Any, n: int) -> bool:
-    return len(await read()) == n
 
 
 async def _json_patch(api: Api, node: str, ops: list[Obj]) -> None:

@@ -19,7 +19,6 @@ cluster's other components would do and none runs here, the test does, and says 
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +36,7 @@ from tests.support.prometheus import scraping
 from tests.support.training_cluster import (
     JOB_NAME,
     Api,
+    answered,
     gpu_node,
     namespace,
     priority_class,
@@ -45,7 +45,7 @@ from tests.support.training_cluster import (
     serving,
     training_job,
 )
-from tests.support.waits import until
+from tests.support.waits import counted, until
 
 Obj = dict[str, Any]
 POOL = "incluster"
@@ -97,20 +97,6 @@ def values(prom: str, server: kube.KubeServer) -> dict[str, Any]:
     return given
 
 
-def requests_of_the_pod(server: kube.KubeServer, pod: str) -> list[Obj]:
-    """The controller's user's requests that carried ``pod``'s projected token (the token
-    names its pod), from the server's audit log."""
-    out = []
-    for line in (server.home / "audit.log").read_text().splitlines():
-        event = json.loads(line)
-        extra = event["user"].get("extra") or {}
-        if event["stage"] == "ResponseComplete" and extra.get(
-            "authentication.kubernetes.io/pod-name"
-        ) == [pod]:
-            out.append(event)
-    return out
-
-
 async def test_the_chart_s_pod_lends_and_reclaims_from_inside_the_cluster(
     cluster: tuple[kube.KubeServer, realnode.RealNode], tmp_path: Path
 ) -> None:
@@ -151,7 +137,7 @@ async def test_the_chart_s_pod_lends_and_reclaims_from_inside_the_cluster(
         async def replicas() -> list[Obj]:
             return [p for p in await api.pods(inference) if running_ready(p)]
 
-        await until("the inference replicas running", lambda: _count(replicas, 2), None, 30)
+        await until("the inference replicas running", lambda: counted(replicas, 2), None, 30)
         placed = {
             f"{inference}/{p['metadata']['name']}": p["spec"]["nodeName"] for p in await replicas()
         }
@@ -178,11 +164,13 @@ async def test_the_chart_s_pod_lends_and_reclaims_from_inside_the_cluster(
             async def controller_ready() -> list[Obj]:
                 return [p for p in await api.pods(NAMESPACE) if running_ready(p)]
 
-            await until("the controller's pod Ready", lambda: _count(controller_ready, 1), None, 90)
+            await until(
+                "the controller's pod Ready", lambda: counted(controller_ready, 1), None, 90
+            )
             ready = time.monotonic() - began
             (pod,) = await controller_ready()
             await until(
-                "a node lent, the Job's pod on it", lambda: _count(job_running, 1), None, 60
+                "a node lent, the Job's pod on it", lambda: counted(job_running, 1), None, 60
             )
             lent_nodes = await lent()
             (borrowed,) = await job_running()
@@ -203,16 +191,10 @@ async def test_the_chart_s_pod_lends_and_reclaims_from_inside_the_cluster(
     assert lease["holderIdentity"].partition("_")[0] == name  # <pod>_<a uid of the process>
     # Its own token, projected by the kubelet (not the suite's static one): the token names the
     # pod, and every write the loan and its reclaim took was made with it.
-    made = requests_of_the_pod(server, name)
-    done = {
-        (e["verb"], e["objectRef"].get("resource"), e["objectRef"].get("subresource")) for e in made
-    }
-    assert ("patch", "nodes", None) in done, done  # lent and restored
-    assert ("create", "pods", "eviction") in done, done  # the borrowed pod drained
-    assert ("update", "leases", None) in done, done  # its Lease renewed
-    refused = [e for e in made if e["responseStatus"]["code"] == 403]
+    made = [a for a in answered(server, kube.CONTROLLER_USER) if a.pod == name]
+    done = {(a.verb, a.resource) for a in made}
+    assert ("patch", "nodes") in done, done  # lent and restored
+    assert ("create", "pods/eviction") in done, done  # the borrowed pod drained
+    assert ("update", "leases") in done, done  # its Lease renewed
+    refused = [a for a in made if a.code == 403]
     assert refused == [], refused  # the chart's RBAC allows what it does
-
-
-async def _count(read: Any, n: int) -> bool:
-    return len(await read()) == n

@@ -45,7 +45,7 @@ from tests.support.training_cluster import (
     serving,
     training_job,
 )
-from tests.support.waits import until
+from tests.support.waits import counted, until
 
 Obj = dict[str, Any]
 STATE = "rebalancer.io/state"
@@ -203,6 +203,7 @@ DEADLINE = 8  # the pool's reclaim_deadline, seconds
 CHECKPOINT_BYTES = 3_000_000
 LOW, HIGH = 5.0, 200.0  # LOW needs the 2 serving nodes; HIGH more than the pool
 SERVES = "rebalancer.test/serves"  # on the nodes the inference replicas run on
+JOB = "train"
 
 
 @dataclass(frozen=True)
@@ -268,9 +269,6 @@ def the_job(case: Case, namespace: str, records: Path) -> Obj:
     return job
 
 
-JOB = "train"
-
-
 @pytest.mark.parametrize("case", [FITS, REFUSED, KWOK], ids=lambda c: c.pool)
 async def test_a_borrowed_pod_on_a_real_node_is_taken_back_and_runs_again(
     plane: ControlPlane, case: Case, tmp_path: Path
@@ -302,7 +300,7 @@ async def test_a_borrowed_pod_on_a_real_node_is_taken_back_and_runs_again(
             async def replicas() -> list[Obj]:
                 return [p for p in await api.pods(inference) if running_ready(p)]
 
-            await until("the inference replicas running", lambda: _count(replicas, 2), None, 30)
+            await until("the inference replicas running", lambda: counted(replicas, 2), None, 30)
             placed = {
                 f"{inference}/{p['metadata']['name']}": p["spec"]["nodeName"]
                 for p in await replicas()
@@ -326,7 +324,7 @@ async def test_a_borrowed_pod_on_a_real_node_is_taken_back_and_runs_again(
             async def started(what: str, read: Any, proc: Any) -> str:
                 """The one pod ``read`` gives, once running on the lent node (and its process
                 started, on a real node); its name."""
-                await until(f"{what} running on the lent node", on_lent_one(read), proc, 60)
+                await until(f"{what} running on the lent node", lambda: counted(read, 1), proc, 60)
                 (pod,) = await read()
                 name: str = pod["metadata"]["name"]
                 if case.real:
@@ -430,22 +428,11 @@ async def test_a_borrowed_pod_on_a_real_node_is_taken_back_and_runs_again(
         assert second_records[0] == "start", second_records
 
 
-def on_lent_one(read: Any) -> Any:
-    async def check() -> bool:
-        return len(await read()) == 1
-
-    return check
-
-
 def _recorded(records: Path, pod: str) -> Any:
     async def check() -> bool:
         return bool(realnode.records(records, pod))
 
     return check
-
-
-async def _count(read: Any, n: int) -> bool:
-    return len(await read()) == n
 
 
 async def _deleted(api: Api, namespace: str) -> None:

@@ -309,6 +309,7 @@ class Answered:
     namespace: str
     name: str
     code: int
+    pod: str  # the pod a projected token names (a service account's in a pod); "" otherwise
 
 
 def answered(server: kube.KubeServer, user: str, since: int = 0) -> list[Answered]:
@@ -322,6 +323,7 @@ def answered(server: kube.KubeServer, user: str, since: int = 0) -> list[Answere
         if event["user"]["username"] != user or event["stage"] != "ResponseComplete":
             continue
         ref: Mapping[str, str] = event.get("objectRef") or {}
+        extra = event["user"].get("extra") or {}
         resource = ref.get("resource", "") + (
             f"/{ref['subresource']}" if ref.get("subresource") else ""
         )
@@ -333,6 +335,7 @@ def answered(server: kube.KubeServer, user: str, since: int = 0) -> list[Answere
                 namespace=ref.get("namespace", ""),
                 name=ref.get("name", ""),
                 code=int(event.get("responseStatus", {}).get("code", 0)),
+                pod=next(iter(extra.get("authentication.kubernetes.io/pod-name") or [""])),
             )
         )
     return sorted(out, key=lambda a: a.at)

@@ -39,6 +39,11 @@ async def stop(task: asyncio.Task[Any]) -> None:
         await task
 
 
+async def counted(read: Callable[[], Awaitable[list[Any]]], n: int) -> bool:
+    """Whether ``read()`` gives ``n`` things: a check for ``until``."""
+    return len(await read()) == n
+
+
 async def no_sleep(_: float) -> None:
     """An injected sleep (retry backoff) that does not wait on the wall clock."""
 
