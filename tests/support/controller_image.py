@@ -12,11 +12,8 @@ under a lock, so that parallel test workers build it once.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import io
-import json
 import os
 import re
 import shlex
@@ -29,7 +26,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.support.processes import ROOT
+from tests.support import images
+from tests.support.processes import ROOT, locked
 
 REF = "rebalancer.test/controller:dev"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rebalancer" / "images"
@@ -131,14 +129,6 @@ def _key() -> str:
     return digest.hexdigest()[:16]
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("ab") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
 def _libraries(files: list[Path]) -> set[str]:
     """The shared libraries ``files`` (executables and extension modules) load, as ``ldd``
     names them, and the dynamic loader itself."""
@@ -212,10 +202,9 @@ def _layer(venv: Path, out: Path) -> None:
                 directory(name)
             elif here.is_file():
                 content = here.read_bytes()
-                if name.startswith(VENV + "/bin/") and content.startswith(b"#!" + built.encode()):
-                    content = content.replace(
-                        built.encode(), VENV.encode(), 1
-                    )  # a script's shebang
+                shebang = b"#!" + built.encode()
+                if name.startswith(VENV + "/bin/") and content.startswith(shebang):
+                    content = b"#!" + VENV.encode() + content[len(shebang) :]  # a script's
                 data(name, content, here.stat().st_mode & 0o777)
         data(
             "/etc/passwd",
@@ -231,9 +220,12 @@ def replayed() -> Path:
     cache has it for these sources: the image is made from it, and ``tests/chart/test_image.py``
     holds it to what the image may carry. A virtual environment cannot be moved, so it stays
     where it was made."""
-    key = _key()
+    return _replayed(_key())
+
+
+def _replayed(key: str) -> Path:
     done = CACHE / f"venv-{key}"
-    with _locked(CACHE / "build.lock"):
+    with locked(CACHE / "build.lock"):
         if not (done / "ready").exists():
             shutil.rmtree(done, ignore_errors=True)
             venv = replay_build_stage(done)
@@ -246,49 +238,26 @@ def replayed() -> Path:
 
 def build() -> Path:
     """The image's tarball, built unless the cache has it for these sources."""
-    out = CACHE / f"controller-{_key()}.tar"
-    venv = replayed()
-    with _locked(CACHE / "build.lock"):
+    key = _key()
+    out = CACHE / f"controller-{key}.tar"
+    venv = _replayed(key)
+    with locked(CACHE / "build.lock"):
         if out.exists():
             return out
         with tempfile.TemporaryDirectory(dir=CACHE) as work:
             layer = Path(work) / "layer.tar"
             _layer(venv, layer)
-            digest = hashlib.sha256()
-            with layer.open("rb") as f:
-                while chunk := f.read(1 << 20):
-                    digest.update(chunk)
-            diff_id = "sha256:" + digest.hexdigest()
-            config = json.dumps(
-                {
-                    "architecture": "amd64",
-                    "os": "linux",
-                    "config": {
-                        "Entrypoint": [f"{VENV}/bin/rebalancer"],
-                        "Env": [
-                            f"PATH={VENV}/bin:/usr/bin:/bin",
-                            "PYTHONDONTWRITEBYTECODE=1",
-                            "PYTHONUNBUFFERED=1",
-                        ],
-                        "User": f"{USER}:{USER}",
-                        "WorkingDir": "/var/lib/rebalancer",
-                    },
-                    "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-                }
-            ).encode()
-            config_name = hashlib.sha256(config).hexdigest() + ".json"
-            layer_name = diff_id.removeprefix("sha256:") + "/layer.tar"
-            manifest = json.dumps(
-                [{"Config": config_name, "RepoTags": [REF], "Layers": [layer_name]}]
-            )
-            part = out.with_suffix(".part")
-            with tarfile.open(part, "w") as tar:
-                tar.add(layer, layer_name)
-                for name, content in ((config_name, config), ("manifest.json", manifest.encode())):
-                    info = tarfile.TarInfo(name)
-                    info.size = len(content)
-                    tar.addfile(info, io.BytesIO(content))
-            part.rename(out)
+            config = {
+                "Entrypoint": [f"{VENV}/bin/rebalancer"],
+                "Env": [
+                    f"PATH={VENV}/bin:/usr/bin:/bin",
+                    "PYTHONDONTWRITEBYTECODE=1",
+                    "PYTHONUNBUFFERED=1",
+                ],
+                "User": f"{USER}:{USER}",
+                "WorkingDir": "/var/lib/rebalancer",
+            }
+            images.docker_archive(out.with_suffix(".part"), REF, layer, config).rename(out)
         for old in CACHE.glob("controller-*.tar"):
             if old != out:
                 old.unlink()  # an image of older sources

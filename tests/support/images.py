@@ -123,33 +123,43 @@ def _layer(image: Image) -> bytes:
     return out.getvalue()
 
 
-def archive(image: Image, out: Path) -> Path:
-    """``image`` as a docker-archive tarball at ``out``."""
-    layer = _layer(image)
-    diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
-    config = json.dumps(
+def docker_archive(out: Path, ref: str, layer: Path, config: Mapping[str, object]) -> Path:
+    """A docker-archive tarball at ``out``: the one-layer image ``ref`` whose layer is the tar
+    file ``layer`` and whose runtime ``config`` (Entrypoint, Env, User...) is given."""
+    digest = hashlib.sha256()
+    with layer.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    diff_id = "sha256:" + digest.hexdigest()
+    described = json.dumps(
         {
             "architecture": "amd64",
             "os": "linux",
-            "config": {"Entrypoint": list(image.entrypoint), "Env": ["PATH=/bin"]},
+            "config": dict(config),
             "rootfs": {"type": "layers", "diff_ids": [diff_id]},
         }
     ).encode()
-    config_name = hashlib.sha256(config).hexdigest() + ".json"
+    config_name = hashlib.sha256(described).hexdigest() + ".json"
     layer_name = diff_id.removeprefix("sha256:") + "/layer.tar"
-    manifest = json.dumps(
-        [{"Config": config_name, "RepoTags": [image.ref], "Layers": [layer_name]}]
-    )
+    manifest = json.dumps([{"Config": config_name, "RepoTags": [ref], "Layers": [layer_name]}])
     with tarfile.open(out, "w") as tar:
-        for name, data in (
-            (config_name, config),
-            (layer_name, layer),
-            ("manifest.json", manifest.encode()),
-        ):
+        tar.add(layer, layer_name)
+        for name, data in ((config_name, described), ("manifest.json", manifest.encode())):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return out
+
+
+def archive(image: Image, out: Path) -> Path:
+    """``image`` as a docker-archive tarball at ``out``."""
+    layer = out.with_suffix(".layer")
+    layer.write_bytes(_layer(image))
+    try:
+        config = {"Entrypoint": list(image.entrypoint), "Env": ["PATH=/bin"]}
+        return docker_archive(out, image.ref, layer, config)
+    finally:
+        layer.unlink()
 
 
 def images(pause: Path) -> tuple[Image, ...]:

@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import fcntl
 import os
 import re
 import socket
 import sys
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,16 @@ from sandbox.emulator.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 Doc = dict[str, Any]
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """The block holds an exclusive lock on the file ``path`` (made if missing), which parallel
+    test workers wait for; released if the process dies."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def free_port() -> int:

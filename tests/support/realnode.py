@@ -56,10 +56,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from tests.support import images, kube
-from tests.support.processes import free_port
+from tests.support.processes import free_port, locked
 
 Obj = dict[str, Any]
 LOCKS = Path("/tmp/rebalancer-test-nodes")  # one lock file per slot
+# One node at a time makes or removes the host mount points (a node that found them could
+# otherwise see them removed by the last one out before it binds over them).
+MOUNT_POINTS_LOCK = LOCKS / "mount-points.lock"
 SLOTS = range(10, 60)
 CGROUPS = Path("/sys/fs/cgroup")
 CNI_BIN = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
@@ -104,11 +107,23 @@ class RealNode:
 
     @property
     def bridge(self) -> str:
-        return f"rbnode{self.slot}"
+        return bridge(self.slot)
 
     @property
     def cgroup_root(self) -> str:
-        return f"rebalancer-node-{self.slot}"
+        return cgroup_root(self.slot)
+
+
+# What a slot names: a node's bridge, its cgroup root (in every hierarchy), its run directory.
+BRIDGE, CGROUP = "rbnode", "rebalancer-node-"
+
+
+def bridge(slot: int) -> str:
+    return f"{BRIDGE}{slot}"
+
+
+def cgroup_root(slot: int) -> str:
+    return f"{CGROUP}{slot}"
 
 
 @contextlib.contextmanager
@@ -140,19 +155,10 @@ def _alone() -> bool:
     return True
 
 
-@contextlib.contextmanager
-def _mount_points_locked() -> Iterator[None]:
-    """One node at a time makes or removes the host mount points (a node that found them
-    could otherwise see them removed by the last one out before it binds over them)."""
-    with (LOCKS / "mount-points.lock").open("ab") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
 def _make_mount_points() -> None:
     """The host paths a node's namespace binds over, made where missing and listed in
     ``LOCKS/made``, so that the last node out removes them (``_remove_mount_points``)."""
-    with _mount_points_locked(), (LOCKS / "made").open("a") as listed:
+    with locked(MOUNT_POINTS_LOCK), (LOCKS / "made").open("a") as listed:
         for path in map(Path, HOST_PATHS):
             if not path.exists():
                 path.mkdir(parents=True)
@@ -165,7 +171,7 @@ def _listed_mount_points() -> list[str]:
 
 
 def _remove_mount_points() -> None:
-    with _mount_points_locked():
+    with locked(MOUNT_POINTS_LOCK):
         if not _alone():
             return
         for line in reversed(_listed_mount_points()):
@@ -239,10 +245,10 @@ def _end(pids: Callable[[], set[int]], within: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def socket_dir(slot: int) -> Path:
+def run_dir(slot: int) -> Path:
     """Where a node's containerd listens and the kubelet keeps its root (with sockets in it): a
     unix socket's path has at most 104 bytes, which a test's temporary directory may exceed."""
-    return Path(f"/tmp/rebalancer-node-{slot}")
+    return Path("/tmp") / cgroup_root(slot)
 
 
 def containerd_config(home: Path, slot: int, stream_port: int) -> str:
@@ -254,9 +260,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
   "io.containerd.internal.v1.opt", "io.containerd.tracing.processor.v1.otlp"]
 [grpc]
-  address = "{socket_dir(slot)}/containerd.sock"
+  address = "{run_dir(slot)}/containerd.sock"
 [ttrpc]
-  address = "{socket_dir(slot)}/containerd.sock.ttrpc"
+  address = "{run_dir(slot)}/containerd.sock.ttrpc"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{images.PAUSE}"
   stream_server_address = "127.0.0.1"
@@ -279,11 +285,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 def cni_config(home: Path, slot: int) -> dict[str, Any]:
     return {
         "cniVersion": "1.0.0",
-        "name": f"rbnode{slot}",
+        "name": bridge(slot),
         "plugins": [
             {
                 "type": "bridge",
-                "bridge": f"rbnode{slot}",
+                "bridge": bridge(slot),
                 "isGateway": True,
                 "ipMasq": False,
                 "hairpinMode": True,
@@ -304,8 +310,8 @@ def kubelet_config(home: Path, slot: int) -> dict[str, Any]:
         "kind": "KubeletConfiguration",
         "failCgroupV1": False,
         "cgroupDriver": "cgroupfs",
-        "cgroupRoot": f"/rebalancer-node-{slot}",
-        "containerRuntimeEndpoint": f"unix://{socket_dir(slot)}/containerd.sock",
+        "cgroupRoot": "/" + cgroup_root(slot),
+        "containerRuntimeEndpoint": f"unix://{run_dir(slot)}/containerd.sock",
         "address": "127.0.0.1",
         "port": free_port(),
         "readOnlyPort": 0,
@@ -393,7 +399,7 @@ def _started(
     within: float,
     tarballs: Sequence[Path],
 ) -> Iterator[RealNode]:
-    root = f"rebalancer-node-{slot}"
+    root = cgroup_root(slot)
     _make_mount_points()
     for sysctl, value in SYSCTLS.items():
         fake = home / "sysctl" / sysctl.replace("/", ".")
@@ -404,14 +410,14 @@ def _started(
     (home / "cni" / "net.d").mkdir(parents=True, exist_ok=True)
     (home / "cni" / "net.d" / "10-node.conflist").write_text(json.dumps(cni_config(home, slot)))
     (home / "containerd").mkdir(exist_ok=True)
-    shutil.rmtree(socket_dir(slot), ignore_errors=True)  # a killed run's
-    socket_dir(slot).mkdir()
-    undo.callback(shutil.rmtree, socket_dir(slot), ignore_errors=True)
+    shutil.rmtree(run_dir(slot), ignore_errors=True)  # a killed run's
+    run_dir(slot).mkdir()
+    undo.callback(shutil.rmtree, run_dir(slot), ignore_errors=True)
     (home / "containerd.toml").write_text(containerd_config(home, slot, free_port()))
     _make_cgroups(root)
     undo.callback(_remove_cgroups, root)
-    bridge = ["ip", "link", "delete", f"rbnode{slot}"]
-    undo.callback(subprocess.run, bridge, check=False, capture_output=True)
+    delete = ["ip", "link", "delete", bridge(slot)]
+    undo.callback(subprocess.run, delete, check=False, capture_output=True)
     log = undo.enter_context((home / "containerd.log").open("wb"))
     script = _namespace_script(home, ["containerd", "--config", str(home / "containerd.toml")])
     containerd = subprocess.Popen(
@@ -420,7 +426,7 @@ def _started(
         stderr=subprocess.STDOUT,
     )
     undo.callback(_end, lambda: {containerd.pid} if containerd.poll() is None else set())
-    socket = socket_dir(slot) / "containerd.sock"
+    socket = run_dir(slot) / "containerd.sock"
     _settle(socket.exists, containerd, home / "containerd.log", within)
     mnt = os.readlink(f"/proc/{containerd.pid}/ns/mnt")
     undo.callback(_end, lambda: _namespace_pids(mnt))  # containerd's shims
@@ -436,7 +442,7 @@ def _started(
     flags = [
         f"--config={home / 'kubelet.yaml'}",
         f"--kubeconfig={kubeconfig}",
-        f"--root-dir={socket_dir(slot) / 'kubelet'}",
+        f"--root-dir={run_dir(slot) / 'kubelet'}",
         f"--cert-dir={home / 'pki'}",
         f"--hostname-override={name}",
     ]
@@ -539,7 +545,7 @@ def records(directory: Path, pod: str) -> list[Record]:
 
 # -- The machine's state, which a node must leave as it found it -----------------------------------
 
-NODE_DEVICES = ("rbnode", "veth")  # a node's bridge and its pods' links (any node's)
+NODE_DEVICES = (BRIDGE, "veth")  # a node's bridge and its pods' links (any node's)
 
 
 @dataclass(frozen=True)
@@ -581,7 +587,7 @@ def machine() -> Machine:
             str(c)
             for h in _hierarchies()
             for c in h.iterdir()
-            if c.is_dir() and not c.name.startswith("rebalancer-node-")
+            if c.is_dir() and not c.name.startswith(CGROUP)  # any node's
         ),
         # Those made for the nodes running (a parallel test's) are theirs to remove.
         paths=frozenset(
