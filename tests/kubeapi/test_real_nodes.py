@@ -38,6 +38,7 @@ from tests.support.training_cluster import (
     Api,
     answered,
     budget,
+    conditions,
     gpu_node,
     namespace,
     running_ready,
@@ -172,8 +173,7 @@ def test_a_pod_killed_at_its_grace_and_the_machine_as_it_was(
 
         def answering() -> bool:
             _, doc = server.request("GET", "/api/v1/namespaces/real-grace/pods/answers")
-            ready = [c for c in doc["status"].get("conditions", []) if c["type"] == "Ready"]
-            return bool(ready) and ready[0]["status"] == "True"
+            return bool(conditions(doc).get("Ready", {}).get("status") == "True")
 
         wait("the server's readiness probe answered", answering, 30)
         _, doc = server.request("GET", "/api/v1/namespaces/real-grace/pods/answers")

@@ -57,6 +57,7 @@ from typing import IO, Any
 
 from tests.support import images, kube
 from tests.support.processes import free_port, locked
+from tests.support.training_cluster import conditions
 
 Obj = dict[str, Any]
 LOCKS = Path("/tmp/rebalancer-test-nodes")  # one lock file per slot
@@ -349,10 +350,7 @@ def _namespace_script(home: Path, containerd: Sequence[str]) -> str:
 
 def _ready(server: kube.KubeServer, name: str) -> bool:
     code, doc = server.request("GET", f"/api/v1/nodes/{name}")
-    if code != 200:
-        return False
-    conditions = doc.get("status", {}).get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    return code == 200 and conditions(doc).get("Ready", {}).get("status") == "True"
 
 
 @contextlib.contextmanager
