@@ -76,7 +76,9 @@ def replay_build_stage(into: Path) -> Path:
     venv = into / venv_in_image.lstrip("/")
     tools = into / "tools"
     tools.mkdir(parents=True)
-    (tools / "python").symlink_to(sys.executable)
+    # The interpreter itself, not the path this checkout reaches it by (its own virtual
+    # environment's link): the environment made here is cached and outlives the checkout.
+    (tools / "python").symlink_to(os.path.realpath(sys.executable))
     (into / "home").mkdir()
     env = {
         "PATH": str(tools),
@@ -226,7 +228,9 @@ def replayed() -> Path:
 def _replayed(key: str) -> Path:
     done = CACHE / f"venv-{key}"
     with locked(CACHE / "build.lock"):
-        if not (done / "ready").exists():
+        ready = done / "ready"
+        if not (ready.exists() and (Path(ready.read_text()) / "bin" / "python").exists()):
+            # Missing, half made, or made through an interpreter that is gone.
             shutil.rmtree(done, ignore_errors=True)
             venv = replay_build_stage(done)
             (done / "ready").write_text(str(venv))
