@@ -305,10 +305,15 @@ async def test_with_wait_for_pods_ready_a_reclaim_requeues_the_workload_as_a_tak
 ) -> None:
     """``waitForPodsReady``: the evicted pods are not replaced in time, so Kueue evicts the
     Workload (``PodsReadyTimeout``), suspends the Job and requeues it: the Workload waits,
-    with no pod, and is a taker again; quota being free, Kueue admits it again at once."""
+    with no pod, and is a taker again; quota being free, Kueue admits it again at once.
+
+    The pods have 60 s to become ready once admitted (a busy machine needs more than a few
+    seconds to lend the node and start them) and 5 s to recover once they were: the reclaim
+    must meet a Workload whose pods run, not one Kueue has already evicted for a slow start."""
     wait = {
         "waitForPodsReady": {
-            "timeout": "5s",
+            "timeout": "60s",
+            "recoveryTimeout": "5s",
             "blockAdmission": False,
             "requeuingStrategy": {
                 "timestamp": "Eviction",
@@ -319,6 +324,10 @@ async def test_with_wait_for_pods_ready_a_reclaim_requeues_the_workload_as_a_tak
     }
     async with kueue_and_controller(server, tmp_path, wait) as c:
         await admitted_and_running(c)
+        await c.until(
+            "Kueue sees the Workload's pods ready",
+            lambda: conditions(c.workload()).get("PodsReady", "").startswith("True/"),
+        )
         name = c.workload()["metadata"]["name"]
         deadline = datetime.now(UTC) + timedelta(minutes=5)
         assert (await c.actuator.reclaim(NODE, "reclaim", deadline)).outcome is Outcome.IN_PROGRESS
