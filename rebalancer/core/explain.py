@@ -77,7 +77,7 @@ def node(
         },
         "next": _next(name, rules.move, plan) if plan else [],
     }
-    lent = tick.lent_count(seen, keys, policy.lend_spec.add_taints)
+    lent = tick.kept_count(seen, keys, policy.lend_spec.add_taints)
     doc["headline"] = _headline(doc, lent)
     return doc
 

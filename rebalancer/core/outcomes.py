@@ -47,6 +47,10 @@ class WriteKind(StrEnum):
     TAKE_OVER = "take_over"  # a transition in flight now answers to another decision (recovery)
     EVICT = "evict"
     DELETE = "delete"
+    NOTICE = "notice"  # a lent node's reclaim deadline, before any pod is evicted
+    WITHDRAW = "withdraw"  # a notice withdrawn: the node stays lent
+    TELL = "tell"  # a borrowed pod's notice annotations, written or removed
+    CONDITION = "condition"  # a borrowed pod's notice condition
 
 
 class WriteOutcome(StrEnum):
@@ -68,6 +72,38 @@ class Write:
 
 
 @dataclass(frozen=True, slots=True)
+class Notice:
+    """What a reclaim's notice came to when its evictions began (or it was withdrawn).
+
+    ``given``: from the notice to the evictions (zero for a reclaim without one); ``pods``:
+    the borrowed pods it was about; ``answered``: those that acknowledged it or ended, each
+    with how long after the notice (``answer_seconds``); ``lost_gpu_seconds``: GPUs times the
+    time from each other pod's last reported checkpoint to its eviction; ``unknown``: the pods
+    that reported none, whose loss cannot be told."""
+
+    reclaim: str
+    given_seconds: float
+    pods: int
+    answered: int
+    answer_seconds: tuple[float, ...]
+    lost_gpu_seconds: float
+    unknown: int
+    why: str  # what began the evictions: all answered, the deadline less the grace, cut short
+
+    def to_doc(self) -> dict[str, Any]:
+        return {
+            "reclaim": self.reclaim,
+            "given_seconds": round(self.given_seconds, 3),
+            "pods": self.pods,
+            "answered": self.answered,
+            "answer_seconds": [round(s, 3) for s in self.answer_seconds],
+            "lost_gpu_seconds": round(self.lost_gpu_seconds, 3),
+            "unknown": self.unknown,
+            "why": self.why,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class ActionResult:
     """What one actuator call did to one node."""
 
@@ -83,6 +119,9 @@ class ActionResult:
     # The pods a drain past its deadline cannot remove because a finalizer holds them, each as
     # ``namespace/name (finalizer, ...)``: the node stays reclaiming, and says why.
     held: tuple[str, ...] = ()
+    # A reclaim's notice, once its evictions begin or it is withdrawn: what the pods were
+    # told and how they answered (docs/design/reclaim-notice.md).
+    notice: Notice | None = None
 
     @property
     def applied(self) -> tuple[Write, ...]:

@@ -57,6 +57,11 @@ class PoolPolicy:
     queue_reclaims: bool = True  # requests waiting above the limit also take nodes back
     drop_floor: float = 1 / 3  # demand keeps at least this share of its level per minute ...
     drop_hold: timedelta = timedelta(minutes=10)  # ... or the fall is held this long
+    # How far ahead the borrowed pods of a reclaim the strategy sees coming are told; safety
+    # and operator reclaims give none (docs/design/reclaim-notice.md). The controller's
+    # settings give every pool 5 minutes unless told otherwise; none here, as a policy built
+    # for a pool without pods (a baseline's) needs none.
+    reclaim_notice: timedelta = timedelta(0)
     reclaim_deadline: timedelta = timedelta(minutes=2)  # then borrowed pods are deleted
     warmup: timedelta = timedelta(minutes=5)  # an inference replica's cold start on a returned node
     window: windows.Window = windows.ALWAYS
@@ -108,10 +113,17 @@ class PoolPolicy:
         return self.reclaim_deadline + self.warmup
 
     @property
+    def lead_time(self) -> timedelta:
+        """From a strategy's reclaim decision until the node serves warm: the notice, then the
+        return time. What a strategy must look ahead (``PoolView.return_time``)."""
+        return self.reclaim_notice + self.return_time
+
+    @property
     def loan_risk_minutes(self) -> int:
         """The most breach minutes a loan can cost when load jumps beyond what serves: the
         minute the jump is seen (a decision reads demand a minute late), then the return time
-        of the nodes taken back for it."""
+        of the nodes taken back for it. No notice: a reclaim for demand above serving gives
+        none (docs/design/reclaim-notice.md)."""
         return 1 + math.ceil(self.return_time / timedelta(minutes=1))
 
     def view(
@@ -133,7 +145,7 @@ class PoolPolicy:
             rps_per_node=self.rps_per_node,
             min_serving=self.min_serving,
             headroom=self.headroom,
-            return_time=self.return_time,
+            return_time=self.lead_time,
             zone=self.zone,
             budget=pool.budget,
             unit=self.unit,

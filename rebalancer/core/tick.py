@@ -164,11 +164,26 @@ def lent_count(
     return sum(1 for v in pool.nodes if phase(v, keys, lent) in (Phase.LENDING, Phase.LENT, None))
 
 
+def kept_count(
+    pool: model.PoolSnapshot, keys: nodestate.Keys, lent: tuple[model.Taint, ...]
+) -> int:
+    """``lent_count`` less the nodes under a reclaim notice (on their way back): the loans the
+    pool means to keep, what a strategy's target is measured against and the safety-only
+    proposal holds (``planning.Draft.kept_count``)."""
+    return lent_count(pool, keys, lent) - sum(1 for v in pool.nodes if noticed(v, keys, lent))
+
+
+def noticed(view: model.NodeView, keys: nodestate.Keys, lent: tuple[model.Taint, ...]) -> bool:
+    """Whether the node is a verified loan under a reclaim notice."""
+    state = nodestate.read_in_pool(view, keys, lent)
+    return isinstance(state, nodestate.NodeState) and state.verified and state.noticed
+
+
 def _holding(
     pool: model.PoolSnapshot, keys: nodestate.Keys, controls: PoolControls, why: str
 ) -> model.Proposal:
     """The safety-only proposal: hold what is lent, read with the pool's own lent taints."""
-    lent = lent_count(pool, keys, controls.policy.lend_spec.add_taints)
+    lent = kept_count(pool, keys, controls.policy.lend_spec.add_taints)
     return planning.safety_only(lent, why)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from rebalancer.core import model
 from rebalancer.core.model import PoolName
 from rebalancer.core.nodestate import Keys
-from rebalancer.core.tick import Failure, FailureKind, Unchecked, lent_count
+from rebalancer.core.tick import Failure, FailureKind, Unchecked, kept_count
 from rebalancer.runtime.seams import PoolConfig
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class Strategies:
         answers: dict[PoolName, Unchecked] = {}
         for pool in self.pools:
             seen = snapshot.pools[pool.name]
-            lent = lent_count(seen, self.keys, pool.lend_spec.add_taints)
+            lent = kept_count(seen, self.keys, pool.lend_spec.add_taints)
             view = pool.policy.view(pool.name, snapshot.now, seen, lent)
             answers[pool.name] = await self._propose(pool, view)
         return answers

@@ -28,5 +28,6 @@ class LimitSettings(SettingsBlock):
     queue_reclaims: bool = True
     drop_floor: float = Field(default=1 / 3, ge=0, le=1)
     drop_hold: Duration = timedelta(minutes=10)
+    reclaim_notice: Duration = timedelta(minutes=5)
     reclaim_deadline: Duration = timedelta(minutes=2)
     warmup: Duration = timedelta(minutes=5)

@@ -272,6 +272,7 @@ class PoolSettings(SettingsBlock):
             queue_reclaims=lim.queue_reclaims,
             drop_floor=lim.drop_floor,
             drop_hold=lim.drop_hold,
+            reclaim_notice=lim.reclaim_notice,
             reclaim_deadline=lim.reclaim_deadline,
             warmup=lim.warmup,
             window=self.parsed_window(),

@@ -60,6 +60,9 @@ def build_tick(
 
 def _intent(stamp: _Stamp, step: model.Step) -> AuditRecord:
     detail: Json = {"urgent": step.urgent, "intent": intent_doc(step.intent)}
+    if step.action is model.Action.RECLAIM:  # how far ahead its pods are told, and why
+        detail["notice_seconds"] = step.notice.total_seconds()
+        detail["notice"] = step.notice_note
     view = stamp.nodes.get(step.node)
     if view is not None and view.uid:  # the incarnation of the name it was decided for
         detail["node_uid"] = view.uid

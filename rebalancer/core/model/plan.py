@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from rebalancer.core import bounded
@@ -13,11 +13,13 @@ from rebalancer.core.model.names import NodeName, PoolName
 
 
 class Action(StrEnum):
-    """What a step, an actuator call or an audit record does to a node. The planner plans only
-    ``LEND`` and ``RECLAIM``; the runtime adds the other two."""
+    """What a step, an actuator call or an audit record does to a node. The planner plans
+    ``LEND``, ``RECLAIM`` (at once, or with a notice) and ``WITHDRAW`` (a notice no longer
+    needed); the runtime adds the other two."""
 
     LEND = "lend"
     RECLAIM = "reclaim"
+    WITHDRAW = "withdraw"  # a reclaim notice withdrawn: the node stays lent
     PROGRESS = "progress"  # an actuator pass driving a transition in flight
     ROLLBACK = "rollback"  # a recovery that undoes an unfinished lend
 
@@ -41,6 +43,8 @@ class Reason(StrEnum):
     OPERATOR_RECLAIM_NOW = "operator_reclaim_now"
     OPERATOR_NEVER = "operator_lend_never"
     WINDOW_CLOSED = "window_closed"
+    WINDOW_CLOSING = "window_closing"  # the window closes within the notice: noticed now
+    NOTICE_WITHDRAWN = "notice_withdrawn"  # the strategy wants the noticed node lent after all
     DEMAND_ABOVE_SERVING = "demand_above_serving"
     QUEUE_ABOVE_LIMIT = "queue_above_limit"
     BUDGET_EXPOSED = "budget_exposed"  # the budget is short: loans its history does not cover
@@ -114,6 +118,8 @@ class Intent:
     reason: Reason
     message: str
     node: NodeName | None = None
+    # A reclaim's notice: how far ahead the borrowed pods are told (zero: at once).
+    notice: timedelta = timedelta(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +134,10 @@ class Step:
     intent: Intent
     urgent: bool = False  # a reclaim that protects inference: the deadline is short
     taker: str | None = None  # a lend: the job (gang) it is for, when the pool lends to takers
+    # A reclaim: how far ahead its borrowed pods are told (zero: evicted at once), and why
+    # that much (docs/design/reclaim-notice.md).
+    notice: timedelta = timedelta(0)
+    notice_note: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,8 @@ class PoolView:
     rps_per_node: float
     min_serving: int
     headroom: float
-    return_time: timedelta  # from a reclaim decision until the node serves warm again
+    # from a strategy's reclaim decision until the node serves warm again: notice, drain, warm-up
+    return_time: timedelta
     zone: str  # the pool's time zone, for strategies that think in local hours
     # The pool's error budget where it has an ``slo`` (the controller counts it, and keeps the
     # count in the audit log; ``rebalancer simulate --slo``); None: no budget, fixed margins.

@@ -9,9 +9,13 @@ the simulator applies them to its fake nodes.
 
 ```
 serving ──lend──► lending ──► lent ──reclaim──► reclaiming ──► serving
-   ▲                 │                              │
-   └──── rollback ◄──┘                              └── deadline passed: force, then serving
+   ▲                 │          │  ▲                 ▲          (deadline passed: force)
+   └──── rollback ◄──┘   notice ▼  │ withdraw        │ due
+                              noticed ───────────────┘
 ```
+
+Noticed is lent with a reclaim deadline on it: the borrowed pods are told, and the reclaim
+begins when they have answered or their time is up (docs/design/reclaim-notice.md).
 
 ``original`` is written before any taint or label changes and is the only source for restore, so
 a crash at any instant leaves enough on the node to put it back byte for byte.
@@ -72,7 +76,9 @@ from rebalancer.core.nodestate.transitions import (
     finish,
     finish_lend,
     lent_taints,
+    notice,
     take_over,
+    withdraw,
 )
 from rebalancer.core.nodestate.values import (
     Drift,
@@ -113,6 +119,7 @@ __all__ = [
     "format_time",
     "lent_taints",
     "missing_lent_taints",
+    "notice",
     "owned_taints",
     "parse_time",
     "read",
@@ -126,4 +133,5 @@ __all__ = [
     "taint_key",
     "take_over",
     "verify",
+    "withdraw",
 ]

@@ -46,3 +46,10 @@ class Keys:
     override_until = property(lambda self: self.prefix + "override-until")
     # on the controller's own Events, not on nodes: the cluster it runs in (docs/design/fleet.md)
     cluster = property(lambda self: self.prefix + "cluster")
+    # on borrowed pods: a reclaim's notice, written by the controller (the deadline under
+    # ``deadline``'s name, the reclaim id, a condition type) and the job's answers
+    # (docs/design/reclaim-notice.md)
+    reclaim_id = property(lambda self: self.prefix + "reclaim-id")
+    notice_condition = property(lambda self: self.prefix + "ReclaimNotice")
+    reclaim_ack = property(lambda self: self.prefix + "reclaim-ack")
+    last_checkpoint = property(lambda self: self.prefix + "last-checkpoint-time")

@@ -177,6 +177,25 @@ def begin_reclaim(
     )
 
 
+def notice(keys: Keys, deadline: datetime, decision: str) -> NodeChange:
+    """lent -> noticed: the deadline by which the borrowed pods must be gone, and the notice's
+    audit record (the reclaim id the pods are told). Annotations only: the node stays lent,
+    its taints and labels as they are, until the reclaim begins (``begin_reclaim``).
+    ``since`` stays: the loan's age (the minimum loan, an unused loan) is the lend's."""
+    return NodeChange(
+        taints=None,
+        labels={},
+        annotations={keys.deadline: format_time(deadline), keys.decision: decision},
+    )
+
+
+def withdraw(keys: Keys, decision: str) -> NodeChange:
+    """noticed -> lent: the notice withdrawn (``decision`` records why), the loan goes on."""
+    return NodeChange(
+        taints=None, labels={}, annotations={keys.deadline: None, keys.decision: decision}
+    )
+
+
 def take_over(keys: Keys, decision: str) -> NodeChange:
     """A transition in flight changes hands: ``decision`` (a recovery's audit record) now names
     what moves the node, so the writes that end it are traced to the record that made them."""

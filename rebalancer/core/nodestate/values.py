@@ -69,6 +69,12 @@ class NodeState:
     # ``state_unverified`` says why): it is never acted on as written.
     verified: bool = True
 
+    @property
+    def noticed(self) -> bool:
+        """Lent, and its borrowed pods told to be gone by ``deadline``: a reclaim that has
+        not begun yet (docs/design/reclaim-notice.md). The label still says lent."""
+        return self.phase is Phase.LENT and self.deadline is not None
+
 
 @dataclass(frozen=True, slots=True)
 class StateError:

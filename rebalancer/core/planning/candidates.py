@@ -46,7 +46,7 @@ LEND_RULES: tuple[_NodeRule, ...] = (
     (Reason.NOT_READY, lambda pool, node: not node.view.ready, False),
     (Reason.NOT_IDLE, lambda pool, node: not node.view.idle, False),
     # An operator's lend=now skips the window, the cooldown and the warm-up; nothing else.
-    (Reason.OUTSIDE_WINDOW, lambda pool, node: not pool.is_open(node), True),
+    (Reason.OUTSIDE_WINDOW, lambda pool, node: not pool.open_for_a_loan(node), True),
     (Reason.COOLDOWN, lambda pool, node: _within(pool, node, pool.policy.cooldown), True),
     # On its way back: lending it again is churn.
     (Reason.WARMING, lambda pool, node: node.name in pool.warming, True),

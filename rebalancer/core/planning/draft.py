@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 
 from rebalancer.core import clocks, model, nodestate, overrides, takers, windows
@@ -103,9 +103,22 @@ class Pool:
     def count(self, *phases: Phase) -> int:
         return sum(len(self.by_phase[phase]) for phase in phases)
 
+    @property
+    def notice(self) -> timedelta:
+        """How far ahead the pods of a reclaim that can wait are told."""
+        return self.policy.reclaim_notice
+
     def is_open(self, node: Node) -> bool:
         """Whether the node's window (its own, or the pool's) is open now."""
         return self.window_open if node.window is None else node.window.is_open(self.now)
+
+    def open_for_a_loan(self, node: Node) -> bool:
+        """Whether the node's window is open now and still at the end of a notice: a loan
+        its window would take back before its pods could be told in full is not made."""
+        if not self.is_open(node):
+            return False
+        window = node.window or self.policy.window
+        return not self.notice or window.is_open(self.now + self.notice)
 
     @property
     def budget_short(self) -> bool:
@@ -170,8 +183,19 @@ class Draft:
 
     @property
     def lent_count(self) -> int:
-        """Nodes lent or being lent after the steps decided so far."""
+        """Nodes lent or being lent after the steps decided so far; a node under notice is
+        lent until its reclaim begins."""
         return self.pool.count(Phase.LENT, Phase.LENDING) + self.lends - self.reclaims
+
+    def noticed(self) -> list[Node]:
+        """Lent nodes under a reclaim notice that no step of this tick has touched."""
+        return [n for n in self.untouched(Phase.LENT) if n.state.noticed]
+
+    @property
+    def kept_count(self) -> int:
+        """The loans the pool means to keep: lent or being lent, less those under notice. What
+        a strategy's target is measured against."""
+        return self.lent_count - len(self.noticed())
 
     @property
     def serving_count(self) -> int:
@@ -188,8 +212,11 @@ class Draft:
         return self.pool.count(Phase.RECLAIMING) + warming + self.reclaims
 
     def step(self, intent: Intent, node: Node, taker: str | None = None) -> None:
+        notice, note = _notice(intent, node)
         # A reclaim for anything but the strategy protects inference: its deadline is short.
-        urgent = intent.action is Action.RECLAIM and intent.origin is not Origin.STRATEGY
+        urgent = (
+            intent.action is Action.RECLAIM and not notice and intent.origin is not Origin.STRATEGY
+        )
         message = intent.message if taker is None else f"{intent.message}; for job {taker}"
         self.steps.append(
             model.Step(
@@ -201,6 +228,8 @@ class Draft:
                 intent=intent,
                 urgent=urgent,
                 taker=taker,
+                notice=notice,
+                notice_note=note,
             )
         )
         self.changed.add(node.name)
@@ -209,7 +238,7 @@ class Draft:
         if intent.action is Action.LEND:
             self.lends += 1
             self.cold_lends += node.name in self.pool.warming
-        else:
+        elif intent.action is Action.RECLAIM:
             self.reclaims += 1
 
     def finish(self, proposal: model.Proposal | None) -> model.PoolPlan:
@@ -233,3 +262,18 @@ class Draft:
             ),
             served=frozenset(self.served),
         )
+
+
+def _notice(intent: Intent, node: Node) -> tuple[timedelta, str]:
+    """How far ahead a reclaim step tells the node's borrowed pods, and why that much
+    (docs/design/reclaim-notice.md): the intent's notice, none where no borrowed pod runs, and
+    none for a reclaim that cannot wait (a node under notice is then cut short)."""
+    if intent.action is not Action.RECLAIM:
+        return timedelta(0), ""
+    if intent.notice <= timedelta(0):
+        cut = "its notice is cut short: " if node.state.noticed else ""
+        why = f"no notice for a {intent.reason.value} reclaim"
+        return timedelta(0), f"{cut}{why}; its pods get their own grace period"
+    if not node.view.borrowed_pods:
+        return timedelta(0), "no notice: no borrowed pod runs on it"
+    return intent.notice, f"its borrowed pods are told {intent.notice} ahead"

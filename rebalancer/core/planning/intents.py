@@ -9,6 +9,8 @@ the strategy's: loans no job uses are given back, and a gang losing a node bring
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from rebalancer.core import model, overrides, takers
 from rebalancer.core.model import Action, Intent, Origin, Reason
 from rebalancer.core.nodestate import Phase
@@ -23,8 +25,10 @@ from rebalancer.core.policy import Guard
 def operator_intents(draft: Draft) -> None:
     """Per-node overrides and window edges: each is an intent of its own, about one node."""
     pool = draft.pool
+    closing = pool.window_open and not pool.policy.window.is_open(pool.now + pool.notice)
     for node in draft.untouched(Phase.LENT):
-        if node.overrides is overrides.NONE and pool.window_open and not node.unreadable:
+        quiet = pool.window_open and not closing and not node.unreadable
+        if node.overrides is overrides.NONE and quiet:
             continue  # the common case, decided without looking further
         intent = operator_reclaim(pool, node)
         if intent is not None:
@@ -48,6 +52,22 @@ def operator_reclaim(pool: Pool, node: Node) -> Intent | None:
     elif ov.lend is not overrides.LendMode.NOW and not pool.is_open(node):
         origin, reason = Origin.SCHEDULE, Reason.WINDOW_CLOSED
         why = f"window {node.window or pool.policy.window}"
+    elif ov.lend is not overrides.LendMode.NOW and not node.state.noticed and pool.notice:
+        window = node.window or pool.policy.window
+        if window.is_open(pool.now + pool.notice):
+            return None
+        # Known ahead: the pods are told now, so that they are gone when the window closes.
+        why = f"window {window} closes within the notice"
+        return Intent(
+            pool.name,
+            Action.RECLAIM,
+            1,
+            Origin.SCHEDULE,
+            Reason.WINDOW_CLOSING,
+            why,
+            node=node.name,
+            notice=pool.notice,
+        )
     else:
         return None
     return Intent(pool.name, Action.RECLAIM, 1, origin, reason, why, node=node.name)
@@ -197,9 +217,14 @@ def _reclaimable(draft: Draft) -> list[Node]:
 
 
 def strategy_intent(draft: Draft, proposal: model.Proposal | None) -> None:
+    """The strategy's target against the loans the pool means to keep (those under notice are
+    on their way back): more lent first withdraws notices, then lends; fewer notices the
+    cheapest loans (docs/design/reclaim-notice.md)."""
     if proposal is None:
         return
-    delta = proposal.lend_target - draft.lent_count
+    delta = proposal.lend_target - draft.kept_count
+    if delta > 0:
+        delta -= _withdraw(draft, delta, proposal.reason)
     if delta == 0:
         return
     name, why = draft.pool.name, proposal.reason
@@ -213,9 +238,38 @@ def strategy_intent(draft: Draft, proposal: model.Proposal | None) -> None:
             if n.overrides.lend is not overrides.LendMode.NOW
         ]
     else:
-        intent = Intent(name, Action.RECLAIM, -delta, Origin.STRATEGY, Reason.STRATEGY, why)
-        nodes = _reclaimable(draft)
+        notice = draft.pool.notice
+        intent = Intent(
+            name, Action.RECLAIM, -delta, Origin.STRATEGY, Reason.STRATEGY, why, notice=notice
+        )
+        nodes = [n for n in _reclaimable(draft) if not n.state.noticed]
     grant(draft, intent, nodes)
+
+
+def _withdraw(draft: Draft, wanted: int, why: str) -> int:
+    """Withdraw up to ``wanted`` notices, the latest first (their pods have had the least
+    time to act on them); how many. Not under a pause or a freeze, nor on a paused node: a
+    notice that goes on is the safe side."""
+    pool = draft.pool
+    if pool.paused or pool.frozen:
+        return 0
+    noticed = [n for n in draft.noticed() if not n.overrides.paused]
+    noticed.sort(key=lambda n: (n.state.deadline, n.name), reverse=True)
+    taken = noticed[:wanted]
+    if taken:
+        message = f"the strategy wants {len(taken)} more lent ({why}): the notice is withdrawn"
+        intent = Intent(
+            pool.name,
+            Action.WITHDRAW,
+            len(taken),
+            Origin.STRATEGY,
+            Reason.NOTICE_WITHDRAWN,
+            message,
+        )
+        draft.intents.append(intent)
+        for node in taken:
+            draft.step(intent, node)
+    return len(taken)
 
 
 def unused_loan_intent(draft: Draft) -> None:
@@ -239,7 +293,13 @@ def unused_loan_intent(draft: Draft) -> None:
     if idle:
         why = f"lent over {grace} ago, and no job runs on it or waits for it"
         intent = Intent(
-            pool.name, Action.RECLAIM, len(idle), Origin.STRATEGY, Reason.UNUSED_LOAN, why
+            pool.name,
+            Action.RECLAIM,
+            len(idle),
+            Origin.STRATEGY,
+            Reason.UNUSED_LOAN,
+            why,
+            notice=pool.notice,
         )
         grant(draft, intent, idle)
 
@@ -250,16 +310,32 @@ def gang_intent(draft: Draft) -> None:
     job is lost already, so taking its other nodes back costs it nothing more, and frees them
     for inference or for a job that can run whole. As urgent as any reclaim that is not the
     strategy's; a node an operator paused stays as it is."""
-    preempted = preempted_jobs(draft)
-    if not preempted:
-        return
-    siblings = [n for n in draft.untouched(Phase.LENT) if jobs_on(n) & preempted]
+    now = preempted_jobs(draft, noticed=False)
+    _gang(draft, now, "is losing pods on a node taken back", timedelta(0))
+    # A job told of a reclaim on one node is told on all of its nodes, with the same notice:
+    # it saves once, whole.
+    told = preempted_jobs(draft) - now
+    _gang(draft, told, "is told of a reclaim on another node", draft.pool.notice)
+
+
+def _gang(draft: Draft, preempted: set[str], what: str, notice: timedelta) -> None:
+    # A node under notice is left to it: it comes back by its deadline, and its pods may be
+    # saving their part of the job's checkpoint.
+    siblings = [
+        n for n in draft.untouched(Phase.LENT) if jobs_on(n) & preempted and not n.state.noticed
+    ]
     if not siblings:
         return
     jobs = sorted({j for n in siblings for j in jobs_on(n) & preempted})
     shown = ", ".join(jobs[:3]) + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")
-    why = f"job {shown} is losing pods on a node taken back: its other nodes come back with it"
+    why = f"job {shown} {what}: its other nodes come back with it"
     intent = Intent(
-        draft.pool.name, Action.RECLAIM, len(siblings), Origin.SAFETY, Reason.GANG_PREEMPTED, why
+        draft.pool.name,
+        Action.RECLAIM,
+        len(siblings),
+        Origin.SAFETY,
+        Reason.GANG_PREEMPTED,
+        why,
+        notice=notice,
     )
     grant(draft, intent, siblings)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import timedelta
 from functools import partial
 
 from rebalancer.core import model, victims
@@ -67,12 +68,19 @@ def _borrowed(nodes: Iterable[Node]) -> list[model.PodView]:
     return [p for node in nodes for p in node.view.borrowed_pods]
 
 
-def preempted_jobs(draft: Draft) -> set[str]:
+def preempted_jobs(draft: Draft, *, noticed: bool = True) -> set[str]:
     """The jobs that lose pods this tick or are losing them: those on nodes a step of this
-    tick takes back, and those on nodes already on their way back."""
+    tick takes back, and those on nodes already on their way back; with ``noticed``, those
+    told of a reclaim too (a notice of this tick, or a node under notice)."""
     pool = draft.pool
-    back = {s.node for s in draft.steps if s.action is Action.RECLAIM}
-    nodes = [n for n in pool.by_phase[Phase.LENT] if n.name in back]
+    back = {
+        s.node
+        for s in draft.steps
+        if s.action is Action.RECLAIM and (noticed or s.notice <= timedelta(0))
+    }
+    nodes = [
+        n for n in pool.by_phase[Phase.LENT] if n.name in back or (noticed and n.state.noticed)
+    ]
     nodes += pool.by_phase[Phase.RECLAIMING]
     return {job for node in nodes for job in jobs_on(node)}
 
