@@ -9,7 +9,7 @@ take over (docs/design/leadership.md). Reads are never gated; a follower keeps i
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from rebalancer.adapters.writer import NodeWriter, Obj, WriteError
@@ -55,3 +55,15 @@ class LeaderGatedWriter:
     async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
         self._check(f"pod/{namespace}/{name}")
         return await self.inner.delete_pod(namespace, name, uid)
+
+    async def annotate_pod(
+        self, namespace: str, name: str, uid: str, annotations: Mapping[str, str | None]
+    ) -> bool:
+        self._check(f"pod/{namespace}/{name}")
+        return await self.inner.annotate_pod(namespace, name, uid, annotations)
+
+    async def set_pod_condition(
+        self, namespace: str, name: str, uid: str, condition: Mapping[str, str]
+    ) -> bool:
+        self._check(f"pod/{namespace}/{name}")
+        return await self.inner.set_pod_condition(namespace, name, uid, condition)

@@ -3,9 +3,10 @@
 Where it sits: ``actuator`` is the only code that writes to the cluster, and it writes only through
 a ``NodeWriter``: read a node, list the pods on it, patch it with a ``NodeChange`` under an
 optimistic lock, evict a pod, delete a pod at once (marked ``DisruptionTarget`` first, as
-Kubernetes' own components mark the pods they delete, so a Job does not count it as failed).
-``KubeWriter`` is the implementation on kubernetes-asyncio; tests wrap it to count writes or to
-crash after the k-th one.
+Kubernetes' own components mark the pods they delete, so a Job does not count it as failed), and
+tell a borrowed pod of a reclaim (docs/design/reclaim-notice.md): its annotations and one pod
+condition of the controller's own type. ``KubeWriter`` is the implementation on
+kubernetes-asyncio; tests wrap it to count writes or to crash after the k-th one.
 
 Why raw JSON: the actuator works on the API's JSON (``convert`` reads it), and the typed models
 drop what they do not know and turn ``timeAdded`` into a ``datetime``, which would not restore
@@ -16,6 +17,16 @@ Why a merge patch: a node patch is ``application/merge-patch+json`` carrying
 the content type is forced. In a merge patch a list is replaced whole, which is what the taints
 need (the API treats them as one atomic list), ``null`` deletes a label or an annotation, and the
 resourceVersion makes the server refuse (409) a write based on a stale read.
+
+Writes to a pod touch only the controller's keys: the pod belongs to someone else, and the
+kubelet writes its status all the time. Its annotations take a merge patch (``null`` deletes a
+key, the others stay); its condition a strategic merge patch of the ``status`` subresource, where
+``status.conditions`` merges by ``type`` (a merge patch would replace the list, the kubelet's
+conditions with it). Neither carries a resourceVersion: a lock would make every kubelet write a
+409 for us, and no one else writes our keys. Both carry ``metadata.uid`` instead: a pod
+re-created under the same name is not the pod the controller judged, and kube-apiserver refuses
+a patch that would change the uid (422 Invalid, cause ``metadata.uid``: field is immutable),
+which is read, like a 404, as the pod being gone.
 
 Retries (tenacity, bounded, short exponential backoff with full jitter, injectable sleep): only
 what cannot have been decided by the server on our data: transport errors, 5xx, and 429 on any
@@ -107,6 +118,21 @@ class NodeWriter(Protocol):
         gone."""
         ...
 
+    async def annotate_pod(
+        self, namespace: str, name: str, uid: str, annotations: Mapping[str, str | None]
+    ) -> bool:
+        """Set these annotations on the pod with ``uid`` (``None`` deletes one), leaving its
+        others alone; False when the pod is gone or another pod now has its name."""
+        ...
+
+    async def set_pod_condition(
+        self, namespace: str, name: str, uid: str, condition: Mapping[str, str]
+    ) -> bool:
+        """Set the one condition of ``condition["type"]`` on the pod with ``uid``, leaving its
+        others alone; its ``lastTransitionTime`` moves only when its status changes. False when
+        the pod is gone or another pod now has its name."""
+        ...
+
 
 # ---------------------------------------------------------------------------------------------
 # Request bodies: pure, so dry-run reports exactly what would be sent
@@ -154,11 +180,50 @@ def disruption_patch(uid: str, now: datetime) -> Obj:
                     "reason": DISRUPTION_REASON,
                     "message": "rebalancer: the node's reclaim deadline passed; the pod is "
                     "deleted so that the node serves inference again",
-                    "lastTransitionTime": now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    "lastTransitionTime": rfc3339(now),
                 }
             ]
         },
     }
+
+
+def annotations_patch(uid: str, annotations: Mapping[str, str | None]) -> Obj:
+    """The JSON merge patch of a pod's annotations: ``None`` deletes a key, the pod's other
+    annotations stay. The uid makes the server refuse it on a pod re-created under the name."""
+    return {"metadata": {"uid": uid, "annotations": dict(annotations)}}
+
+
+def condition_patch(
+    uid: str, condition: Mapping[str, str], previous: Mapping[str, Any] | None, now: datetime
+) -> Obj:
+    """The strategic merge patch of a pod's status that sets ``condition`` (its ``type`` and
+    ``status`` at least) and no other: conditions merge by type. ``previous`` is the pod's
+    condition of that type as last read, if any: its ``lastTransitionTime`` is kept while the
+    status stays, else it is ``now`` (the server sets none itself: a condition sent without one
+    is stored with ``null``). A ``lastTransitionTime`` in ``condition`` is not used."""
+    if not condition.get("type") or not condition.get("status"):
+        raise ValueError(f"a pod condition needs a type and a status: {dict(condition)}")
+    since = (previous or {}).get("lastTransitionTime")
+    if not since or (previous or {}).get("status") != condition["status"]:
+        since = rfc3339(now)
+    wanted = {k: v for k, v in condition.items() if k != "lastTransitionTime"}
+    return {
+        "metadata": {"uid": uid},
+        "status": {"conditions": [{**wanted, "lastTransitionTime": since}]},
+    }
+
+
+def pod_condition(pod: Mapping[str, Any], kind: str) -> Obj | None:
+    """The pod's condition of type ``kind``, None when it has none."""
+    for found in (pod.get("status") or {}).get("conditions") or ():
+        if isinstance(found, dict) and found.get("type") == kind:
+            return found
+    return None
+
+
+def rfc3339(at: datetime) -> str:
+    """A time as the API writes one: UTC, to the second."""
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def delete_body(uid: str) -> Obj:
@@ -277,6 +342,60 @@ class KubeWriter:
             return False
         return True
 
+    async def annotate_pod(
+        self, namespace: str, name: str, uid: str, annotations: Mapping[str, str | None]
+    ) -> bool:
+        target, body = f"pod/{namespace}/{name}", annotations_patch(uid, annotations)
+        call = partial(
+            self._core.patch_namespaced_pod,
+            name,
+            namespace,
+            body,
+            _content_type=MERGE_PATCH,
+            _preload_content=False,
+        )
+        return await self._retried(target, lambda: self._pod_write_once(target, call()))
+
+    async def set_pod_condition(
+        self, namespace: str, name: str, uid: str, condition: Mapping[str, str]
+    ) -> bool:
+        target = f"pod/{namespace}/{name}"
+        pod = await self._read_pod(target, namespace, name)
+        if pod is None or (pod.get("metadata") or {}).get("uid") != uid:
+            return False
+        previous = pod_condition(pod, str(condition.get("type") or ""))
+        body = condition_patch(uid, condition, previous, self._clock())
+        call = partial(
+            self._core.patch_namespaced_pod_status,
+            name,
+            namespace,
+            body,
+            _content_type=STRATEGIC_MERGE_PATCH,
+            _preload_content=False,
+        )
+        return await self._retried(target, lambda: self._pod_write_once(target, call()))
+
+    async def _read_pod(self, target: str, namespace: str, name: str) -> Obj | None:
+        """The pod as stored now, None when there is none. Read by a list of its one name, not a
+        GET: the controller's role lists pods and never reads one by one (the chart's RBAC)."""
+        call = partial(
+            self._core.list_namespaced_pod,
+            namespace,
+            field_selector=f"metadata.name={name}",
+            _preload_content=False,
+        )
+        page = await self._retried(target, lambda: self._json(target, call()))
+        items = list(page.get("items") or ())
+        return items[0] if items else None
+
+    async def _pod_write_once(self, target: str, pending: Awaitable[Any]) -> bool:
+        """One patch of a pod: False when the pod is gone or is another pod now."""
+        code, doc = await _read(pending)
+        if code == 404 or _uid_refused(code, doc):
+            return False
+        _check(target, code, doc, throttle_retries=True)
+        return True
+
     async def _mark_disrupted(self, target: str, namespace: str, name: str, uid: str) -> bool:
         """``disruption_patch`` on the pod's status; False when the pod is gone. A refusal of
         any other kind (a role without ``pods/status``, a pod re-created under the name) is
@@ -335,6 +454,16 @@ async def _read(pending: Awaitable[Any]) -> tuple[int, Obj]:
     except ValueError:
         doc = {"message": raw[:200].decode("utf-8", "replace")}
     return code, doc if isinstance(doc, dict) else {}
+
+
+def _uid_refused(code: int, doc: Mapping[str, Any]) -> bool:
+    """Whether the server refused a patch because the pod under the name has another uid: 422
+    with a ``metadata.uid`` cause (kube-apiserver names it twice), as a uid in a patch's body
+    is checked."""
+    if code != 422:
+        return False
+    causes = (doc.get("details") or {}).get("causes") or ()
+    return any(isinstance(c, dict) and c.get("field") == "metadata.uid" for c in causes)
 
 
 def _check(target: str, code: int, doc: Mapping[str, Any], *, throttle_retries: bool) -> None:

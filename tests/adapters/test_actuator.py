@@ -6,6 +6,7 @@ The kit (a node with several taints in a deliberate order, a recording writer, `
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -240,6 +241,16 @@ class Arrival:
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
         return await self.inner.delete_pod(namespace, name, uid)
+
+    async def annotate_pod(
+        self, namespace: str, name: str, uid: str, annotations: Mapping[str, str | None]
+    ) -> bool:
+        return await self.inner.annotate_pod(namespace, name, uid, annotations)
+
+    async def set_pod_condition(
+        self, namespace: str, name: str, uid: str, condition: Mapping[str, str]
+    ) -> bool:
+        return await self.inner.set_pod_condition(namespace, name, uid, condition)
 
 
 async def test_a_node_that_becomes_busy_during_the_lend_is_rolled_back_before_any_taint_moves(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -188,6 +188,16 @@ class ChangedUnderneath:
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
         raise AssertionError("the labeler never deletes")
+
+    async def annotate_pod(
+        self, namespace: str, name: str, uid: str, annotations: Mapping[str, str | None]
+    ) -> bool:
+        raise AssertionError("the labeler never writes a pod")
+
+    async def set_pod_condition(
+        self, namespace: str, name: str, uid: str, condition: Mapping[str, str]
+    ) -> bool:
+        raise AssertionError("the labeler never writes a pod")
 
 
 async def test_a_conflict_is_met_by_reading_the_node_again(opened: Opened, tmp_path: Path) -> None:

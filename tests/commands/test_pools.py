@@ -7,7 +7,7 @@ the writers that meddle write the node behind the apply's back, between its read
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -208,6 +208,16 @@ class Meddler(Forwarding):
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
         raise AssertionError("the pool manager never deletes a pod")
+
+    async def annotate_pod(
+        self, namespace: str, name: str, uid: str, annotations: Mapping[str, str | None]
+    ) -> bool:
+        raise AssertionError("the pool manager never writes a pod")
+
+    async def set_pod_condition(
+        self, namespace: str, name: str, uid: str, condition: Mapping[str, str]
+    ) -> bool:
+        raise AssertionError("the pool manager never writes a pod")
 
 
 async def test_a_409_reads_the_node_again_and_plans_on_what_the_other_writer_left(

@@ -10,7 +10,7 @@ faults, the writer and the leader gate build on it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -86,6 +86,16 @@ class Forwarding:
     async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
         return await self.inner.delete_pod(namespace, name, uid)
 
+    async def annotate_pod(
+        self, namespace: str, name: str, uid: str, annotations: Mapping[str, str | None]
+    ) -> bool:
+        return await self.inner.annotate_pod(namespace, name, uid, annotations)
+
+    async def set_pod_condition(
+        self, namespace: str, name: str, uid: str, condition: Mapping[str, str]
+    ) -> bool:
+        return await self.inner.set_pod_condition(namespace, name, uid, condition)
+
 
 @dataclass
 class Recorder(Forwarding):
@@ -116,6 +126,20 @@ class Recorder(Forwarding):
     async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
         out = await self.inner.delete_pod(namespace, name, uid)
         self._wrote("delete", f"{namespace}/{name}")
+        return out
+
+    async def annotate_pod(
+        self, namespace: str, name: str, uid: str, annotations: Mapping[str, str | None]
+    ) -> bool:
+        out = await self.inner.annotate_pod(namespace, name, uid, annotations)
+        self._wrote("annotate", f"{namespace}/{name}")
+        return out
+
+    async def set_pod_condition(
+        self, namespace: str, name: str, uid: str, condition: Mapping[str, str]
+    ) -> bool:
+        out = await self.inner.set_pod_condition(namespace, name, uid, condition)
+        self._wrote("condition", f"{namespace}/{name}")
         return out
 
     def _wrote(self, kind: str, target: str) -> None:
