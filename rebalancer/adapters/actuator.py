@@ -51,25 +51,34 @@ lends must not queue 600 requests behind each other; docs/design/actuator.md):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from rebalancer.adapters import convert
+from rebalancer.adapters import convert, noticing
 from rebalancer.adapters.writer import (
     Conflict,
     NodeWriter,
     NotFound,
     WriteError,
+    annotations_patch,
+    condition_patch,
     delete_body,
     eviction_body,
     merge_patch,
 )
-from rebalancer.core import model, nodestate, victims
+from rebalancer.core import model, nodestate, notice, victims
 from rebalancer.core.model import Clock
 from rebalancer.core.nodestate import Keys, LendSpec, NodeChange, NodeState, Phase
-from rebalancer.core.outcomes import ActionResult, Outcome, Write, WriteKind, WriteOutcome
+from rebalancer.core.outcomes import (
+    ActionResult,
+    Notice,
+    Outcome,
+    Write,
+    WriteKind,
+    WriteOutcome,
+)
 
 Obj = dict[str, Any]
 
@@ -85,6 +94,7 @@ class _Pass:
     kept: list[str] = field(default_factory=list)  # other writers' taints a restore kept
     notes: list[str] = field(default_factory=list)  # what else the result must say
     held: tuple[str, ...] = ()  # pods a finalizer holds past the deadline
+    notice: Notice | None = None  # a reclaim's notice, once its evictions begin
 
     def result(self, outcome: Outcome, message: str) -> ActionResult:
         for note in self.notes:
@@ -102,6 +112,7 @@ class _Pass:
             self.dry_run,
             kept=tuple(dict.fromkeys(self.kept)),
             held=self.held,
+            notice=self.notice,
         )
 
     def _would(self, message: str) -> str:
@@ -115,6 +126,7 @@ class _Pass:
 _WOULD = {
     model.Action.LEND: "lend",
     model.Action.RECLAIM: "reclaim",
+    model.Action.WITHDRAW: "withdraw the notice",
     model.Action.PROGRESS: "drive on",
 }
 
@@ -141,6 +153,7 @@ class _Pod:
     finalizers: tuple[str, ...] = ()
     grace: int | None = None  # the grace period of a deletion under way
     mirror: bool = False  # a static pod's mirror: the kubelet owns it, no API call removes it
+    told: noticing.Told = field(default_factory=noticing.Told)
 
 
 class Actuator:
@@ -153,10 +166,12 @@ class Actuator:
         clock: Clock,
         dry_run: bool = False,
         cache: NodeCache | None = None,
+        drain: timedelta = timedelta(minutes=2),
     ) -> None:
         self._writer, self._keys, self._spec, self._marks = writer, keys, spec, marks
         self._clock, self._dry_run = clock, dry_run
         self._cache = cache or NoCache()
+        self._drain_time = drain  # the pool's reclaim_deadline: a drain's time, from its start
 
     # -----------------------------------------------------------------------------------------
     # The public steps: each catches the writer's errors and turns them into a result
@@ -173,6 +188,25 @@ class Actuator:
         run = _Pass(node, model.Action.RECLAIM, self._dry_run)
         step = self._reclaim(run, decision, deadline, uid)
         return await self._guarded(run, self._unless_deleted(run, step, uid, deadline))
+
+    async def notice(
+        self, node: str, decision: str, deadline: datetime, *, uid: str | None = None
+    ) -> ActionResult:
+        """Begin a reclaim with a notice: the lent node's borrowed pods are told that they
+        must be gone by ``deadline`` (``decision``, the notice's record, is the reclaim id they
+        are told); the reclaim itself begins when they have answered, or at the deadline less
+        their grace (``progress`` drives it on). A node that is not a verified loan is taken
+        back at once, as ``reclaim`` takes it (docs/design/reclaim-notice.md)."""
+        run = _Pass(node, model.Action.RECLAIM, self._dry_run)
+        step = self._notice(run, decision, deadline, uid)
+        return await self._guarded(run, self._unless_deleted(run, step, uid, deadline))
+
+    async def withdraw(self, node: str, decision: str) -> ActionResult:
+        """Withdraw a node's notice: its pods are untold first, then the node's deadline goes
+        (so that a pass cut short leaves a notice that goes on, never a pod told of a notice
+        the node does not carry); ``decision`` records why. The node stays lent."""
+        run = _Pass(node, model.Action.WITHDRAW, self._dry_run)
+        return await self._guarded(run, self._withdraw(run, decision))
 
     async def _unless_deleted(
         self, run: _Pass, step: Any, uid: str | None, deadline: datetime | None
@@ -254,6 +288,131 @@ class Actuator:
         return run.result(Outcome.APPLIED, "lent")
 
     # -----------------------------------------------------------------------------------------
+    # Notice: lent -> noticed -> (the pods answered, or their time is up) -> reclaiming
+
+    async def _notice(
+        self, run: _Pass, decision: str, deadline: datetime, uid: str | None, cached: bool = True
+    ) -> ActionResult:
+        view, state = await self._read_node(run.node, cached, with_pods=False)
+        if _replaced(view, uid):
+            if cached:
+                return await self._notice(run, decision, deadline, uid, cached=False)
+            assert uid is not None
+            return await self._end_earlier(run, view, uid, deadline)
+        if isinstance(state, nodestate.StateError) or not state.verified:
+            return await self._reclaim(run, decision, self._clock() + self._drain_time, uid, cached)
+        if state.phase is not Phase.LENT:
+            return await self._reclaim(run, decision, self._clock() + self._drain_time, uid, cached)
+        if state.noticed:
+            return await self._told(run, view, state)
+        try:
+            after = await self._patch(
+                run, WriteKind.NOTICE, view, nodestate.notice(self._keys, deadline, decision)
+            )
+        except Conflict:
+            if not cached:
+                raise
+            return await self._notice(run, decision, deadline, uid, cached=False)
+        noticed = nodestate.read(after, self._keys)
+        assert isinstance(noticed, NodeState)
+        assert noticed.noticed
+        return await self._told(run, after, noticed)
+
+    async def _told(self, run: _Pass, view: model.NodeView, state: NodeState) -> ActionResult:
+        """One pass over a node under notice: every borrowed pod told (once), and, when they
+        have all answered or the deadline less their grace has come, the reclaim begun."""
+        reclaim, deadline = state.decision or "", state.deadline
+        assert deadline is not None
+        pods = [p for p in await self._pods(run.node, ended=True) if _taken(p)]
+        await self._tell(run, [p for p in pods if not p.told.ended], reclaim, deadline)
+        now = self._clock()
+        answers = [p.told.answer(reclaim) for p in pods]
+        why = notice.due(now, deadline, answers)
+        if why is None:
+            start = notice.begins(deadline, answers)
+            answered = sum(1 for a in answers if a.answered)
+            return run.result(
+                Outcome.IN_PROGRESS,
+                f"notice {reclaim}: {len(pods)} pod(s) told, {answered} answered; evictions "
+                f"begin at {nodestate.format_time(start or now)}, deadline "
+                f"{nodestate.format_time(deadline)}",
+            )
+        if self._dry_run:
+            return run.result(Outcome.IN_PROGRESS, f"notice {reclaim} over: {why}")
+        run.notice = notice.summary(reclaim, now, answers, why)
+        change = nodestate.begin_reclaim(
+            state,
+            self._keys,
+            now,
+            now + self._drain_time,
+            reclaim,
+            taints=view.taints,
+            spec=self._spec,
+        )
+        run.notes.append(f"notice {reclaim} over: {why}")
+        return await self._drain(run, *await self._begin_reclaim(run, view, change))
+
+    async def _tell(
+        self, run: _Pass, pods: Sequence[_Pod], reclaim: str, deadline: datetime
+    ) -> None:
+        """Tell each pod not told of ``reclaim`` yet: its annotations, then its condition."""
+        for pod in pods:
+            if pod.told.of(reclaim) and pod.told.since is not None:
+                continue
+            notes = noticing.tell(self._keys, reclaim, deadline)
+            condition = noticing.condition(self._keys, reclaim, deadline)
+            await self._pod_write(run, pod, WriteKind.TELL, notes, condition)
+
+    async def _pod_write(
+        self,
+        run: _Pass,
+        pod: _Pod,
+        kind: WriteKind,
+        notes: Mapping[str, str | None],
+        condition: Mapping[str, str],
+    ) -> None:
+        """A pod's notice annotations, then its condition: a pod re-created under its name
+        (or gone) is written no further."""
+        ns, name = pod.view.namespace, pod.view.name
+        target = f"pod/{ns}/{name}"
+        outcome = WriteOutcome.PLANNED
+        if not self._dry_run:
+            done = await self._writer.annotate_pod(ns, name, pod.uid, notes)
+            outcome = WriteOutcome.APPLIED if done else WriteOutcome.GONE
+        run.writes.append(Write(kind, target, annotations_patch(pod.uid, notes), outcome))
+        if outcome is WriteOutcome.GONE:
+            return
+        if not self._dry_run:
+            done = await self._writer.set_pod_condition(ns, name, pod.uid, condition)
+            outcome = WriteOutcome.APPLIED if done else WriteOutcome.GONE
+        body = condition_patch(pod.uid, condition, None, self._clock())
+        run.writes.append(Write(WriteKind.CONDITION, target, body, outcome))
+
+    async def _withdraw(self, run: _Pass, decision: str, cached: bool = True) -> ActionResult:
+        view, state = await self._read_node(run.node, cached, with_pods=False)
+        if isinstance(state, nodestate.StateError) or not state.verified or not state.noticed:
+            if cached:  # the server says so first
+                return await self._withdraw(run, decision, cached=False)
+            phase = "unreadable" if isinstance(state, nodestate.StateError) else state.phase.value
+            return run.result(Outcome.NOTHING, f"node is {phase}, under no notice to withdraw")
+        reclaim = state.decision or ""
+        for pod in await self._pods(run.node):
+            if _taken(pod) and pod.told.of(reclaim):
+                condition = noticing.condition(self._keys, reclaim, None)
+                await self._pod_write(
+                    run, pod, WriteKind.TELL, noticing.untell(self._keys), condition
+                )
+        try:
+            await self._patch(
+                run, WriteKind.WITHDRAW, view, nodestate.withdraw(self._keys, decision)
+            )
+        except Conflict:
+            if not cached:
+                raise
+            return await self._withdraw(run, decision, cached=False)
+        return run.result(Outcome.APPLIED, f"notice {reclaim} withdrawn: the node stays lent")
+
+    # -----------------------------------------------------------------------------------------
     # Reclaim: lent -> reclaiming -> (evict, then after the deadline delete) -> serving
 
     async def _reclaim(
@@ -308,7 +467,18 @@ class Actuator:
                 raise
             run.kept.clear()  # what the server's node holds is judged again
             return await self._reclaim(run, decision, deadline, uid, cached=False)
-        return await self._drain(run, *begun)
+        return await self._drain(run, *begun, lent=state)
+
+    def _unnoticed(self, lent: NodeState, state: NodeState, pods: Sequence[_Pod]) -> Notice:
+        """What a reclaim (``state``) that did not wait costs the pods of the loan it began
+        from (``lent``): none given, or the notice they were told of cut short."""
+        if lent.noticed:
+            told = lent.decision or ""
+            answers = [p.told.answer(told) for p in pods]
+            return notice.summary(told, self._clock(), answers, f"notice {told} cut short")
+        reclaim = state.decision or ""
+        answers = [p.told.answer(reclaim) for p in pods]
+        return notice.summary(reclaim, self._clock(), answers, "no notice")
 
     async def _begin_reclaim(
         self, run: _Pass, view: model.NodeView, change: nodestate.NodeChange
@@ -372,15 +542,28 @@ class Actuator:
             # asked for it is stale, and rolling back only restores what begin_lend recorded.
             await self._patch(run, WriteKind.FINISH, view, self._finish(run, view, state))
             return run.result(Outcome.APPLIED, "rolled back an unfinished lend")
+        if state.noticed:
+            return await self._told(run, view, state)
         if state.phase is not Phase.RECLAIMING:
             return run.result(Outcome.NOTHING, f"node is {state.phase.value}: nothing in flight")
         return await self._drain(run, view, state)
 
-    async def _drain(self, run: _Pass, view: model.NodeView, state: NodeState) -> ActionResult:
+    async def _drain(
+        self,
+        run: _Pass,
+        view: model.NodeView,
+        state: NodeState,
+        lent: NodeState | None = None,
+    ) -> ActionResult:
         """One pass: evict (before the deadline) or delete (after) the pods that landed during
         the loan, and delete at once those bound to an earlier node of this name; when none is
-        left, finish. A missing deadline counts as passed: fail toward inference."""
-        pods = await self._pods(run.node)
+        left, finish. A missing deadline counts as passed: fail toward inference. The first
+        pass of a reclaim that did not wait for its pods (``lent``: the loan it began from)
+        says what that cost them (``run.notice``)."""
+        listed = await self._pods(run.node, ended=lent is not None)
+        if lent is not None and not self._dry_run:
+            run.notice = self._unnoticed(lent, state, [p for p in listed if _taken(p)])
+        pods = [p for p in listed if not p.told.ended]
         taken = [p for p in pods if _taken(p)]
         if taken:
             past = state.deadline is None or self._clock() >= state.deadline
@@ -548,9 +731,13 @@ class Actuator:
             view = convert.node_view(raw, pods)
         return view, nodestate.read_in_pool(view, self._keys, self._spec.add_taints)
 
-    async def _pods(self, node: str) -> list[_Pod]:
+    async def _pods(self, node: str, ended: bool = False) -> list[_Pod]:
+        """The node's pods on the server; with ``ended``, those whose containers ended too."""
         raw = await self._writer.list_pods(node)
-        return [_pod(p, self._marks) for p in raw if not convert.finished(p)]
+        now = self._clock()
+        return [
+            _pod(p, self._marks, self._keys, now) for p in raw if ended or not convert.finished(p)
+        ]
 
     async def _patch(
         self, run: _Pass, kind: WriteKind, view: model.NodeView, change: NodeChange
@@ -581,16 +768,18 @@ def _views(pods: Sequence[_Pod]) -> tuple[model.PodView, ...]:
     return tuple(p.view for p in pods)
 
 
-def _pod(raw: Obj, marks: model.PodMarks) -> _Pod:
+def _pod(raw: Obj, marks: model.PodMarks, keys: Keys, now: datetime) -> _Pod:
     meta = raw.get("metadata") or {}
     grace = meta.get("deletionGracePeriodSeconds")
+    view = convert.pod_view(raw, marks)
     return _Pod(
-        view=convert.pod_view(raw, marks),
+        view=view,
         uid=str(meta.get("uid", "")),
         bound=convert.bound_time(raw),
         finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
         grace=grace if isinstance(grace, int) and meta.get("deletionTimestamp") else None,
         mirror=_MIRROR in (meta.get("annotations") or {}),
+        told=noticing.told(raw, keys, view.requests.gpu, now),
     )
 
 

@@ -91,6 +91,7 @@ NAME_LIMIT = 253
 LENT, RECLAIMING, RESTORED, ROLLED_BACK = "Lent", "Reclaiming", "Restored", "LendRolledBack"
 OVERRIDE_REFUSED = "OverrideRefused"
 DRAIN_BLOCKED = "DrainBlocked"
+NOTICED, WITHDRAWN = "ReclaimNoticed", "ReclaimNoticeWithdrawn"
 REQUEST_REFUSED = "RequestRefused"
 # Every state problem says what it is (docs/design/other-writers.md).
 STATE_EVENTS = {
@@ -137,6 +138,15 @@ def transition_events(result: ActionResult, decision: str | None = None) -> list
     if _applied(result, WriteKind.FINISH_LEND) and result.outcome is Outcome.APPLIED:
         note = f"lent to training: serving taints and labels replaced{tail}"
         out.append(NodeEvent(node, "Normal", LENT, "Lend", note))
+    if _applied(result, WriteKind.NOTICE):
+        note = (
+            "reclaim noticed: the borrowed pods are told when they must be gone; the node "
+            f"stays lent until they answer or their time is up{tail}"
+        )
+        out.append(NodeEvent(node, "Normal", NOTICED, "Reclaim", note))
+    if _applied(result, WriteKind.WITHDRAW):
+        note = f"reclaim notice withdrawn: the node stays lent, its pods run on{tail}"
+        out.append(NodeEvent(node, "Normal", WITHDRAWN, "Reclaim", note))
     if _applied(result, WriteKind.BEGIN_RECLAIM):
         note = (
             "reclaim started: serving taints and labels restored, draining the pods of the "

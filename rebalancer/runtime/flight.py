@@ -22,7 +22,7 @@ from rebalancer.core.audit import AuditRecord, Context
 from rebalancer.core.model import Action, NodeName, NodeView, PoolName
 from rebalancer.core.nodestate import Keys, Phase
 from rebalancer.core.outcomes import ActionResult, Outcome, WriteOutcome
-from rebalancer.core.tick import phase
+from rebalancer.core.tick import noticed, phase
 from rebalancer.runtime.effects import (
     Carry,
     Done,
@@ -40,6 +40,12 @@ from rebalancer.runtime.memory import Drain, Loan, Memory, Removal
 from rebalancer.runtime.seams import PoolConfig
 
 IN_FLIGHT = (Phase.LENDING, Phase.RECLAIMING)  # the phases a tick drives a node on in
+
+
+def driven(view: NodeView, keys: Keys, lent: tuple[model.Taint, ...]) -> bool:
+    """Whether a tick drives the node on: in flight, or lent under a reclaim notice (whose
+    pods are told, and whose reclaim begins when they answer)."""
+    return phase(view, keys, lent) in IN_FLIGHT or noticed(view, keys, lent)
 
 
 def drives(
@@ -61,7 +67,7 @@ def drives(
         (pool, view)
         for pool in rules.pools
         for view in snapshot.pools[pool.name].nodes
-        if view.name not in acted and phase(view, rules.keys, pool.lent_taints) in IN_FLIGHT
+        if view.name not in acted and driven(view, rules.keys, pool.lent_taints)
     ]
     if rules.dry_run:
         return _would_drive(memory, in_flight, rules)
@@ -224,7 +230,7 @@ def _left_behind(
             if (
                 view.name in busy
                 or view.name in out
-                or phase(view, rules.keys, pool.lent_taints) in IN_FLIGHT
+                or driven(view, rules.keys, pool.lent_taints)
                 or not victims.left_by_earlier_node(view)
             ):
                 continue

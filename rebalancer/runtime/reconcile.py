@@ -218,6 +218,7 @@ class Reconciler:
             audit_failures=tuple(run.audit_failures),
             spool_overflows=run.spool_overflows,
             reclaims=tuple(run.reclaims),
+            notices=tuple(run.notices),
         )
         return TickReport(
             now,

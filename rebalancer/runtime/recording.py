@@ -38,6 +38,18 @@ class RecordingActuator:
         await self.events.action(result, decision)
         return result
 
+    async def notice(
+        self, node: str, decision: str, deadline: datetime, *, uid: str | None = None
+    ) -> ActionResult:
+        result = await self.inner.notice(node, decision, deadline, uid=uid)
+        await self.events.action(result, decision)
+        return result
+
+    async def withdraw(self, node: str, decision: str) -> ActionResult:
+        result = await self.inner.withdraw(node, decision)
+        await self.events.action(result, decision)
+        return result
+
     async def progress(
         self,
         node: str,

@@ -17,6 +17,7 @@ from datetime import datetime
 from rebalancer.core import clocks, model
 from rebalancer.core.audit import AuditRecord
 from rebalancer.core.model import Action, PoolName
+from rebalancer.core.outcomes import Notice
 from rebalancer.runtime.effects import Noted
 from rebalancer.runtime.seams import Applied
 
@@ -37,6 +38,7 @@ class Happened(Noted):
     audit_failures: tuple[str, ...] = ()  # the store operation that raised
     spool_overflows: int = 0
     reclaims: tuple[tuple[str, datetime, datetime], ...] = ()  # pool, decided, serving
+    notices: tuple[tuple[str, Notice], ...] = ()  # pool, what a reclaim's notice came to
 
 
 @dataclass(frozen=True)

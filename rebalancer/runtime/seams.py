@@ -164,6 +164,16 @@ class NodeActuator(Protocol):
         """With ``uid``, only that incarnation of the node: another one ends ``gone``."""
         ...
 
+    async def notice(
+        self, node: str, decision: str, deadline: datetime, *, uid: str | None = None
+    ) -> ActionResult:
+        """A reclaim that begins as a notice: the pods must be gone by ``deadline``."""
+        ...
+
+    async def withdraw(self, node: str, decision: str) -> ActionResult:
+        """A notice withdrawn: the node stays lent."""
+        ...
+
     async def progress(
         self,
         node: str,

@@ -22,14 +22,14 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
 
 from rebalancer import errors
 from rebalancer.core import audit
 from rebalancer.core.audit import AuditRecord
 from rebalancer.core.model import Action, Clock, NodeName, NodeView, PoolName
-from rebalancer.core.outcomes import ActionResult, Outcome
+from rebalancer.core.outcomes import ActionResult, Notice, Outcome
 from rebalancer.runtime.effects import (
     Branch,
     Carry,
@@ -79,6 +79,7 @@ class Run:
     audit_failures: list[str] = field(default_factory=list)  # the store operation that raised
     spool_overflows: int = 0
     reclaims: list[tuple[str, datetime, datetime]] = field(default_factory=list)  # decided, back
+    notices: list[tuple[str, Notice]] = field(default_factory=list)  # what each notice came to
     audit_store: tuple[bool, int] | None = None  # (failing, records waiting in the spool)
 
 
@@ -226,6 +227,13 @@ class Shell:
         deadline = None
         if step.action is Action.LEND:
             result = await self._called(intent, actuator.lend(step.node, intent.id))
+        elif step.action is Action.WITHDRAW:
+            result = await self._called(intent, actuator.withdraw(step.node, intent.id))
+        elif step.notice > timedelta(0):
+            # The pods must be gone by then; the reclaim begins when they answer.
+            deadline = started + step.notice
+            call = actuator.notice(step.node, intent.id, deadline, uid=node_uid(intent))
+            result = await self._called(intent, call)
         else:
             pool = next(p for p in self.pools if p.name == step.pool)
             deadline = started + pool.policy.reclaim_deadline
@@ -419,6 +427,8 @@ class Shell:
         return written
 
     def reclaimed(self, pool: PoolName, intent: AuditRecord | None, result: ActionResult) -> None:
+        if result.notice is not None and not result.dry_run:
+            self.run.notices.append((str(pool), result.notice))
         if (
             intent is not None
             and intent.action is Action.RECLAIM

@@ -171,10 +171,10 @@ def keeps_inference(step: model.Step) -> bool:
 
 
 def _waves(carries: Sequence[Carry], rules: Rules) -> tuple[Wave, ...]:
-    """Reclaims first, ``reclaim_concurrency`` at a time, then lends, fewer at once (a lend
-    is never urgent: a wave of them should not crowd the API server)."""
+    """Reclaims first, ``reclaim_concurrency`` at a time, then lends and withdrawn notices,
+    fewer at once (neither is ever urgent: a wave of them should not crowd the API server)."""
     reclaims = tuple(c for c in carries if c.step.action is Action.RECLAIM)
-    lends = tuple(c for c in carries if c.step.action is Action.LEND)
+    lends = tuple(c for c in carries if c.step.action is not Action.RECLAIM)
     return Wave(reclaims, rules.reclaim_concurrency), Wave(lends, rules.lend_concurrency)
 
 

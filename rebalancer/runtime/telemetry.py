@@ -27,6 +27,13 @@ Metrics (docs/http.md has the table):
   (the drain is forced at the deadline, so a value that stays above 0 means a stuck reclaim).
 - ``rebalancer_reclaim_duration_seconds{pool}``: from the reclaim decision to the node serving
   again.
+- ``rebalancer_reclaim_notice_seconds{pool}``: how long a reclaim's borrowed pods had between
+  its notice and its evictions (0 for a reclaim that gave none).
+- ``rebalancer_reclaim_answer_seconds{pool}``: how soon after its notice a borrowed pod
+  answered (acknowledged it, or ended).
+- ``rebalancer_lost_work_gpu_seconds_total{pool}``: GPUs times the time since their last
+  reported checkpoint of the borrowed pods a reclaim evicted unanswered; a pod that never
+  reported one is counted in ``rebalancer_reclaim_unreported_pods_total{pool}`` instead.
 - ``rebalancer_demand_sample_age_seconds{pool}``: seconds since the last good demand sample
   (``+Inf`` until this process has seen one).
 - ``rebalancer_leader{identity}``: 1 while this instance leads, else 0.
@@ -63,11 +70,14 @@ from prometheus_client.metrics_core import Metric
 from rebalancer.core import clocks, model
 from rebalancer.core.audit import DEFAULT_CLUSTER
 from rebalancer.core.model import PoolName
+from rebalancer.core.outcomes import Notice
 from rebalancer.runtime.report import Happened, TickReport
 
 # A reclaim drains borrowed pods (a grace period of seconds to minutes), then the node warms up
 # (image pull, model load): the interesting range is ten seconds to an hour.
 RECLAIM_BUCKETS: tuple[float, ...] = (5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
+# A notice and its answers: none (0) to a window's worth of notice.
+NOTICE_BUCKETS: tuple[float, ...] = (0, 5, 15, 30, 60, 120, 300, 600, 1200, 1800)
 
 STEP = "step"
 REFUSAL = "refusal"
@@ -134,6 +144,32 @@ class Telemetry:
             "Seconds from a reclaim decision until the node serves inference again.",
             ["pool"],
             buckets=tuple(reclaim_buckets),
+            registry=r,
+        )
+        self.reclaim_notice = Histogram(
+            "rebalancer_reclaim_notice_seconds",
+            "Seconds a reclaim's borrowed pods had between its notice and its evictions.",
+            ["pool"],
+            buckets=NOTICE_BUCKETS,
+            registry=r,
+        )
+        self.reclaim_answer = Histogram(
+            "rebalancer_reclaim_answer_seconds",
+            "Seconds from a reclaim's notice until a borrowed pod answered it.",
+            ["pool"],
+            buckets=NOTICE_BUCKETS,
+            registry=r,
+        )
+        self.lost_work = Counter(
+            "rebalancer_lost_work_gpu_seconds",
+            "GPU-seconds of training since the last reported checkpoint, evicted unanswered.",
+            ["pool"],
+            registry=r,
+        )
+        self.unreported = Counter(
+            "rebalancer_reclaim_unreported_pods",
+            "Borrowed pods evicted unanswered that never reported a checkpoint (loss unknown).",
+            ["pool"],
             registry=r,
         )
 
@@ -293,6 +329,8 @@ class Telemetry:
             self.spool_overflowed()
         for reclaim in noted.reclaims:
             self.reclaim_done(*reclaim)
+        for pool, notice in noted.notices:
+            self.noticed(pool, notice)
 
     def _gauges(self, noted: Happened) -> None:
         """The gauges a tick measured (``None``: not measured, the last value stays)."""
@@ -382,6 +420,14 @@ class Telemetry:
         """A reclaim decided at ``started`` ended with the node serving again at ``serving``."""
         seconds = max(0.0, (serving - started).total_seconds())
         self.reclaim_duration.labels(pool).observe(seconds)
+
+    def noticed(self, pool: str, notice: Notice) -> None:
+        """A reclaim's evictions began: what its notice gave, and what the pods lost."""
+        self.reclaim_notice.labels(pool).observe(notice.given_seconds)
+        for seconds in notice.answer_seconds:
+            self.reclaim_answer.labels(pool).observe(seconds)
+        self.lost_work.labels(pool).inc(notice.lost_gpu_seconds)
+        self.unreported.labels(pool).inc(notice.unknown)
 
     def set_leader(self, identity: str, leading: bool) -> None:
         """Whether this instance (``identity``, the Lease holder identity) leads now."""

@@ -157,7 +157,16 @@ def actuators(
 ) -> dict[PoolName, Actuator]:
     """Each pool's actuator, telling time on the API server's clock."""
     return {
-        p.name: Actuator(writer, keys, p.lend_spec, p.marks, server_clock, dry_run, cache)
+        p.name: Actuator(
+            writer,
+            keys,
+            p.lend_spec,
+            p.marks,
+            server_clock,
+            dry_run,
+            cache,
+            drain=p.policy.reclaim_deadline,
+        )
         for p in pools
     }
 

@@ -797,5 +797,5 @@ async def test_a_stored_value_outside_the_vocabulary_is_an_error_naming_record_a
         await store.get("01J0000000000000000000TELE")
     assert str(raised.value) == (
         "audit record 01J0000000000000000000TELE: action='teleport' is not one of "
-        "lend, reclaim, progress, rollback"
+        "lend, reclaim, withdraw, progress, rollback"
     )

@@ -40,6 +40,7 @@ from rebalancer.adapters.audit import SqlAuditStore
 from rebalancer.core import clocks, model
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import PoolName
+from rebalancer.core.outcomes import Notice
 from rebalancer.runtime.telemetry import Telemetry
 from tests.support import prometheus as prom
 from tests.support.chart import CHART, Doc, of_kind, one, render
@@ -1131,6 +1132,11 @@ def play(t: Telemetry, pod: str, k: int, now: datetime, site: Site) -> None:
         if k % 10 == 5:
             pool = POOLS[(k // 10) % 2]
             t.reclaim_done(pool, now - timedelta(seconds=20 + 9 * k), now)
+            # half of them noticed five minutes ahead, answered in 90 s; one pod of 8 GPUs
+            # evicted unanswered ten minutes past its checkpoint, one that never reported
+            given = 300.0 if k % 20 == 5 else 0.0
+            answers = (90.0,) if given else ()
+            t.noticed(pool, Notice("r", given, 3, len(answers), answers, 8 * 600.0, 1, "why"))
         if 120 <= k < 130:
             t.audit_failed("tick")
         t.set_audit_store(120 <= k < 130, max(0, min(k, 130) - 119) * 3 if k < 131 else 0)

@@ -27,6 +27,7 @@ from rebalancer.adapters.audit import (
 from rebalancer.core import audit, clocks, model
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Action, NodeName, Origin, PoolName, Reason
+from rebalancer.core.outcomes import Notice
 from rebalancer.runtime import http
 from rebalancer.runtime.http import HttpServer, Readiness, readiness
 from rebalancer.runtime.report import Happened, TickReport
@@ -249,6 +250,10 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
     t.set_demand_held({"l20": True})
     t.borrowing_minute("l20")
     t.borrowing_minute("l20")
+    # a notice of 280 s, one pod answering in 95 s, one evicted 100 s past its checkpoint with
+    # 8 GPUs, one that never reported; then a reclaim that gave none
+    t.noticed("l20", Notice("r-1", 280.0, 3, 1, (95.0,), 800.0, 1, "deadline"))
+    t.noticed("l20", Notice("r-2", 0.0, 1, 0, (), 0.0, 1, "no notice"))
     week, day = timedelta(days=7), timedelta(days=1)
     t.set_budgets({"l20": model.ErrorBudget(10, week, 3), "a100": model.ErrorBudget(0, day, 0)})
     t.set_budgets({"l20": model.ErrorBudget(10, week, 4)})  # a100 lost its slo
@@ -277,6 +282,10 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
         "rebalancer_nodes_lent",
         "rebalancer_decisions",
         "rebalancer_reclaim_duration_seconds",
+        "rebalancer_reclaim_notice_seconds",
+        "rebalancer_reclaim_answer_seconds",
+        "rebalancer_lost_work_gpu_seconds",
+        "rebalancer_reclaim_unreported_pods",
         "rebalancer_demand_sample_age_seconds",
         "rebalancer_leader",
         "rebalancer_audit_store_failures",
@@ -336,6 +345,18 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
     assert value(reclaim, f"{name}_bucket", pool="l20", le="600.0") == 1
     assert value(reclaim, f"{name}_bucket", pool="l20", le="900.0") == 2
     assert value(reclaim, f"{name}_bucket", pool="l20", le="+Inf") == 2
+
+    notice = got["rebalancer_reclaim_notice_seconds"]
+    name = "rebalancer_reclaim_notice_seconds"
+    assert value(notice, f"{name}_count", pool="l20") == 2
+    assert value(notice, f"{name}_bucket", pool="l20", le="0.0") == 1
+    assert value(notice, f"{name}_bucket", pool="l20", le="300.0") == 2
+    answer = got["rebalancer_reclaim_answer_seconds"]
+    assert value(answer, "rebalancer_reclaim_answer_seconds_sum", pool="l20") == 95
+    lost = got["rebalancer_lost_work_gpu_seconds"]
+    assert value(lost, "rebalancer_lost_work_gpu_seconds_total", pool="l20") == 800
+    unreported = got["rebalancer_reclaim_unreported_pods"]
+    assert value(unreported, "rebalancer_reclaim_unreported_pods_total", pool="l20") == 2
 
     age = got["rebalancer_demand_sample_age_seconds"]
     assert value(age, "rebalancer_demand_sample_age_seconds", pool="l20") == 150

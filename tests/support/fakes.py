@@ -247,6 +247,7 @@ class CodecActuator:
     clock: Clock
     keys: Keys = field(default_factory=Keys)
     calls: list[Call] = field(default_factory=list)
+    answering: bool = True  # a node's pods answer a notice at once; False: never
 
     async def lend(self, node: str, decision: str) -> ActionResult:
         view, now = self.views.get(node), self.clock()
@@ -285,6 +286,25 @@ class CodecActuator:
             return self._done("reclaim", node, decision, Outcome.IN_PROGRESS, "draining", deadline)
         return self._finish("reclaim", node, decision, deadline)
 
+    async def notice(
+        self, node: str, decision: str, deadline: datetime, *, uid: str | None = None
+    ) -> ActionResult:
+        """The node stays lent, told; its pods answer at once (``progress`` then reclaims),
+        unless ``answering`` is off."""
+        view = self.views.get(node)
+        if self._phase(view) is not Phase.LENT:
+            return self._done("notice", node, decision, Outcome.REFUSED, "not lent", deadline)
+        self.views.put(nodestate.apply(view, nodestate.notice(self.keys, deadline, decision)))
+        return self._done("notice", node, decision, Outcome.IN_PROGRESS, "told", deadline)
+
+    async def withdraw(self, node: str, decision: str) -> ActionResult:
+        view = self.views.get(node)
+        state = nodestate.read(view, self.keys)
+        if not isinstance(state, nodestate.NodeState) or not state.noticed:
+            return self._done("withdraw", node, decision, Outcome.NOTHING, "no notice")
+        self.views.put(nodestate.apply(view, nodestate.withdraw(self.keys, decision)))
+        return self._done("withdraw", node, decision, Outcome.APPLIED, "withdrawn")
+
     async def progress(
         self,
         node: str,
@@ -297,6 +317,11 @@ class CodecActuator:
         if decision is not None:  # the transition changes hands (a recovery's intent)
             view = nodestate.apply(view, nodestate.take_over(self.keys, decision))
             self.views.put(view)
+        state = nodestate.read(view, self.keys)
+        if isinstance(state, nodestate.NodeState) and state.noticed:
+            if not self.answering:
+                return self._done("progress", node, decision, Outcome.IN_PROGRESS, "told")
+            return self._finish("progress", node, decision)
         if self._phase(view) not in (Phase.LENDING, Phase.RECLAIMING):
             return self._done("progress", node, decision, Outcome.NOTHING, "nothing in flight")
         return self._finish("progress", node, decision)
@@ -332,7 +357,8 @@ class CodecActuator:
         deadline: datetime | None = None,
     ) -> ActionResult:
         self.calls.append(Call(call, node, decision, outcome, deadline))
-        return ActionResult(node, model.Action(call), outcome, message)
+        action = model.Action.RECLAIM if call == "notice" else model.Action(call)
+        return ActionResult(node, action, outcome, message)
 
     def _state(self, view: model.NodeView) -> nodestate.NodeState:
         state = nodestate.read(view, self.keys)

@@ -104,9 +104,12 @@ class AuditLog:
             if write.kind in (WriteKind.EVICT, WriteKind.DELETE):
                 if write.outcome in _POD_GONE or write.outcome is WriteOutcome.PLANNED:
                     pods.append(write.target.removeprefix("pod/"))
-            elif write.outcome in (WriteOutcome.APPLIED, WriteOutcome.PLANNED):
+            elif write.target.startswith("node/") and write.outcome in (
+                WriteOutcome.APPLIED,
+                WriteOutcome.PLANNED,
+            ):
                 after = _patched(after, write.body)
-        detail = {
+        detail: dict[str, Any] = {
             "call": result.action,
             "writes": [
                 {
@@ -122,6 +125,8 @@ class AuditLog:
             detail["kept_taints"] = list(result.kept)
         if result.held:  # the pods a finalizer holds past the deadline
             detail["held_by_finalizers"] = list(result.held)
+        if result.notice is not None:  # what the pods were told, and what they lost
+            detail["notice"] = result.notice.to_doc()
         record = audit.outcome_record(
             intent,
             self.new_id,
