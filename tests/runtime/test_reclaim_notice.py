@@ -130,4 +130,3 @@ async def test_a_strategy_that_wants_the_node_again_withdraws_its_notice() -> No
     after = state(w, told)
     assert (after.phase, after.noticed) == (nodestate.Phase.LENT, False)
     assert w.actuator.of("lend") == []
-
