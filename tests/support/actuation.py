@@ -172,7 +172,8 @@ class World:
         return self.opened.box
 
     def writer(self, crash_after: int | None = None) -> Recorder:
-        inner = KubeWriter(self.opened.core, RetryPolicy(sleep=no_sleep))
+        # On the actuator's clock, as the controller wires it: a condition's time is comparable.
+        inner = KubeWriter(self.opened.core, RetryPolicy(sleep=no_sleep), clock=self.opened.clock)
         return Recorder(inner, crash_after)
 
     def actuator(self, writer: NodeWriter, dry_run: bool = False) -> Actuator:
