@@ -138,7 +138,7 @@ def pool(
     by_phase: dict[str, list[str]] = {}
     for view in seen.nodes:
         state = nodestate.read(view, keys)
-        phase = "unreadable" if isinstance(state, nodestate.StateError) else state.phase.value
+        phase = "unreadable" if isinstance(state, nodestate.StateError) else _phase(state)
         by_phase.setdefault(phase, []).append(str(view.name))
     return {
         "pool": str(name),
@@ -243,12 +243,17 @@ def _state(state: nodestate.NodeState | nodestate.StateError, now: datetime) -> 
     if isinstance(state, nodestate.StateError):
         return {"phase": "unreadable", "since": None, "state_error": str(state)}
     return {
-        "phase": state.phase.value,
+        "phase": _phase(state),
         "since": _time(state.since) if state.since else None,
         "for_seconds": (now - state.since).total_seconds() if state.since else None,
         "decision": state.decision,
         "deadline": _time(state.deadline) if state.deadline else None,
     }
+
+
+def _phase(state: nodestate.NodeState) -> str:
+    """The phase in words: a loan under a reclaim notice is ``noticed``."""
+    return "noticed" if state.noticed else state.phase.value
 
 
 def _pods(pods: Iterable[model.PodView]) -> Json:
