@@ -261,7 +261,7 @@ class KubeWriter:
     ) -> None:
         self._core = core
         self._retry = retry or RetryPolicy()
-        self._clock = clock  # the time a disruption condition says it began
+        self._clock = clock  # when a condition it writes (disruption, notice) says it began
 
     async def get_node(self, name: str) -> Obj:
         target = f"node/{name}"

@@ -323,7 +323,7 @@ class Store:
             )
             raise status.invalid(rt.plural, rt.group, name, [cause])  # as the update path names it
         new = _typed(rt, strategy.prepare_update(rt, obj, current, subresource))
-        causes = strategy.validate_update(rt, new, current, subresource)
+        causes = strategy.validate_update(rt, new, current)
         if causes:
             raise status.invalid(rt.kind, rt.invalid_group, name, causes)
         new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]

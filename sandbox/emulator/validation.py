@@ -107,7 +107,7 @@ def labels(meta: Obj) -> list[Cause]:
 def annotation_keys(meta: Obj) -> list[Cause]:
     values = meta.get("annotations") or {}
     causes = [
-        invalid("metadata.annotations", key, _KEY_MESSAGE.lower())
+        invalid("metadata.annotations", key, _KEY_MESSAGE)
         for key in values
         if not valid_qualified_name(key.lower())
     ]
@@ -222,6 +222,17 @@ def _resources(resources: Obj, at: str) -> list[Cause]:
                 quantity.parse(value)
             except ValueError as exc:
                 causes.append(invalid(f"{at}.resources.{part}[{name_}]", value, str(exc)))
+    return causes
+
+
+def pod_conditions(pod_status: Any) -> list[Cause]:
+    """A pod's condition types are qualified names (``rebalancer.io/ReclaimNotice``, or one of
+    Kubernetes' own, which all are): kube-apiserver refuses any other on a status update."""
+    causes = []
+    for index, condition in enumerate((pod_status or {}).get("conditions") or ()):
+        kind = str((condition or {}).get("type") or "")
+        if not valid_qualified_name(kind):
+            causes.append(invalid(f"status.conditions[{index}].Type", kind, _KEY_MESSAGE))
     return causes
 
 

@@ -10,10 +10,12 @@ the lease expires. Every write that reaches the server is recorded with its time
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
 from kubernetes_asyncio import client
 
 from rebalancer.adapters import convert
@@ -106,3 +108,59 @@ async def test_two_replicas_never_write_at_the_same_time_even_when_the_leader_is
     )
     assert a.refused, "the cut-off leader's actuator kept trying and was refused locally"
     assert any(when < wedged_at for when in b.refused), "the follower was refused while A led"
+
+
+@dataclass
+class Told:
+    """A ``NodeWriter`` that only notes which of the reclaim notice's pod writes reached it."""
+
+    calls: list[str] = field(default_factory=list)
+
+    async def get_node(self, name: str) -> Any:
+        raise AssertionError("not asked here")
+
+    async def list_nodes(self, label_selector: str) -> Any:
+        raise AssertionError("not asked here")
+
+    async def list_pods(self, node: str) -> Any:
+        raise AssertionError("not asked here")
+
+    async def patch_node(self, name: str, change: Any, resource_version: str) -> Any:
+        raise AssertionError("not asked here")
+
+    async def evict(self, namespace: str, name: str, uid: str) -> Any:
+        raise AssertionError("not asked here")
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        raise AssertionError("not asked here")
+
+    async def annotate_pod(
+        self, namespace: str, name: str, uid: str, annotations: Mapping[str, str | None]
+    ) -> bool:
+        self.calls.append(f"annotate {namespace}/{name} {uid} {dict(annotations)}")
+        return True
+
+    async def set_pod_condition(
+        self, namespace: str, name: str, uid: str, condition: Mapping[str, str]
+    ) -> bool:
+        self.calls.append(f"condition {namespace}/{name} {uid} {condition['type']}")
+        return True
+
+
+async def test_the_notices_pod_writes_pass_the_gate_only_while_leading() -> None:
+    leading = [False]
+    told = Told()
+    gated = LeaderGatedWriter(told, lambda _: leading[0], datetime.now, "replica-a")
+    notice = {"type": "rebalancer.io/ReclaimNotice", "status": "True"}
+    with pytest.raises(NotLeader, match="pod/training/p"):
+        await gated.annotate_pod("training", "p", "u", {"rebalancer.io/reclaim-id": "r"})
+    with pytest.raises(NotLeader, match="pod/training/p"):
+        await gated.set_pod_condition("training", "p", "u", notice)
+    assert told.calls == []
+    leading[0] = True
+    assert await gated.annotate_pod("training", "p", "u", {"rebalancer.io/reclaim-id": "r"})
+    assert await gated.set_pod_condition("training", "p", "u", notice)
+    assert told.calls == [
+        "annotate training/p u {'rebalancer.io/reclaim-id': 'r'}",
+        "condition training/p u rebalancer.io/ReclaimNotice",
+    ]

@@ -29,7 +29,7 @@ from rebalancer.adapters import ledger
 from rebalancer.adapters.actuator import Actuator
 from rebalancer.adapters.events import KubeEvents, NodeEvent
 from rebalancer.adapters.leadership import LeaderElector
-from rebalancer.adapters.writer import KubeWriter
+from rebalancer.adapters.writer import KubeWriter, WriteError
 from rebalancer.core.audit import Kind
 from rebalancer.core.model import PoolName
 from rebalancer.core.outcomes import Outcome
@@ -217,6 +217,45 @@ async def read_back_kept_records(c: Cluster) -> bool:
     return True
 
 
+NOTICED = "borrowed-0-0"  # on LENT
+
+
+async def annotate_a_borrowed_pod(c: Cluster) -> bool:
+    """A reclaim notice's annotations on a borrowed pod: a merge patch of the pod."""
+    deadline = {"rebalancer.io/reclaim-deadline": "2026-12-04T09:35:00Z"}
+    written = await _pod_write(
+        c, lambda w, uid: w.annotate_pod(cluster.TRAINING_NAMESPACE, NOTICED, uid, deadline)
+    )
+    return (
+        written and deadline.items() <= (_noticed(c)["metadata"].get("annotations") or {}).items()
+    )
+
+
+async def set_a_borrowed_pods_condition(c: Cluster) -> bool:
+    """A reclaim notice's condition on a borrowed pod: the pod listed by its name, then a
+    strategic merge patch of its status."""
+    notice = {"type": "rebalancer.io/ReclaimNotice", "status": "True", "reason": "ReclaimScheduled"}
+    written = await _pod_write(
+        c, lambda w, uid: w.set_pod_condition(cluster.TRAINING_NAMESPACE, NOTICED, uid, notice)
+    )
+    found = _noticed(c)["status"].get("conditions") or []
+    return written and any(x["type"] == notice["type"] for x in found)
+
+
+async def _pod_write(c: Cluster, write: Callable[[KubeWriter, str], Awaitable[bool]]) -> bool:
+    """``write`` as the controller on the noticed pod; False when it was refused."""
+    try:
+        return await write(
+            KubeWriter(client.CoreV1Api(c.controller)), _noticed(c)["metadata"]["uid"]
+        )
+    except WriteError:
+        return False
+
+
+def _noticed(c: Cluster) -> Any:
+    return c.opened.objects.get(PODS, cluster.TRAINING_NAMESPACE, NOTICED)
+
+
 def _elector(c: Cluster) -> LeaderElector:
     return LeaderElector(c.controller, name=RELEASE, namespace=NAMESPACE, identity="test")
 
@@ -234,6 +273,8 @@ OPERATIONS: dict[str, Operation] = {
     "take-a-released-lease": take_a_released_lease,
     "record-an-event": record_an_event,
     "read-back-kept-records": read_back_kept_records,
+    "annotate-a-borrowed-pod": annotate_a_borrowed_pod,
+    "set-a-borrowed-pods-condition": set_a_borrowed_pods_condition,
 }
 
 
@@ -277,6 +318,9 @@ def without(docs: list[Doc], verb: str, group: str, resource: str) -> list[Doc]:
         ("update", "coordination.k8s.io", "leases", "take-a-released-lease"),
         ("create", "events.k8s.io", "events", "record-an-event"),
         ("list", "events.k8s.io", "events", "read-back-kept-records"),
+        ("patch", "", "pods", "annotate-a-borrowed-pod"),
+        ("patch", "", "pods/status", "set-a-borrowed-pods-condition"),
+        ("list", "", "pods", "set-a-borrowed-pods-condition"),
     ],
 )
 async def test_removing_the_rule_an_operation_needs_makes_it_fail_with_403(

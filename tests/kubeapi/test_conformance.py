@@ -220,6 +220,98 @@ def case_a_pod_is_marked_disrupted_by_its_uid_and_keeps_its_conditions(n: str) -
     ]
 
 
+def _bound_pod(n: str) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": n, "namespace": "default", "annotations": {"example.com/x": "kept"}},
+        "spec": {"nodeName": f"{n}-node", "containers": [{"name": "main", "image": "nginx:1.27"}]},
+    }
+
+
+def _annotations(doc: Any) -> Any:
+    return doc["metadata"].get("annotations")
+
+
+def case_a_pods_annotations_are_merged_and_its_uid_is_checked(n: str) -> list[Step]:
+    """What a reclaim notice writes on a borrowed pod (``annotations_patch``): refused on a
+    pod whose uid is not the one judged, the pod's other annotations kept, ``null`` deleting."""
+    pods = "/api/v1/namespaces/default/pods"
+    ours = {"rebalancer.io/reclaim-deadline": "2026-12-04T09:35:00Z"}
+    unchecked = {"metadata": {"annotations": ours}}
+    removed = {"metadata": {"annotations": {"rebalancer.io/reclaim-deadline": None}}}
+    return [
+        Step("POST", pods, _bound_pod(n), read=_annotations),
+        Step("PATCH", f"{pods}/{n}", writer.annotations_patch("not-the-pods-uid", ours), MERGE),
+        Step("PATCH", f"{pods}/{n}", unchecked, MERGE, read=_annotations),
+        Step("PATCH", f"{pods}/{n}", removed, MERGE, read=_annotations),
+        Step("PATCH", f"{pods}/{n}-gone", writer.annotations_patch("u", ours), MERGE),
+    ]
+
+
+def case_a_pods_condition_is_merged_by_type_and_its_type_is_checked(n: str) -> list[Step]:
+    """What a reclaim notice writes on a borrowed pod's status (``condition_patch``): merged by
+    type with the kubelet's, refused on another pod's uid, a type that is no qualified name
+    refused; a merge patch would have replaced the kubelet's conditions."""
+    status = f"/api/v1/namespaces/default/pods/{n}/status"
+    at = datetime(2026, 12, 4, tzinfo=UTC)
+    notice = {
+        "type": "rebalancer.io/ReclaimNotice",
+        "status": "True",
+        "reason": "ReclaimScheduled",
+        "message": "reclaim r-1 at 2026-12-04T00:05:00Z",
+    }
+    kubelet = {
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": "PodScheduled", "status": "True"},
+            ]
+        }
+    }
+    marked = writer.condition_patch("not-the-pods-uid", notice, None, at)
+    withdrawn = {**notice, "status": "False", "reason": "ReclaimWithdrawn"}
+    unchecked = {"status": writer.condition_patch("u", withdrawn, None, at)["status"]}
+    bad_type = {"status": {"conditions": [{"type": "not a type!", "status": "True"}]}}
+
+    def conditions(doc: Any) -> Any:
+        found = doc["status"].get("conditions") or []
+        return [
+            (c["type"], c["status"], c.get("reason"), c.get("lastTransitionTime")) for c in found
+        ]
+
+    return [
+        Step("POST", "/api/v1/namespaces/default/pods", _bound_pod(n), read=conditions),
+        Step("PATCH", status, kubelet, STRATEGIC, read=conditions),
+        Step("PATCH", status, marked, STRATEGIC, read=conditions),
+        Step("PATCH", status, {"status": marked["status"]}, STRATEGIC, read=conditions),
+        Step("PATCH", status, unchecked, STRATEGIC, read=conditions),
+        Step("PATCH", status, bad_type, STRATEGIC),
+        Step("PATCH", status, unchecked, MERGE, read=conditions),
+        Step("PATCH", f"/api/v1/namespaces/default/pods/{n}-gone/status", marked, STRATEGIC),
+    ]
+
+
+def case_a_changed_uid_is_named_twice_but_on_budgets(n: str) -> list[Step]:
+    """kube-apiserver checks an object's metadata twice on an update, and names each cause
+    twice, for every kind the controller writes but PodDisruptionBudgets."""
+    other = {"metadata": {"uid": "not-the-uid"}}
+    budgets = "/apis/policy/v1/namespaces/default/poddisruptionbudgets"
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": n, "namespace": "default"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"job-name": n}}},
+    }
+    return [
+        Step("POST", "/api/v1/nodes", node_body(n), read=labels),
+        Step("PATCH", f"/api/v1/nodes/{n}", other, MERGE),
+        Step("PATCH", f"/api/v1/nodes/{n}/status", other, MERGE),
+        Step("POST", budgets, budget, read=lambda d: d["spec"]),
+        Step("PATCH", f"{budgets}/{n}", other, MERGE),
+    ]
+
+
 def case_a_lease_update_names_the_version_it_read(n: str) -> list[Step]:
     leases = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
     lease: Obj = {
@@ -298,6 +390,9 @@ CASES = [
     case_a_lease_update_names_the_version_it_read,
     case_an_event_is_created_as_events_k8s_io_v1,
     case_a_pod_is_marked_disrupted_by_its_uid_and_keeps_its_conditions,
+    case_a_pods_annotations_are_merged_and_its_uid_is_checked,
+    case_a_pods_condition_is_merged_by_type_and_its_type_is_checked,
+    case_a_changed_uid_is_named_twice_but_on_budgets,
 ]
 
 

@@ -165,11 +165,14 @@ def used(decisions: Iterable[Decision]) -> set[tuple[str, str, str, str]]:
 # and watches, Events are only ever created): pods are deleted only when an eviction has not
 # emptied a node by the reclaim deadline, which a slow run may reach, each marked
 # DisruptionTarget through its status first (``tests/chart/test_rbac.py`` proves both grants
-# needed); a node is read by a GET only when the informer's cache does not hold it or a
+# needed); a pod is patched only by a reclaim notice (its annotations; its condition through
+# its status), which a run whose reclaims are all urgent never gives (proven needed there too);
+# a node is read by a GET only when the informer's cache does not hold it or a
 # reclaim's cached read met a 409 (``adapters/actuator.py``), and ``rebalancer reclaim``, which
 # runs no informer, reads every node so (``tests/test_cli_run.py``).
 MAY_GO_UNUSED = {
     Grant("delete", "", "pods"),
+    Grant("patch", "", "pods"),
     Grant("patch", "", "pods/status"),
     Grant("get", "", "nodes"),
 }
