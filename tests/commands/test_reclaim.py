@@ -100,6 +100,14 @@ class Watched:
         assert any(r.id == decision for r in page.records), "the intent is stored first"
         return await self.inner.reclaim(node, decision, deadline, uid=uid)
 
+    async def notice(
+        self, node: str, decision: str, deadline: datetime, *, uid: str | None = None
+    ) -> ActionResult:
+        raise AssertionError("an operator's reclaim gives no notice")
+
+    async def withdraw(self, node: str, decision: str) -> ActionResult:
+        raise AssertionError("an operator's reclaim withdraws no notice")
+
     async def progress(
         self,
         node: str,

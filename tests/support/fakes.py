@@ -202,6 +202,16 @@ class Calls:
         self.made.append(("reclaim", node))
         return ActionResult(node, model.Action.RECLAIM, Outcome.APPLIED, "serving")
 
+    async def notice(
+        self, node: str, decision: str, deadline: datetime, *, uid: str | None = None
+    ) -> ActionResult:
+        self.made.append(("notice", node))
+        return ActionResult(node, model.Action.RECLAIM, Outcome.IN_PROGRESS, "told")
+
+    async def withdraw(self, node: str, decision: str) -> ActionResult:
+        self.made.append(("withdraw", node))
+        return ActionResult(node, model.Action.WITHDRAW, Outcome.APPLIED, "withdrawn")
+
     async def progress(
         self,
         node: str,
