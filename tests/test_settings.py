@@ -814,6 +814,7 @@ def test_custom_pool_builds_its_values() -> None:
         lend_taints=spec.add_taints,
         serving_taints=spec.remove_taints,
         inference_selector={"app": "vllm"},
+        prefix="gpu.example.com/",  # where its pods say when they last saved
     )
     assert adapterconfig.metrics_settings(s, p) == metrics.Settings(
         url="http://p:9090",

@@ -654,7 +654,9 @@ class Actuator:
             acted = [p for p in found if not p.view.terminating]
             blocked = await self._evict(run, acted)
         if acted and not self._dry_run:
-            names = ", ".join(f"{p.view.namespace}/{p.view.name}" for p in _cheapest_first(acted))
+            names = ", ".join(
+                f"{p.view.namespace}/{p.view.name}" for p in _cheapest_first(acted, self._clock())
+            )
             verb = "deleted" if past else "evicted"
             run.notes.append(f"{verb} pod(s) bound to an earlier node of this name: {names}")
         if self._dry_run:
@@ -687,7 +689,7 @@ class Actuator:
     async def _evict(self, run: _Pass, pods: Sequence[_Pod]) -> int:
         """Evict the pods not yet terminating, cheapest first; how many were blocked."""
         blocked = 0
-        for pod in _cheapest_first([p for p in pods if not p.view.terminating]):
+        for pod in _cheapest_first([p for p in pods if not p.view.terminating], self._clock()):
             outcome = await self._evict_one(run, pod)
             blocked += outcome is WriteOutcome.BLOCKED
         return blocked
@@ -706,7 +708,7 @@ class Actuator:
         """Delete the pods with grace 0, terminating ones too (a shorter grace is allowed); not
         one whose deletion already has grace 0 (a finalizer holds it: asking again changes
         nothing, and would write every pass)."""
-        for pod in _cheapest_first([p for p in pods if p.grace != 0]):
+        for pod in _cheapest_first([p for p in pods if p.grace != 0], self._clock()):
             assert _taken(pod)  # never delete anything else
             ns, name = pod.view.namespace, pod.view.name
             outcome = WriteOutcome.PLANNED
@@ -798,12 +800,13 @@ def _taken(pod: _Pod) -> bool:
     return pod.view.role not in (model.PodRole.INFERENCE, model.PodRole.DAEMON) and not pod.mirror
 
 
-def _cheapest_first(pods: Sequence[_Pod]) -> list[_Pod]:
-    """``victims.eviction_order`` over every pod a drain takes: one that landed without
-    tolerating the lent taint costs what a borrowed one does (its job, priority and age)."""
+def _cheapest_first(pods: Sequence[_Pod], now: datetime) -> list[_Pod]:
+    """``victims.eviction_order`` at ``now`` over every pod a drain takes: one that landed
+    without tolerating the lent taint costs what a borrowed one does (its job, priority and
+    the work it would lose)."""
     by_name = {(p.view.namespace, p.view.name): p for p in pods}
     views = (dataclasses.replace(p.view, role=model.PodRole.BORROWED) for p in pods)
-    return [by_name[(v.namespace, v.name)] for v in victims.eviction_order(views)]
+    return [by_name[(v.namespace, v.name)] for v in victims.eviction_order(views, now)]
 
 
 def _earlier(pod: _Pod, node: model.NodeView, or_same: bool = False) -> bool:

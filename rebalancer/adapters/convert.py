@@ -15,6 +15,7 @@ Pods that have finished (``Succeeded``/``Failed``) hold nothing and are left out
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import sys
@@ -24,7 +25,7 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any, TypeVar, cast
 
-from rebalancer.core import model
+from rebalancer.core import bounded, model, nodestate
 
 # Labels that name the training job a pod belongs to, most specific first: a pod group (Kueue's
 # plain pods, the scheduler-plugins' coscheduling) before the workload that made it.
@@ -40,6 +41,9 @@ JOB_LABELS = (
 
 # Volcano names a pod's PodGroup in an annotation, not a label.
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+# When a pod last saved, as Volcano's convention says it; ours (``Keys.last_checkpoint``) first.
+VOLCANO_CHECKPOINT = "volcano.sh/last-checkpoint-time"
+PREFIX = nodestate.Keys().prefix  # the controller's key prefix unless it is configured otherwise
 GPU = "nvidia.com/gpu"
 
 Object = Mapping[str, Any]
@@ -234,6 +238,66 @@ class PodRecord:
     requests: model.Resources
     group: str | None  # the Volcano PodGroup it belongs to (``GROUP_ANNOTATION``)
     bound: datetime | None  # ``bound_time``: the same object as ``created`` when it is that
+    said: Said | None  # what it says of its work; None for a pod that says nothing (most)
+
+
+@dataclass(frozen=True, slots=True)
+class Said:
+    """What a pod says of its own work by annotation (``said``): when it last saved (None
+    when it does not say, or says it in a way not believed), the reclaim id it has saved
+    for, and why its checkpoint is not believed. One object, held only by the records of
+    pods that say any of it, so that the record of every other pod grows by one empty slot."""
+
+    checkpointed: datetime | None = None
+    acked: str | None = None
+    unbelieved: model.Unbelieved | None = None
+
+
+_SAYS_NOTHING = Said()
+
+
+def said(annotations: Mapping[str, Any], created: datetime | None, prefix: str) -> Said | None:
+    """What a pod's annotations say of its work, under the controller's ``prefix``; None when
+    they say nothing (absent or empty values). The checkpoint is ``<prefix>last-checkpoint-time``
+    where it is given, else ``volcano.sh/last-checkpoint-time``: ours wins, and is not passed
+    over for Volcano's when it is not believed (a job that writes ours means it). Never raises:
+    a checkpoint that is not an RFC 3339 time with a zone, or is before the pod was created,
+    is not believed (``Said.unbelieved`` says which key, which value and why)."""
+    keys = _keys(prefix)
+    ack = _text(annotations.get(keys.reclaim_ack))
+    ours = keys.last_checkpoint
+    key = ours if _text(annotations.get(ours)) else VOLCANO_CHECKPOINT
+    text = _text(annotations.get(key))
+    if text is None and ack is None:
+        return None
+    # An id is short: a long value is kept cut (bounded in the record), and matches no reclaim.
+    acked = None if ack is None else bounded.cut(ack)
+    if text is None:
+        return Said(acked=acked)
+    when = nodestate.parse_time(text)
+    if isinstance(when, str):
+        return Said(acked=acked, unbelieved=model.Unbelieved(key, text, when))
+    if created is not None and created.tzinfo is not None and when < created:
+        why = (
+            f"it is before the pod was created ({nodestate.format_time(created)}): a pod "
+            "cannot have saved before it existed"
+        )
+        return Said(acked=acked, unbelieved=model.Unbelieved(key, text, why))
+    return Said(when, acked)
+
+
+@functools.cache
+def _keys(prefix: str) -> nodestate.Keys:
+    """The key names under ``prefix``, made once per prefix, not once per pod."""
+    return nodestate.Keys(prefix)
+
+
+def _text(value: object) -> str | None:
+    """An annotation's value; None when it is absent or empty (a pod that says nothing)."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
 
 
 class _Shared:
@@ -260,15 +324,18 @@ class _Shared:
 _shared = _Shared()
 
 
-def pod_record(pod: Object) -> PodRecord:
-    """What the controller keeps of a pod. Raises (``ValueError``, ``TypeError``,
-    ``AttributeError``) on a pod it cannot read; the caller names the pod."""
+def pod_record(pod: Object, prefix: str = PREFIX) -> PodRecord:
+    """What the controller keeps of a pod, its own annotations read under the controller's key
+    ``prefix``. Raises (``ValueError``, ``TypeError``, ``AttributeError``) on a pod it cannot
+    read; the caller names the pod. An annotation it does not believe is no such error
+    (``said``): the pod is read, and the annotation reported."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     owners = meta.get("ownerReferences") or ()
     controller = next(
         (f"{ref.get('kind')}/{ref.get('name')}" for ref in owners if ref.get("controller")), None
     )
     labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
     created = time_of(meta.get("creationTimestamp"))
     return PodRecord(
         namespace=sys.intern(str(meta.get("namespace", ""))),
@@ -284,8 +351,9 @@ def pod_record(pod: Object) -> PodRecord:
         terminating=meta.get("deletionTimestamp") is not None,
         ready=_condition(pod, "Ready"),
         requests=_shared(requests(spec)),
-        group=_shared((meta.get("annotations") or {}).get(GROUP_ANNOTATION) or None),
+        group=_shared(annotations.get(GROUP_ANNOTATION) or None),
         bound=_scheduled(pod) or created,
+        said=said(annotations, created, prefix),
     )
 
 
@@ -326,7 +394,10 @@ def _toleration(raw: Object) -> Toleration:
 
 
 def pod_view(pod: Object | PodRecord, marks: model.PodMarks) -> model.PodView:
-    record = pod if isinstance(pod, PodRecord) else pod_record(pod)
+    """The pod as the core sees it under a pool's ``marks``; a pod as the API sends it is read
+    under ``marks.prefix`` (a record was read under the informer's, the same setting)."""
+    record = pod if isinstance(pod, PodRecord) else pod_record(pod, marks.prefix)
+    says = record.said or _SAYS_NOTHING
     return model.PodView(
         namespace=record.namespace,
         name=record.name,
@@ -338,6 +409,9 @@ def pod_view(pod: Object | PodRecord, marks: model.PodMarks) -> model.PodView:
         ready=record.ready,
         requests=record.requests,
         bound=record.bound,
+        checkpointed=says.checkpointed,
+        acked=says.acked,
+        unbelieved=says.unbelieved,
     )
 
 

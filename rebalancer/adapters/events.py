@@ -103,6 +103,8 @@ STATE_EVENTS = {
     model.Reason.ORPHANED: "NodeOrphaned",
     model.Reason.SELECTED_BY_MANY_POOLS: "SelectedByManyPools",
     model.Reason.SINCE_IN_FUTURE: "SinceInFuture",  # written by a clock ahead of the server's
+    # not the node's state but a borrowed pod's word on it: reported, refused nothing
+    model.Reason.CHECKPOINT_NOT_BELIEVED: "CheckpointNotBelieved",
 }
 
 

@@ -135,7 +135,7 @@ class Informer:
             "pods",
             core.list_pod_for_all_namespaces,
             {"field_selector": POD_FIELD_SELECTOR},
-            _PodSeen.of,
+            functools.partial(_PodSeen.of, prefix=self.prefix),
             self._apply_pod,
             self._replace_pods,
             settings,
@@ -497,11 +497,12 @@ class _PodSeen:
         return self.record is not None and self.record.terminating
 
     @staticmethod
-    def of(pod: Obj) -> _PodSeen:
+    def of(pod: Obj, prefix: str) -> _PodSeen:
+        """The pod read, its own annotations under the controller's key ``prefix``."""
         key = _pod_key(pod)
         try:
             node = "" if convert.finished(pod) else _node_of(pod)
-            record = convert.pod_record(pod)
+            record = convert.pod_record(pod, prefix)
         except Exception as exc:  # one bad object must not take the others with it
             why = f"{type(exc).__name__}: {exc}"
             return _PodSeen(key, _node_if_readable(pod), _version(pod), problem=why)

@@ -287,6 +287,7 @@ class PoolSettings(SettingsBlock):
             lend_taints=self.lend_spec(keys).add_taints,
             serving_taints=tuple(t.taint() for t in self.serving_taints),
             inference_selector=dict(self.inference_selector),
+            prefix=keys.prefix,
         )
 
     def build_strategy(self) -> Strategy:

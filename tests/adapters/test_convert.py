@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -145,3 +147,118 @@ def test_a_node_without_a_readable_allocatable_offers_nothing_known() -> None:
 
     assert convert.node_view(node).allocatable is None
     assert convert.node_view({"metadata": {"name": "n"}}).allocatable is None
+
+
+# ---------------------------------------------------------------------------------------------
+# What a pod says of its work: when it last saved, and the reclaim it has saved for
+
+CREATED = "2026-03-02T12:00:00Z"
+OURS = "rebalancer.io/last-checkpoint-time"
+VOLCANO = "volcano.sh/last-checkpoint-time"
+
+
+def speaking(annotations: dict[str, Any], created: str | None = CREATED) -> dict[str, Any]:
+    """A borrowed pod with ``annotations``, created at ``created``."""
+    raw = pod(tolerations=[{"key": "rebalancer.io/lent", "operator": "Exists"}])
+    raw["metadata"]["annotations"] = annotations
+    if created is not None:
+        raw["metadata"]["creationTimestamp"] = created
+    return raw
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def test_a_pod_that_says_nothing_costs_its_record_one_empty_slot() -> None:
+    record = convert.pod_record(speaking({"other": "x", OURS: "  "}))
+    assert record.said is None
+    view = convert.pod_view(record, MARKS)
+    assert (view.checkpointed, view.acked, view.unbelieved) == (None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "saved"),
+    [
+        pytest.param({OURS: "2026-03-02T12:30:00Z"}, "2026-03-02T12:30:00Z", id="ours"),
+        pytest.param({VOLCANO: "2026-03-02T12:20:00Z"}, "2026-03-02T12:20:00Z", id="volcano"),
+        pytest.param(
+            {OURS: "2026-03-02T12:30:00Z", VOLCANO: "2026-03-02T12:20:00Z"},
+            "2026-03-02T12:30:00Z",
+            id="ours-wins",
+        ),
+        pytest.param(
+            {OURS: "", VOLCANO: "2026-03-02T12:20:00Z"}, "2026-03-02T12:20:00Z", id="ours-empty"
+        ),
+        pytest.param({OURS: "2026-03-02T14:30:00+02:00"}, "2026-03-02T12:30:00Z", id="offset"),
+        pytest.param({OURS: CREATED}, CREATED, id="at-creation"),
+        # ahead of any clock: believed here; the core counts it as saved just now
+        pytest.param({OURS: "2099-01-01T00:00:00Z"}, "2099-01-01T00:00:00Z", id="future"),
+    ],
+)
+def test_a_pod_says_when_it_last_saved(annotations: dict[str, str], saved: str) -> None:
+    view = convert.pod_view(speaking(annotations), MARKS)
+    assert view.checkpointed == at(saved)
+    assert view.unbelieved is None
+
+
+@pytest.mark.parametrize(
+    ("annotations", "key", "why"),
+    [
+        pytest.param({OURS: "yesterday"}, OURS, "not an RFC 3339 time", id="garbled"),
+        pytest.param({OURS: "1772452800"}, OURS, "not an RFC 3339 time", id="epoch"),
+        pytest.param({VOLCANO: "2026-03-02T12:30:00"}, VOLCANO, "no time zone", id="no-zone"),
+        pytest.param(
+            {OURS: "2026-03-02T11:00:00Z"},
+            OURS,
+            "before the pod was created (2026-03-02T12:00:00Z)",
+            id="before-creation",
+        ),
+        # ours is read where it is given, and not passed over when it is not believed
+        pytest.param(
+            {OURS: "soon", VOLCANO: "2026-03-02T12:20:00Z"}, OURS, "RFC 3339", id="ours-garbled"
+        ),
+    ],
+)
+def test_a_checkpoint_not_believed_is_none_and_says_why(
+    annotations: dict[str, str], key: str, why: str
+) -> None:
+    view = convert.pod_view(speaking(annotations), MARKS)
+    assert view.checkpointed is None
+    assert view.unbelieved is not None
+    assert (view.unbelieved.key, view.unbelieved.value) == (key, annotations[key])
+    assert why in view.unbelieved.why
+    assert str(view.unbelieved).startswith(f"{key}={annotations[key]!r} is not believed: ")
+
+
+def test_a_huge_checkpoint_value_is_kept_cut() -> None:
+    view = convert.pod_view(speaking({OURS: "x" * 100_000}), MARKS)
+    assert view.unbelieved is not None
+    assert len(view.unbelieved.value) < 400
+    assert "100000 bytes" in view.unbelieved.value
+
+
+def test_a_pod_with_no_creation_time_has_its_checkpoint_believed() -> None:
+    view = convert.pod_view(speaking({OURS: "2026-03-02T11:00:00Z"}, created=None), MARKS)
+    assert view.checkpointed == at("2026-03-02T11:00:00Z")
+
+
+def test_a_pod_says_which_reclaim_it_has_saved_for() -> None:
+    view = convert.pod_view(speaking({"rebalancer.io/reclaim-ack": "r-42"}), MARKS)
+    assert view.acked == "r-42"
+    assert view.checkpointed is None
+
+
+def test_a_pod_speaks_under_the_controllers_prefix() -> None:
+    """Under another prefix, ours is that prefix's: the default's keys are anyone's."""
+    annotations = {
+        "example.com/last-checkpoint-time": "2026-03-02T12:40:00Z",
+        "example.com/reclaim-ack": "r-7",
+        OURS: "2026-03-02T12:10:00Z",
+        "rebalancer.io/reclaim-ack": "r-1",
+    }
+    marks = replace(MARKS, prefix="example.com/")
+    view = convert.pod_view(speaking(annotations), marks)
+    assert (view.checkpointed, view.acked) == (at("2026-03-02T12:40:00Z"), "r-7")
+    record = convert.pod_record(speaking(annotations), "example.com/")
+    assert convert.pod_view(record, MARKS).acked == "r-7"  # a record was read under its own

@@ -256,3 +256,21 @@ async def test_a_drain_a_finalizer_holds_is_one_warning_per_change(seeded: Opene
         "reclaim past its deadline held by finalizers nobody removes: "
         f"{pod}; the node stays reclaiming (counted away) (decision D2)"
     )
+
+
+def test_a_checkpoint_not_believed_is_reported_not_called_a_refused_override() -> None:
+    """It is a pod's word on its own work, not an operator's request: nothing was refused."""
+    finding = model.Finding(
+        model.NodeName("n"),
+        "rebalancer.io/last-checkpoint-time",
+        "soon",
+        model.Reason.CHECKPOINT_NOT_BELIEVED,
+        "pod ns/p: rebalancer.io/last-checkpoint-time='soon' is not believed: ...",
+    )
+    event = events.finding_event(finding)
+    assert (event.type, event.reason, event.action) == (
+        "Warning",
+        "CheckpointNotBelieved",
+        "Report",
+    )
+    assert event.note == finding.message

@@ -10,6 +10,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -501,3 +502,53 @@ async def test_a_pod_that_turns_unreadable_keeps_its_node_out_until_it_reads_aga
             await stop(task)
 
     assert views == ["good-2"]  # not good-1 judged without the pod it holds
+
+
+async def test_a_checkpoint_not_believed_leaves_the_pod_read_and_its_node_in_view() -> None:
+    """A pod's own word on its work is read under the informer's prefix; one it says in a way
+    not believed is carried with why (for a finding), never an object that cannot be read."""
+    lent = {"key": "example.com/lent", "operator": "Exists"}
+
+    def training(name: str, annotations: dict[str, str]) -> dict[str, Any]:
+        meta: dict[str, Any] = {"namespace": "ns", "name": name, "resourceVersion": "2"}
+        meta |= {"creationTimestamp": "2026-03-02T12:00:00Z", "annotations": annotations}
+        spec = {"nodeName": "good-1", "tolerations": [lent]}
+        return {"metadata": meta, "spec": spec, "status": {"phase": "Running"}}
+
+    pods = [
+        training("garbled", {"example.com/last-checkpoint-time": "last tuesday"}),
+        training("saved", {"example.com/last-checkpoint-time": "2026-03-02T12:30:00Z"}),
+        training("acked", {"example.com/reclaim-ack": "r-9"}),
+    ]
+    marks = model.PodMarks(lend_taints=(Taint("example.com/lent", "NoSchedule", "training"),))
+    pulse = Pulse()
+    forever = asyncio.Event()
+
+    async def parked(_: float) -> None:
+        pulse()
+        await forever.wait()
+
+    async with (
+        canned_api([_node("good-1")], pods, []) as url,
+        client.ApiClient(client.Configuration(host=url)) as api,
+    ):
+        informer = Informer(api, prefix="example.com/", sleep=parked)
+        task = asyncio.create_task(informer.run())
+        try:
+            await asyncio.wait_for(informer.synced.wait(), 5)
+            views = informer.node_views(marks)
+            unreadable = informer.unreadable()
+        finally:
+            await stop(task)
+
+    assert unreadable == {}
+    [node] = views
+    by_name = {p.name: p for p in node.pods}
+    assert {p.role for p in node.pods} == {PodRole.BORROWED}
+    garbled = by_name["garbled"]
+    assert garbled.checkpointed is None
+    assert garbled.unbelieved is not None
+    assert garbled.unbelieved.key == "example.com/last-checkpoint-time"
+    assert garbled.unbelieved.value == "last tuesday"
+    assert by_name["saved"].checkpointed == datetime.fromisoformat("2026-03-02T12:30:00Z")
+    assert by_name["acked"].acked == "r-9"

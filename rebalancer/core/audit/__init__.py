@@ -11,7 +11,8 @@ Kinds of record:
 - ``outcome``: what came of an intent, appended as a new row that names the intent
   (``intent_id``); the intent row itself is never changed.
 - ``refusal``: (part of) an intent the planner refused, with its reason code.
-- ``finding``: a bad operator annotation.
+- ``finding``: a bad operator annotation, a node another writer changed, or a borrowed pod's
+  checkpoint that is not believed.
 - ``summary``: a pool that got no step this tick, and why ("nothing to do because ...").
 - ``cost``: a minute in which lending cost a pool (requests queued beyond its limit while nodes
   were away on loan), one per pool and minute: the pool's error budget is counted from these.

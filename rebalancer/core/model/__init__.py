@@ -33,6 +33,7 @@ from rebalancer.core.model.cluster import (
     Resources,
     Taint,
     Toleration,
+    Unbelieved,
     tolerates,
 )
 from rebalancer.core.model.demand import DemandHistory, Sample, Unit
@@ -94,6 +95,7 @@ __all__ = [
     "Taint",
     "Term",
     "Toleration",
+    "Unbelieved",
     "Unit",
     "nodes_needed",
     "tolerates",

@@ -9,6 +9,7 @@ from datetime import datetime
 from enum import StrEnum
 from functools import cached_property
 
+from rebalancer.core import bounded
 from rebalancer.core.model.names import NodeName
 
 
@@ -140,16 +141,43 @@ class PodView:
     # pod bound before its node's ``created`` was bound to an earlier node of that name.
     bound: datetime | None = None
     requests: Resources = NOTHING  # what it holds of its node (a lent node's room for takers)
+    # What the pod says of its own work (docs/design/reclaim-notice.md): when it last saved
+    # (believed: at or after its creation), the reclaim id it has saved for, and why a
+    # checkpoint it gives is not believed (reported as a finding on its node).
+    checkpointed: datetime | None = None
+    acked: str | None = None
+    unbelieved: Unbelieved | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Unbelieved:
+    """A pod annotation that was read and is not believed, and why. Reported (a finding on
+    the pod's node), never raised: the pod is read as one that does not say it. The value
+    comes from outside and is kept cut (``bounded.cut``)."""
+
+    key: str
+    value: str
+    why: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "value", bounded.cut(self.value))
+
+    def __str__(self) -> str:
+        return f"{self.key}={bounded.quoted(self.value)} is not believed: {self.why}"
 
 
 @dataclass(frozen=True)
 class PodMarks:
     """How a pool tells its pods apart: a pod that tolerates every lend taint is borrowed, one
-    whose labels match ``inference_selector`` serves (``adapters.convert`` reads them so)."""
+    whose labels match ``inference_selector`` serves (``adapters.convert`` reads them so); and
+    the prefix under which a pod speaks to the controller."""
 
     lend_taints: tuple[Taint, ...]
     serving_taints: tuple[Taint, ...] = ()
     inference_selector: Mapping[str, str] = field(default_factory=dict)
+    # The controller's key prefix: a pod says when it last saved, and which reclaim it has
+    # saved for, under it (``<prefix>last-checkpoint-time``, ``<prefix>reclaim-ack``).
+    prefix: str = "rebalancer.io/"
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,9 @@ class Reason(StrEnum):
     SELECTED_BY_MANY_POOLS = "selected_by_many_pools"  # a finding: the first pool drives it
     CLOCK_SKEW = "clock_skew"  # a clock is past the skew bound, or cannot be measured: no lending
     SINCE_IN_FUTURE = "since_in_future"  # a node's since is ahead of the API server's clock
+    # a borrowed pod's last-checkpoint-time is not believed: its job is costed as one that
+    # does not report (docs/design/reclaim-notice.md#victims-by-work-lost)
+    CHECKPOINT_NOT_BELIEVED = "checkpoint_not_believed"
     # why something is refused
     PAUSED = "paused"
     FROZEN = "frozen"

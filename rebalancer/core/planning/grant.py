@@ -30,7 +30,8 @@ def grant(draft: Draft, intent: Intent, nodes: Sequence[Node]) -> None:
     if intent.action is Action.LEND:
         ordered = sorted(candidates.eligible, key=lend_cost)
     else:
-        ordered = reclaim_order(candidates.eligible, preempted_jobs(draft), allowance.allowed)
+        preempted = preempted_jobs(draft)
+        ordered = reclaim_order(candidates.eligible, preempted, allowance.allowed, draft.pool.now)
     if lends_to_takers(draft.pool, intent):
         _lend_to_takers(draft, intent, ordered, allowance.allowed, candidates.excluded)
         return

@@ -155,6 +155,7 @@ def _decode(
         model.Finding(view.name, p.key, p.value, Reason.BAD_OVERRIDE, str(p))
         for p in parsed.problems
     ]
+    findings += _unbelieved(view)
     ov = parsed.overrides
     bad_override = bool(parsed.problems)
     if isinstance(state, nodestate.StateError):
@@ -194,6 +195,24 @@ def _decode(
     problem = drift[0].reason if drift and state.phase is Phase.LENT else None
     node = Node(view, view.name, state, state.phase, ov, ov.window, bad_override, problem)
     return DecodedNode(node, tuple(findings))
+
+
+def _unbelieved(view: model.NodeView) -> list[model.Finding]:
+    """A finding for each borrowed pod whose checkpoint is not believed: what its job would
+    lose is then judged as if it did not say (``core.victims``), and whoever runs it should
+    know why (docs/design/reclaim-notice.md#victims-by-work-lost)."""
+    return [
+        model.Finding(
+            view.name,
+            u.key,
+            u.value,
+            Reason.CHECKPOINT_NOT_BELIEVED,
+            f"pod {p.namespace}/{p.name}: {u}; its job is costed as one that does not say "
+            "when it last saved",
+        )
+        for p in view.borrowed_pods
+        if (u := p.unbelieved) is not None
+    ]
 
 
 def _lent_drift(view: model.NodeView, spec: nodestate.LendSpec) -> list[nodestate.Drift]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 
 from rebalancer.core import model, victims
@@ -25,16 +25,19 @@ def lend_cost(node: Node) -> tuple[int, str]:
     return len(node.view.pods), node.name
 
 
-def reclaim_order(nodes: Sequence[Node], preempted: set[str], count: int) -> list[Node]:
+def reclaim_order(
+    nodes: Sequence[Node], preempted: set[str], count: int, now: datetime
+) -> list[Node]:
     """The ``count`` nodes a reclaim takes first, cheapest first in what they cost training:
     a job (a gang) is preempted whole as soon as one of its pods goes, so each next node is
     the one that preempts the fewest jobs not preempted already (``preempted``: by this tick's
     earlier steps, or by nodes on their way back), then the cheapest such jobs by
-    ``victims``' order (lowest priority, least work lost), then the fewest pods. The other
-    nodes of a gang taken once cost nothing more, and come next."""
+    ``victims``' order at ``now`` (lowest priority, then the least work lost: GPUs times the
+    time since the job's last checkpoint), then the fewest pods. The other nodes of a gang
+    taken once cost nothing more, and come next."""
     remaining = [(node, frozenset(jobs_on(node))) for node in nodes]
     lost = set(preempted)
-    cost = {job.key: rank for rank, job in enumerate(victims.jobs(_borrowed(nodes)))}
+    cost = {job.key: rank for rank, job in enumerate(victims.jobs(_borrowed(nodes), now))}
     chosen: list[Node] = []
     while remaining and len(chosen) < count:
         # The prices change only when a node taken preempts a job not lost before: until then
