@@ -674,7 +674,9 @@ def test_default_pool_builds_the_documented_values() -> None:
     assert keys == nodestate.Keys()
     (p,) = s.pools
     assert p.lend_spec(keys) == default_lend_spec(keys)
-    assert p.policy(keys) == PoolPolicy(rps_per_node=10.0, lend_only_to_takers=True)
+    assert p.policy(keys) == PoolPolicy(
+        rps_per_node=10.0, lend_only_to_takers=True, reclaim_notice=timedelta(minutes=5)
+    )
     assert p.pod_marks(keys) == model.PodMarks(
         lend_taints=(model.Taint(key="rebalancer.io/lent", value="training", effect="NoSchedule"),),
         serving_taints=(model.Taint(key="workload", value="inference", effect="NoSchedule"),),
@@ -766,6 +768,7 @@ def test_custom_pool_builds_its_values() -> None:
                     "staleness": "90s",
                     "stale_grace": "3m",
                     "queue_limit": 4,
+                    "reclaim_notice": "90s",
                     "reclaim_deadline": "1m",
                     "warmup": "8m",
                 },
@@ -804,6 +807,7 @@ def test_custom_pool_builds_its_values() -> None:
         staleness=timedelta(seconds=90),
         stale_grace=timedelta(minutes=3),
         queue_limit=4.0,
+        reclaim_notice=timedelta(seconds=90),
         reclaim_deadline=timedelta(minutes=1),
         warmup=timedelta(minutes=8),
         window=window,

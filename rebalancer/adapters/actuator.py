@@ -736,10 +736,7 @@ class Actuator:
     async def _pods(self, node: str, ended: bool = False) -> list[_Pod]:
         """The node's pods on the server; with ``ended``, those whose containers ended too."""
         raw = await self._writer.list_pods(node)
-        now = self._clock()
-        return [
-            _pod(p, self._marks, self._keys, now) for p in raw if ended or not convert.finished(p)
-        ]
+        return [_pod(p, self._marks, self._keys) for p in raw if ended or not convert.finished(p)]
 
     async def _patch(
         self, run: _Pass, kind: WriteKind, view: model.NodeView, change: NodeChange
@@ -770,7 +767,7 @@ def _views(pods: Sequence[_Pod]) -> tuple[model.PodView, ...]:
     return tuple(p.view for p in pods)
 
 
-def _pod(raw: Obj, marks: model.PodMarks, keys: Keys, now: datetime) -> _Pod:
+def _pod(raw: Obj, marks: model.PodMarks, keys: Keys) -> _Pod:
     meta = raw.get("metadata") or {}
     grace = meta.get("deletionGracePeriodSeconds")
     view = convert.pod_view(raw, marks)
@@ -781,7 +778,7 @@ def _pod(raw: Obj, marks: model.PodMarks, keys: Keys, now: datetime) -> _Pod:
         finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
         grace=grace if isinstance(grace, int) and meta.get("deletionTimestamp") else None,
         mirror=_MIRROR in (meta.get("annotations") or {}),
-        told=noticing.told(raw, keys, view.requests.gpu, now),
+        told=noticing.told(raw, view, keys),
     )
 
 

@@ -3,9 +3,8 @@ the pod object; and what telling it writes (docs/design/reclaim-notice.md).
 
 Where it sits: the actuator reads every pod it lists with ``told`` and writes ``tell`` /
 ``untell`` through its ``NodeWriter``. What a pod says of itself is checked before it counts:
-an acknowledgement counts only for the reclaim id it names, a checkpoint time only when it can
-be read and lies between the pod's creation and now (else it is not believed, and the pod is
-one that never reported).
+an acknowledgement counts only for the reclaim id it names, a checkpoint time only as
+``convert`` believes it (a time it cannot read, or one before the pod was created, is none).
 """
 
 from __future__ import annotations
@@ -16,13 +15,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from rebalancer.adapters import convert
-from rebalancer.core import notice
+from rebalancer.core import model, notice
 from rebalancer.core.nodestate import Keys, format_time
 
 Obj = Mapping[str, Any]
 DEFAULT_GRACE = timedelta(seconds=30)  # the API's default terminationGracePeriodSeconds
-# Read too: the annotation Volcano's checkpoint-aware preemption proposed for the same fact.
-VOLCANO_CHECKPOINT = "volcano.sh/last-checkpoint-time"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +51,9 @@ class Told:
         )
 
 
-def told(pod: Obj, keys: Keys, gpus: float, now: datetime) -> Told:
+def told(pod: Obj, view: model.PodView, keys: Keys) -> Told:
+    """What ``pod`` was told and how it answered; its own answers (the acknowledgement, the
+    last checkpoint) as ``convert`` read them into ``view``."""
     meta = pod.get("metadata") or {}
     notes = meta.get("annotations") or {}
     spec = pod.get("spec") or {}
@@ -63,29 +62,12 @@ def told(pod: Obj, keys: Keys, gpus: float, now: datetime) -> Told:
         reclaim=_text(notes.get(keys.reclaim_id)),
         deadline=_text(notes.get(keys.deadline)),
         since=_told_since(pod, keys),
-        acked=_text(notes.get(keys.reclaim_ack)),
-        checkpointed=checkpointed(notes, keys, convert.time_of(meta.get("creationTimestamp")), now),
+        acked=view.acked,
+        checkpointed=view.checkpointed,
         grace=timedelta(seconds=grace) if isinstance(grace, int) and grace >= 0 else DEFAULT_GRACE,
         ended=convert.finished(dict(pod)),
-        gpus=gpus,
+        gpus=view.requests.gpu,
     )
-
-
-def checkpointed(
-    annotations: Mapping[str, Any], keys: Keys, created: datetime | None, now: datetime
-) -> datetime | None:
-    """The pod's last reported checkpoint: ours, else Volcano's; None when neither can be
-    read, or when it is before the pod was created or after ``now`` (a time the pod cannot
-    have saved at is not believed)."""
-    for key in (keys.last_checkpoint, VOLCANO_CHECKPOINT):
-        raw = annotations.get(key)
-        if raw is None:
-            continue
-        at = convert.time_of(raw)
-        if at is None or at.tzinfo is None or at > now or (created is not None and at < created):
-            return None
-        return at
-    return None
 
 
 def tell(keys: Keys, reclaim: str, deadline: datetime) -> dict[str, str | None]:
