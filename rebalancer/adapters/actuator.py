@@ -299,9 +299,8 @@ class Actuator:
                 return await self._notice(run, decision, deadline, uid, cached=False)
             assert uid is not None
             return await self._end_earlier(run, view, uid, deadline)
-        if isinstance(state, nodestate.StateError) or not state.verified:
-            return await self._reclaim(run, decision, self._clock() + self._drain_time, uid, cached)
-        if state.phase is not Phase.LENT:
+        loan = isinstance(state, NodeState) and state.verified and state.phase is Phase.LENT
+        if not isinstance(state, NodeState) or not loan:  # as any reclaim, at once
             return await self._reclaim(run, decision, self._clock() + self._drain_time, uid, cached)
         if state.noticed:
             return await self._told(run, view, state)
