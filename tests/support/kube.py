@@ -60,7 +60,7 @@ CONTROLLER_TOKEN = "controller-token-for-tests"
 CONTROLLER_NAMESPACE, CONTROLLER_NAME = "rebalancer", "rebalancer"  # the chart's defaults
 CONTROLLER_USER = f"system:serviceaccount:{CONTROLLER_NAMESPACE}:{CONTROLLER_NAME}"
 # The kubelets of real nodes a test may start (tests/support/realnode.py), by node name.
-NODE_TOKENS = {f"real-{i}": f"node-token-for-tests-{i}" for i in range(4)}
+NODE_TOKENS = {f"real-{i}": f"node-token-for-tests-{i}" for i in range(5)}
 BUILD = ROOT / "tests" / "kube" / "build.sh"
 
 

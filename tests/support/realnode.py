@@ -65,6 +65,9 @@ LOCKS = Path("/tmp/rebalancer-test-nodes")  # one lock file per slot
 # otherwise see them removed by the last one out before it binds over them).
 MOUNT_POINTS_LOCK = LOCKS / "mount-points.lock"
 SLOTS = range(10, 60)
+# The kubelet's periodic resync of every pod (a cluster's default: 1m). A change to a pod's
+# annotations is synced at once; this bounds a downward-API file's refresh when that is missed.
+SYNC_SECONDS = 5
 CGROUPS = Path("/sys/fs/cgroup")
 CNI_BIN = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 # What the kubelet writes to the kernel unless told not to, with the value it writes; and the
@@ -333,7 +336,7 @@ def kubelet_config(home: Path, slot: int) -> dict[str, Any]:
         "imageGCLowThresholdPercent": 98,
         "nodeStatusUpdateFrequency": "2s",
         "fileCheckFrequency": "2s",
-        "syncFrequency": "5s",
+        "syncFrequency": f"{SYNC_SECONDS}s",
     }
 
 
@@ -514,6 +517,17 @@ def training(
         {"name": "podinfo", "downwardAPI": {"items": [annotations]}},
     ]
     return template
+
+
+def container_log(node: RealNode, namespace: str, pod: str, container: str) -> list[str]:
+    """What ``container`` of ``pod`` printed, line by line, from the files the node keeps
+    (``podLogsDir``: ``<namespace>_<pod>_<uid>/<container>/<restarts>.log``, each line in the
+    CRI's format: time, stream, tag, text); empty before it printed anything."""
+    lines = []
+    for path in sorted((node.home / "pod-logs").glob(f"{namespace}_{pod}_*/{container}/*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            lines.append(line.split(" ", 3)[-1])
+    return lines
 
 
 @dataclass(frozen=True)
