@@ -18,6 +18,7 @@ directory in place of the claim.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import time
@@ -25,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -122,12 +123,13 @@ def cluster(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> It
     server.request("DELETE", f"/api/v1/nodes/{NODE}")
 
 
-def pod_of(cluster: Cluster, name: str, checkpoints: Path, grace: int) -> Obj:
-    """The Job's pod template as a pod ``name`` on the real node, with what this cluster lacks
-    (the module's docstring) and quick steps."""
+def pod_of(cluster: Cluster, name: str, checkpoints: Path, grace: int, account: str) -> Obj:
+    """The Job's pod template as a pod ``name`` on the real node, running as the ServiceAccount
+    ``account``, with what this cluster lacks (the module's docstring) and quick steps."""
     spec = copy.deepcopy(cluster.job["spec"]["template"]["spec"])
     address = urlsplit(cluster.server.url)
     spec |= {"nodeName": NODE, "hostNetwork": True, "terminationGracePeriodSeconds": grace}
+    spec["serviceAccountName"] = account
     (container,) = spec["containers"]
     container["image"], container["imagePullPolicy"] = controller_image.PYTHON, "Never"
     container["env"] += [
@@ -149,32 +151,62 @@ def pod_of(cluster: Cluster, name: str, checkpoints: Path, grace: int) -> Obj:
     }
 
 
-def started(cluster: Cluster, name: str, grace: int) -> Path:
-    """The pod ``name`` created and its process started; its checkpoint directory."""
+@dataclass(frozen=True)
+class Trainer:
+    name: str
+    checkpoints: Path  # the host directory its checkpoints go to
+    log: IO[str]  # its container's log, held open
+
+    def lines(self) -> list[str]:
+        return realnode.log_lines(self.log)
+
+    def logged(self, start: str) -> list[float]:
+        """When the process printed each line that begins with ``start`` (the time it printed
+        first on each line)."""
+        found = []
+        for line in self.lines():
+            at, _, text = line.partition(" ")
+            if text.startswith(start):
+                found.append(datetime.fromisoformat(at).timestamp())
+        return found
+
+    def first(self, start: str, after: float) -> float:
+        """When the process first printed a line that begins with ``start``, not before
+        ``after``."""
+        times = [t for t in self.logged(start) if t >= after]
+        assert times, (start, self.lines())
+        return min(times)
+
+    def last_saved(self) -> int:
+        """The step of the last checkpoint it said it saved."""
+        said = [line for line in self.lines() if " checkpoint saved at step " in line]
+        assert said, self.lines()
+        return int(said[-1].rsplit(" ", 1)[1])
+
+
+@contextlib.contextmanager
+def started(cluster: Cluster, name: str, grace: int, account: str) -> Iterator[Trainer]:
+    """The pod ``name`` created and its process started, until the block ends."""
     checkpoints = cluster.home / name
     checkpoints.mkdir()
-    pod = pod_of(cluster, name, checkpoints, grace)
+    pod = pod_of(cluster, name, checkpoints, grace, account)
     code, doc = cluster.server.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
     assert code == 201, doc
-    wait("the process started", lambda: logged(cluster, name, "starting at step"), 60)
-    return checkpoints
+    found: list[Path] = []
 
+    def made() -> bool:
+        found[:] = filter(None, [realnode.container_log(cluster.node, NAMESPACE, name, "trainer")])
+        return bool(found)
 
-def logged(cluster: Cluster, pod: str, start: str) -> dict[str, float]:
-    """The lines of the trainer's log that begin with ``start`` (after the time the process
-    printed), and that time."""
-    found = {}
-    for line in realnode.container_log(cluster.node, NAMESPACE, pod, "trainer"):
-        at, _, text = line.partition(" ")
-        if text.startswith(start):
-            found[text] = datetime.fromisoformat(at).timestamp()
-    return found
-
-
-def first(cluster: Cluster, pod: str, start: str, after: float = 0.0) -> float:
-    times = [t for t in logged(cluster, pod, start).values() if t >= after]
-    assert times, (start, realnode.container_log(cluster.node, NAMESPACE, pod, "trainer"))
-    return min(times)
+    wait("the container's log", made, 60)
+    with found[0].open() as opened:
+        trainer = Trainer(name, checkpoints, opened)
+        wait("the process started", lambda: trainer.logged("starting at step"), 60)
+        try:
+            yield trainer
+        finally:
+            pod_path = f"/api/v1/namespaces/{NAMESPACE}/pods/{name}"
+            cluster.server.request("DELETE", pod_path + "?gracePeriodSeconds=0")
 
 
 def wait(what: str, check: Any, within: float) -> float:
@@ -213,40 +245,43 @@ def rfc3339(at: datetime) -> str:
 
 def test_a_notice_is_answered_by_a_checkpoint_an_ack_and_exit_143(cluster: Cluster) -> None:
     name, reclaim_id = "noticed", "r-test-1"
-    checkpoints = started(cluster, name, grace=30)
-    # Its periodic checkpoint reported with its own token: the Role lets it patch its pod.
-    wait(
-        "a periodic last-checkpoint-time",
-        lambda: PREFIX + "last-checkpoint-time" in annotations_of(read(cluster, name)),
-        30,
-    )
-    deadline = datetime.now(UTC) + timedelta(seconds=60)
-    notice = {PREFIX + "reclaim-deadline": rfc3339(deadline), PREFIX + "reclaim-id": reclaim_id}
+    account = cluster.job["spec"]["template"]["spec"]["serviceAccountName"]  # the Role's
     path = f"/api/v1/namespaces/{NAMESPACE}/pods/{name}"
-    code, doc = cluster.server.request(
-        "PATCH",
-        path,
-        {"metadata": {"annotations": notice}},
-        content_type="application/merge-patch+json",
-    )
-    written = time.time()
-    assert code == 200, doc
+    with started(cluster, name, grace=30, account=account) as trainer:
+        # Its periodic checkpoint reported with its own token: the Role lets it patch its pod.
+        wait(
+            "a periodic last-checkpoint-time",
+            lambda: PREFIX + "last-checkpoint-time" in annotations_of(read(cluster, name)),
+            30,
+        )
+        deadline = datetime.now(UTC) + timedelta(seconds=60)
+        notice = {PREFIX + "reclaim-deadline": rfc3339(deadline), PREFIX + "reclaim-id": reclaim_id}
+        sent = time.time()
+        code, doc = cluster.server.request(
+            "PATCH",
+            path,
+            {"metadata": {"annotations": notice}},
+            content_type="application/merge-patch+json",
+        )
+        written = time.time()
+        assert code == 200, doc
 
-    times: dict[str, float] = {}
-    last: list[Obj] = []
+        times: dict[str, float] = {}
+        last: list[Obj] = []
 
-    def ended() -> bool:
-        doc = read(cluster, name)
-        if annotations_of(doc).get(PREFIX + "reclaim-ack") == reclaim_id:
-            times.setdefault("ack on the pod", time.time())
-        last[:] = [doc]
-        return terminated(doc) is not None
+        def ended() -> bool:
+            doc = read(cluster, name)
+            if annotations_of(doc).get(PREFIX + "reclaim-ack") == reclaim_id:
+                times.setdefault("ack on the pod", time.time())
+            last[:] = [doc]
+            return terminated(doc) is not None
 
-    times["exit seen"] = wait("the container terminated", ended, 60)
-    seen = first(cluster, name, "reclaim notice", written - 1)
-    saved = first(cluster, name, "checkpoint saved", seen)
-    reported = first(cluster, name, "reported", saved)
-    exiting = first(cluster, name, "exiting 143", reported)
+        times["exit seen"] = wait("the container terminated", ended, 60)
+        seen = trainer.first("reclaim notice", sent - 1)
+        saved = trainer.first("checkpoint saved", seen)
+        reported = trainer.first("reported", saved)
+        exiting = trainer.first("exiting 143", reported)
+        last_saved = trainer.last_saved()
     figures = {
         "written→file seen": seen - written,
         "seen→checkpoint": saved - seen,
@@ -263,26 +298,23 @@ def test_a_notice_is_answered_by_a_checkpoint_an_ack_and_exit_143(cluster: Clust
     got = annotations_of(last[0])
     assert got[PREFIX + "reclaim-ack"] == reclaim_id
     checkpointed = datetime.fromisoformat(got[PREFIX + "last-checkpoint-time"]).timestamp()
-    assert written - 1 <= checkpointed <= exiting + 1  # the notice's checkpoint, not a periodic one
-    assert saved_step(checkpoints) > 0
+    assert sent - 1 <= checkpointed <= exiting + 1  # the notice's checkpoint (whole seconds)
+    assert saved_step(trainer.checkpoints) == last_saved  # the notice's, whole
     # At once on the change, not at the kubelet's periodic resync (at most one step late).
-    assert 0 < seen - written < realnode.SYNC_SECONDS, figures
+    assert sent < seen < written + realnode.SYNC_SECONDS, figures
     assert seen <= saved <= reported <= exiting <= times["exit seen"]
     assert times["ack on the pod"] <= times["exit seen"]
-    delete = f"{path}?gracePeriodSeconds=0"
-    assert cluster.server.request("DELETE", delete)[0] == 200
 
 
-def test_sigterm_without_notice_saves_and_exits_within_its_grace(cluster: Cluster) -> None:
+def test_sigterm_without_notice_or_rights_saves_and_exits_within_its_grace(
+    cluster: Cluster,
+) -> None:
+    """The fallbacks together: no notice (an eviction's SIGTERM is all it gets) and no Role (its
+    reports are refused): it still saves and exits 143, its own exit within its grace."""
     name, grace = "evicted", 5
-    checkpoints = started(cluster, name, grace)
-    before = saved_step(checkpoints) if (checkpoints / "checkpoint.json").exists() else 0
-    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name}}
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "no-rights"}}
+    create(cluster.server, PATHS["ServiceAccount"].format(ns=NAMESPACE), account)
     path = f"/api/v1/namespaces/{NAMESPACE}/pods/{name}"
-    code, doc = cluster.server.request("POST", f"{path}/eviction", body)
-    evicted = time.time()
-    assert code == 201, doc
-
     last: list[Obj] = []
 
     def ended() -> bool:
@@ -291,9 +323,18 @@ def test_sigterm_without_notice_saves_and_exits_within_its_grace(cluster: Cluste
             last[:] = [doc]
         return bool(last)
 
-    seen = wait("the container terminated", ended, 30)
-    sigterm = first(cluster, name, "SIGTERM", evicted - 1)
-    exiting = first(cluster, name, "exiting 143", sigterm)
+    with started(cluster, name, grace, account="no-rights") as trainer:
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name}}
+        sent = time.time()
+        code, doc = cluster.server.request("POST", f"{path}/eviction", body)
+        evicted = time.time()
+        assert code == 201, doc
+        seen = wait("the container terminated", ended, 30)
+        sigterm = trainer.first("SIGTERM", sent - 1)
+        saved = trainer.first("checkpoint saved", sigterm)
+        refused = trainer.first("not reported (HTTP Error 403", saved)
+        exiting = trainer.first("exiting 143", refused)
+        last_saved = trainer.last_saved()
     print(
         f"\nnotice-job, evicted: eviction→SIGTERM {sigterm - evicted:.2f}s, "
         f"SIGTERM→exit {exiting - sigterm:.2f}s, eviction→exit seen {seen - evicted:.2f}s"
@@ -302,7 +343,8 @@ def test_sigterm_without_notice_saves_and_exits_within_its_grace(cluster: Cluste
     assert state is not None
     assert state["exitCode"] == 143, state  # its own exit, not the kubelet's kill (137)
     assert exiting - sigterm < grace
-    assert first(cluster, name, "checkpoint saved", sigterm) <= exiting
-    assert saved_step(checkpoints) > before
-    assert PREFIX + "reclaim-ack" not in annotations_of(last[0])  # no notice, nothing to ack
-    cluster.server.request("DELETE", f"{path}?gracePeriodSeconds=0")
+    assert sigterm <= saved <= exiting
+    assert saved_step(trainer.checkpoints) == last_saved  # the SIGTERM's, whole
+    assert not {PREFIX + "reclaim-ack", PREFIX + "last-checkpoint-time"} & set(
+        annotations_of(last[0])
+    )

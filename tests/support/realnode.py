@@ -519,15 +519,20 @@ def training(
     return template
 
 
-def container_log(node: RealNode, namespace: str, pod: str, container: str) -> list[str]:
-    """What ``container`` of ``pod`` printed, line by line, from the files the node keeps
-    (``podLogsDir``: ``<namespace>_<pod>_<uid>/<container>/<restarts>.log``, each line in the
-    CRI's format: time, stream, tag, text); empty before it printed anything."""
-    lines = []
-    for path in sorted((node.home / "pod-logs").glob(f"{namespace}_{pod}_*/{container}/*.log")):
-        for line in path.read_text(errors="replace").splitlines():
-            lines.append(line.split(" ", 3)[-1])
-    return lines
+def container_log(node: RealNode, namespace: str, pod: str, container: str) -> Path | None:
+    """The file the node keeps what ``container`` of ``pod`` prints in (``podLogsDir``:
+    ``<namespace>_<pod>_<uid>/<container>/0.log``), once made. The kubelet removes it as soon
+    as the containers of a deleted (an evicted) pod have ended, before the pod is gone: a test
+    that reads it after holds it open from the start (``log_lines``)."""
+    found = sorted((node.home / "pod-logs").glob(f"{namespace}_{pod}_*/{container}/0.log"))
+    return found[0] if found else None
+
+
+def log_lines(log: IO[str]) -> list[str]:
+    """The text of each line of an open container log, from its start (each line in the CRI's
+    format: time, stream, tag, text), removed from the node or not."""
+    log.seek(0)
+    return [line.split(" ", 3)[-1] for line in log.read().splitlines()]
 
 
 @dataclass(frozen=True)
