@@ -49,7 +49,8 @@ def log(message: str) -> None:
 
 def notice() -> tuple[str, str]:
     """The deadline and the reclaim id, empty while there is no notice. Two small reads: cheap
-    enough for every step. The kubelet replaces both files at once, so they always agree."""
+    enough for every step. The kubelet swaps both files in together and the deadline is read
+    first: once a deadline is seen, the id read after it is that notice's."""
     try:
         deadline = (NOTICE_DIR / "reclaim-deadline").read_text().strip()
         reclaim_id = (NOTICE_DIR / "reclaim-id").read_text().strip()
@@ -102,11 +103,11 @@ def report(annotations: dict[str, str]) -> None:
         with urllib.request.urlopen(request, timeout=5, context=context):
             log(f"reported {annotations}")
     except OSError as error:  # unreachable, refused (403 without RBAC), no token mounted
-        log(f"not reported ({error}); exiting answers all the same")
+        log(f"not reported ({error})")
 
 
 def stop(step: int, reclaim_id: str = "") -> None:
-    """Save, report, exit non-zero."""
+    """Save, report, exit non-zero: reported or not, the exit answers the notice."""
     annotations = {PREFIX + "last-checkpoint-time": save(step)}
     if reclaim_id:
         annotations[PREFIX + "reclaim-ack"] = reclaim_id
