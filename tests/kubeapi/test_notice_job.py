@@ -4,9 +4,10 @@ template; its ``train.py`` from a ConfigMap) run by a real kubelet, in an image 
 machine's Python (``controller_image.python``: 70 MB, imported by the node in 2-4 s where the
 controller's image, which has a Python too, takes 13-15 s).
 
-The test writes the notice as the controller writes it (a merge patch of the two pod
-annotations) and reads what follows from the process's own log, its checkpoint and its pod:
-the kubelet refreshing the downward-API file, the checkpoint, the acknowledgement, the exit.
+The test writes the notice as the controller does (the annotations ``noticing.tell`` makes, in
+a merge patch) and reads what follows from the process's own log, its checkpoint and its pod:
+the kubelet refreshing the downward-API file, the checkpoint, the acknowledgement, the exit;
+and holds the pod's answers to what the controller reads from them (``convert.said``).
 
 What this server and node lack, the pod is given by the test, and only that: the ServiceAccount
 admission plugin is off on the session's server, so the pod carries the projected token volume
@@ -32,6 +33,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from rebalancer.adapters import convert, noticing
+from rebalancer.core.nodestate import Keys
 from tests.support import controller_image, kube, realnode
 from tests.support.control_plane import ControlPlane
 from tests.support.processes import ROOT
@@ -40,7 +43,8 @@ Obj = dict[str, Any]
 EXAMPLE = ROOT / "examples" / "reclaim-notice"
 NAMESPACE = "notice-job"  # in place of the example's
 NODE = "real-4"
-PREFIX = "rebalancer.io/"
+KEYS = Keys()  # the default prefix, which the example's files and answers use
+PREFIX = KEYS.prefix
 STEP = 0.1  # seconds per pretend step
 ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 # What the ServiceAccount admission plugin adds to every pod that mounts its token.
@@ -239,10 +243,6 @@ def saved_step(checkpoints: Path) -> int:
     return int(json.loads((checkpoints / "checkpoint.json").read_text())["step"])
 
 
-def rfc3339(at: datetime) -> str:
-    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def test_a_notice_is_answered_by_a_checkpoint_an_ack_and_exit_143(cluster: Cluster) -> None:
     name, reclaim_id = "noticed", "r-test-1"
     account = cluster.job["spec"]["template"]["spec"]["serviceAccountName"]  # the Role's
@@ -254,8 +254,8 @@ def test_a_notice_is_answered_by_a_checkpoint_an_ack_and_exit_143(cluster: Clust
             lambda: PREFIX + "last-checkpoint-time" in annotations_of(read(cluster, name)),
             30,
         )
-        deadline = datetime.now(UTC) + timedelta(seconds=60)
-        notice = {PREFIX + "reclaim-deadline": rfc3339(deadline), PREFIX + "reclaim-id": reclaim_id}
+        # What the controller writes to tell a pod, written by the controller's own function.
+        notice = noticing.tell(KEYS, reclaim_id, datetime.now(UTC) + timedelta(seconds=60))
         sent = time.time()
         code, doc = cluster.server.request(
             "PATCH",
@@ -300,6 +300,13 @@ def test_a_notice_is_answered_by_a_checkpoint_an_ack_and_exit_143(cluster: Clust
     checkpointed = datetime.fromisoformat(got[PREFIX + "last-checkpoint-time"]).timestamp()
     assert sent - 1 <= checkpointed <= exiting + 1  # the notice's checkpoint (whole seconds)
     assert saved_step(trainer.checkpoints) == last_saved  # the notice's, whole
+    # What it wrote is what the controller reads as an answer, and a checkpoint it believes.
+    created = convert.time_of(last[0]["metadata"]["creationTimestamp"])
+    says = convert.said(got, created, KEYS.prefix)
+    assert says is not None, got
+    assert says.acked == reclaim_id, says
+    assert says.checkpointed is not None, says
+    assert says.unbelieved is None, says
     # At once on the change, not at the kubelet's periodic resync (at most one step late).
     assert sent < seen < written + realnode.SYNC_SECONDS, figures
     assert seen <= saved <= reported <= exiting <= times["exit seen"]
