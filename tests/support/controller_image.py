@@ -306,8 +306,8 @@ def python() -> Path:
     ``python`` images: for a script a pod mounts from a ConfigMap (``examples/reclaim-notice``).
     Less than the controller's base: no static library or build configuration, no compiled
     bytecode (compiled at import): 70 MB, which a node imports in 2-4 s where the controller's
-    343 MB take 13-15 s. Kept per user under a key of the interpreter (built in 7 s), under the
-    controller image's lock."""
+    (then 343 MB) took 13-15 s. Kept per user under a key of the interpreter (built in 7 s),
+    under the controller image's lock."""
     key = hashlib.sha256(sys.version.encode() + sys.base_prefix.encode()).hexdigest()[:16]
     out = CACHE / f"python-{key}.tar"
     with locked(CACHE / "build.lock"):
