@@ -19,12 +19,13 @@ directory in place of the claim.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import json
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
@@ -32,10 +33,16 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from kubernetes_asyncio import client
 
-from rebalancer.adapters import convert, noticing
+from rebalancer.adapters import convert, kubeclient, noticing
+from rebalancer.adapters.actuator import Actuator
+from rebalancer.adapters.writer import KubeWriter
 from rebalancer.core.nodestate import Keys
+from rebalancer.core.outcomes import ActionResult, Notice, Outcome, WriteKind
+from rebalancer.runtime import wiring
 from tests.support import controller_image, kube, realnode
+from tests.support.actuation import LEND, MARKS, SPEC
 from tests.support.control_plane import ControlPlane
 from tests.support.processes import ROOT
 
@@ -355,3 +362,143 @@ def test_sigterm_without_notice_or_rights_saves_and_exits_within_its_grace(
     assert not {PREFIX + "reclaim-ack", PREFIX + "last-checkpoint-time"} & set(
         annotations_of(last[0])
     )
+
+
+# -- The controller's side: its actuator gives the notice on the real node ------------------------
+
+
+@dataclass
+class Passes:
+    """The actuator's passes over the node, every ``every`` seconds, with when each kind of
+    write was first made."""
+
+    actuator: Actuator
+    every: float = 0.2
+    at: dict[WriteKind, float] = field(default_factory=dict)
+    notices: list[Notice] = field(default_factory=list)  # what each reclaim's notice came to
+
+    def note(self, result: ActionResult) -> ActionResult:
+        for write in result.writes:
+            self.at.setdefault(write.kind, time.time())
+        if result.notice is not None:
+            self.notices.append(result.notice)
+        return result
+
+    async def until_serving(self, within: float) -> ActionResult:
+        deadline = time.monotonic() + within
+        while True:
+            result = self.note(await self.actuator.progress(NODE))
+            if result.outcome is Outcome.APPLIED:
+                return result
+            assert result.outcome is Outcome.IN_PROGRESS, result
+            assert time.monotonic() < deadline, f"not serving within {within}s: {result}"
+            await asyncio.sleep(self.every)
+
+
+@contextlib.asynccontextmanager
+async def controlled(cluster: Cluster) -> AsyncIterator[Actuator]:
+    """The controller's actuator for the real node, as the admin (its rights are the chart's
+    business, proven elsewhere), on the wall clock as its server's."""
+    kubeconfig = cluster.server.kubeconfig(cluster.home / "admin.kubeconfig")
+    async with kubeclient.api_client(kubeconfig) as api:
+        writer = KubeWriter(client.CoreV1Api(api), clock=wiring.utc_now)
+        drain = timedelta(seconds=20)
+        yield Actuator(writer, KEYS, SPEC, MARKS, wiring.utc_now, drain=drain)
+
+
+def silent_pod(cluster: Cluster, name: str, records: Path, grace: int) -> Obj:
+    """A borrowed pod whose process never answers a notice (it only records what its
+    downward-API file says) and saves on SIGTERM, in 2 s: the suite's training image."""
+    pod: Obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "nodeName": NODE,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": grace,
+            "tolerations": [LEND.to_doc() | {"operator": "Equal"}],
+            "containers": [{"name": "trainer"}],
+        },
+    }
+    return realnode.training(pod, records, 2, 1000, checkpoint="saved")
+
+
+async def test_the_controllers_notice_is_withdrawn_unanswered_and_answered(
+    cluster: Cluster,
+) -> None:
+    """On the real node, through the controller's actuator: a notice withdrawn (the job runs
+    on, untold); a notice its pod never answers (evicted at the deadline less its grace, it
+    saves on SIGTERM); and the example answering one (saved, acknowledged, exited: the node
+    serves at once, nothing evicted)."""
+    records = cluster.home / "silent"
+    records.mkdir()
+    grace, notice = 4, 10
+    figures: dict[str, float] = {}
+    async with controlled(cluster) as act:
+        assert (await act.lend(NODE, "lend-1")).outcome is Outcome.APPLIED
+        silent = silent_pod(cluster, "silent", records, grace)
+        code, doc = cluster.server.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", silent)
+        assert code == 201, doc
+        wait("the silent pod's process", lambda: realnode.records(records, "silent"), 60)
+
+        # -- withdrawn: the pod is told, then untold; it runs on -----------------------------
+        def said() -> list[str]:
+            return [r.detail for r in realnode.records(records, "silent") if r.event == "notice"]
+
+        told = await act.notice(NODE, "notice-w", datetime.now(UTC) + timedelta(seconds=60))
+        assert told.outcome is Outcome.IN_PROGRESS, told
+        wait("the process sees the notice", lambda: "notice-w" in said()[-1], 30)
+        assert (await act.withdraw(NODE, "withdraw-w")).outcome is Outcome.APPLIED
+        wait("the process sees it withdrawn", lambda: "notice-w" not in said()[-1], 30)
+        doc = read(cluster, "silent")
+        assert PREFIX + "reclaim-id" not in annotations_of(doc)
+        assert terminated(doc) is None  # it runs on
+
+        # -- unanswered: evicted at the deadline less its grace ------------------------------
+        passes = Passes(act)
+        decided = time.time()
+        deadline = datetime.now(UTC) + timedelta(seconds=notice)
+        passes.note(await act.notice(NODE, "notice-s", deadline))
+        await passes.until_serving(notice + 30)
+        (came,) = passes.notices
+        assert (came.reclaim, came.pods, came.answered) == ("notice-s", 1, 0), came
+        assert came.why == f"the deadline less the pods' grace ({grace} s)", came
+        begun = passes.at[WriteKind.BEGIN_RECLAIM]
+        figures["silent: decided→evicted"] = passes.at[WriteKind.EVICT] - decided
+        figures["silent: decided→serving"] = time.time() - decided
+        assert notice - grace - 1 <= begun - decided <= notice - grace + 2, figures
+        recorded = realnode.records(records, "silent")
+        assert [r.event for r in recorded][-3:] == ["sigterm", "checkpoint", "exit"], recorded
+        sigterm = next(r.at for r in recorded if r.event == "sigterm")
+        figures["silent: evicted→SIGTERM"] = sigterm - passes.at[WriteKind.EVICT]
+
+        # -- answered: the example saves, acknowledges and exits -----------------------------
+        assert (await act.lend(NODE, "lend-2")).outcome is Outcome.APPLIED
+        account = cluster.job["spec"]["template"]["spec"]["serviceAccountName"]
+        with started(cluster, "answering", grace=30, account=account) as trainer:
+            passes = Passes(act)
+            decided = time.time()
+            deadline = datetime.now(UTC) + timedelta(seconds=60)
+            passes.note(await act.notice(NODE, "notice-a", deadline))
+            written = passes.at[WriteKind.NOTICE]
+            await passes.until_serving(30)
+            serving = time.time()
+            seen = trainer.first("reclaim notice", decided - 1)
+            saved = trainer.first("checkpoint saved", seen)
+            reported = trainer.first("reported", saved)  # its acknowledgement, on its pod
+            exiting = trainer.first("exiting 143", reported)
+        (came,) = passes.notices
+        assert (came.pods, came.answered, came.lost_gpu_seconds) == (1, 1, 0), came
+        assert came.why == "every borrowed pod answered", came
+        figures |= {
+            "answered: decided→notice written": written - decided,
+            "answered: written→process saw it": seen - written,
+            "answered: saw→checkpoint": saved - seen,
+            "answered: checkpoint→acknowledged": reported - saved,
+            "answered: acknowledged→reclaim began": passes.at[WriteKind.BEGIN_RECLAIM] - reported,
+            "answered: acknowledged→exit": exiting - reported,
+            "answered: decided→serving": serving - decided,
+        }
+        assert serving - decided < 20, figures  # long before the deadline less its grace
+    print(f"\nnotice, controller side: {', '.join(f'{k} {v:.2f}s' for k, v in figures.items())}")
