@@ -161,7 +161,7 @@ TIMES = "an RFC 3339 date-time with an offset (2026-03-02T12:00:00Z) or a time a
         ),
         (
             ["--action", "borrow"],
-            "--action='borrow': must be one of lend, reclaim, progress, rollback",
+            "--action='borrow': must be one of lend, reclaim, withdraw, progress, rollback",
         ),
         (["--pool", ""], "--pool='': must not be empty"),
         (["--limit", "0"], "--limit=0: must be at least 1"),

@@ -13,6 +13,7 @@ from rebalancer.core.notice import Answer, begins, due, summary
 from tests.support.factories import (
     KEYS,
     T0,
+    begin_reclaim,
     borrowed_pod,
     lend,
     plan,
@@ -219,3 +220,35 @@ def test_the_summary_counts_the_work_lost_by_the_pods_that_did_not_answer() -> N
     later = summary("r-1", T0 + timedelta(minutes=4), pods, "why")
     assert later.given_seconds == 240
     assert later.answer_seconds == (240.0,)  # its checkpoint is older than the notice
+
+
+def test_a_gang_cut_short_on_one_node_is_cut_short_on_all_of_them() -> None:
+    """Both nodes of a gang are under notice; demand takes one back at once: the job is lost,
+    so its other node is cut short with it instead of running on half a gang."""
+    nodes = [
+        noticed(lent_with("g-0", job("gang", 0))),
+        noticed(lent_with("g-1", job("gang", 1))),
+        serving("s"),
+    ]
+
+    result = plan(nodes, target=0, rps=15.0, pool_policy=NOTICED)  # needs 2, 1 serves
+
+    assert sorted(steps(result)) == [
+        ("g-0", Action.RECLAIM, timedelta(0)),
+        ("g-1", Action.RECLAIM, timedelta(0)),
+    ]
+    assert {s.reason for s in result.steps} == {Reason.DEMAND_ABOVE_SERVING, Reason.GANG_PREEMPTED}
+
+
+def test_a_gang_whose_other_node_began_its_reclaim_leaves_a_noticed_node_to_its_notice() -> None:
+    """One node of the gang answered and is being reclaimed; the other's pods may still be
+    saving their part: it is left to its notice."""
+    nodes = [
+        begin_reclaim(lent_with("g-0", job("gang", 0))),
+        noticed(lent_with("g-1", job("gang", 1))),
+        serving("s"),
+    ]
+
+    result = plan(nodes, target=0, rps=0.0, pool_policy=NOTICED)
+
+    assert steps(result) == []

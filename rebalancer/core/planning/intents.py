@@ -309,20 +309,31 @@ def gang_intent(draft: Draft) -> None:
     losing pods elsewhere (a step of this tick, or a node on its way back) come back too. The
     job is lost already, so taking its other nodes back costs it nothing more, and frees them
     for inference or for a job that can run whole. As urgent as any reclaim that is not the
-    strategy's; a node an operator paused stays as it is."""
-    now = preempted_jobs(draft, noticed=False)
-    _gang(draft, now, "is losing pods on a node taken back", timedelta(0))
-    # A job told of a reclaim on one node is told on all of its nodes, with the same notice:
-    # it saves once, whole.
-    told = preempted_jobs(draft) - now
-    _gang(draft, told, "is told of a reclaim on another node", draft.pool.notice)
+    strategy's; a node an operator paused stays as it is.
+
+    With notices (docs/design/reclaim-notice.md): a job told of a reclaim on one node is told
+    on all of its nodes, with the same notice (it saves once, whole). A node under notice is
+    left to its notice, its pods perhaps saving their part of the job's checkpoint, unless a
+    reclaim of this tick takes one of the job's nodes at once: then the job is lost, and its
+    noticed nodes are cut short with the others."""
+    lost = preempted_jobs(draft, noticed=False)
+    cut = {j for n in _taken_at_once(draft) for j in jobs_on(n)}
+    _gang(draft, lost, cut, "is losing pods on a node taken back", timedelta(0))
+    told = preempted_jobs(draft) - lost
+    _gang(draft, told, set(), "is told of a reclaim on another node", draft.pool.notice)
 
 
-def _gang(draft: Draft, preempted: set[str], what: str, notice: timedelta) -> None:
-    # A node under notice is left to it: it comes back by its deadline, and its pods may be
-    # saving their part of the job's checkpoint.
+def _taken_at_once(draft: Draft) -> list[Node]:
+    """The lent nodes a step of this tick takes back with no notice."""
+    now = {s.node for s in draft.steps if s.action is Action.RECLAIM and not s.notice}
+    return [n for n in draft.pool.by_phase[Phase.LENT] if n.name in now]
+
+
+def _gang(draft: Draft, preempted: set[str], cut: set[str], what: str, notice: timedelta) -> None:
     siblings = [
-        n for n in draft.untouched(Phase.LENT) if jobs_on(n) & preempted and not n.state.noticed
+        n
+        for n in draft.untouched(Phase.LENT)
+        if jobs_on(n) & preempted and (not n.state.noticed or jobs_on(n) & cut)
     ]
     if not siblings:
         return
