@@ -638,7 +638,7 @@ def _print_tick(report: TickReport, w: World, say: Callable[[str], None]) -> Non
             continue
         if x is not None and a.call is model.Action.LEND:
             x.tally.loans += 1
-        elif x is not None:
+        elif x is not None and a.call is model.Action.RECLAIM:
             x.tally.reclaims += 1
         say(f"{when:<20} {pool:<10} {a.node:<12} {a.call:<14} [{code}] {reason}")
 

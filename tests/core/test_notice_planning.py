@@ -252,3 +252,35 @@ def test_a_gang_whose_other_node_began_its_reclaim_leaves_a_noticed_node_to_its_
     result = plan(nodes, target=0, rps=0.0, pool_policy=NOTICED)
 
     assert steps(result) == []
+
+
+def test_a_gang_is_untold_whole_or_not_at_all() -> None:
+    """Both nodes of a gang are under notice: a strategy that wants one more lent cannot
+    withdraw half of it, and lends a serving node; one that wants both back lent withdraws
+    both."""
+    gang = [
+        noticed(lent_with("g-0", job("gang", 0))),
+        noticed(lent_with("g-1", job("gang", 1))),
+    ]
+    nodes = [*gang, serving("s1"), serving("s2")]
+
+    one = plan(nodes, target=1, rps=0.0, pool_policy=NOTICED)
+    two = plan(nodes, target=2, rps=0.0, pool_policy=NOTICED)
+
+    assert [(node, action) for node, action, _ in steps(one)] == [("s1", Action.LEND)]
+    assert sorted(steps(two)) == [
+        ("g-0", Action.WITHDRAW, timedelta(0)),
+        ("g-1", Action.WITHDRAW, timedelta(0)),
+    ]
+
+
+def test_a_notice_whose_job_is_on_a_node_on_its_way_back_is_not_withdrawn() -> None:
+    nodes = [
+        begin_reclaim(lent_with("g-0", job("gang", 0))),
+        noticed(lent_with("g-1", job("gang", 1))),
+        serving("s1"),
+    ]
+
+    result = plan(nodes, target=1, rps=0.0, pool_policy=NOTICED)
+
+    assert [action for _, action, _ in steps(result)] == [Action.LEND]

@@ -248,14 +248,15 @@ def strategy_intent(draft: Draft, proposal: model.Proposal | None) -> None:
 
 def _withdraw(draft: Draft, wanted: int, why: str) -> int:
     """Withdraw up to ``wanted`` notices, the latest first (their pods have had the least
-    time to act on them); how many. Not under a pause or a freeze, nor on a paused node: a
-    notice that goes on is the safe side."""
+    time to act on them); how many. A gang is untold whole, as it was told (``_untold``). Not
+    under a pause or a freeze, nor on a paused node: a notice that goes on is the safe side."""
     pool = draft.pool
     if pool.paused or pool.frozen:
         return 0
-    noticed = [n for n in draft.noticed() if not n.overrides.paused]
-    noticed.sort(key=lambda n: (n.state.deadline, n.name), reverse=True)
-    taken = noticed[:wanted]
+    taken: list[Node] = []
+    for group in _untold(draft):
+        if len(taken) + len(group) <= wanted:
+            taken += group
     if taken:
         message = f"the strategy wants {len(taken)} more lent ({why}): the notice is withdrawn"
         intent = Intent(
@@ -270,6 +271,34 @@ def _withdraw(draft: Draft, wanted: int, why: str) -> int:
         for node in taken:
             draft.step(intent, node)
     return len(taken)
+
+
+def _untold(draft: Draft) -> list[list[Node]]:
+    """The notices a withdrawal may take, in groups of nodes that share a job, the latest
+    notice first: a job told on several nodes saves once, whole, and is untold whole or not at
+    all. A group whose job is on a node on its way back (reclaiming, or taken by a step of this
+    tick) is not withdrawn: that job is lost, or told, already; nor is one on a paused node."""
+    busy = {s.node for s in draft.steps if s.action is Action.RECLAIM}
+    lost = {
+        job
+        for n in [*draft.pool.by_phase[Phase.RECLAIMING], *draft.pool.by_phase[Phase.LENT]]
+        if n.phase is Phase.RECLAIMING or n.name in busy
+        for job in jobs_on(n)
+    }
+    groups: list[tuple[set[str], list[Node]]] = []
+    for node in draft.noticed():
+        jobs = jobs_on(node)
+        joined = [g for g in groups if g[0] & jobs]
+        merged = (jobs.union(*(g[0] for g in joined)), [n for g in joined for n in g[1]] + [node])
+        groups = [g for g in groups if g not in joined] + [merged]
+    kept = [
+        nodes
+        for jobs, nodes in groups
+        if not jobs & lost and not any(n.overrides.paused for n in nodes)
+    ]
+    return sorted(
+        kept, key=lambda nodes: max((n.state.deadline, n.name) for n in nodes), reverse=True
+    )
 
 
 def unused_loan_intent(draft: Draft) -> None:
