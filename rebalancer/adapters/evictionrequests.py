@@ -233,10 +233,18 @@ def request_name(requester: str, uid: str) -> str:
 
 
 def request_body(requester: str, target: Target, intent: Intent = Intent.EVICTION) -> Obj:
+    """Our request for ``target``, owned by the pod: nothing else removes a request, so the
+    garbage collector deletes it with its pod (deleting counts as a withdrawal) should the
+    controller not live to."""
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": target.name, "uid": target.uid}
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "EvictionRequest",
-        "metadata": {"name": request_name(requester, target.uid), "namespace": target.namespace},
+        "metadata": {
+            "name": request_name(requester, target.uid),
+            "namespace": target.namespace,
+            "ownerReferences": [owner],
+        },
         "spec": {
             "target": {"pod": {"name": target.name, "uid": target.uid}},
             "requester": requester,

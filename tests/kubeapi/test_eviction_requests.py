@@ -131,6 +131,9 @@ async def test_a_request_is_stored_but_nothing_handles_it(
         "intent": "Eviction",
     }
     assert "status" not in doc or doc["status"] == {}
+    assert doc["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Pod", "name": target.name, "uid": target.uid}
+    ]
     code, listed = gate_on.request("GET", f"{BASE}/evictions")
     assert (code, listed["items"]) == (200, [])
     code, pod = gate_on.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{target.name}")
