@@ -24,7 +24,7 @@ from rebalancer.adapters import evictionrequests as er
 from rebalancer.adapters import kubeclient
 from rebalancer.adapters.writer import ApiFailure, Conflict
 from rebalancer.errors import ConfigError
-from tests.support import kube
+from tests.support import control_plane, kube
 
 Obj = dict[str, Any]
 MERGE = "application/merge-patch+json"
@@ -172,6 +172,30 @@ async def test_a_request_of_another_requester_under_our_name_is_left_alone(
     assert "exists for requester 'other.example.com/drain'" in str(raised.value)
     code, doc = gate_on.request("GET", f"{BASE}/evictionrequests/{body['metadata']['name']}")
     assert (code, doc["spec"]["intent"], doc["metadata"]["generation"]) == (200, "Withdrawn", 1)
+
+
+async def test_the_garbage_collector_removes_a_request_with_its_pod(
+    on: er.EvictionRequests, gate_on: kube.KubeServer
+) -> None:
+    """Should the controller not live to delete its request, the pod's deletion does: the
+    request is owned by its pod. kube-controller-manager 1.36 (the suite's; one minor older
+    than the server, as Kubernetes supports) runs only its garbage collector, which finds the
+    group through discovery."""
+    target = _pod(gate_on, "collected-0")
+    await on.request(target)
+    with control_plane.running(
+        gate_on,
+        components=["kube-controller-manager"],
+        controllers=["garbage-collector-controller"],
+    ):
+        pod = f"/api/v1/namespaces/{NAMESPACE}/pods/{target.name}"
+        code, doc = gate_on.request("DELETE", pod, {"gracePeriodSeconds": 0})
+        assert code == 200, doc
+        path = f"{BASE}/evictionrequests/{er.request_name(REQUESTER, target.uid)}"
+        control_plane.settle(
+            "the request is collected", lambda: gate_on.request("GET", path)[0] == 404, 90
+        )
+    assert await on.state(target) is None
 
 
 async def test_target_and_requester_are_immutable(gate_on: kube.KubeServer) -> None:
