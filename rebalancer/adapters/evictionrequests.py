@@ -92,9 +92,6 @@ class Target:
     name: str
     uid: str
 
-    def __str__(self) -> str:
-        return f"pod/{self.namespace}/{self.name}"
-
 
 @dataclass(frozen=True, slots=True)
 class Responder:
@@ -148,12 +145,14 @@ class RequestState:
         return next((r for r in self.responders if r.state == "Active"), None)
 
     def answered(self) -> bool:
-        """The pod's own responders are done with it: it is evicted, the eviction failed (no
-        further responder), or none of its responders is still Active or waiting in line, so
-        that only the default evictor (``imperative-eviction.k8s.io/evictor``, which calls the
-        same Eviction API as a reclaim) is left. False while nothing handles the request (no
-        Eviction): the notice's other answers (an acknowledgement, an exit) are read from the
-        pod itself."""
+        """A controller handles the request and the pod's own responders are done with it: it
+        is evicted, the eviction failed (no further responder), or none of its responders is
+        still Active or waiting in line, so that only the default evictor
+        (``imperative-eviction.k8s.io/evictor``, which calls the same Eviction API as a
+        reclaim) is left. False while nothing handles the request, whatever an Eviction says:
+        the notice's other answers (an acknowledgement, an exit) are read from the pod."""
+        if not self.handled:
+            return False
         if self.evicted or self.failed:
             return True
         own = [r for r in self.responders if r.name != DEFAULT_EVICTOR]
@@ -161,10 +160,11 @@ class RequestState:
         return bool(self.responders) and not any(r.state in pending for r in own)
 
     def expected_by(self, now: datetime) -> datetime | None:
-        """When the active responder expects to be done, while it is alive; None when no one
-        said (the notice's own deadline is all there is)."""
+        """When the active responder expects to be done, while a controller handles the
+        request and the responder is alive; None when no one said (the notice's own deadline is
+        all there is)."""
         active = self.active()
-        if active is None or not active.alive(now):
+        if not self.handled or active is None or not active.alive(now):
             return None
         return active.expected_completion
 

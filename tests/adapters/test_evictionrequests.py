@@ -106,7 +106,7 @@ def test_the_responders_of_the_pod_s_eviction_are_read_highest_priority_first() 
         [report, {"name": er.DEFAULT_EVICTOR}],
     )
     other = eviction_doc("00000000-0000-0000-0000-000000000000", [("x.io/y", 5000, "Active")], [])
-    state = er.state_of(TARGET, request_doc(), [other, mine])
+    state = er.state_of(TARGET, request_doc(1, {"observedGeneration": 1}), [other, mine])
     assert [(r.name, r.priority, r.state) for r in state.responders] == [
         (CHECKPOINTER, 10000, "Active"),
         (er.DEFAULT_EVICTOR, 100, "Inactive"),
@@ -118,6 +118,8 @@ def test_the_responders_of_the_pod_s_eviction_are_read_highest_priority_first() 
     # Silent past the API's heartbeat deadline: its estimate no longer counts.
     assert state.expected_by(NOW + er.HEARTBEAT_DEADLINE + timedelta(seconds=1)) is None
     assert not state.answered()
+    # No controller has seen the request: what an Eviction says counts for nothing.
+    assert er.state_of(TARGET, request_doc(), [mine]).expected_by(NOW) is None
 
 
 @pytest.mark.parametrize(
@@ -136,8 +138,14 @@ def test_answered_once_only_the_default_evictor_is_left_or_the_eviction_ended(
 ) -> None:
     priorities = {CHECKPOINTER: 10000, er.DEFAULT_EVICTOR: 100}
     eviction = eviction_doc(UID, [(n, priorities[n], s) for n, s in states], [])
-    status = {"conditions": [{"type": c, "status": "True", "reason": "r"} for c in conditions]}
+    status: dict[str, Any] = {
+        "observedGeneration": 1,
+        "conditions": [{"type": c, "status": "True", "reason": "r"} for c in conditions],
+    }
     assert er.state_of(TARGET, request_doc(1, status), [eviction]).answered() is answered
+    # The same Eviction counts for nothing while no controller has seen the request.
+    del status["observedGeneration"]
+    assert not er.state_of(TARGET, request_doc(1, status), [eviction]).answered()
 
 
 def test_a_withdrawn_request_reads_withdrawn() -> None:

@@ -293,8 +293,13 @@ async def test_what_a_responder_reports_is_read(
 def _eviction_as_the_controller_writes_it(
     server: kube.KubeServer, target: er.Target, now: datetime
 ) -> str:
-    """The target's Eviction and the status the evictionrequest-controller would give it: the
-    pod's responder active, the default evictor after it. Its path."""
+    """What the evictionrequest-controller would write for our request: its
+    ``observedGeneration``, the target's Eviction, and a status for that which makes the pod's
+    responder active, the default evictor after it. The Eviction's status path."""
+    request = f"{BASE}/evictionrequests/{er.request_name(REQUESTER, target.uid)}/status"
+    observed = {"status": {"observedGeneration": 1}}
+    code, doc = server.request("PATCH", request, observed, content_type=MERGE)
+    assert code == 200, doc
     name = f"pod-{target.uid}"
     body = {
         "apiVersion": f"{er.GROUP}/{er.VERSION}",
