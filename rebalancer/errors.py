@@ -9,7 +9,8 @@ RebalancerError
 └── WriteError         the API server refused a write or kept failing (adapters.writer)
     ├── Conflict       409: the object changed since it was read; never retried
     ├── NotFound       404
-    └── ApiFailure     anything else, or a transient failure that outlasted the retries
+    ├── ApiFailure     anything else, or a transient failure that outlasted the retries
+    └── NotServed      the cluster serves no EvictionRequest API (adapters.evictionrequests)
 ```
 
 Decisions never raise: a refusal is a ``core.model.Rejection`` value and bad annotations are

@@ -134,9 +134,15 @@ def kwok_env(home: Path) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def running(server: kube.KubeServer, within: float = 60.0) -> Iterator[ControlPlane]:
+def running(
+    server: kube.KubeServer,
+    within: float = 60.0,
+    components: Sequence[str] = ("kube-scheduler", "kube-controller-manager", "kwok"),
+    controllers: Sequence[str] = CONTROLLERS,
+) -> Iterator[ControlPlane]:
     """kube-scheduler, kube-controller-manager and KWOK beside ``server``, in its home, until
-    the block ends."""
+    the block ends; only ``components`` of them, the controller-manager running
+    ``controllers``."""
     bin_dir = kube.binaries()
     home = server.home
     config = server.kubeconfig(home / "admin.kubeconfig")
@@ -161,14 +167,19 @@ def running(server: kube.KubeServer, within: float = 60.0) -> Iterator[ControlPl
             *served,
             f"--secure-port={manager_port}",
             f"--cert-dir={home / 'controller-manager-certs'}",
-            f"--controllers={','.join(CONTROLLERS)}",
+            f"--controllers={','.join(controllers)}",
         ],
         "kwok": kwok_command(bin_dir, config),
     }
+    commands = {name: command for name, command in commands.items() if name in components}
     env = kwok_env(home)
     health = {
-        "kube-scheduler": f"https://127.0.0.1:{scheduler_port}/readyz",
-        "kube-controller-manager": f"https://127.0.0.1:{manager_port}/healthz",
+        name: url
+        for name, url in (
+            ("kube-scheduler", f"https://127.0.0.1:{scheduler_port}/readyz"),
+            ("kube-controller-manager", f"https://127.0.0.1:{manager_port}/healthz"),
+        )
+        if name in components
     }
     logs = {name: (home / f"{name}.log").open("wb") for name in commands}
     processes: dict[str, subprocess.Popen[bytes]] = {}

@@ -62,6 +62,8 @@ CONTROLLER_USER = f"system:serviceaccount:{CONTROLLER_NAMESPACE}:{CONTROLLER_NAM
 # The kubelets of real nodes a test may start (tests/support/realnode.py), by node name.
 NODE_TOKENS = {f"real-{i}": f"node-token-for-tests-{i}" for i in range(5)}
 BUILD = ROOT / "tests" / "kube" / "build.sh"
+# The first release that serves EvictionRequest (KEP-4563), built only for the tests of that API.
+BUILD_137 = ROOT / "tests" / "kube" / "v1.37" / "build.sh"
 
 
 def binaries() -> Path:
@@ -73,6 +75,13 @@ def binaries() -> Path:
         return Path(given)
     out = subprocess.run([str(BUILD)], check=True, capture_output=True, text=True, timeout=3600)
     return Path(out.stdout.strip().splitlines()[-1])
+
+
+def apiserver_137() -> Path:
+    """kube-apiserver 1.37 (``tests/kube/v1.37``): what ``tests/kube/v1.37/build.sh`` prints
+    (it builds it once when it is missing), with the binary's name."""
+    out = subprocess.run([str(BUILD_137)], check=True, capture_output=True, text=True, timeout=3600)
+    return Path(out.stdout.strip().splitlines()[-1]) / "kube-apiserver"
 
 
 def pinned(go_mod: Path, module: str) -> str:
@@ -315,13 +324,18 @@ def _ready(server: KubeServer, processes: list[subprocess.Popen[bytes]], within:
 
 @contextlib.contextmanager
 def running(
-    home: Path, within: float = 90.0, flags: Sequence[str] = (), service_accounts: bool = False
+    home: Path,
+    within: float = 90.0,
+    flags: Sequence[str] = (),
+    service_accounts: bool = False,
+    apiserver: Path | None = None,
 ) -> Iterator[KubeServer]:
     """etcd and kube-apiserver in ``home`` on free loopback ports, until the block ends;
-    ``flags`` go to kube-apiserver. With ``service_accounts`` the ServiceAccount admission
-    plugin is on (a pod gets its service account's token, and its service account must
-    exist); off, as in envtest, by default: no controller here makes each namespace's
-    ``default`` service account, which every pod without one would need."""
+    ``flags`` go to kube-apiserver; ``apiserver`` is another release's binary to run instead
+    of the suite's (``apiserver_137``), on the suite's etcd. With ``service_accounts`` the
+    ServiceAccount admission plugin is on (a pod gets its service account's token, and its
+    service account must exist); off, as in envtest, by default: no controller here makes each
+    namespace's ``default`` service account, which every pod without one would need."""
     bin_dir = binaries()
     client, peer, secure = free_port(), free_port(), free_port()
     etcd_url = f"http://127.0.0.1:{client}"
@@ -351,7 +365,7 @@ def running(
     policy = home / "audit-policy.json"
     policy.write_text(json.dumps(_AUDIT_POLICY), encoding="utf-8")
     apiserver_cmd = [
-        str(bin_dir / "kube-apiserver"),
+        str(apiserver or bin_dir / "kube-apiserver"),
         f"--etcd-servers={etcd_url}",
         "--bind-address=127.0.0.1",
         "--advertise-address=127.0.0.1",
