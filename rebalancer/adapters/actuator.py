@@ -56,7 +56,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from rebalancer.adapters import convert, noticing
+from rebalancer.adapters import convert, evictionrequests, noticing
+from rebalancer.adapters.evictionrequests import EvictionRequests, Target
 from rebalancer.adapters.writer import (
     Conflict,
     NodeWriter,
@@ -167,11 +168,16 @@ class Actuator:
         dry_run: bool = False,
         cache: NodeCache | None = None,
         drain: timedelta = timedelta(minutes=2),
+        requests: EvictionRequests | None = None,
     ) -> None:
         self._writer, self._keys, self._spec, self._marks = writer, keys, spec, marks
         self._clock, self._dry_run = clock, dry_run
         self._cache = cache or NoCache()
         self._drain_time = drain  # the pool's reclaim_deadline: a drain's time, from its start
+        # Where the cluster serves EvictionRequests, a notice is filed as one per pod too
+        # (docs/design/eviction-requests.md); whether it does is asked once it matters.
+        self._requests = requests
+        self._served: bool | None = None
 
     # -----------------------------------------------------------------------------------------
     # The public steps: each catches the writer's errors and turns them into a result
@@ -325,7 +331,12 @@ class Actuator:
         pods = [p for p in await self._pods(run.node, ended=True) if _taken(p)]
         await self._tell(run, [p for p in pods if not p.told.ended], reclaim, deadline)
         now = self._clock()
-        answers = [p.told.answer(reclaim) for p in pods]
+        answers = [
+            dataclasses.replace(answer, acked=True)
+            if not answer.answered and await self._responded(run, p)
+            else answer
+            for p, answer in [(p, p.told.answer(reclaim)) for p in pods]
+        ]
         why = notice.due(now, deadline, answers)
         if why is None:
             start = notice.begins(deadline, answers)
@@ -361,6 +372,55 @@ class Actuator:
             notes = noticing.tell(self._keys, reclaim, deadline)
             condition = noticing.condition(self._keys, reclaim, deadline)
             await self._pod_write(run, pod, WriteKind.TELL, notes, condition)
+            await self._request(run, pod, evictionrequests.Intent.EVICTION)
+
+    async def _request(self, run: _Pass, pod: _Pod, intent: evictionrequests.Intent) -> None:
+        """File (or withdraw) the pod's EvictionRequest where the cluster serves them. A
+        request the API refuses is noted and the notice goes on: the annotations are the
+        protocol, the request a courtesy to whoever responds to it."""
+        requests = self._requests
+        if requests is None or not await self._serves_requests(run):
+            return
+        target = Target(pod.view.namespace, pod.view.name, pod.uid)
+        body = evictionrequests.request_body(requests.requester, target, intent)
+        where = f"evictionrequest/{pod.view.namespace}/{pod.view.name}"
+        outcome = WriteOutcome.PLANNED
+        if not self._dry_run:
+            try:
+                if intent is evictionrequests.Intent.EVICTION:
+                    await requests.request(target)
+                else:
+                    await requests.withdraw(target)
+                outcome = WriteOutcome.APPLIED
+            except WriteError as exc:
+                run.notes.append(f"{where}: {exc}")
+                return
+        run.writes.append(Write(WriteKind.REQUEST, where, body, outcome))
+
+    async def _serves_requests(self, run: _Pass) -> bool:
+        """Whether the cluster serves EvictionRequests, asked once (an answer that fails is
+        asked again next time, and counts as no)."""
+        if self._served is None and self._requests is not None:
+            try:
+                self._served = await self._requests.served()
+            except WriteError as exc:
+                run.notes.append(f"whether EvictionRequests are served is not known: {exc}")
+                return False
+        return bool(self._served)
+
+    async def _responded(self, run: _Pass, pod: _Pod) -> bool:
+        """Whether the pod's EvictionRequest says its responders are done with it (only once
+        a controller handles the request: ``RequestState.answered``)."""
+        requests = self._requests
+        if requests is None or not await self._serves_requests(run):
+            return False
+        target = Target(pod.view.namespace, pod.view.name, pod.uid)
+        try:
+            state = await requests.state(target)
+        except WriteError as exc:
+            run.notes.append(f"evictionrequest/{target.namespace}/{target.name}: {exc}")
+            return False
+        return state is not None and state.answered()
 
     async def _pod_write(
         self,
@@ -401,6 +461,7 @@ class Actuator:
                 await self._pod_write(
                     run, pod, WriteKind.TELL, noticing.untell(self._keys), condition
                 )
+                await self._request(run, pod, evictionrequests.Intent.WITHDRAWN)
         try:
             await self._patch(
                 run, WriteKind.WITHDRAW, view, nodestate.withdraw(self._keys, decision)

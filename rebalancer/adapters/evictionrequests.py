@@ -170,6 +170,8 @@ class RequestState:
 
 
 class EvictionRequests(Protocol):
+    requester: str  # the name our requests are filed under (``requester_name``)
+
     async def served(self) -> bool:
         """Whether the cluster serves the API (both resources): asked once, then cached by the
         caller."""

@@ -51,6 +51,7 @@ class WriteKind(StrEnum):
     WITHDRAW = "withdraw"  # a notice withdrawn: the node stays lent
     TELL = "tell"  # a borrowed pod's notice annotations, written or removed
     CONDITION = "condition"  # a borrowed pod's notice condition
+    REQUEST = "request"  # a borrowed pod's EvictionRequest, filed or withdrawn
 
 
 class WriteOutcome(StrEnum):

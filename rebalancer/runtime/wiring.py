@@ -66,6 +66,11 @@ from rebalancer.adapters.audit import (
     stdout_sink,
 )
 from rebalancer.adapters.events import KubeEvents
+from rebalancer.adapters.evictionrequests import (
+    EvictionRequests,
+    KubeEvictionRequests,
+    requester_name,
+)
 from rebalancer.adapters.gate import LeaderGatedWriter
 from rebalancer.adapters.informer import Informer
 from rebalancer.adapters.leadership import LeaderElector
@@ -154,6 +159,7 @@ def actuators(
     server_clock: Clock,
     dry_run: bool = False,
     cache: NodeCache | None = None,
+    requests: EvictionRequests | None = None,
 ) -> dict[PoolName, Actuator]:
     """Each pool's actuator, telling time on the API server's clock."""
     return {
@@ -166,6 +172,7 @@ def actuators(
             dry_run,
             cache,
             drain=p.policy.reclaim_deadline,
+            requests=requests,
         )
         for p in pools
     }
@@ -187,10 +194,12 @@ def _reconciler(
     alerts: alerting.AlertStore,
     apiserver_clock: kubeclient.ClockProbe,
     prometheus_clock: PoolMetricsRouter | None,
+    requests: EvictionRequests | None = None,
 ) -> Reconciler:
     """The reconcile step of ``Controller.open``, from what it built: each pool's actuator
-    (its Events recorded, reading the informer's cache when this is the controller), the
-    settings' limits and switches, and where a record goes while the audit store fails."""
+    (its Events recorded, reading the informer's cache when this is the controller, filing a
+    notice's EvictionRequests where the cluster serves them), the settings' limits and
+    switches, and where a record goes while the audit store fails."""
     observer = Observer(
         pools,
         keys=keys,
@@ -217,6 +226,7 @@ def _reconciler(
                 server_clock,
                 settings.dry_run,
                 informer if role is Role.CONTROLLER else NoCache(),
+                requests,
             ).items()
         },
         audit_log=audit_log,
@@ -397,6 +407,7 @@ class Controller:
                 alerts=alert_store,
                 apiserver_clock=probe,
                 prometheus_clock=prometheus,
+                requests=KubeEvictionRequests(api, requester_name(keys.prefix)),
             )
             built = Controller(
                 settings, role, me, server_clock, api, keys, pools, writer, informer, metrics,

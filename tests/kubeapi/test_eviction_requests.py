@@ -19,12 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes_asyncio import client
 
 from rebalancer.adapters import evictionrequests as er
 from rebalancer.adapters import kubeclient
-from rebalancer.adapters.writer import ApiFailure, Conflict
+from rebalancer.adapters.actuator import Actuator
+from rebalancer.adapters.writer import ApiFailure, Conflict, KubeWriter
+from rebalancer.core.outcomes import Outcome, WriteKind
 from rebalancer.errors import ConfigError
+from rebalancer.runtime import wiring
 from tests.support import control_plane, kube
+from tests.support.actuation import KEYS, LEND, MARKS, SPEC
 
 Obj = dict[str, Any]
 MERGE = "application/merge-patch+json"
@@ -65,9 +70,18 @@ def _namespace(server: kube.KubeServer) -> None:
     assert code == 201, doc
 
 
-def _pod(server: kube.KubeServer, name: str, responders: list[Obj] | None = None) -> er.Target:
+def _pod(
+    server: kube.KubeServer,
+    name: str,
+    responders: list[Obj] | None = None,
+    node: str = "gpu-1",
+) -> er.Target:
     """A borrowed pod (bound at creation: no scheduler runs), with the responders it declares."""
-    spec: Obj = {"nodeName": "gpu-1", "containers": [{"name": "train", "image": "trainer:1"}]}
+    spec: Obj = {
+        "nodeName": node,
+        "containers": [{"name": "train", "image": "trainer:1"}],
+        "tolerations": [LEND.to_doc() | {"operator": "Equal"}],
+    }
     if responders is not None:
         spec["evictionResponders"] = responders
     body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
@@ -389,3 +403,72 @@ async def test_a_user_no_role_grants_it_gets_the_server_s_refusal(
         f"EvictionRequest {NAMESPACE}/{er.request_name(REQUESTER, target.uid)}: 403 "
         f'evictionrequests.{er.GROUP} is forbidden: User "{kube.CONTROLLER_USER}"'
     )
+
+
+# -- The actuator as the requester: a notice files, and a withdrawal withdraws --------------------
+
+
+def _node(server: kube.KubeServer, name: str) -> None:
+    taint = {"key": "workload", "value": "inference", "effect": "NoSchedule"}
+    body = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name},
+        "spec": {"taints": [taint]},
+    }
+    code, doc = server.request("POST", "/api/v1/nodes", body)
+    assert code == 201, doc
+
+
+async def _actuator(
+    server: kube.KubeServer, tmp_path: Path
+) -> AsyncIterator[tuple[Actuator, er.EvictionRequests]]:
+    async with kubeclient.api_client(server.kubeconfig(tmp_path / "kubeconfig")) as api:
+        requests = er.KubeEvictionRequests(api, REQUESTER)
+        writer = KubeWriter(client.CoreV1Api(api), clock=wiring.utc_now)
+        yield Actuator(writer, KEYS, SPEC, MARKS, wiring.utc_now, requests=requests), requests
+
+
+async def test_a_notice_files_a_request_per_pod_and_its_withdrawal_withdraws_it(
+    gate_on: kube.KubeServer, tmp_path: Path
+) -> None:
+    _node(gate_on, "gpu-n1")
+    async for act, requests in _actuator(gate_on, tmp_path):
+        assert (await act.lend("gpu-n1", "lend-1")).outcome is Outcome.APPLIED
+        target = _pod(gate_on, "noticed-0", node="gpu-n1")
+
+        told = await act.notice("gpu-n1", "notice-1", datetime.now(UTC) + timedelta(minutes=5))
+
+        assert told.outcome is Outcome.IN_PROGRESS, told
+        filed = [w for w in told.writes if w.kind is WriteKind.REQUEST]
+        assert [w.target for w in filed] == [f"evictionrequest/{NAMESPACE}/noticed-0"]
+        state = await requests.state(target)
+        assert state is not None
+        assert state.intent is er.Intent.EVICTION
+        assert not state.handled  # 1.37.2 runs nothing that handles it: the deadline holds
+        again = await act.progress("gpu-n1")
+        assert again.outcome is Outcome.IN_PROGRESS  # not answered by an unhandled request
+
+        withdrawn = await act.withdraw("gpu-n1", "withdraw-1")
+
+        assert withdrawn.outcome is Outcome.APPLIED, withdrawn
+        assert WriteKind.REQUEST in [w.kind for w in withdrawn.writes]
+        state = await requests.state(target)
+        assert state is not None
+        assert state.intent is er.Intent.WITHDRAWN
+
+
+async def test_where_the_api_is_not_served_the_notice_is_the_annotations_alone(
+    gate_off: kube.KubeServer, tmp_path: Path
+) -> None:
+    _node(gate_off, "gpu-n2")
+    async for act, _ in _actuator(gate_off, tmp_path):
+        assert (await act.lend("gpu-n2", "lend-1")).outcome is Outcome.APPLIED
+        _pod(gate_off, "noticed-1", node="gpu-n2")
+
+        told = await act.notice("gpu-n2", "notice-1", datetime.now(UTC) + timedelta(minutes=5))
+
+        assert told.outcome is Outcome.IN_PROGRESS, told
+        kinds = [w.kind for w in told.writes]
+        assert kinds == [WriteKind.NOTICE, WriteKind.TELL, WriteKind.CONDITION], kinds
+        assert "EvictionRequest" not in told.message

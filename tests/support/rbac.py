@@ -175,4 +175,10 @@ MAY_GO_UNUSED = {
     Grant("patch", "", "pods"),
     Grant("patch", "", "pods/status"),
     Grant("get", "", "nodes"),
+    # A notice's EvictionRequests: only where the cluster serves them (1.37 and later, the
+    # API's gate on), which neither the emulator nor the suite's 1.36 server does.
+    Grant("get", "lifecycle.k8s.io", "evictionrequests"),
+    Grant("create", "lifecycle.k8s.io", "evictionrequests"),
+    Grant("patch", "lifecycle.k8s.io", "evictionrequests"),
+    Grant("list", "lifecycle.k8s.io", "evictions"),
 }
