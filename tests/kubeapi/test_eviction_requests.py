@@ -127,6 +127,18 @@ async def test_the_api_is_served_only_with_its_gate_and_group_on(
     assert er.GROUP not in {g["name"] for g in groups["groups"]}
 
 
+async def test_a_release_before_1_37_serves_none(real: kube.KubeServer, tmp_path: Path) -> None:
+    """The suite's own server (1.36), as most clusters are: nothing to ask, the annotations
+    alone carry the notice. (Nothing is created on that shared server: the group's path is
+    refused before any object is looked at.)"""
+    target = er.Target(NAMESPACE, "older-0", "3d7fdff1-3fe5-48b9-b106-1ee24b0277f6")
+    async for requests in _requests(real, tmp_path):
+        assert await requests.served() is False
+        for call in (requests.request, requests.state, requests.withdraw, requests.remove):
+            with pytest.raises(er.NotServed):
+                await call(target)
+
+
 async def test_a_request_is_stored_but_nothing_handles_it(
     on: er.EvictionRequests, gate_on: kube.KubeServer
 ) -> None:
