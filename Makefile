@@ -65,9 +65,11 @@ imports: $(STAMP)
 
 # A real kube-apiserver and etcd, kube-scheduler, kube-controller-manager and KWOK, built from
 # their Go modules into ~/.cache/rebalancer once (tests/kube/build.sh; a Go toolchain is needed,
-# the binaries are never committed).
+# the binaries are never committed); and kube-apiserver 1.37, the first to serve EvictionRequests
+# (tests/kube/v1.37/build.sh), built here rather than inside a test worker.
 kube:
 	@tests/kube/build.sh >/dev/null
+	@tests/kube/v1.37/build.sh >/dev/null
 
 # Two workers per core: most of the suite's time is spent waiting on real servers and processes
 # (Prometheus, PostgreSQL, kube-apiserver and the rest of a control plane, the controller under
@@ -81,7 +83,7 @@ kube:
 # them again (0.15-0.2 s of CPU each).
 pytest: $(STAMP)
 	$(BIN)/python -m compileall -q -j 0 rebalancer strategies sandbox tests >/dev/null
-	dir=$$(tests/kube/build.sh) && TESTS_KUBE_DIR="$$dir" \
+	dir=$$(tests/kube/build.sh) && tests/kube/v1.37/build.sh >/dev/null && TESTS_KUBE_DIR="$$dir" \
 		$(BIN)/pytest --numprocesses=$$(( $$(nproc) * 2 )) --dist worksteal
 
 # The chart's schema for `config`, generated from the settings model (rebalancer/schema.py).
