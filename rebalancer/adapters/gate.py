@@ -1,4 +1,5 @@
-"""The leader gate: a ``NodeWriter`` that lets writes through only while this replica leads.
+"""The leader gate: a ``NodeWriter`` (and a notice's ``EvictionRequests``) that lets writes
+through only while this replica leads.
 
 Where it sits: between the actuator and the Kubernetes writer, so that no code path can write
 without holding the Lease. The check is made immediately before each write, on the clock the
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
+from rebalancer.adapters.evictionrequests import EvictionRequests, RequestState, Target
 from rebalancer.adapters.writer import NodeWriter, Obj, WriteError
 from rebalancer.core.nodestate import NodeChange
 from rebalancer.core.outcomes import WriteOutcome
@@ -67,3 +69,41 @@ class LeaderGatedWriter:
     ) -> bool:
         self._check(f"pod/{namespace}/{name}")
         return await self.inner.set_pod_condition(namespace, name, uid, condition)
+
+
+class LeaderGatedRequests:
+    """The same gate on a reclaim notice's EvictionRequests (``adapters.evictionrequests``):
+    filed, withdrawn or removed only while this replica leads; what is read is not gated."""
+
+    def __init__(
+        self,
+        inner: EvictionRequests,
+        may_write: Callable[[datetime], bool],
+        clock: Callable[[], datetime],
+        identity: str,
+    ) -> None:
+        self.inner, self.may_write, self.clock, self.identity = inner, may_write, clock, identity
+        self.requester = inner.requester
+
+    def _check(self, target: Target) -> None:
+        if not self.may_write(self.clock()):
+            where = f"evictionrequest/{target.namespace}/{target.name}"
+            raise NotLeader(where, 0, f"{self.identity} does not hold the lease: not written")
+
+    async def served(self) -> bool:
+        return await self.inner.served()
+
+    async def state(self, target: Target) -> RequestState | None:
+        return await self.inner.state(target)
+
+    async def request(self, target: Target) -> RequestState:
+        self._check(target)
+        return await self.inner.request(target)
+
+    async def withdraw(self, target: Target) -> RequestState | None:
+        self._check(target)
+        return await self.inner.withdraw(target)
+
+    async def remove(self, target: Target) -> bool:
+        self._check(target)
+        return await self.inner.remove(target)

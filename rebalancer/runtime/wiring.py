@@ -71,7 +71,7 @@ from rebalancer.adapters.evictionrequests import (
     KubeEvictionRequests,
     requester_name,
 )
-from rebalancer.adapters.gate import LeaderGatedWriter
+from rebalancer.adapters.gate import LeaderGatedRequests, LeaderGatedWriter
 from rebalancer.adapters.informer import Informer
 from rebalancer.adapters.leadership import LeaderElector
 from rebalancer.adapters.ledger import NodeLedger
@@ -407,7 +407,12 @@ class Controller:
                 alerts=alert_store,
                 apiserver_clock=probe,
                 prometheus_clock=prometheus,
-                requests=KubeEvictionRequests(api, requester_name(keys.prefix)),
+                requests=LeaderGatedRequests(
+                    KubeEvictionRequests(api, requester_name(keys.prefix)),
+                    leadership.may_write,
+                    leadership.now,
+                    me,
+                ),
             )
             built = Controller(
                 settings, role, me, server_clock, api, keys, pools, writer, informer, metrics,

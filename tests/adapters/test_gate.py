@@ -20,10 +20,12 @@ from kubernetes_asyncio import client
 
 from rebalancer.adapters import convert
 from rebalancer.adapters.actuator import Actuator
-from rebalancer.adapters.gate import LeaderGatedWriter, NotLeader
+from rebalancer.adapters.evictionrequests import RequestState, Target
+from rebalancer.adapters.gate import LeaderGatedRequests, LeaderGatedWriter, NotLeader
 from rebalancer.adapters.leadership import LeaderElector, Timings
 from rebalancer.adapters.writer import KubeWriter
 from rebalancer.core import model, nodestate, policy
+from rebalancer.runtime import wiring
 from sandbox.emulator.resources import NODES as NODES_RESOURCE
 from tests.support.actuation import Recorder
 from tests.support.backends import Backend, Opened
@@ -164,3 +166,48 @@ async def test_the_notices_pod_writes_pass_the_gate_only_while_leading() -> None
         "annotate training/p u {'rebalancer.io/reclaim-id': 'r'}",
         "condition training/p u rebalancer.io/ReclaimNotice",
     ]
+
+
+@dataclass
+class Requests:
+    """EvictionRequests that remember the calls made to them."""
+
+    requester: str = "rebalancer.io/reclaim-notice"
+    calls: list[str] = field(default_factory=list)
+
+    async def served(self) -> bool:
+        self.calls.append("served")
+        return True
+
+    async def state(self, target: Target) -> RequestState | None:
+        self.calls.append("state")
+        return None
+
+    async def request(self, target: Target) -> RequestState:
+        self.calls.append("request")
+        raise AssertionError("not reached in these tests")
+
+    async def withdraw(self, target: Target) -> RequestState | None:
+        self.calls.append("withdraw")
+        return None
+
+    async def remove(self, target: Target) -> bool:
+        self.calls.append("remove")
+        return False
+
+
+async def test_a_replica_that_does_not_lead_files_and_withdraws_no_eviction_request() -> None:
+    inner = Requests()
+    leads = [True]
+    gated = LeaderGatedRequests(inner, lambda now: leads[0], wiring.utc_now, "replica-a")
+    target = Target("training", "job-0", "uid-0")
+
+    assert await gated.withdraw(target) is None
+    leads[0] = False
+    for call in (gated.request, gated.withdraw, gated.remove):
+        with pytest.raises(NotLeader, match="replica-a does not hold the lease"):
+            await call(target)
+    assert await gated.served() is True
+    assert await gated.state(target) is None
+    assert inner.calls == ["withdraw", "served", "state"]
+    assert gated.requester == inner.requester
