@@ -35,7 +35,6 @@ Errors: every refusal is one ``WriteError`` line naming the object (``Conflict``
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ from rebalancer.adapters.writer import (
     Conflict,
     NotFound,
     WriteError,
+    read_answer,
 )
 from rebalancer.errors import ConfigError
 
@@ -339,7 +339,7 @@ class KubeEvictionRequests:
         self.requester = requester
 
     async def served(self) -> bool:
-        code, doc = await _read(
+        code, doc = await read_answer(
             self._custom.get_api_resources(GROUP, VERSION, _preload_content=False)
         )
         if code == 404:
@@ -444,7 +444,7 @@ class KubeEvictionRequests:
         self, where: str, method: Callable[..., Awaitable[Any]], *args: Any
     ) -> tuple[int, Obj]:
         try:
-            code, doc = await _read(method(GROUP, VERSION, *args, _preload_content=False))
+            code, doc = await read_answer(method(GROUP, VERSION, *args, _preload_content=False))
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ApiFailure(where, 0, f"transport error: {exc!r}") from exc
         if code == 404 and _group_missing(doc):
@@ -457,20 +457,6 @@ def _group_missing(doc: Mapping[str, Any]) -> bool:
     answers it without a ``details.name`` (or, for a whole unknown group, as plain text)."""
     details = doc.get("details")
     return not (isinstance(details, dict) and details.get("name"))
-
-
-async def _read(pending: Awaitable[Any]) -> tuple[int, Obj]:
-    response = await pending
-    try:
-        raw = await response.read()
-        code = int(response.status)
-    finally:
-        response.release()
-    try:
-        doc = json.loads(raw) if raw else {}
-    except ValueError:
-        doc = {"message": raw[:200].decode("utf-8", "replace")}
-    return code, doc if isinstance(doc, dict) else {}
 
 
 def _check(where: str, code: int, doc: Mapping[str, Any]) -> None:

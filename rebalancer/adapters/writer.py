@@ -317,7 +317,7 @@ class KubeWriter:
         return await self._retried(target, lambda: self._evict_once(target, call()))
 
     async def _evict_once(self, target: str, pending: Awaitable[Any]) -> WriteOutcome:
-        code, doc = await _read(pending)
+        code, doc = await read_answer(pending)
         if code == 429:
             return WriteOutcome.BLOCKED
         if code == 404:
@@ -390,7 +390,7 @@ class KubeWriter:
 
     async def _pod_write_once(self, target: str, pending: Awaitable[Any]) -> bool:
         """One patch of a pod: False when the pod is gone or is another pod now."""
-        code, doc = await _read(pending)
+        code, doc = await read_answer(pending)
         if code == 404 or _uid_refused(code, doc):
             return False
         _check(target, code, doc, throttle_retries=True)
@@ -418,7 +418,7 @@ class KubeWriter:
         return True
 
     async def _json(self, target: str, pending: Awaitable[Any]) -> Obj:
-        code, doc = await _read(pending)
+        code, doc = await read_answer(pending)
         _check(target, code, doc, throttle_retries=True)
         return doc
 
@@ -442,7 +442,9 @@ class KubeWriter:
         raise AssertionError("unreachable: tenacity either returns or re-raises")
 
 
-async def _read(pending: Awaitable[Any]) -> tuple[int, Obj]:
+async def read_answer(pending: Awaitable[Any]) -> tuple[int, Obj]:
+    """A call made with ``_preload_content=False``: its status and its JSON body (a body that is
+    not JSON, as a plain-text 404, as its first 200 characters under ``message``)."""
     response = await pending
     try:
         raw = await response.read()
