@@ -2,7 +2,8 @@
 
 This implements docs/evaluation.md (the pool model and figures every report uses). Each minute:
 
-1. the fake pool finishes the reclaims whose drain has ended;
+1. the fake pool finishes the reclaims whose drain has ended, and begins those whose notice is
+   up (its pods answered, or their time came: ``FakePool.begin_due``);
 2. a Snapshot is built with what the metric pipeline would show: the demand of the minute
    before, sampled ``sample_age`` ago, and the history up to there (never later);
 3. the strategy proposes and ``core.tick.plan_tick`` decides, exactly as in the controller;
@@ -11,7 +12,10 @@ This implements docs/evaluation.md (the pool model and figures every report uses
 
 With a training queue (``sandbox.sim.jobs``, opt-in) the pool lends only to takers: before
 step 2 finished jobs end and new ones arrive, their pods go into the snapshot as takers, and
-after step 4 the queue preempts what was reclaimed and binds waiting gangs to lent nodes.
+after step 4 the queue preempts what was reclaimed and binds waiting gangs to lent nodes. With a
+reclaim notice (``PoolModel.notice``) a strategy's reclaim of a node that runs a job tells the
+job first; the job saves and answers, or does not (``jobs.TrainingModel``), and the queue
+preempts it when the reclaim begins in step 1.
 
 The baselines (and the oracle) run through the same planner without the guards in
 ``BASELINE_DROPS`` and without churn limits, so that their own rule shows: nothing protects them
@@ -22,14 +26,14 @@ limit (``oracle_plan``), within the pool's lending window, which holds for the o
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import ClassVar
 
 from rebalancer.core import demand as demand_belief
-from rebalancer.core import exposure, model, nodestate, tick, windows
+from rebalancer.core import exposure, model, nodestate, notice, tick, windows
 from rebalancer.core.policy import ALL_GUARDS, Guard, PoolPolicy
 from rebalancer.core.strategy import Strategy
 from rebalancer.errors import TraceError
@@ -72,10 +76,18 @@ class PoolModel:
     gpus_per_node: int = 8  # for GPU-hours; the training queue's nodes have as many
     rps_per_node: float | None = None  # None: calibrated from the trace
     rules: PoolPolicy | None = None  # None: the planner's defaults, lending at any hour
+    # How far ahead the pods of a strategy's reclaim are told (the policy's ``reclaim_notice``,
+    # whatever ``rules`` say); zero: evicted at once, as before notices.
+    notice: timedelta = timedelta(0)
 
     @property
     def return_minutes(self) -> int:
         return math.ceil((self.drain + self.warmup) / MINUTE)
+
+    @property
+    def lead_minutes(self) -> int:
+        """From a noticed reclaim's decision until the node serves warm, at the latest."""
+        return math.ceil((self.notice + self.drain + self.warmup) / MINUTE)
 
     @property
     def window(self) -> windows.Window:
@@ -98,8 +110,16 @@ class PoolModel:
         return trace.peak / (self.peak_share * self.size)
 
     def lendable(self, trace: Trace) -> list[bool] | None:
-        """Per minute of ``trace``, whether the window lets a node be lent (None: always)."""
-        return nights.lendable(self.window, trace.start, trace.minutes)
+        """Per minute of ``trace``, whether the window lets a node be lent (None: always): open
+        then and, with a notice, still open at the notice's end, as the planner lends (no loan
+        its window takes back before its pods could be told in full, and every loan noticed
+        that long before the window closes)."""
+        now = nights.lendable(self.window, trace.start, trace.minutes)
+        if now is None or not self.notice:
+            return now
+        later = nights.lendable(self.window, trace.start + self.notice, trace.minutes)
+        assert later is not None, "the same window"
+        return [a and b for a, b in zip(now, later, strict=True)]
 
     def policy(self, rps_per_node: float, baseline: bool = False) -> PoolPolicy:
         """The planner's limits for this pool; a baseline runs without ``BASELINE_DROPS`` and
@@ -112,6 +132,7 @@ class PoolModel:
             rps_per_node=rps_per_node,
             min_serving=self.min_serving,
             headroom=self.headroom,
+            reclaim_notice=self.notice,
             reclaim_deadline=self.drain,
             warmup=self.warmup,
             zone=self.zone,
@@ -149,6 +170,8 @@ class Figures:
     reclaims: int
     loans: int
     short_loans: int
+    notices: int = 0  # reclaims that began as a notice (counted in ``reclaims`` once begun)
+    withdrawals: int = 0  # notices withdrawn: those nodes stayed lent
 
 
 @dataclass(frozen=True)
@@ -165,14 +188,19 @@ def needs(trace: Trace, pool: PoolModel, rps_per_node: float) -> list[int | None
 
 
 def oracle_plan(
-    need: Sequence[int | None], pool: PoolModel, lendable: Sequence[bool] | None = None
+    need: Sequence[int | None],
+    pool: PoolModel,
+    lendable: Sequence[bool] | None = None,
+    horizon: int | None = None,
 ) -> list[int]:
-    """With perfect foresight: lend N - max(need) over [t, t + drain + warmup], never < 0, and
-    nothing in a minute ``lendable`` says the window is closed in (None: always open).
+    """With perfect foresight: lend N - max(need) over [t, t + horizon], never < 0, and
+    nothing in a minute ``lendable`` says the window is closed in (None: always open). The
+    horizon is drain + warm-up unless given: the oracle that runs with a notice looks that much
+    further (``simulate``), the oracle harvest is measured against does not.
 
     A minute without a demand sample counts as needing the whole pool: what it held is unknown.
     """
-    horizon = pool.return_minutes
+    horizon = pool.return_minutes if horizon is None else horizon
     worst = [pool.size if n is None else n for n in need]
     plan = [max(0, pool.size - max(worst[t : t + horizon + 1])) for t in range(len(worst))]
     if lendable is None:
@@ -226,17 +254,13 @@ def run(
     need = needs(trace, pool_model, rps_per_node)
     timeline: list[Minute] = []
     queue = 0.0
-    reclaims = loans = 0
+    counted: Counter[str] = Counter()
     belief = demand_belief.start(trace.start)
     breaches: deque[int] = deque()  # the breached minutes within the SLO's window
     jumps = None if slo is None else exposure.Jumps(exposure.shape_of(policy))
     for t, demand in enumerate(trace.rps):
         now = trace.start + MINUTE * t
-        fake.advance(now)
-        takers: tuple[model.PendingPod, ...] = ()
-        if trainer is not None:
-            trainer.arrive(now, fake)
-            takers = trainer.takers()
+        takers = _before_the_tick(now, fake, trainer)
         budget = None
         if slo is not None:
             while breaches and breaches[0] <= t - slo.window / MINUTE:
@@ -255,8 +279,7 @@ def run(
         fake.apply(steps, now, decision=f"sim-{t}")
         if trainer is not None:
             trainer.react(plan, now, fake)
-        loans += sum(1 for s in steps if s.action is model.Action.LEND)
-        reclaims += sum(1 for s in steps if s.action is model.Action.RECLAIM)
+        counted.update(_kind(s) for s in steps)
         serving, lent, returning = fake.counts(now)
         if demand is not None:
             queue = max(0.0, queue + (demand - rps_per_node * serving) * 60.0)
@@ -271,12 +294,40 @@ def run(
         pool_model,
         rps_per_node,
         fake.loan_minutes,
-        loans,
-        reclaims,
+        counted["lend"],
+        fake.reclaims,
         pool_model.lendable(trace),
     )
+    figures = replace(figures, notices=counted["notice"], withdrawals=counted["withdraw"])
     trained = None if trainer is None else trainer.figures()
     return Run(strategy.name, baseline, timeline, figures, trained)
+
+
+def _before_the_tick(
+    now: datetime, fake: FakePool, trainer: jobs.Queue | None
+) -> tuple[model.PendingPod, ...]:
+    """Step 1, and the queue's part before the planner: drains end, finished jobs end and new
+    ones arrive, the reclaims whose notice is up begin and preempt their jobs; the takers."""
+    fake.advance(now)
+    if trainer is None:
+        fake.begin_due(now, _no_answers)
+        return ()
+    trainer.arrive(now, fake)
+    trainer.evict(fake.begin_due(now, trainer.answers), now, fake)
+    return trainer.takers()
+
+
+def _kind(step: model.Step) -> str:
+    """What a step counts as: a lend, a reclaim at once, a notice, a withdrawn notice. The
+    reclaims are counted as they begin (``FakePool.reclaims``), a notice's when it is up."""
+    if step.action is model.Action.RECLAIM and step.notice > timedelta(0):
+        return "notice"
+    return step.action.value
+
+
+def _no_answers(node: model.NodeView, now: datetime) -> tuple[notice.Answer, ...]:
+    """Without a training queue no pod runs on a loan, so none is told: nothing answers."""
+    return ()
 
 
 def _answer(strategy: Strategy, view: model.PoolView) -> tick.Unchecked:

@@ -7,14 +7,23 @@ Kubernetes object shows: a reclaimed node drains for ``drain``, then its inferen
 cold-starts for ``warmup`` before it serves warm again. Whether a node serves warm is decided by
 the planner's own rule (``core.warmth.is_warm``), so the minutes scored are the capacity the
 planner counted.
+
+A reclaim with a notice (docs/design/reclaim-notice.md) is written as the actuator writes it
+(``nodestate.notice``): the node stays lent, and counted lent, until ``begin_due`` finds its time
+has come (``core.notice.due``, from what its pods answered); its reclaim then begins as an
+immediate one does. A withdrawn notice (``nodestate.withdraw``) leaves the node lent.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from rebalancer.core import model, nodestate, warmth
+from rebalancer.core import model, nodestate, notice, warmth
+
+# What the borrowed pods of a node under notice answered, read at a minute (``jobs.Queue``).
+Answers = Callable[[model.NodeView, datetime], Sequence[notice.Answer]]
 
 
 class FakePool:
@@ -45,6 +54,8 @@ class FakePool:
         self._loans: dict[model.NodeName, datetime] = {}  # lent nodes, since when
         self.loan_minutes: list[float] = []  # durations of finished loans
         self._warming: set[model.NodeName] = set()  # back from a loan, maybe not warm yet
+        self._noticed: dict[model.NodeName, datetime] = {}  # lent under notice: the deadline
+        self.reclaims = 0  # reclaims begun: at once, or when a notice's time came
 
     def nodes(self) -> tuple[model.NodeView, ...]:
         if self._view is None:
@@ -56,8 +67,34 @@ class FakePool:
             node = self._nodes[step.node]
             if step.action is model.Action.LEND:
                 self._lend(node, now, decision)
-            else:
+            elif step.action is model.Action.WITHDRAW:
+                self._withdraw(node, decision)
+            elif step.notice > timedelta(0):
+                self._notice(node, now + step.notice, decision)
+            else:  # at once; a node under notice is cut short
                 self._reclaim(node, now, decision)
+
+    def begin_due(self, now: datetime, answers: Answers) -> list[model.NodeName]:
+        """Begin the reclaims whose notice is up (``core.notice.due``: every borrowed pod
+        answered, or the deadline less their grace has come), as an immediate reclaim begins,
+        under the notice's own decision (the reclaim id); the nodes begun."""
+        if not self._noticed:
+            return []
+        begun = []
+        for name, deadline in list(self._noticed.items()):
+            node = self._nodes[name]
+            if notice.due(now, deadline, answers(node, now)) is not None:
+                self._reclaim(node, now, self._state(node).decision or "")
+                begun.append(name)
+        return begun
+
+    def noticed(self, name: model.NodeName) -> bool:
+        """Whether ``name`` is lent under a reclaim notice."""
+        return name in self._noticed
+
+    @property
+    def any_noticed(self) -> bool:
+        return bool(self._noticed)
 
     def advance(self, now: datetime) -> None:
         """Finish the reclaims whose borrowed pods are gone (``drain`` after they began)."""
@@ -120,7 +157,17 @@ class FakePool:
         # Lent back while still returning: it never got warm, and never will while lent.
         self._warming.discard(node.name)
 
+    def _notice(self, node: model.NodeView, deadline: datetime, decision: str) -> None:
+        self._set(nodestate.apply(node, nodestate.notice(self.keys, deadline, decision)))
+        self._noticed[node.name] = deadline
+
+    def _withdraw(self, node: model.NodeView, decision: str) -> None:
+        self._set(nodestate.apply(node, nodestate.withdraw(self.keys, decision)))
+        del self._noticed[node.name]
+
     def _reclaim(self, node: model.NodeView, now: datetime, decision: str) -> None:
+        self._noticed.pop(node.name, None)
+        self.reclaims += 1
         state = self._state(node)
         deadline = now + self.drain
         change = nodestate.begin_reclaim(
