@@ -46,6 +46,11 @@ def simulate(argv: Sequence[str]) -> int:
     found = _configured_pool(args)
     _trace_in_the_pool_s_unit(args, found)
     modelled = _modelled(flags, found, params, args.config)
+    if args.notice_compare and not modelled.pool.notice:
+        raise ConfigError(
+            f"--notice-compare: pool {modelled.provenance.pool} gives no reclaim notice "
+            "(limits.reclaim_notice); give --notice"
+        )
     training = _training(args.training_backlog, args.training_seed, modelled.pool.gpus_per_node)
     summary = replay(
         _trace(args, found, hold),
@@ -58,6 +63,7 @@ def simulate(argv: Sequence[str]) -> int:
         trade=args.trade,
         training=training,
         provenance=modelled.provenance,
+        compare_notice=args.notice_compare,
     )
     if not args.quiet:
         print(report.markdown(summary))
@@ -185,6 +191,18 @@ def _simulate_parser() -> argparse.ArgumentParser:
         "and report what training made of the loans (off by default)",
     )
     sim.add_argument("--training-seed", type=int, default=7, help="the training queue's seed (7)")
+    sim.add_argument(
+        "--notice",
+        metavar="DURATION|off",
+        help="how far ahead a strategy's reclaim tells the jobs on the node (the pool's "
+        "limits.reclaim_notice, else the controller's default, 5m; off: evicted at once)",
+    )
+    sim.add_argument(
+        "--notice-compare",
+        action="store_true",
+        help="run every strategy, baseline and the oracle again without the notice, and set "
+        "what training lost and kept, the harvest and the breaches side by side",
+    )
     sim.add_argument("--out", required=True, type=Path, help="directory for the results")
     sim.add_argument("--quiet", action="store_true", help="no progress bar, no table")
     return sim
@@ -356,6 +374,14 @@ def _given(args: argparse.Namespace, params: dict[str, dict[str, Any]]) -> confi
             ZoneInfo(args.tz)
         except (ZoneInfoNotFoundError, ValueError, OSError):
             problems.append(f"--tz={args.tz!r}: not an IANA time zone such as Europe/Berlin")
+    notice = None
+    if args.notice is not None:
+        try:
+            notice = _notice(args.notice)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    if args.notice_compare and notice == timedelta(0):
+        problems.append("--notice-compare: compares a notice with none; --notice=off gives none")
     if problems:
         raise ConfigError("; ".join(problems))
     return configured.Given(
@@ -369,7 +395,18 @@ def _given(args: argparse.Namespace, params: dict[str, dict[str, Any]]) -> confi
         strategies=tuple(dict.fromkeys(args.strategy or ())),
         params=params,
         slo=_slo(args.slo),
+        notice=notice,
     )
+
+
+def _notice(text: str) -> timedelta:
+    """``--notice``: a DURATION, or ``off`` (none: evicted at once)."""
+    if text.strip().lower() in ("off", "none"):
+        return timedelta(0)
+    span = duration("--notice", text)
+    if span < timedelta(0):
+        raise ConfigError(f"--notice={text!r}: must be a duration >= 0, or off")
+    return span
 
 
 def _check_model(modelled: configured.Modelled) -> None:

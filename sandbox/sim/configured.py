@@ -57,6 +57,7 @@ class Given:
     strategies: Sequence[str] = ()
     params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     slo: model.Slo | None = None
+    notice: timedelta | None = None  # ``--notice``; zero: ``off``
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,12 @@ def model_of(
         gpus_per_node=pick("gpus_per_node", given.gpus_per_node, None, DEFAULTS.gpus_per_node),
         rps_per_node=None if pool is None else pool.rps_per_node,
         rules=None if pool is None else _rules(pool, zone),
+        notice=pick(
+            "notice",
+            given.notice,
+            None if limits is None else limits.reclaim_notice,
+            controller_notice(),
+        ),
     )
     origins["rps_per_node"] = Origin.CALIBRATED if pool is None else Origin.SETTINGS
     for name in ("limits", "window"):
@@ -153,6 +160,18 @@ def model_of(
         lends_only_to_takers=pool is not None and pool.lend_only_to_takers,
     )
     return Modelled(modelled, strategies, params, slo, provenance)
+
+
+def controller_notice() -> timedelta:
+    """The reclaim notice a pool gets from the controller's settings when they name none: what
+    the command simulates without ``--pool`` or ``--notice``, so that a bare trace is replayed
+    as the controller would run it. (The engine's own ``PoolModel`` gives none: its baselines
+    and benchmarks are the figures they always were.)"""
+    from rebalancer.settings.limits import LimitSettings
+
+    default = LimitSettings.model_fields["reclaim_notice"].default
+    assert isinstance(default, timedelta)
+    return default
 
 
 def _rules(pool: PoolSettings, zone: str) -> PoolPolicy:

@@ -48,14 +48,16 @@ def write_all(
     curve: Sequence[tuple[int, Run]] = (),
     provenance: Provenance | None = None,
     params: Mapping[str, Mapping[str, Any]] | None = None,
+    unnoticed: Sequence[Run] = (),
 ) -> dict[str, Any]:
     """Write everything; ``rule`` is the peak rule's grid, (label, run), for the trade;
     ``training`` the queue the runs lent to, if any; ``curve`` the default strategy run once
     per budget, (budget, run), for the trade curve; ``provenance`` which pool ``pool`` models;
-    ``params`` the strategies' parameters."""
+    ``params`` the strategies' parameters; ``unnoticed`` the runs again without the pool's
+    reclaim notice, for the comparison."""
     out.mkdir(parents=True, exist_ok=True)
     summary = summarise(
-        trace, pool, rps_per_node, runs, slo, rule, training, curve, provenance, params
+        trace, pool, rps_per_node, runs, slo, rule, training, curve, provenance, params, unnoticed
     )
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     for run in runs:
@@ -78,6 +80,7 @@ def summarise(
     curve: Sequence[tuple[int, Run]] = (),
     provenance: Provenance | None = None,
     params: Mapping[str, Mapping[str, Any]] | None = None,
+    unnoticed: Sequence[Run] = (),
 ) -> dict[str, Any]:
     provenance = provenance or Provenance()
     strategies: dict[str, Any] = {}
@@ -100,6 +103,7 @@ def summarise(
         "slo": budget,
         "trade": trade(strategies, rule, rps_per_node, slo, curve),
         "training": None if training is None else _training(training),
+        "notice": _notice(pool, runs, unnoticed, rps_per_node, slo),
         "params": {
             run.strategy: dict((params or {}).get(run.strategy) or {})
             for run in runs
@@ -136,6 +140,7 @@ def _pool(
         # when calibrated, whatever it comes to with the pool's own capacity.
         "peak_share": round(trace.peak / (rps_per_node * pool.size), 4),
         "peak_nodes": pool.need(trace.peak, rps_per_node),
+        "notice_seconds": pool.notice.total_seconds(),
         "drain_seconds": pool.drain.total_seconds(),
         "warmup_seconds": pool.warmup.total_seconds(),
         "sample_age_seconds": pool.sample_age.total_seconds(),
@@ -205,7 +210,63 @@ def _training(spec: TrainingModel) -> dict[str, Any]:
         "sizes": list(spec.sizes),
         "hours": list(spec.hours),
         "checkpoint_minutes": CHECKPOINT / timedelta(minutes=1),
+        "save_seconds": spec.save.total_seconds(),
+        "silent": spec.silent,
+        "grace_seconds": spec.grace.total_seconds(),
     }
+
+
+# What the comparison shows of each run, with and without the notice.
+NOTICE_FIGURES = ("harvest_ratio", "breach_minutes", "reclaims", "notices", "withdrawals")
+NOTICE_TRAINING = (
+    "lost_gpu_hours",
+    "lost_answering_gpu_hours",
+    "lost_silent_gpu_hours",
+    "held_gpu_hours",
+    "kept_gpu_hours",
+    "goodput",
+    "jobs_told",
+    "answered_evictions",
+)
+
+
+def _notice(
+    pool: PoolModel,
+    runs: Sequence[Run],
+    unnoticed: Sequence[Run],
+    rps_per_node: float,
+    slo: Slo | None,
+) -> dict[str, Any]:
+    """The reclaim notice the runs gave, and with ``unnoticed`` each run beside the same run
+    without it: what training lost and kept, what inference breached, what was harvested.
+    ``answering_loss_ratio``: GPU-hours the jobs that answer lost without the notice over
+    with it (None when they lost nothing with it)."""
+    without = {run.strategy: run for run in unnoticed}
+
+    def row(run: Run) -> dict[str, Any]:
+        figures = asdict(run.figures)
+        doc = {name: figures[name] for name in NOTICE_FIGURES}
+        if slo is not None:
+            doc["budget_spent_minutes"] = most_spent(run.timeline, rps_per_node, slo.window)
+        if run.training is not None:
+            trained = asdict(run.training)
+            doc.update({name: trained[name] for name in NOTICE_TRAINING})
+        return doc
+
+    compare = None
+    if without:
+        compare = {}
+        for run in runs:
+            other = without.get(run.strategy)
+            if other is None:
+                continue
+            entry: dict[str, Any] = {"with": row(run), "without": row(other)}
+            if run.training is not None and other.training is not None:
+                kept = run.training.lost_answering_gpu_hours
+                lost = other.training.lost_answering_gpu_hours
+                entry["answering_loss_ratio"] = round(lost / kept, 2) if kept > 0 else None
+            compare[run.strategy] = entry
+    return {"seconds": pool.notice.total_seconds(), "compare": compare}
 
 
 def trade(
@@ -400,6 +461,7 @@ def markdown(summary: dict[str, Any]) -> str:
     lines += _night_lines(summary)
     lines += _trade_lines(summary)
     lines += _training_lines(summary)
+    lines += _notice_lines(summary)
     lines += [
         "",
         "Ranked as docs/evaluation.md says: zero breach minutes first, then the highest harvest "
@@ -449,8 +511,8 @@ def _pool_lines(summary: dict[str, Any]) -> list[str]:
         head = "Pool: "
     lines = [
         f"{head}{size}, {capacity}, at least {pool['min_serving']} serving, "
-        f"{pool['headroom']:.0%} headroom, drain {pool['drain_seconds']:.0f} s + warm-up "
-        f"{pool['warmup_seconds']:.0f} s, {lends}, time zone {pool['zone']}; metrics "
+        f"{pool['headroom']:.0%} headroom, {_noticed(pool)}drain {pool['drain_seconds']:.0f} s "
+        f"+ warm-up {pool['warmup_seconds']:.0f} s, {lends}, time zone {pool['zone']}; metrics "
         f"{pool['sample_age_seconds']:.0f} s old."
     ]
     limits = pool.get("limits")
@@ -496,6 +558,12 @@ def _pool_lines(summary: dict[str, Any]) -> list[str]:
             "every run has headroom minutes (not breach minutes).",
         ]
     return lines
+
+
+def _noticed(pool: dict[str, Any]) -> str:
+    """The reclaim notice, where the pool gives one, as the pool line says it."""
+    seconds = pool.get("notice_seconds", 0.0)
+    return f"reclaim notice {seconds:.0f} s + " if seconds else ""
 
 
 # A figure of ``pool.from`` by the flag that sets it, where the two are spelled apart.
@@ -703,6 +771,74 @@ def _training_lines(summary: dict[str, Any]) -> list[str]:
             f"| {t['gangs_half_running']} |"
         )
     return lines
+
+
+def _notice_lines(summary: dict[str, Any]) -> list[str]:
+    """The reclaim notice: each run with it, and beside it the same run without when compared."""
+    found = summary.get("notice") or {}
+    seconds, compare = found.get("seconds", 0.0), found.get("compare")
+    strategies = summary["strategies"]
+    if not seconds and not compare:
+        return []
+    spec = summary.get("training")
+    lines = [
+        "",
+        "## The reclaim notice",
+        "",
+        f"A strategy's reclaim of a node a job runs on told the job {seconds / 60:g} min ahead "
+        "(`--notice`); a reclaim for demand, a queue or a rule gave none.",
+    ]
+    if spec is not None:
+        lines[-1] += (
+            f" A job told stops, saves for {spec['save_seconds'] / 60:g} min and answers, and "
+            "is evicted then, losing nothing; "
+            f"{spec['silent']:.0%} of the jobs never answer and are evicted when the notice is "
+            "up, losing their work since their last checkpoint. Goodput: GPU-hours of work "
+            "kept (used, less lost, less held stopped for a notice) per GPU-hour lent."
+        )
+    if compare:
+        lines[-1] += " Each run is shown with the notice and again without it."
+    lines += [
+        "",
+        "| strategy | notice | harvest | breach min | reclaims | notices | withdrawn "
+        "| GPU-h lost | lost, answering jobs | lost, silent jobs | goodput |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, f in strategies.items():
+        label = name if f["guarded"] or name == "oracle" else f"{name} (baseline)"
+        rows = [("with", f | (f.get("training") or {}))]
+        if compare and name in compare:
+            rows = [("with", compare[name]["with"]), ("without", compare[name]["without"])]
+        for said, r in rows:
+            lines.append(
+                f"| {label} | {said} | {r['harvest_ratio']:.3f} | {r['breach_minutes']} "
+                f"| {r['reclaims']} | {r['notices']} | {r['withdrawals']} "
+                f"| {_hours(r, 'lost_gpu_hours')} | {_hours(r, 'lost_answering_gpu_hours')} "
+                f"| {_hours(r, 'lost_silent_gpu_hours')} "
+                f"| {'-' if r.get('goodput') is None else format(r['goodput'], '.1%')} |"
+            )
+    if compare:
+        ratios = [
+            f"{name} {_times(e['answering_loss_ratio'])}"
+            for name, e in compare.items()
+            if "answering_loss_ratio" in e
+        ]
+        if ratios:
+            lines += [
+                "",
+                "GPU-hours the jobs that answer lost without the notice, over with it: "
+                + ", ".join(ratios)
+                + ".",
+            ]
+    return lines
+
+
+def _times(ratio: float | None) -> str:
+    return "none lost with it" if ratio is None else f"{ratio:g}x"
+
+
+def _hours(row: dict[str, Any], name: str) -> str:
+    return "-" if row.get(name) is None else f"{row[name]:.1f}"
 
 
 def plot(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ def simulate(
     trade: bool = True,
     training: jobs.TrainingModel | None = None,
     provenance: configured.Provenance | None = None,
+    compare_notice: bool = False,
 ) -> dict[str, Any]:
     """Run ``strategies`` (with every guard), the baselines and the oracle (without the guards
     in ``engine.BASELINE_DROPS``); write the report to ``out``. With ``slo``, the strategies
@@ -39,7 +42,10 @@ def simulate(
     chosen strategy (the default's place) runs once more per budget of ``CURVE`` (the ``slo``
     run serves its own budget) for the report's trade curve: its harvest against the budget,
     beside the best grid point within each. ``provenance`` says which configured pool ``pool``
-    models and where its values came from, for the report.
+    models and where its values came from, for the report. With ``compare_notice``, the
+    strategies, the baselines and the oracle run once more without ``pool``'s reclaim notice,
+    and the report sets what each lost and kept of training, harvested and breached with it
+    beside the same without it.
 
     Strategy parameters are validated before anything runs, so a typo costs no time.
     """
@@ -49,16 +55,23 @@ def simulate(
     built += [(registry.build(name), True) for name in BASELINES]
     rps_per_node = pool.capacity(trace)
     need = engine.needs(trace, pool, rps_per_node)
-    oracle = engine.Oracle(engine.oracle_plan(need, pool, pool.lendable(trace)), trace.start)
+    oracle = _oracle(trace, pool, need, training)
+    without = replace(pool, notice=timedelta(0))
+    again_without: list[tuple[Any, bool]] = []
+    if compare_notice:
+        # Built anew: a strategy keeps state between minutes.
+        again_without = [(registry.build(name, params.get(name)), False) for name in chosen]
+        again_without += [(registry.build(name), True) for name in BASELINES]
+        again_without.append((_oracle(trace, without, need, training), True))
     rule = frontier.grid(margins=frontier.REPORT_MARGINS) if trade else []
     curve: list[model.Slo] = []
     if trade and slo is not None and chosen:
         budgets = sorted({*CURVE, slo.max_breach_minutes})
         curve = [model.Slo(b, slo.window) for b in budgets]
     again = [b for b in curve if b != slo]  # the ``slo`` run below serves its own budget
-    runs, rule_runs, curve_runs = [], [], []
+    runs, rule_runs, curve_runs, unnoticed = [], [], [], []
     with tqdm(
-        total=trace.minutes * (len(built) + 1 + len(rule) + len(again)),
+        total=trace.minutes * (len(built) + 1 + len(rule) + len(again) + len(again_without)),
         unit="min",
         unit_scale=True,
         delay=1.0,
@@ -75,6 +88,20 @@ def simulate(
                     trace,
                     strategy,
                     pool,
+                    baseline=baseline,
+                    on_minute=tick,
+                    slo=budget,
+                    training=training,
+                )
+            )
+        for strategy, baseline in again_without:
+            bar.set_postfix_str(f"{strategy.name} without notice")
+            budget = None if baseline else slo
+            unnoticed.append(
+                engine.run(
+                    trace,
+                    strategy,
+                    without,
                     baseline=baseline,
                     on_minute=tick,
                     slo=budget,
@@ -106,4 +133,19 @@ def simulate(
         curve_runs,
         provenance or configured.Provenance(),
         params,
+        unnoticed,
     )
+
+
+def _oracle(
+    trace: Trace,
+    pool: engine.PoolModel,
+    need: Sequence[int | None],
+    training: jobs.TrainingModel | None,
+) -> engine.Oracle:
+    """The oracle, looking as far ahead as its reclaims take: with a training queue its
+    reclaims are noticed, so the notice too (without one no pod is told, and a reclaim begins
+    at once)."""
+    horizon = pool.return_minutes if training is None else pool.lead_minutes
+    plan = engine.oracle_plan(need, pool, pool.lendable(trace), horizon)
+    return engine.Oracle(plan, trace.start)
