@@ -24,7 +24,9 @@ scores it (``sim.engine.score``). At the end every loan is taken back by ``rebal
 reclaim``'s own wave (``commands.reclaim``), and a summary says what was lent and what training
 used of it, what was refused for want of a taker, what reclaims cost training, whether a gang
 was ever left half-running or a job put on a GPU it cannot use, what was breached, and whether
-every node's taints and labels are back byte for byte. See docs/demo.md.
+every node's taints and labels are back byte for byte. Beside it, what a reclaim notice saves
+training: the simulator's model of the same day, pools and strategy (``notice_model``), with
+the pools' ``reclaim_notice`` and without. See docs/demo.md.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ from sandbox.emulator.resources import NODES, PODS
 from sandbox.emulator.server import serve, write_kubeconfig
 from sandbox.emulator.store import Store
 from sandbox.emulator.views import expected_views
-from sandbox.sim import engine, traces
+from sandbox.sim import engine, jobs, traces
 from sandbox.sim.replay import Replay
 
 Obj = dict[str, Any]
@@ -409,6 +411,47 @@ def _stamp(when: datetime) -> str:
 
 
 @dataclass(frozen=True)
+class Noticed:
+    """The simulator's model of the demo's day (``notice_model``), per pool: a run with the
+    pool's reclaim notice and one without, each lending to the simulator's queue of the jobs
+    that can use the pool's GPU."""
+
+    notice: timedelta
+    training: dict[str, jobs.TrainingModel]
+    runs: dict[str, tuple[engine.Run, engine.Run]]  # (with, without)
+
+
+def notice_model(w: World, strategy: str, notice: timedelta) -> Noticed:
+    """The demo's day, pools and strategy replayed by the simulator with ``notice`` and
+    without: what the notice saves training and costs inference, for a day that takes the
+    simulator a second or two. The simulator's jobs answer a notice as ``jobs`` says (a share
+    never does); the demo's own jobs are in the cluster, and what the controller did to them
+    is the summary's other lines."""
+    queues, runs = {}, {}
+    for name, x in w.lenders.items():
+        day = dataclasses.replace(
+            x.trace,
+            start=x.trace.start + timedelta(minutes=w.first),
+            rps=x.trace.rps[w.first : w.first + w.steps],
+        )
+        kind = next(k for k in training.KINDS if k.fits(x.pool))
+        queue = jobs.TrainingModel(
+            backlog=kind.backlog, gpus_per_node=kind.gpus, sizes=kind.sizes, hours=kind.hours
+        )
+        pair = tuple(
+            engine.run(
+                day,
+                registry.build(strategy),
+                dataclasses.replace(x.model, rps_per_node=x.rps_per_node, notice=given),
+                training=queue,
+            )
+            for given in (notice, timedelta(0))
+        )
+        queues[name], runs[name] = queue, (pair[0], pair[1])
+    return Noticed(notice, queues, runs)
+
+
+@dataclass(frozen=True)
 class Summary:
     """What the day showed. The lending figures add both pools up; ``pools`` has each one."""
 
@@ -422,6 +465,7 @@ class Summary:
     refused: int
     wall_seconds: float
     ticks: int
+    notice: Noticed | None = None
 
     @property
     def lent_gpu_hours(self) -> float:
@@ -505,6 +549,7 @@ async def run(opts: Options, out: TextIO) -> Summary:
         refused=w.refused,
         wall_seconds=time.monotonic() - began,
         ticks=ticks,
+        notice=notice_model(w, opts.strategy, _notice(opts.strategy, w)),
     )
     _print_summary(summary, w.at_start, at_end, out)
     if opts.report is not None:
@@ -666,6 +711,68 @@ async def _take_back(c: Controller, w: World, say: Callable[[str], None]) -> Non
     w.training.check(w.clock())
 
 
+def _notice(strategy: str, w: World) -> timedelta:
+    """The reclaim notice the demo's settings give its pools (the controller's default)."""
+    config = settings(strategy, {name: x.rps_per_node for name, x in w.lenders.items()})
+    given = {p.limits.reclaim_notice for p in config.pools}
+    assert len(given) == 1, "the demo's pools share their limits"
+    return given.pop()
+
+
+def _notice_lines(n: Noticed) -> list[str]:
+    """The summary's lines on the notice: each pool with it and without, in the simulator."""
+    some = next(iter(n.training.values()))
+    lines = [
+        f"  reclaim notice      the simulator on the same day, pools and strategy, its jobs "
+        f"saving {some.save.total_seconds() / 60:g} min when told, {some.silent:.0%} never "
+        f"answering: with {n.notice.total_seconds() / 60:g} min of notice | without"
+    ]
+    for name, (told, plain) in n.runs.items():
+        cells = []
+        for run in (told, plain):
+            t, f = run.training, run.figures
+            assert t is not None
+            cells.append(
+                f"{t.lost_gpu_hours:.1f} GPU-h lost ({t.lost_answering_gpu_hours:.1f} by jobs "
+                f"that answer), goodput {t.goodput:.1%}, harvest {f.harvest_ratio:.3f}, "
+                f"{f.breach_minutes} breach min, {f.reclaims} reclaims"
+            )
+        lines.append(f"    {name:<16}  {cells[0]} | {cells[1]}")
+    return lines
+
+
+def _notice_report(n: Noticed) -> dict[str, Any]:
+    def figures(run: engine.Run) -> dict[str, Any]:
+        t, f = run.training, run.figures
+        assert t is not None
+        return {
+            "lost_gpu_hours": t.lost_gpu_hours,
+            "lost_answering_gpu_hours": t.lost_answering_gpu_hours,
+            "lost_silent_gpu_hours": t.lost_silent_gpu_hours,
+            "held_gpu_hours": t.held_gpu_hours,
+            "kept_gpu_hours": t.kept_gpu_hours,
+            "goodput": t.goodput,
+            "lent_gpu_hours": t.lent_gpu_hours,
+            "harvest_ratio": f.harvest_ratio,
+            "breach_minutes": f.breach_minutes,
+            "reclaims": f.reclaims,
+            "notices": f.notices,
+            "withdrawals": f.withdrawals,
+        }
+
+    some = next(iter(n.training.values()))
+    return {
+        "modelled": "simulator",
+        "seconds": n.notice.total_seconds(),
+        "save_seconds": some.save.total_seconds(),
+        "silent": some.silent,
+        "pools": {
+            name: {"with": figures(told), "without": figures(plain)}
+            for name, (told, plain) in n.runs.items()
+        },
+    }
+
+
 def _print_summary(
     s: Summary, at_start: dict[str, dict[str, str]], at_end: dict[str, dict[str, str]], out: TextIO
 ) -> None:
@@ -722,6 +829,8 @@ def _print_summary(
             else f"changed: {', '.join(changed)}"
         ),
     ]
+    if s.notice is not None:
+        lines += _notice_lines(s.notice)
     if s.refused:
         lines.append(f"  steps not done      {s.refused}")
     print("\n".join(lines), file=out, flush=True)
@@ -788,6 +897,7 @@ def _write_report(
             "restored": s.restored,
             "wall_seconds": round(s.wall_seconds, 2),
             "pools": {name: _pool_report(x, s.figures[name]) for name, x in s.lenders.items()},
+            "notice": None if s.notice is None else _notice_report(s.notice),
         },
         "nodes": {
             name: {

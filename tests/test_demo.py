@@ -182,3 +182,26 @@ def test_each_pool_lends_only_for_jobs_that_can_use_its_gpu_and_hopper_jobs_get_
     refused = [r for r in doc["audit"] if r["kind"] == "refusal" and r["reason"] == "no_taker"]
     assert refused
     assert any("nvidia.com/gpu.family In ['hopper']" in r["message"] for r in refused)
+
+
+def test_the_summary_sets_the_notice_beside_no_notice_on_the_same_day(
+    short_run: tuple[int, str, dict[str, Any]],
+) -> None:
+    """The simulator's model of the run's day: each pool with the settings' reclaim notice and
+    without, lending to jobs of the kind its GPU runs."""
+    _, text, doc = short_run
+    notice = doc["summary"]["notice"]
+    assert (notice["modelled"], notice["seconds"]) == ("simulator", 300)
+    assert set(notice["pools"]) == {"l20", "t4"}
+    for name, pool in notice["pools"].items():
+        told, plain = pool["with"], pool["without"]
+        assert plain["notices"] == plain["withdrawals"] == plain["held_gpu_hours"] == 0, name
+        assert told["lent_gpu_hours"] > 0, name
+        for figures in (told, plain):
+            kept = figures["lent_gpu_hours"] * figures["goodput"]
+            assert figures["kept_gpu_hours"] == pytest.approx(kept, abs=0.01), name
+    l20 = notice["pools"]["l20"]
+    assert l20["with"]["notices"] > 0
+    assert l20["with"]["lost_answering_gpu_hours"] < l20["without"]["lost_answering_gpu_hours"]
+    assert "reclaim notice      the simulator on the same day" in text
+    assert "with 5 min of notice | without" in text

@@ -819,7 +819,7 @@ def _notice_lines(summary: dict[str, Any]) -> list[str]:
             )
     if compare:
         ratios = [
-            f"{name} {_times(e['answering_loss_ratio'])}"
+            f"{name} {_times(e['answering_loss_ratio'], e['without'])}"
             for name, e in compare.items()
             if "answering_loss_ratio" in e
         ]
@@ -833,8 +833,12 @@ def _notice_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _times(ratio: float | None) -> str:
-    return "none lost with it" if ratio is None else f"{ratio:g}x"
+def _times(ratio: float | None, without: dict[str, Any]) -> str:
+    if ratio is not None:
+        return f"{ratio:g}x"
+    if without.get("lost_answering_gpu_hours"):
+        return "none lost with it"
+    return "none lost either way"
 
 
 def _hours(row: dict[str, Any], name: str) -> str:
