@@ -284,3 +284,13 @@ def test_a_notice_whose_job_is_on_a_node_on_its_way_back_is_not_withdrawn() -> N
     result = plan(nodes, target=1, rps=0.0, pool_policy=NOTICED)
 
     assert [action for _, action, _ in steps(result)] == [Action.LEND]
+
+
+def test_a_notice_a_pod_has_acknowledged_is_not_withdrawn() -> None:
+    """The job saved and is stopping: withdrawing the notice would keep its node lent for
+    nothing, and leave it on part of its nodes."""
+    told = noticed(lent_with("told", dataclasses.replace(job("a"), acked="notice-1")))
+
+    result = plan([told, serving("s1")], target=1, rps=0.0, pool_policy=NOTICED)
+
+    assert [(node, action) for node, action, _ in steps(result)] == [("s1", Action.LEND)]

@@ -277,7 +277,9 @@ def _untold(draft: Draft) -> list[list[Node]]:
     """The notices a withdrawal may take, in groups of nodes that share a job, the latest
     notice first: a job told on several nodes saves once, whole, and is untold whole or not at
     all. A group whose job is on a node on its way back (reclaiming, or taken by a step of this
-    tick) is not withdrawn: that job is lost, or told, already; nor is one on a paused node."""
+    tick) is not withdrawn: that job is lost, or told, already; nor is one a pod of which has
+    acknowledged its notice (it has saved and is stopping: its other pods may be gone already),
+    nor one on a paused node."""
     busy = {s.node for s in draft.steps if s.action is Action.RECLAIM}
     lost = {
         job
@@ -294,11 +296,17 @@ def _untold(draft: Draft) -> list[list[Node]]:
     kept = [
         nodes
         for jobs, nodes in groups
-        if not jobs & lost and not any(n.overrides.paused for n in nodes)
+        if not jobs & lost and not any(n.overrides.paused or _acknowledged(n) for n in nodes)
     ]
     return sorted(
         kept, key=lambda nodes: max((n.state.deadline, n.name) for n in nodes), reverse=True
     )
+
+
+def _acknowledged(node: Node) -> bool:
+    """Whether a borrowed pod on the node has acknowledged the node's notice."""
+    told = node.state.decision
+    return told is not None and any(p.acked == told for p in node.view.borrowed_pods)
 
 
 def unused_loan_intent(draft: Draft) -> None:
