@@ -9,7 +9,10 @@ emulator's scheduler stand-in binds them all together or none (``sandbox.emulato
 as Volcano or Kueue would on a real cluster. It also plays the job's operator: a job whose pod
 is evicted or deleted loses its work since its last checkpoint and starts again whole (what
 Volcano's ``PodEvicted -> RestartJob`` policy, JobSet and the Kubeflow operators do), and a job
-whose work is done ends.
+whose work is done ends. A job whose pods are told of a reclaim (the controller's reclaim-id
+annotation, docs/design/reclaim-notice.md) stops, saves for ``SAVE`` and acknowledges it on
+its pods (the reclaim-ack and last-checkpoint-time annotations, what the design asks of a
+job); evicted then, it loses nothing. A notice withdrawn, it trains on.
 
 Once a minute, before it reacts to anything, ``step`` checks the cluster as the controller left
 it: a gang that lost pods while another of its pods still runs on a node of a pool the
@@ -27,19 +30,22 @@ as preempted, not as half-running.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from rebalancer.core import nodestate
 from sandbox.emulator import cluster, scheduling
 from sandbox.emulator.resources import NODES, PODS
-from sandbox.emulator.store import DeleteOptions, Store
+from sandbox.emulator.store import MERGE_PATCH, DeleteOptions, Store
 
 Obj = dict[str, Any]
 
 CHECKPOINT = timedelta(minutes=30)  # a job saves its state every half hour of running
+SAVE = timedelta(minutes=2)  # a job told of a reclaim saves this long, then acknowledges it
 ATTEMPT = "training.rebalancer.io/attempt"  # the label telling a job's restarts apart
 
 
@@ -95,10 +101,21 @@ class Job:
     done: timedelta = timedelta(0)  # work saved at checkpoints
     started: datetime | None = None  # when every pod of this attempt was bound
     preemptions: int = 0
+    # A reclaim notice on its pods (docs/design/reclaim-notice.md): when it was first seen, the
+    # reclaim id, and whether the job has saved and acknowledged it.
+    told: datetime | None = None
+    reclaim: str | None = None
+    acked: bool = False
 
     @property
     def gpus(self) -> int:
         return self.size * self.kind.gpus
+
+    def progress(self, now: datetime) -> timedelta:
+        """Work done by ``now``: saved, and run this attempt up to a notice (it stops when told)."""
+        assert self.started is not None
+        until = now if self.told is None else self.told
+        return self.done + (until - self.started)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +123,7 @@ class Preemption:
     time: datetime
     job: str
     lost_gpu_hours: float  # GPUs x time run since the last checkpoint
+    answered: bool = False  # it had saved for a notice and acknowledged it: nothing lost
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,8 +176,10 @@ class Training:
         kinds: Sequence[Kind] = KINDS,
         seed: int = 7,
         lenders: Sequence[str] | None = None,
+        keys: nodestate.Keys | None = None,
     ) -> None:
         self.store = store
+        self.keys = keys or nodestate.Keys()  # the controller's prefix: the notice's keys
         self.kinds = tuple(kinds)
         self.pools = {p.name: p for p in pools}
         # The pools the controller lends from (every pool unless said): only a pod still
@@ -207,22 +227,55 @@ class Training:
     def _react(self, job: Job, pods: list[Obj], now: datetime) -> None:
         if job.started is None:
             return
-        ran = now - job.started
+        ran = job.progress(now) - job.done
         if self._bound(pods) < job.size:  # a pod was evicted or deleted: the job restarts
-            saved = CHECKPOINT * (ran // CHECKPOINT)
+            # From the notice's checkpoint once it acknowledged one, else its last periodic one.
+            saved = ran if job.acked else CHECKPOINT * (ran // CHECKPOINT)
             lost = (ran - saved) / timedelta(hours=1) * job.gpus
-            self.record.preemptions.append(Preemption(now, job.name, lost))
+            self.record.preemptions.append(Preemption(now, job.name, lost, job.acked))
             job.done += saved
             job.preemptions += 1
             self._delete(pods)
             job.attempt += 1
-            job.started = None
+            job.started = job.told = job.reclaim = None
+            job.acked = False
             self._create(job)
-        elif job.done + ran >= job.work:
+        elif job.done + ran < job.work:
+            self._hear(job, pods, now)
+        else:
             self._delete(pods, grace=0)
             del self.jobs[job.name]
             done = self.record.completed
             done[job.kind.name] = done.get(job.kind.name, 0) + 1
+
+    def _hear(self, job: Job, pods: list[Obj], now: datetime) -> None:
+        """Answer a reclaim notice on the job's pods: stop training when told, save for
+        ``SAVE``, then acknowledge its reclaim id on every pod (with the checkpoint's time) so
+        that the controller evicts them at once; a notice withdrawn (its annotation gone), train
+        on from where it stopped."""
+        keys = self.keys
+        told = {
+            ann[keys.reclaim_id]
+            for ann in ((p["metadata"].get("annotations") or {}) for p in pods)
+            if keys.reclaim_id in ann
+        }
+        if told and job.told is None:
+            job.told, job.reclaim = now, min(told)
+        elif not told and job.told is not None:
+            assert job.started is not None
+            job.done += job.told - job.started
+            job.started, job.told, job.reclaim, job.acked = now, None, None, False
+        if job.told is None or job.acked or now < job.told + SAVE:
+            return
+        answer = {
+            keys.reclaim_ack: job.reclaim,
+            keys.last_checkpoint: nodestate.format_time(job.told + SAVE),
+        }
+        body = json.dumps({"metadata": {"annotations": answer}}).encode()
+        for pod in pods:
+            meta = pod["metadata"]
+            self.store.patch(PODS, meta["namespace"], meta["name"], MERGE_PATCH, body)
+        job.acked = True
 
     def _submit(self) -> None:
         waiting: dict[str, int] = {}

@@ -3,13 +3,15 @@ never fire in the demo (a half-running gang, a pod on a GPU it refuses) do fire 
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
+from rebalancer.core import nodestate
 from sandbox import training
 from sandbox.emulator import cluster
 from sandbox.emulator.clock import ManualClock
 from sandbox.emulator.resources import NODES, PODS
-from sandbox.emulator.store import DeleteOptions, Store
+from sandbox.emulator.store import MERGE_PATCH, DeleteOptions, Store
 from tests.support.factories import T0
 
 PAIR = training.Kind("pair", training.KINDS[0].needs, 8, (2,), (1.0, 1.0), 1)
@@ -131,3 +133,71 @@ def test_a_gang_that_loses_a_pod_while_another_runs_on_a_lent_node_is_half_runni
     jobs.step()
     (broken,) = jobs.record.broken
     assert (broken.job, broken.running, broken.size) == (job.name, 1, 2)
+
+
+def _tell(store: Store, job: str, reclaim: str | None) -> None:
+    """What the controller's actuator writes on a noticed node's borrowed pods (and removes
+    when the notice is withdrawn): the reclaim id."""
+    keys = nodestate.Keys()
+    value = None if reclaim is None else reclaim
+    body = json.dumps({"metadata": {"annotations": {keys.reclaim_id: value}}}).encode()
+    for pod in store.peek(PODS):
+        if pod["metadata"]["name"].startswith(job) and pod["spec"].get("nodeName"):
+            store.patch(
+                PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], MERGE_PATCH, body
+            )
+
+
+def _annotations(store: Store, job: str) -> list[dict[str, str]]:
+    return [
+        dict(p["metadata"].get("annotations") or {})
+        for p in store.peek(PODS)
+        if p["metadata"]["name"].startswith(job) and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def test_a_job_told_of_a_reclaim_saves_acknowledges_and_loses_nothing_when_evicted() -> None:
+    clock, store = _store()
+    jobs = training.Training(store, cluster.HETEROGENEOUS, kinds=[PAIR])
+    jobs.step()
+    (job,) = jobs.jobs.values()
+    clock.advance(45 * 60)  # 15 minutes past its checkpoint
+    _tell(store, job.name, "reclaim-1")
+    jobs.step()
+    assert job.told == clock()
+    keys = nodestate.Keys()
+    clock.advance(60)
+    jobs.step()
+    assert all(keys.reclaim_ack not in a for a in _annotations(store, job.name))  # still saving
+    clock.advance(60)
+    jobs.step()
+    saved = _annotations(store, job.name)
+    assert [a[keys.reclaim_ack] for a in saved] == ["reclaim-1", "reclaim-1"]
+    assert {a[keys.last_checkpoint] for a in saved} == {
+        nodestate.format_time(job.told + training.SAVE)
+    }
+    clock.advance(60)
+    for pod in [p for p in store.peek(PODS) if p["metadata"]["name"].startswith(job.name)]:
+        store.delete(
+            PODS, cluster.TRAINING_NAMESPACE, pod["metadata"]["name"], DeleteOptions(grace_period=0)
+        )
+    jobs.step()
+    (preempted,) = jobs.record.preemptions
+    assert (preempted.lost_gpu_hours, preempted.answered) == (0, True)
+    assert (job.attempt, job.done) == (1, timedelta(minutes=45))
+    assert jobs.jobs[job.name].told is None  # the restart waits, told of nothing
+
+
+def test_a_withdrawn_notice_lets_the_job_train_on_from_where_it_stopped() -> None:
+    clock, store = _store()
+    jobs = training.Training(store, cluster.HETEROGENEOUS, kinds=[PAIR])
+    jobs.step()
+    (job,) = jobs.jobs.values()
+    clock.advance(45 * 60)
+    _tell(store, job.name, "reclaim-1")
+    jobs.step()
+    clock.advance(3 * 60)
+    _tell(store, job.name, None)
+    jobs.step()
+    assert (job.told, job.started, job.done) == (None, clock(), timedelta(minutes=45))
+    assert jobs.record.preemptions == []
