@@ -250,9 +250,10 @@ class Training:
 
     def _hear(self, job: Job, pods: list[Obj], now: datetime) -> None:
         """Answer a reclaim notice on the job's pods: stop training when told, save for
-        ``SAVE``, then acknowledge its reclaim id on every pod (with the checkpoint's time) so
-        that the controller evicts them at once; a notice withdrawn (its annotation gone), train
-        on from where it stopped."""
+        ``SAVE``, then acknowledge on every pod the reclaim id that pod was told (each node of
+        a gang has a notice of its own), with the checkpoint's time, so that the controller
+        evicts them at once; a notice withdrawn (its annotation gone), train on from where it
+        stopped."""
         keys = self.keys
         told = {
             ann[keys.reclaim_id]
@@ -267,13 +268,12 @@ class Training:
             job.started, job.told, job.reclaim, job.acked = now, None, None, False
         if job.told is None or job.acked or now < job.told + SAVE:
             return
-        answer = {
-            keys.reclaim_ack: job.reclaim,
-            keys.last_checkpoint: nodestate.format_time(job.told + SAVE),
-        }
-        body = json.dumps({"metadata": {"annotations": answer}}).encode()
+        saved = nodestate.format_time(job.told + SAVE)
         for pod in pods:
             meta = pod["metadata"]
+            own = (meta.get("annotations") or {}).get(keys.reclaim_id) or job.reclaim
+            answer = {keys.reclaim_ack: own, keys.last_checkpoint: saved}
+            body = json.dumps({"metadata": {"annotations": answer}}).encode()
             self.store.patch(PODS, meta["namespace"], meta["name"], MERGE_PATCH, body)
         job.acked = True
 
