@@ -361,13 +361,7 @@ class KubeEvictionRequests:
 
     async def _request_again(self, target: Target) -> RequestState:
         where = self._where(target)
-        code, doc = await self._call(
-            where,
-            self._custom.get_namespaced_custom_object,
-            target.namespace,
-            REQUESTS,
-            request_name(self.requester, target.uid),
-        )
+        code, doc = await self._ours(self._custom.get_namespaced_custom_object, target)
         _check(where, code, doc)
         spec = doc.get("spec") or {}
         pod = (spec.get("target") or {}).get("pod") or {}
@@ -384,13 +378,7 @@ class KubeEvictionRequests:
 
     async def state(self, target: Target) -> RequestState | None:
         where = self._where(target)
-        code, doc = await self._call(
-            where,
-            self._custom.get_namespaced_custom_object,
-            target.namespace,
-            REQUESTS,
-            request_name(self.requester, target.uid),
-        )
+        code, doc = await self._ours(self._custom.get_namespaced_custom_object, target)
         if code == 404:
             return None
         _check(where, code, doc)
@@ -404,13 +392,7 @@ class KubeEvictionRequests:
 
     async def remove(self, target: Target) -> bool:
         where = self._where(target)
-        code, doc = await self._call(
-            where,
-            self._custom.delete_namespaced_custom_object,
-            target.namespace,
-            REQUESTS,
-            request_name(self.requester, target.uid),
-        )
+        code, doc = await self._ours(self._custom.delete_namespaced_custom_object, target)
         if code == 404:
             return False
         _check(where, code, doc)
@@ -436,6 +418,11 @@ class KubeEvictionRequests:
         )
         _check(where, code, doc)
         return state_of(target, request, [e for e in doc.get("items") or () if isinstance(e, dict)])
+
+    async def _ours(self, method: Callable[..., Awaitable[Any]], target: Target) -> tuple[int, Obj]:
+        """``method`` on our request for ``target``, by its name."""
+        name = request_name(self.requester, target.uid)
+        return await self._call(self._where(target), method, target.namespace, REQUESTS, name)
 
     def _where(self, target: Target) -> str:
         return f"EvictionRequest {target.namespace}/{request_name(self.requester, target.uid)}"
