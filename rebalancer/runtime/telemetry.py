@@ -103,6 +103,7 @@ class Telemetry:
         self.registry = CollectorRegistry()
         r = self.registry
         self._loan_families(r, cluster, reclaim_buckets)
+        self._notice_families(r)
         self._clock_families(r)
         self._audit_families(r)
         self._health_families(r)
@@ -146,6 +147,9 @@ class Telemetry:
             buckets=tuple(reclaim_buckets),
             registry=r,
         )
+
+    def _notice_families(self, r: CollectorRegistry) -> None:
+        """What a reclaim's notice gave its borrowed pods, and what they lost."""
         self.reclaim_notice = Histogram(
             "rebalancer_reclaim_notice_seconds",
             "Seconds a reclaim's borrowed pods had between its notice and its evictions.",

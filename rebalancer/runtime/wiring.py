@@ -212,23 +212,14 @@ def _reconciler(
         prometheus_clock=prometheus_clock,
         clock_bound=settings.clock_skew_bound,
     )
+    cache = informer if role is Role.CONTROLLER else NoCache()
+    made = actuators(pools, writer, keys, server_clock, settings.dry_run, cache, requests)
     return Reconciler(
         pools,
         observer=observer,
         events=events,
         clock=server_clock,
-        actuators={
-            name: RecordingActuator(a, events)
-            for name, a in actuators(
-                pools,
-                writer,
-                keys,
-                server_clock,
-                settings.dry_run,
-                informer if role is Role.CONTROLLER else NoCache(),
-                requests,
-            ).items()
-        },
+        actuators={name: RecordingActuator(a, events) for name, a in made.items()},
         audit_log=audit_log,
         leadership=leadership,
         keys=keys,
@@ -241,6 +232,12 @@ def _reconciler(
         if settings.dry_run
         else NodeLedger(writer, keys, events if isinstance(events, KubeEvents) else None),
     )
+
+
+def _eviction_requests(api: Any, keys: Keys, leadership: Leadership, me: str) -> EvictionRequests:
+    """A notice's EvictionRequests, filed under the key prefix, written only while leading."""
+    requests = KubeEvictionRequests(api, requester_name(keys.prefix))
+    return LeaderGatedRequests(requests, leadership.may_write, leadership.now, me)
 
 
 def _informer(settings: Settings, role: Role, api: Any) -> Informer:
@@ -407,12 +404,7 @@ class Controller:
                 alerts=alert_store,
                 apiserver_clock=probe,
                 prometheus_clock=prometheus,
-                requests=LeaderGatedRequests(
-                    KubeEvictionRequests(api, requester_name(keys.prefix)),
-                    leadership.may_write,
-                    leadership.now,
-                    me,
-                ),
+                requests=_eviction_requests(api, keys, leadership, me),
             )
             built = Controller(
                 settings, role, me, server_clock, api, keys, pools, writer, informer, metrics,
