@@ -591,7 +591,8 @@ BAD_ENV: list[tuple[str, dict[str, str], str]] = [
         "unknown nested key",
         {"REBALANCER_PROMETHEUS__URI": "http://p:9090"},
         "prometheus.uri='http://p:9090': unknown setting; known: url, timeout, attempts, "
-        "retry_budget, backoff, lookback, resolution",
+        "retry_budget, backoff, lookback, resolution, "
+        "bearer_token_file, basic_auth, tls, headers, method",
     ),
 ]
 

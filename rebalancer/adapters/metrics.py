@@ -27,12 +27,13 @@ Pool scoping: a pool is the set of its node names (the informer knows them). Tem
 (one series per pod on the pool's nodes; ``max by`` folds duplicate kube-state-metrics
 replicas and uid changes), and metrics are joined to it ``on (namespace, pod)``.
 
-I/O: ``prometheus_api_client.PrometheusConnect`` is synchronous, so every request runs in
-``asyncio.to_thread`` with a timeout of its own. There is exactly ONE retry layer: tenacity,
-bounded in attempts and in total time, on transport errors and HTTP 5xx only. The library's own
-retries (a urllib3 ``Retry`` with 3 attempts and backoff that it mounts on its session by
-default) are switched off by passing ``retry=Retry(total=0, ...)`` with no status to retry on.
-A 4xx (a bad query, a refusal) is never retried. Errors never escape as exceptions: they become
+I/O: ``adapters.promclient.Client`` (requests, synchronous; it carries the credentials, TLS,
+headers and POST of ``Settings.access``) runs every request in ``asyncio.to_thread`` with a
+timeout of its own. There is exactly ONE retry layer: tenacity, bounded in attempts and in total
+time, on transport errors and HTTP 5xx only. The session's own adapter is given
+``Retry(total=0, ...)`` with no status to retry on. A 4xx (a bad query, a refusal), a
+certificate that is not trusted and a credentials file that cannot be read are never retried;
+the refusals name the setting to look at. Errors never escape as exceptions: they become
 ``MetricError`` values naming the pool, the query and the reason.
 
 Prometheus' clock (``measure_skew``): once a tick, ``time()`` evaluated at its own now (no
@@ -58,7 +59,6 @@ from typing import Any, TypeVar
 
 import requests
 import urllib3
-from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from tenacity import (
     AsyncRetrying,
@@ -70,6 +70,7 @@ from tenacity import (
 )
 from urllib3.util.retry import Retry
 
+from rebalancer.adapters.promclient import Access, Client, CredentialsUnreadable
 from rebalancer.adapters.promql import MetricQuery, Queries
 from rebalancer.core import bounded, clocks
 from rebalancer.core.model import (
@@ -103,6 +104,7 @@ class Settings:
     lookback: timedelta = timedelta(minutes=10)  # no sample older than this is handed over
     resolution: timedelta = timedelta(seconds=15)  # subquery step when looking for the last sample
     queries: Queries = Queries()  # noqa: RUF009 (frozen: one shared default is safe)
+    access: Access = Access()  # noqa: RUF009 (frozen: one shared default is safe)
 
 
 class QueryFailed(Exception):
@@ -114,7 +116,10 @@ class QueryFailed(Exception):
 
 
 def _transient(exc: BaseException) -> bool:
-    """Transport errors and 5xx are worth another attempt; 4xx (a bad query) never is."""
+    """Transport errors and 5xx are worth another attempt; 4xx (a bad query), a certificate
+    that is not trusted and a credentials file that cannot be read never are."""
+    if isinstance(exc, requests.exceptions.SSLError | CredentialsUnreadable):
+        return False
     if isinstance(exc, requests.exceptions.RequestException | urllib3.exceptions.HTTPError):
         return True
     if isinstance(exc, PrometheusApiClientException):
@@ -123,7 +128,15 @@ def _transient(exc: BaseException) -> bool:
     return False
 
 
-def _describe(exc: BaseException) -> str:
+def _describe(exc: BaseException, credentials: str = "") -> str:
+    """One line for ``exc``; a refusal of who the controller is, or of the server's
+    certificate, names the setting to look at (``credentials``: the one that says who it is)."""
+    if isinstance(exc, CredentialsUnreadable):
+        return str(exc)
+    if isinstance(exc, requests.exceptions.SSLError):
+        return (
+            f"TLS failed, see prometheus.tls (ca_file, server_name, cert_file): {_tls_reason(exc)}"
+        )
     if isinstance(exc, requests.exceptions.Timeout):
         return f"timed out ({type(exc).__name__})"
     if isinstance(exc, requests.exceptions.ConnectionError):
@@ -132,11 +145,29 @@ def _describe(exc: BaseException) -> str:
         text = str(exc)
         m = _STATUS.search(text)
         if m is not None:
-            return f"Prometheus answered HTTP {m.group(1)}: {_error_text(text[m.end() :])}"
+            said = f"Prometheus answered HTTP {m.group(1)}: {_error_text(text[m.end() :])}"
+            return said + _credentials_hint(m.group(1), credentials)
         return text[:300]
     if isinstance(exc, ValueError):  # from _vector, or a body that is not JSON
         return str(exc)[:300]
     return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _credentials_hint(status: str, credentials: str) -> str:
+    if status not in ("401", "403"):
+        return ""
+    if credentials:
+        return f" (the credentials of {credentials} were refused)"
+    return " (no credentials are sent: set prometheus.bearer_token_file or prometheus.basic_auth)"
+
+
+def _tls_reason(exc: BaseException) -> str:
+    """The innermost reason of a TLS failure (``CERTIFICATE_VERIFY_FAILED``, a hostname
+    mismatch), not urllib3's nesting of wrappers around it."""
+    text = str(exc)
+    for marker in ("SSLError(", "SSLCertVerificationError("):
+        text = text.rsplit(marker, maxsplit=1)[-1]
+    return text.rstrip(")'\" ").strip()[:300]
 
 
 def _error_text(rest: str) -> str:
@@ -217,20 +248,17 @@ class Metrics:
         self,
         settings: Settings,
         *,
-        client: PrometheusConnect | None = None,
+        client: Client | None = None,
         clock: Clock = lambda: datetime.now(UTC),
     ) -> None:
         self.settings = settings
         self.clock = clock  # the controller's own: what Prometheus' skew is measured against
         self.estimator = clocks.Estimator(clocks.Against.PROMETHEUS)
-        # The library mounts ``Retry(total=3, backoff_factor=1, status_forcelist=[408, 429, 5xx])``
-        # unless given one. Give it what requests itself uses when nobody asks for retries
-        # (``Retry(0, read=False)``, no status list): nothing is repeated below tenacity, and a
-        # read timeout stays a ``ReadTimeout``.
+        # What requests itself uses when nobody asks for retries (``Retry(0, read=False)``, no
+        # status list): nothing is repeated below tenacity, and a read timeout stays a
+        # ``ReadTimeout``.
         no_retry = Retry(total=0, read=False, status_forcelist=())
-        self._client = client or PrometheusConnect(
-            url=settings.url, retry=no_retry, timeout=settings.timeout
-        )
+        self._client = client or Client(settings.url, settings.access, no_retry, settings.timeout)
 
     def close(self) -> None:
         self._client.close()
@@ -247,7 +275,8 @@ class Metrics:
             )
             server = _scalar_time(answer)
         except Exception as exc:  # unreachable, refused, garbled: the readings so far stand
-            log.debug("Prometheus' clock could not be read: %s", _describe(exc))
+            why = _describe(exc, self.settings.access.credentials)
+            log.debug("Prometheus' clock could not be read: %s", why)
         else:
             received = self.clock()
             reading = clocks.Reading(sent, received, server, clocks.MILLISECOND)
@@ -270,10 +299,10 @@ class Metrics:
         except RetryError as exc:
             last = exc.last_attempt.exception()
             tries = exc.last_attempt.attempt_number
-            reason = _describe(last) if last is not None else "failed"
-            raise QueryFailed(f"{reason}; gave up after {tries} attempts") from None
+            said = _describe(last, s.access.credentials) if last is not None else "failed"
+            raise QueryFailed(f"{said}; gave up after {tries} attempts") from None
         except Exception as exc:  # a refusal (4xx) or a malformed answer: not retried
-            raise QueryFailed(_describe(exc)) from None
+            raise QueryFailed(_describe(exc, s.access.credentials)) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def query_instant(self, query: str, at: datetime | None) -> list[dict[str, Any]]:

@@ -11,9 +11,15 @@ not adapter objects.
 
 from __future__ import annotations
 
-from rebalancer.adapters import leadership, metrics, promql
+from rebalancer.adapters import leadership, metrics, promclient, promql
 from rebalancer.core import model
-from rebalancer.settings import MetricQuerySettings, MetricsSettings, PoolSettings, Settings
+from rebalancer.settings import (
+    MetricQuerySettings,
+    MetricsSettings,
+    PoolSettings,
+    PrometheusSettings,
+    Settings,
+)
 
 
 def timings(settings: Settings) -> leadership.Timings:
@@ -38,6 +44,28 @@ def metrics_settings(settings: Settings, pool: PoolSettings | None = None) -> me
         lookback=p.lookback,
         resolution=p.resolution,
         queries=queries(pool) if pool is not None else metric_queries(MetricsSettings()),
+        access=access(p),
+    )
+
+
+def access(p: PrometheusSettings) -> promclient.Access:
+    """How the metrics adapter is let into Prometheus: the files it reads its credentials
+    from, TLS, headers and the method (docs/prometheus.md)."""
+    basic = p.basic_auth
+    return promclient.Access(
+        bearer_token_file=p.bearer_token_file,
+        basic_username=None if basic is None else basic.username,
+        basic_password_file=None if basic is None else basic.password_file,
+        tls=promclient.Tls(
+            ca_file=p.tls.ca_file,
+            cert_file=p.tls.cert_file,
+            key_file=p.tls.key_file,
+            server_name=p.tls.server_name,
+            insecure_skip_verify=p.tls.insecure_skip_verify,
+        ),
+        headers=tuple(p.headers.items()),
+        method=p.method,
+        credentials=p.credentials(),
     )
 
 

@@ -42,7 +42,6 @@ from rebalancer.settings.controller import (
     HttpSettings,
     LeaderElectionSettings,
     LogLevel,
-    PrometheusSettings,
     Settings,
     TlsSettings,
 )
@@ -51,6 +50,11 @@ from rebalancer.settings.limits import LimitSettings
 from rebalancer.settings.loader import config_path, load
 from rebalancer.settings.pool import CapacitySettings, PoolSettings
 from rebalancer.settings.problems import InvalidSettings
+from rebalancer.settings.prometheus import (
+    PrometheusBasicAuth,
+    PrometheusSettings,
+    PrometheusTls,
+)
 from rebalancer.settings.queries import MetricQuerySettings, MetricsSettings
 from rebalancer.settings.slo import DEFAULT_SLO, SLO_OFF, SloSettings
 from rebalancer.settings.strategy import StrategySettings
@@ -80,7 +84,9 @@ __all__ = [
     "MetricsSettings",
     "PoolSettings",
     "PositiveDuration",
+    "PrometheusBasicAuth",
     "PrometheusSettings",
+    "PrometheusTls",
     "Settings",
     "SloSettings",
     "StrategySettings",

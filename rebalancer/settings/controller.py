@@ -8,7 +8,6 @@ adapter's settings).
 
 from __future__ import annotations
 
-import re
 import typing
 from datetime import timedelta
 from pathlib import Path
@@ -22,13 +21,13 @@ from rebalancer.adapters import auditurl
 from rebalancer.core import audit, clocks, nodestate
 from rebalancer.core.concurrency import LEND_CONCURRENCY
 from rebalancer.settings.pool import PoolSettings
+from rebalancer.settings.prometheus import PrometheusSettings
 from rebalancer.settings.values import (
     NAME,
     NAME_PATTERN,
     Duration,
     PositiveDuration,
     SettingsBlock,
-    WholeSeconds,
 )
 
 
@@ -54,25 +53,6 @@ class LeaderElectionSettings(SettingsBlock):
                 },
             )
         return self
-
-
-class PrometheusSettings(SettingsBlock):
-    url: str = "http://127.0.0.1:9090"
-    timeout: PositiveDuration = timedelta(seconds=5)
-    attempts: int = Field(default=3, ge=1)
-    retry_budget: PositiveDuration = timedelta(seconds=10)
-    backoff: Duration = timedelta(seconds=0.2)
-    lookback: WholeSeconds = timedelta(minutes=10)
-    resolution: WholeSeconds = timedelta(seconds=15)
-
-    @pydantic.field_validator("url")
-    @classmethod
-    def _http(cls, value: str) -> str:
-        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
-            raise PydanticCustomError(
-                "url", "write an http:// or https:// URL, e.g. http://prometheus:9090"
-            )
-        return value
 
 
 class AuditSettings(SettingsBlock):

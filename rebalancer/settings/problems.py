@@ -70,7 +70,15 @@ def _model_in(annotation: Any) -> Any:
 
 # Errors whose message names what is wrong itself: the block's value would repeat it, or (a
 # token) must never be shown.
-_SAID_WITHOUT_VALUE = ("timings", "capacity_missing", "tls_pair", "ports", "token_with_reviews")
+_SAID_WITHOUT_VALUE = (
+    "timings",
+    "capacity_missing",
+    "tls_pair",
+    "ports",
+    "token_with_reviews",
+    "prometheus_auth",
+    "header",
+)
 
 
 def problem_lines(exc: pydantic.ValidationError) -> list[str]:
