@@ -90,6 +90,8 @@ log = logging.getLogger(__name__)
 # A Kubernetes node name is a DNS subdomain: nothing in it needs more than escaping the dot.
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _STATUS = re.compile(r"HTTP Status Code (\d{3})")
+_SSL_REASON = re.compile(r"\[SSL[^\]]*\][^(\"]*")  # [SSL: CODE] words, before "(_ssl.c:...)"
+_SSL_INNER = re.compile(r"SSL\w*Error\(\d+, '([^'(]+)")  # SSLEOFError(8, 'EOF occurred in ...')
 
 MAX_POINTS = 10_000  # per range request: under Prometheus' limit of 11,000 points per series
 
@@ -165,9 +167,8 @@ def _tls_reason(exc: BaseException) -> str:
     """The innermost reason of a TLS failure (``CERTIFICATE_VERIFY_FAILED``, a hostname
     mismatch), not urllib3's nesting of wrappers around it."""
     text = str(exc)
-    for marker in ("SSLError(", "SSLCertVerificationError("):
-        text = text.rsplit(marker, maxsplit=1)[-1]
-    return text.rstrip(")'\" ").strip()[:300]
+    m = _SSL_REASON.search(text) or _SSL_INNER.search(text)
+    return (m.group(m.lastindex or 0).strip() if m else text)[:300]
 
 
 def _error_text(rest: str) -> str:
@@ -177,9 +178,14 @@ def _error_text(rest: str) -> str:
         rest = rest[1:-1]
     try:
         body = ast.literal_eval(rest)
-        error = json.loads(body)["error"]
-    except (ValueError, SyntaxError, TypeError, KeyError, MemoryError, RecursionError):
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return rest[:300]
+    try:
+        error = json.loads(body)["error"]
+    except (ValueError, TypeError, KeyError, RecursionError):
+        # Not Prometheus' JSON: a proxy's or the web server's own page ("Unauthorized").
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
+        return " ".join(text.split())[:300]
     return str(error)[:300]
 
 

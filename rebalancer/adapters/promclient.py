@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -59,6 +60,12 @@ class CredentialsUnreadable(Exception):
     """A token or password file cannot be read, or is empty; the message names the setting."""
 
 
+# A file's time is the kernel's coarse clock (a few milliseconds): a file written again within
+# that tick, at the same size, in place, stats the same. As git does with its index, a file
+# read less than this after its last change is read again until a read comes later than that.
+RACY_NS = 1_000_000_000
+
+
 class SecretFile:
     """A file's text, read again only when its identity, size or time changed.
 
@@ -71,14 +78,19 @@ class SecretFile:
         self.setting = setting
         self._lock = threading.Lock()
         self._seen: tuple[int, int, int, int] | None = None
+        self._read_at = 0  # time.time_ns() of the last read
         self._text = ""
+
+    def _fresh(self, key: tuple[int, int, int, int], mtime_ns: int) -> bool:
+        return key == self._seen and self._read_at - mtime_ns > RACY_NS
 
     def read(self) -> str:
         try:
             st = os.stat(self.path)
             key = (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns)
             with self._lock:
-                if key != self._seen:
+                if not self._fresh(key, st.st_mtime_ns):
+                    self._read_at = time.time_ns()
                     self._text = self.path.read_text(encoding="utf-8").strip()
                     self._seen = key
                 text = self._text
@@ -171,8 +183,15 @@ class Client:
     def _ask(self, path: str, fields: Mapping[str, Any], timeout: float | None) -> Any:
         url = f"{self.url}/api/v1/{path}"
         body, query = (fields, None) if self._method == "POST" else (None, fields)
+        # ``verify`` given here, not left to the session: requests lets REQUESTS_CA_BUNDLE (or
+        # CURL_CA_BUNDLE) in the environment override a session's own, and so ``tls.ca_file``.
         response = self._session.request(
-            self._method, url, params=query, data=body, timeout=timeout or self._timeout
+            self._method,
+            url,
+            params=query,
+            data=body,
+            timeout=timeout or self._timeout,
+            verify=self._session.verify,
         )
         if response.status_code != 200:
             raise PrometheusApiClientException(

@@ -223,9 +223,17 @@ async def gather_pools(
 
 
 @contextlib.contextmanager
-def serving(workdir: Path, store: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], list[str]]]:
+def serving(
+    workdir: Path,
+    store: Path,
+    flags: Iterable[str] = (),
+    opener: urllib.request.OpenerDirector | None = None,
+) -> Iterator[tuple[str, subprocess.Popen[bytes], list[str]]]:
     """A Prometheus over the TSDB in ``store``, scraping nothing, keeping ten years; yields its
-    URL, its process and its command once it is ready, and stops it (waited for) on exit."""
+    URL, its process and its command once it is ready, and stops it (waited for) on exit.
+
+    ``flags`` are more of its flags; with ``--web.config.file`` it serves TLS (its URL is then
+    ``https://``) and readiness is asked through ``opener``, which shows what it demands."""
     config = workdir / "prometheus.yml"
     config.write_text("global:\n  scrape_interval: 1m\nscrape_configs: []\n")
     port = free_port()
@@ -235,11 +243,13 @@ def serving(workdir: Path, store: Path) -> Iterator[tuple[str, subprocess.Popen[
         f"--storage.tsdb.path={store}",
         "--storage.tsdb.retention.time=10y",
         f"--web.listen-address=127.0.0.1:{port}",
+        *flags,
     ]
     log_path = workdir / "prometheus.log"
     log = log_path.open("wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    url = f"{'https' if opener is not None else 'http'}://127.0.0.1:{port}"
+    ask = opener.open if opener is not None else urllib.request.urlopen
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -248,7 +258,7 @@ def serving(workdir: Path, store: Path) -> Iterator[tuple[str, subprocess.Popen[
                 pytest.fail(f"prometheus exited ({proc.returncode}):\n{tail}", pytrace=False)
             with (
                 contextlib.suppress(OSError),
-                urllib.request.urlopen(f"{url}/-/ready", timeout=1) as r,
+                ask(f"{url}/-/ready", timeout=1) as r,
             ):
                 if r.status == 200:
                     break
