@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from rebalancer import settings
 from rebalancer.adapters import promclient
 from rebalancer.runtime import adapterconfig
 
 POOL: dict[str, Any] = {"name": "l20", "node_selector": {"gpu": "l20"}, "rps_per_node": 10}
+RECIPES = sorted((Path(__file__).parents[1] / "examples" / "prometheus").glob("*.yaml"))
 
 
 def load(tmp_path: Path, env: dict[str, str] | None = None, **prometheus: Any) -> settings.Settings:
@@ -165,3 +167,22 @@ def test_a_token_file_is_set_from_the_environment_and_kept_with_another_url(
     assert moved.bearer_token_file == Path("/var/run/secrets/tokens/prometheus")
     assert moved.headers == {"X-Scope-OrgID": "team-a"}
     assert moved.credentials() == "prometheus.bearer_token_file"
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=[p.stem for p in RECIPES])
+def test_each_recipe_of_docs_prometheus_is_accepted_as_written(
+    recipe: Path, tmp_path: Path
+) -> None:
+    block = yaml.safe_load(recipe.read_text())["config"]["prometheus"]
+
+    loaded = load(tmp_path, **block)
+
+    assert loaded.prometheus.url == block["url"]
+    assert dict(loaded.prometheus.headers) == block.get("headers", {})
+
+
+def test_the_recipes_are_the_ones_docs_prometheus_shows() -> None:
+    doc = (Path(__file__).parents[1] / "docs" / "prometheus.md").read_text()
+    assert len(RECIPES) == 4
+    for recipe in RECIPES:
+        assert f"examples/prometheus/{recipe.name}" in doc

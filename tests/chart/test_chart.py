@@ -98,6 +98,14 @@ _COMBINATIONS: dict[str, dict[str, Any]] = {
         "alertmanager": {"serviceAccount": {"name": "alertmanager-main"}},
     },
     "host-network": {"hostNetwork": True},
+    # docs/prometheus.md's recipes that add to the pod: a sidecar, a Secret's files (the others
+    # change config alone: tests/test_settings_prometheus.py loads each).
+    **{
+        f"prometheus-{stem}": yaml.safe_load(
+            (ROOT / "examples" / "prometheus" / f"{stem}.yaml").read_text()
+        )
+        for stem in ("amazon-managed", "mimir")
+    },
     "behind-a-proxy": {
         "http": {"authentication": "none"},
         "alertmanager": {"tokenSecret": {"name": "rebalancer-alertmanager"}},
@@ -127,8 +135,9 @@ def config_of(docs: list[Doc]) -> dict[str, Any]:
 
 
 def container(docs: list[Doc]) -> dict[str, Any]:
+    """The controller's container (a pod may have sidecars: ``extraContainers``)."""
     pod = one(docs, "Deployment")["spec"]["template"]["spec"]
-    (only,) = pod["containers"]
+    (only,) = [c for c in pod["containers"] if c["name"] == "controller"]
     c: dict[str, Any] = only
     return c
 
@@ -271,6 +280,40 @@ def test_a_named_secret_replaces_the_charts_node_state_key() -> None:
         "name": "node-state-keys",
         "secret": {"secretName": "my-keys", "defaultMode": 0o440},
     } in volumes
+
+
+def test_the_files_prometheus_is_reached_with_are_a_secret_mounted_read_only() -> None:
+    """docs/prometheus.md: config.prometheus names files; prometheusAuth mounts the Secret that
+    holds them where the recipe says, and nothing is mounted without one."""
+    values = yaml.safe_load((ROOT / "examples" / "prometheus" / "mimir.yaml").read_text())
+    docs = render(values)
+    spec = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert {
+        "name": "prometheus-auth",
+        "secret": {"secretName": "rebalancer-prometheus", "defaultMode": 0o440},
+    } in spec["volumes"]
+    (mount,) = [m for m in container(docs)["volumeMounts"] if m["name"] == "prometheus-auth"]
+    assert (mount["mountPath"], mount["readOnly"]) == ("/etc/rebalancer/prometheus", True)
+    prometheus = config_of(docs)["prometheus"]
+    for named in (prometheus["basic_auth"]["password_file"], prometheus["tls"]["ca_file"]):
+        assert named.startswith(mount["mountPath"] + "/")
+    default = one(render(), "Deployment")["spec"]["template"]["spec"]
+    assert not [v for v in default["volumes"] if v["name"] == "prometheus-auth"]
+
+
+def test_a_sidecar_runs_beside_the_controller_and_is_where_it_sends_its_queries() -> None:
+    values = yaml.safe_load((ROOT / "examples" / "prometheus" / "amazon-managed.yaml").read_text())
+    docs = render(values)
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["controller", "sigv4-proxy"]
+    (sidecar,) = [c for c in pod["containers"] if c["name"] == "sigv4-proxy"]
+    assert "--port=127.0.0.1:8005" in sidecar["args"]
+    assert config_of(docs)["prometheus"]["url"].startswith("http://127.0.0.1:8005/")
+    volumes = {"extraVolumes": [{"name": "extra", "emptyDir": {}}]}
+    mounts = {"extraVolumeMounts": [{"name": "extra", "mountPath": "/var/run/extra"}]}
+    spec = one(render({**volumes, **mounts}), "Deployment")["spec"]["template"]["spec"]
+    assert {"name": "extra", "emptyDir": {}} in spec["volumes"]
+    assert {"name": "extra", "mountPath": "/var/run/extra"} in spec["containers"][0]["volumeMounts"]
 
 
 # ---------------------------------------------------------------------------------------------
