@@ -16,6 +16,7 @@ controller's loop, ``explain``, ``check``, ``capacity`` and ``simulate --prometh
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -25,6 +26,7 @@ import pytest
 
 from rebalancer import settings
 from rebalancer.adapters.metrics import Metrics
+from rebalancer.adapters.promclient import RACY_NS, SecretFile
 from rebalancer.core.model import NodeName, PoolMetrics, PoolName
 from rebalancer.runtime import adapterconfig
 from tests.support.promauth import (
@@ -131,6 +133,29 @@ async def test_a_rotated_token_is_sent_by_the_next_query(
         "Bearer token-two",
         "Bearer token-three-longer",
     }
+
+
+def test_a_token_file_is_read_again_only_when_it_may_have_changed(tmp_path: Path) -> None:
+    """One ``stat`` a request; a read only for a file whose identity, size or time moved, or
+    whose last change is too recent for its time to tell (``RACY_NS``)."""
+    path = token_file(tmp_path, "token-one")
+    old = time.time_ns() - 10 * RACY_NS
+    os.utime(path, ns=(old, old))
+    token = SecretFile(path, "prometheus.bearer_token_file")
+    assert token.read() == "token-one"
+    # Rewritten in place at the same size, its time put back: nothing tells it changed, and
+    # the last read came long after its time. The cached token stands: no read.
+    path.write_text("token-two\n", encoding="utf-8")
+    os.utime(path, ns=(old, old))
+    assert token.read() == "token-one"
+    # The same, but the file's time is within a second of the last read: that read may have
+    # raced a write in the same clock tick, so it is read again.
+    recent = time.time_ns()
+    os.utime(path, ns=(recent, recent))
+    assert token.read() == "token-two"
+    path.write_text("token-six\n", encoding="utf-8")
+    os.utime(path, ns=(recent, recent))
+    assert token.read() == "token-six"
 
 
 async def test_a_refused_or_unreadable_token_is_one_reason_naming_the_setting(
