@@ -55,6 +55,12 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         "prometheus.headers: the value of X-Scope-OrgID has a control character",
     ),
     (
+        "a header the client writes",
+        {"headers": {"Content-Type": "application/json"}},
+        "prometheus.headers: Content-Type is set by the client for each request (a POST's body "
+        "is a form); leave it out",
+    ),
+    (
         "header value not text",
         {"headers": {"X-Scope-OrgID": 7}},
         "prometheus.headers.X-Scope-OrgID=7: must be text; quote it in YAML: '7'",

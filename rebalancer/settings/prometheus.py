@@ -27,6 +27,9 @@ from rebalancer.settings.values import Duration, PositiveDuration, SettingsBlock
 
 # RFC 9110's token: what a header's name may be made of.
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# Headers the HTTP client writes itself: given again, they would describe a body that is not
+# the one sent.
+_SET_BY_THE_CLIENT = ("content-type", "content-length", "transfer-encoding", "host")
 # A DNS name (or an IP address) a certificate is checked against.
 _HOST = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?")
 
@@ -156,6 +159,13 @@ class PrometheusSettings(SettingsBlock):
                     "header",
                     "{name} is not a header name: letters, digits and !#$%&'*+-.^_`|~ only",
                     {"name": repr(name)},
+                )
+            if name.lower() in _SET_BY_THE_CLIENT:
+                raise PydanticCustomError(
+                    "header",
+                    "{name} is set by the client for each request (a POST's body is a form); "
+                    "leave it out",
+                    {"name": name},
                 )
             if any((ord(c) < 0x20 and c != "\t") or ord(c) == 0x7F for c in text):
                 raise PydanticCustomError(
