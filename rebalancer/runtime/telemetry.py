@@ -11,6 +11,13 @@ controllers in one process (the tests) do not share counters, and the exposition
 controller's metrics (no process or platform collectors, which a Pod's cAdvisor already covers).
 ``/metrics`` serves ``exposed``: the registry without the library's ``_created`` series.
 
+Every counter and histogram a dashboard or alert reads through ``increase()`` or ``rate()`` is
+created at zero when the telemetry is built, for every configured pool (``pools``) and every
+label value the core enumerates (``prepare``): a labelled series that appears with its first
+event has no earlier sample, so ``increase()`` would miss that event (after every restart), and
+a panel over it would say "No data" while nothing is wrong. The label sets are bounded by the
+pools and the enums (docs/design/metrics.md#cardinality).
+
 Metrics (docs/http.md has the table):
 - ``rebalancer_cluster_info{cluster_name}``: 1, naming the cluster this controller runs in (the
   ``cluster_name`` setting). No other series carries the cluster: as kube-state-metrics and
@@ -21,8 +28,12 @@ Metrics (docs/http.md has the table):
   label silently not applied) and could disagree with it. The info series is there to check the
   two names agree, and for a Grafana variable (docs/design/fleet.md).
 - ``rebalancer_nodes_lent{pool}``: nodes lent or being lent, as the last snapshot saw them.
-- ``rebalancer_decisions_total{kind,action,reason}``: plan steps (``kind="step"``) and planner
-  refusals (``kind="refusal"``), by action and reason code (``core.model.Reason``).
+- ``rebalancer_decisions_total{pool,kind,action,reason}``: plan steps (``kind="step"``) and
+  planner refusals (``kind="refusal"``) of the pool, by action and reason code
+  (``core.model.Reason``).
+- ``rebalancer_decision_timestamp_seconds{pool,node,action,reason,origin,outcome,id}``: the
+  time of each node's latest decision (an audit intent, ``outcome`` its latest outcome or
+  ``pending``): the decision log, one live series per node (docs/design/decision-dashboard.md).
 - ``rebalancer_reclaims_overdue{pool}``: nodes whose reclaim is past its deadline and not done
   (the drain is forced at the deadline, so a value that stays above 0 means a stuck reclaim).
 - ``rebalancer_reclaim_duration_seconds{pool}``: from the reclaim decision to the node serving
@@ -37,7 +48,8 @@ Metrics (docs/http.md has the table):
 - ``rebalancer_demand_sample_age_seconds{pool}``: seconds since the last good demand sample
   (``+Inf`` until this process has seen one).
 - ``rebalancer_leader{identity}``: 1 while this instance leads, else 0.
-- ``rebalancer_audit_store_failures_total{operation}``: audit store calls that raised.
+- ``rebalancer_audit_store_failures_total{operation}``: audit store calls that raised
+  (``AUDIT_OPERATIONS``).
 - ``rebalancer_audit_store_failing``: 1 while the leader's writes to the audit store fail (no
   lending; safety reclaims recorded on their nodes and spooled), else 0.
 - ``rebalancer_audit_spooled_records``: records waiting in memory (and on their nodes) for the
@@ -68,9 +80,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import Metric
 
 from rebalancer.core import clocks, model
-from rebalancer.core.audit import DEFAULT_CLUSTER
-from rebalancer.core.model import PoolName
+from rebalancer.core.audit import DEFAULT_CLUSTER, AuditRecord, Kind
+from rebalancer.core.model import Action, PoolName, Reason
 from rebalancer.core.outcomes import Notice
+from rebalancer.core.tick import FailureKind
 from rebalancer.runtime.report import Happened, TickReport
 
 # A reclaim drains borrowed pods (a grace period of seconds to minutes), then the node warms up
@@ -81,6 +94,14 @@ NOTICE_BUCKETS: tuple[float, ...] = (0, 5, 15, 30, 60, 120, 300, 600, 1200, 1800
 
 STEP = "step"
 REFUSAL = "refusal"
+# The actions a plan's steps and refusals carry (the planner plans these three).
+PLANNED_ACTIONS = (Action.LEND, Action.RECLAIM, Action.WITHDRAW)
+# The audit store operations ``rebalancer_audit_store_failures_total`` counts, as the runtime
+# names them: a tick's records, an outcome, the error budget's minutes, a start-up recovery,
+# and a read of the HTTP API.
+AUDIT_OPERATIONS = ("tick", "outcome", "cost", "recover", "query")
+# The outcome label of a decision whose intent has no outcome yet.
+PENDING = "pending"
 # The findings ``rebalancer_node_drift`` counts: a node another writer changed, or that is not
 # where it belongs (docs/design/other-writers.md).
 DRIFT_KINDS = (
@@ -98,8 +119,12 @@ class Telemetry:
     """The metric families and the functions the runtime calls to move them."""
 
     def __init__(
-        self, reclaim_buckets: Sequence[float] = RECLAIM_BUCKETS, cluster: str = DEFAULT_CLUSTER
+        self,
+        reclaim_buckets: Sequence[float] = RECLAIM_BUCKETS,
+        cluster: str = DEFAULT_CLUSTER,
+        pools: Mapping[str, str] | None = None,
     ) -> None:
+        """``pools``: each configured pool's strategy name, by pool; their series start at 0."""
         self.registry = CollectorRegistry()
         r = self.registry
         self._loan_families(r, cluster, reclaim_buckets)
@@ -109,7 +134,10 @@ class Telemetry:
         self._health_families(r)
         self._budget_families(r)
         self._last_demand: dict[str, datetime] = {}  # pool -> time of its last good sample
+        # node -> the labels and the value of its decision series
+        self._latest: dict[str, tuple[tuple[str, ...], float]] = {}
         self.exposed = WithoutCreated(self.registry)  # what GET /metrics serves
+        self.prepare(pools or {})
 
     def _loan_families(
         self, r: CollectorRegistry, cluster: str, reclaim_buckets: Sequence[float]
@@ -131,7 +159,14 @@ class Telemetry:
         self.decisions = Counter(
             "rebalancer_decisions",
             "Plan steps (kind=step) and planner refusals (kind=refusal) by action and reason code.",
-            ["kind", "action", "reason"],
+            ["pool", "kind", "action", "reason"],
+            registry=r,
+        )
+        self.decision_log = Gauge(
+            "rebalancer_decision_timestamp_seconds",
+            "The time of the node's latest decision (an audit intent); outcome is its latest "
+            "outcome, or pending. One series per node: the previous one goes with the next.",
+            ["pool", "node", "action", "reason", "origin", "outcome", "id"],
             registry=r,
         )
         self.reclaims_overdue = Gauge(
@@ -216,7 +251,7 @@ class Telemetry:
         """Whether the audit store takes the records, and what waits for it."""
         self.audit_failures = Counter(
             "rebalancer_audit_store_failures",
-            "Audit store calls that raised, by operation (tick, outcome, supersede, query).",
+            "Audit store calls that raised, by operation (tick, outcome, cost, recover, query).",
             ["operation"],
             registry=r,
         )
@@ -309,6 +344,26 @@ class Telemetry:
             registry=r,
         )
 
+    def prepare(self, pools: Mapping[str, str]) -> None:
+        """Every counter and histogram series a panel or an alert reads through ``increase()``
+        or ``rate()``, at zero, for each pool (with its strategy's name) and each label value
+        the core enumerates; so the first event after a start is counted, and a healthy
+        controller's panels read 0, not "No data"."""
+        for operation in AUDIT_OPERATIONS:
+            self.audit_failures.labels(operation)
+        for pool, strategy in pools.items():
+            for family in (self.reclaim_duration, self.reclaim_notice, self.reclaim_answer):
+                family.labels(pool)
+            for counter in (self.lost_work, self.unreported, self.planner_failures):
+                counter.labels(pool)
+            self.borrowing_cost.labels(pool)
+            for kind in FailureKind:
+                self.strategy_failures.labels(pool, strategy, kind.value)
+            for decided in (STEP, REFUSAL):
+                for action in PLANNED_ACTIONS:
+                    for reason in Reason:
+                        self.decisions.labels(pool, decided, action.value, reason.value)
+
     # -----------------------------------------------------------------------------------------
     # What the controller calls
 
@@ -361,14 +416,47 @@ class Telemetry:
         """Count a tick's decisions: one per step and one per refusal, by action and reason;
         and set the nodes each pool found changed by another writer, by kind."""
         for step in plan.steps:
-            self.decisions.labels(STEP, step.action.value, step.reason.value).inc()
+            self.decisions.labels(str(step.pool), STEP, step.action.value, step.reason.value).inc()
         for rejection in plan.rejections:
-            action = rejection.intent.action.value
-            self.decisions.labels(REFUSAL, action, rejection.reason.value).inc()
+            action, pool = rejection.intent.action.value, str(rejection.intent.pool)
+            self.decisions.labels(pool, REFUSAL, action, rejection.reason.value).inc()
         for pool, pool_plan in plan.pools.items():
             for kind in DRIFT_KINDS:
                 nodes = {f.node for f in pool_plan.findings if f.reason is kind}
                 self.node_drift.labels(str(pool), kind.value).set(len(nodes))
+
+    def audited(self, record: AuditRecord) -> None:
+        """An audit record was written (stored, or spooled for the store): a node's intent
+        becomes its decision series, and its outcomes move that series' ``outcome`` label.
+
+        One live series per node, its latest decision: the previous label set goes when the
+        next is set (Prometheus keeps the history). An outcome of an intent this process did
+        not see (made before a restart) takes its place, at the outcome's time, unless the
+        node has a newer intent (ids sort by time); other records are not decisions."""
+        if record.node is None or record.kind not in (Kind.INTENT, Kind.OUTCOME):
+            return
+        node, (current, at) = record.node, self._latest.get(record.node, ((), 0.0))
+        decision = record.id
+        if record.kind is Kind.OUTCOME:
+            decision = record.intent_id or record.id
+            if current and current[-1] > decision:
+                return  # a late outcome of a decision the node's newer one replaced
+        if not current or current[-1] != decision:
+            at = record.time.timestamp()  # the intent's, or an outcome's of an unseen intent
+        outcome = record.outcome.value if record.outcome is not None else PENDING
+        labels = (
+            record.pool,
+            node,
+            record.action.value if record.action is not None else "",
+            record.reason,
+            record.origin.value if record.origin is not None else "",
+            outcome,
+            decision,
+        )
+        if current and current != labels:
+            self.decision_log.remove(*current)
+        self.decision_log.labels(*labels).set(at)
+        self._latest[node] = (labels, at)
 
     def set_lent(self, lent: Mapping[str, int]) -> None:
         """Set the nodes lent per pool; a pool no longer given loses its series."""
@@ -438,7 +526,7 @@ class Telemetry:
         self.leader.labels(identity).set(1 if leading else 0)
 
     def audit_failed(self, operation: str) -> None:
-        """An audit store call raised (``tick``, ``outcome``, ``supersede``, ``query``)."""
+        """An audit store call raised (one of ``AUDIT_OPERATIONS``)."""
         self.audit_failures.labels(operation).inc()
 
     def set_audit_store(self, failing: bool, spooled: int) -> None:

@@ -371,7 +371,7 @@ class Controller:
             probe = kubeclient.ClockProbe(own_clock)
             probe.watch(api)
             server_clock: Clock = probe.now
-            telemetry = Telemetry(cluster=settings.cluster_name)
+            telemetry = _telemetry(settings)
             elector, leadership, writer = _leadership(
                 settings, role, api, me, own_clock, telemetry, server_clock
             )
@@ -382,9 +382,7 @@ class Controller:
             if metrics is None:
                 metrics = prometheus = _prometheus(settings, stack, own_clock)
             store = await _audit_store_for(settings, seams, role, stack)
-            audit_log = AuditLog(
-                store, sink=seams.sink, new_id=seams.new_id, cluster=settings.cluster_name
-            )
+            audit_log = _audit_log(settings, seams, store, telemetry)
             keys, pools = signed_keys(settings), pool_configs(settings)
             alert_store = _alert_store(settings, server_clock)
             events = _events(settings, api, me, server_clock, keys)
@@ -486,6 +484,26 @@ class Controller:
             stop=stop,
             alerts=self.alerts,
         )
+
+
+def _telemetry(settings: Settings) -> Telemetry:
+    """The controller's metrics, every configured pool's counted series there at zero."""
+    strategies = {p.name: p.strategy.name for p in settings.pools}
+    return Telemetry(cluster=settings.cluster_name, pools=strategies)
+
+
+def _audit_log(
+    settings: Settings, seams: Seams, store: AuditStore, telemetry: Telemetry
+) -> AuditLog:
+    """The cluster's audit log; every record it writes is also told to the telemetry, whose
+    decision log series the dashboard reads (docs/design/decision-dashboard.md)."""
+    return AuditLog(
+        store,
+        sink=seams.sink,
+        new_id=seams.new_id,
+        cluster=settings.cluster_name,
+        listener=telemetry.audited,
+    )
 
 
 def _gate(settings: Settings, api: Any) -> kubeauth.Gate:

@@ -40,11 +40,13 @@ from rebalancer.adapters.audit import SqlAuditStore
 from rebalancer.core import clocks, model
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import PoolName
-from rebalancer.core.outcomes import Notice
+from rebalancer.core.outcomes import Notice, Outcome
 from rebalancer.runtime.telemetry import Telemetry
+from tests.support import grafana
 from tests.support import prometheus as prom
 from tests.support.chart import CHART, Doc, of_kind, one, render
 from tests.support.factories import T0
+from tests.support.grafana import dashboard, targets
 from tests.support.postgres import PostgresServer, postgres_server
 
 __all__ = ["postgres_server"]  # the session fixture, imported so that pytest finds it
@@ -64,26 +66,10 @@ JOB = 'job="rebalancer", namespace="rebalancer"'  # what the default install's t
 METRIC = re.compile(r"\brebalancer_[a-z_]+\b")
 
 
-def dashboard(values: Mapping[str, Any]) -> dict[str, Any]:
-    cm = next(
-        d
-        for d in of_kind(render(values), "ConfigMap")
-        if d["metadata"]["name"].endswith("-dashboard")
-    )
-    data: dict[str, Any] = json.loads(cm["data"]["rebalancer.json"])
-    return data
-
-
 def rules(values: Mapping[str, Any] = ON) -> dict[str, Doc]:
     """Alert name -> its rule, from the rendered PrometheusRule."""
     spec = one(render(values), "PrometheusRule")["spec"]
     return {r["alert"]: r for g in spec["groups"] for r in g["rules"]}
-
-
-def targets(dash: Mapping[str, Any]) -> Iterator[tuple[Doc, Doc]]:
-    for panel in dash["panels"]:
-        for target in panel["targets"]:
-            yield panel, target
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1126,9 +1112,9 @@ def play(t: Telemetry, pod: str, k: int, now: datetime, site: Site) -> None:
             t.strategy_failed("l20", "forecast", "raised")
         if k == 140:
             t.planner_failed("h100")
-        t.decisions.labels("step", "lend", "strategy").inc()
+        t.decisions.labels("l20", "step", "lend", "strategy").inc()
         if k % 3 == 0:
-            t.decisions.labels("refusal", "lend", "cooldown").inc()
+            t.decisions.labels("h100", "refusal", "lend", "cooldown").inc()
         if k % 10 == 5:
             pool = POOLS[(k // 10) % 2]
             t.reclaim_done(pool, now - timedelta(seconds=20 + 9 * k), now)
@@ -1144,6 +1130,7 @@ def play(t: Telemetry, pod: str, k: int, now: datetime, site: Site) -> None:
             t.spool_overflowed()
         # a node of l20 relabelled out of every pool for five minutes, then taken back
         t.node_drift.labels("l20", "orphaned").set(1 if 90 <= k < 95 else 0)
+        decide(t, k, now)
         if 60 <= k < 66:  # six minutes of h100 queueing with a node lent
             t.borrowing_minute("h100")
         # h100 has an slo of 10 minutes a week; the six minutes stay in its window
@@ -1151,6 +1138,41 @@ def play(t: Telemetry, pod: str, k: int, now: datetime, site: Site) -> None:
         t.set_budgets({"h100": model.ErrorBudget(10, timedelta(days=7), spent)})
     elif k == 50:
         t.audit_failed("query")
+
+
+# The leader's decisions, as its audit log tells the telemetry: (minute, pool, node, action,
+# origin, reason, the outcome or None for the intent, and the intent's id).
+DECISIONS = (
+    (100, "l20", "gpu-1", "reclaim", "safety", "demand_above_serving", None, "D100"),
+    (101, "l20", "gpu-1", "reclaim", "safety", "demand_above_serving", "in_progress", "D100"),
+    (103, "l20", "gpu-1", "reclaim", "safety", "demand_above_serving", "applied", "D100"),
+    (160, "h100", "gpu-2", "lend", "strategy", "strategy", None, "D160"),  # no outcome yet
+    (165, "l20", "gpu-1", "lend", "operator", "operator_lend_now", None, "D165"),
+    (165, "l20", "gpu-1", "lend", "operator", "operator_lend_now", "applied", "D165"),
+)
+
+
+def decide(t: Telemetry, k: int, now: datetime) -> None:
+    """The records of ``DECISIONS`` made at minute ``k``, told to the telemetry."""
+    for minute, pool, node, action, origin, reason, outcome, intent in DECISIONS:
+        if minute == k:
+            kind = Kind.INTENT if outcome is None else Kind.OUTCOME
+            t.audited(
+                AuditRecord(
+                    id=intent if outcome is None else f"{intent}-{outcome}",
+                    time=now,
+                    kind=kind,
+                    pool=pool,
+                    controller="rebalancer-0",
+                    reason=reason,
+                    message="",
+                    node=node,
+                    action=model.Action(action),
+                    origin=model.Origin(origin),
+                    outcome=None if outcome is None else Outcome(outcome),
+                    intent_id=None if outcome is None else intent,
+                )
+            )
 
 
 @pytest.fixture(scope="module")
@@ -1178,11 +1200,9 @@ def api(url: str, path: str, **params: str) -> Any:
 
 def promql(expr: str, **chosen: str) -> str:
     """``expr`` as Grafana sends it, with ``chosen`` values (``cluster=".*"``) over ``GRAFANA``."""
-    values = {**GRAFANA, **{f"${name}": value for name, value in chosen.items()}}
-    for var in sorted(values, key=len, reverse=True):
-        expr = expr.replace(var, values[var])
-    assert "$" not in expr, f"a Grafana variable this test does not substitute: {expr}"
-    return expr
+    return grafana.promql(
+        expr, {**GRAFANA, **{f"${name}": value for name, value in chosen.items()}}
+    )
 
 
 def test_promql_substitution_is_complete() -> None:
@@ -1247,11 +1267,28 @@ def test_dashboard_values_are_the_exported_ones(prometheus: str) -> None:
         {"cluster=eu,pool=h100": 10},
     )
     decisions = query("Decisions by reason")
-    assert decisions["action=lend,cluster=eu,kind=step,reason=strategy"] == pytest.approx(1 / 60)
-    assert set(decisions) == {
-        "action=lend,cluster=eu,kind=step,reason=strategy",
-        "action=lend,cluster=eu,kind=refusal,reason=cooldown",
+    step = "action=lend,cluster=eu,kind=step,pool=l20,reason=strategy"
+    assert decisions[step] == pytest.approx(1 / 60)
+    assert set(decisions) == {step, "action=lend,cluster=eu,kind=refusal,pool=h100,reason=cooldown"}
+    assert set(panel(prometheus, "Decisions by reason", pool="(h100)")) == {
+        "action=lend,cluster=eu,kind=refusal,pool=h100,reason=cooldown"
     }
+    # one row per decision, at its time, with its latest outcome (the table hides the target)
+    target = "job=rebalancer,namespace=rebalancer"
+    log = query("Decisions in range (decision log)")
+    assert log == {
+        f"action=reclaim,cluster=eu,id=D100,{target},node=gpu-1,origin=safety,outcome=applied,"
+        "pod=rebalancer-0,pool=l20,reason=demand_above_serving": at_minute(100),
+        f"action=lend,cluster=eu,id=D160,{target},node=gpu-2,origin=strategy,outcome=pending,"
+        "pod=rebalancer-0,pool=h100,reason=strategy": at_minute(160),
+        f"action=lend,cluster=eu,id=D165,{target},node=gpu-1,origin=operator,outcome=applied,"
+        "pod=rebalancer-0,pool=l20,reason=operator_lend_now": at_minute(165),
+    }
+
+
+def at_minute(k: int) -> float:
+    """Minute ``k``'s scrape time as the decision log's table shows it: in milliseconds."""
+    return prom.scrape_time(k).timestamp() * 1000
 
 
 def test_across_a_fleet_each_cluster_keeps_its_own_series_and_its_own_leader(
@@ -1357,23 +1394,6 @@ def test_dashboard_variables_run(prometheus: str) -> None:
 # The audit table's SQL on a real PostgreSQL with the schema of the audit store's migrations
 
 
-def grafana_sql(
-    sql: str, start: datetime, end: datetime, pools: list[str], clusters: str = ".*"
-) -> str:
-    """Grafana's PostgreSQL macros and variables, as Grafana expands them: a multi-value
-    ``$pool`` quoted and joined, ``${cluster:regex}`` a regex (``.*``, the custom All value, is
-    sent as it is)."""
-    fmt = "%Y-%m-%dT%H:%M:%SZ"
-    frm, to = start.strftime(fmt), end.strftime(fmt)
-    sql = re.sub(r"\$__timeFilter\(([^)]+)\)", rf"\1 BETWEEN '{frm}' AND '{to}'", sql)
-    sql = sql.replace("$__timeFrom()", f"'{frm}'").replace("$__timeTo()", f"'{to}'")
-    sql = sql.replace("$pool", ",".join(f"'{p}'" for p in pools))
-    sql = sql.replace("${cluster:regex}", clusters)
-    left = re.findall(r"\$\{?\w+", sql)  # a '$' that ends a regex is no macro
-    assert not left, f"a Grafana macro this test does not expand: {left} in {sql}"
-    return sql
-
-
 def record(n: int, minutes: int, kind: Kind, pool: str = "l20", **extra: Any) -> AuditRecord:
     return AuditRecord(
         id=f"01J{n:023d}",
@@ -1416,7 +1436,7 @@ async def test_decisions_sql_on_postgresql(postgres_server: PostgresServer) -> N
         async with store.engine.connect() as conn:
 
             async def rows_of(clusters: str) -> tuple[list[str], list[dict[str, Any]]]:
-                result = await conn.exec_driver_sql(grafana_sql(text, *window, clusters))
+                result = await conn.exec_driver_sql(grafana.sql(text, *window, clusters))
                 columns = list(result.keys())
                 return columns, [dict(zip(columns, row, strict=True)) for row in result.all()]
 
@@ -1431,17 +1451,20 @@ async def test_decisions_sql_on_postgresql(postgres_server: PostgresServer) -> N
     assert prefix[1] == []
     assert {r["cluster"] for r in rows} == {"prod-eu"}
     assert columns[:2] == ["time", "cluster"]
-    assert {"kind", "pool", "node", "action", "reason", "outcome", "message"} <= set(columns)
+    assert {"kind", "pool", "node", "action", "origin", "reason", "outcome", "message"} <= set(
+        columns
+    )
     assert [r["id"] for r in rows] == [f"01J{n:023d}" for n in (9, 3, 2, 1)]  # newest first
     assert rows[0]["time"] == T0 + timedelta(minutes=3)
     assert (rows[0]["outcome"], rows[0]["error"]) == ("failed", "boom")
     assert (rows[1]["kind"], rows[1]["pool"], rows[1]["reason"]) == ("refusal", "h100", "cooldown")
     assert rows[1]["nodes"] == 2
     assert (rows[3]["kind"], rows[3]["node"], rows[3]["term"]) == ("intent", "gpu-1", 3)
+    assert rows[3]["origin"] == "strategy"  # who asked: the strategy, an operator, a safety rule
 
 
 def test_sql_macros_are_expanded_or_refused() -> None:
-    sql = grafana_sql(
+    sql = grafana.sql(
         "WHERE $__timeFilter(t) AND p IN ($pool) AND c ~ '^(${cluster:regex})$'",
         T0,
         T0,
@@ -1453,7 +1476,7 @@ def test_sql_macros_are_expanded_or_refused() -> None:
         "AND c ~ '^((x|y))$'"
     )
     with pytest.raises(AssertionError, match="does not expand"):
-        grafana_sql("WHERE $__unixEpochFilter(t)", T0, T0, [])
+        grafana.sql("WHERE $__unixEpochFilter(t)", T0, T0, [])
 
 
 @pytest.mark.parametrize("kind", ["ServiceMonitor", "PrometheusRule"])

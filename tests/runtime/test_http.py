@@ -27,7 +27,7 @@ from rebalancer.adapters.audit import (
 from rebalancer.core import audit, clocks, model
 from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Action, NodeName, Origin, PoolName, Reason
-from rebalancer.core.outcomes import Notice
+from rebalancer.core.outcomes import Notice, Outcome
 from rebalancer.runtime import http
 from rebalancer.runtime.http import HttpServer, Readiness, readiness
 from rebalancer.runtime.report import Happened, TickReport
@@ -281,6 +281,7 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
         "rebalancer_cluster_info",
         "rebalancer_nodes_lent",
         "rebalancer_decisions",
+        "rebalancer_decision_timestamp_seconds",
         "rebalancer_reclaim_duration_seconds",
         "rebalancer_reclaim_notice_seconds",
         "rebalancer_reclaim_answer_seconds",
@@ -329,11 +330,12 @@ async def test_metrics_expose_every_family_with_its_labels() -> None:
 
     decisions = [s for s in got["rebalancer_decisions"] if s.name.endswith("_total")]
     assert {
-        (s.labels["kind"], s.labels["action"], s.labels["reason"]): s.value for s in decisions
+        (s.labels["pool"], s.labels["kind"], s.labels["action"], s.labels["reason"]): s.value
+        for s in decisions
     } == {
-        ("step", "lend", "strategy"): 4.0,
-        ("step", "reclaim", "demand_above_serving"): 2.0,
-        ("refusal", "lend", "cooldown"): 2.0,
+        ("l20", "step", "lend", "strategy"): 4.0,
+        ("l20", "step", "reclaim", "demand_above_serving"): 2.0,
+        ("l20", "refusal", "lend", "cooldown"): 2.0,
     }
 
     reclaim = got["rebalancer_reclaim_duration_seconds"]
@@ -454,6 +456,85 @@ async def test_leader_gauge_follows_leadership_and_registries_are_separate() -> 
         got = scrape_samples(await resp.text())
     assert value(got["rebalancer_leader"], "rebalancer_leader", identity="rebalancer-0") == 0
     assert b.registry.get_sample_value("rebalancer_leader", {"identity": "rebalancer-0"}) is None
+
+
+async def test_every_counted_series_of_a_configured_pool_is_served_at_zero_from_the_start() -> None:
+    """Before any event: what ``increase()`` needs to count the first one after a start."""
+    t = Telemetry(pools={"l20": "forecast"})
+    async with (
+        serve(await memory_store(), telemetry=t) as (_, session),
+        session.get("/metrics") as resp,
+    ):
+        got = scrape_samples(await resp.text())
+    reclaims = got["rebalancer_reclaim_duration_seconds"]
+    assert value(reclaims, "rebalancer_reclaim_duration_seconds_count", pool="l20") == 0
+    failures = got["rebalancer_strategy_failures"]
+    assert {s.labels["kind"] for s in failures} == {"raised", "invalid", "timeout"}
+    assert {s.labels["strategy"] for s in failures} == {"forecast"}
+    audit_ops = {s.labels["operation"] for s in got["rebalancer_audit_store_failures"]}
+    assert audit_ops == {"tick", "outcome", "cost", "recover", "query"}
+    decisions = [s for s in got["rebalancer_decisions"] if s.name.endswith("_total")]
+    assert len(decisions) == 2 * 3 * len(Reason)  # kind x planned action x reason, one pool
+    for name in (
+        "rebalancer_planner_failures",
+        "rebalancer_borrowing_cost_minutes",
+        "rebalancer_lost_work_gpu_seconds",
+        "rebalancer_reclaim_unreported_pods",
+    ):
+        assert [(s.labels, s.value) for s in got[name] if s.name.endswith("_total")] == [
+            ({"pool": "l20"}, 0.0)
+        ], name
+    every = [s for family in got.values() for s in family]
+    assert {s.value for s in every if s.name.endswith(("_total", "_count", "_bucket"))} == {0.0}
+
+
+def decision(kind: Kind, node: str, ident: str, at: int, **more: Any) -> AuditRecord:
+    return AuditRecord(
+        id=ident,
+        time=T0 + timedelta(seconds=at),
+        kind=kind,
+        pool="l20",
+        controller="rebalancer-0",
+        reason=Reason.OPERATOR_RECLAIM_NOW.value,
+        message="",
+        node=node,
+        action=Action.RECLAIM,
+        origin=Origin.OPERATOR,
+        **more,
+    )
+
+
+def decision_log(t: Telemetry) -> dict[tuple[str, str, str], float]:
+    """The decision series: (node, outcome, id) -> value."""
+    [family] = [
+        f for f in t.registry.collect() if f.name == "rebalancer_decision_timestamp_seconds"
+    ]
+    return {
+        (s.labels["node"], s.labels["outcome"], s.labels["id"]): s.value for s in family.samples
+    }
+
+
+def test_the_decision_log_keeps_each_node_s_latest_decision_with_its_latest_outcome() -> None:
+    t = Telemetry()
+    t.audited(decision(Kind.INTENT, "n1", "A1", 0))
+    t.audited(decision(Kind.INTENT, "n2", "A2", 1))
+    assert decision_log(t) == {
+        ("n1", "pending", "A1"): T0.timestamp(),
+        ("n2", "pending", "A2"): T0.timestamp() + 1,
+    }
+    t.audited(decision(Kind.OUTCOME, "n1", "B1", 5, outcome=Outcome.IN_PROGRESS, intent_id="A1"))
+    t.audited(decision(Kind.OUTCOME, "n1", "B2", 9, outcome=Outcome.APPLIED, intent_id="A1"))
+    # the outcome moves the label; the value stays the decision's time
+    assert decision_log(t)[("n1", "applied", "A1")] == T0.timestamp()
+    assert len(decision_log(t)) == 2
+    t.audited(decision(Kind.INTENT, "n1", "C1", 20))  # the node's next decision replaces it
+    t.audited(decision(Kind.OUTCOME, "n1", "C2", 21, outcome=Outcome.FAILED, intent_id="A1"))
+    assert set(decision_log(t)) == {("n1", "pending", "C1"), ("n2", "pending", "A2")}
+    # an outcome of an intent made before a restart: at its own time; other kinds are not shown
+    t.audited(decision(Kind.OUTCOME, "n3", "D2", 30, outcome=Outcome.APPLIED, intent_id="D1"))
+    t.audited(audit_record("E1", T0))  # a refusal
+    assert decision_log(t)[("n3", "applied", "D1")] == T0.timestamp() + 30
+    assert len(decision_log(t)) == 3
 
 
 # ---------------------------------------------------------------------------------------------

@@ -69,4 +69,5 @@ Servers and processes
   more strategy, which raises.
 - ``rbac``: the chart's RBAC applied to the emulator, and granted against used.
 - ``chart``: the Helm chart rendered by Helm's own engine.
+- ``grafana``: the chart's dashboard, its targets, and Grafana's variables and macros put in.
 """

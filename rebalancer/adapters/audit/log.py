@@ -25,6 +25,7 @@ from rebalancer.errors import StoreFailed
 
 T = TypeVar("T")
 Sink = Callable[[str], None]
+Listener = Callable[[AuditRecord], None]  # told of every record written, as it is written
 
 
 def stdout_sink(line: str) -> None:
@@ -67,8 +68,10 @@ class AuditLog:
         new_id: NewId | None = None,
         cluster: str = audit.DEFAULT_CLUSTER,
         spool_limit: int = SPOOL_LIMIT,
+        listener: Listener | None = None,
     ) -> None:
         self.store, self.sink, self.cluster = store, sink, cluster
+        self.listener = listener  # the controller's metrics: its decision log
         self.deduper = deduper if deduper is not None else Deduper()
         self.new_id: NewId = new_id if new_id is not None else ids.UlidFactory()
         self.spool_limit = spool_limit
@@ -262,9 +265,12 @@ class AuditLog:
         )
 
     def _print(self, records: Iterable[AuditRecord]) -> None:
-        if self.sink is not None:
-            for record in records:
+        """The JSON line of each record written (stored, or spooled), and the listener told."""
+        for record in records:
+            if self.sink is not None:
                 self.sink(rows.json_line(record))
+            if self.listener is not None:
+                self.listener(record)
 
 
 def _why(exc: BaseException) -> str:
