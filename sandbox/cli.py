@@ -78,7 +78,7 @@ def _simulate_parser() -> argparse.ArgumentParser:
         "the baselines static, cron, reactive and oracle; write summary.json, timelines, "
         "report.md and report.png to --out. With --pool, the pool is the configured one: its "
         "rps_per_node, limits, window, zone, strategy and slo; flags given change one of them. "
-        "A DURATION is 90s, 5m, 2h, 1h30m or a number of seconds, as in the settings; a TIME "
+        "A DURATION is 90s, 5m, 2h or 1h30m, with its unit (a bare number is refused); a TIME "
         "is RFC 3339 (2024-05-10T00:00:00Z) or a time ago (14d, 36h), as rebalancer audit "
         "reads it.",
     )
@@ -121,9 +121,9 @@ def _simulate_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument(
         "--hold",
-        metavar="MINUTES|DURATION",
+        metavar="DURATION",
         help="with --prometheus: carry the last value over a gap this long or shorter, whole "
-        "minutes (a bare number is minutes; default: the pool's staleness limit, 2)",
+        "minutes (default: the pool's staleness limit, 2m)",
     )
     sim.add_argument(
         "--strategy",
@@ -172,10 +172,9 @@ def _simulate_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument(
         "--slo",
-        type=int,
-        metavar="MINUTES",
-        help="an error budget: breach minutes per rolling 7 days the strategies may spend "
-        "(default: the pool's slo, else none)",
+        metavar="DURATION|PERCENT",
+        help="an error budget the strategies may spend per rolling 7 days: breach minutes as a "
+        "duration (10m) or an availability (99.9%%) (default: the pool's slo, else none)",
     )
     sim.add_argument(
         "--no-trade",
@@ -429,43 +428,45 @@ def _check_model(modelled: configured.Modelled) -> None:
 
 
 def _hold(text: str) -> int:
-    """``--hold`` in whole minutes: a bare number is minutes (what it always was), a
-    DURATION is converted."""
-    stripped = text.strip()
-    if re.fullmatch(r"-?\d+", stripped):
-        minutes = int(stripped)
-    else:
-        span = duration("--hold", stripped)
-        if span % timedelta(minutes=1):
-            raise ConfigError(f"--hold={text!r}: must be whole minutes, the trace's step")
-        minutes = span // timedelta(minutes=1)
-    if minutes < 0:
-        raise ConfigError(f"--hold={minutes}: must be >= 0 minutes")
-    return minutes
+    """``--hold`` in whole minutes, the trace's step, from a DURATION."""
+    span = duration("--hold", text)
+    if span % timedelta(minutes=1):
+        raise ConfigError(f"--hold={text!r}: must be whole minutes, the trace's step")
+    return span // timedelta(minutes=1)
 
 
 def duration(flag: str, text: str) -> timedelta:
-    """A duration flag as the settings read a duration (``settings.Duration``: ``90s``,
-    ``5m``, ``2h``, ``1h30m``, or a number of seconds), or a one-line ``ConfigError``."""
-    import pydantic
-
+    """A duration flag as every ``rebalancer`` flag reads one (``settings.flag_duration``:
+    ``90s``, ``5m``, ``1h30m``, ``0``; a bare number refused), or a one-line ``ConfigError``."""
     from rebalancer import settings
 
-    try:
-        return pydantic.TypeAdapter(settings.Duration).validate_python(text)
-    except pydantic.ValidationError as exc:
-        why = exc.errors()[0]["msg"]
-        raise ConfigError(f"{flag}={text!r}: {why}") from None
+    return settings.flag_duration(flag, text, positive=False)
 
 
-def _slo(minutes: int | None) -> Slo | None:
-    if minutes is None:
+def _slo(text: str | None) -> Slo | None:
+    """``--slo``, as a pool's ``slo`` says it, over its 7 days: a DURATION of breach minutes
+    (``10m``: max_breach_minutes 10) or an availability in percent (``99.9%``)."""
+    if text is None:
         return None
-    if minutes < 0:
-        raise ConfigError(f"--slo={minutes}: must be >= 0 breach minutes per 7 days")
-    from rebalancer.core.model import Slo
+    import pydantic
 
-    return Slo(minutes)
+    from rebalancer.settings import SloSettings
+
+    stripped = text.strip()
+    try:
+        if stripped.endswith("%"):
+            budget = SloSettings(availability=float(stripped[:-1]) / 100)
+        else:
+            span = duration("--slo", stripped)
+            if span % timedelta(minutes=1):
+                raise ValueError
+            budget = SloSettings(max_breach_minutes=span // timedelta(minutes=1))
+    except (ValueError, ConfigError, pydantic.ValidationError):
+        raise ConfigError(
+            f"--slo={text!r}: write the breach minutes per 7 days as a duration (10m) or an "
+            "availability in percent (99.9%)"
+        ) from None
+    return budget.slo()
 
 
 def _training(backlog: int | None, seed: int, gpus_per_node: int) -> TrainingModel | None:
@@ -523,9 +524,9 @@ HOURS = Unit("hours", timedelta(hours=1))
 WHOLE_MINUTES = Unit("minutes", timedelta(minutes=1), whole=True)
 
 # The demo's and the emulator's own parsers read these flags as bare numbers in the unit each
-# names (``--hours 1.5``). Their parsers stay theirs: a DURATION with a unit (``90m``) is turned
-# into that bare number on its way in, so that every harness command takes durations as the
-# settings write them, and a bare number passes untouched, meaning what it always meant.
+# names. Their parsers stay theirs: the DURATION given (``90m``) is turned into that bare number
+# on its way in, so that every harness command takes durations as every other flag does; a bare
+# number given is refused, as everywhere (``--hours 1.5`` would be the one flag that read one).
 DEMO_DURATIONS = {"--hours": HOURS, "--start": HOURS, "--speed": WHOLE_MINUTES, "--pace": SECONDS}
 SANDBOX_DURATIONS = {"--schedule-every": SECONDS}
 
@@ -565,12 +566,8 @@ def _flag_named(name: str, flags: Mapping[str, Unit]) -> str | None:
 
 
 def _bare(flag: str, text: str, unit: Unit) -> str:
-    try:
-        float(text)
-    except ValueError:
-        pass
-    else:
-        return text  # a bare number: the parser's own unit, as it always was
+    """``text``, a DURATION (a bare number is refused, as by every flag), as the bare number
+    of ``unit`` the command's own parser reads."""
     value = duration(flag, text) / unit.size
     if not unit.whole:
         return repr(value)

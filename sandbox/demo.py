@@ -166,19 +166,29 @@ def parse(argv: Sequence[str]) -> Options:
     p.add_argument(
         "--t4-service", default="conv", help="service the T4 pool serves, of a per-minute trace"
     )
-    p.add_argument("--hours", type=float, default=24.0, help="trace hours to replay (24)")
-    p.add_argument("--start", type=float, default=0.0, help="hours into the trace to begin (0)")
+    p.add_argument(
+        "--hours", type=float, default=24.0, metavar="DURATION", help="trace time to replay (24h)"
+    )
+    p.add_argument(
+        "--start",
+        type=float,
+        default=0.0,
+        metavar="DURATION",
+        help="how far into the trace to begin (0)",
+    )
     p.add_argument(
         "--speed",
         type=int,
         default=DEFAULT_SPEED,
-        help=f"trace minutes per reconcile tick ({DEFAULT_SPEED}: a day in about a minute)",
+        metavar="DURATION",
+        help=f"trace time per reconcile tick ({DEFAULT_SPEED}m: a day in about a minute)",
     )
     p.add_argument(
         "--pace",
         type=float,
         default=DEFAULT_PACE,
-        help=f"wall seconds per trace day at most ({DEFAULT_PACE:g}; 0: as fast as it runs)",
+        metavar="DURATION",
+        help=f"wall time per trace day at most ({DEFAULT_PACE:g}s; 0: as fast as it runs)",
     )
     p.add_argument("--report", type=Path, default=None, help="write DIR/demo.json")
     p.add_argument(

@@ -227,7 +227,7 @@ def test_simulate_with_an_slo_shows_the_strategies_a_budget_and_reports_what_the
     out = tmp_path / "out"
     params = 'peak={"window_minutes": 10, "margin": 0, "spent_margin": 1}'
     argv = ["simulate", "--trace", str(small_trace), "--strategy", "peak", "--params", params]
-    assert cli.main([*argv, "--slo", "10", "--out", str(out), "--quiet"]) == 0
+    assert cli.main([*argv, "--slo", "10m", "--out", str(out), "--quiet"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["slo"] == {"max_breach_minutes": 10, "window_days": 7}
     spent = {n: f["budget_spent_minutes"] for n, f in summary["strategies"].items()}
@@ -294,7 +294,7 @@ def test_simulate_adds_a_budget_off_the_trade_curve_to_it_and_runs_each_budget_o
     short = tmp_path / "short.csv"
     short.write_text("\n".join(small_trace.read_text().splitlines()[:61]) + "\n")  # ten hours
     out = tmp_path / "out"
-    argv = ["simulate", "--trace", str(short), "--slo", "7", "--out", str(out), "--quiet"]
+    argv = ["simulate", "--trace", str(short), "--slo", "7m", "--out", str(out), "--quiet"]
     assert cli.main(argv) == 0
     assert sorted(budgets) == [0, 5, 7, 10, 30, 60]  # the grid and the baselines run without
     summary = json.loads((out / "summary.json").read_text())
@@ -306,12 +306,25 @@ def test_simulate_adds_a_budget_off_the_trade_curve_to_it_and_runs_each_budget_o
     assert "| 7 |" in (out / "report.md").read_text()
 
 
-def test_simulate_refuses_a_negative_slo(
-    small_trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("value", ["-1m", "10", "150%", "90s"])
+def test_simulate_refuses_an_slo_that_is_neither_minutes_nor_an_availability(
+    small_trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
 ) -> None:
-    argv = ["simulate", "--trace", str(small_trace), "--slo", "-1", "--out", str(tmp_path)]
+    argv = ["simulate", "--trace", str(small_trace), f"--slo={value}", "--out", str(tmp_path)]
     assert cli.main(argv) == 2
-    assert "--slo=-1: must be >= 0 breach minutes per 7 days" in capsys.readouterr().err
+    assert capsys.readouterr().err.splitlines() == [
+        f"rebalancer: --slo={value!r}: write the breach minutes per 7 days as a duration (10m) "
+        "or an availability in percent (99.9%)"
+    ]
+
+
+def test_simulate_reads_an_slo_in_percent_as_the_settings_read_availability(
+    small_trace: Path, tmp_path: Path
+) -> None:
+    argv = ["simulate", "--trace", str(small_trace), "--strategy", "watermark", "--no-trade"]
+    assert cli.main([*argv, "--slo", "99.9%", "--out", str(tmp_path), "--quiet"]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["slo"] == {"max_breach_minutes": 10, "window_days": 7}  # 10.08, rounded down
 
 
 def test_simulate_with_a_training_queue_reports_what_training_made_of_the_loans(

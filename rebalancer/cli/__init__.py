@@ -49,12 +49,42 @@ BUILT_IN = (run, check, reclaim, explain, audit, capacity, gpu_labeler, pools)
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     plugins = {ep.name: ep for ep in entry_points(group=COMMANDS)}
-    if argv[:1] and argv[0] in plugins:
-        # Its own parser: argparse here would swallow the command's options.
-        command: Command = plugins[argv[0]].load()
-        return _reported(lambda: command(argv[1:]))
-    args = _parser(plugins).parse_args(argv)
-    return _reported(lambda: args.handler(args))
+    at = command_at(argv)
+    if at is not None and argv[at] in plugins:
+        # Its own parser: argparse here would swallow the command's options. The global flags
+        # given before it are handed on after it, as its parser reads them.
+        command: Command = plugins[argv[at]].load()
+        return _reported(lambda: command([*argv[:at], *argv[at + 1 :]]))
+    return _reported(lambda: (args := parse(argv, plugins)).handler(args))
+
+
+def parse(
+    argv: Sequence[str], plugins: Mapping[str, EntryPoint] | None = None
+) -> argparse.Namespace:
+    """A built-in command's arguments, each global flag read wherever it was given (a flag
+    given after the command wins over the same given before it) or its default; a global
+    flag the command does not read is a ConfigError."""
+    args = _parser(plugins or {}).parse_args(argv)
+    return common.settle(args)
+
+
+def command_at(argv: Sequence[str]) -> int | None:
+    """Where the command is in ``argv``: the first word that is neither a global flag nor its
+    value (``--config x check``: 2); None when there is none before another flag."""
+    valued = {flag for flags in common.GLOBAL_FLAGS.values() for flag in flags}
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        name = token.split("=", 1)[0]
+        if not token.startswith("-"):
+            return i
+        if token in valued:  # its value is the next word
+            i += 2
+        elif name in valued or (token.startswith("-n") and not token.startswith("--")):
+            i += 1  # --config=x, -nx
+        else:
+            return None  # --help, --version: the top parser's own
+    return None
 
 
 def _reported(call: Callable[[], int]) -> int:
@@ -87,6 +117,8 @@ def _parser(plugins: Mapping[str, EntryPoint]) -> argparse.ArgumentParser:
         "(sandbox/ in the source tree; make demo and make test install it).",
     )
     parser.add_argument("--version", action="version", version=f"rebalancer {__version__}")
+    for name in common.GLOBAL_DEFAULTS:  # also after the command, where it reads them
+        common.global_flag(parser, name)
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
     for module in BUILT_IN:
         module.register(commands)

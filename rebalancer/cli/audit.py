@@ -27,7 +27,8 @@ if TYPE_CHECKING:  # the adapters are imported by the handler, not at start
 
 def register(commands: Any) -> None:
     """`rebalancer audit`: its flags and handler."""
-    show = commands.add_parser(
+    show = common.command_parser(
+        commands,
         "audit",
         help="show audit records, newest first; --follow to watch new ones come",
         description="Read the audit store the settings name (audit.url, or "

@@ -14,7 +14,8 @@ from rebalancer.cli import common
 
 def register(commands: Any) -> None:
     """`rebalancer capacity`: its flags and handler (``commands.capacity``)."""
-    measure = commands.add_parser(
+    measure = common.command_parser(
+        commands,
         "capacity",
         help="measure what one node of a pool serves when full, from its Prometheus history",
         description="Read the pool's history from its Prometheus, node by node and step by "
@@ -40,7 +41,7 @@ def register(commands: Any) -> None:
         metavar="A,B",
         help="these nodes (default: those kube_node_labels shows with the pool's labels)",
     )
-    measure.add_argument("--json", action="store_true", help="one JSON document")
+    common.output_flag(measure, "json or yaml: one document")
     measure.set_defaults(handler=handle)
 
 

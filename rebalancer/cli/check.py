@@ -20,7 +20,8 @@ if TYPE_CHECKING:  # the command's body is imported by the handler, not at start
 
 def register(commands: Any) -> None:
     """`rebalancer check`: its flags and handler."""
-    check = commands.add_parser(
+    check = common.command_parser(
+        commands,
         "check",
         help="is a settings file ready to deploy (--online: to this cluster)?",
         description="Offline: load the settings (every problem, one line each), ask for a "

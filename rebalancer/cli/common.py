@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rebalancer.errors import ConfigError
-from rebalancer.settings import PositiveDuration, Settings
+from rebalancer.settings import Settings
 
 if TYPE_CHECKING:  # the runtime is imported by the commands that use it, not at start
     from rebalancer.adapters.audit import AuditStore
@@ -27,23 +27,86 @@ EXIT_USAGE = 2
 EXIT_INCOMPLETE = 1
 
 
+# The flags kubectl and helm take before the command as after it: ``rebalancer --config x
+# check`` is ``rebalancer check --config x``. The top parser and each command's parser declare
+# them with no default (argparse.SUPPRESS): a command's parser writes its defaults over what the
+# top parser read, so a default there would undo the flag given before the command. ``settle``
+# gives each its default once parsing is done, and refuses one the command does not read.
+GLOBAL_DEFAULTS: dict[str, Any] = {
+    "config": None,
+    "kubeconfig": None,
+    "context": None,
+    "namespace": None,
+}
+GLOBAL_FLAGS = {
+    "config": ("--config",),
+    "kubeconfig": ("--kubeconfig",),
+    "context": ("--context",),
+    "namespace": ("-n", "--namespace"),
+}
+_TAKES = "_globals_taken"  # the global flags the command that was parsed reads
+_PROG = "_command_prog"
+CONFIG_HELP = "settings file (default: $REBALANCER_CONFIG, else none)"
+_HELP = {
+    "config": CONFIG_HELP,
+    "kubeconfig": "kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)",
+    "context": "kubeconfig context (default: its current one)",
+    "namespace": "the controller's namespace: its Lease, and the Deployment reclaim "
+    "--stop-controller scales (default: leader_election.lease_namespace)",
+}
+_TYPES: dict[str, Callable[[str], Any]] = {"config": Path, "kubeconfig": Path}
+
+
+def global_flag(p: argparse.ArgumentParser, name: str, help: str | None = None) -> None:
+    """Declare the global flag ``name`` on ``p``; on a command's parser, also that the command
+    reads it."""
+    p.add_argument(
+        *GLOBAL_FLAGS[name],
+        dest=name,
+        type=_TYPES.get(name, str),
+        default=argparse.SUPPRESS,
+        help=help or _HELP[name],
+    )
+    if p.get_default(_PROG) is not None:
+        taken = tuple(p.get_default(_TAKES) or ())
+        p.set_defaults(**{_TAKES: (*taken, name)})
+
+
+def command_parser(commands: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """A command's parser, marked as one (``global_flag`` records what it reads)."""
+    p: argparse.ArgumentParser = commands.add_parser(name, **kwargs)
+    p.set_defaults(**{_PROG: p.prog, _TAKES: ()})
+    return p
+
+
+def settle(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` with every global flag not given set to its default; a global flag given
+    before a command that does not read it is a ConfigError naming the flag and the command."""
+    taken = getattr(args, _TAKES, ())
+    for name in GLOBAL_DEFAULTS:
+        if name in vars(args) and name not in taken:
+            flag = GLOBAL_FLAGS[name][-1]
+            reads = ", ".join(GLOBAL_FLAGS[t][-1] for t in taken) or "none"
+            raise ConfigError(
+                f"{flag}={getattr(args, name)}: {getattr(args, _PROG)} does not read it (the "
+                f"global flags it reads: {reads})"
+            )
+    for name, default in GLOBAL_DEFAULTS.items():
+        vars(args).setdefault(name, default)
+    return args
+
+
 def controller_flags(p: argparse.ArgumentParser, kube: bool = True) -> None:
     """The flags every controller command takes: the settings, and the cluster it reads."""
-    p.add_argument(
-        "--config", type=Path, help="settings file (default: $REBALANCER_CONFIG, else none)"
-    )
+    global_flag(p, "config")
     if kube:
         cluster_flags(p)
 
 
 def cluster_flags(p: argparse.ArgumentParser) -> None:
     """The flags of a command that talks to a cluster, as kubectl spells them."""
-    p.add_argument(
-        "--kubeconfig",
-        type=Path,
-        help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)",
-    )
-    p.add_argument("--context", help="kubeconfig context (default: its current one)")
+    global_flag(p, "kubeconfig")
+    global_flag(p, "context")
 
 
 OUTPUTS = ("text", "json", "yaml")
@@ -86,21 +149,28 @@ def print_document(doc: Mapping[str, Any], output: str, text: Callable[[], list[
 
 
 def load_settings(args: argparse.Namespace) -> Settings:
+    """The settings ``--config`` names, with ``-n/--namespace`` over their lease namespace."""
     from rebalancer import settings
+    from rebalancer.settings.values import NAME
 
-    return settings.load(settings.config_path(args.config))
+    config = settings.load(settings.config_path(args.config))
+    namespace = getattr(args, "namespace", None)
+    if namespace is None:
+        return config
+    if not NAME.fullmatch(namespace):
+        raise ConfigError(
+            f"--namespace={namespace!r}: not a namespace name; write a DNS label such as rebalancer"
+        )
+    election = config.leader_election.model_copy(update={"lease_namespace": namespace})
+    return config.model_copy(update={"leader_election": election})
 
 
 def duration(flag: str, text: str) -> float:
-    """A positive duration flag (``90s``, ``2m``) in seconds, or a one-line ConfigError."""
-    import pydantic
+    """A positive duration flag (``90s``, ``2m``; a bare number refused) in seconds, or a
+    one-line ConfigError."""
+    from rebalancer.settings import flag_duration
 
-    try:
-        value = pydantic.TypeAdapter(PositiveDuration).validate_python(text)
-    except pydantic.ValidationError as exc:
-        why = exc.errors()[0]["msg"]
-        raise ConfigError(f"{flag}={text!r}: {why}") from None
-    return value.total_seconds()
+    return flag_duration(flag, text).total_seconds()
 
 
 @contextlib.asynccontextmanager

@@ -16,7 +16,8 @@ from rebalancer.errors import ConfigError
 
 def register(commands: Any) -> None:
     """`rebalancer explain`: its flags and handler."""
-    why = commands.add_parser(
+    why = common.command_parser(
+        commands,
         "explain",
         help="why a node is lent or not, and what the next tick would do",
         description="Read the cluster and Prometheus, and observe, decide and plan once as the "

@@ -15,7 +15,8 @@ from rebalancer.errors import ConfigError
 
 def register(commands: Any) -> None:
     """`rebalancer gpu-labeler`: its flags and handler."""
-    gpus = commands.add_parser(
+    gpus = common.command_parser(
+        commands,
         "gpu-labeler",
         help="keep this node's nvidia.com/gpu.* labels in step with its GPUs",
         description="Ask nvidia-smi what GPUs this node has and keep the node's "

@@ -29,7 +29,8 @@ def register(commands: Any) -> None:
         "labels and taints on them (docs/operations.md, docs/design/pools.md).",
     )
     verbs = pools.add_subparsers(required=True, metavar="VERB")
-    apply = verbs.add_parser(
+    apply = common.command_parser(
+        verbs,
         "apply",
         help="make every node's labels and taints what its pool says",
         description="List every node, plan each one against the pools file and write what "
@@ -44,9 +45,9 @@ def register(commands: Any) -> None:
         "--dry-run", action="store_true", help="print what would change, write nothing"
     )
     common.output_flag(apply, "json or yaml: one object per node, then a summary")
-    apply.add_argument(
-        "--config",
-        type=Path,
+    common.global_flag(
+        apply,
+        "config",
         help="the controller's settings file, for its key_prefix (default: $REBALANCER_CONFIG, "
         "else rebalancer.io/)",
     )

@@ -28,7 +28,8 @@ if TYPE_CHECKING:  # the command's body and the runtime are imported by the hand
 
 def register(commands: Any) -> None:
     """`rebalancer reclaim`: its flags and handler."""
-    reclaim = commands.add_parser(
+    reclaim = common.command_parser(
+        commands,
         "reclaim",
         help="take lent nodes back now (audited, origin operator)",
         description="Take loans back now through the audited path, all nodes at once: one intent "
@@ -53,7 +54,8 @@ def register(commands: Any) -> None:
     reclaim.add_argument(
         "--stop-controller",
         metavar="DEPLOYMENT",
-        help="first scale the controller's Deployment (in leader_election.lease_namespace) to 0 "
+        help="first scale the controller's Deployment (in -n/--namespace, else "
+        "leader_election.lease_namespace) to 0 "
         "and wait until none of its pods is left, so that nothing lends the nodes again (the "
         "chart's pre-delete hook)",
     )
@@ -69,6 +71,7 @@ def register(commands: Any) -> None:
         "(a Job's log keeps them when its audit store is a scratch file)",
     )
     common.controller_flags(reclaim)
+    common.global_flag(reclaim, "namespace")
     reclaim.set_defaults(handler=handle)
 
 

@@ -16,13 +16,15 @@ from rebalancer.errors import ConfigError
 
 def register(commands: Any) -> None:
     """`rebalancer run`: its flags and handler."""
-    run = commands.add_parser(
+    run = common.command_parser(
+        commands,
         "run",
         help="run the controller until SIGTERM",
         description="Run the controller: informer, leader election, reconcile loop and the "
         "HTTP server (metrics, probes, audit API), until SIGTERM or SIGINT.",
     )
     common.controller_flags(run)
+    common.global_flag(run, "namespace")
     run.add_argument(
         "--dry-run",
         action="store_true",

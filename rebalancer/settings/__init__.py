@@ -46,6 +46,7 @@ from rebalancer.settings.controller import (
     TlsSettings,
 )
 from rebalancer.settings.environment import CONFIG_ENV, ENV_PREFIX
+from rebalancer.settings.flags import flag_duration
 from rebalancer.settings.limits import LimitSettings
 from rebalancer.settings.loader import config_path, load
 from rebalancer.settings.pool import CapacitySettings, PoolSettings
@@ -97,6 +98,7 @@ __all__ = [
     "WholeSeconds",
     "Zone",
     "config_path",
+    "flag_duration",
     "load",
     "read_yaml",
     "taint_text",

@@ -35,8 +35,10 @@ import argparse
 import asyncio
 import contextlib
 import email.utils
+import errno
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -669,7 +671,11 @@ async def serve(
     runner = web.AppRunner(app, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError:
+        await runner.cleanup()  # nothing listens: what setup opened is closed before the error
+        raise
     bound = runner.addresses[0][1]
     tasks = [asyncio.create_task(_every(tick, store.tick))]
     if schedule_every is not None:
@@ -739,14 +745,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--schedule-every",
         type=float,
         default=1.0,
-        metavar="SECONDS",
-        help="run the scheduler stand-in this often (1.0)",
+        metavar="DURATION",
+        help="run the scheduler stand-in this often (1s)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed for uids and faults (0)")
     args = parser.parse_args(argv)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_run(args))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_run(args))
+    except NotListening as exc:
+        print(f"rebalancer sandbox: {exc}", file=sys.stderr, flush=True)
+        return 2
     return 0
+
+
+class NotListening(Exception):
+    """The address could not be bound: one line for the person who chose it."""
+
+    def __init__(self, host: str, port: int, error: OSError) -> None:
+        # asyncio words it "error while attempting to bind on address (...): ..."; the errno's
+        # own words say it in short.
+        why = os.strerror(error.errno).lower() if error.errno else str(error)
+        if error.errno == errno.EADDRINUSE:
+            super().__init__(f"port {port} is in use ({why}); pass --port")
+        else:
+            super().__init__(f"cannot listen on {host}:{port} ({why}); pass --host or --port")
 
 
 async def _run(args: argparse.Namespace) -> None:
@@ -758,7 +781,13 @@ async def _run(args: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    async with serve(store, args.port, args.host, schedule_every=args.schedule_every) as url:
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            url = await stack.enter_async_context(
+                serve(store, args.port, args.host, schedule_every=args.schedule_every)
+            )
+        except OSError as exc:
+            raise NotListening(args.host, args.port, exc) from None
         print(f"rebalancer sandbox: serving {url}", flush=True)
         written = write_kubeconfig(url, args.kubeconfig)
         print(f"rebalancer sandbox: kubeconfig written to {written}", flush=True)

@@ -197,7 +197,7 @@ def test_the_command_prints_the_figure_to_write_and_exits_0(
     url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = write_config(tmp_path, url, pool("vllm", TOKENS_S, per_node=2000))
-    code = cli.main([*command(path, "vllm"), "--json"])
+    code = cli.main([*command(path, "vllm"), "-o", "json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     assert out["per_node"] == pytest.approx(2400, rel=1e-9)
@@ -210,6 +210,11 @@ def test_the_command_prints_the_figure_to_write_and_exits_0(
     text = capsys.readouterr().out
     assert "capacity per node: 2400 tokens/s (the 0.9 quantile of" in text
     assert "write: capacity: {unit: tokens_per_second, per_node: 2400}" in text
+    # -o yaml is the same document; --json, as every command keeps it, is -o json.
+    assert cli.main([*command(path, "vllm"), "-o", "yaml"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == out
+    assert cli.main([*command(path, "vllm"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == out
 
 
 def test_the_command_says_a_lower_bound_and_exits_1_when_no_node_was_full(

@@ -1,8 +1,9 @@
 """``rebalancer simulate``'s duration and time flags: written as the settings and ``rebalancer
-audit`` write them, and the old spellings still meaning what they meant.
+audit`` write them.
 
-A DURATION (``--drain``, ``--warmup``) is read by the settings' own parser: ``90s``, ``5m``,
-``2h``, ``1h30m`` or a number of seconds. ``--since`` is a TIME as ``rebalancer audit --since``
+A DURATION (``--drain``, ``--warmup``) is read as every flag reads one: ``90s``, ``5m``, ``2h``,
+``1h30m``, with its unit; a bare number, which the settings read as seconds and ``--hold`` once
+read as minutes, is refused. ``--since`` is a TIME as ``rebalancer audit --since``
 reads it: an RFC 3339 time or a time ago, each run here against the audit command's own reading.
 """
 
@@ -36,11 +37,11 @@ def half_day(tmp_path_factory: pytest.TempPathFactory) -> Path:
     [
         ("90s", "5m", (90, 300)),
         ("2m", "1h", (120, 3600)),
-        ("150", "1m30s", (150, 90)),  # a bare number is seconds, as it always was
+        ("2m30s", "1m30s", (150, 90)),
         ("0", "0.5m", (0, 30)),
     ],
 )
-def test_drain_and_warmup_take_durations_as_the_settings_write_them(
+def test_drain_and_warmup_take_durations_with_their_unit(
     half_day: Path, tmp_path: Path, drain: str, warmup: str, seconds: tuple[int, int]
 ) -> None:
     argv = ["simulate", "--trace", str(half_day), "--drain", drain, "--warmup", warmup]
@@ -54,7 +55,14 @@ def test_drain_and_warmup_take_durations_as_the_settings_write_them(
     ("flag", "value", "message"),
     [
         ("--warmup", "5x", "--warmup='5x': write a duration such as 90s, 15m or 2h"),
-        ("--drain", "-1", "--drain='-1': must not be negative"),
+        (
+            "--drain",
+            "150",
+            (
+                "--drain='150': a bare number has no unit; write a duration with its unit, "
+                "such as 30s, 5m or 1h30m"
+            ),
+        ),
         ("--warmup", "2d", "--warmup='2d': write a duration such as 90s, 15m or 2h"),
     ],
 )
