@@ -5,10 +5,10 @@ clear line each and exit with status 2; nothing prints a traceback for bad input
 
 Where things are: ``main`` builds the parser and dispatches; each command has its module, with
 ``register`` (its parser) and ``handle`` (what it does) and its own output: ``run``, ``check``,
-``reclaim``, ``explain``, ``audit``, ``capacity``, ``gpu_labeler``, ``pools``. What several
-of them use (their common flags, the settings, documents, the controller that only reads) is in
-``common``. Starting the command builds every parser and nothing more: each handler imports the
-runtime (the Kubernetes client) it needs.
+``reclaim``, ``explain``, ``audit``, ``capacity``, ``gpu_labeler``, ``pools``, ``completion``.
+What several of them use (their common flags, the settings, documents, the controller that only
+reads) is in ``common``. Starting the command builds every parser and nothing more: each handler
+imports the runtime (the Kubernetes client) it needs.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from rebalancer.cli import (
     capacity,
     check,
     common,
+    completion,
     explain,
     gpu_labeler,
     pools,
@@ -42,8 +43,8 @@ COMMANDS = "rebalancer.commands"
 Command = Callable[[Sequence[str]], int]
 
 # The commands of this package, in the order --help lists them: the controller's (they read the
-# settings), then the node pools'.
-BUILT_IN = (run, check, reclaim, explain, audit, capacity, gpu_labeler, pools)
+# settings), then the node pools', then the shell's completion.
+BUILT_IN = (run, check, reclaim, explain, audit, capacity, gpu_labeler, pools, completion)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -107,6 +108,12 @@ def _reported(call: Callable[[], int]) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     return common.EXIT_USAGE
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line's parser, the harness commands' names included (``completion``
+    walks it)."""
+    return _parser({ep.name: ep for ep in entry_points(group=COMMANDS)})
 
 
 def _parser(plugins: Mapping[str, EntryPoint]) -> argparse.ArgumentParser:
