@@ -38,8 +38,9 @@ def config_schema() -> tuple[dict[str, Any], dict[str, Any]]:
         generated["properties"].pop(key)
         defs.pop(_model_name(key), None)
     defs = _referenced(generated, defs)  # the chart-owned blocks' own parts go with them
-    # Kinder at install than a controller that refuses to start: one pool at least.
-    generated["properties"]["pools"]["minItems"] = 1
+    # No minItems on pools: the schema binds helm lint too, which lints the chart's defaults
+    # (pools: []); an install that names no pool is refused by the chart's template instead
+    # (``fail``, which lint only reports), naming config.pools, as the controller would.
     generated["description"] = (
         "The controller's settings file (docs/configuration.md), without "
         f"{', '.join(CHART_OWNED)}, which the chart sets. Generated from the settings model "

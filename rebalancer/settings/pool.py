@@ -43,20 +43,26 @@ class CapacitySettings(SettingsBlock):
     per_node: float = Field(gt=0, allow_inf_nan=False)
 
 
-def _any_case(word: str) -> str:
-    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in word)
+def _window_schema() -> dict[str, Any]:
+    """What ``windows.parse`` reads, for the chart's schema: ``always``, ``never`` or spans
+    ``DAYS HH:MM-HH:MM [ZONE]`` separated by ``;``, as two patterns, the days' and the times'.
 
-
-def _window_pattern() -> str:
-    """What ``windows.parse`` reads, as a regular expression for the chart's schema: ``always``,
-    ``never`` or spans ``DAYS HH:MM-HH:MM [ZONE]`` separated by ``;``. The checks a pattern
-    cannot make (a span that starts and ends at once) are left to the loader."""
-    day = f"({'|'.join(_any_case(d) for d in windows.DAYS)})[^-,;\\s]*"
-    days = rf"(\*|{_any_case('daily')}|{day}(-{day})?(,{day}(-{day})?)*)"
+    Helm refuses a value by printing the pattern it does not match: one pattern for the whole
+    grammar, every day spelt in both cases, came back as a line of 1,186 characters for a
+    misspelt day. Each of these is short and case-blind (``(?i)``, which Go's and Python's
+    expressions both read), and the one a misspelt day fails lists the days it takes. The
+    checks a pattern cannot make (a span that starts and ends at once, a day written ``Mon.``,
+    which the loader reads by its first three letters) are left to the loader."""
+    day = f"({'|'.join(windows.DAYS)})"
+    days = rf"(?i)^\s*(always|never|((^|;)\s*(\*|daily|({day}\w*[-,]?)+)\s[^;]*)+)$"
     time = r"([01]?\d|2[0-4]):[0-5]\d"
-    span = rf"{days}\s+{time}-{time}(\s+[^;\s]+)?"
-    words = f"{_any_case('always')}|{_any_case('never')}"
-    return rf"^\s*({words}|{span}(\s*;\s*{span})*)\s*$"
+    times = rf"(?i)^\s*(always|never|((^|;)[^;]*\s{time}-{time}(\s+[^;\s]+)?\s*)+)$"
+    return {
+        "pattern": days,  # not under allOf: Helm would print an "'allOf' failed" line first
+        "allOf": [{"pattern": times}],
+        "description": "always, never, or DAYS HH:MM-HH:MM [ZONE] spans separated by ';': "
+        "DAYS is daily, * or days of mon tue wed thu fri sat sun, e.g. Mon-Fri 22:00-06:00",
+    }
 
 
 def _no_budget_word(schema: dict[str, Any]) -> None:
@@ -82,7 +88,7 @@ class PoolSettings(SettingsBlock):
     zone: Zone = "UTC"
     window: str = Field(
         default="always",
-        json_schema_extra={"pattern": _window_pattern(), "description": "e.g. Mon-Fri 22:00-06:00"},
+        json_schema_extra=_window_schema(),
     )
     strategy: StrategySettings = Field(default_factory=StrategySettings)
     paused: bool = False  # no lending; the reclaims that keep inference served still happen

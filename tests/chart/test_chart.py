@@ -527,8 +527,9 @@ BAD_VALUES: list[tuple[dict[str, Any], str]] = [
     ({"config": {"tick_interval": "soon"}}, "/config/tick_interval"),
     ({"config": {"cluster_name": "Prod_EU"}}, "/config/cluster_name"),
     ({"config": {"cluster_name": "c" * 64}}, "/config/cluster_name"),
+    # No pool: the schema lets it through (helm lint lints the defaults), the template refuses.
+    ({"config": {"pools": []}}, "config.pools: empty; name at least one inference pool"),
     # What the settings model says, generated into the schema (rebalancer/schema.py).
-    ({"config": {"pools": []}}, "/config/pools"),
     ({"config": {"pools": [{**POOL, "window": "Mon-Fry 22:00-06:00"}]}}, "/pools/0/window"),
     ({"config": {"pools": [{**POOL, "limits": {"queue_limt": 5}}]}}, "'queue_limt' not allowed"),
     ({"config": {"pools": [{**POOL, "limits": {"warmup": "5d"}}]}}, "/limits/warmup"),
