@@ -88,14 +88,14 @@ def test_empty_file_is_every_default(tmp_path: Path) -> None:
 
 def test_example_file_loads() -> None:
     s = settings.load(EXAMPLE, {})
-    assert [p.name for p in s.pools] == ["l20-chat", "a100-rerank", "t4-embed"]
-    l20, a100, t4 = s.pools
+    assert [p.name for p in s.pools] == ["l20-chat", "l40s-rerank", "t4-embed"]
+    l20, l40s, t4 = s.pools
     assert l20.zone == "Asia/Shanghai"
     assert l20.strategy == settings.StrategySettings()  # the default, written out
     assert l20.build_strategy().name == "adaptive"
     assert l20.slo == settings.DEFAULT_SLO  # the default, written out
-    assert a100.policy(s.keys()).window == windows.NEVER
-    assert a100.slo == settings.DEFAULT_SLO  # left out
+    assert l40s.policy(s.keys()).window == windows.NEVER
+    assert l40s.slo == settings.DEFAULT_SLO  # left out
     assert (t4.strategy.name, t4.strategy.params) == ("forecast", {"safety": 0.25})
     assert t4.build_strategy().name == "forecast"
     assert t4.slo is None  # slo: none
