@@ -67,6 +67,12 @@ def test_the_namespace_flag_is_the_lease_namespace_over_the_settings(
     assert common.load_settings(unset).leader_election.lease_namespace == "from-the-file"
 
 
+@pytest.mark.parametrize("argv", [["-v", "run"], ["run", "--verbose"], ["gpu-labeler", "-v"]])
+def test_verbose_is_read_before_the_command_as_after_it(argv: list[str]) -> None:
+    assert cli.parse(argv).verbose is True
+    assert cli.parse([a for a in argv if not a.startswith("-")]).verbose is False
+
+
 def test_a_namespace_that_is_not_a_name_is_one_line(
     config: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -93,7 +99,11 @@ def test_a_namespace_that_is_not_a_name_is_one_line(
         (
             ["--config", "c.yaml", "gpu-labeler"],
             "--config=c.yaml: rebalancer gpu-labeler does not read it (the global flags it "
-            "reads: --kubeconfig, --context)",
+            "reads: --kubeconfig, --context, --verbose)",
+        ),
+        (
+            ["-v", "audit"],
+            "--verbose: rebalancer audit does not read it (the global flags it reads: --config)",
         ),
         (
             ["--context", "prod", "completion", "bash"],
@@ -118,6 +128,22 @@ def test_global_flags_before_a_harness_command_reach_its_own_parser(
     assert capsys.readouterr().err.splitlines() == [
         "rebalancer: --config=c.yaml: name the pool to simulate with --pool"
     ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "at"),
+    [
+        (["simulate"], 0),
+        (["-n", "x", "-v", "--config=c.yaml", "-nx", "simulate", "--pool", "p"], 5),
+        (["--context", "k", "--namespace=x", "sandbox"], 3),
+        (["--version"], None),
+        (["-n"], None),
+    ],
+)
+def test_the_command_is_found_past_the_global_flags_and_their_values(
+    argv: list[str], at: int | None
+) -> None:
+    assert cli.command_at(argv) == at
 
 
 def test_version_prints_the_installed_distribution_s(capsys: pytest.CaptureFixture[str]) -> None:

@@ -72,7 +72,13 @@ def parse(
 def command_at(argv: Sequence[str]) -> int | None:
     """Where the command is in ``argv``: the first word that is neither a global flag nor its
     value (``--config x check``: 2); None when there is none before another flag."""
-    valued = {flag for flags in common.GLOBAL_FLAGS.values() for flag in flags}
+    valued = {
+        flag
+        for name, flags in common.GLOBAL_FLAGS.items()
+        if name not in common.SWITCHES
+        for flag in flags
+    }
+    switches = {flag for name in common.SWITCHES for flag in common.GLOBAL_FLAGS[name]}
     i = 0
     while i < len(argv):
         token = argv[i]
@@ -81,8 +87,8 @@ def command_at(argv: Sequence[str]) -> int | None:
             return i
         if token in valued:  # its value is the next word
             i += 2
-        elif name in valued or (token.startswith("-n") and not token.startswith("--")):
-            i += 1  # --config=x, -nx
+        elif name in valued or token in switches or (token.startswith("-n") and len(token) > 2):
+            i += 1  # --config=x, -nx, -v
         else:
             return None  # --help, --version: the top parser's own
     return None

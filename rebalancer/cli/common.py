@@ -37,13 +37,16 @@ GLOBAL_DEFAULTS: dict[str, Any] = {
     "kubeconfig": None,
     "context": None,
     "namespace": None,
+    "verbose": False,
 }
 GLOBAL_FLAGS = {
     "config": ("--config",),
     "kubeconfig": ("--kubeconfig",),
     "context": ("--context",),
     "namespace": ("-n", "--namespace"),
+    "verbose": ("-v", "--verbose"),
 }
+SWITCHES = frozenset({"verbose"})  # the global flags that take no value
 _TAKES = "_globals_taken"  # the global flags the command that was parsed reads
 _PROG = "_command_prog"
 CONFIG_HELP = "settings file (default: $REBALANCER_CONFIG, else none)"
@@ -53,6 +56,7 @@ _HELP = {
     "context": "kubeconfig context (default: its current one)",
     "namespace": "the controller's namespace: its Lease, and the Deployment reclaim "
     "--stop-controller scales (default: leader_election.lease_namespace)",
+    "verbose": "log at DEBUG (over the settings' log_level)",
 }
 _TYPES: dict[str, Callable[[str], Any]] = {"config": Path, "kubeconfig": Path}
 
@@ -60,12 +64,12 @@ _TYPES: dict[str, Callable[[str], Any]] = {"config": Path, "kubeconfig": Path}
 def global_flag(p: argparse.ArgumentParser, name: str, help: str | None = None) -> None:
     """Declare the global flag ``name`` on ``p``; on a command's parser, also that the command
     reads it."""
+    if name in SWITCHES:
+        kind: dict[str, Any] = {"action": "store_true"}
+    else:
+        kind = {"type": _TYPES.get(name, str)}
     p.add_argument(
-        *GLOBAL_FLAGS[name],
-        dest=name,
-        type=_TYPES.get(name, str),
-        default=argparse.SUPPRESS,
-        help=help or _HELP[name],
+        *GLOBAL_FLAGS[name], dest=name, default=argparse.SUPPRESS, help=help or _HELP[name], **kind
     )
     if p.get_default(_PROG) is not None:
         taken = tuple(p.get_default(_TAKES) or ())
@@ -86,9 +90,11 @@ def settle(args: argparse.Namespace) -> argparse.Namespace:
     for name in GLOBAL_DEFAULTS:
         if name in vars(args) and name not in taken:
             flag = GLOBAL_FLAGS[name][-1]
+            if name not in SWITCHES:
+                flag += f"={getattr(args, name)}"
             reads = ", ".join(GLOBAL_FLAGS[t][-1] for t in taken) or "none"
             raise ConfigError(
-                f"{flag}={getattr(args, name)}: {getattr(args, _PROG)} does not read it (the "
+                f"{flag}: {getattr(args, _PROG)} does not read it (the "
                 f"global flags it reads: {reads})"
             )
     for name, default in GLOBAL_DEFAULTS.items():

@@ -32,6 +32,7 @@ def register(commands: Any) -> None:
     gpus.add_argument("--nvidia-smi", default="nvidia-smi", metavar="PATH", help="(nvidia-smi)")
     gpus.add_argument("--timeout", default="10s", help="nvidia-smi's deadline (10s)")
     common.cluster_flags(gpus)
+    common.global_flag(gpus, "verbose", help="log at DEBUG (default: INFO)")
     gpus.add_argument("--dry-run", action="store_true", help="log the changes, write nothing")
     gpus.set_defaults(handler=handle)
 
@@ -59,5 +60,5 @@ def handle(args: argparse.Namespace) -> int:
         context=args.context,
         dry_run=args.dry_run,
     )
-    loop.json_logging(logging.INFO)
+    loop.json_logging(logging.DEBUG if args.verbose else logging.INFO)
     return asyncio.run(gpu_labeler.main(options))

@@ -25,6 +25,7 @@ def register(commands: Any) -> None:
     )
     common.controller_flags(run)
     common.global_flag(run, "namespace")
+    common.global_flag(run, "verbose")
     run.add_argument(
         "--dry-run",
         action="store_true",
@@ -48,7 +49,7 @@ def handle(args: argparse.Namespace) -> int:
             "pools=[]: the settings name no pool, so the controller would have nothing to "
             "watch or lend; add one (docs/configuration.md)"
         )
-    loop.json_logging(getattr(logging, config.log_level))
+    loop.json_logging(logging.DEBUG if args.verbose else getattr(logging, config.log_level))
 
     async def go() -> int:
         seams = wiring.Seams(kubeconfig=args.kubeconfig, context=args.context)
