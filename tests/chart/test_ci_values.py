@@ -54,6 +54,7 @@ def test_there_are_ci_values_files() -> None:
         "minimal-values.yaml",
         "postgresql-values.yaml",
         "monitoring-values.yaml",
+        "prometheus-auth-values.yaml",
     }
 
 
