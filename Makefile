@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-dev
 OUT    ?= out
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo simulate schema test lint typecheck imports system-deps kube pytest bench clean
+.PHONY: demo simulate schema test lint typecheck imports system-deps kube pytest bench release clean
 
 # A fresh Debian has python3 but not always its venv module: install it when missing.
 $(STAMP): pyproject.toml sandbox/pyproject.toml
@@ -89,6 +89,13 @@ pytest: $(STAMP)
 # The chart's schema for `config`, generated from the settings model (rebalancer/schema.py).
 schema: $(STAMP)
 	$(BIN)/python -m rebalancer.schema
+
+# Every artifact of this version from the checkout, into out/release: the wheel and the sdist, the
+# chart packaged by Helm, the controller's image (an OCI layout tarball, built with no container
+# engine) and SHA256SUMS. Refuses when pyproject.toml and Chart.yaml disagree on the version.
+# Needs Helm (on the PATH, or HELM=...). Nothing is pushed: docs/design/release.md.
+release: $(STAMP)
+	$(BIN)/python -m tools.release --out $(OUT)/release
 
 bench: $(STAMP)
 	$(BIN)/python bench/simulate_speed.py

@@ -27,7 +27,7 @@ import yaml
 
 from tests.support import controller_image
 from tests.support.chart import CHART
-from tests.support.controller_image import HOW_THIS_MACHINE_REACHES_PYPI, stages
+from tools.image import HOW_THIS_MACHINE_REACHES_PYPI, stages
 
 ROOT = CHART.parents[1]
 # The oldest glibc a manylinux wheel may ask for, and the base image's (Debian's release).

@@ -14,14 +14,14 @@ directory and ``realnode.running`` imports them into the node's containerd.
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import subprocess
 import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from tools.image import docker_archive
 
 BUSYBOX = Path("/bin/busybox")  # Debian's busybox-static: no shared library to carry along
 PAUSE = "rebalancer.test/pause:1"
@@ -121,34 +121,6 @@ def _layer(image: Image) -> bytes:
         for path, data in sorted(image.files.items()):
             add(path.lstrip("/"), data)
     return out.getvalue()
-
-
-def docker_archive(out: Path, ref: str, layer: Path, config: Mapping[str, object]) -> Path:
-    """A docker-archive tarball at ``out``: the one-layer image ``ref`` whose layer is the tar
-    file ``layer`` and whose runtime ``config`` (Entrypoint, Env, User...) is given."""
-    digest = hashlib.sha256()
-    with layer.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    diff_id = "sha256:" + digest.hexdigest()
-    described = json.dumps(
-        {
-            "architecture": "amd64",
-            "os": "linux",
-            "config": dict(config),
-            "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-        }
-    ).encode()
-    config_name = hashlib.sha256(described).hexdigest() + ".json"
-    layer_name = diff_id.removeprefix("sha256:") + "/layer.tar"
-    manifest = json.dumps([{"Config": config_name, "RepoTags": [ref], "Layers": [layer_name]}])
-    with tarfile.open(out, "w") as tar:
-        tar.add(layer, layer_name)
-        for name, data in ((config_name, described), ("manifest.json", manifest.encode())):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return out
 
 
 def archive(image: Image, out: Path) -> Path:
