@@ -5,20 +5,29 @@ container engine, QEMU and an OIDC token this machine has none of; so the build,
 the signatures are not exercised here (docs/design/chart.md, "Releases"). What is checked: the
 file is a valid workflow for two real validators (actionlint, which also knows the inputs and
 outputs of the actions used and runs shellcheck on the scripts, and GitHub's workflow schema),
-and each refuses a broken copy; its version check is run as written; and what can drift between
-it, the chart and the package cannot: the image it pushes is the chart's default, the chart's
-appVersion is the package's version, the Helm it packages with is the one the suite tests with.
+and each refuses a broken copy; its version check (the release script's) is run as written; and
+what can drift between it, the chart and the package cannot: the image it pushes is the chart's
+default, the chart's appVersion is the package's version, the Helm it packages with is the one
+the suite tests with. The release script itself (``make release``, tools/release.py) builds the
+wheel, the sdist and the chart here, each carrying the licence and the one version, and the
+image's OCI layout is held to the image specification's digests and sizes.
 """
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import io
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import tomllib
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +35,9 @@ import helm_python
 import pytest
 import yaml
 
+from tests.support import helm
 from tests.support.chart import CHART
+from tools import image
 
 ROOT = CHART.parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
@@ -196,10 +207,19 @@ def test_the_chart_is_packaged_with_the_tested_helm_into_the_archive_it_pushes(
     assert step_using("azure/setup-helm")["with"]["version"] == helm_python.helm_sdk_version()
     archive = Path(helm_python.package(CHART, destination=tmp_path))
     assert archive.name == f"rebalancer-{package_version()}.tgz"
+    order = [s.get("id") or s.get("uses", "").partition("@")[0] for s in steps()]
+    assert order.index("azure/setup-helm") < order.index("build") < order.index("chart")
+    assert step_with_id("build")["run"].splitlines() == [
+        "python3 -m pip install --quiet build",
+        'python3 -m tools.release --tag "$GITHUB_REF_NAME" --skip-image --out dist',
+    ]
     script = step_with_id("chart")["run"]
-    assert "helm package charts/rebalancer --destination dist\n" in script
+    assert "helm package" not in script  # the release script's, above
     assert 'helm push "dist/rebalancer-$VERSION.tgz" "oci://$REGISTRY/charts"' in script
     assert step_with_id("chart")["env"]["VERSION"] == "${{ steps.version.outputs.version }}"
+    upload = step_using("actions/upload-artifact")
+    assert upload["with"]["path"] == "dist/"
+    assert order.index("build") < order.index("actions/upload-artifact") < order.index("chart")
 
 
 def test_both_digests_are_signed_keylessly_after_they_are_pushed() -> None:
@@ -228,6 +248,7 @@ def test_both_digests_are_signed_keylessly_after_they_are_pushed() -> None:
     [
         pytest.param("v{version}", None, True, id="the tag is the version"),
         pytest.param("v9.9.9", None, False, id="another tag"),
+        pytest.param("{version}", None, False, id="the version without its v"),
         pytest.param(
             "v{version}",
             ("charts/rebalancer/Chart.yaml", r"(?m)^appVersion: .*$", 'appVersion: "9.9.9"'),
@@ -251,11 +272,15 @@ def test_both_digests_are_signed_keylessly_after_they_are_pushed() -> None:
 def test_the_release_goes_on_only_when_the_tag_is_the_package_and_chart_version(
     tmp_path: Path, tag: str, edit: tuple[str, str, str] | None, goes_on: bool
 ) -> None:
-    """The workflow's own check, run as GitHub runs a `shell: bash` step, on copies of the files."""
+    """The workflow's own check (the release script's), run as GitHub runs a `shell: bash` step,
+    on copies of the files and of the script."""
     assert workflow()["defaults"] == {"run": {"shell": "bash"}}
     for relative in ("pyproject.toml", "charts/rebalancer/Chart.yaml"):
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / relative, tmp_path / relative)
+    shutil.copytree(
+        ROOT / "tools", tmp_path / "tools", ignore=shutil.ignore_patterns("__pycache__")
+    )
     if edit is not None:
         relative, pattern, line = edit
         text = (tmp_path / relative).read_text()
@@ -282,9 +307,121 @@ def test_the_release_goes_on_only_when_the_tag_is_the_package_and_chart_version(
         timeout=60,
     )
     if goes_on:
-        assert (run.returncode, run.stdout) == (0, ""), run.stderr
+        assert (run.returncode, run.stdout, run.stderr) == (0, "", "")
         assert output.read_text() == f"version={package_version()}\n"
     else:
-        assert run.returncode == 1
-        assert run.stdout.startswith("::error::tag ")
+        # One line naming what disagrees, and nothing written for the later steps.
+        assert (run.returncode, run.stdout) == (1, "")
+        (said,) = run.stderr.splitlines()
+        assert said.startswith("release: ")
+        assert "9.9.9" in said or env["GITHUB_REF_NAME"] in said
         assert output.read_text() == ""
+
+
+# The Apache License 2.0 as the Apache Software Foundation publishes it (LICENSE-2.0.txt).
+APACHE_2_0_SHA256 = "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"
+
+
+def test_the_licence_is_the_whole_apache_2_0_text_pyproject_names() -> None:
+    text = (ROOT / "LICENSE").read_bytes()
+    assert hashlib.sha256(text).hexdigest() == APACHE_2_0_SHA256
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert (project["license"], project["license-files"]) == ("Apache-2.0", ["LICENSE"])
+
+
+def test_make_release_builds_the_packages_and_the_chart_of_the_one_version(
+    tmp_path: Path,
+) -> None:
+    """The release script as the workflow runs it (no image: the workflow builds that from the
+    Dockerfile; ``tools/image.py`` is tested below and by the suite's real nodes)."""
+    make = subprocess.run(
+        ["make", "-n", "release"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert make.returncode == 0, make.stderr
+    assert "-m tools.release --out out/release" in make.stdout
+    out = tmp_path / "release"
+    run = subprocess.run(
+        [sys.executable, "-m", "tools.release", "--skip-image", "--out", str(out)],
+        cwd=ROOT,
+        env={**os.environ, "HELM": str(helm.binary())},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    version = package_version()
+    names = {p.name for p in out.iterdir()}
+    assert names == {
+        f"rebalancer-{version}-py3-none-any.whl",
+        f"rebalancer-{version}.tar.gz",
+        f"rebalancer-{version}.tgz",
+        "SHA256SUMS",
+    }
+    check = subprocess.run(
+        ["sha256sum", "-c", "SHA256SUMS"], cwd=out, capture_output=True, check=False
+    )
+    assert check.returncode == 0, check.stdout
+    licence = (ROOT / "LICENSE").read_bytes()
+    with zipfile.ZipFile(out / f"rebalancer-{version}-py3-none-any.whl") as wheel:
+        assert wheel.read(f"rebalancer-{version}.dist-info/licenses/LICENSE") == licence
+    with tarfile.open(out / f"rebalancer-{version}.tar.gz") as sdist:
+        member = sdist.extractfile(f"rebalancer-{version}/LICENSE")
+        assert member is not None
+        assert member.read() == licence
+    with tarfile.open(out / f"rebalancer-{version}.tgz") as chart:
+        member = chart.extractfile("rebalancer/Chart.yaml")
+        assert member is not None
+        packaged = yaml.safe_load(member.read())
+    assert (packaged["version"], packaged["appVersion"]) == (version, version)
+
+
+def members(archive: Path) -> dict[str, bytes]:
+    """Every file of the tar file ``archive``, by name."""
+    found = {}
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            data = tar.extractfile(member)
+            assert data is not None, member.name
+            found[member.name] = data.read()
+    return found
+
+
+def test_the_image_is_an_oci_layout_whose_every_digest_and_size_holds(tmp_path: Path) -> None:
+    """``oci_archive`` on a one-file layer: the index names the image both ways its readers
+    look, and each descriptor's digest and size are its blob's (what ``ctr images import``
+    checks: docs/design/release.md says what was imported and run by hand)."""
+    layer = tmp_path / "layer.tar"
+    with tarfile.open(layer, "w") as tar:
+        info = tarfile.TarInfo("hello")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"hi"))
+    config = {"Entrypoint": ["/hello"]}
+    out = image.oci_archive(
+        tmp_path / "image.tar", "rebalancer.local/rebalancer:1.2.3", layer, config
+    )
+    blobs = members(out)
+    assert json.loads(blobs["oci-layout"]) == {"imageLayoutVersion": "1.0.0"}
+    (described,) = json.loads(blobs["index.json"])["manifests"]
+    assert described["annotations"] == {
+        "org.opencontainers.image.ref.name": "1.2.3",
+        "io.containerd.image.name": "rebalancer.local/rebalancer:1.2.3",
+    }
+
+    def blob(descriptor: dict[str, Any]) -> bytes:
+        data = blobs["blobs/sha256/" + descriptor["digest"].removeprefix("sha256:")]
+        assert descriptor["digest"] == "sha256:" + hashlib.sha256(data).hexdigest()
+        assert descriptor["size"] == len(data)
+        return data
+
+    manifest = json.loads(blob(described))
+    assert manifest["mediaType"] == described["mediaType"]
+    image_config = json.loads(blob(manifest["config"]))
+    (layer_descriptor,) = manifest["layers"]
+    assert layer_descriptor["mediaType"] == "application/vnd.oci.image.layer.v1.tar+gzip"
+    unpacked = gzip.decompress(blob(layer_descriptor))
+    assert unpacked == layer.read_bytes()
+    assert image_config["rootfs"]["diff_ids"] == ["sha256:" + hashlib.sha256(unpacked).hexdigest()]
+    assert image_config["config"] == config
+    assert (image_config["os"], image_config["architecture"]) == ("linux", image.ARCHITECTURE)
+    assert len(blobs) == 5  # the layout, the index and three blobs: nothing else
