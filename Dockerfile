@@ -1,7 +1,9 @@
-# The controller's image. Each release tag vX.Y.Z builds it for linux/amd64 and linux/arm64,
-# pushes it to ghcr.io/rebalancer-project/rebalancer:X.Y.Z (the chart's default image) and signs
-# it (.github/workflows/release.yml). Your own build: `docker build -t REGISTRY/rebalancer:X.Y.Z .`,
-# push it, and set the chart's image.repository (charts/rebalancer/README.md, "The image").
+# The controller's image. A pushed release tag vX.Y.Z would build it for linux/amd64 and
+# linux/arm64, push it to ghcr.io/rebalancer-project/rebalancer:X.Y.Z (the chart's default image)
+# and sign it (.github/workflows/release.yml); none has been pushed. Your own build:
+# `docker build -t REGISTRY/rebalancer:X.Y.Z .`, push it, and set the chart's image.repository;
+# without Docker, `make release` replays this file's build stage (tools/image.py)
+# (charts/rebalancer/README.md, "The image").
 #
 # Two stages: the first installs the package and its dependencies into a virtual environment
 # (every dependency ships wheels, so nothing is compiled); the second is a slim Python with that

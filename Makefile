@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-dev
 OUT    ?= out
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo simulate schema test lint typecheck imports system-deps kube pytest bench release clean
+.PHONY: demo simulate check-config schema test lint typecheck imports system-deps kube pytest bench release clean
 
 # A fresh Debian has python3 but not always its venv module: install it when missing.
 $(STAMP): pyproject.toml sandbox/pyproject.toml
@@ -26,6 +26,14 @@ demo: $(STAMP)
 simulate: $(STAMP)
 	$(BIN)/rebalancer simulate --trace examples/traces/azure_llm_2024_week_per_minute.csv \
 		--service code --tz America/Los_Angeles --out $(OUT)/simulate
+
+# The settings under a Helm values file's `config:`, checked offline as `rebalancer check` checks a
+# settings file: every setting, and every PromQL query parsed (docs/getting-started.md, step 3).
+VALUES ?= values.yaml
+check-config: $(STAMP)
+	@mkdir -p $(OUT)
+	$(BIN)/python -m tools.settings_of $(VALUES) > $(OUT)/config.yaml
+	$(BIN)/rebalancer check --config $(OUT)/config.yaml
 
 test: lint typecheck imports system-deps pytest
 

@@ -1,3 +1,4 @@
 """What builds the project's artifacts, outside the product: used by ``make release``
 (``tools/release.py``) and by the suite, which builds the same image to run on its real nodes.
-Standard library only, so that the release workflow runs it on a bare runner's Python."""
+``release`` and ``image`` use the standard library only, so that the release workflow runs them on
+a bare runner's Python."""

@@ -102,11 +102,17 @@ def chart(out: Path, helm_binary: str) -> None:
     run([helm_binary, "package", str(CHART), "--destination", str(out)], "helm package")
 
 
+def image_name(version: str) -> str:
+    """The image tarball's file name: the version and the one platform it is built for."""
+    from tools.image import ARCHITECTURE
+
+    return f"rebalancer-image-{version}-linux-{ARCHITECTURE}.oci.tar"
+
+
 def image(out: Path, version: str) -> None:
     from tools import image as images
 
-    name = f"rebalancer-image-{version}-linux-{images.ARCHITECTURE}.oci.tar"
-    images.controller(out / name, f"{IMAGE_REPOSITORY}:{version}", version)
+    images.controller(out / image_name(version), f"{IMAGE_REPOSITORY}:{version}", version)
 
 
 def checksums(out: Path) -> Path:
