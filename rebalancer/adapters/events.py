@@ -119,6 +119,11 @@ class NodeEvent:
     action: str
     note: str
     annotations: tuple[tuple[str, str], ...] = ()
+    # What it is about, when not a node (``node`` then names it): the controller's own Pod, for
+    # what happened to its settings (``runtime.livesettings``); such an Event lives in the
+    # object's namespace.
+    kind: str = "Node"
+    namespace: str = NAMESPACE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,7 +224,7 @@ def event_body(
     stamp: int,
     annotations: Mapping[str, str] | None = None,
 ) -> Obj:
-    metadata: Obj = {"name": event_name(event.node, stamp), "namespace": NAMESPACE}
+    metadata: Obj = {"name": event_name(event.node, stamp), "namespace": event.namespace}
     if annotations:
         metadata["annotations"] = dict(annotations)
     return {
@@ -232,10 +237,21 @@ def event_body(
         "action": event.action,
         "reason": event.reason,
         "type": event.type,
-        # kubelet's convention for node events: the node's name as its uid
-        "regarding": {"apiVersion": "v1", "kind": "Node", "name": event.node, "uid": event.node},
+        "regarding": _regarding(event),
         "note": event.note[:NOTE_LIMIT],
     }
+
+
+def _regarding(event: NodeEvent) -> Obj:
+    if event.kind != "Node":
+        return {
+            "apiVersion": "v1",
+            "kind": event.kind,
+            "namespace": event.namespace,
+            "name": event.node,
+        }
+    # kubelet's convention for node events: the node's name as its uid
+    return {"apiVersion": "v1", "kind": "Node", "name": event.node, "uid": event.node}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,10 +319,16 @@ class KubeEvents:
         try:
             # The answer is not read into the client's models: parsing its times with dateutil
             # cost a wave of 100 reclaims about 150 ms of CPU, for an answer nobody reads.
-            await _answer(await create(NAMESPACE, body, _preload_content=False))
+            await _answer(await create(event.namespace, body, _preload_content=False))
         except Exception as exc:
             self.failures += 1
-            log.warning("event %s on node %s not recorded: %s", event.reason, event.node, _why(exc))
+            log.warning(
+                "event %s on %s %s not recorded: %s",
+                event.reason,
+                event.kind.lower(),
+                event.node,
+                _why(exc),
+            )
             return False
         self.recorded += 1
         return True

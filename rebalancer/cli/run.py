@@ -12,6 +12,7 @@ from typing import Any
 
 from rebalancer.cli import common
 from rebalancer.errors import ConfigError
+from rebalancer.settings import Settings
 
 
 def register(commands: Any) -> None:
@@ -39,11 +40,12 @@ def handle(args: argparse.Namespace) -> int:
     import asyncio
     import logging
 
-    from rebalancer.runtime import loop, wiring
+    from rebalancer import settings
+    from rebalancer.runtime import livesettings, loop, wiring
 
-    config = common.load_settings(args)
-    if args.dry_run:
-        config = config.model_copy(update={"dry_run": True})
+    path = settings.config_path(args.config)
+    adjust = _dry_run if args.dry_run else livesettings.as_loaded
+    config = adjust(settings.load(path))
     if not config.pools:
         raise ConfigError(
             "pools=[]: the settings name no pool, so the controller would have nothing to "
@@ -52,8 +54,16 @@ def handle(args: argparse.Namespace) -> int:
     loop.json_logging(logging.DEBUG if args.verbose else getattr(logging, config.log_level))
 
     async def go() -> int:
-        seams = wiring.Seams(kubeconfig=args.kubeconfig, context=args.context)
+        # The file is read again when it changes, with the same adjustments
+        # (docs/design/live-settings.md).
+        source = None if path is None else livesettings.SettingsSource(path, adjust)
+        seams = wiring.Seams(kubeconfig=args.kubeconfig, context=args.context, settings_file=source)
         async with wiring.Controller.open(config, seams) as controller:
             return await controller.run()
 
     return asyncio.run(go())
+
+
+def _dry_run(config: Settings) -> Settings:
+    """``--dry-run`` over whatever the file says, at start and at every reload."""
+    return config.model_copy(update={"dry_run": True})

@@ -239,6 +239,16 @@ class Bell(Protocol):
     why: str
 
 
+class Watch(Protocol):
+    """``runtime.livesettings.SettingsWatch``: ``run`` polls the settings file for ever and sets
+    ``rung`` when its content changes."""
+
+    rung: asyncio.Event
+    why: str
+
+    async def run(self) -> None: ...
+
+
 class Candidate(Protocol):
     """``adapters.leadership.LeaderElector``: cancelling ``run`` releases the lease."""
 
@@ -256,10 +266,12 @@ async def run_controller(
     stop: asyncio.Event | None = None,
     signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT),
     alerts: Bell | None = None,
+    settings: Watch | None = None,
 ) -> int:
     """The controller process: informer and election in the background; once the informer has
     listed, the loop (``step`` is ``Reconciler.tick``; the reconciler runs its start-up on the
-    first tick of each stretch of leadership), run at once whenever ``alerts`` rings. On a
+    first tick of each stretch of leadership), run at once whenever ``alerts`` rings or the
+    ``settings`` file changes (the tick reads it first: ``Controller.tick``). On a
     signal: the step in flight finishes, the election is cancelled (which releases the lease),
     the informer stops; 0 is returned."""
     background: list[asyncio.Task[None]] = [
@@ -287,6 +299,11 @@ async def run_controller(
         if alerts is not None:
             background.append(
                 asyncio.create_task(_forward_alerts(alerts, loop), name="alert-wake-ups")
+            )
+        if settings is not None:
+            background.append(asyncio.create_task(settings.run(), name="settings-poll"))
+            background.append(
+                asyncio.create_task(_forward_settings(settings, loop), name="settings-wake-ups")
             )
         return await serve(loop, release=release, stop=stop, signals=())
     finally:
@@ -325,6 +342,15 @@ async def _forward_alerts(bell: Bell, loop: ReconcileLoop) -> None:
             loop.wake(f"alertmanager: {bell.why}", at_once=True)
         else:
             log.debug("alertmanager: %s; read by the next tick (one wake-up a tick)", bell.why)
+
+
+async def _forward_settings(watch: Watch, loop: ReconcileLoop) -> None:
+    """Run the loop at once when the settings file changes: a pause is taken by the next tick,
+    not up to an interval later. The poll rings once per change, so this cannot spin."""
+    while True:
+        await watch.rung.wait()
+        watch.rung.clear()
+        loop.wake(watch.why, at_once=True)
 
 
 async def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from rebalancer.core import audit, model, windows
@@ -106,6 +106,21 @@ class Reconciler:
             self.pools, keys=self.keys, clock=clock, context=self._context
         )
         self.memory = Memory(started=_NOT_STARTED)
+
+    def reconfigure(self, pools: Sequence[PoolConfig], changed: Reconfigured) -> None:
+        """Run by new settings from the next tick on (``runtime.livesettings``): the same pools
+        by name, their policies, strategies and switches new. Between ticks only (the loop never
+        runs two at once): the memory, the observer's caches and the strategy calls still
+        running are kept, as each is keyed by pool name."""
+        _check_pools(pools, changed.actuators)
+        self.pools = tuple(pools)
+        self.actuators = changed.actuators
+        self.observer.pools = self.pools
+        self.observer.paused, self.observer.frozen = changed.paused, changed.frozen
+        self.observer.clock_bound = changed.clock_bound
+        self.strategies.pools, self.strategies.timeout = self.pools, changed.strategy_timeout
+        self.recovery.pools = self.pools
+        self.lend_concurrency = changed.lend_concurrency
 
     @property
     def rules(self) -> effects.Rules:
@@ -310,6 +325,18 @@ class Reconciler:
 
 
 _NOT_STARTED = object()
+
+
+@dataclass(frozen=True)
+class Reconfigured:
+    """What new settings change in a running reconciler besides its pools."""
+
+    actuators: Mapping[PoolName, NodeActuator]
+    paused: bool
+    frozen: bool
+    clock_bound: timedelta
+    strategy_timeout: timedelta
+    lend_concurrency: int
 
 
 def _check_pools(pools: Sequence[PoolConfig], actuators: Mapping[PoolName, NodeActuator]) -> None:

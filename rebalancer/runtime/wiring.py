@@ -65,7 +65,7 @@ from rebalancer.adapters.audit import (
     UnreachableStore,
     stdout_sink,
 )
-from rebalancer.adapters.events import KubeEvents
+from rebalancer.adapters.events import KubeEvents, NodeEvent
 from rebalancer.adapters.evictionrequests import (
     EvictionRequests,
     KubeEvictionRequests,
@@ -80,12 +80,12 @@ from rebalancer.adapters.writer import KubeWriter, NodeWriter
 from rebalancer.core.audit import NewId
 from rebalancer.core.model import Clock, PoolName
 from rebalancer.core.nodestate import Keys
-from rebalancer.runtime import adapterconfig, explaining, http, tls
+from rebalancer.runtime import adapterconfig, explaining, http, livesettings, tls
 from rebalancer.runtime import alerts as alerting
 from rebalancer.runtime.loop import run_controller
 from rebalancer.runtime.observing import Observer
 from rebalancer.runtime.poolmetrics import PoolMetricsRouter
-from rebalancer.runtime.reconcile import Reconciler
+from rebalancer.runtime.reconcile import Reconciler, Reconfigured
 from rebalancer.runtime.recording import RecordingActuator
 from rebalancer.runtime.report import TickReport
 from rebalancer.runtime.seams import (
@@ -324,6 +324,9 @@ class Seams:
     sink: Sink | None = stdout_sink  # where each stored audit record is also written as JSON
     name: str | None = None  # this process's identity (None: ``identity()``, from POD_NAME)
     serve_http: bool = True  # the HTTP API (/metrics, the audit API) and the probes' port
+    # The file the settings were read from, read again when it changes (``runtime.livesettings``;
+    # the controller's role only). None: the settings are fixed for the process's life.
+    settings_file: livesettings.SettingsSource | None = None
 
 
 @dataclass
@@ -349,6 +352,9 @@ class Controller:
     reconciler: Reconciler
     server: http.HttpServer | None = None
     alerts: alerting.AlertStore | None = None
+    requests: EvictionRequests | None = None  # a notice's EvictionRequests, for new actuators
+    watch: livesettings.SettingsWatch | None = None  # the settings file, when read again
+    settings_metrics: livesettings.SettingsMetrics | None = None
 
     @property
     def pod(self) -> str:
@@ -387,6 +393,7 @@ class Controller:
             alert_store = _alert_store(settings, server_clock)
             events = _events(settings, api, me, server_clock, keys)
             informer = _informer(settings, role, api)
+            requests = _eviction_requests(api, keys, leadership, me)
             reconciler = _reconciler(
                 settings,
                 role,
@@ -402,13 +409,14 @@ class Controller:
                 alerts=alert_store,
                 apiserver_clock=probe,
                 prometheus_clock=prometheus,
-                requests=_eviction_requests(api, keys, leadership, me),
+                requests=requests,
             )
             built = Controller(
                 settings, role, me, server_clock, api, keys, pools, writer, informer, metrics,
                 store, audit_log, telemetry, events, elector, leadership, reconciler,
             )  # fmt: skip
-            built.alerts = alert_store
+            built.alerts, built.requests = alert_store, requests
+            built._watch(seams.settings_file)
             if role is Role.CONTROLLER and seams.serve_http:
                 built.server = await stack.enter_async_context(built._http())
             yield built
@@ -465,8 +473,63 @@ class Controller:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    def _watch(self, source: livesettings.SettingsSource | None) -> None:
+        """The settings file watched from now, for the controller that runs the loop."""
+        if source is None or self.role is not Role.CONTROLLER:
+            return
+        self.watch = livesettings.SettingsWatch.of(source)
+        self.settings_metrics = livesettings.SettingsMetrics(
+            self.telemetry.registry, self.watch.judged
+        )
+
+    async def reload_settings(self) -> livesettings.Outcome | None:
+        """The settings file read again if its content changed, and what runs from the next
+        tick on: its live changes taken, the rest kept and said (``runtime.livesettings``).
+        Said in the log, by an Event on this replica's Pod and by the metrics."""
+        if self.watch is None:
+            return None
+        outcome = self.watch.check(self.settings)
+        if outcome is None:
+            return None
+        if outcome.settings is not None:
+            self._run_by(outcome.settings)
+        if self.settings_metrics is not None:
+            self.settings_metrics.reloaded(outcome, self.clock())
+        await self._say(outcome)
+        return outcome
+
+    def _run_by(self, settings: Settings) -> None:
+        """The reconciler reconfigured for ``settings`` (restart-only fields as they run)."""
+        pools = pool_configs(settings)
+        cache = self.informer if self.role is Role.CONTROLLER else NoCache()
+        made = actuators(
+            pools, self.writer, self.keys, self.clock, settings.dry_run, cache, self.requests
+        )
+        changed = Reconfigured(
+            actuators={name: RecordingActuator(a, self.events) for name, a in made.items()},
+            paused=settings.paused,
+            frozen=settings.frozen,
+            clock_bound=settings.clock_skew_bound,
+            strategy_timeout=settings.strategy_timeout,
+            lend_concurrency=settings.lend_concurrency,
+        )
+        self.reconciler.reconfigure(pools, changed)
+        self.settings, self.pools = settings, pools
+        logging.getLogger().setLevel(settings.log_level)
+
+    async def _say(self, outcome: livesettings.Outcome) -> None:
+        """The outcome in the log (a warning unless all of it was taken) and as an Event on
+        this replica's Pod: each replica reads its own copy of the file, so each says what it
+        made of it where ``kubectl describe pod`` shows it."""
+        refused = outcome.result in (livesettings.REFUSED, livesettings.RESTART_NEEDED)
+        log.log(logging.WARNING if refused else logging.INFO, "%s", outcome.summary())
+        if isinstance(self.events, KubeEvents):
+            await self.events.record(settings_event(outcome, self.pod, pod_namespace()))
+
     async def tick(self) -> TickReport:
-        """One tick of the reconciler, its report given to the controller's metrics."""
+        """One tick of the reconciler, its report given to the controller's metrics; a changed
+        settings file is read first, so that the tick runs by it."""
+        await self.reload_settings()
         report = await self.reconciler.tick()
         self.telemetry.record(report)
         return report
@@ -483,6 +546,7 @@ class Controller:
             interval=self.settings.tick_interval,
             stop=stop,
             alerts=self.alerts,
+            settings=self.watch,
         )
 
 
@@ -504,6 +568,39 @@ def _audit_log(
         cluster=settings.cluster_name,
         listener=telemetry.audited,
     )
+
+
+SETTINGS_EVENTS = {
+    livesettings.APPLIED: ("Normal", "SettingsApplied"),
+    livesettings.UNCHANGED: ("Normal", "SettingsApplied"),
+    livesettings.RESTART_NEEDED: ("Warning", "SettingsNeedRestart"),
+    livesettings.REFUSED: ("Warning", "SettingsRefused"),
+}
+
+
+def settings_event(outcome: livesettings.Outcome, pod: str, namespace: str) -> NodeEvent:
+    """The Event a reload is worth, about this replica's Pod."""
+    kind, reason = SETTINGS_EVENTS[outcome.result]
+    return NodeEvent(
+        pod, kind, reason, "Reload", outcome.summary(), kind="Pod", namespace=namespace
+    )
+
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def pod_namespace(
+    environ: Mapping[str, str] = os.environ, mounted: Path = SERVICE_ACCOUNT_NAMESPACE
+) -> str:
+    """This replica's namespace: ``POD_NAMESPACE`` (the chart sets it from the downward API),
+    else its service account's, else ``default``."""
+    given = environ.get("POD_NAMESPACE", "").strip()
+    if given:
+        return given
+    try:
+        return mounted.read_text(encoding="utf-8").strip() or "default"
+    except OSError:
+        return "default"
 
 
 def _gate(settings: Settings, api: Any) -> kubeauth.Gate:

@@ -230,6 +230,8 @@ def test_the_kinds_rendered_by_default(renders: dict[str, list[Doc]]) -> None:
             "Role",
             "Role",
             "Role",
+            "Role",  # the Events about the controller's own Pod (its settings reloaded)
+            "RoleBinding",
             "RoleBinding",
             "RoleBinding",
             "RoleBinding",
@@ -376,7 +378,12 @@ def test_a_pool_s_slo_means_in_the_chart_what_it_means_in_the_settings(tmp_path:
 def test_the_lease_the_controller_uses_is_the_one_its_role_may_renew() -> None:
     docs = render(COMBINATIONS["defaults"])  # the install's objects: the hooks' are not there
     election = config_of(docs)["leader_election"]
-    lease_roles = [r for r in of_kind(docs, "Role") if r["metadata"]["namespace"] == "rebalancer"]
+    lease_roles = [
+        r
+        for r in of_kind(docs, "Role")
+        if r["metadata"]["namespace"] == "rebalancer"
+        and any("leases" in rule["resources"] for rule in r["rules"])
+    ]
     (role,) = lease_roles
     named = [rule for rule in role["rules"] if rule.get("resourceNames")]
     assert named == [
@@ -456,13 +463,32 @@ def test_postgresql_reads_its_url_from_a_secret_and_rolls(renders: dict[str, lis
     assert "topologySpreadConstraints" not in single
 
 
-def test_a_changed_config_rolls_the_pods() -> None:
+def test_a_restart_only_change_rolls_the_pods_and_a_live_one_does_not() -> None:
+    """docs/design/live-settings.md: what the running controller reads again from its
+    ConfigMap leaves the pods as they are; what it takes only at a restart rolls them."""
+
     def checksum(values: Mapping[str, Any]) -> str:
         pod = one(render(values), "Deployment")["spec"]["template"]
         return str(pod["metadata"]["annotations"]["checksum/config"])
 
-    assert checksum({}) != checksum({"config": {"paused": True}})
-    assert checksum({}) == checksum({"podLabels": {"team": "ml"}})
+    def pool(**fields: Any) -> dict[str, Any]:
+        return {"config": {"pools": [{**POOL, **fields}]}}
+
+    base = checksum({})
+    assert base == checksum({"podLabels": {"team": "ml"}})
+    live: list[dict[str, Any]] = [
+        {"config": {"paused": True}},
+        pool(limits={"min_serving": 5}),
+        pool(window="Mon-Fri 22:00-06:00", strategy="reactive"),
+    ]
+    assert {checksum(v) for v in live} == {base}
+    restart: list[dict[str, Any]] = [
+        {"config": {"tick_interval": "10s"}},
+        {"leaderElection": {"leaseDuration": "30s"}},
+        {"config": {"pools": [POOL, {**POOL, "name": "h100"}]}},
+        pool(lend_only_to_takers=False),
+    ]
+    assert base not in {checksum(v) for v in restart}
 
 
 def test_the_network_policy_lets_in_only_the_api_port(renders: dict[str, list[Doc]]) -> None:

@@ -101,6 +101,41 @@ tls:
 {{- end }}
 {{- end -}}
 
+{{/* The settings the chart sets from its other values, over .Values.config in the ConfigMap. */}}
+{{- define "rebalancer.chartSettings" -}}
+{{- $le := .Values.leaderElection }}
+{{- $chart := dict
+  "leader_election" (dict
+    "enabled" $le.enabled
+    "lease_name" (include "rebalancer.fullname" .)
+    "lease_namespace" .Release.Namespace
+    "lease_duration" $le.leaseDuration
+    "renew_deadline" $le.renewDeadline
+    "retry_period" $le.retryPeriod)
+  "http" (include "rebalancer.httpSettings" . | fromYaml)
+  "node_state_keys" (include "rebalancer.nodeStateKeysPath" .) }}
+{{- if eq .Values.audit.store "sqlite" }}
+{{- $_ := set $chart "audit" (dict "url" (include "rebalancer.sqliteUrl" .)) }}
+{{- end }}
+{{- toYaml $chart }}
+{{- end -}}
+
+{{/*
+What of the settings the running controller takes only at a restart
+(docs/design/live-settings.md): the chart's own settings, config's restart-only fields and, of
+each pool, its name, order, queries, Alertmanager selectors and lend_only_to_takers. The pods'
+checksum is of this alone, so that an upgrade that changes only live settings (a pool's limits,
+paused) reaches the running controller through its ConfigMap, without a restart.
+*/}}
+{{- define "rebalancer.restartSettings" -}}
+{{- $pools := list }}
+{{- range .Values.config.pools }}
+{{- $pools = append $pools (pick . "name" "metrics" "wake_on" "lend_only_to_takers") }}
+{{- end }}
+{{- $config := omit .Values.config "paused" "frozen" "pools" "log_level" "strategy_timeout" "lend_concurrency" "clock_skew_bound" }}
+{{- toYaml (dict "chart" (include "rebalancer.chartSettings" . | fromYaml) "config" $config "pools" $pools) }}
+{{- end -}}
+
 {{/* The ServiceMonitor's own scraper: made unless monitoring.serviceMonitor.tokenSecret names one. */}}
 {{- define "rebalancer.scraper" -}}
 {{- printf "%s-metrics-scraper" (include "rebalancer.fullname" .) | trunc 63 | trimSuffix "-" -}}

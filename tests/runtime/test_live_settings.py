@@ -1,0 +1,187 @@
+"""The settings file changed under a running controller, on the API emulator
+(docs/design/live-settings.md): the next tick runs by its live changes, a broken file is
+refused (a log line, an Event on the controller's Pod, a metric) and the running settings go on
+acting, a pause is taken by the very next tick, and a restart-only change is said and kept.
+
+In-process, ticked by hand as the demo ticks it: each tick reads the file first
+(``Controller.tick``), so the tick after a write is the one that must run by it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from kubernetes_asyncio import client
+
+from rebalancer import settings as settings_mod
+from rebalancer.core.model import Action, PoolName
+from rebalancer.runtime import livesettings, wiring
+from rebalancer.runtime.report import TickReport
+from tests.support import fakes
+from tests.support.processes import Setup, setup
+
+ME = "rebalancer-7c4b9-aaaaa"
+POOL = PoolName("inference")
+
+
+def pool_text(max_lent: float, *, extra: str = "") -> str:
+    """The one pool, lending to no taker in particular (so a tick lends when demand is low),
+    at most ``max_lent`` of its nodes."""
+    return f"""
+pools:
+  - name: inference
+    node_selector: {{gpu-pool: inference}}
+    inference_selector: {{app: llm-serving}}
+    rps_per_node: 100
+    strategy: reactive
+    lend_only_to_takers: false
+    limits: {{max_lent_fraction: {max_lent}, min_serving: 2}}
+{extra}"""
+
+
+def write(box: Setup, head: str, pools: str) -> None:
+    box.config.write_text(head + pools, encoding="utf-8")
+
+
+@contextlib.asynccontextmanager
+async def controller(
+    tmp_path: Path, max_lent: float
+) -> AsyncIterator[tuple[Setup, str, wiring.Controller]]:
+    """A controller started from a file naming the pool's ``max_lent``, with no demand at all
+    (every node could be lent), its informer running; the file's head for the test to keep."""
+    async with setup(tmp_path) as box:
+        head = box.config.read_text(encoding="utf-8").split("pools:")[0]
+        write(box, head, pool_text(max_lent))
+        source = livesettings.SettingsSource(box.config, env={})
+        config = settings_mod.load(box.config, env={})
+        seams = wiring.Seams(
+            kubeconfig=box.kubeconfig,
+            name=ME,
+            sink=None,
+            serve_http=False,
+            metrics=fakes.Demand({POOL: 0.0}, clock=wiring.utc_now),
+            settings_file=source,
+        )
+        async with wiring.Controller.open(config, seams) as c:
+            task = asyncio.create_task(c.informer.run())
+            try:
+                await asyncio.wait_for(c.informer.synced.wait(), 10)
+                yield box, head, c
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+
+def lends(report: TickReport) -> int:
+    return sum(1 for s in report.plan.steps if s.action is Action.LEND)
+
+
+def reloads(c: wiring.Controller, result: str) -> float | None:
+    return c.telemetry.registry.get_sample_value(
+        "rebalancer_settings_reloads_total", {"result": result}
+    )
+
+
+async def test_the_tick_after_the_file_changes_runs_by_the_new_pool_limits(tmp_path: Path) -> None:
+    async with controller(tmp_path, max_lent=0.0) as (box, head, c):
+        assert lends(await c.tick()) == 0  # nothing may be lent
+        write(box, head, pool_text(0.5))
+        report = await c.tick()
+        assert 0 < lends(report) <= 4  # half of the 8 nodes at most, from this very tick
+        assert c.settings.pool("inference").limits.max_lent_fraction == 0.5
+        assert reloads(c, "applied") == 1.0
+        digest = livesettings.digest(box.config)
+        info = {"sha256": digest or ""}
+        assert c.telemetry.registry.get_sample_value("rebalancer_settings_hash_info", info) == 1.0
+
+
+async def test_a_broken_file_is_refused_and_the_running_settings_go_on_acting(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with controller(tmp_path, max_lent=0.0) as (box, head, c):
+        write(box, head, pool_text(0.5, extra="    window: Mon-Fry 22:00-06:00\n"))
+        assert lends(await c.tick()) == 0  # the old limit still holds
+        assert c.settings.pool("inference").limits.max_lent_fraction == 0.0
+        assert reloads(c, "refused") == 1.0
+        assert reloads(c, "applied") == 0.0
+        assert "pools[0].window='Mon-Fry 22:00-06:00'" in caplog.text
+        assert "settings file refused, the running settings stay" in caplog.text
+        found = await client.EventsV1Api(c.api).list_namespaced_event("default")
+        (event,) = [e for e in found.items if e.reason == "SettingsRefused"]
+        assert (event.regarding.kind, event.regarding.name) == ("Pod", c.pod)
+        assert event.type == "Warning"
+        assert "Mon-Fry" in event.note
+        # The same broken file is not judged again every tick; a fixed one is.
+        assert lends(await c.tick()) == 0
+        assert reloads(c, "refused") == 1.0
+        write(box, head, pool_text(0.5))
+        assert lends(await c.tick()) > 0
+
+
+async def test_a_pause_is_taken_by_the_next_tick(tmp_path: Path) -> None:
+    async with controller(tmp_path, max_lent=0.5) as (box, head, c):
+        assert lends(await c.tick()) > 0
+        write(box, "paused: true\n" + head, pool_text(0.5))
+        report = await c.tick()
+        assert report.snapshot.paused
+        assert lends(report) == 0
+
+
+async def test_a_restart_only_change_is_said_and_kept_while_the_rest_is_taken(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with controller(tmp_path, max_lent=0.0) as (box, head, c):
+        write(box, "cluster_name: prod-eu-1\n" + head, pool_text(0.5))
+        assert lends(await c.tick()) > 0  # the pool's limit is taken
+        assert c.settings.cluster_name == "default"  # the cluster's name is not
+        assert reloads(c, "restart_needed") == 1.0
+        assert (
+            "cluster_name='prod-eu-1' (was 'default'): needs a restart, the running value is "
+            "kept until then" in caplog.text
+        )
+
+
+async def test_a_running_loop_takes_a_change_within_a_poll_not_an_interval(tmp_path: Path) -> None:
+    """The loop as ``rebalancer run`` runs it, with a tick interval of a minute: the poll sees
+    the file change and runs the loop at once, so the change is taken within about a poll."""
+    async with setup(tmp_path) as box:
+        head = box.config.read_text(encoding="utf-8").split("pools:")[0]
+        head = head.replace("tick_interval: 2s", "tick_interval: 60s")
+        write(box, head, pool_text(0.0))
+        source = livesettings.SettingsSource(box.config, env={})
+        seams = wiring.Seams(
+            kubeconfig=box.kubeconfig,
+            name=ME,
+            sink=None,
+            serve_http=False,
+            metrics=fakes.Demand({POOL: 0.0}, clock=wiring.utc_now),
+            settings_file=source,
+        )
+        config = settings_mod.load(box.config, env={})
+        async with wiring.Controller.open(config, seams) as c:
+            assert c.watch is not None
+            c.watch.poll = timedelta(seconds=0.2)
+            stop = asyncio.Event()
+            running = asyncio.create_task(c.run(stop))
+            while c.reconciler.last is None:  # the first tick, at once
+                await asyncio.sleep(0.05)
+            loop = asyncio.get_running_loop()
+            written = loop.time()
+            write(box, "paused: true\n" + head, pool_text(0.0))
+            while reloads(c, "applied") != 1.0:
+                await asyncio.sleep(0.02)
+                assert loop.time() - written < 5, "not taken within 5 s"
+            took = loop.time() - written
+            while c.reconciler.last is None or not c.reconciler.last.paused:
+                await asyncio.sleep(0.02)
+            paused = loop.time() - written
+            stop.set()
+            assert await running == 0
+    print(f"file written -> applied {took:.2f}s, -> a paused tick {paused:.2f}s (poll 0.2s)")
+    assert paused < 2
