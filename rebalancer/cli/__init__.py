@@ -5,10 +5,10 @@ clear line each and exit with status 2; nothing prints a traceback for bad input
 
 Where things are: ``main`` builds the parser and dispatches; each command has its module, with
 ``register`` (its parser) and ``handle`` (what it does) and its own output: ``run``, ``check``,
-``reclaim``, ``explain``, ``audit``, ``capacity``, ``gpu_labeler``, ``pools``, ``completion``.
-What several of them use (their common flags, the settings, documents, the controller that only
-reads) is in ``common``. Starting the command builds every parser and nothing more: each handler
-imports the runtime (the Kubernetes client) it needs.
+``status``, ``reclaim``, ``explain``, ``audit``, ``capacity``, ``gpu_labeler``, ``pools``,
+``completion``. What several of them use (their common flags, the settings, documents, the
+controller that only reads) is in ``common``. Starting the command builds every parser and
+nothing more: each handler imports the runtime (the Kubernetes client) it needs.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from rebalancer.cli import (
     pools,
     reclaim,
     run,
+    status,
 )
 from rebalancer.errors import RebalancerError
 from rebalancer.settings import InvalidSettings
@@ -44,7 +45,7 @@ Command = Callable[[Sequence[str]], int]
 
 # The commands of this package, in the order --help lists them: the controller's (they read the
 # settings), then the node pools', then the shell's completion.
-BUILT_IN = (run, check, reclaim, explain, audit, capacity, gpu_labeler, pools, completion)
+BUILT_IN = (run, check, status, reclaim, explain, audit, capacity, gpu_labeler, pools, completion)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
