@@ -50,7 +50,12 @@ def handle(args: argparse.Namespace) -> int:
     async def go() -> int:
         try:
             async with common.reading(args, config, timeout) as controller:
-                doc = await explain.preview(controller.reconciler, node=args.node, pool=args.pool)
+                doc = await explain.preview(
+                    controller.reconciler,
+                    node=args.node,
+                    pool=args.pool,
+                    interval=config.tick_interval,
+                )
         except NotExplained as exc:
             raise ConfigError(str(exc)) from None
         common.print_document(doc, args.output, lambda: explain.lines(doc))

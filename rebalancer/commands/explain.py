@@ -9,16 +9,27 @@ last tick.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from rebalancer.core import explain
 from rebalancer.core.explain import Json
 from rebalancer.runtime import explaining
 from rebalancer.runtime.reconcile import Reconciler
 
 
-async def preview(reconciler: Reconciler, *, node: str | None, pool: str | None) -> Json:
+async def preview(
+    reconciler: Reconciler,
+    *,
+    node: str | None,
+    pool: str | None,
+    interval: timedelta = timedelta(seconds=30),
+) -> Json:
     """The explanation of ``node`` or ``pool`` as the next tick would see it
-    (``explaining.NotExplained`` for one the controller does not drive)."""
-    snapshot, decision = await reconciler.preview()
+    (``explaining.NotExplained`` for one the controller does not drive), from the inputs the
+    loop holds: the demand history on its grid, and each pool's belief about its demand read
+    back over the last ``drop_hold`` as a loop ticking every ``interval`` (the
+    ``tick_interval`` setting) judged it."""
+    snapshot, decision = await reconciler.preview(recall=interval)
     return explaining.answer(reconciler, snapshot, decision, node=node, pool=pool)
 
 

@@ -120,6 +120,9 @@ def _ago(seconds: float) -> str:
     if minutes < 1:
         return f"{seconds:.0f}s"
     hours, minutes = divmod(minutes, 60)
+    if hours >= 24:
+        days, hours = divmod(hours, 24)
+        return f"{days}d{hours}h" if hours else f"{days}d"
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m"
 
 
@@ -217,7 +220,7 @@ def _input_lines(doc: Json) -> list[str]:
     if d["held"]:
         demand += f"; a fall to {d['held']['seen']:.4g} {symbol} is held"
     queue = "" if d["queue"] is None else f", {d['queue']:.0f} requests waiting"
-    lines = [f"  demand: {demand}{queue}"]
+    lines = [*_read_lines(doc), f"  demand: {demand}{queue}", _history_line(doc.get("history"))]
     lines += [
         f"  alert firing: {a['name']} (matched {a['matcher']}), holds until {a['until']}"
         for a in doc["alerts"]
@@ -233,6 +236,29 @@ def _input_lines(doc: Json) -> list[str]:
         if evidence:
             lines.append(f"  evidence: {evidence}")
     return lines
+
+
+def _read_lines(doc: Json) -> list[str]:
+    """Whose reading the answer is, and how old (``runtime.explaining`` says)."""
+    read = doc.get("read")
+    if read is None:
+        return []
+    if read["by"] == "loop":
+        age = _ago(read["age_seconds"])
+        return [f"  inputs: the loop's last tick, at {doc['as_of']} ({age} before this answer)"]
+    return [f"  inputs: read now, as the loop reads them at {doc['as_of']}"]
+
+
+def _history_line(history: Json | None) -> str:
+    if history is None:
+        return "  history: none (the strategy reads none)"
+    if not history["points"]:
+        return f"  history: no point up to {history['until']} ({_ago(history['age_seconds'])} old)"
+    span, step = _ago(history["span_seconds"]), _ago(history["step_seconds"])
+    return (
+        f"  history: {span} of {step} steps ({history['points']} points) up to "
+        f"{history['until']}, its end {_ago(history['age_seconds'])} old"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,6 +333,7 @@ def _pool_inputs(
     alerts, more_alerts = bounded.listed([a for a in seen.alerts if a.until > now])
     return {
         "demand": demand,
+        "history": _history(seen.history, now),
         "clocks": clocks.doc(seen.clocks),
         "alerts": [
             {
@@ -327,6 +354,22 @@ def _pool_inputs(
         if proposal
         else None,
         "strategy_failure": str(failure) if failure else None,
+    }
+
+
+def _history(history: model.DemandHistory | None, now: datetime) -> Json | None:
+    """The demand history the strategy was shown: its span, its step, how many points it
+    holds and how old its end is (None: the pool's strategy reads none)."""
+    if history is None:
+        return None
+    shown = history.values[: history.end_index]
+    return {
+        "from": _time(history.start),
+        "until": _time(history.end),
+        "span_seconds": (history.end - history.start).total_seconds(),
+        "step_seconds": history.step.total_seconds(),
+        "points": sum(1 for v in shown if v is not None),
+        "age_seconds": (now - history.end).total_seconds(),
     }
 
 

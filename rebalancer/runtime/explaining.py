@@ -14,6 +14,8 @@ which pool drives a node, and whether a pool is held, are the reconciler's to sa
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from rebalancer.core import bounded, explain, model
 from rebalancer.core.explain import Json
 from rebalancer.core.tick import Decision
@@ -32,8 +34,28 @@ def answer(
     *,
     node: str | None = None,
     pool: str | None = None,
+    answered: datetime | None = None,
 ) -> Json:
-    """The explanation of ``node`` (found in whichever pool selects it) or of ``pool``."""
+    """The explanation of ``node`` (found in whichever pool selects it) or of ``pool``, with
+    whose reading it is (``read``): the loop's last tick, ``answered`` after it (the HTTP
+    API), or read now (``answered`` None: ``rebalancer explain``). Both read the same inputs
+    at the same ``now``, the demand history included (``observing.history_end``)."""
+    doc = _answer(reconciler, snapshot, decision, node=node, pool=pool)
+    if answered is None:
+        doc["read"] = {"by": "explain", "age_seconds": 0.0}
+    else:
+        doc["read"] = {"by": "loop", "age_seconds": (answered - snapshot.now).total_seconds()}
+    return doc
+
+
+def _answer(
+    reconciler: Reconciler,
+    snapshot: model.Snapshot,
+    decision: Decision,
+    *,
+    node: str | None,
+    pool: str | None,
+) -> Json:
     configs = {str(p.name): p for p in reconciler.pools}
     if pool is not None:
         config = configs.get(pool)

@@ -62,7 +62,7 @@ class Observer:
         self.apiserver_clock, self.prometheus_clock = apiserver_clock, prometheus_clock
         self.clock_bound = clock_bound
         # Caches of what was read, whose loss changes no decision: each pool's demand history
-        # as last read (read again every ``history.refresh``), and what it covers, judged
+        # by where it ends (read again when ``history_end`` moves on), and what it covers, judged
         # incrementally as each read continues the last.
         self._histories: dict[PoolName, tuple[datetime, model.DemandHistory]] = {}
         self._jumps: dict[PoolName, exposure.Jumps] = {}  # pools with an slo: their covers
@@ -188,6 +188,22 @@ class Observer:
             log.exception("a clock could not be measured")
             return None
 
+    async def read_again(
+        self, pool: PoolName, nodes: Sequence[NodeName], at: datetime
+    ) -> PoolMetrics | None:
+        """The pool's metrics as a read at ``at`` gave them (``Reconciler.recall_beliefs``);
+        None, said at debug level, when the read fails or says it could not read: the caller
+        stops there rather than wait on a Prometheus it cannot reach, once a step."""
+        try:
+            found = await self.metrics.read(pool, nodes, at)
+        except Exception as exc:
+            log.debug("pool %s: demand at %s not read again: %s", pool, at.isoformat(), exc)
+            return None
+        if found.demand is None and found.errors:
+            log.debug("pool %s: demand at %s not read again: %s", pool, at, found.errors[0])
+            return None
+        return found
+
     async def _read(self, pool: PoolName, nodes: Sequence[NodeName], now: datetime) -> PoolMetrics:
         try:
             found = await self.metrics.read(pool, nodes, now)
@@ -211,11 +227,14 @@ class Observer:
     async def _history(
         self, pool: PoolConfig, nodes: Sequence[NodeName], now: datetime
     ) -> model.DemandHistory:
+        """The pool's demand history up to ``now`` floored to the refresh grid (``history_end``),
+        read once per step of that grid: what any process reads at ``now`` is what the loop
+        holds at ``now``, so ``rebalancer explain`` reconstructs it with one read."""
         cached = self._histories.get(pool.name)
         hs = self.history_settings
-        if cached is not None and now - cached[0] < hs.refresh:
+        until = history_end(now, hs)
+        if cached is not None and cached[0] == until:
             return cached[1]
-        until = _floor(now, hs.step)
         try:
             got = await self.metrics.history(pool.name, nodes, until - hs.span, until, hs.step)
         except Exception:
@@ -225,7 +244,7 @@ class Observer:
             log.warning("%s", got.error)
             if cached is not None:  # keep the last good one; try again next tick
                 return cached[1]
-        self._histories[pool.name] = (now, got.history)
+        self._histories[pool.name] = (until, got.history)
         return got.history
 
 
@@ -262,6 +281,18 @@ def adopter(pools: Sequence[PoolConfig], view: NodeView, keys: Keys) -> PoolConf
         if wanted and all((t.key, t.value, t.effect) in carried for t in wanted):
             return pool
     return pools[0]
+
+
+def history_end(now: datetime, settings: HistorySettings) -> datetime:
+    """Where the demand history read at ``now`` ends: ``now`` floored to ``settings.refresh``
+    (a multiple of its step), on the wall clock's grid, not to when this process last read.
+
+    Why a grid: the loop reads the history at most once per ``refresh`` and keeps it; were the
+    read's end the moment of the read, a process that reads at ``now`` (``rebalancer explain``)
+    would see minutes the loop does not hold yet, and the two would answer differently for up
+    to ``refresh`` (a strategy's peak over the last minutes, seen by one and not the other). On
+    the grid, every process holds the same window at the same ``now``."""
+    return _floor(now, settings.refresh)
 
 
 def _floor(when: datetime, step: timedelta) -> datetime:

@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from rebalancer.core import audit, model, windows
+from rebalancer.core import audit, demand, model, windows
 from rebalancer.core.audit import Context
 from rebalancer.core.concurrency import LEND_CONCURRENCY, RECLAIM_CONCURRENCY
 from rebalancer.core.model import Clock, NodeView, PoolName
@@ -254,22 +254,51 @@ class Reconciler:
         run.store.clear()
         say(says)
 
-    async def preview(self) -> tuple[model.Snapshot, Decision]:
+    async def preview(self, recall: timedelta | None = None) -> tuple[model.Snapshot, Decision]:
         """Observe and decide as a tick does, and write nothing, to the cluster or the audit
         log: ``rebalancer explain``. The error budgets' minutes are read from the audit log
-        first when no start-up has (a process that only explains)."""
+        first when no start-up has (a process that only explains); with ``recall`` (the loop's
+        tick interval), each pool's demand belief too, as the loop holds it
+        (``recall_beliefs``)."""
         now = self.clock()
         if self.memory.started is _NOT_STARTED:
             costs = await recovering.restore_unknown_costs(
                 self.pools, self.memory.costs, self.audit_log, now
             )
             self.memory = replace(self.memory, costs=costs)
+            if recall is not None:
+                await self.recall_beliefs(now, recall)
         measured = await self.observer.measure_clocks()
         seen = await self.observer.observe(self.clock(), measured)
         _, perceived = perception.perceive(self.memory, seen, self.rules)
         snapshot = perceived.snapshot
         answers = await self.strategies.answers(snapshot)
         return snapshot, plan_tick(snapshot, answers, self.rules.controls, self.keys)
+
+    async def recall_beliefs(self, now: datetime, step: timedelta) -> None:
+        """Each pool's demand belief as a loop ticking every ``step`` holds it at ``now``: the
+        samples of the last ``drop_hold`` (and the minute before it) read again at each step,
+        as the loop read them, and judged in order. A process that only explains has no memory
+        of its own; without this it believes a fall the loop holds for up to ``drop_hold``, and
+        the two answer differently all that while. Stops at a pool's first read that fails
+        (Prometheus not reachable from here): the belief is what was read until then, and none
+        (as a process that just started) when nothing was."""
+        members = self.observer.members()
+        beliefs = dict(self.memory.beliefs)
+        for pool in self.pools:
+            names = [v.name for v in members[pool.name]]
+            rule = pool.policy.drop_rule
+            at = now - rule.hold - demand.SPAN
+            belief, read = demand.start(at), False
+            while at < now:
+                found = await self.observer.read_again(pool.name, names, at)
+                if found is None:
+                    break
+                belief, _ = demand.judge(belief, found.demand, at, rule)
+                at, read = at + step, True
+            if read:
+                beliefs[pool.name] = belief
+        self.memory = replace(self.memory, beliefs=beliefs)
 
     def pool_controls(self, name: PoolName) -> PoolControls:
         return self.rules.controls[name]

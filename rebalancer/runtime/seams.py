@@ -101,7 +101,10 @@ class PoolConfig:
 class HistorySettings:
     span: timedelta = timedelta(days=8)  # the forecast looks back up to a week, plus a day
     step: timedelta = timedelta(minutes=1)
-    refresh: timedelta = timedelta(minutes=5)  # a history is asked for at most this often
+    # The grid the history's end is on (``observing.history_end``): it is read again each time
+    # ``now`` crosses a line of it, so at most this often, and at ``now`` every process holds
+    # the same window.
+    refresh: timedelta = timedelta(minutes=5)
 
 
 # ---------------------------------------------------------------------------------------------

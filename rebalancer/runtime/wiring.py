@@ -457,7 +457,9 @@ class Controller:
         decided = self.reconciler.last_decided
         if decided is None:
             return None
-        return explaining.answer(self.reconciler, *decided, node=node, pool=pool)
+        return explaining.answer(
+            self.reconciler, *decided, node=node, pool=pool, answered=self.clock()
+        )
 
     @asynccontextmanager
     async def informed(self, timeout: float) -> AsyncIterator[None]:
