@@ -33,7 +33,7 @@ from rebalancer.adapters.writer import KubeWriter, WriteError
 from rebalancer.core.audit import Kind
 from rebalancer.core.model import PoolName
 from rebalancer.core.outcomes import Outcome
-from rebalancer.runtime import wiring
+from rebalancer.runtime import livesettings, wiring
 from sandbox.emulator import cluster
 from sandbox.emulator.resources import PODS
 from tests.support import kube, objects
@@ -68,7 +68,7 @@ def test_every_binding_binds_a_rendered_role_to_the_chart_service_account() -> N
     assert service_account_of(docs).name == SA
     roles = {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]) for d in docs}
     bindings = [*of_kind(docs, "ClusterRoleBinding"), *of_kind(docs, "RoleBinding")]
-    assert len(bindings) == 3
+    assert len(bindings) == 4  # the cluster's, the Lease's, the nodes' Events, the Pod's Events
     for binding in bindings:
         ref = binding["roleRef"]
         namespace = binding["metadata"].get("namespace", "") if ref["kind"] == "Role" else ""
@@ -207,6 +207,14 @@ async def record_an_event(c: Cluster) -> bool:
     return await events.record(NodeEvent(SERVING, "Normal", "Lent", "Lend", "lent for a test"))
 
 
+async def record_a_settings_event(c: Cluster) -> bool:
+    """What a replica made of a change of its settings file, on its own Pod, in the release's
+    namespace (docs/design/live-settings.md)."""
+    events = KubeEvents(c.controller, instance="test")
+    outcome = livesettings.Outcome(livesettings.REFUSED, "0" * 64, ("paused='maybe': ...",))
+    return await events.record(wiring.settings_event(outcome, f"{RELEASE}-0", NAMESPACE))
+
+
 async def read_back_kept_records(c: Cluster) -> bool:
     """The audit records kept in the controller's own Events are listed back."""
     events = KubeEvents(c.controller, instance="test")
@@ -272,6 +280,7 @@ OPERATIONS: dict[str, Operation] = {
     "take-a-new-lease": take_a_new_lease,
     "take-a-released-lease": take_a_released_lease,
     "record-an-event": record_an_event,
+    "record-a-settings-event": record_a_settings_event,
     "read-back-kept-records": read_back_kept_records,
     "annotate-a-borrowed-pod": annotate_a_borrowed_pod,
     "set-a-borrowed-pods-condition": set_a_borrowed_pods_condition,
@@ -317,6 +326,7 @@ def without(docs: list[Doc], verb: str, group: str, resource: str) -> list[Doc]:
         ("get", "coordination.k8s.io", "leases", "take-a-released-lease"),
         ("update", "coordination.k8s.io", "leases", "take-a-released-lease"),
         ("create", "events.k8s.io", "events", "record-an-event"),
+        ("create", "events.k8s.io", "events", "record-a-settings-event"),
         ("list", "events.k8s.io", "events", "read-back-kept-records"),
         ("patch", "", "pods", "annotate-a-borrowed-pod"),
         ("patch", "", "pods/status", "set-a-borrowed-pods-condition"),
