@@ -517,6 +517,8 @@ class Controller:
         )
         self.reconciler.reconfigure(pools, changed)
         self.settings, self.pools = settings, pools
+        # A strategy changed live has its series at zero too, as one configured at start.
+        self.telemetry.prepare({p.name: p.strategy.name for p in settings.pools})
         logging.getLogger().setLevel(settings.log_level)
 
     async def _say(self, outcome: livesettings.Outcome) -> None:
