@@ -67,6 +67,20 @@ class Observer:
         self._histories: dict[PoolName, tuple[datetime, model.DemandHistory]] = {}
         self._jumps: dict[PoolName, exposure.Jumps] = {}  # pools with an slo: their covers
 
+    def reconfigure(
+        self, pools: Sequence[PoolConfig], *, paused: bool, frozen: bool, clock_bound: timedelta
+    ) -> None:
+        """New settings from the next observation on (``Reconciler.reconfigure``). The demand
+        histories are kept (their queries wait for a restart); what a pool's history covers is
+        judged afresh where the shape it is judged by (its capacity, min_serving, loan risk)
+        changed."""
+        shapes = {p.name: exposure.shape_of(p.policy) for p in pools}
+        for pool in self.pools:
+            if shapes.get(pool.name) != exposure.shape_of(pool.policy):
+                self._jumps.pop(pool.name, None)
+        self.pools = tuple(pools)
+        self.paused, self.frozen, self.clock_bound = paused, frozen, clock_bound
+
     def members(self) -> dict[PoolName, tuple[NodeView, ...]]:
         """Each pool's nodes, orphans adopted (``_membership``)."""
         return self._membership().members

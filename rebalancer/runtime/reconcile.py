@@ -115,9 +115,12 @@ class Reconciler:
         _check_pools(pools, changed.actuators)
         self.pools = tuple(pools)
         self.actuators = changed.actuators
-        self.observer.pools = self.pools
-        self.observer.paused, self.observer.frozen = changed.paused, changed.frozen
-        self.observer.clock_bound = changed.clock_bound
+        self.observer.reconfigure(
+            self.pools,
+            paused=changed.paused,
+            frozen=changed.frozen,
+            clock_bound=changed.clock_bound,
+        )
         self.strategies.pools, self.strategies.timeout = self.pools, changed.strategy_timeout
         self.recovery.pools = self.pools
         self.lend_concurrency = changed.lend_concurrency

@@ -10,17 +10,21 @@ In-process, ticked by hand as the demo ticks it: each tick reads the file first
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from dataclasses import replace
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 from kubernetes_asyncio import client
 
 from rebalancer import settings as settings_mod
+from rebalancer.core import clocks, model
+from rebalancer.core.concurrency import LEND_CONCURRENCY
 from rebalancer.core.model import Action
 from rebalancer.runtime import livesettings, wiring
+from rebalancer.runtime.reconcile import Reconfigured
 from rebalancer.runtime.report import TickReport
-from tests.support import fakes
+from tests.support import fakes, pools, reconciling
 from tests.support.processes import setup
 from tests.support.ticking import ME, POOL, controller, pool_text, write
 
@@ -132,3 +136,36 @@ async def test_a_running_loop_takes_a_change_within_a_poll_not_an_interval(tmp_p
             assert await running == 0
     print(f"file written -> applied {took:.2f}s, -> a paused tick {paused:.2f}s (poll 0.2s)")
     assert paused < 2
+
+
+async def test_a_pool_reconfigured_has_its_cover_judged_by_its_new_shape() -> None:
+    """What a pool's history covers is judged with its min_serving (jumps to what the nodes
+    kept serving carry anyway do not count): a min_serving changed live is judged afresh,
+    over the history the loop already holds."""
+    budgeted = replace(reconciling.CONFIG, slo=model.Slo(max_breach_minutes=10))
+    async with reconciling.world(budgeted) as w:
+        jumped = w.box.clock() - timedelta(days=2)
+
+        def past(at: datetime) -> float:
+            # LOW, and twice LOW (a jump past 2 nodes' worth) for ten minutes two days ago.
+            low = reconciling.LOW
+            return 2 * low if timedelta(0) <= at - jumped < timedelta(minutes=10) else low
+
+        w.metrics.past[pools.POOL] = past
+        await w.reconciler.start()
+        first = await w.tick()
+        wider = replace(budgeted, policy=replace(budgeted.policy, min_serving=3))
+        same = Reconfigured(
+            actuators=w.reconciler.actuators,
+            paused=False,
+            frozen=False,
+            clock_bound=clocks.DEFAULT_BOUND,
+            strategy_timeout=timedelta(seconds=10),
+            lend_concurrency=LEND_CONCURRENCY,
+        )
+        w.reconciler.reconfigure([wider], same)
+        later = await w.tick()  # within the history's refresh: no new read
+
+    covers = [r.snapshot.pools[pools.POOL].cover for r in (first, later)]
+    # 3 serving nodes carry twice LOW: the jump no longer counts.
+    assert [[j.seen for j in c.jumps] for c in covers if c is not None] == [[2.0], [1.0]]
