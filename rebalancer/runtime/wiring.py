@@ -144,6 +144,26 @@ def pool_configs(settings: Settings) -> tuple[PoolConfig, ...]:
     )
 
 
+def kept_strategies(
+    running: Sequence[PoolConfig], new: Sequence[PoolConfig]
+) -> tuple[PoolConfig, ...]:
+    """``new``, each pool whose strategy and parameters did not change keeping its running
+    strategy: a strategy may keep state from one call to the next, and a reload that changes
+    a pool's limits (or another pool) is no reason to start it afresh."""
+    before = {p.name: p for p in running}
+    return tuple(_kept(before.get(pool.name), pool) for pool in new)
+
+
+def _kept(old: PoolConfig | None, pool: PoolConfig) -> PoolConfig:
+    if old is None or _strategy_of(old) != _strategy_of(pool):
+        return pool
+    return dataclasses.replace(pool, strategy=old.strategy)
+
+
+def _strategy_of(pool: PoolConfig) -> tuple[str, dict[str, Any]]:
+    return pool.strategy_name, dict(pool.strategy_params)
+
+
 def signed_keys(settings: Settings) -> Keys:
     """The settings' keys with the seal read from ``node_state_keys`` (``adapters.sealkeys``):
     every reader and writer of node state takes it from here."""
@@ -502,7 +522,7 @@ class Controller:
 
     def _run_by(self, settings: Settings) -> None:
         """The reconciler reconfigured for ``settings`` (restart-only fields as they run)."""
-        pools = pool_configs(settings)
+        pools = kept_strategies(self.pools, pool_configs(settings))
         cache = self.informer if self.role is Role.CONTROLLER else NoCache()
         made = actuators(
             pools, self.writer, self.keys, self.clock, settings.dry_run, cache, self.requests

@@ -42,14 +42,20 @@ def reloads(c: wiring.Controller, result: str) -> float | None:
 async def test_the_tick_after_the_file_changes_runs_by_the_new_pool_limits(tmp_path: Path) -> None:
     async with controller(tmp_path, max_lent=0.0) as (box, head, c):
         assert lends(await c.tick()) == 0  # nothing may be lent
+        strategy = c.reconciler.pools[0].strategy
         write(box, head, pool_text(0.5))
         report = await c.tick()
         assert 0 < lends(report) <= 4  # half of the 8 nodes at most, from this very tick
         assert c.settings.pool("inference").limits.max_lent_fraction == 0.5
+        assert c.reconciler.pools[0].strategy is strategy  # unchanged: its state is kept
         assert reloads(c, "applied") == 1.0
         digest = livesettings.digest(box.config)
         info = {"sha256": digest or ""}
         assert c.telemetry.registry.get_sample_value("rebalancer_settings_hash_info", info) == 1.0
+        write(box, head, pool_text(0.5).replace("strategy: reactive", "strategy: peak"))
+        await c.tick()
+        assert c.reconciler.pools[0].strategy_name == "peak"  # changed: built anew
+        assert reloads(c, "applied") == 2.0
 
 
 async def test_a_broken_file_is_refused_and_the_running_settings_go_on_acting(
@@ -91,6 +97,9 @@ async def test_a_restart_only_change_is_said_and_kept_while_the_rest_is_taken(
         write(box, "cluster_name: prod-eu-1\n" + head, pool_text(0.5))
         assert lends(await c.tick()) > 0  # the pool's limit is taken
         assert c.settings.cluster_name == "default"  # the cluster's name is not
+        assert c.telemetry.registry.get_sample_value(
+            "rebalancer_cluster_info", {"cluster_name": "default"}
+        )
         assert reloads(c, "restart_needed") == 1.0
         assert (
             "cluster_name='prod-eu-1' (was 'default'): needs a restart, the running value is "
