@@ -156,3 +156,24 @@ def test_a_configmap_swap_of_its_data_symlink_is_seen(tmp_path: Path) -> None:
     outcome = watch.check(made())
     assert outcome is not None
     assert [line.split(" (")[0] for line in outcome.lines] == ["pools[l20].capacity.per_node=20.0"]
+
+
+def test_the_command_line_is_applied_again_to_every_reload(tmp_path: Path) -> None:
+    """``rebalancer run -n ml-serving --dry-run``: the flags stand over every reading of the file,
+    so a reload that changes only a pool's limits changes nothing else, restart-only or not."""
+    from rebalancer import cli
+    from rebalancer.cli import run
+
+    path = tmp_path / "config.yaml"
+    path.write_text("pools: [{name: l20, node_selector: {gpu: l20}, rps_per_node: 10}]\n")
+    args = cli.parse(["-n", "ml-serving", "run", "--dry-run", "--config", str(path)])
+    adjust = run.adjusted(args)
+    running = adjust(settings.load(path, env={}))
+    assert (running.leader_election.lease_namespace, running.dry_run) == ("ml-serving", True)
+    path.write_text("pools: [{name: l20, node_selector: {gpu: l20}, rps_per_node: 20}]\n")
+    source = livesettings.SettingsSource(path, adjust, env={})
+    seen = livesettings.digest(path)
+    assert seen is not None
+    outcome = livesettings.judge(source, running, seen)
+    assert outcome.result == "applied"
+    assert [line.split(" (")[0] for line in outcome.lines] == ["pools[l20].capacity.per_node=20.0"]

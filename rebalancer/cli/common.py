@@ -157,18 +157,34 @@ def print_document(doc: Mapping[str, Any], output: str, text: Callable[[], list[
 def load_settings(args: argparse.Namespace) -> Settings:
     """The settings ``--config`` names, with ``-n/--namespace`` over their lease namespace."""
     from rebalancer import settings
+
+    over = flags_over_settings(args)
+    return over(settings.load(settings.config_path(args.config)))
+
+
+def flags_over_settings(args: argparse.Namespace) -> Callable[[Settings], Settings]:
+    """What the command line sets over the settings file (``-n/--namespace``: the lease's
+    namespace), as a function of the file's settings: ``rebalancer run`` applies it again to
+    every reload of the file (docs/design/live-settings.md). A bad flag is refused here, once."""
     from rebalancer.settings.values import NAME
 
-    config = settings.load(settings.config_path(args.config))
     namespace = getattr(args, "namespace", None)
     if namespace is None:
-        return config
+        return _as_given
     if not NAME.fullmatch(namespace):
         raise ConfigError(
             f"--namespace={namespace!r}: not a namespace name; write a DNS label such as rebalancer"
         )
-    election = config.leader_election.model_copy(update={"lease_namespace": namespace})
-    return config.model_copy(update={"leader_election": election})
+
+    def over(config: Settings) -> Settings:
+        election = config.leader_election.model_copy(update={"lease_namespace": namespace})
+        return config.model_copy(update={"leader_election": election})
+
+    return over
+
+
+def _as_given(config: Settings) -> Settings:
+    return config
 
 
 def duration(flag: str, text: str) -> float:

@@ -8,6 +8,7 @@ there.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from rebalancer.cli import common
@@ -44,7 +45,7 @@ def handle(args: argparse.Namespace) -> int:
     from rebalancer.runtime import livesettings, loop, wiring
 
     path = settings.config_path(args.config)
-    adjust = _dry_run if args.dry_run else livesettings.as_loaded
+    adjust = adjusted(args)
     config = adjust(settings.load(path))
     if not config.pools:
         raise ConfigError(
@@ -64,6 +65,10 @@ def handle(args: argparse.Namespace) -> int:
     return asyncio.run(go())
 
 
-def _dry_run(config: Settings) -> Settings:
-    """``--dry-run`` over whatever the file says, at start and at every reload."""
-    return config.model_copy(update={"dry_run": True})
+def adjusted(args: argparse.Namespace) -> Callable[[Settings], Settings]:
+    """The command line over whatever the file says, at start and at every reload of it:
+    ``-n/--namespace`` (``common.flags_over_settings``) and ``--dry-run``."""
+    flags = common.flags_over_settings(args)
+    if not args.dry_run:
+        return flags
+    return lambda config: flags(config).model_copy(update={"dry_run": True})

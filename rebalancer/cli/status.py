@@ -15,7 +15,8 @@ from rebalancer.cli import common
 
 def register(commands: Any) -> None:
     """`rebalancer status`: its flags and handler."""
-    p = commands.add_parser(
+    p = common.command_parser(
+        commands,
         "status",
         help="each pool and its nodes: serving, lent, noticed, paused, budget left",
         description="Read the cluster's nodes and each pool's error budget, and print a row per "
