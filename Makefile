@@ -9,14 +9,21 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 .PHONY: demo simulate check-config schema test lint typecheck imports system-deps kube pytest bench release clean
 
 # A fresh Debian has python3 but not always its venv module: install it when missing.
+# Each step says one line when it works; pip's own output (and the build backend's warnings
+# about editable installs, which --quiet does not hold back) goes to $(VENV)/pip.log, printed
+# whole when a step fails.
+PIP := PIP_ROOT_USER_ACTION=ignore $(BIN)/pip --quiet --disable-pip-version-check
 $(STAMP): pyproject.toml sandbox/pyproject.toml
 	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { \
 		echo "installing python3-venv (Debian)"; \
 		$(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q python3-venv; }
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]' -e ./sandbox
-	touch $@
+	@$(PYTHON) -m venv $(VENV) && echo "venv: $(VENV) ($$($(BIN)/python -V))"
+	@$(PIP) install --upgrade pip >$(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
+	@echo "pip: $$($(BIN)/pip --version | cut -d' ' -f1-2)"
+	@$(PIP) install -e '.[dev]' -e ./sandbox >>$(VENV)/pip.log 2>&1 \
+		|| { cat $(VENV)/pip.log; exit 1; }
+	@echo "installed rebalancer[dev] and rebalancer-sandbox into $(VENV) ($(VENV)/pip.log)"
+	@touch $@
 
 # The controller, for real, against the embedded emulated cluster: a day of traffic in a minute.
 demo: $(STAMP)
