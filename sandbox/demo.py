@@ -19,14 +19,20 @@ In one process, with no network, cluster or Prometheus:
 - ``sim.replay.Replay`` replays each pool's demand behind the controller's metrics seam: the
   clock moves one trace minute per step, so cooldowns and deadlines follow the trace.
 
-Each decision is printed as it happens and every minute of each pool is scored as the simulator
-scores it (``sim.engine.score``). At the end every loan is taken back by ``rebalancer
-reclaim``'s own wave (``commands.reclaim``), and a summary says what was lent and what training
-used of it, what was refused for want of a taker, what reclaims cost training, whether a gang
-was ever left half-running or a job put on a GPU it cannot use, what was breached, and whether
-every node's taints and labels are back byte for byte. Beside it, what a reclaim notice saves
-training: the simulator's model of the same day, pools and strategy (``notice_model``), with
-the pools' ``reclaim_notice`` and without. See docs/demo.md.
+Every minute of each pool is scored as the simulator scores it (``sim.engine.score``). At the
+end every loan is taken back by ``rebalancer reclaim``'s own wave (``commands.reclaim``), and a
+summary of a screen says what was lent and what training used of it, what was refused for want
+of a taker (a line per pool and reason, ``sandbox.refusals``), what reclaims cost training,
+whether a gang was ever left half-running or a job put on a GPU it cannot use, what was
+breached, and whether every node's taints and labels are back byte for byte. Beside it, what a
+reclaim notice saves training: the simulator's model of the same day, pools and strategy
+(``notice_model``), with the pools' ``reclaim_notice`` and without. ``--report DIR`` writes
+demo.json and the day's picture, day.svg (``sandbox.picture``).
+
+Quiet by default, and as fast as it runs: a newcomer reads the summary. ``-v`` prints each
+decision as it is made, a trace day to a wall minute so they can be followed; ``--keep``
+serves the emulated cluster to kubectl from the start and after the summary until Ctrl-C, so
+the kubectl commands it prints name a cluster that is still there. See docs/demo.md.
 """
 
 from __future__ import annotations
@@ -60,7 +66,7 @@ from rebalancer.runtime.poolmetrics import PoolMetricsRouter
 from rebalancer.runtime.report import TickReport
 from rebalancer.runtime.wiring import Controller, Seams
 from rebalancer.settings import Settings
-from sandbox import training
+from sandbox import picture, refusals, training
 from sandbox.emulator import cluster
 from sandbox.emulator.clock import ManualClock
 from sandbox.emulator.resources import NODES, PODS
@@ -79,12 +85,12 @@ DEFAULT_TRACE = (
     / "azure_llm_2024_week_per_minute.csv"
 )
 DEFAULT_SPEED = 1  # trace minutes per reconcile tick: a day is 1440 ticks
-DEFAULT_PACE = 60.0  # wall seconds per trace day: a day runs in about a minute
+DEFAULT_PACE = 60.0  # wall seconds per trace day with -v: a day's decisions in about a minute
 LENDERS = (cluster.L20, cluster.T4)  # the inference pools the controller lends from
 CLUSTER = cluster.HETEROGENEOUS  # and the A100 training pool
 SERVING = {cluster.L20.name: "llm-serving", cluster.T4.name: "llm-small"}  # each pool's service
 BUSY = ("l20-0", "l20-1", "t4-0")  # run inference replicas: never idle, never lent
-REPORT_KEYS = ("options", "rps_per_node", "summary", "nodes", "audit")
+REPORT_KEYS = ("options", "rps_per_node", "summary", "series", "nodes", "audit")
 
 
 class DemoError(Exception):
@@ -102,7 +108,8 @@ class Options:
     pace: float
     report: Path | None
     strategy: str
-    quiet: bool
+    verbose: bool
+    keep: bool
 
 
 def pool_model(pool: cluster.Pool) -> engine.PoolModel:
@@ -186,19 +193,32 @@ def parse(argv: Sequence[str]) -> Options:
     p.add_argument(
         "--pace",
         type=float,
-        default=DEFAULT_PACE,
+        default=None,
         metavar="DURATION",
-        help=f"wall time per trace day at most ({DEFAULT_PACE:g}s; 0: as fast as it runs)",
+        help=f"wall time per trace day at most (0: as fast as it runs; {DEFAULT_PACE:g}s with -v)",
     )
-    p.add_argument("--report", type=Path, default=None, help="write DIR/demo.json")
+    p.add_argument("--report", type=Path, default=None, help="write DIR/demo.json and DIR/day.svg")
     p.add_argument(
         "--strategy",
         default=registry.DEFAULT,
         choices=registry.names(),
         help=f"strategy ({registry.DEFAULT})",
     )
-    p.add_argument("--quiet", action="store_true", help="print only the summary")
-    a = p.parse_args(list(argv))
+    p.add_argument(
+        "-v", "--verbose", action="store_true", help="print every decision as it is made"
+    )
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="serve the emulated cluster to kubectl from the start until Ctrl-C after the end",
+    )
+    return _options(p, p.parse_args(list(argv)))
+
+
+def _options(p: argparse.ArgumentParser, a: argparse.Namespace) -> Options:
+    """The options parsed; without ``--pace``, flat out unless ``-v`` asks to watch."""
+    if a.pace is None:
+        a.pace = DEFAULT_PACE if a.verbose else 0.0
     if a.hours <= 0 or a.start < 0 or a.speed < 1 or a.pace < 0:
         p.error("--hours must be > 0, --start >= 0, --speed >= 1 and --pace >= 0")
     return Options(
@@ -211,7 +231,8 @@ def parse(argv: Sequence[str]) -> Options:
         pace=a.pace,
         report=a.report,
         strategy=a.strategy,
-        quiet=a.quiet,
+        verbose=a.verbose,
+        keep=a.keep,
     )
 
 
@@ -268,6 +289,13 @@ class Tally:
     no_taker_nodes: int = 0  # nodes the strategy wanted to lend in them
     no_taker_hopper: int = 0  # of the refusals, those naming a job that waits for Hopper
     last_no_taker: str = ""
+    refused: dict[str, refusals.Refusals] = field(default_factory=dict)  # by reason
+    reclaimed: dict[int, int] = field(default_factory=dict)  # minute of the replay: nodes
+
+    @property
+    def reclaim_series(self) -> list[int]:
+        """Nodes the controller took back, per replayed minute."""
+        return [self.reclaimed.get(i, 0) for i in range(self.minutes)]
 
     @property
     def minutes(self) -> int:
@@ -420,6 +448,12 @@ def _stamp(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%a %Y-%m-%d %H:%M")
 
 
+def _row(when: datetime, pool: str, node: str, action: str, reason: str) -> str:
+    """A decision as ``-v`` prints it: trace time (UTC, month-day hour:minute), pool, node,
+    action, then the reason, in columns narrow enough to leave the reason most of a line."""
+    return f"{when.astimezone(UTC):%m-%d %H:%M} {pool:<5} {node:<7} {action:<13} {reason}"
+
+
 @dataclass(frozen=True)
 class Noticed:
     """The simulator's model of the demo's day (``notice_model``), per pool: a run with the
@@ -475,6 +509,7 @@ class Summary:
     refused: int
     wall_seconds: float
     ticks: int
+    at_end: dict[str, dict[str, str]]  # each node's labels and taints at the end, as JSON text
     notice: Noticed | None = None
 
     @property
@@ -517,38 +552,87 @@ class Summary:
 
 
 async def run(opts: Options, out: TextIO) -> Summary:
-    """The whole demo; prints to ``out``; writes ``DIR/demo.json`` with ``--report DIR``."""
+    """The whole demo; prints to ``out``; writes ``DIR/demo.json`` and ``DIR/day.svg`` with
+    ``--report DIR``. Quiet unless ``--verbose``: the pools, a line every quarter of the
+    replay, the summary. With ``--keep`` the cluster is served to kubectl until Ctrl-C."""
     began = time.monotonic()
     w = build(opts)
 
     def say(line: str) -> None:
-        if not opts.quiet:
+        if opts.verbose:
             print(line, file=out, flush=True)
 
-    pools = "; ".join(
-        f"{x.pool.name}: {len(x.nodes)} {x.pool.product} nodes serving {x.trace.name} at "
-        f"{x.rps_per_node:.2f} rps per node"
-        for x in w.lenders.values()
-    )
-    say(
-        f"demo: {w.steps / 60:g} h from {_stamp(w.clock())} UTC, strategy {opts.strategy}; "
-        f"{pools}; {', '.join(BUSY)} run inference"
-    )
-    say(f"{'time (UTC)':<20} {'pool':<10} {'node':<12} {'action':<14} reason")
+    print("\n".join(_header(opts, w)), file=out, flush=True)
+    say(f"{'UTC':<11} {'pool':<5} {'node':<7} {'action':<13} reason")
     with tempfile.TemporaryDirectory(prefix="rebalancer-demo-") as tmp:
-        url = f"sqlite+aiosqlite:///{Path(tmp) / 'audit.sqlite3'}"
-        audit_store = await SqlAuditStore.open(url, now=w.clock)
-        try:
-            kubeconfig = Path(tmp) / "kubeconfig"
-            ticks, replay_end = await _drive(opts, w, audit_store, say, kubeconfig)
-            records = await every_record(audit_store)
-        finally:
-            await audit_store.close()
+        async with serve(w.store) as url:
+            if opts.keep:
+                kubeconfig = write_kubeconfig(url, Path(tmp) / "kubeconfig")
+                print("\n".join(_kubectl_hints(url, kubeconfig, w.names[0])), file=out, flush=True)
+            ticks, replay_end, records = await _audited(opts, w, url, Path(tmp), say, out)
+            summary = _summarize(opts, w, records, replay_end, ticks, began)
+            _print_summary(summary, w.at_start, summary.at_end, out)
+            if opts.report is not None:
+                _write_report(opts, w, summary, summary.at_end, records)
+                print(f"report: {opts.report / 'demo.json'}, {opts.report / 'day.svg'}", file=out)
+            if opts.keep:
+                print(f"kubectl: serving {url} until Ctrl-C", file=out, flush=True)
+                await _until_interrupted()
+    return summary
+
+
+def _header(opts: Options, w: World) -> list[str]:
+    """What is replayed, on which pools, at what pace, and what ``-v`` and ``--keep`` add."""
+    pace = f"a trace day per {opts.pace:g} s at most" if opts.pace else "as fast as it runs"
+    lines = [
+        f"demo: {w.steps / 60:g} h from {_stamp(w.clock())} UTC, strategy {opts.strategy}, {pace}"
+    ]
+    for x in w.lenders.values():
+        busy = [n for n in BUSY if n in x.nodes]
+        lines.append(
+            f"  {x.pool.name:<4} {len(x.nodes)} {x.pool.product} nodes serving {x.trace.name} "
+            f"at {x.rps_per_node:.2f} rps a node; {', '.join(busy)} "
+            f"run{'s' if len(busy) == 1 else ''} inference"
+        )
+    if not opts.verbose:
+        lines.append("  (-v prints every decision; --keep serves the cluster to kubectl)")
+    return lines
+
+
+async def _until_interrupted() -> None:
+    """Wait until Ctrl-C (the task cancelled), then return: the summary is the demo's answer."""
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.Event().wait()
+
+
+async def _audited(
+    opts: Options, w: World, url: str, tmp: Path, say: Callable[[str], None], out: TextIO
+) -> tuple[int, datetime, list[AuditRecord]]:
+    """The replay with its audit store (SQLite in ``tmp``): ticks, end and every record."""
+    audit_store = await SqlAuditStore.open(
+        f"sqlite+aiosqlite:///{tmp / 'audit.sqlite3'}", now=w.clock
+    )
+    try:
+        ticks, replay_end = await _drive(opts, w, audit_store, say, url, tmp, out)
+        return ticks, replay_end, list(await every_record(audit_store))
+    finally:
+        await audit_store.close()
+
+
+def _summarize(
+    opts: Options,
+    w: World,
+    records: Sequence[AuditRecord],
+    replay_end: datetime,
+    ticks: int,
+    began: float,
+) -> Summary:
+    """The day's figures, and whether every node is back as it was (the exit code)."""
     at_end = {name: scheduling(w.store, name) for name in w.names}
     restored = at_end == w.at_start
     record = w.training.record
     sound = restored and not record.broken and not record.misplaced
-    summary = Summary(
+    return Summary(
         exit_code=0 if sound else 1,
         restored=restored,
         lenders=w.lenders,
@@ -559,13 +643,9 @@ async def run(opts: Options, out: TextIO) -> Summary:
         refused=w.refused,
         wall_seconds=time.monotonic() - began,
         ticks=ticks,
+        at_end=at_end,
         notice=notice_model(w, opts.strategy, _notice(opts.strategy, w)),
     )
-    _print_summary(summary, w.at_start, at_end, out)
-    if opts.report is not None:
-        _write_report(opts, w, summary, at_end, records)
-        print(f"report: {opts.report / 'demo.json'}", file=out, flush=True)
-    return summary
 
 
 async def _drive(
@@ -573,20 +653,18 @@ async def _drive(
     w: World,
     audit_store: SqlAuditStore,
     say: Callable[[str], None],
-    kubeconfig: Path,
+    url: str,
+    home: Path,
+    out: TextIO,
 ) -> tuple[int, datetime]:
-    """Serve the emulator, open the controller on it, tick it through the replay; the ticks
-    and the time the replay ended. A kubeconfig for the emulator is written to ``kubeconfig``
-    for kubectl while the demo runs."""
+    """Open the controller on the emulator served at ``url``, tick it through the replay; the
+    ticks and the time the replay ended. ``home`` holds the node-state key."""
     ticks = 0
     loop = asyncio.get_running_loop()
     pace = opts.pace / (24 * 60)  # wall seconds per trace minute
     due = loop.time()
-    async with (
-        serve(w.store) as url,
-        client.ApiClient(client.Configuration(host=url)) as api,
-    ):
-        _kubectl_hints(url, write_kubeconfig(url, kubeconfig), w.names[0], say)
+    every = _progress_every(w.steps)
+    async with client.ApiClient(client.Configuration(host=url)) as api:
         seams = Seams(
             api=api,
             clock=w.clock,
@@ -598,7 +676,7 @@ async def _drive(
             serve_http=False,
         )
         rps = {name: x.rps_per_node for name, x in w.lenders.items()}
-        config = settings(opts.strategy, rps, node_keys(kubeconfig.parent))
+        config = settings(opts.strategy, rps, node_keys(home))
         async with Controller.open(config, seams) as c:
             marks = c.pools[0].marks
             task = asyncio.create_task(c.informer.run())
@@ -611,6 +689,8 @@ async def _drive(
                         ticks += 1
                         _print_tick(report, w, say)
                     score_minute(w, marks, w.clock())
+                    if not opts.verbose and (step + 1) % every == 0 and step + 1 < w.steps:
+                        print(_progress(w), file=out, flush=True)
                     w.clock.advance(60)
                     w.training.step()
                     due += pace
@@ -626,13 +706,38 @@ async def _drive(
     return ticks, replay_end
 
 
-def _kubectl_hints(url: str, kubeconfig: Path, node: str, say: Callable[[str], None]) -> None:
-    """How to watch the emulated cluster with kubectl while the demo runs (docs/demo.md)."""
+def _progress_every(steps: int) -> int:
+    """Replayed minutes between two progress lines: a quarter of the replay, in whole hours
+    (six hours of a day), and at least an hour."""
+    return max(60, steps // 4 // 60 * 60)
+
+
+def _progress(w: World) -> str:
+    """Where the replay is: each pool's nodes lent now; loans, reclaims, breach minutes so far."""
+    pools = ", ".join(
+        f"{name} {x.tally.timeline[-1].lent} of {len(x.nodes)}" for name, x in w.lenders.items()
+    )
+    loans = sum(x.tally.loans for x in w.lenders.values())
+    taken = sum(x.tally.reclaims for x in w.lenders.values())
+    breach = sum(
+        engine.breached(m, x.rps_per_node) for x in w.lenders.values() for m in x.tally.timeline
+    )
+    when = _stamp(w.clock() + timedelta(minutes=1))
+    return (
+        f"  {when}  lent now: {pools}; so far {loans} loans, {taken} reclaims, "
+        f"{breach} breach minutes"
+    )
+
+
+def _kubectl_hints(url: str, kubeconfig: Path, node: str) -> list[str]:
+    """How to watch the emulated cluster with kubectl (``--keep``, docs/demo.md)."""
     kubectl = f"kubectl --kubeconfig {kubeconfig}"
-    say(f"kubectl: the cluster is served at {url} until the demo ends; for example")
-    say(f"  {kubectl} get nodes -L {nodestate.Keys().state} -w")
-    say(f"  {kubectl} describe node {node}")
-    say(f"  {kubectl} get events -A")
+    return [
+        f"kubectl: the cluster is served at {url}, and kept after the end until Ctrl-C:",
+        f"  {kubectl} get nodes -L {nodestate.Keys().state} -w",
+        f"  {kubectl} describe node {node}",
+        f"  {kubectl} get events -A",
+    ]
 
 
 async def _caught_up(c: Controller, store: Store, within: float = 10.0) -> None:
@@ -660,7 +765,7 @@ def _same(c: Controller, store: Store) -> bool:
 
 
 def _print_tick(report: TickReport, w: World, say: Callable[[str], None]) -> None:
-    when = _stamp(report.now)
+    when = report.now
     for r in report.plan.rejections:
         if r.reason is not model.Reason.NO_TAKER:
             continue
@@ -668,9 +773,11 @@ def _print_tick(report: TickReport, w: World, say: Callable[[str], None]) -> Non
         t.no_taker += 1
         t.no_taker_nodes += r.count
         t.no_taker_hopper += "hopper" in r.message
+        refusals.add(t.refused, r.message, r.count)
         if r.message != t.last_no_taker:
             t.last_no_taker = r.message
-            say(f"{when:<20} {r.intent.pool:<10} {'-':<12} {'no taker':<14} {r.message}")
+            nodes = f"{r.count} node{'s' if r.count != 1 else ''}: {refusals.brief(r.message)}"
+            say(refusals.fit(_row(when, str(r.intent.pool), "-", "no taker", nodes)))
     for a in report.applied:
         x = w.lender_of(a.node)
         pool = x.pool.name if x is not None else "?"
@@ -681,27 +788,27 @@ def _print_tick(report: TickReport, w: World, say: Callable[[str], None]) -> Non
                 continue
             back = intent is None or intent.action is model.Action.RECLAIM
             message = a.result.message if a.result is not None else ""
-            say(
-                f"{when:<20} {pool:<10} {a.node:<12} {'restored' if back else 'lent':<14} {message}"
-            )
+            say(_row(when, pool, a.node, "restored" if back else "lent", message))
             continue
         reason = intent.message if intent is not None else ""
         code = intent.reason if intent is not None else ""
         if outcome not in (Outcome.APPLIED, Outcome.IN_PROGRESS):
             w.refused += 1
-            say(f"{when:<20} {pool:<10} {a.node:<12} {a.call + ' ' + str(outcome):<14} {reason}")
+            say(_row(when, pool, a.node, f"{a.call} {outcome}", reason))
             continue
         if x is not None and a.call is model.Action.LEND:
             x.tally.loans += 1
         elif x is not None and a.call is model.Action.RECLAIM:
             x.tally.reclaims += 1
-        say(f"{when:<20} {pool:<10} {a.node:<12} {a.call:<14} [{code}] {reason}")
+            minute = x.tally.minutes  # the minute this tick begins, scored after it
+            x.tally.reclaimed[minute] = x.tally.reclaimed.get(minute, 0) + 1
+        say(_row(when, pool, a.node, a.call, f"[{code}] {reason}"))
 
 
 async def _take_back(c: Controller, w: World, say: Callable[[str], None]) -> None:
     """Every loan back as ``rebalancer reclaim --all`` takes it: one audited wave; the clock
     moves a poll at a time while the drains run, and the training jobs react as they do."""
-    say(f"{_stamp(w.clock()):<20} {'operator':<10} {'(all)':<12} {'reclaim all':<14} end of replay")
+    say(_row(w.clock(), "-", "(all)", "reclaim all", "end of replay: the operator's wave"))
 
     async def wait(seconds: float) -> None:
         w.clock.advance(seconds)
@@ -717,7 +824,7 @@ async def _take_back(c: Controller, w: World, say: Callable[[str], None]) -> Non
         if x is not None:
             x.tally.operator_reclaims += 1
         pool = x.pool.name if x is not None else "?"
-        say(f"{_stamp(w.clock()):<20} {pool:<10} {d.node:<12} {'restored':<14} {d.message}")
+        say(_row(w.clock(), pool, d.node, "restored", d.message))
     w.training.check(w.clock())
 
 
@@ -732,22 +839,21 @@ def _notice(strategy: str, w: World) -> timedelta:
 def _notice_lines(n: Noticed) -> list[str]:
     """The summary's lines on the notice: each pool with it and without, in the simulator."""
     some = next(iter(n.training.values()))
+    given = f"{n.notice.total_seconds() / 60:g} min"
     lines = [
-        f"  reclaim notice      the simulator on the same day, pools and strategy, its jobs "
-        f"saving {some.save.total_seconds() / 60:g} min when told, {some.silent:.0%} never "
-        f"answering: with {n.notice.total_seconds() / 60:g} min of notice | without"
+        f"  reclaim notice      the simulator on the same day, pools and strategy; its jobs save "
+        f"{some.save.total_seconds() / 60:g} min when told, {some.silent:.0%} never answer"
     ]
     for name, (told, plain) in n.runs.items():
-        cells = []
-        for run in (told, plain):
+        for label, run in ((f"with {given}", told), ("without", plain)):
             t, f = run.training, run.figures
             assert t is not None
-            cells.append(
-                f"{t.lost_gpu_hours:.1f} GPU-h lost ({t.lost_answering_gpu_hours:.1f} by jobs "
-                f"that answer), goodput {t.goodput:.1%}, harvest {f.harvest_ratio:.3f}, "
+            lines.append(
+                f"    {name:<4} {label:<10} {t.lost_gpu_hours:5.1f} GPU-h lost "
+                f"({t.lost_answering_gpu_hours:.1f} by jobs that answer), "
+                f"goodput {t.goodput:.1%}, harvest {f.harvest_ratio:.3f}, "
                 f"{f.breach_minutes} breach min, {f.reclaims} reclaims"
             )
-        lines.append(f"    {name:<16}  {cells[0]} | {cells[1]}")
     return lines
 
 
@@ -803,13 +909,10 @@ def _print_summary(
         ),
         f"  GPU-hours used      {s.used_gpu_hours:.1f} by training on lent nodes: "
         f"{s.used_share:.1%} of what was lent",
-        f"  refused, no taker   {s.no_taker} times a lend was refused for want of a taker ("
-        + ", ".join(
-            f"{name} {x.tally.no_taker} for {x.tally.no_taker_nodes} nodes"
-            for name, x in s.lenders.items()
-        )
-        + f"); {sum(x.tally.no_taker_hopper for x in s.lenders.values())} of them name "
-        "a job that waits for Hopper",
+        f"  refused, no taker   {s.no_taker} lends refused for want of a taker (one per pool "
+        f"per tick), {sum(x.tally.no_taker_hopper for x in s.lenders.values())} naming "
+        "a Hopper job",
+        *refusals.lines({name: x.tally.refused for name, x in s.lenders.items()}),
         f"  jobs preempted      {r.jobs_preempted} ({len(r.preemptions)} preemptions, "
         f"{at_end_preempted} by the take-back at the end)",
         f"  GPU-hours lost      {r.lost_gpu_hours:.1f} of training at reclaims (work since "
@@ -823,9 +926,8 @@ def _print_summary(
             f"{kind}: {r.submitted.get(kind, 0)} submitted, {r.completed.get(kind, 0)} done"
             for kind in (k.name for k in training.KINDS)
         ),
-        f"  loans               {s.loans}",
-        f"  reclaims            {s.reclaims + s.operator_reclaims} ({s.reclaims} by the "
-        f"controller, {s.operator_reclaims} by the operator at the end)",
+        f"  loans, reclaims     {s.loans} loans, {s.reclaims + s.operator_reclaims} reclaims "
+        f"({s.reclaims} by the controller, {s.operator_reclaims} by the operator at the end)",
         "  breach minutes      "
         + "; ".join(
             f"{name} {f.breach_minutes} of {x.tally.minutes}" + _first_breaches(x)
@@ -850,7 +952,7 @@ def _first_breaches(x: Lender) -> str:
     breaches = [m.time for m in x.tally.timeline if engine.breached(m, x.rps_per_node)]
     if not breaches:
         return ""
-    return f" (from {', '.join(_stamp(b)[4:] for b in breaches[:5])})"
+    return f" (from {', '.join(f'{b.astimezone(UTC):%H:%M}' for b in breaches[:3])})"
 
 
 def _write_report(
@@ -863,16 +965,7 @@ def _write_report(
     assert opts.report is not None
     r = s.training
     doc = {
-        "options": {
-            "trace": str(opts.trace),
-            "service": opts.service,
-            "t4_service": opts.t4_service,
-            "hours": opts.hours,
-            "start_hours": opts.start,
-            "speed": opts.speed,
-            "pace": opts.pace,
-            "strategy": opts.strategy,
-        },
+        "options": _options_report(opts),
         "rps_per_node": {name: x.rps_per_node for name, x in w.lenders.items()},
         "summary": {
             "minutes": s.minutes,
@@ -909,18 +1002,77 @@ def _write_report(
             "pools": {name: _pool_report(x, s.figures[name]) for name, x in s.lenders.items()},
             "notice": None if s.notice is None else _notice_report(s.notice),
         },
-        "nodes": {
-            name: {
-                "start": {k: json.loads(v) for k, v in w.at_start[name].items()},
-                "end": {k: json.loads(v) for k, v in at_end[name].items()},
-                "same": w.at_start[name] == at_end[name],
-            }
-            for name in sorted(w.at_start)
-        },
+        "series": {name: _series(x) for name, x in w.lenders.items()},
+        "nodes": _nodes_report(w.at_start, at_end),
         "audit": [json.loads(json_line(r)) for r in records],
     }
     opts.report.mkdir(parents=True, exist_ok=True)
     (opts.report / "demo.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (opts.report / "day.svg").write_text(_picture(w, opts.strategy), encoding="utf-8")
+
+
+def _options_report(opts: Options) -> dict[str, Any]:
+    return {
+        "trace": str(opts.trace),
+        "service": opts.service,
+        "t4_service": opts.t4_service,
+        "hours": opts.hours,
+        "start_hours": opts.start,
+        "speed": opts.speed,
+        "pace": opts.pace,
+        "strategy": opts.strategy,
+    }
+
+
+def _nodes_report(
+    at_start: dict[str, dict[str, str]], at_end: dict[str, dict[str, str]]
+) -> dict[str, Any]:
+    """Each node's labels and taints at the start and the end, and whether they are the same."""
+    return {
+        name: {
+            "start": {k: json.loads(v) for k, v in at_start[name].items()},
+            "end": {k: json.loads(v) for k, v in at_end[name].items()},
+            "same": at_start[name] == at_end[name],
+        }
+        for name in sorted(at_start)
+    }
+
+
+def _series(x: Lender) -> dict[str, Any]:
+    """One pool's day, a value per replayed minute from ``start``: what the picture draws."""
+    t = x.tally
+    return {
+        "start": nodestate.format_time(t.timeline[0].time) if t.timeline else None,
+        "step_seconds": 60,
+        "nodes": len(x.nodes),
+        "rps_per_node": x.rps_per_node,
+        "demand_rps": [m.demand_rps for m in t.timeline],
+        "serving": [m.serving for m in t.timeline],
+        "lent": [m.lent for m in t.timeline],
+        "reclaims": t.reclaim_series,
+    }
+
+
+def _picture(w: World, strategy: str) -> str:
+    """The day as an SVG (``sandbox.picture``): a panel per pool."""
+    panels = [
+        picture.Panel(
+            pool=name,
+            title=f"{name}: {len(x.nodes)} {x.pool.product} nodes serving {x.trace.name}",
+            size=len(x.nodes),
+            start=x.tally.timeline[0].time if x.tally.timeline else w.clock(),
+            demand=[
+                None if m.demand_rps is None else m.demand_rps / x.rps_per_node
+                for m in x.tally.timeline
+            ],
+            serving=[m.serving for m in x.tally.timeline],
+            lent=[m.lent for m in x.tally.timeline],
+            reclaims=x.tally.reclaim_series,
+        )
+        for name, x in w.lenders.items()
+    ]
+    first = min(p.start for p in panels)
+    return picture.svg(panels, f"rebalancer demo, {first:%Y-%m-%d} UTC, strategy {strategy}")
 
 
 def _pool_report(x: Lender, f: engine.Figures) -> dict[str, Any]:
