@@ -288,7 +288,7 @@ class Tally:
     no_taker: int = 0  # refusals for want of a taker (one per tick it happened)
     no_taker_nodes: int = 0  # nodes the strategy wanted to lend in them
     no_taker_hopper: int = 0  # of the refusals, those naming a job that waits for Hopper
-    last_no_taker: str = ""
+    last_no_taker: str = ""  # the last refusal -v printed, in brief
     refused: dict[str, refusals.Refusals] = field(default_factory=dict)  # by reason
     reclaimed: dict[int, int] = field(default_factory=dict)  # minute of the replay: nodes
 
@@ -774,10 +774,10 @@ def _print_tick(report: TickReport, w: World, say: Callable[[str], None]) -> Non
         t.no_taker_nodes += r.count
         t.no_taker_hopper += "hopper" in r.message
         refusals.add(t.refused, r.message, r.count)
-        if r.message != t.last_no_taker:
-            t.last_no_taker = r.message
-            nodes = f"{r.count} node{'s' if r.count != 1 else ''}: {refusals.brief(r.message)}"
-            say(refusals.fit(_row(when, str(r.intent.pool), "-", "no taker", nodes)))
+        line = f"{r.count} node{'s' if r.count != 1 else ''}: {refusals.brief(r.message)}"
+        if line != t.last_no_taker:  # printed when it says something new, counted every time
+            t.last_no_taker = line
+            say(refusals.fit(_row(when, str(r.intent.pool), "-", "no taker", line)))
     for a in report.applied:
         x = w.lender_of(a.node)
         pool = x.pool.name if x is not None else "?"
