@@ -25,7 +25,8 @@ $(STAMP): pyproject.toml sandbox/pyproject.toml
 	@echo "installed rebalancer[dev] and rebalancer-sandbox into $(VENV) ($(VENV)/pip.log)"
 	@touch $@
 
-# The controller, for real, against the embedded emulated cluster: a day of traffic in a minute.
+# The controller, for real, against the embedded emulated cluster: a day of traffic, as fast as it
+# runs (-v: every decision, a day a minute), its summary, demo.json and the day's picture.
 demo: $(STAMP)
 	$(BIN)/rebalancer demo --report $(OUT)/demo
 
