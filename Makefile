@@ -2,6 +2,7 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+RUN    := $(VENV)/.installed
 STAMP  := $(VENV)/.installed-dev
 OUT    ?= out
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -11,27 +12,36 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # A fresh Debian has python3 but not always its venv module: install it when missing.
 # Each step says one line when it works; pip's own output (and the build backend's warnings
 # about editable installs, which --quiet does not hold back) goes to $(VENV)/pip.log, printed
-# whole when a step fails.
+# whole when a step fails. The demo and the simulator need the controller and the sandbox
+# only ($(RUN)); the tests and the linters add the dev tools ($(STAMP)), among them Helm's
+# engine and Kubernetes' schemas for every version, which a first `make demo` need not wait for.
 PIP := PIP_ROOT_USER_ACTION=ignore $(BIN)/pip --quiet --disable-pip-version-check
-$(STAMP): pyproject.toml sandbox/pyproject.toml
+$(BIN)/python:
 	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { \
 		echo "installing python3-venv (Debian)"; \
 		$(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q python3-venv; }
-	@$(PYTHON) -m venv $(VENV) && echo "venv: $(VENV) ($$($(BIN)/python -V))"
+	@$(PYTHON) -m venv $(VENV) && echo "venv: $(VENV) ($$($@ -V))"
 	@$(PIP) install --upgrade pip >$(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
 	@echo "pip: $$($(BIN)/pip --version | cut -d' ' -f1-2)"
+
+$(RUN): pyproject.toml sandbox/pyproject.toml | $(BIN)/python
+	@$(PIP) install -e . -e ./sandbox >>$(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
+	@echo "installed rebalancer and rebalancer-sandbox into $(VENV) ($(VENV)/pip.log)"
+	@touch $@
+
+$(STAMP): $(RUN)
 	@$(PIP) install -e '.[dev]' -e ./sandbox >>$(VENV)/pip.log 2>&1 \
 		|| { cat $(VENV)/pip.log; exit 1; }
-	@echo "installed rebalancer[dev] and rebalancer-sandbox into $(VENV) ($(VENV)/pip.log)"
+	@echo "installed the dev tools, rebalancer[dev], into $(VENV) ($(VENV)/pip.log)"
 	@touch $@
 
 # The controller, for real, against the embedded emulated cluster: a day of traffic, as fast as it
 # runs (-v: every decision, a day a minute), its summary, demo.json and the day's picture.
-demo: $(STAMP)
+demo: $(RUN)
 	$(BIN)/rebalancer demo --report $(OUT)/demo
 
 # The what-if simulator on the same trace: a week, every strategy and baseline.
-simulate: $(STAMP)
+simulate: $(RUN)
 	$(BIN)/rebalancer simulate --trace examples/traces/azure_llm_2024_week_per_minute.csv \
 		--service code --tz America/Los_Angeles --out $(OUT)/simulate
 
@@ -103,7 +113,7 @@ pytest: $(STAMP)
 		$(BIN)/pytest --numprocesses=$$(( $$(nproc) * 2 )) --dist worksteal
 
 # The chart's schema for `config`, generated from the settings model (rebalancer/schema.py).
-schema: $(STAMP)
+schema: $(RUN)
 	$(BIN)/python -m rebalancer.schema
 
 # Every artifact of this version from the checkout, into out/release: the wheel and the sdist, the
