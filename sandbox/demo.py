@@ -467,8 +467,8 @@ class Noticed:
 
 def notice_model(w: World, strategy: str, notice: timedelta) -> Noticed:
     """The demo's day, pools and strategy replayed by the simulator with ``notice`` and
-    without: what the notice saves training and costs inference, for a day that takes the
-    simulator a second or two. The simulator's jobs answer a notice as ``jobs`` says (a share
+    without: what the notice saves training and costs inference, for four simulated days that
+    take the simulator a few seconds. The simulator's jobs answer a notice as ``jobs`` says (a share
     never does); the demo's own jobs are in the cluster, and what the controller did to them
     is the summary's other lines."""
     queues, runs = {}, {}
