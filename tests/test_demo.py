@@ -59,7 +59,7 @@ def test_defaults_are_the_documented_ones() -> None:
     assert demo.parse(["-v", "--pace", "600"]).pace == 600
 
 
-def test_short_run_exits_zero_and_prints_decisions_and_summary(
+def test_short_run_exits_zero_and_prints_its_summary(
     short_run: tuple[int, str, dict[str, Any]],
 ) -> None:
     code, text, _ = short_run
