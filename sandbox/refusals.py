@@ -81,7 +81,7 @@ def fit(line: str, width: int = WIDTH) -> str:
 def brief(message: str) -> str:
     """A refusal's sentence in a line: its reason and the jobs it named."""
     jobs = jobs_named(message)
-    return head(message) + (f"; jobs named: {named(set(jobs))}" if jobs else "")
+    return head(message) + (f"; waiting: {named(set(jobs))}" if jobs else "")
 
 
 def add(groups: dict[str, Refusals], message: str, nodes: int) -> None:
@@ -93,13 +93,15 @@ def add(groups: dict[str, Refusals], message: str, nodes: int) -> None:
 
 
 def lines(pools: Mapping[str, Mapping[str, Refusals]], indent: str = "    ") -> list[str]:
-    """One line per pool and reason, ``l20   362 for 469 nodes: <reason>; jobs named: 6 48gb,
-    2 hopper``, then what each kind of job named asks for, in a line."""
+    """One line per pool and reason, ``l20   362 ticks, 469 nodes in all: <reason>; waiting:
+    6 48gb, 2 hopper``, then what each kind of job named asks for, in a line."""
     out, every = [], set()
     for pool, groups in pools.items():
         for reason, g in groups.items():
-            jobs = f"; jobs named: {named(g.jobs)}" if g.jobs else ""
-            out.append(fit(f"{indent}{pool:<6}{g.count} for {g.nodes} nodes: {reason}{jobs}"))
+            jobs = f"; waiting: {named(g.jobs)}" if g.jobs else ""
+            out.append(
+                fit(f"{indent}{pool:<6}{g.count} ticks, {g.nodes} nodes in all: {reason}{jobs}")
+            )
             every |= g.jobs
     if every:
         out.append(fit(f"{indent}{'':<6}({needs(every)})"))

@@ -99,7 +99,7 @@ def test_refusals_are_one_line_per_pool_and_reason_with_their_count(
     short_run: tuple[int, str, dict[str, Any]],
 ) -> None:
     _, text, doc = short_run
-    grouped = re.findall(r"^    (\w+) +(\d+) for (\d+) nodes: (.+)$", text, re.MULTILINE)
+    grouped = re.findall(r"^    (\w+) +(\d+) ticks, (\d+) nodes in all: (.+)$", text, re.MULTILINE)
     assert grouped, text
     for name, pool in doc["summary"]["pools"].items():
         mine = [(int(n), int(nodes)) for p, n, nodes, _ in grouped if p == name]
@@ -107,7 +107,7 @@ def test_refusals_are_one_line_per_pool_and_reason_with_their_count(
         assert sum(nodes for _, nodes in mine) == pool["no_taker_nodes"], name
     reasons = [(p, why.split(";")[0]) for p, _, _, why in grouped]
     assert len(reasons) == len(set(reasons))
-    assert any("jobs named: " in why and " hopper" in why for *_, why in grouped)
+    assert any("waiting: " in why and " hopper" in why for *_, why in grouped)
     assert "(hopper: gpu.family In hopper" in text
 
 

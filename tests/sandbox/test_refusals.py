@@ -27,9 +27,9 @@ def test_refusals_of_one_reason_add_up_whatever_jobs_they_name() -> None:
     assert named.jobs == {"training/hopper-006", "training/hopper-007", "training/48gb-011"}
     lines = refusals.lines({"t4": groups})
     assert lines == [
-        "    t4    2 for 3 nodes: no pending job would run on another node; "
-        "jobs named: 2 hopper, 1 48gb",
-        "    t4    2 for 3 nodes: every pending job fits on nodes lent already",
+        "    t4    2 ticks, 3 nodes in all: no pending job would run on another node; "
+        "waiting: 2 hopper, 1 48gb",
+        "    t4    2 ticks, 3 nodes in all: every pending job fits on nodes lent already",
         "          (48gb: gpu.memory Gt 40000; hopper: gpu.family In hopper)",
     ]
 
@@ -40,5 +40,5 @@ def test_a_line_is_cut_to_a_terminal_and_says_so() -> None:
     assert len(cut) == 120
     assert cut.endswith("...")
     assert refusals.brief(HOPPER) == (
-        "no pending job would run on another node; jobs named: 1 48gb, 1 hopper"
+        "no pending job would run on another node; waiting: 1 48gb, 1 hopper"
     )
