@@ -910,8 +910,8 @@ def _print_summary(
         f"  GPU-hours used      {s.used_gpu_hours:.1f} by training on lent nodes: "
         f"{s.used_share:.1%} of what was lent",
         f"  refused, no taker   {s.no_taker} lends refused for want of a taker (one per pool "
-        f"per tick); {sum(x.tally.no_taker_hopper for x in s.lenders.values())} of them "
-        "while a Hopper job waited, which no pool can run",
+        f"per tick); {sum(x.tally.no_taker_hopper for x in s.lenders.values())} while a "
+        "Hopper job waited",
         *refusals.lines({name: x.tally.refused for name, x in s.lenders.items()}),
         f"  jobs preempted      {r.jobs_preempted} ({len(r.preemptions)} preemptions, "
         f"{at_end_preempted} by the take-back at the end)",
