@@ -1,8 +1,9 @@
 """The harnesses' subcommands of ``rebalancer`` (the ``rebalancer.commands`` entry points).
 
 Each is ``main(argv) -> int`` with its own parser; the first line of its docstring is its help in
-``rebalancer --help``. Errors a person can fix are raised as ``RebalancerError`` and printed by
-the ``rebalancer`` command as one line each, exit status 2.
+``rebalancer --help``. Next to each, ``<name>_parser()`` builds that parser without running
+anything: ``rebalancer completion`` reads the flags from it. Errors a person can fix are raised
+as ``RebalancerError`` and printed by the ``rebalancer`` command as one line each, exit status 2.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def simulate(argv: Sequence[str]) -> int:
     from sandbox.sim import report
     from sandbox.sim.simulate import simulate as replay
 
-    args = _simulate_parser().parse_args(argv)
+    args = simulate_parser().parse_args(argv)
     _history_flags_need_prometheus(args)
     params = _strategy_params(args.params)
     flags = _given(args, {name: value for name, (_, value) in params.items()})
@@ -71,7 +72,8 @@ def simulate(argv: Sequence[str]) -> int:
     return 0
 
 
-def _simulate_parser() -> argparse.ArgumentParser:
+def simulate_parser() -> argparse.ArgumentParser:
+    """``rebalancer simulate``'s parser."""
     sim = argparse.ArgumentParser(
         prog="rebalancer simulate",
         description="Replay a load trace minute by minute through the chosen strategies and "
@@ -503,11 +505,25 @@ def emulator(argv: Sequence[str]) -> int:
     return server.main(in_units(argv, SANDBOX_DURATIONS))
 
 
+def emulator_parser() -> argparse.ArgumentParser:
+    """``rebalancer sandbox``'s parser (the emulator is imported only when it is asked for)."""
+    from sandbox.emulator import server
+
+    return server.parser()
+
+
 def demo(argv: Sequence[str]) -> int:
     """run the controller on an emulated cluster, replaying a real day (demo --help)"""
     from sandbox import demo
 
     return demo.main(in_units(argv, DEMO_DURATIONS))
+
+
+def demo_parser() -> argparse.ArgumentParser:
+    """``rebalancer demo``'s parser (the demo is imported only when it is asked for)."""
+    from sandbox import demo
+
+    return demo.parser()
 
 
 @dataclass(frozen=True)
