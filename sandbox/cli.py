@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from rebalancer.adapters import registry
+from rebalancer.cli import common
 from rebalancer.errors import ConfigError
 
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
@@ -34,7 +36,6 @@ if TYPE_CHECKING:
 
 def simulate(argv: Sequence[str]) -> int:
     """replay a load trace through strategies, baselines and the oracle"""
-    from sandbox.sim import report
     from sandbox.sim.simulate import simulate as replay
 
     args = simulate_parser().parse_args(argv)
@@ -66,10 +67,24 @@ def simulate(argv: Sequence[str]) -> int:
         provenance=modelled.provenance,
         compare_notice=args.notice_compare,
     )
-    if not args.quiet:
-        print(report.markdown(summary))
-        print(f"results in {args.out}/")
+    _print_summary(summary, args)
     return 0
+
+
+def _print_summary(summary: dict[str, Any], args: argparse.Namespace) -> None:
+    """The run's summary: as the report's table (not with --quiet), or, with -o json or yaml,
+    as summary.json holds it (with --quiet too: it is the command's output, not its progress),
+    the directory then named on stderr."""
+    from sandbox.sim import report
+
+    where = f"results in {args.out}/"
+    if args.output == "text":
+        if not args.quiet:
+            print(f"{report.markdown(summary)}\n{where}")
+        return
+    common.print_document(json.loads(json.dumps(summary)), args.output, lambda: [])
+    if not args.quiet:
+        print(where, file=sys.stderr)
 
 
 def simulate_parser() -> argparse.ArgumentParser:
@@ -206,6 +221,7 @@ def simulate_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("--out", required=True, type=Path, help="directory for the results")
     sim.add_argument("--quiet", action="store_true", help="no progress bar, no table")
+    common.output_flag(sim, "json or yaml: the summary, as summary.json holds it")
     return sim
 
 
@@ -345,8 +361,9 @@ def _history_trace(source: Source, args: argparse.Namespace, hold: int) -> Trace
 
     first, until = history.window(args.since, args.start, args.end, datetime.now(UTC))
     read = history.load(source, first, until, hold, args.out)
-    if not args.quiet:
-        print("\n".join(history.summary(read)))
+    if not args.quiet:  # with -o json or yaml, stdout has the summary alone
+        out = sys.stdout if args.output == "text" else sys.stderr
+        print("\n".join(history.summary(read)), file=out)
     return read.trace
 
 
