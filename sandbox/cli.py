@@ -113,6 +113,17 @@ def simulate_parser() -> argparse.ArgumentParser:
         type=Path,
         help="the controller's settings file, with --pool (default: $REBALANCER_CONFIG, else none)",
     )
+    _where_flags(sim)
+    _model_flags(sim)
+    _run_flags(sim)
+    sim.add_argument("--out", required=True, type=Path, help="directory for the results")
+    sim.add_argument("--quiet", action="store_true", help="no progress bar, no table")
+    common.output_flag(sim, "json or yaml: the summary, as summary.json holds it")
+    return sim
+
+
+def _where_flags(sim: argparse.ArgumentParser) -> None:
+    """The configured pool, and the window of its history to read."""
     sim.add_argument(
         "--pool",
         help="simulate this configured pool with its own settings (with --prometheus: the "
@@ -142,6 +153,10 @@ def simulate_parser() -> argparse.ArgumentParser:
         help="with --prometheus: carry the last value over a gap this long or shorter, whole "
         "minutes (default: the pool's staleness limit, 2m)",
     )
+
+
+def _model_flags(sim: argparse.ArgumentParser) -> None:
+    """The strategies, and the pool as the flags change it."""
     sim.add_argument(
         "--strategy",
         action="append",
@@ -187,6 +202,10 @@ def simulate_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="GPUs a node lends, for GPU-hours (8)",
     )
+
+
+def _run_flags(sim: argparse.ArgumentParser) -> None:
+    """The budget, the trade, the training queue and the notice."""
     sim.add_argument(
         "--slo",
         metavar="DURATION|PERCENT",
@@ -219,10 +238,6 @@ def simulate_parser() -> argparse.ArgumentParser:
         help="run every strategy, baseline and the oracle again without the notice, and set "
         "what training lost and kept, the harvest and the breaches side by side",
     )
-    sim.add_argument("--out", required=True, type=Path, help="directory for the results")
-    sim.add_argument("--quiet", action="store_true", help="no progress bar, no table")
-    common.output_flag(sim, "json or yaml: the summary, as summary.json holds it")
-    return sim
 
 
 _HISTORY_FLAGS = ("since", "start", "end", "nodes", "hold")
