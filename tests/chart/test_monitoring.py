@@ -1523,7 +1523,10 @@ async def test_decisions_sql_on_postgresql(postgres_server: PostgresServer) -> N
         await store.close()
     assert [r["id"] for r in everyone[1]] == [f"01J{n:023d}" for n in (9, 3, 10, 2, 1)]
     assert [r["id"] for r in both[1]] == [r["id"] for r in everyone[1]]
-    assert prefix[1] == []
+    assert prefix[1] == []  # an empty table: the panel says why rather than "No data"
+    assert grafana.no_value(table) == (
+        "no decision of the selected clusters and pools in the time range"
+    )
     assert {r["cluster"] for r in rows} == {"prod-eu"}
     assert columns[:2] == ["time", "cluster"]
     assert {"kind", "pool", "node", "action", "origin", "reason", "outcome", "message"} <= set(
