@@ -105,7 +105,8 @@ def tree(
     own: Mapping[str, argparse.ArgumentParser] | None = None,
 ) -> Command:
     """What ``parser`` and the parsers under it take: their flags (those --help lists) and
-    their commands; a command named in ``own`` as its own parser has says."""
+    their commands; a command named in ``own`` is walked in the parser given there, its own,
+    rather than in the name-only placeholder the top parser lists."""
     options: list[Option] = []
     children: list[Command] = []
     words: list[str] = []
