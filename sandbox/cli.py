@@ -1,8 +1,9 @@
 """The harnesses' subcommands of ``rebalancer`` (the ``rebalancer.commands`` entry points).
 
 Each is ``main(argv) -> int`` with its own parser; the first line of its docstring is its help in
-``rebalancer --help``. Errors a person can fix are raised as ``RebalancerError`` and printed by
-the ``rebalancer`` command as one line each, exit status 2.
+``rebalancer --help``. Next to each, ``<name>_parser()`` builds that parser without running
+anything: ``rebalancer completion`` reads the flags from it. Errors a person can fix are raised
+as ``RebalancerError`` and printed by the ``rebalancer`` command as one line each, exit status 2.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from rebalancer.adapters import registry
+from rebalancer.cli import common
 from rebalancer.errors import ConfigError
 
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
@@ -33,10 +36,9 @@ if TYPE_CHECKING:
 
 def simulate(argv: Sequence[str]) -> int:
     """replay a load trace through strategies, baselines and the oracle"""
-    from sandbox.sim import report
     from sandbox.sim.simulate import simulate as replay
 
-    args = _simulate_parser().parse_args(argv)
+    args = simulate_parser().parse_args(argv)
     _history_flags_need_prometheus(args)
     params = _strategy_params(args.params)
     flags = _given(args, {name: value for name, (_, value) in params.items()})
@@ -65,13 +67,28 @@ def simulate(argv: Sequence[str]) -> int:
         provenance=modelled.provenance,
         compare_notice=args.notice_compare,
     )
-    if not args.quiet:
-        print(report.markdown(summary))
-        print(f"results in {args.out}/")
+    _print_summary(summary, args)
     return 0
 
 
-def _simulate_parser() -> argparse.ArgumentParser:
+def _print_summary(summary: dict[str, Any], args: argparse.Namespace) -> None:
+    """The run's summary: as the report's table (not with --quiet), or, with -o json or yaml,
+    as summary.json holds it (with --quiet too: it is the command's output, not its progress),
+    the directory then named on stderr."""
+    from sandbox.sim import report
+
+    where = f"results in {args.out}/"
+    if args.output == "text":
+        if not args.quiet:
+            print(f"{report.markdown(summary)}\n{where}")
+        return
+    common.print_document(json.loads(json.dumps(summary)), args.output, lambda: [])
+    if not args.quiet:
+        print(where, file=sys.stderr)
+
+
+def simulate_parser() -> argparse.ArgumentParser:
+    """``rebalancer simulate``'s parser."""
     sim = argparse.ArgumentParser(
         prog="rebalancer simulate",
         description="Replay a load trace minute by minute through the chosen strategies and "
@@ -96,6 +113,17 @@ def _simulate_parser() -> argparse.ArgumentParser:
         type=Path,
         help="the controller's settings file, with --pool (default: $REBALANCER_CONFIG, else none)",
     )
+    _where_flags(sim)
+    _model_flags(sim)
+    _run_flags(sim)
+    sim.add_argument("--out", required=True, type=Path, help="directory for the results")
+    sim.add_argument("--quiet", action="store_true", help="no progress bar, no table")
+    common.output_flag(sim, "json or yaml: the summary, as summary.json holds it")
+    return sim
+
+
+def _where_flags(sim: argparse.ArgumentParser) -> None:
+    """The configured pool, and the window of its history to read."""
     sim.add_argument(
         "--pool",
         help="simulate this configured pool with its own settings (with --prometheus: the "
@@ -125,6 +153,10 @@ def _simulate_parser() -> argparse.ArgumentParser:
         help="with --prometheus: carry the last value over a gap this long or shorter, whole "
         "minutes (default: the pool's staleness limit, 2m)",
     )
+
+
+def _model_flags(sim: argparse.ArgumentParser) -> None:
+    """The strategies, and the pool as the flags change it."""
     sim.add_argument(
         "--strategy",
         action="append",
@@ -170,6 +202,10 @@ def _simulate_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="GPUs a node lends, for GPU-hours (8)",
     )
+
+
+def _run_flags(sim: argparse.ArgumentParser) -> None:
+    """The budget, the trade, the training queue and the notice."""
     sim.add_argument(
         "--slo",
         metavar="DURATION|PERCENT",
@@ -202,9 +238,6 @@ def _simulate_parser() -> argparse.ArgumentParser:
         help="run every strategy, baseline and the oracle again without the notice, and set "
         "what training lost and kept, the harvest and the breaches side by side",
     )
-    sim.add_argument("--out", required=True, type=Path, help="directory for the results")
-    sim.add_argument("--quiet", action="store_true", help="no progress bar, no table")
-    return sim
 
 
 _HISTORY_FLAGS = ("since", "start", "end", "nodes", "hold")
@@ -343,8 +376,9 @@ def _history_trace(source: Source, args: argparse.Namespace, hold: int) -> Trace
 
     first, until = history.window(args.since, args.start, args.end, datetime.now(UTC))
     read = history.load(source, first, until, hold, args.out)
-    if not args.quiet:
-        print("\n".join(history.summary(read)))
+    if not args.quiet:  # with -o json or yaml, stdout has the summary alone
+        out = sys.stdout if args.output == "text" else sys.stderr
+        print("\n".join(history.summary(read)), file=out)
     return read.trace
 
 
@@ -503,11 +537,25 @@ def emulator(argv: Sequence[str]) -> int:
     return server.main(in_units(argv, SANDBOX_DURATIONS))
 
 
+def emulator_parser() -> argparse.ArgumentParser:
+    """``rebalancer sandbox``'s parser (the emulator is imported only when it is asked for)."""
+    from sandbox.emulator import server
+
+    return server.parser()
+
+
 def demo(argv: Sequence[str]) -> int:
     """run the controller on an emulated cluster, replaying a real day (demo --help)"""
     from sandbox import demo
 
     return demo.main(in_units(argv, DEMO_DURATIONS))
+
+
+def demo_parser() -> argparse.ArgumentParser:
+    """``rebalancer demo``'s parser (the demo is imported only when it is asked for)."""
+    from sandbox import demo
+
+    return demo.parser()
 
 
 @dataclass(frozen=True)

@@ -159,6 +159,12 @@ def node_keys(home: Path) -> Path:
 
 
 def parse(argv: Sequence[str]) -> Options:
+    p = parser()
+    return _options(p, p.parse_args(list(argv)))
+
+
+def parser() -> argparse.ArgumentParser:
+    """The demo's flags (``rebalancer completion`` reads them too)."""
     p = argparse.ArgumentParser(
         prog="rebalancer demo",
         description=(
@@ -212,7 +218,7 @@ def parse(argv: Sequence[str]) -> Options:
         action="store_true",
         help="serve the emulated cluster to kubectl from the start until Ctrl-C after the end",
     )
-    return _options(p, p.parse_args(list(argv)))
+    return p
 
 
 def _options(p: argparse.ArgumentParser, a: argparse.Namespace) -> Options:

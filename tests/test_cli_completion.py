@@ -72,6 +72,15 @@ def offered(script: Path, *words: str) -> list[str]:
         (["rebalancer", "reclaim", "--n"], ["--node", "--namespace"]),
         (["rebalancer", "completion", ""], ["bash", "zsh", "fish"]),
         (["rebalancer", "audit", "--json"], []),  # the unlisted alias is not offered
+        # the harness commands' own parsers, built without running them
+        (
+            ["rebalancer", "simulate", "--no"],
+            ["--nodes", "--no-trade", "--notice", "--notice-compare"],
+        ),
+        (["rebalancer", "simulate", "--strategy", "stat"], ["static"]),
+        (["rebalancer", "demo", "--sp"], ["--speed"]),
+        (["rebalancer", "--config", "c.yaml", "demo", "--strategy", "adap"], ["adaptive"]),
+        (["rebalancer", "sandbox", "--e"], ["--empty"]),
     ],
 )
 def test_bash_offers_what_the_parsers_take(
@@ -84,11 +93,34 @@ def test_bash_offers_the_files_for_a_flag_that_names_one(bash_script: Path) -> N
     prefix = str(bash_script)[:-3]
     assert offered(bash_script, "rebalancer", "pools", "apply", "-f", prefix) == [str(bash_script)]
     assert offered(bash_script, "rebalancer", "--config", prefix) == [str(bash_script)]
+    assert offered(bash_script, "rebalancer", "simulate", "--trace", prefix) == [str(bash_script)]
+
+
+def test_the_harness_parsers_are_built_without_running_the_harness() -> None:
+    """What ``harness_parsers`` finds for each command is the parser the command itself parses
+    with: the flags it reads, and the refusal of one it does not."""
+    from sandbox import cli as harness
+    from sandbox import demo
+
+    parsers = completion.harness_parsers()
+    assert {p.prog for p in parsers.values()} == {
+        "rebalancer simulate",
+        "rebalancer sandbox",
+        "rebalancer demo",
+    }
+    assert parsers["demo"].parse_args(["--speed", "5"]).speed == demo.parse(["--speed", "5"]).speed
+    with pytest.raises(SystemExit):
+        parsers["simulate"].parse_args(["--out", "x", "--no-such-flag"])
+    assert harness.simulate_parser().format_help() == parsers["simulate"].format_help()
 
 
 def test_every_command_is_offered_with_its_flags(bash_script: Path) -> None:
-    top = completion.tree(cli.build_parser())
+    top = completion.tree(cli.build_parser(), own=completion.harness_parsers())
     assert {c.path[0] for c in top.commands} >= {"run", "check", "audit", "capacity", "simulate"}
+    harnesses = {c.path[0]: c for c in top.commands if c.path[0] in ("simulate", "sandbox", "demo")}
+    assert harnesses.keys() == {"simulate", "sandbox", "demo"}
+    for command in harnesses.values():  # each with every flag of its own parser
+        assert len(command.options) > 2, command.path  # more than -h/--help
     for command in top.walk()[1:]:
         if command.commands:
             continue
@@ -136,6 +168,12 @@ def test_fish_is_one_complete_line_per_command_and_flag(
         line.startswith(
             "complete -c rebalancer -n '__fish_seen_subcommand_from capacity' -s o -l output "
             "-xa 'text json yaml'"
+        )
+        for line in lines
+    )
+    assert any(  # a harness command's flag, from its own parser
+        line.startswith(
+            "complete -c rebalancer -n '__fish_seen_subcommand_from simulate' -l trace -rF"
         )
         for line in lines
     )

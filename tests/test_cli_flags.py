@@ -1,6 +1,7 @@
 """The flags every ``rebalancer`` command spells as kubectl and helm do: the global flags
 (``--config``, ``--kubeconfig``, ``--context``, ``-n/--namespace``) before or after the command,
-``--version``, and ``rebalancer sandbox`` on a port already taken.
+``--version``, ``-o text|json|yaml`` on exactly the commands that print records, and
+``rebalancer sandbox`` on a port already taken.
 
 Each refusal is one line naming the flag and its value, exit status 2.
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from rebalancer import cli
-from rebalancer.cli import common
+from rebalancer.cli import common, completion
 
 SETTINGS = """\
 leader_election: {lease_namespace: from-the-file}
@@ -171,3 +172,27 @@ def test_the_sandbox_on_a_port_in_use_says_so_in_one_line_and_exits_2(
         f"rebalancer sandbox: port {taken_port} is in use (address already in use); pass --port"
     ]
     assert not kubeconfig.exists()
+
+
+# The commands that print records or a document, and so take -o (docs/operations.md); the others
+# run (run, gpu-labeler, sandbox, demo) or print a script (completion).
+PRINT_RECORDS = {
+    "audit",
+    "explain",
+    "status",
+    "check",
+    "capacity",
+    "pools apply",
+    "reclaim",
+    "simulate",
+}
+
+
+def test_exactly_the_commands_that_print_records_take_o_text_json_yaml() -> None:
+    top = completion.tree(cli.build_parser(), own=completion.harness_parsers())
+    taking = {}
+    for command in top.walk()[1:]:
+        for option in command.options:
+            if "-o" in option.flags:
+                taking[" ".join(command.path)] = (option.flags, option.choices)
+    assert taking == dict.fromkeys(PRINT_RECORDS, (("-o", "--output"), common.OUTPUTS))

@@ -2,12 +2,14 @@
 
 The bad flags fail before anything is opened (one line on stderr, exit 2). The views are fed
 ``ReclaimEvent`` values as the wave would send them: plain lines when stderr is not a terminal,
-a tqdm bar (on a stream that says it is a terminal) when it is.
+a tqdm bar (on a stream that says it is a terminal) when it is. ``-o json|yaml`` prints the
+wave's nodes as documents (``tests/test_cli_run.py`` runs it on the emulator).
 """
 
 from __future__ import annotations
 
 import io
+import json
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,7 +18,9 @@ import pytest
 from rebalancer import cli
 from rebalancer.cli import common
 from rebalancer.cli import reclaim as reclaim_command
-from rebalancer.commands.reclaim import ReclaimEvent, Stage
+from rebalancer.commands.reclaim import Reclaimed, ReclaimEvent, Stage
+from rebalancer.core.model import Action
+from rebalancer.core.outcomes import ActionResult, Outcome
 from tests.support.processes import config_text
 
 
@@ -52,6 +56,64 @@ def test_an_unknown_pool_is_one_line_naming_the_configured_ones_and_exit_2(
     assert out == ""
     assert err == "rebalancer: --pool=nope: no configured pool has that name (inference)\n"
     assert not (tmp_path / "audit.sqlite3").exists()  # nothing was opened
+
+
+@pytest.mark.parametrize("output", ["json", "yaml"])
+def test_log_records_with_json_or_yaml_is_one_line_and_exit_2(
+    output: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both would print on stdout: the audit records' JSON lines would be read as nodes."""
+    assert cli.main(["reclaim", "--all", "--log-records", "-o", output]) == common.EXIT_USAGE
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        f"rebalancer: --log-records: prints JSON lines on stdout, where -o {output} prints the "
+        "nodes; give one of them\n"
+    )
+
+
+def test_json_is_one_object_per_node_then_the_summary() -> None:
+    back = ActionResult("inference-3", Action.RECLAIM, Outcome.APPLIED, "serving")
+    done = [
+        Reclaimed(
+            "inference-3",
+            "l20",
+            back,
+            None,
+            "serving",
+            timedelta(seconds=0.5),
+            timedelta(seconds=12.25),
+            evicted=2,
+        ),
+        Reclaimed("gone-1", None, None, None, "cannot read the node: 404"),
+    ]
+    node, failed, summary = map(json.loads, reclaim_command.reclaim_docs(done, "json"))
+    assert node == {
+        "node": "inference-3",
+        "pool": "l20",
+        "back": True,
+        "outcome": "applied",
+        "message": "serving",
+        "intent": None,
+        "serving_tainted_seconds": 0.5,
+        "back_seconds": 12.25,
+        "evicted": 2,
+        "deleted": 0,
+        "audit_errors": [],
+    }
+    assert (failed["back"], failed["outcome"], failed["back_seconds"]) == (False, "error", None)
+    assert summary == {
+        "summary": {
+            "nodes": 2,
+            "back": 1,
+            "not_back": 1,
+            "exit": 1,
+            "line": reclaim_command.reclaim_summary(done)[0],
+        }
+    }
+    [only] = reclaim_command.reclaim_docs([], "yaml")  # nothing lent: the summary alone
+    assert only.splitlines()[1:3] == ["summary:", "  nodes: 0"]
+    assert "line: no node is lent" in only
 
 
 def test_plain_lines_say_each_node_event_once_and_leave_the_drain_passes_out() -> None:

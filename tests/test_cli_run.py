@@ -19,6 +19,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 from kubernetes_asyncio import client
 
 from rebalancer import settings as settings_mod
@@ -257,6 +258,21 @@ async def test_reclaim_all_and_a_node_that_cannot_be_restored(tmp_path: Path) ->
         ]
         code, out, err = await run_cli("reclaim", "--all", *args)
         assert (code, out) == (0, "no node is lent\n")
+        code, out, err = await run_cli("reclaim", "--all", "-o", "json", *args)
+        assert (code, [json.loads(line) for line in out.splitlines()]) == (
+            0,
+            [
+                {
+                    "summary": {
+                        "nodes": 0,
+                        "back": 0,
+                        "not_back": 0,
+                        "exit": 0,
+                        "line": "no node is lent",
+                    }
+                }
+            ],
+        )
 
         code, out, err = await run_cli("reclaim", "--node", "no-such-node", *args)
         assert code == 1
@@ -266,6 +282,15 @@ async def test_reclaim_all_and_a_node_that_cannot_be_restored(tmp_path: Path) ->
         assert lines[2].startswith("not back: no-such-node: error: cannot read the node")
         assert lines[3] == "exit 1: 1 node(s) not back"
         assert "Traceback" not in err
+
+        # -o yaml: the documents alone on stdout; the node's event on stderr
+        code, out, err = await run_cli("reclaim", "--node", "no-such-node", "-o", "yaml", *args)
+        node, summary = yaml.safe_load_all(out)
+        assert code == 1
+        assert (node["node"], node["back"], node["outcome"]) == ("no-such-node", False, "error")
+        assert summary["summary"]["exit"] == 1
+        said = r"no-such-node failed \d+\.\ds: cannot read the node: .*"
+        assert [line for line in err.splitlines() if re.fullmatch(said, line)], err
 
 
 def train_on(store: Store, node: str, pods: int, grace: int) -> None:

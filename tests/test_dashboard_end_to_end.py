@@ -11,9 +11,12 @@ process, each process's series starting from zero.
 Then every target of the rendered dashboard (with the PostgreSQL panel) runs as Grafana would
 run it over the time range: a range query for a timeseries target, an instant query for a stat
 or a table, with ``$__range`` the range, ``$__rate_interval`` four scrape intervals, every pool.
-Each returns data, and a count is never NaN. "Reclaims in range" is the twelve reclaims the
-audit store holds, the decision log lists every intent of the store with its last outcome, and
-the SQL panel's query returns the store's intents with their origin.
+Each returns data and never NaN, but for a quantile: it has a point exactly where its count in
+the window is above 0 (unguarded, it read NaN elsewhere), and so none at all for the pods'
+answers here (no pod of the harness answers a notice), where its panel's noValue says why.
+"Reclaims in range" is the twelve reclaims the audit store holds, the decision log lists every
+intent of the store with its last outcome, and the SQL panel's query returns the store's
+intents with their origin.
 """
 
 from __future__ import annotations
@@ -184,7 +187,8 @@ async def every_panel(
     prom: aiohttp.ClientSession, start: datetime, end: datetime
 ) -> list[tuple[str, str, dict[str, list[float]]]]:
     """Each target of the dashboard as Grafana runs it over ``start``..``end``: its title, its
-    refId and its values by series. Fails on a target with no data, or a NaN count."""
+    refId and its values by series. Fails on a target with no data, or a NaN, or a guarded
+    target (a quantile) that is empty where its count is not 0 or drawn where it is."""
     seconds = math.ceil((end - start).total_seconds())
     values = {**VALUES, "$__range": f"{seconds}s"}
     found = []
@@ -196,12 +200,42 @@ async def every_panel(
             got = await instant(prom, expr, end)
         else:
             got = await ranged(prom, expr, start, end)
-        title = panel["title"]
-        assert got, f"{title} [{target['refId']}]: no data for {expr}"
-        if "histogram_quantile" not in expr and ("increase(" in expr or "rate(" in expr):
-            assert all(not math.isnan(v) for vs in got.values() for v in vs), (title, got)
-        found.append((title, target["refId"], got))
+        name = f"{panel['title']} [{target['refId']}]"
+        assert all(not math.isnan(v) for vs in got.values() for v in vs), (name, got)
+        if grafana.guard(expr) is not None:
+            await drawn_where_counted(prom, expr, start, end, name)
+        # empty only where it is guarded (then its count was 0 throughout) and says so
+        assert got or (grafana.guard(expr) and grafana.no_value(panel)), f"no data: {name} {expr}"
+        found.append((panel["title"], target["refId"], got))
     return found
+
+
+async def drawn_where_counted(
+    prom: aiohttp.ClientSession, expr: str, start: datetime, end: datetime, name: str
+) -> None:
+    """A guarded target has a point at each step where its count is above 0, and only there;
+    without the guard, the steps where the count is 0 read NaN (what the panel drew before)."""
+    count = grafana.guard(expr)
+    assert count is not None
+    shown, counted = await points(prom, expr, start, end), await points(prom, count, start, end)
+    bare = await points(prom, grafana.unguarded(expr), start, end)
+    for key, steps in counted.items():
+        drawn = set(shown.get(key, {}))
+        assert drawn == {t for t, v in steps.items() if v > 0}, (name, key, steps, drawn)
+        was_nan = sum(1 for t, v in bare.get(key, {}).items() if math.isnan(v))
+        print(f"\n{name} {key}: {len(drawn)} of {len(steps)} steps drawn; unguarded, {was_nan} NaN")
+    assert set(shown) <= set(counted), (name, shown.keys(), counted.keys())
+
+
+async def points(
+    prom: aiohttp.ClientSession, expr: str, start: datetime, end: datetime
+) -> dict[str, dict[float, float]]:
+    """``expr``'s range query, each series' values by their time."""
+    params = {"query": expr, "start": start.timestamp(), "end": end.timestamp(), "step": 1}
+    data = await api(prom, "/api/v1/query_range", **params)
+    return {
+        series(r["metric"]): {float(t): float(v) for t, v in r["values"]} for r in data["result"]
+    }
 
 
 async def instant(prom: aiohttp.ClientSession, expr: str, at: datetime) -> dict[str, list[float]]:

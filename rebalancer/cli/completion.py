@@ -4,7 +4,9 @@ Where it sits: the parsers ``rebalancer.cli`` builds are the one description of 
 line; ``tree`` walks them (commands, their flags, each flag's choices, and whether it names a
 file) and each shell's script is written from that tree, so a flag added to a command completes
 without anything written here. The harness commands (``simulate``, ``sandbox``, ``demo``) keep
-parsers of their own, built when they run: their names complete, their flags do not.
+parsers of their own, built when they run; next to each command ``module:name`` of the entry
+points, ``module:name_parser()`` builds that parser without running anything, and only the
+script's generation imports it (``harness_parsers``), so their flags complete too.
 
 bash is written in full; zsh runs the same functions through its ``bashcompinit``; fish is
 written as its own ``complete`` lines.
@@ -13,6 +15,8 @@ written as its own ``complete`` lines.
 from __future__ import annotations
 
 import argparse
+import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,8 +66,27 @@ def register(commands: Any) -> None:
 def handle(args: argparse.Namespace) -> int:
     from rebalancer import cli
 
-    print(script(args.shell, tree(cli.build_parser())), end="")
+    print(script(args.shell, tree(cli.build_parser(), own=harness_parsers())), end="")
     return 0
+
+
+def harness_parsers() -> dict[str, argparse.ArgumentParser]:
+    """The parsers the harness commands build when they run, built here without running them:
+    ``module:name_parser()`` next to each entry point's ``module:name``. A command without one,
+    or one that cannot be loaded, keeps its name alone."""
+    from importlib.metadata import entry_points
+
+    from rebalancer import cli
+
+    found = {}
+    for ep in entry_points(group=cli.COMMANDS):
+        try:
+            build = getattr(importlib.import_module(ep.module), f"{ep.attr}_parser", None)
+            if callable(build):
+                found[ep.name] = build()
+        except Exception:  # its name still completes; running it will say what is wrong
+            continue
+    return found
 
 
 def script(shell: str, top: Command) -> str:
@@ -75,9 +98,15 @@ def script(shell: str, top: Command) -> str:
     return bash(top)
 
 
-def tree(parser: argparse.ArgumentParser, path: tuple[str, ...] = (), help: str = "") -> Command:
+def tree(
+    parser: argparse.ArgumentParser,
+    path: tuple[str, ...] = (),
+    help: str = "",
+    own: Mapping[str, argparse.ArgumentParser] | None = None,
+) -> Command:
     """What ``parser`` and the parsers under it take: their flags (those --help lists) and
-    their commands."""
+    their commands; a command named in ``own`` is walked in the parser given there, its own,
+    rather than in the name-only placeholder the top parser lists."""
     options: list[Option] = []
     children: list[Command] = []
     words: list[str] = []
@@ -85,7 +114,8 @@ def tree(parser: argparse.ArgumentParser, path: tuple[str, ...] = (), help: str 
         if isinstance(action, argparse._SubParsersAction):
             helps = {a.dest: a.help or "" for a in action._choices_actions}
             for name, sub in action.choices.items():
-                children.append(tree(sub, (*path, name), helps.get(name, "")))
+                said = (own or {}).get(name, sub)
+                children.append(tree(said, (*path, name), helps.get(name, "")))
         elif not action.option_strings:
             words += [str(c) for c in action.choices or ()]
         elif action.help is not argparse.SUPPRESS:

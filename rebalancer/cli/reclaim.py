@@ -70,6 +70,10 @@ def register(commands: Any) -> None:
         help="also print each audit record as a JSON line on stdout, as rebalancer run does "
         "(a Job's log keeps them when its audit store is a scratch file)",
     )
+    common.output_flag(
+        reclaim,
+        "json or yaml: one object per node, then a summary; each node event then goes to stderr",
+    )
     common.controller_flags(reclaim)
     common.global_flag(reclaim, "namespace")
     reclaim.set_defaults(handler=handle)
@@ -83,6 +87,11 @@ def handle(args: argparse.Namespace) -> int:
     if not 1 <= args.concurrency <= RECLAIM_MAX_CONCURRENCY:
         raise ConfigError(
             f"--concurrency={args.concurrency}: must be between 1 and {RECLAIM_MAX_CONCURRENCY}"
+        )
+    if args.log_records and args.output != "text":
+        raise ConfigError(
+            f"--log-records: prints JSON lines on stdout, where -o {args.output} prints the "
+            "nodes; give one of them"
         )
     stop_timeout = common.duration("--stop-timeout", args.stop_timeout)
     config = common.load_settings(args)
@@ -110,34 +119,40 @@ async def _take_back(
 
     sink = audit_store.stdout_sink if args.log_records else None
     seams = wiring.Seams(kubeconfig=args.kubeconfig, context=args.context, sink=sink)
+    # With -o json or yaml, stdout has the documents alone: what is said on the way, stderr.
+    said = sys.stdout if args.output == "text" else sys.stderr
     async with wiring.Controller.open(config, seams, wiring.Role.OPERATOR) as controller:
         if args.stop_controller:
             namespace = config.leader_election.lease_namespace
-            if not await _stand_down(controller, namespace, args.stop_controller, stop_timeout):
+            stopping = (controller, namespace, args.stop_controller, stop_timeout)
+            if not await _stand_down(*stopping, said):
                 return common.EXIT_INCOMPLETE
         if args.node:
             nodes, known = list(dict.fromkeys(args.node)), None
         else:
             known = await lent_nodes(controller, pools)
             nodes = list(known)
-        if not nodes:
-            print("no node is lent")
-            return 0
-        view = reclaim_view(nodes, sys.stdout, sys.stderr)
-        try:
-            done = await reclaim_wave(
-                controller, nodes, known=known, concurrency=args.concurrency, on_event=view.event
-            )
-        finally:
-            view.close()
-    lines = reclaim_summary(done)
-    for line in lines:
+        done: list[Reclaimed] = []
+        if nodes:
+            view = reclaim_view(nodes, said, sys.stderr)
+            try:
+                done = await reclaim_wave(
+                    controller,
+                    nodes,
+                    known=known,
+                    concurrency=args.concurrency,
+                    on_event=view.event,
+                )
+            finally:
+                view.close()
+    printed = reclaim_summary(done) if args.output == "text" else reclaim_docs(done, args.output)
+    for line in printed:
         print(line, flush=True)
     return 0 if all(d.ok for d in done) else 1
 
 
 async def _stand_down(
-    controller: Controller, namespace: str, deployment: str, timeout: float
+    controller: Controller, namespace: str, deployment: str, timeout: float, out: TextIO
 ) -> bool:
     """Scale the controller's Deployment to 0 and wait for its pods to go, saying so; False
     (with a line on stderr) when they did not, and then nothing is taken back."""
@@ -151,6 +166,7 @@ async def _stand_down(
     print(
         f"deployment/{stopped.deployment} scaled to 0; its {stopped.pods} pod(s) "
         f"gone in {stopped.waited:.1f}s",
+        file=out,
         flush=True,
     )
     return True
@@ -266,6 +282,8 @@ def _shape(stream: TextIO) -> tuple[int | None, int | None]:
 def reclaim_summary(done: Sequence[Reclaimed]) -> list[str]:
     """The end of ``rebalancer reclaim``: counts, the time to the last serving taint and to the
     last node back, then each node not back with its reason, and what the exit status means."""
+    if not done:
+        return ["no node is lent"]
     back = [d for d in done if d.ok]
     tainted = [d.tainted for d in done if d.tainted is not None]
     returned = [d.back for d in done if d.back is not None]
@@ -283,3 +301,39 @@ def reclaim_summary(done: Sequence[Reclaimed]) -> list[str]:
     if len(back) < len(done):
         lines.append(f"exit 1: {len(done) - len(back)} node(s) not back")
     return lines
+
+
+def reclaim_docs(done: Sequence[Reclaimed], output: str) -> list[str]:
+    """One object per node taken back (its outcome, seconds to its serving taint and to serving
+    again, pods evicted and deleted, audit records not stored), then ``{"summary": ...}`` with
+    the counts, the exit status and the summary's first line, as ``-o json`` or ``-o yaml``
+    prints them."""
+    docs: list[dict[str, Any]] = [
+        {
+            "node": d.node,
+            "pool": d.pool,
+            "back": d.ok,
+            "outcome": d.result.outcome.value if d.result is not None else "error",
+            "message": d.message,
+            "intent": d.intent.id if d.intent is not None else None,
+            "serving_tainted_seconds": _in_seconds(d.tainted),
+            "back_seconds": _in_seconds(d.back),
+            "evicted": d.evicted,
+            "deleted": d.deleted,
+            "audit_errors": list(d.audit_errors),
+        }
+        for d in done
+    ]
+    back = sum(d.ok for d in done)
+    summary = {
+        "nodes": len(done),
+        "back": back,
+        "not_back": len(done) - back,
+        "exit": 0 if back == len(done) else 1,
+        "line": reclaim_summary(done)[0],
+    }
+    return common.documents([*docs, {"summary": summary}], output)
+
+
+def _in_seconds(elapsed: timedelta | None) -> float | None:
+    return None if elapsed is None else round(elapsed.total_seconds(), 3)

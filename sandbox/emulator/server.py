@@ -728,28 +728,7 @@ def write_kubeconfig(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``rebalancer sandbox``: serve a default cluster until interrupted."""
-    parser = argparse.ArgumentParser(
-        prog="rebalancer sandbox",
-        description="Serve an emulated Kubernetes API with a small GPU cluster on 127.0.0.1.",
-    )
-    parser.add_argument("--port", type=int, default=0, help="port to listen on (0: any free)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    parser.add_argument(
-        "--kubeconfig",
-        type=Path,
-        default=Path("sandbox.kubeconfig"),
-        help="write a kubeconfig for it here (sandbox.kubeconfig)",
-    )
-    parser.add_argument("--empty", action="store_true", help="start with no nodes or pods")
-    parser.add_argument(
-        "--schedule-every",
-        type=float,
-        default=1.0,
-        metavar="DURATION",
-        help="run the scheduler stand-in this often (1s)",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed for uids and faults (0)")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(_run(args))
@@ -757,6 +736,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rebalancer sandbox: {exc}", file=sys.stderr, flush=True)
         return 2
     return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    """``rebalancer sandbox``'s flags (``rebalancer completion`` reads them too)."""
+    p = argparse.ArgumentParser(
+        prog="rebalancer sandbox",
+        description="Serve an emulated Kubernetes API with a small GPU cluster on 127.0.0.1.",
+    )
+    p.add_argument("--port", type=int, default=0, help="port to listen on (0: any free)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    p.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=Path("sandbox.kubeconfig"),
+        help="write a kubeconfig for it here (sandbox.kubeconfig)",
+    )
+    p.add_argument("--empty", action="store_true", help="start with no nodes or pods")
+    p.add_argument(
+        "--schedule-every",
+        type=float,
+        default=1.0,
+        metavar="DURATION",
+        help="run the scheduler stand-in this often (1s)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed for uids and faults (0)")
+    return p
 
 
 class NotListening(Exception):

@@ -1017,14 +1017,17 @@ class Site:
     leader: str
     more_lent: int = 0  # added to each pool's lent count, to tell the sites apart
     follower_safety_only: bool = False  # the follower says l20 is safety-only (it decides nothing)
+    idle: bool = False  # healthy, and nothing to do: no loan, no reclaim, no decision, no slo
 
 
 # Two clusters of a fleet, with the same namespace, job and pod names (in "us" the other replica
-# leads), and a third controller whose Prometheus adds no cluster label (in namespace "solo").
+# leads), a third controller whose Prometheus adds no cluster label (in namespace "solo"), and a
+# second release in eu that has had nothing to do for the three hours (in namespace "idle").
 SITES = (
     Site("eu", "rebalancer", "rebalancer-0"),
     Site("us", "rebalancer", "rebalancer-1", more_lent=5, follower_safety_only=True),
     Site(None, "solo", "rebalancer-0"),
+    Site("eu", "idle", "rebalancer-0", idle=True),
 )
 AT = prom.scrape_time(prom.MINUTES - 10)  # where the expressions are evaluated
 GRAFANA = {  # Grafana's variables and macros as a panel over the whole window would have them
@@ -1067,6 +1070,8 @@ def telemetry_series() -> str:
 
     for site in SITES:
         exported = {pod: Telemetry(cluster=site.cluster or "default") for pod in PODS}
+        for t in exported.values():
+            t.prepare(dict.fromkeys(POOLS, "forecast"))  # as the controller does at start
         for k in range(prom.MINUTES):
             now = prom.scrape_time(k)
             for pod, t in exported.items():
@@ -1089,6 +1094,9 @@ def play(t: Telemetry, pod: str, k: int, now: datetime, site: Site) -> None:
     """What replica ``pod`` of ``site`` is told at minute ``k``."""
     leading = pod == site.leader
     t.set_leader(pod, leading)
+    if site.idle:
+        idle(t, now)
+        return
     t.set_lent(
         {"l20": (k // 20) % 4 + site.more_lent, "h100": (1 if k >= 60 else 0) + site.more_lent}
     )
@@ -1138,6 +1146,25 @@ def play(t: Telemetry, pod: str, k: int, now: datetime, site: Site) -> None:
         t.set_budgets({"h100": model.ErrorBudget(10, timedelta(days=7), spent)})
     elif k == 50:
         t.audit_failed("query")
+
+
+def idle(t: Telemetry, now: datetime) -> None:
+    """What a healthy replica with nothing to do is told each tick: fresh demand, nothing lent,
+    nothing overdue or held, clocks in step, the store writing, a plan with no step (which
+    counts no decision and sets each pool's drift to 0); no pool with an slo."""
+    t.set_lent(dict.fromkeys(POOLS, 0))
+    t.set_overdue(dict.fromkeys(POOLS, 0))
+    for pool in POOLS:
+        t.set_demand_age(pool, model.Sample(1.0, now - timedelta(seconds=20)), now)
+    for flags in (t.set_safety_only, t.set_frozen_under_pressure, t.set_demand_held):
+        flags(dict.fromkeys(POOLS, False))
+    t.set_unreadable({"node": 0, "pod": 0})
+    skew = clocks.Skew(clocks.Against.APISERVER, timedelta(seconds=0.1), ZERO, 5, now)
+    t.set_clocks({PoolName(pool): clocks.Clocks((skew,)) for pool in POOLS})
+    t.set_audit_store(False, 0)
+    t.set_budgets({})
+    quiet = {PoolName(p): model.PoolPlan(PoolName(p), (), (), (), (), "steady") for p in POOLS}
+    t.count_decisions(model.Plan(now, quiet))
 
 
 # The leader's decisions, as its audit log tells the telemetry: (minute, pool, node, action,
@@ -1220,8 +1247,62 @@ def test_every_dashboard_expression_runs_and_returns_data(prometheus: str) -> No
         data = api(prometheus, "/api/v1/query", query=expr, time=AT.isoformat())
         assert data["resultType"] == "vector", (panel["title"], expr)
         assert data["result"], f"{panel['title']}: no data for {expr}"
+        assert not [r for r in data["result"] if math.isnan(float(r["value"][1]))], expr
         checked += 1
     assert checked == sum(1 for _, t in targets(dash) if "expr" in t) >= 10
+
+
+# What an idle release's dashboard leaves empty, each panel saying why in its noValue: the
+# quantiles of reclaims that did not happen, the budgets of pools without an slo, the log of
+# decisions not made. Every other target reads a number.
+QUANTILES = "Reclaim duration quantiles (1 h window)"
+NOTICE = (
+    "Reclaim notice given to the borrowed pods, and how soon they answered (median, 1 h window)"
+)
+BUDGET = "Error budget: minutes spent in the rolling window, and allowed (leader)"
+IDLE_EMPTY = {
+    *((title, ref) for title in (QUANTILES, NOTICE, BUDGET) for ref in "AB"),
+    ("Decisions in range (decision log)", "A"),
+}
+
+
+def test_an_idle_release_s_panels_read_a_number_or_say_why_not(prometheus: str) -> None:
+    """A healthy release that has had nothing to do (namespace "idle"): no target reads NaN,
+    and a target that yields nothing is on a panel whose noValue says why, and, where it is
+    guarded by a count, that count in its window is 0."""
+    empty = set()
+    for p, target in targets(dashboard(ON)):
+        title, ref = p["title"], target["refId"]
+        found = at_instant(prometheus, promql(target["expr"], namespace="idle"))
+        print(f"{title} [{ref}]: {sorted(found.values()) or grafana.no_value(p)}")
+        assert not [v for v in found.values() if math.isnan(v)], (title, ref, found)
+        if found:
+            continue
+        empty.add((title, ref))
+        assert grafana.no_value(p), f"{title} [{ref}]: empty, and the panel says No data"
+        count = grafana.guard(target["expr"])
+        if count is not None:
+            counted = at_instant(prometheus, promql(count, namespace="idle"))
+            assert set(counted.values()) <= {0.0}, (title, ref, counted)
+    assert empty == IDLE_EMPTY
+
+
+def test_the_guard_names_the_count_and_leaves_the_quantile() -> None:
+    quantile = "histogram_quantile(0.5, sum by (le, pool) (rate(x_bucket[1h])))"
+    count = "sum by (cluster, pool) (increase(x_count[1h]))"
+    guarded = f"{quantile} and on (cluster, pool) ({count} > 0)"
+    assert (grafana.guard(guarded), grafana.unguarded(guarded)) == (count, quantile)
+    assert (grafana.guard(quantile), grafana.unguarded(quantile)) == (None, quantile)
+    assert grafana.guard(f"{guarded} or vector(0)") is None  # a guard is the whole tail
+
+
+def at_instant(url: str, query: str) -> dict[str, float]:
+    """``query``'s values at ``AT``, keyed by their labels."""
+    data = api(url, "/api/v1/query", query=query, time=AT.isoformat())
+    return {
+        ",".join(f"{k}={v}" for k, v in sorted(r["metric"].items())): float(r["value"][1])
+        for r in data["result"]
+    }
 
 
 def panel(url: str, title: str, ref: str = "A", **chosen: str) -> dict[str, float]:
@@ -1233,13 +1314,7 @@ def panel(url: str, title: str, ref: str = "A", **chosen: str) -> dict[str, floa
         for t in p["targets"]
         if t["refId"] == ref
     ]
-    query = promql(target["expr"], **chosen)
-    data = api(url, "/api/v1/query", query=query, time=AT.isoformat())
-    out: dict[str, float] = {}
-    for r in data["result"]:
-        key = ",".join(f"{k}={v}" for k, v in sorted(r["metric"].items()))
-        out[key] = float(r["value"][1])
-    return out
+    return at_instant(url, promql(target["expr"], **chosen))
 
 
 def test_dashboard_values_are_the_exported_ones(prometheus: str) -> None:
@@ -1384,7 +1459,7 @@ def test_dashboard_variables_run(prometheus: str) -> None:
         )
     assert found == {
         "cluster": ["eu", "us"],  # the label the fleet's Prometheus servers add
-        "namespace": ["rebalancer"],
+        "namespace": ["idle", "rebalancer"],  # eu's two releases
         "job": ["rebalancer"],
         "pool": ["h100", "l20"],
     }
@@ -1448,7 +1523,10 @@ async def test_decisions_sql_on_postgresql(postgres_server: PostgresServer) -> N
         await store.close()
     assert [r["id"] for r in everyone[1]] == [f"01J{n:023d}" for n in (9, 3, 10, 2, 1)]
     assert [r["id"] for r in both[1]] == [r["id"] for r in everyone[1]]
-    assert prefix[1] == []
+    assert prefix[1] == []  # an empty table: the panel says why rather than "No data"
+    assert grafana.no_value(table) == (
+        "no decision of the selected clusters and pools in the time range"
+    )
     assert {r["cluster"] for r in rows} == {"prod-eu"}
     assert columns[:2] == ["time", "cluster"]
     assert {"kind", "pool", "node", "action", "origin", "reason", "outcome", "message"} <= set(

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rebalancer import cli
 from rebalancer.cli import audit as audit_command
@@ -157,3 +158,18 @@ def test_since_a_time_reads_from_it_up_to_now() -> None:
 )
 def test_since_too_near_or_too_far_is_refused(text: str, message: str) -> None:
     assert simulate_since(text) == message
+
+
+def test_json_and_yaml_print_the_summary_as_summary_json_holds_it(
+    half_day: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """stdout has the document alone, --quiet or not; where the results are is on stderr."""
+    argv = ["simulate", "--trace", str(half_day), "--no-trade", "--out", str(tmp_path)]
+    assert cli.main([*argv, "-o", "json", "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert (json.loads(out), err) == (written, "")
+    assert cli.main([*argv, "-o", "yaml"]) == 0
+    out, err = capsys.readouterr()
+    assert yaml.safe_load(out) == json.loads((tmp_path / "summary.json").read_text())
+    assert err.splitlines()[-1] == f"results in {tmp_path}/"

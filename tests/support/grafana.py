@@ -33,6 +33,30 @@ def targets(dash: Mapping[str, Any]) -> Iterator[tuple[Doc, Doc]]:
             yield panel, target
 
 
+# A target that yields nothing while what it summarises did not happen (a quantile of no
+# reclaims is no number, NaN): ``QUANTILE and on (cluster, pool) (COUNT > 0)``.
+_GUARD = re.compile(r" and on \([^)]*\) \((.+) > 0\)")
+
+
+def guard(expr: str) -> str | None:
+    """The count in the window that ``expr`` yields nothing without, or None: ``expr`` may be
+    empty only where that count is 0."""
+    m = _GUARD.search(expr)
+    return m[1] if m and m.end() == len(expr) else None
+
+
+def unguarded(expr: str) -> str:
+    """``expr`` without its guard: what the target was before it had one."""
+    m = _GUARD.search(expr)
+    return expr[: m.start()] if m and m.end() == len(expr) else expr
+
+
+def no_value(panel: Mapping[str, Any]) -> str | None:
+    """What the panel says in place of "No data" when none of its targets yields anything."""
+    said: str | None = panel.get("fieldConfig", {}).get("defaults", {}).get("noValue")
+    return said
+
+
 def promql(expr: str, values: Mapping[str, str]) -> str:
     """``expr`` with each of ``values`` (``{"$pool": "(l20)", "$__range": "3h"}``) put in,
     the longest names first (``$__rate_interval`` before ``$__range``)."""
