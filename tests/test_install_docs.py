@@ -180,7 +180,7 @@ def check_make(c: Checkout, words: list[str]) -> None:
     stamp.touch()
     bin_dir = Path(sys.executable).parent
     run = subprocess.run(
-        ["make", *words[1:], f"BIN={bin_dir}", f"STAMP={stamp}", "OUT=out"],
+        ["make", *words[1:], f"BIN={bin_dir}", f"STAMP={stamp}", f"RUN={stamp}", "OUT=out"],
         cwd=c.root,
         capture_output=True,
         text=True,
