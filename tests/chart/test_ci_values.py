@@ -21,16 +21,9 @@ CI_VALUES = sorted((CHART / "ci").glob("*.yaml"))
 
 
 def run_helm(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(home),
-        "HELM_CACHE_HOME": str(home / "cache"),
-        "HELM_CONFIG_HOME": str(home / "config"),
-        "HELM_DATA_HOME": str(home / "data"),
-    }
     return subprocess.run(
         [str(helm.binary()), *args],
-        env=env,
+        env=helm.environment(home),
         capture_output=True,
         text=True,
         timeout=120,

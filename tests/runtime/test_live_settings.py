@@ -24,9 +24,9 @@ from rebalancer.core.model import Action
 from rebalancer.runtime import livesettings, wiring
 from rebalancer.runtime.reconcile import Reconfigured
 from rebalancer.runtime.report import TickReport
-from tests.support import fakes, pools, reconciling
+from tests.support import pools, reconciling, ticking
 from tests.support.processes import setup
-from tests.support.ticking import ME, POOL, controller, pool_text, write
+from tests.support.ticking import controller, pool_text, write
 
 
 def lends(report: TickReport) -> int:
@@ -114,17 +114,8 @@ async def test_a_running_loop_takes_a_change_within_a_poll_not_an_interval(tmp_p
         head = box.config.read_text(encoding="utf-8").split("pools:")[0]
         head = head.replace("tick_interval: 2s", "tick_interval: 60s")
         write(box, head, pool_text(0.0))
-        source = livesettings.SettingsSource(box.config, env={})
-        seams = wiring.Seams(
-            kubeconfig=box.kubeconfig,
-            name=ME,
-            sink=None,
-            serve_http=False,
-            metrics=fakes.Demand({POOL: 0.0}, clock=wiring.utc_now),
-            settings_file=source,
-        )
         config = settings_mod.load(box.config, env={})
-        async with wiring.Controller.open(config, seams) as c:
+        async with wiring.Controller.open(config, ticking.seams(box)) as c:
             assert c.watch is not None
             c.watch.poll = timedelta(seconds=0.2)
             stop = asyncio.Event()

@@ -32,17 +32,21 @@ def binary() -> Path:
     return built
 
 
-def helm(home: Path, kubeconfig: Path, *args: str) -> str:
-    """Run ``helm ARGS`` against ``kubeconfig``'s cluster; its output. Fails with Helm's own
-    message when it fails."""
-    env = {
+def environment(home: Path) -> dict[str, str]:
+    """Helm's environment: its cache, configuration and data under ``home``, not the user's."""
+    return {
         "PATH": "/usr/bin:/bin",
         "HOME": str(home),
         "HELM_CACHE_HOME": str(home / "cache"),
         "HELM_CONFIG_HOME": str(home / "config"),
         "HELM_DATA_HOME": str(home / "data"),
-        "KUBECONFIG": str(kubeconfig),
     }
+
+
+def helm(home: Path, kubeconfig: Path, *args: str) -> str:
+    """Run ``helm ARGS`` against ``kubeconfig``'s cluster; its output. Fails with Helm's own
+    message when it fails."""
+    env = {**environment(home), "KUBECONFIG": str(kubeconfig)}
     done = subprocess.run(
         [str(binary()), *args], env=env, capture_output=True, text=True, timeout=300, check=False
     )

@@ -38,6 +38,18 @@ def write(box: Setup, head: str, pools: str) -> None:
     box.config.write_text(head + pools, encoding="utf-8")
 
 
+def seams(box: Setup) -> wiring.Seams:
+    """The in-process controller's seams: no demand at all, no HTTP, the settings file watched."""
+    return wiring.Seams(
+        kubeconfig=box.kubeconfig,
+        name=ME,
+        sink=None,
+        serve_http=False,
+        metrics=fakes.Demand({POOL: 0.0}, clock=wiring.utc_now),
+        settings_file=livesettings.SettingsSource(box.config, env={}),
+    )
+
+
 @contextlib.asynccontextmanager
 async def controller(
     tmp_path: Path, max_lent: float
@@ -47,17 +59,8 @@ async def controller(
     async with setup(tmp_path) as box:
         head = box.config.read_text(encoding="utf-8").split("pools:")[0]
         write(box, head, pool_text(max_lent))
-        source = livesettings.SettingsSource(box.config, env={})
         config = settings_mod.load(box.config, env={})
-        seams = wiring.Seams(
-            kubeconfig=box.kubeconfig,
-            name=ME,
-            sink=None,
-            serve_http=False,
-            metrics=fakes.Demand({POOL: 0.0}, clock=wiring.utc_now),
-            settings_file=source,
-        )
-        async with wiring.Controller.open(config, seams) as c:
+        async with wiring.Controller.open(config, seams(box)) as c:
             task = asyncio.create_task(c.informer.run())
             try:
                 await asyncio.wait_for(c.informer.synced.wait(), 10)
