@@ -83,8 +83,16 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# mypy's cache is kept per user beside the kube binaries, not in the checkout: on a fresh clone a
+# cold cache made `make typecheck` take 62 s (28 s of CPU) on this 2-core machine, one warmed by
+# another clone of the same sources 0.6 s. mypy checks each cached module against its file's
+# content (its size and hash, whatever the mtime or the checkout's path), so an entry of other
+# sources is never used for these: a module that changed is checked again, with what depends on
+# its interface (a type error put into a fresh clone was reported with the cache warm).
+MYPY_CACHE = $${XDG_CACHE_HOME:-$$HOME/.cache}/rebalancer/mypy
+
 typecheck: $(STAMP)
-	$(BIN)/mypy
+	$(BIN)/mypy --cache-dir "$(MYPY_CACHE)"
 
 imports: $(STAMP)
 	$(BIN)/lint-imports

@@ -124,10 +124,18 @@ async def test_kill_9_at_random_points_leaves_every_transition_with_one_intent_a
         watcher = asyncio.create_task(watch_nodes(h, seen))
         flipper = asyncio.create_task(flip_demand(h))
         try:
-            for _ in range(KILLS):
-                c = await h.spawn(config)
-                await asyncio.sleep(rng.uniform(0.3, 2.0))
-                await h.kill(c)
+            # Each run's process is started, held, while the run before it goes on (its imports
+            # take seconds of a loaded machine's CPU), and let go once that one is killed.
+            held = await h.held(config)
+            try:
+                for kill in range(1, KILLS + 1):
+                    c = await h.let_go(held)
+                    if kill < KILLS:
+                        held = await h.held(config)
+                    await asyncio.sleep(rng.uniform(0.3, 2.0))
+                    await h.kill(c)
+            finally:
+                await h.kill(held)  # the next, if one was started (the last is killed already)
             flipper.cancel()
             h.exporter.set_load(PEAK, 0)  # the last run takes every node back and stops
             async with h.controller(config) as c:

@@ -66,7 +66,7 @@ Servers and processes
   training Jobs (``on_plane``), an exporter, Prometheus and the controller process, for
   process tests.
 - ``failing_strategy``: ``python -m tests.support.failing_strategy``, ``rebalancer`` with one
-  more strategy, which raises.
+  more strategy, which raises; with ``--held`` first, started but held until told to go.
 - ``rbac``: the chart's RBAC applied to the emulator, and granted against used.
 - ``chart``: the Helm chart rendered by Helm's own engine.
 - ``grafana``: the chart's dashboard, its targets, and Grafana's variables and macros put in.

@@ -7,6 +7,7 @@ registry's public ``register`` (as a team's own strategy would be) and runs the 
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import ClassVar
 
@@ -30,6 +31,23 @@ class _NoParams(strategy.Params):
     pass
 
 
-if __name__ == "__main__":
+# ``--held ARGS``: the modules ``rebalancer run`` imports as it starts imported first, then
+# nothing more until a line comes on stdin, then ``rebalancer ARGS`` as always. A test that starts
+# the controller many times in a row (tests/test_kill9.py) starts the next process while the last
+# one still runs, so that the next is ready within a moment of being let go.
+HELD = "--held"
+RUN_IMPORTS = ("rebalancer.runtime.loop", "rebalancer.runtime.wiring")
+
+
+def main(argv: list[str]) -> int:
     registry.register("always-raises", _NoParams, AlwaysRaises, "raises on every call")
-    sys.exit(cli.main())
+    if argv[:1] == [HELD]:
+        argv = argv[1:]
+        for name in RUN_IMPORTS:
+            importlib.import_module(name)
+        sys.stdin.readline()
+    return cli.main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -32,7 +32,7 @@ from sandbox.emulator import cluster
 from sandbox.emulator.faults import Faults
 from sandbox.emulator.server import RequestObserver, serve, write_kubeconfig
 from sandbox.emulator.store import Store
-from tests.support import kube, pools
+from tests.support import failing_strategy, kube, pools
 from tests.support.control_plane import ControlPlane
 from tests.support.exporter import Exporter, serve_exporter
 from tests.support.processes import (
@@ -185,6 +185,31 @@ class Harness(Cluster):
         """Start the controller (under ``wrapper``, e.g. ``faketime -f -90``, when given) and
         wait for its readiness probe. Its log goes to a file (a pipe nobody reads would fill
         and block it)."""
+        return await self.let_go(await self._start(config, wrapper, held=False))
+
+    async def held(self, config: Path) -> Controller:
+        """The controller started but held (``failing_strategy.HELD``): it imports what it
+        runs with, then waits for ``let_go``. Not ready, and nothing done yet."""
+        return await self._start(config, (), held=True)
+
+    async def let_go(self, c: Controller) -> Controller:
+        """A held controller let go (for one from ``spawn``, nothing to do) and ready."""
+        if c.proc.stdin is not None:
+            c.proc.stdin.write(b"go\n")
+            c.proc.stdin.close()
+        try:
+            await until(
+                "the controller is ready",
+                lambda: probe(self.session, c.health + "/readyz"),
+                c.proc,
+                20,
+            )
+        except BaseException:
+            await self.kill(c)
+            raise
+        return c
+
+    async def _start(self, config: Path, wrapper: Sequence[str], held: bool) -> Controller:
         web = json.loads(config.read_text())["http"]
         log = self.tmp / f"controller-{time.monotonic_ns()}.log"
         with log.open("wb") as out:
@@ -193,6 +218,7 @@ class Harness(Cluster):
                 sys.executable,
                 "-m",
                 "tests.support.failing_strategy",
+                *([failing_strategy.HELD] if held else []),
                 "run",
                 "--config",
                 str(config),
@@ -200,29 +226,19 @@ class Harness(Cluster):
                 str(self.kubeconfig),
                 cwd=ROOT,
                 env=child_env(),
+                stdin=asyncio.subprocess.PIPE if held else None,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=out,
             )
         headers = {} if self.token is None else {"Authorization": f"Bearer {self.token}"}
         session = aiohttp.ClientSession(headers=headers, connector=aiohttp.TCPConnector(ssl=False))
-        c = Controller(
+        return Controller(
             proc,
             f"https://127.0.0.1:{web['port']}",
             log,
             f"http://127.0.0.1:{web['health_port']}",
             session,
         )
-        try:
-            await until(
-                "the controller is ready",
-                lambda: probe(self.session, c.health + "/readyz"),
-                proc,
-                20,
-            )
-        except BaseException:
-            await self.kill(c)
-            raise
-        return c
 
     @staticmethod
     async def kill(c: Controller) -> None:
@@ -230,6 +246,8 @@ class Harness(Cluster):
         if c.proc.returncode is None:
             c.proc.kill()
             await c.proc.wait()
+        if c.proc.stdin is not None:  # held, perhaps never let go
+            c.proc.stdin.close()
         await c.session.close()
 
     async def metric(self, c: Controller, name: str, **labels: str) -> float | None:
