@@ -8,7 +8,8 @@ chart really packaged by Helm there, the other artifacts under the names ``tools
 gives them), each command as far as it can be without a cluster:
 
 - ``helm install`` and ``helm upgrade``: ``helm template`` with the same release, chart, namespace
-  and values (an upgrade with ``--reuse-values`` on the values installed before), by the Helm the
+  and values (an upgrade with ``--reset-then-reuse-values``: the new chart's defaults, then the
+  values installed before, then the command's; ``--reuse-values`` fails it), by the Helm the
   suite builds; the chart's schema and templates refuse what the cluster would, and the rendered
   image is the one ``make release`` builds when the command names it. The cluster is a bare one
   (no ``--api-versions``): values that need the Prometheus Operator fail, as they would on a
@@ -239,15 +240,19 @@ def check_helm(c: Checkout, words: list[str]) -> None:
         return
     assert verb in ("install", "upgrade"), words
     name, chart, *flags = args
-    reuse = "--reuse-values" in flags
+    assert "--reuse-values" not in flags, (
+        f"{shlex.join(words)}: --reuse-values drops the new chart's defaults; "
+        "--reset-then-reuse-values keeps them"
+    )
+    reuse = "--reset-then-reuse-values" in flags
     if reuse:
-        flags.remove("--reuse-values")
+        flags.remove("--reset-then-reuse-values")
     kept, sets = options(c, flags)
     if verb == "upgrade":
         assert reuse, f"{shlex.join(words)}: an upgrade that drops the installed values"
         assert c.installed is not None, f"{shlex.join(words)}: an upgrade before any install"
         kept = c.installed + kept
-    c.installed = kept  # what --reuse-values reuses next
+    c.installed = kept  # what --reset-then-reuse-values reuses next
     c.release = name
     assert (name, c.namespace) == (RELEASE, NAMESPACE), words
     rendered = helm.helm(
@@ -348,6 +353,12 @@ def test_each_install_command_works_on_the_checkout(checkout: Checkout, doc: str
             "oci-archive:out/release/rebalancer-image-0.1.0-linux-amd64.oci.tar:0.1.0",
             "oci-archive:out/release/rebalancer-image-0.1.0-linux-arm64.oci.tar:0.1.0",
             id="an image tarball of another name",
+        ),
+        pytest.param(
+            "docs/upgrade-uninstall.md",
+            "-n rebalancer --reset-then-reuse-values",
+            "-n rebalancer --reuse-values",
+            id="an upgrade that drops the new chart's defaults",
         ),
         pytest.param(
             "docs/upgrade-uninstall.md",

@@ -80,7 +80,7 @@ def helm() -> str:
         return found
     if pinned_helm().exists():
         return str(pinned_helm())
-    raise Refused("release: no helm: put Helm 3.8 or later on the PATH, or set HELM=/path/to/helm")
+    raise Refused("release: no helm: put Helm 3.14 or later on the PATH, or set HELM=/path/to/helm")
 
 
 def run(command: Sequence[str], what: str) -> None:
