@@ -405,3 +405,19 @@ def test_make_check_config_hands_rebalancer_check_the_config_block_as_it_is() ->
         yaml.safe_load(settings_of.settings_of(values))
         == yaml.safe_load(values.read_text())["config"]
     )
+
+
+def test_getting_started_shows_what_check_config_prints_on_the_copied_example(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(settings_of.settings_of(ROOT / "examples" / "helm-values.yaml"))
+    check = subprocess.run(
+        [str(Path(sys.executable).parent / "rebalancer"), "check", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert f"```\n{check.stdout}```" in (ROOT / "docs" / "getting-started.md").read_text()
