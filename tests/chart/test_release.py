@@ -369,6 +369,9 @@ def test_make_release_builds_the_packages_and_the_chart_of_the_one_version(
         member = sdist.extractfile(f"rebalancer-{version}/LICENSE")
         assert member is not None
         assert member.read() == licence
+        changelog = sdist.extractfile(f"rebalancer-{version}/CHANGELOG.md")
+        assert changelog is not None
+        assert changelog.read() == (ROOT / "CHANGELOG.md").read_bytes()
     with tarfile.open(out / f"rebalancer-{version}.tgz") as chart:
         member = chart.extractfile("rebalancer/Chart.yaml")
         assert member is not None
