@@ -421,3 +421,54 @@ def test_getting_started_shows_what_check_config_prints_on_the_copied_example(
     )
     assert check.returncode == 0, check.stdout + check.stderr
     assert f"```\n{check.stdout}```" in (ROOT / "docs" / "getting-started.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("base", "over", "expected"),
+    [
+        pytest.param({"a": {"b": 1, "c": 2}}, {"a": {"c": 3}}, {"a": {"b": 1, "c": 3}}, id="maps"),
+        pytest.param({"a": [1, 2]}, {"a": [3]}, {"a": [3]}, id="a list replaced whole"),
+        pytest.param({"a": {"b": 1}, "d": 4}, {"a": None}, {"d": 4}, id="null removes"),
+        pytest.param({"a": {"b": 1}}, {"a": 5}, {"a": 5}, id="a scalar replaces a map"),
+    ],
+)
+def test_values_files_merge_as_helm_merges_a_later_f_file(
+    base: dict[str, Any], over: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    assert settings_of.merged(base, over) == expected
+
+
+PROMETHEUS_OVERLAYS = sorted((ROOT / "examples" / "prometheus").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("overlay", PROMETHEUS_OVERLAYS, ids=lambda p: p.name)
+def test_a_prometheus_overlay_checks_with_the_values_it_is_laid_over(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], overlay: Path
+) -> None:
+    """``make check-config VALUES="values.yaml OVERLAY"``, as docs/prometheus.md gives it: the
+    settings are those Helm renders from ``-f values.yaml -f OVERLAY``, and they check."""
+    base = ROOT / "examples" / "helm-values.yaml"
+    assert settings_of.main([str(base), str(overlay)]) == 0
+    ours = yaml.safe_load(capsys.readouterr().out)
+    assert ours["prometheus"] == yaml.safe_load(overlay.read_text())["config"]["prometheus"]
+    rendered = helm.helm(
+        tmp_path / "helm", tmp_path / "no-kubeconfig", "template", RELEASE,
+        str(ROOT / "charts" / "rebalancer"), "-f", str(base), "-f", str(overlay),
+    )  # fmt: skip
+    (configmap,) = [
+        d
+        for d in yaml.safe_load_all(rendered)
+        if d and d["kind"] == "ConfigMap" and "config.yaml" in d["data"]
+    ]
+    theirs = yaml.safe_load(configmap["data"]["config.yaml"])
+    assert {key: theirs[key] for key in ours} == ours
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(ours))
+    check = subprocess.run(
+        [str(Path(sys.executable).parent / "rebalancer"), "check", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
