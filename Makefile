@@ -47,6 +47,7 @@ simulate: $(RUN)
 
 # The settings under a Helm values file's `config:`, checked offline as `rebalancer check` checks a
 # settings file: every setting, and every PromQL query parsed (docs/getting-started.md, step 3).
+# Several files, VALUES="values.yaml overlay.yaml", merge in order as helm's -f A -f B does.
 VALUES ?= values.yaml
 check-config: $(STAMP)
 	@mkdir -p $(OUT)

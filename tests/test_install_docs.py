@@ -8,14 +8,18 @@ chart really packaged by Helm there, the other artifacts under the names ``tools
 gives them), each command as far as it can be without a cluster:
 
 - ``helm install`` and ``helm upgrade``: ``helm template`` with the same release, chart, namespace
-  and values (an upgrade with ``--reuse-values`` on the values installed before), by the Helm the
+  and values (an upgrade with ``--reset-then-reuse-values``: the new chart's defaults, then the
+  values installed before, then the command's; ``--reuse-values`` fails it), by the Helm the
   suite builds; the chart's schema and templates refuse what the cluster would, and the rendered
-  image is the one ``make release`` builds when the command names it. ``helm test`` and
-  ``helm uninstall``: the release and namespace are the ones installed;
+  image is the one ``make release`` builds when the command names it. The cluster is a bare one
+  (no ``--api-versions``): values that need the Prometheus Operator fail, as they would on a
+  cluster without it. ``helm test`` and ``helm uninstall``: the release and namespace are the
+  ones installed;
 - ``make``: the target exists; ``make check-config`` is run for real (``rebalancer check``);
   ``make release`` is not (``tests/chart/test_release.py`` runs its script);
-- ``cp``: run; ``ctr``, ``kind`` and ``skopeo``: the file they load is an artifact of
-  ``make release``, the tag is the version; ``git clone``: the project's own address;
+- ``cp``: run; ``ctr``, ``kind`` and ``skopeo``: the file they load is the image ``make release``
+  writes, by its link without the platform (so the command works on amd64 and arm64), the tag
+  is the version; ``git clone``: the project's own address;
 - anything else fails the test until it is taught to check it.
 
 No cluster is reached and nothing is pushed: a few seconds.
@@ -54,12 +58,8 @@ INSTALLING = re.compile(
     r"helm (install|upgrade|uninstall|package|push|pull)\b|make release|\bctr |skopeo |"
     r"kind load|oci://|docker (run|load|pull|push)"
 )
-# The cluster the chart is rendered for: the Prometheus Operator's CRDs served (the example
-# values turn monitoring on), as getting-started asks.
-CLUSTER = (
-    "--api-versions=monitoring.coreos.com/v1/ServiceMonitor",
-    "--api-versions=monitoring.coreos.com/v1/PrometheusRule",
-)
+# The chart is rendered for a bare cluster, as the pages' own commands give it: no API beyond
+# Kubernetes' own (no Prometheus Operator), so values that need more fail here as on the cluster.
 # The pages read after an install: they start where getting-started ends, its values.yaml
 # written and installed with the image make release builds.
 AFTER_INSTALL = ("docs/upgrade-uninstall.md",)
@@ -140,6 +140,7 @@ def artifacts(into: Path) -> None:
         "SHA256SUMS",
     ):
         (into / name).touch()
+    (into / release.image_link(v)).symlink_to(release.image_name(v))
 
 
 @pytest.fixture
@@ -192,7 +193,7 @@ def check_make(c: Checkout, words: list[str]) -> None:
 
 def check_image_load(c: Checkout, words: list[str]) -> None:
     """``ctr``, ``kind`` and ``skopeo``: the file is the image ``make release`` writes."""
-    image = f"out/release/{release.image_name(version())}"
+    image = f"out/release/{release.image_link(version())}"  # the same on amd64 and arm64
     if words[0] == "skopeo":
         assert words[:2] == ["skopeo", "copy"], words
         source, target = words[2:]
@@ -241,20 +242,24 @@ def check_helm(c: Checkout, words: list[str]) -> None:
         return
     assert verb in ("install", "upgrade"), words
     name, chart, *flags = args
-    reuse = "--reuse-values" in flags
+    assert "--reuse-values" not in flags, (
+        f"{shlex.join(words)}: --reuse-values drops the new chart's defaults; "
+        "--reset-then-reuse-values keeps them"
+    )
+    reuse = "--reset-then-reuse-values" in flags
     if reuse:
-        flags.remove("--reuse-values")
+        flags.remove("--reset-then-reuse-values")
     kept, sets = options(c, flags)
     if verb == "upgrade":
         assert reuse, f"{shlex.join(words)}: an upgrade that drops the installed values"
         assert c.installed is not None, f"{shlex.join(words)}: an upgrade before any install"
         kept = c.installed + kept
-    c.installed = kept  # what --reuse-values reuses next
+    c.installed = kept  # what --reset-then-reuse-values reuses next
     c.release = name
     assert (name, c.namespace) == (RELEASE, NAMESPACE), words
     rendered = helm.helm(
         c.home, c.home / "no-kubeconfig", "template", name, str(c.path(chart)),
-        "--namespace", c.namespace, *CLUSTER, *kept,
+        "--namespace", c.namespace, *kept,
     )  # fmt: skip
     check_rendered(c, list(yaml.safe_load_all(rendered)), sets)
 
@@ -347,9 +352,15 @@ def test_each_install_command_works_on_the_checkout(checkout: Checkout, doc: str
         ),
         pytest.param(
             "charts/rebalancer/README.md",
+            "oci-archive:out/release/rebalancer-image-0.1.0.oci.tar:0.1.0",
             "oci-archive:out/release/rebalancer-image-0.1.0-linux-amd64.oci.tar:0.1.0",
-            "oci-archive:out/release/rebalancer-image-0.1.0-linux-arm64.oci.tar:0.1.0",
-            id="an image tarball of another name",
+            id="an image tarball of one platform only",
+        ),
+        pytest.param(
+            "docs/upgrade-uninstall.md",
+            "-n rebalancer --reset-then-reuse-values",
+            "-n rebalancer --reuse-values",
+            id="an upgrade that drops the new chart's defaults",
         ),
         pytest.param(
             "docs/upgrade-uninstall.md",
@@ -396,3 +407,70 @@ def test_make_check_config_hands_rebalancer_check_the_config_block_as_it_is() ->
         yaml.safe_load(settings_of.settings_of(values))
         == yaml.safe_load(values.read_text())["config"]
     )
+
+
+def test_getting_started_shows_what_check_config_prints_on_the_copied_example(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(settings_of.settings_of(ROOT / "examples" / "helm-values.yaml"))
+    check = subprocess.run(
+        [str(Path(sys.executable).parent / "rebalancer"), "check", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert f"```\n{check.stdout}```" in (ROOT / "docs" / "getting-started.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("base", "over", "expected"),
+    [
+        pytest.param({"a": {"b": 1, "c": 2}}, {"a": {"c": 3}}, {"a": {"b": 1, "c": 3}}, id="maps"),
+        pytest.param({"a": [1, 2]}, {"a": [3]}, {"a": [3]}, id="a list replaced whole"),
+        pytest.param({"a": {"b": 1}, "d": 4}, {"a": None}, {"d": 4}, id="null removes"),
+        pytest.param({"a": {"b": 1}}, {"a": 5}, {"a": 5}, id="a scalar replaces a map"),
+    ],
+)
+def test_values_files_merge_as_helm_merges_a_later_f_file(
+    base: dict[str, Any], over: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    assert settings_of.merged(base, over) == expected
+
+
+PROMETHEUS_OVERLAYS = sorted((ROOT / "examples" / "prometheus").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("overlay", PROMETHEUS_OVERLAYS, ids=lambda p: p.name)
+def test_a_prometheus_overlay_checks_with_the_values_it_is_laid_over(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], overlay: Path
+) -> None:
+    """``make check-config VALUES="values.yaml OVERLAY"``, as docs/prometheus.md gives it: the
+    settings are those Helm renders from ``-f values.yaml -f OVERLAY``, and they check."""
+    base = ROOT / "examples" / "helm-values.yaml"
+    assert settings_of.main([str(base), str(overlay)]) == 0
+    ours = yaml.safe_load(capsys.readouterr().out)
+    assert ours["prometheus"] == yaml.safe_load(overlay.read_text())["config"]["prometheus"]
+    rendered = helm.helm(
+        tmp_path / "helm", tmp_path / "no-kubeconfig", "template", RELEASE,
+        str(ROOT / "charts" / "rebalancer"), "-f", str(base), "-f", str(overlay),
+    )  # fmt: skip
+    (configmap,) = [
+        d
+        for d in yaml.safe_load_all(rendered)
+        if d and d["kind"] == "ConfigMap" and "config.yaml" in d["data"]
+    ]
+    theirs = yaml.safe_load(configmap["data"]["config.yaml"])
+    assert {key: theirs[key] for key in ours} == ours
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(ours))
+    check = subprocess.run(
+        [str(Path(sys.executable).parent / "rebalancer"), "check", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr

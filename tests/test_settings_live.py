@@ -4,6 +4,7 @@ waits for a restart (docs/design/live-settings.md). Pure: two ``Settings`` in.""
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -177,3 +178,26 @@ def test_the_command_line_is_applied_again_to_every_reload(tmp_path: Path) -> No
     outcome = livesettings.judge(source, running, seen)
     assert outcome.result == "applied"
     assert [line.split(" (")[0] for line in outcome.lines] == ["pools[l20].capacity.per_node=20.0"]
+
+
+def documented(sentence: str) -> tuple[set[str], set[str]]:
+    """The settings named in docs/configuration.md's sentence that starts ``sentence``: the
+    top-level ones, and those after ``a pool's``."""
+    doc = " ".join((Path(__file__).parents[1] / "docs" / "configuration.md").read_text().split())
+    start = doc.index(sentence) + len(sentence)
+    top, _, pools = doc[start : doc.index(".", start)].partition("a pool's")
+    return set(re.findall(r"`(\w+)`", top)), set(re.findall(r"`(\w+)`", pools))
+
+
+def test_the_documented_restart_only_settings_are_the_controllers() -> None:
+    assert documented("The restart-only settings are:") == (
+        set(live.RESTART_ONLY),
+        set(live.POOL_RESTART_ONLY),
+    )
+
+
+def test_the_documented_live_settings_are_every_other_field() -> None:
+    top, pools = documented("The live settings are:")
+    assert top == set(settings.Settings.model_fields) - live.RESTART_ONLY - {"pools"}
+    fields = {info.alias or name for name, info in settings.PoolSettings.model_fields.items()}
+    assert pools == fields - live.POOL_RESTART_ONLY - {"name"}

@@ -4,7 +4,9 @@
 - the Helm chart, packaged with ``helm package`` (``rebalancer-X.Y.Z.tgz``);
 - the controller's image, built here with no container engine (``tools/image.py``) for this
   machine's platform, as an OCI image layout tarball named ``rebalancer.local/rebalancer:X.Y.Z``
-  (``--skip-image`` leaves it out: the release workflow builds the image from the Dockerfile);
+  (``rebalancer-image-X.Y.Z-linux-ARCH.oci.tar``, and a link to it without the platform,
+  ``rebalancer-image-X.Y.Z.oci.tar``, that the install commands name; ``--skip-image`` leaves
+  both out: the release workflow builds the image from the Dockerfile);
 - ``SHA256SUMS`` over them, as ``sha256sum -c`` reads it.
 
 It first checks that the package's version (``pyproject.toml``), the chart's ``version`` and its
@@ -80,7 +82,7 @@ def helm() -> str:
         return found
     if pinned_helm().exists():
         return str(pinned_helm())
-    raise Refused("release: no helm: put Helm 3.8 or later on the PATH, or set HELM=/path/to/helm")
+    raise Refused("release: no helm: put Helm 3.14 or later on the PATH, or set HELM=/path/to/helm")
 
 
 def run(command: Sequence[str], what: str) -> None:
@@ -109,16 +111,25 @@ def image_name(version: str) -> str:
     return f"rebalancer-image-{version}-linux-{ARCHITECTURE}.oci.tar"
 
 
+def image_link(version: str) -> str:
+    """A link to the image tarball under a name without the platform, so that one install
+    command loads it whichever machine built it (amd64 or arm64)."""
+    return f"rebalancer-image-{version}.oci.tar"
+
+
 def image(out: Path, version: str) -> None:
     from tools import image as images
 
     images.controller(out / image_name(version), f"{IMAGE_REPOSITORY}:{version}", version)
+    (out / image_link(version)).symlink_to(image_name(version))
 
 
 def checksums(out: Path) -> Path:
     """``SHA256SUMS`` of every file in ``out``, in ``sha256sum``'s format."""
     lines = []
-    for path in sorted(p for p in out.iterdir() if p.is_file() and p.name != "SHA256SUMS"):
+    # The link is the same bytes under a second name: summed once, under the platform's name.
+    files = (p for p in out.iterdir() if p.is_file() and not p.is_symlink())
+    for path in sorted(p for p in files if p.name != "SHA256SUMS"):
         digest = hashlib.sha256()
         with path.open("rb") as f:
             while chunk := f.read(1 << 20):
@@ -133,7 +144,8 @@ def clear(out: Path) -> None:
     """Make ``out``, and remove what an earlier release left in it (and nothing else)."""
     out.mkdir(parents=True, exist_ok=True)
     for path in out.iterdir():
-        if path.is_file() and (path.name.startswith("rebalancer") or path.name == "SHA256SUMS"):
+        ours = path.name.startswith("rebalancer") or path.name == "SHA256SUMS"
+        if (path.is_file() or path.is_symlink()) and ours:
             path.unlink()
 
 
@@ -154,7 +166,8 @@ def build(out: Path, version: str, with_image: bool) -> None:
         print(f"release: {what} built in {time.monotonic() - started:.0f}s", file=sys.stderr)
     checksums(out)
     for path in sorted(p for p in out.iterdir() if p.is_file()):
-        print(f"{path.stat().st_size:>12}  {path}")
+        link = f" -> {path.readlink()}" if path.is_symlink() else ""
+        print(f"{path.stat().st_size:>12}  {path}{link}")
 
 
 def arguments(argv: Sequence[str] | None) -> argparse.Namespace:

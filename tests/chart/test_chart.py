@@ -521,14 +521,20 @@ def test_dry_run_grants_no_write_on_nodes_or_pods(renders: dict[str, list[Doc]])
 
 
 def test_notes_say_how_to_check_on_it_in_its_mode() -> None:
+    reclaim = "exec deploy/rebalancer -- rebalancer reclaim --all"
     notes = rendered()["rebalancer/templates/NOTES.txt"]
     assert "get lease rebalancer" in notes
     assert "DRY RUN" not in notes
-    # A dry run takes no Lease: the notes do not send anyone to look for one.
+    assert reclaim in notes
+    # A dry run takes no Lease and lends nothing, and its role may not write a node: the notes
+    # send no one to look for a Lease or to reclaim through it.
     notes = rendered(COMBINATIONS["dry-run"])["rebalancer/templates/NOTES.txt"]
     assert "DRY RUN" in notes
     assert "get lease" not in notes
+    assert reclaim not in notes
     assert "rollout status deployment/rebalancer" in notes
+    # A token is made in the namespace of its service account, which may not be the current one.
+    assert "$(kubectl -n <its-namespace> create token " in notes
 
 
 # ---------------------------------------------------------------------------------------------

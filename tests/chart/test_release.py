@@ -37,7 +37,7 @@ import yaml
 
 from tests.support import helm
 from tests.support.chart import CHART
-from tools import image
+from tools import image, release
 
 ROOT = CHART.parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
@@ -369,11 +369,33 @@ def test_make_release_builds_the_packages_and_the_chart_of_the_one_version(
         member = sdist.extractfile(f"rebalancer-{version}/LICENSE")
         assert member is not None
         assert member.read() == licence
+        changelog = sdist.extractfile(f"rebalancer-{version}/CHANGELOG.md")
+        assert changelog is not None
+        assert changelog.read() == (ROOT / "CHANGELOG.md").read_bytes()
     with tarfile.open(out / f"rebalancer-{version}.tgz") as chart:
         member = chart.extractfile("rebalancer/Chart.yaml")
         assert member is not None
         packaged = yaml.safe_load(member.read())
     assert (packaged["version"], packaged["appVersion"]) == (version, version)
+
+
+def test_the_image_link_is_summed_once_under_the_platform_s_name_and_cleared(
+    tmp_path: Path,
+) -> None:
+    """The install commands name the tarball by its link without the platform; SHA256SUMS
+    lists the bytes once, and a new release removes the old link with the old tarball."""
+    version = "0.1.0"
+    (tmp_path / release.image_name(version)).write_bytes(b"image")
+    (tmp_path / release.image_link(version)).symlink_to(release.image_name(version))
+    (tmp_path / "rebalancer-image-0.0.9.oci.tar").symlink_to("gone")  # an earlier, dangling
+    (tmp_path / "notes.txt").write_text("not ours")
+    sums = release.checksums(tmp_path).read_text().splitlines()
+    assert sums == [
+        f"{hashlib.sha256(b'not ours').hexdigest()}  notes.txt",
+        f"{hashlib.sha256(b'image').hexdigest()}  {release.image_name(version)}",
+    ]
+    release.clear(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
 
 
 def members(archive: Path) -> dict[str, bytes]:
