@@ -147,6 +147,35 @@ def test_the_command_is_found_past_the_global_flags_and_their_values(
     assert cli.command_at(argv) == at
 
 
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["check", "--bogus"],
+            "rebalancer: check: unrecognized arguments: --bogus; see 'rebalancer check --help'",
+        ),
+        (
+            ["--config", "c.yaml", "status", "-o", "xml"],
+            "rebalancer: status: argument -o/--output: invalid choice: 'xml' (choose from "
+            "'text', 'json', 'yaml'); see 'rebalancer status --help'",
+        ),
+        (
+            ["pools", "apply"],
+            "rebalancer: pools apply: the following arguments are required: -f/--file; "
+            "see 'rebalancer pools apply --help'",
+        ),
+    ],
+    ids=["unknown-flag", "bad-choice", "missing-flag"],
+)
+def test_a_bad_argument_is_one_line_naming_the_command_and_its_help(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli.main(argv)
+    assert done.value.code == 2
+    assert capsys.readouterr() == ("", said + "\n")
+
+
 def test_version_prints_the_installed_distribution_s(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         cli.main(["--version"])

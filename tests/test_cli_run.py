@@ -111,7 +111,7 @@ async def test_run_serves_healthz_and_stops_on_sigterm(tmp_path: Path, election:
         # Nothing from APScheduler at INFO (two lines a tick), and each metrics failure once.
         assert not [d for d in lines if d["logger"].startswith("apscheduler")]
         ticks = sum(1 for d in lines if d["message"].startswith("plan: pool inference"))
-        failures = [d for d in lines if d["message"].startswith("pool inference: demand unknown")]
+        failures = [d for d in lines if d["message"].startswith("pool inference: demand, queue")]
         assert 0 < len(failures) <= ticks
         # Metrics unknown: no node was lent.
         core = client.CoreV1Api(box.api)

@@ -80,6 +80,13 @@ async def test_status_reads_and_never_writes(tmp_path: Path) -> None:
         seen.clear()
         code, out, err = await status_cli(box)
         assert code == 0, err
+        # The settings' Prometheus listens nowhere: one line for the pool, no query quoted.
+        (unknown,) = (line for line in err.splitlines() if "Prometheus" in line)
+        url = yaml.safe_load(box.config.read_text())["prometheus"]["url"]
+        assert unknown == (
+            f"pool inference: demand, queue, running, history unknown: cannot reach Prometheus "
+            f"at {url} (ConnectionError); gave up after 1 attempts"
+        )
         lines = out.splitlines()
         assert lines[0].startswith("POOL ")
         assert lines[1].split()[:8] == ["inference", "8", "8", "0", "0", "0", "0", "no"]

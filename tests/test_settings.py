@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from rebalancer import settings
-from rebalancer.adapters import auditurl, leadership, metrics, promql
+from rebalancer.adapters import auditurl, leadership, metrics, presets, promql
 from rebalancer.core import model, nodestate, windows
 from rebalancer.core.policy import PoolPolicy, default_lend_spec
 from rebalancer.errors import ConfigError
@@ -502,6 +502,13 @@ BAD: list[tuple[str, object, str]] = [
         "placeholder $namespace; this template may use $scope, $nodes, $pool ($$ for a literal $)",
     ),
     (
+        "a value alone that reads none of the preset's series: its sampled cannot be guessed",
+        pool(metrics={"demand": {"value": "sum(my_requests)"}}),
+        "pools[0].metrics.demand.sampled: is required where value reads none of the preset's "
+        "series: when the series value reads were last scraped, scoped to the pool, e.g. "
+        "'timestamp(my_metric) and on (namespace, pod) $scope' (docs/configuration.md, metrics)",
+    ),
+    (
         "a history template with a placeholder only the others have",
         pool(metrics={"scope": 'kube_pod_info{node=~"$nodes"} and $window'}),
         "pools[0].metrics.scope='kube_pod_info{node=~\"$nodes\"} and $window': pool 'l20': "
@@ -966,6 +973,25 @@ def test_a_template_written_out_replaces_the_presets_and_running_null_stays_off(
     assert queries.running is None
     assert "tgi_queue_size" in queries.queue.value
     assert "tgi_request_success" in queries.history  # not written out: the preset's
+
+
+def test_a_value_alone_that_reads_the_presets_series_is_sampled_by_their_scrape_times() -> None:
+    # Only ``value`` written, as docs/configuration.md allows: ``sampled`` is the preset's own
+    # series that the value reads, never ``timestamp()`` of the value (that is the query time).
+    demand = 'sum(rate(sglang:generation_tokens_total{model="a"}[5m]) * on (namespace, pod) $scope)'
+    queue = "sum(max without (tp_rank) (sglang:num_queue_reqs) * on (namespace, pod) $scope)"
+    (p,) = settings.Settings.model_validate(
+        pool(metrics={"preset": "sglang", "demand": {"value": demand}, "queue": {"value": queue}})
+    ).pools
+    queries = adapterconfig.queries(p)
+    assert queries.demand == promql.MetricQuery(
+        demand, "timestamp(sglang:generation_tokens_total) and on (namespace, pod) $scope"
+    )
+    assert queries.queue == promql.MetricQuery(
+        queue, "timestamp(sglang:num_queue_reqs) and on (namespace, pod) $scope"
+    )
+    # A name that only begins like the preset's series is not it.
+    assert presets.sampled_for(presets.preset("tgi"), "sum(tgi_request_success_x)") is None
 
 
 def test_a_preset_without_the_unit_is_accepted_when_demand_and_history_are_written_out() -> None:

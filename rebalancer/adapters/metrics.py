@@ -130,19 +130,21 @@ def _transient(exc: BaseException) -> bool:
     return False
 
 
-def _describe(exc: BaseException, credentials: str = "") -> str:
+def _describe(exc: BaseException, credentials: str = "", url: str = "") -> str:
     """One line for ``exc``; a refusal of who the controller is, or of the server's
-    certificate, names the setting to look at (``credentials``: the one that says who it is)."""
+    certificate, names the setting to look at (``credentials``: the one that says who it is);
+    a server not reached is named by ``url`` (less any user and password in it)."""
     if isinstance(exc, CredentialsUnreadable):
         return str(exc)
     if isinstance(exc, requests.exceptions.SSLError):
         return (
             f"TLS failed, see prometheus.tls (ca_file, server_name, cert_file): {_tls_reason(exc)}"
         )
+    at = f" at {_without_userinfo(url)}" if url else ""
     if isinstance(exc, requests.exceptions.Timeout):
-        return f"timed out ({type(exc).__name__})"
+        return f"timed out{at} ({type(exc).__name__})"
     if isinstance(exc, requests.exceptions.ConnectionError):
-        return f"cannot reach Prometheus ({type(exc).__name__})"
+        return f"cannot reach Prometheus{at} ({type(exc).__name__})"
     if isinstance(exc, PrometheusApiClientException):
         text = str(exc)
         m = _STATUS.search(text)
@@ -153,6 +155,13 @@ def _describe(exc: BaseException, credentials: str = "") -> str:
     if isinstance(exc, ValueError):  # from _vector, or a body that is not JSON
         return str(exc)[:300]
     return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _without_userinfo(url: str) -> str:
+    """``url`` less a ``user:password@``: said on stderr and in the log, it must not carry one."""
+    scheme, sep, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme}{sep}{host.rpartition('@')[2]}{slash}{path}"
 
 
 def _credentials_hint(status: str, credentials: str) -> str:
@@ -305,10 +314,10 @@ class Metrics:
         except RetryError as exc:
             last = exc.last_attempt.exception()
             tries = exc.last_attempt.attempt_number
-            said = _describe(last, s.access.credentials) if last is not None else "failed"
+            said = _describe(last, s.access.credentials, s.url) if last is not None else "failed"
             raise QueryFailed(f"{said}; gave up after {tries} attempts") from None
         except Exception as exc:  # a refusal (4xx) or a malformed answer: not retried
-            raise QueryFailed(_describe(exc, s.access.credentials)) from None
+            raise QueryFailed(_describe(exc, s.access.credentials, s.url)) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def query_instant(self, query: str, at: datetime | None) -> list[dict[str, Any]]:

@@ -27,6 +27,7 @@ Templates use ``$scope`` (the pool's pods), and ``$window`` where a step is mean
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -223,6 +224,20 @@ def node_saturated(p: Preset) -> str:
     """Per node: above zero when every pod of it had requests waiting at every scrape of
     ``$window`` (a queue that never emptied: the node was full all through the step)."""
     return f"min by (node) ({p.waiting.over('min_over_time', WINDOW)} {_JOIN})"
+
+
+def sampled_for(p: Preset, value: str) -> str | None:
+    """``sampled`` for a ``value`` written out with its ``sampled`` left out: the scrape times of
+    the first of the preset's own series that ``value`` reads (so its freshness is that of an
+    input of the value); None when it reads none of them, and then nothing sound can be said:
+    ``timestamp()`` of the value itself is the time it is asked, never stale."""
+    gauges = [g for g in (p.running, p.waiting) if g is not None]
+    series = [*(r.sampled for r in p.readings.values()), *(g.selector for g in gauges)]
+    for selector in dict.fromkeys(series):
+        name = selector.split("{", 1)[0]
+        if re.search(rf"(?<![A-Za-z0-9_:]){re.escape(name)}(?![A-Za-z0-9_:])", value):
+            return sampled(selector)
+    return None
 
 
 def sampled(selector: str) -> str:

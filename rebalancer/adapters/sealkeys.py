@@ -30,15 +30,18 @@ log = logging.getLogger(__name__)
 CURRENT, PREVIOUS = "current", "previous"
 
 
-def load(directory: Path | None) -> nodestate.Seal:
-    """The seal of the keys in ``directory``; a key of this process's own when None.
-    ``ConfigError`` naming the file when a key is missing, unreadable or too short."""
+def load(directory: Path | None, warn: bool = True) -> nodestate.Seal:
+    """The seal of the keys in ``directory``; a key of this process's own when None, said as
+    a warning when ``warn`` (the controller's: a command that only reads node state, or
+    writes it once, loses nothing at its own exit). ``ConfigError`` naming the file when a
+    key is missing, unreadable or too short."""
     if directory is None:
-        log.warning(
-            "no node_state_keys directory is configured: node state is signed with a key made "
-            "for this process only, so after a restart every node lent or in flight is taken "
-            "back (docs/configuration.md, node_state_keys)"
-        )
+        if warn:
+            log.warning(
+                "no node_state_keys directory is configured: node state is signed with a key "
+                "made for this process only, so after a restart every node lent or in flight "
+                "is taken back (docs/configuration.md, node_state_keys)"
+            )
         return nodestate.Seal(nodestate.SealKey(secrets.token_bytes(32)))
     current = _key(directory / CURRENT, required=True)
     assert current is not None

@@ -17,6 +17,7 @@ import argparse
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import EntryPoint, entry_points
+from typing import NoReturn
 
 from rebalancer import __version__
 from rebalancer.adapters import registry
@@ -66,8 +67,28 @@ def parse(
     """A built-in command's arguments, each global flag read wherever it was given (a flag
     given after the command wins over the same given before it) or its default; a global
     flag the command does not read is a ConfigError."""
-    args = _parser(plugins or {}).parse_args(argv)
+    args, extra = _parser(plugins or {}).parse_known_args(argv)
+    if extra:  # argparse would say it as the top parser's, with the whole usage
+        _refuse(
+            getattr(args, common.PROG, "rebalancer"), f"unrecognized arguments: {' '.join(extra)}"
+        )
     return common.settle(args)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's, whose errors are one line naming the command, the argument and where the
+    command's help is, instead of the usage of the whole command line."""
+
+    def error(self, message: str) -> NoReturn:
+        _refuse(self.prog, message)
+
+
+def _refuse(prog: str, message: str) -> NoReturn:
+    """Exit 2 with ``message`` about the command ``prog`` (``rebalancer check``) on one line."""
+    command = prog.removeprefix("rebalancer").strip()
+    where = f"{command}: " if command else ""
+    print(f"rebalancer: {where}{message}; see '{prog} --help'", file=sys.stderr)
+    raise SystemExit(common.EXIT_USAGE)
 
 
 def command_at(argv: Sequence[str]) -> int | None:
@@ -124,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _parser(plugins: Mapping[str, EntryPoint]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rebalancer",
         description="Lend idle inference GPU nodes to preemptible training, and take them back.",
         epilog="simulate, sandbox and demo come with the rebalancer-sandbox distribution "

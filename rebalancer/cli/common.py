@@ -48,7 +48,7 @@ GLOBAL_FLAGS = {
 }
 SWITCHES = frozenset({"verbose"})  # the global flags that take no value
 _TAKES = "_globals_taken"  # the global flags the command that was parsed reads
-_PROG = "_command_prog"
+PROG = "_command_prog"  # the prog of the command that was parsed (``rebalancer check``)
 CONFIG_HELP = "settings file (default: $REBALANCER_CONFIG, else none)"
 _HELP = {
     "config": CONFIG_HELP,
@@ -71,7 +71,7 @@ def global_flag(p: argparse.ArgumentParser, name: str, help: str | None = None) 
     p.add_argument(
         *GLOBAL_FLAGS[name], dest=name, default=argparse.SUPPRESS, help=help or _HELP[name], **kind
     )
-    if p.get_default(_PROG) is not None:
+    if p.get_default(PROG) is not None:
         taken = tuple(p.get_default(_TAKES) or ())
         p.set_defaults(**{_TAKES: (*taken, name)})
 
@@ -79,7 +79,7 @@ def global_flag(p: argparse.ArgumentParser, name: str, help: str | None = None) 
 def command_parser(commands: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
     """A command's parser, marked as one (``global_flag`` records what it reads)."""
     p: argparse.ArgumentParser = commands.add_parser(name, **kwargs)
-    p.set_defaults(**{_PROG: p.prog, _TAKES: ()})
+    p.set_defaults(**{PROG: p.prog, _TAKES: ()})
     return p
 
 
@@ -94,7 +94,7 @@ def settle(args: argparse.Namespace) -> argparse.Namespace:
                 flag += f"={getattr(args, name)}"
             reads = ", ".join(GLOBAL_FLAGS[t][-1] for t in taken) or "none"
             raise ConfigError(
-                f"{flag}: {getattr(args, _PROG)} does not read it (the "
+                f"{flag}: {getattr(args, PROG)} does not read it (the "
                 f"global flags it reads: {reads})"
             )
     for name, default in GLOBAL_DEFAULTS.items():

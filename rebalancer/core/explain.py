@@ -252,12 +252,14 @@ def _read_lines(doc: Json) -> list[str]:
 def _history_line(history: Json | None) -> str:
     if history is None:
         return "  history: none (the strategy reads none)"
-    if not history["points"]:
-        return f"  history: no point up to {history['until']} ({_ago(history['age_seconds'])} old)"
+    if history["newest_age_seconds"] is None:
+        # Its end is where the read stopped, not data: an age of it would say nothing.
+        searched = _ago(history["searched_seconds"])
+        return f"  history: no points in the last {searched} (Prometheus unreachable?)"
     span, step = _ago(history["span_seconds"]), _ago(history["step_seconds"])
     return (
         f"  history: {span} of {step} steps ({history['points']} points) up to "
-        f"{history['until']}, its end {_ago(history['age_seconds'])} old"
+        f"{history['until']}, its newest point {_ago(history['newest_age_seconds'])} old"
     )
 
 
@@ -359,10 +361,14 @@ def _pool_inputs(
 
 def _history(history: model.DemandHistory | None, now: datetime) -> Json | None:
     """The demand history the strategy was shown: its span, its step, how many points it
-    holds and how old its end is (None: the pool's strategy reads none)."""
+    holds, how old its end and its newest point are (the newest None when it holds none), and
+    how far back it was searched (None: the pool's strategy reads none)."""
     if history is None:
         return None
     shown = history.values[: history.end_index]
+    known = [i for i, v in enumerate(shown) if v is not None]
+    # A point covers its step: it is known up to its step's end.
+    newest = history.start + history.step * (known[-1] + 1) if known else None
     return {
         "from": _time(history.start),
         "until": _time(history.end),
@@ -370,6 +376,8 @@ def _history(history: model.DemandHistory | None, now: datetime) -> Json | None:
         "step_seconds": history.step.total_seconds(),
         "points": sum(1 for v in shown if v is not None),
         "age_seconds": (now - history.end).total_seconds(),
+        "newest_age_seconds": None if newest is None else (now - newest).total_seconds(),
+        "searched_seconds": (now - history.start).total_seconds(),
     }
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from rebalancer.core import clocks, exposure, model, nodestate
-from rebalancer.core.model import NodeName, NodeView, PoolMetrics, PoolName
+from rebalancer.core.model import MetricError, NodeName, NodeView, PoolMetrics, PoolName
 from rebalancer.core.nodestate import Keys
 from rebalancer.runtime.seams import (
     AlertSource,
@@ -154,7 +154,8 @@ class Observer:
             seen_clocks = measured[pool.name]
             metrics = await self._read(pool.name, names, clocks.prometheus_now(seen_clocks, now))
             read[pool.name] = metrics
-            history = await self._history(pool, names, now) if pool.needs_history else None
+            history, failed = await self._history(pool, names, now)
+            _say_unknown(pool.name, (*metrics.errors, *failed))
             pools[pool.name] = model.PoolSnapshot(
                 nodes=views,
                 demand=metrics.demand,
@@ -224,9 +225,7 @@ class Observer:
         except Exception:  # unknown is never zero: no sample, the planner fails toward inference
             log.exception("pool %s: metrics read failed", pool)
             return PoolMetrics(pool=pool, demand=None, queue=None)
-        for error in found.errors:
-            log.warning("%s", error)
-        return found
+        return found  # its errors said by ``_say_unknown``, with the history's
 
     def _cover(self, pool: PoolConfig, history: model.DemandHistory | None) -> model.Cover | None:
         """What the pool's history covers, for its error budget: judged incrementally, one
@@ -240,26 +239,45 @@ class Observer:
 
     async def _history(
         self, pool: PoolConfig, nodes: Sequence[NodeName], now: datetime
-    ) -> model.DemandHistory:
+    ) -> tuple[model.DemandHistory | None, tuple[MetricError, ...]]:
         """The pool's demand history up to ``now`` floored to the refresh grid (``history_end``),
         read once per step of that grid: what any process reads at ``now`` is what the loop
-        holds at ``now``, so ``rebalancer explain`` reconstructs it with one read."""
+        holds at ``now``, so ``rebalancer explain`` reconstructs it with one read. None when
+        the pool's strategy reads none; with why this step's read failed, if it did."""
+        if not pool.needs_history:
+            return None, ()
         cached = self._histories.get(pool.name)
         hs = self.history_settings
         until = history_end(now, hs)
         if cached is not None and cached[0] == until:
-            return cached[1]
+            return cached[1], ()
         try:
             got = await self.metrics.history(pool.name, nodes, until - hs.span, until, hs.step)
         except Exception:
             log.exception("pool %s: demand history failed", pool.name)
-            return cached[1] if cached else model.DemandHistory.empty(now)
-        if got.error is not None:
-            log.warning("%s", got.error)
-            if cached is not None:  # keep the last good one; try again next tick
-                return cached[1]
+            return (cached[1] if cached else model.DemandHistory.empty(now)), ()
+        failed = () if got.error is None else (got.error,)
+        if failed and cached is not None:  # keep the last good one; try again next tick
+            return cached[1], failed
         self._histories[pool.name] = (until, got.history)
-        return got.history
+        return got.history, failed
+
+
+def _say_unknown(pool: PoolName, errors: Sequence[MetricError]) -> None:
+    """One warning per pool and reason, naming the metrics it left unknown: a Prometheus not
+    reached fails every query alike, and four lines each quoting a long query say it no
+    better. Each query is logged at debug."""
+    metrics: dict[str, list[str]] = {}
+    for error in errors:
+        log.debug("%s", error)
+        metrics.setdefault(error.reason, []).append(error.metric)
+    for reason, names in metrics.items():
+        named = sorted(set(names), key=lambda n: (_READ_ORDER.get(n, len(_READ_ORDER)), n))
+        log.warning("pool %s: %s unknown: %s", pool, ", ".join(named), reason)
+
+
+# The metrics in the order a person reads them (the adapter's reads finish in any order).
+_READ_ORDER = {name: i for i, name in enumerate(("demand", "queue", "running", "gpu_busy"))}
 
 
 @dataclass

@@ -164,11 +164,12 @@ def _strategy_of(pool: PoolConfig) -> tuple[str, dict[str, Any]]:
     return pool.strategy_name, dict(pool.strategy_params)
 
 
-def signed_keys(settings: Settings) -> Keys:
+def signed_keys(settings: Settings, warn: bool = True) -> Keys:
     """The settings' keys with the seal read from ``node_state_keys`` (``adapters.sealkeys``):
-    every reader and writer of node state takes it from here."""
+    every reader and writer of node state takes it from here. ``warn``: say that no directory
+    is configured (the controller's role; noise on an operator's command)."""
     directory = settings.node_state_keys
-    seal = sealkeys.load(None if directory is None else Path(directory))
+    seal = sealkeys.load(None if directory is None else Path(directory), warn)
     return dataclasses.replace(settings.keys(), seal=seal)
 
 
@@ -409,7 +410,8 @@ class Controller:
                 metrics = prometheus = _prometheus(settings, stack, own_clock)
             store = await _audit_store_for(settings, seams, role, stack)
             audit_log = _audit_log(settings, seams, store, telemetry)
-            keys, pools = signed_keys(settings), pool_configs(settings)
+            keys = signed_keys(settings, warn=role is Role.CONTROLLER)
+            pools = pool_configs(settings)
             alert_store = _alert_store(settings, server_clock)
             events = _events(settings, api, me, server_clock, keys)
             informer = _informer(settings, role, api)

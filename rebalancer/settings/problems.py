@@ -78,6 +78,7 @@ _SAID_WITHOUT_VALUE = (
     "token_with_reviews",
     "prometheus_auth",
     "header",
+    "sampled_missing",
 )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pydantic
 from pydantic import Field
+from pydantic_core import PydanticCustomError
 
 from rebalancer.adapters import presets
 from rebalancer.core import model
@@ -26,10 +27,26 @@ _DEFAULT_SCOPE = 'max by (namespace, pod, node) (kube_pod_info{node=~"$nodes"})'
 
 
 class MetricQuerySettings(SettingsBlock):
-    """One metric as two PromQL templates; see rebalancer/adapters/promql.py ``MetricQuery``."""
+    """One metric as two PromQL templates; see rebalancer/adapters/promql.py ``MetricQuery``.
+
+    ``sampled`` left out is filled in by ``MetricsSettings`` from the preset where ``value``
+    reads one of its series (``presets.sampled_for``); where it reads none it is refused here,
+    saying what ``sampled`` is."""
 
     value: str = Field(min_length=1)
-    sampled: str = Field(min_length=1)
+    sampled: str = Field(default="", validate_default=True)
+
+    @pydantic.field_validator("sampled")
+    @classmethod
+    def _sampled_given(cls, value: str) -> str:
+        if not value:
+            raise PydanticCustomError(
+                "sampled_missing",
+                "is required where value reads none of the preset's series: when the series "
+                "value reads were last scraped, scoped to the pool, e.g. 'timestamp(my_metric) "
+                "and on (namespace, pod) $scope' (docs/configuration.md, metrics)",
+            )
+        return value
 
 
 def _gauge_query(gauge: presets.Gauge) -> MetricQuerySettings:
@@ -72,7 +89,7 @@ class MetricsSettings(SettingsBlock):
             preset = presets.preset(data.get("preset", presets.Engine.VLLM))
         except (ValueError, TypeError):
             return data
-        filled = dict(data)
+        filled = {k: _with_sampled(preset, k, v) for k, v in data.items()}
         filled.setdefault("queue", _gauge_query(preset.waiting))
         filled.setdefault(
             "running", None if preset.running is None else _gauge_query(preset.running)
@@ -146,6 +163,18 @@ class MetricsSettings(SettingsBlock):
             )
         return presets.node_served(self.server, unit), self.node_saturated
 
+
+def _with_sampled(preset: presets.Preset, name: str, given: Any) -> Any:
+    """A metric written as ``value`` alone, with the preset's ``sampled`` where it reads one of
+    the preset's series; anything else as given (the fields refuse what is wrong)."""
+    if name not in _METRICS or not isinstance(given, Mapping) or "sampled" in given:
+        return given
+    value = given.get("value")
+    found = presets.sampled_for(preset, value) if isinstance(value, str) else None
+    return given if found is None else {**given, "sampled": found}
+
+
+_METRICS = ("demand", "queue", "running", "gpu_busy")
 
 # What ``rebalancer.adapters.metrics.render`` fills in (a test holds them equal): ``$scope``,
 # ``$nodes`` and ``$pool`` in a query, ``$window`` too in ``history``, ``node_served`` and

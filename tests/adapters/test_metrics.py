@@ -292,6 +292,20 @@ def closed_port() -> int:
     return port
 
 
+async def test_a_server_not_reached_is_named_without_the_password_its_url_carries() -> None:
+    port = closed_port()
+    m = Metrics(Settings(url=f"http://reader:s3cret@127.0.0.1:{port}/prom", attempts=1))
+    try:
+        got = await m.read(CODE, NODES[CODE], now=scrape_time(100))
+    finally:
+        m.close()
+    reasons = {e.reason for e in got.errors}
+    assert reasons == {
+        f"cannot reach Prometheus at http://127.0.0.1:{port}/prom (ConnectionError); "
+        "gave up after 1 attempts"
+    }
+
+
 async def test_an_outage_is_unknown_with_a_clear_error_and_bounded_retries() -> None:
     settings = Settings(url=f"http://127.0.0.1:{closed_port()}", timeout=1.0, backoff=0.05)
     m = Metrics(settings)
@@ -308,7 +322,9 @@ async def test_an_outage_is_unknown_with_a_clear_error_and_bounded_retries() -> 
     assert {e.metric for e in got.errors} == {"demand", "queue", "running"}
     for e in got.errors:
         assert e.pool == "code"
-        assert e.reason == "cannot reach Prometheus (ConnectionError); gave up after 3 attempts"
+        assert e.reason == (
+            f"cannot reach Prometheus at {settings.url} (ConnectionError); gave up after 3 attempts"
+        )
     assert elapsed < 2
     assert hist.error is not None
     assert "cannot reach Prometheus" in hist.error.reason
@@ -337,7 +353,7 @@ async def test_a_server_that_never_answers_times_out() -> None:
             m.close()
     assert (got.demand, got.queue) == (None, None)
     assert [e.reason for e in got.errors] == [
-        "timed out (ReadTimeout); gave up after 2 attempts"
+        f"timed out at {settings.url} (ReadTimeout); gave up after 2 attempts"
     ] * 2
     # Two attempts of 0.5 s each and a short backoff; demand and queue run concurrently.
     assert 1.0 <= elapsed < 3.0

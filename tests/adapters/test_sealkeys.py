@@ -64,3 +64,12 @@ def test_no_directory_gives_a_key_of_the_process_own_and_says_so(
 
     assert one.current.id != two.current.id  # made at start, kept nowhere
     assert "no node_state_keys directory is configured" in caplog.text
+
+
+def test_a_command_that_is_not_the_controller_is_not_told_of_the_key_of_its_own(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # ``rebalancer status`` and ``explain`` exit after one read: the warning is the loop's.
+    with caplog.at_level(logging.WARNING):
+        sealkeys.load(None, warn=False)
+    assert caplog.text == ""

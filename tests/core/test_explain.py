@@ -48,6 +48,7 @@ class Case:
     frozen: bool = False
     changes: dict[str, object] = dataclasses.field(default_factory=dict)  # to the policy
     alerts: tuple[model.FiringAlert, ...] = ()
+    history: model.DemandHistory | None = None
 
 
 def explained(case: Case) -> dict[str, object]:
@@ -55,7 +56,11 @@ def explained(case: Case) -> dict[str, object]:
     sample = None if case.rps is None else demand(case.rps, case.age)
     queue = None if case.queue is None else demand(case.queue)
     seen = model.PoolSnapshot(
-        nodes=tuple(case.nodes), demand=sample, queue=queue, alerts=case.alerts
+        nodes=tuple(case.nodes),
+        demand=sample,
+        queue=queue,
+        alerts=case.alerts,
+        history=case.history,
     )
     if case.rps is None:
         seen = dataclasses.replace(seen, demand_known=False, unknown_since=T0 - case.age)
@@ -348,6 +353,33 @@ def test_demand_is_shown_in_the_pools_unit_with_what_a_node_serves() -> None:
     assert (
         "  demand: 5000 tokens/s sampled 30s ago, needs 3 nodes of 2400 tokens/s"
         in explain.node_lines(doc)
+    )
+
+
+def history_line(history: model.DemandHistory) -> str:
+    doc = explained(Case([serving("n"), *others(2)], target=0, history=history))
+    (line,) = (line for line in explain.node_lines(doc) if line.startswith("  history:"))
+    return line
+
+
+def test_a_history_with_no_points_says_how_far_back_it_was_searched_not_an_age() -> None:
+    # Prometheus unreachable: the read ends where it started, 8 days ago, and holds nothing.
+    week = model.DemandHistory(
+        start=T0 - timedelta(days=8), step=timedelta(minutes=1), values=(None,) * 3, end_index=3
+    )
+    assert history_line(week) == "  history: no points in the last 8d (Prometheus unreachable?)"
+
+
+def test_a_history_gives_the_age_of_its_newest_point_not_of_its_end() -> None:
+    # 20 one-minute steps up to T0 - 4m; the last 6 are gaps, so its newest point is 10m old.
+    start = T0 - timedelta(minutes=24)
+    values = (*([5.0] * 14), *([None] * 6))
+    history = model.DemandHistory(
+        start=start, step=timedelta(minutes=1), values=values, end_index=20
+    )
+    assert history_line(history) == (
+        "  history: 20m of 1m steps (14 points) up to 2026-03-02T11:56:00Z, "
+        "its newest point 10m old"
     )
 
 

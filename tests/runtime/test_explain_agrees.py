@@ -159,9 +159,8 @@ async def test_explain_and_the_loop_agree_where_a_fresh_reading_would_not(
     assert (served["read"]["by"], asked["read"]["by"]) == ("loop", "explain")
     said = words.pool_lines(asked)
     assert "  inputs: read now, as the loop reads them at 2026-03-02T12:04:30Z" in said
-    assert (
-        "  history: 8d of 1m steps (31 points) up to 2026-03-02T12:00:00Z, its end 4m old" in said
-    )
+    history = "  history: 8d of 1m steps (31 points) up to 2026-03-02T12:00:00Z, its newest point"
+    assert f"{history} 4m old" in said
     demand = "  demand: 700 rps sampled 30s ago, needs 9 nodes of 100 rps; a fall to 50 rps is held"
     assert demand in said
     assert "  inputs: the loop's last tick, at 2026-03-02T12:04:30Z (0s before this answer)" in (
