@@ -39,6 +39,7 @@ from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.model import Reason
 from tests.support.control_plane import ControlPlane
 from tests.support.harness import IDLE, LOW, PEAK, POOL, Controller, Harness, on_plane
+from tests.support.training_cluster import unschedulable
 from tests.support.waits import until
 
 
@@ -116,7 +117,10 @@ async def test_a_strategy_that_raises_lends_nothing_yet_the_safety_reclaim_happe
             h.exporter.set_load(PEAK, 0)
             back = await h.wait_all_serving(c, within=30)
             h.exporter.set_load(LOW, 0)
-            await asyncio.sleep(6)  # low load again: a working strategy would lend now
+            # Low load again and a taker waiting (an evicted pod re-created by its Job and
+            # unschedulable): a working strategy would lend within a tick or two.
+            await until("a taker waits", lambda: _a_taker_waits(h), c.proc, 30)
+            await asyncio.sleep(4)
             assert await h.lent() == set(), "no new loan without a working strategy"
             failures = await h.metric(
                 c, "rebalancer_strategy_failures_total", pool=POOL, kind="raised"
@@ -136,6 +140,10 @@ async def test_a_strategy_that_raises_lends_nothing_yet_the_safety_reclaim_happe
         f"\nraising strategy: all 6 back {back:.1f}s after the peak, {failures:.0f} failed calls "
         f"counted, 1 audit record of the failure, 0 loans"
     )
+
+
+async def _a_taker_waits(h: Harness) -> bool:
+    return any(unschedulable(p) for p in await h.pods())
 
 
 async def test_prometheus_down_for_less_than_the_grace_changes_nothing_and_longer_reclaims(

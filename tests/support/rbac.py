@@ -181,4 +181,7 @@ MAY_GO_UNUSED = {
     Grant("create", "lifecycle.k8s.io", "evictionrequests"),
     Grant("patch", "lifecycle.k8s.io", "evictionrequests"),
     Grant("list", "lifecycle.k8s.io", "evictions"),
+    # The replica's own Events (its Pod's namespace: the release's): only when its settings
+    # file changes, which no end-to-end run does (``tests/test_settings_live.py`` proves it).
+    Grant("create", "events.k8s.io", "events", "rebalancer"),
 }
