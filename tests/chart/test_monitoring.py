@@ -18,9 +18,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
+import os
 import re
+import shutil
 import subprocess
 import urllib.parse
 import urllib.request
@@ -1205,17 +1208,31 @@ def decide(t: Telemetry, k: int, now: datetime) -> None:
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """tests/support/prometheus.py's Prometheus, its backfill extended with our series."""
-    ours = telemetry_series()
-    trace = prom.openmetrics
+    workdir = tmp_path_factory.mktemp("prometheus")
+    store = workdir / "data"
+    shutil.copytree(blocks(tmp_path_factory), store)
+    with prom.serving(workdir, store) as (url, _, _):
+        yield url
 
-    def both(data: prom.Data) -> str:
-        return trace(data).removesuffix("# EOF\n") + ours
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(prom, "openmetrics", both)
-        with prom.running(tmp_path_factory.mktemp("prometheus")) as server:
-            patch.undo()
-            yield server.url
+def blocks(factory: pytest.TempPathFactory) -> Path:
+    """The TSDB blocks of the trace and of ``telemetry_series``: made once in a run of several
+    workers, by whichever asks first, and copied by the others. The series are fixed (every
+    time is from ``prom.START``), and making them takes tens of seconds: every pool's
+    zero-started families, each scrape of three hours, for three sites' two replicas."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    root = factory.getbasetemp().parent / f"monitoring-{run}" if run else factory.mktemp("tsdb")
+    root.mkdir(exist_ok=True)
+    with (root / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        store = root / "data"
+        if not (root / "made").exists():
+            shutil.rmtree(store, ignore_errors=True)
+            trace = prom.openmetrics(prom.generate()).removesuffix("# EOF\n")
+            prom.backfill(root, trace + telemetry_series())
+            (root / "series.om").unlink()
+            (root / "made").touch()
+        return store
 
 
 def api(url: str, path: str, **params: str) -> Any:
