@@ -409,18 +409,23 @@ def test_make_check_config_hands_rebalancer_check_the_config_block_as_it_is() ->
     )
 
 
-def test_getting_started_shows_what_check_config_prints_on_the_copied_example(
-    tmp_path: Path,
-) -> None:
-    config = tmp_path / "config.yaml"
-    config.write_text(settings_of.settings_of(ROOT / "examples" / "helm-values.yaml"))
-    check = subprocess.run(
+def rebalancer_check(config: Path) -> subprocess.CompletedProcess[str]:
+    """``rebalancer check --config CONFIG``, as the docs run it."""
+    return subprocess.run(
         [str(Path(sys.executable).parent / "rebalancer"), "check", "--config", str(config)],
         capture_output=True,
         text=True,
         check=False,
         timeout=60,
     )
+
+
+def test_getting_started_shows_what_check_config_prints_on_the_copied_example(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(settings_of.settings_of(ROOT / "examples" / "helm-values.yaml"))
+    check = rebalancer_check(config)
     assert check.returncode == 0, check.stdout + check.stderr
     assert f"```\n{check.stdout}```" in (ROOT / "docs" / "getting-started.md").read_text()
 
@@ -466,11 +471,5 @@ def test_a_prometheus_overlay_checks_with_the_values_it_is_laid_over(
     assert {key: theirs[key] for key in ours} == ours
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(ours))
-    check = subprocess.run(
-        [str(Path(sys.executable).parent / "rebalancer"), "check", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
+    check = rebalancer_check(config)
     assert check.returncode == 0, check.stdout + check.stderr
