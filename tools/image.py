@@ -174,6 +174,39 @@ def controller_entries(venv: Path) -> Iterator[tuple[str, Path]]:
         yield str(path), path
 
 
+class _Layer:
+    """A layer's tar being written: each path once, its parent directories made first."""
+
+    def __init__(self, tar: tarfile.TarFile) -> None:
+        self.tar = tar
+        self.made: set[str] = set()
+
+    def directory(self, name: str, mode: int = 0o755, owner: int = 0) -> None:
+        parts = Path(name.lstrip("/")).parts
+        for i in range(1, len(parts) + 1):
+            path = "/".join(parts[:i])
+            if path not in self.made:
+                self.made.add(path)
+                info = tarfile.TarInfo(path)
+                info.type = tarfile.DIRTYPE
+                info.mode, info.uid, info.gid = mode, owner, owner
+                self.tar.addfile(info)
+
+    def data(self, name: str, content: bytes, mode: int = 0o644) -> None:
+        self.directory(str(Path(name).parent))
+        self.made.add(name.lstrip("/"))
+        info = tarfile.TarInfo(name.lstrip("/"))
+        info.size, info.mode = len(content), mode
+        self.tar.addfile(info, io.BytesIO(content))
+
+    def link(self, name: str, target: str) -> None:
+        self.directory(str(Path(name).parent))
+        self.made.add(name.lstrip("/"))
+        info = tarfile.TarInfo(name.lstrip("/"))
+        info.type, info.linkname = tarfile.SYMTYPE, target
+        self.tar.addfile(info)
+
+
 def write_layer(
     entries: Iterable[tuple[str, Path]],
     out: Path,
@@ -185,33 +218,9 @@ def write_layer(
     (``venv`` is the environment replayed here), its scripts' interpreter line moved to the
     image's path and the working directory its user owns."""
     executable = os.path.realpath(sys.executable)
-    made: set[str] = set()
     with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
-
-        def directory(name: str, mode: int = 0o755, owner: int = 0) -> None:
-            parts = Path(name.lstrip("/")).parts
-            for i in range(1, len(parts) + 1):
-                path = "/".join(parts[:i])
-                if path not in made:
-                    made.add(path)
-                    info = tarfile.TarInfo(path)
-                    info.type = tarfile.DIRTYPE
-                    info.mode, info.uid, info.gid = mode, owner, owner
-                    tar.addfile(info)
-
-        def data(name: str, content: bytes, mode: int = 0o644) -> None:
-            directory(str(Path(name).parent))
-            made.add(name.lstrip("/"))
-            info = tarfile.TarInfo(name.lstrip("/"))
-            info.size, info.mode = len(content), mode
-            tar.addfile(info, io.BytesIO(content))
-
-        def link(name: str, target: str) -> None:
-            directory(str(Path(name).parent))
-            made.add(name.lstrip("/"))
-            info = tarfile.TarInfo(name.lstrip("/"))
-            info.type, info.linkname = tarfile.SYMTYPE, target
-            tar.addfile(info)
+        layer = _Layer(tar)
+        directory, data, link, made = layer.directory, layer.data, layer.link, layer.made
 
         for name, here in entries:
             if name.lstrip("/") in made:

@@ -52,7 +52,7 @@ import logging
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from string import Template
 from typing import Any, TypeVar
@@ -106,7 +106,7 @@ class Settings:
     lookback: timedelta = timedelta(minutes=10)  # no sample older than this is handed over
     resolution: timedelta = timedelta(seconds=15)  # subquery step when looking for the last sample
     queries: Queries = Queries()  # noqa: RUF009 (frozen: one shared default is safe)
-    access: Access = Access()  # noqa: RUF009 (frozen: one shared default is safe)
+    access: Access = field(default_factory=Access)
 
 
 class QueryFailed(Exception):
