@@ -2,11 +2,11 @@
 
 Where it sits: ``adapters.metrics.Metrics`` builds one ``Client`` from its ``Access`` (made from
 the ``prometheus:`` settings by ``runtime.adapterconfig``) and calls ``custom_query`` and
-``custom_query_range`` from worker threads. ``Client`` answers as ``PrometheusConnect`` does
-(same calls, same ``PrometheusApiClientException`` on a refusal) but sends the query as a form
-body when the method is POST: the library's own POST (0.7) puts it in the URL still, and a pool
-of many nodes writes a regular expression of all their names that a proxy's URL limit refuses
-(docs/design/prometheus-auth.md).
+``custom_query_range`` from worker threads. ``Client`` asks through ``PrometheusConnect`` (same
+calls, same ``PrometheusApiClientException`` on a refusal) over a session that carries the
+access, but sends the query as a form body when the method is POST: the library's own POST
+(0.7) puts it in the URL still, and a pool of many nodes writes a regular expression of all
+their names that a proxy's URL limit refuses (docs/design/prometheus-auth.md).
 
 Credentials are files, read when a request is made and read again only when the file changed
 (``SecretFile``: one ``stat`` a request), so a projected service-account token or a rotated
@@ -30,6 +30,7 @@ import requests
 import requests.adapters
 import requests.auth
 import urllib3
+from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
@@ -159,20 +160,20 @@ def session_of(access: Access) -> requests.Session:
 
 
 class Client:
-    """Prometheus' query API over ``session_of(access)``: the two calls the adapter makes, with
-    ``PrometheusConnect``'s names and errors, the query POSTed as a form body by default."""
+    """Prometheus' query API over ``session_of(access)``, with ``PrometheusConnect``'s calls and
+    errors. A GET is the library's own; a POST (the default) sends the query as a form body,
+    where the library's POST leaves it in the URL."""
 
     def __init__(self, url: str, access: Access, retry: Retry, timeout: float) -> None:
         self.url = url.rstrip("/")
         self._method = access.method
         self._timeout = timeout
         self._session = session_of(access)
-        mounted = (
-            _NamedTls(access.tls.server_name, max_retries=retry)
-            if access.tls.server_name
-            else requests.adapters.HTTPAdapter(max_retries=retry)
+        self._connect = PrometheusConnect(
+            self.url, retry=retry, session=self._session, timeout=timeout, method="GET"
         )
-        self._session.mount(self.url, mounted)
+        if access.tls.server_name:  # mounted over the library's adapter for the same URL
+            self._session.mount(self.url, _NamedTls(access.tls.server_name, max_retries=retry))
         if access.tls.insecure_skip_verify:
             # Said once, by whoever builds the client, not by urllib3 on every request.
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
@@ -180,16 +181,12 @@ class Client:
     def close(self) -> None:
         self._session.close()
 
-    def _ask(self, path: str, fields: Mapping[str, Any], timeout: float | None) -> Any:
-        url = f"{self.url}/api/v1/{path}"
-        body, query = (fields, None) if self._method == "POST" else (None, fields)
-        # ``verify`` given here, not left to the session: requests lets REQUESTS_CA_BUNDLE (or
+    def _posted(self, path: str, fields: Mapping[str, Any], timeout: float | None) -> Any:
+        # ``verify`` given here, as the library gives it: requests lets REQUESTS_CA_BUNDLE (or
         # CURL_CA_BUNDLE) in the environment override a session's own, and so ``tls.ca_file``.
-        response = self._session.request(
-            self._method,
-            url,
-            params=query,
-            data=body,
+        response = self._session.post(
+            f"{self.url}/api/v1/{path}",
+            data=fields,
             timeout=timeout or self._timeout,
             verify=self._session.verify,
         )
@@ -202,7 +199,9 @@ class Client:
     def custom_query(
         self, query: str, params: dict[str, Any] | None = None, timeout: float | None = None
     ) -> Any:
-        return self._ask("query", {"query": str(query), **(params or {})}, timeout)
+        if self._method == "GET":
+            return self._connect.custom_query(query, params, timeout)
+        return self._posted("query", {"query": str(query), **(params or {})}, timeout)
 
     def custom_query_range(
         self,
@@ -213,6 +212,10 @@ class Client:
         params: dict[str, Any] | None = None,
         timeout: float | None = None,
     ) -> Any:
+        if self._method == "GET":
+            return self._connect.custom_query_range(
+                query, start_time, end_time, step, params, timeout
+            )
         fields = {
             "query": str(query),
             "start": round(start_time.timestamp()),
@@ -220,4 +223,4 @@ class Client:
             "step": step,
             **(params or {}),
         }
-        return self._ask("query_range", fields, timeout)
+        return self._posted("query_range", fields, timeout)
