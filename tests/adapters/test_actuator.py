@@ -6,7 +6,6 @@ The kit (a node with several taints in a deliberate order, a recording writer, `
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -17,7 +16,7 @@ from rebalancer.core.outcomes import Outcome, WriteKind, WriteOutcome
 from sandbox.emulator import cluster
 from sandbox.emulator.resources import NODES
 from tests.support import objects
-from tests.support.actuation import KEYS, LEND, SPEC, Forwarding, Recorder, drive, world
+from tests.support.actuation import KEYS, LEND, SPEC, Forwarding, drive, world
 from tests.support.backends import Backend, Objects
 from tests.support.objects import TAINTS, budget, gpu_node, training
 from tests.support.reads import node_obj, pods_on, scheduling_of
@@ -213,18 +212,11 @@ class Meddler(Forwarding):
 
 
 @dataclass
-class Arrival:
+class Arrival(Forwarding):
     """An inference pod is bound to the node right after the actuator's first look at its pods."""
 
-    inner: Recorder
     store: Objects
     lists: int = 0
-
-    async def get_node(self, name: str) -> Obj:
-        return await self.inner.get_node(name)
-
-    async def list_nodes(self, label_selector: str) -> list[Obj]:
-        return await self.inner.list_nodes(label_selector)
 
     async def list_pods(self, node: str) -> list[Obj]:
         out = await self.inner.list_pods(node)
@@ -232,25 +224,6 @@ class Arrival:
         if self.lists == 1:
             objects.add(self.store, cluster.inference_pod(3, node_name=node))
         return out
-
-    async def patch_node(self, name: str, change: NodeChange, resource_version: str) -> Obj:
-        return await self.inner.patch_node(name, change, resource_version)
-
-    async def evict(self, namespace: str, name: str, uid: str) -> WriteOutcome:
-        return await self.inner.evict(namespace, name, uid)
-
-    async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
-        return await self.inner.delete_pod(namespace, name, uid)
-
-    async def annotate_pod(
-        self, namespace: str, name: str, uid: str, annotations: Mapping[str, str | None]
-    ) -> bool:
-        return await self.inner.annotate_pod(namespace, name, uid, annotations)
-
-    async def set_pod_condition(
-        self, namespace: str, name: str, uid: str, condition: Mapping[str, str]
-    ) -> bool:
-        return await self.inner.set_pod_condition(namespace, name, uid, condition)
 
 
 async def test_a_node_that_becomes_busy_during_the_lend_is_rolled_back_before_any_taint_moves(

@@ -45,6 +45,7 @@ from tests.support import controller_image, kube, realnode
 from tests.support.actuation import LEND, MARKS, SPEC
 from tests.support.control_plane import ControlPlane
 from tests.support.processes import ROOT
+from tests.support.waits import wait
 
 Obj = dict[str, Any]
 EXAMPLE = ROOT / "examples" / "reclaim-notice"
@@ -218,15 +219,6 @@ def started(cluster: Cluster, name: str, grace: int, account: str) -> Iterator[T
         finally:
             pod_path = f"/api/v1/namespaces/{NAMESPACE}/pods/{name}"
             cluster.server.request("DELETE", pod_path + "?gracePeriodSeconds=0")
-
-
-def wait(what: str, check: Any, within: float) -> float:
-    """Poll ``check()`` every 0.05 s; the wall-clock time it became true."""
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, f"not within {within}s: {what}"
-        time.sleep(0.05)
-    return time.time()
 
 
 def read(cluster: Cluster, name: str) -> Obj:

@@ -4,8 +4,6 @@ it writes its own, and the process reads the notice's deadline from its downward
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ from rebalancer.adapters import kubeclient
 from rebalancer.adapters.writer import KubeWriter
 from tests.support import kube, realnode
 from tests.support.training_cluster import conditions
+from tests.support.waits import wait
 
 Obj = dict[str, Any]
 NS, POD = "real-notice", "noticed"
@@ -28,13 +27,6 @@ SCHEDULED = {
     "message": "reclaim r-1: evicted at 2026-12-04T09:35:00Z",
 }
 WITHDRAWN = {"type": NOTICE, "status": "False", "reason": "ReclaimWithdrawn", "message": "r-1"}
-
-
-def wait(what: str, check: Callable[[], bool], within: float) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, f"not within {within}s: {what}"
-        time.sleep(0.1)
 
 
 def pod(server: kube.KubeServer) -> Obj:

@@ -46,7 +46,7 @@ from tests.support.training_cluster import (
     serving,
     training_job,
 )
-from tests.support.waits import counted, until
+from tests.support.waits import counted, until, wait
 
 Obj = dict[str, Any]
 STATE = "rebalancer.io/state"
@@ -65,15 +65,6 @@ def evict(server: kube.KubeServer, namespace: str, name: str) -> float:
     code, doc = server.request("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body)
     assert code == 201, doc
     return posted
-
-
-def wait(what: str, check: Any, within: float) -> float:
-    """Poll ``check()`` every 0.05 s; the wall-clock time it became true."""
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, f"not within {within}s: {what}"
-        time.sleep(0.05)
-    return time.time()
 
 
 def ensure_namespace(server: kube.KubeServer, name: str) -> None:

@@ -81,3 +81,13 @@ async def until(
     except TimeoutError:
         raise AssertionError(f"not done in {within} s: {what}") from None
     return time.monotonic() - began
+
+
+def wait(what: str, check: Callable[[], Any], within: float) -> float:
+    """Poll ``check()`` every 0.05 s, blocking (for tests that drive a real node from plain
+    threads and subprocesses); the wall-clock time it became true."""
+    deadline = time.monotonic() + within
+    while not check():
+        assert time.monotonic() < deadline, f"not within {within}s: {what}"
+        time.sleep(0.05)
+    return time.time()
