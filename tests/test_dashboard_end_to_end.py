@@ -141,6 +141,16 @@ async def lend_and_reclaim(h: Harness, c: Controller, prometheus: str, before: i
     made so far, once Prometheus has seen this process count its own (``before`` were the
     earlier processes') and nothing lent for two scrapes."""
     await h.wait_lent(c, set(IDLE))
+    # Every lend scraped before the peak: a node's decision series is its latest decision, so a
+    # reclaim within the same scrape interval would take its place before Prometheus saw it.
+    applied = f'pool="{POOL}",action="lend",outcome="applied"'
+    lends = f"rebalancer_decision_timestamp_seconds{{{applied}}}"
+
+    async def lends_scraped() -> bool:
+        async with aiohttp.ClientSession(prometheus) as prom:
+            return len(await instant(prom, lends, datetime.now(UTC))) == len(IDLE)
+
+    await until("every lend scraped", lends_scraped, c.proc, 15)
     h.exporter.set_load(PEAK, 0)
     await h.wait_all_serving(c)
     count = f'rebalancer_reclaim_duration_seconds_count{{pool="{POOL}"}}'
