@@ -117,9 +117,13 @@ kube:
 # share (two runs each on the same tree: 465 s and 409 s in fixed shares, 369 s and 336 s).
 # The sources compiled first: the suite starts the controller as a process some hundred times,
 # and where PYTHONDONTWRITEBYTECODE is set (the machines here set it) each start would compile
-# them again (0.15-0.2 s of CPU each).
+# them again (0.15-0.2 s of CPU each). For the same reason no worker would keep the test modules
+# pytest rewrites (their asserts), and each of the four rewrote all of them as it collected, 6.5
+# of its 12 s of CPU: they are rewritten once, over both cores, and read by every worker
+# (tests/support/rewritten.py).
 pytest: $(STAMP)
 	$(BIN)/python -m compileall -q -j 0 rebalancer strategies sandbox tests >/dev/null
+	$(BIN)/python -m tests.support.rewritten tests
 	dir=$$(tests/kube/build.sh) && tests/kube/v1.37/build.sh >/dev/null && TESTS_KUBE_DIR="$$dir" \
 		$(BIN)/pytest --numprocesses=$$(( $$(nproc) * 2 )) --dist worksteal
 

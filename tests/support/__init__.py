@@ -70,4 +70,8 @@ Servers and processes
 - ``rbac``: the chart's RBAC applied to the emulator, and granted against used.
 - ``chart``: the Helm chart rendered by Helm's own engine.
 - ``grafana``: the chart's dashboard, its targets, and Grafana's variables and macros put in.
+
+The suite's run
+- ``ordering``: the longest modules first, one at the head of each parallel worker's share.
+- ``rewritten``: pytest's rewritten test modules written once before the workers start.
 """

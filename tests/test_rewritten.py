@@ -1,0 +1,46 @@
+"""The rewritten modules written ahead of the workers (tests/support/rewritten.py) are the ones
+pytest would write, where pytest looks for them, for every module it rewrites."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from _pytest.assertion.rewrite import AssertionRewritingHook, _read_pyc, _rewrite_test
+
+from tests.support.rewritten import pyc_of, rewritten_by_pytest, write
+
+TESTS = Path(__file__).parent
+
+
+def test_pytest_reads_what_is_written_as_its_own_and_it_is_written_again_once_changed(
+    tmp_path: Path, pytestconfig: pytest.Config
+) -> None:
+    source = tmp_path / "test_one.py"
+    source.write_text("def test_it() -> None:\n    assert [1, 2] == [1, 3]\n")
+    assert write(source)
+    read = _read_pyc(source, pyc_of(source))
+    assert read is not None
+    _, own = _rewrite_test(source, pytestconfig)
+    assert read == own
+    assert not write(source), "up to date: left as it is"
+    source.write_text("def test_it() -> None:\n    assert [1, 2] == [1, 2]\n")
+    assert _read_pyc(source, pyc_of(source)) is None
+    assert write(source)
+    assert _read_pyc(source, pyc_of(source)) is not None
+
+
+def test_every_module_pytest_rewrote_in_this_run_is_one_written_ahead() -> None:
+    ahead = set(rewritten_by_pytest(TESTS))
+    rewrote = {
+        Path(m.__file__)
+        for m in list(sys.modules.values())
+        if isinstance(getattr(m, "__loader__", None), AssertionRewritingHook)
+        and m.__file__ is not None
+        and Path(m.__file__).is_relative_to(TESTS)
+    }
+    assert Path(__file__) in rewrote
+    assert TESTS / "support" / "rewritten.py" in rewrote
+    assert rewrote <= ahead, sorted(map(str, rewrote - ahead))
+    assert TESTS / "__init__.py" not in ahead
