@@ -6,10 +6,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import hypothesis
 import pytest
 from _pytest.assertion.rewrite import AssertionRewritingHook, _read_pyc, _rewrite_test
 
-from tests.support.rewritten import pyc_of, rewritten_by_pytest, write
+from tests.support.rewritten import plugins, pyc_of, rewritten_by_pytest, write
 
 TESTS = Path(__file__).parent
 
@@ -32,15 +33,15 @@ def test_pytest_reads_what_is_written_as_its_own_and_it_is_written_again_once_ch
 
 
 def test_every_module_pytest_rewrote_in_this_run_is_one_written_ahead() -> None:
-    ahead = set(rewritten_by_pytest(TESTS))
+    ahead = {*rewritten_by_pytest(TESTS), *plugins()}
     rewrote = {
         Path(m.__file__)
         for m in list(sys.modules.values())
         if isinstance(getattr(m, "__loader__", None), AssertionRewritingHook)
         and m.__file__ is not None
-        and Path(m.__file__).is_relative_to(TESTS)
     }
     assert Path(__file__) in rewrote
     assert TESTS / "support" / "rewritten.py" in rewrote
+    assert Path(hypothesis.__file__) in rewrote, "a plugin's modules are rewritten too"
     assert rewrote <= ahead, sorted(map(str, rewrote - ahead))
     assert TESTS / "__init__.py" not in ahead
