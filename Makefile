@@ -117,9 +117,10 @@ kube:
 # share (two runs each on the same tree: 465 s and 409 s in fixed shares, 369 s and 336 s).
 # The sources compiled first: the suite starts the controller as a process some hundred times,
 # and where PYTHONDONTWRITEBYTECODE is set (the machines here set it) each start would compile
-# them again (0.15-0.2 s of CPU each). For the same reason no worker would keep the test modules
-# pytest rewrites (their asserts), and each of the four rewrote all of them as it collected, 6.5
-# of its 12 s of CPU: they are rewritten once, over both cores, and read by every worker
+# them again (0.15-0.2 s of CPU each). For the same reason no worker would keep the modules pytest
+# rewrites (their asserts: the tests', tests/support's, the pytest plugins'), and each of the four
+# rewrote all of them as it collected, 10 of its 14.7 s of CPU while no test ran: they are
+# rewritten once, over both cores (7 s of CPU), and read by every worker
 # (tests/support/rewritten.py).
 pytest: $(STAMP)
 	$(BIN)/python -m compileall -q -j 0 rebalancer strategies sandbox tests >/dev/null
