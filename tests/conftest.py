@@ -21,7 +21,7 @@ pytest.register_assert_rewrite("tests.support")
 
 # Imported only after register_assert_rewrite, or the asserts of tests.support would not be
 # rewritten (pytest rewrites a module only if it is registered before its first import).
-from tests.support import backends, chart, control_plane, kube, rbac, training_cluster  # noqa: E402  (must follow register_assert_rewrite)
+from tests.support import backends, chart, control_plane, kube, postgres, rbac, training_cluster  # noqa: E402  (must follow register_assert_rewrite)
 
 settings.register_profile("rebalancer", deadline=None, print_blob=True)
 settings.load_profile("rebalancer")
@@ -73,3 +73,12 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[control_plane.Co
         )
         assert code == 201, doc
         yield started
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[postgres.PostgresServer]:
+    """One throwaway PostgreSQL for the whole session, whichever modules use it. Here, not
+    imported into each of them: a fixture a module imports is that module's own, and each of
+    the four started a server of its own on a worker that ran them."""
+    with postgres.running_postgres() as server:
+        yield server

@@ -38,11 +38,9 @@ from rebalancer.core.audit import AuditRecord, Kind
 from rebalancer.core.outcomes import BACK, Outcome
 from tests.support import grafana
 from tests.support.harness import IDLE, LOW, PEAK, POOL, Controller, Harness, harness
-from tests.support.postgres import PostgresServer, postgres_server
+from tests.support.postgres import PostgresServer
 from tests.support.prometheus import Scraping
 from tests.support.waits import until
-
-__all__ = ["postgres_server"]  # the session fixture, imported so that pytest finds it
 
 POSTGRES = {"audit": {"store": "postgresql", "postgresql": {"existingSecret": "audit-db"}}}
 DASHBOARD = {"monitoring": {"dashboard": {"enabled": True}}, **POSTGRES}

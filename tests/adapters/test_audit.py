@@ -50,9 +50,7 @@ from rebalancer.core.outcomes import ActionResult, Outcome, Write, WriteKind, Wr
 from rebalancer.errors import StoreFailed
 from tests.support import factories as f
 from tests.support.factories import audit_record
-from tests.support.postgres import PostgresServer, postgres_server
-
-__all__ = ["postgres_server"]  # the session fixture, imported so that pytest finds it
+from tests.support.postgres import PostgresServer
 
 CTX = Context(controller="rebalancer-0", term=3, strategy="forecast", params={"safety": 0.15})
 POLICY = f.policy()

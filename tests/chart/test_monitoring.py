@@ -50,9 +50,7 @@ from tests.support import prometheus as prom
 from tests.support.chart import CHART, Doc, of_kind, one, render
 from tests.support.factories import T0
 from tests.support.grafana import dashboard, targets
-from tests.support.postgres import PostgresServer, postgres_server
-
-__all__ = ["postgres_server"]  # the session fixture, imported so that pytest finds it
+from tests.support.postgres import PostgresServer
 
 ON: dict[str, Any] = {
     "monitoring": {

@@ -29,12 +29,10 @@ from sandbox.emulator import cluster
 from sandbox.emulator.server import serve, write_kubeconfig
 from sandbox.emulator.store import Store
 from tests.support.chart import NAMESPACE, RELEASE, render
-from tests.support.postgres import PostgresServer, postgres_server
+from tests.support.postgres import PostgresServer
 from tests.support.processes import Pod, as_pod, free_port, probe, start_pod
 from tests.support.rbac import CONTROLLER_TOKEN, admin_headers, apply_to, chart_access
 from tests.support.waits import until
-
-__all__ = ["postgres_server"]  # the session fixture, imported so that pytest finds it
 
 SECRET = "rebalancer-db"
 LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{RELEASE}"

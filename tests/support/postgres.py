@@ -1,9 +1,10 @@
 """A throwaway PostgreSQL for tests: ``initdb`` and ``pg_ctl`` in a temporary directory.
 
-``postgres_server`` (session scope) starts one server on a free port, listening on 127.0.0.1 and
-on a unix socket in its own directory, trusting local connections, with ``fsync=off`` (it is
-thrown away). It is stopped (``pg_ctl stop -m immediate``) and its directory removed at the end
-of the session. Tests get a fresh database each from ``PostgresServer.create_database``.
+``running_postgres`` (the session fixture ``postgres_server`` of tests/conftest.py) starts one
+server on a free port, listening on 127.0.0.1 and on a unix socket in its own directory,
+trusting local connections, with ``fsync=off`` (it is thrown away). It is stopped (``pg_ctl
+stop -m immediate``) and its directory removed at the end of the session. Tests get a fresh
+database each from ``PostgresServer.create_database``.
 
 PostgreSQL refuses to run as root. When the tests run as root, the server runs as an
 unprivileged system user (``postgres`` if it exists, else ``nobody``) through ``setpriv``; the
@@ -186,9 +187,3 @@ def running_postgres() -> Iterator[PostgresServer]:
                 check=False,
             )
         shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    with running_postgres() as server:
-        yield server
