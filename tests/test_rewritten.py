@@ -32,6 +32,13 @@ def test_pytest_reads_what_is_written_as_its_own_and_it_is_written_again_once_ch
     assert _read_pyc(source, pyc_of(source)) is not None
 
 
+def test_a_module_that_does_not_parse_is_left_to_pytest_to_report(tmp_path: Path) -> None:
+    source = tmp_path / "test_broken.py"
+    source.write_text("def test_it(:\n    assert True\n")
+    assert not write(source)
+    assert not pyc_of(source).exists()
+
+
 def test_every_module_pytest_rewrote_in_this_run_is_one_written_ahead() -> None:
     ahead = {*rewritten_by_pytest(TESTS), *plugins()}
     rewrote = {

@@ -76,7 +76,10 @@ def write(source: Path) -> bool:
     if _read_pyc(source, pyc) is not None:
         return False
     text = source.read_bytes()
-    tree = ast.parse(text, filename=str(source))
+    try:
+        tree = ast.parse(text, filename=str(source))
+    except (SyntaxError, ValueError):
+        return False  # pytest says what is wrong with it when it collects it
     rewrite_asserts(tree, text, str(source))
     code = compile(tree, str(source), "exec", dont_inherit=True)
     aside = pyc.with_name(f"{pyc.name}.{os.getpid()}")
