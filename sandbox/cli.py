@@ -208,9 +208,10 @@ def _run_flags(sim: argparse.ArgumentParser) -> None:
     """The budget, the trade, the training queue and the notice."""
     sim.add_argument(
         "--slo",
-        metavar="DURATION|PERCENT",
-        help="an error budget the strategies may spend per rolling 7 days: breach minutes as a "
-        "duration (10m) or an availability (99.9%%) (default: the pool's slo, else none)",
+        metavar="DURATION|PERCENT|none",
+        help="the error budget the strategies may spend per rolling 7 days: breach minutes as a "
+        "duration (10m) or an availability (99.9%%); none: no budget (default: the pool's slo, "
+        "the controller's default budget unless the pool's settings say otherwise)",
     )
     sim.add_argument(
         "--no-trade",
@@ -428,6 +429,7 @@ def _given(args: argparse.Namespace, params: dict[str, dict[str, Any]]) -> confi
         strategies=tuple(dict.fromkeys(args.strategy or ())),
         params=params,
         slo=_slo(args.slo),
+        slo_off=_slo_off(args.slo),
         notice=notice,
     )
 
@@ -477,10 +479,18 @@ def duration(flag: str, text: str) -> timedelta:
     return settings.flag_duration(flag, text, positive=False)
 
 
+def _slo_off(text: str | None) -> bool:
+    """``--slo none``: no budget, as a pool's ``slo: none`` says it."""
+    from rebalancer.settings import SLO_OFF
+
+    return text is not None and text.strip() == SLO_OFF
+
+
 def _slo(text: str | None) -> Slo | None:
     """``--slo``, as a pool's ``slo`` says it, over its 7 days: a DURATION of breach minutes
-    (``10m``: max_breach_minutes 10) or an availability in percent (``99.9%``)."""
-    if text is None:
+    (``10m``: max_breach_minutes 10) or an availability in percent (``99.9%``); None when not
+    given, or ``none`` (``_slo_off``)."""
+    if text is None or _slo_off(text):
         return None
     import pydantic
 
@@ -497,8 +507,8 @@ def _slo(text: str | None) -> Slo | None:
             budget = SloSettings(max_breach_minutes=span // timedelta(minutes=1))
     except (ValueError, ConfigError, pydantic.ValidationError):
         raise ConfigError(
-            f"--slo={text!r}: write the breach minutes per 7 days as a duration (10m) or an "
-            "availability in percent (99.9%)"
+            f"--slo={text!r}: write the breach minutes per 7 days as a duration (10m), an "
+            "availability in percent (99.9%) or none (no budget)"
         ) from None
     return budget.slo()
 

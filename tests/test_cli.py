@@ -45,6 +45,8 @@ def test_simulate_writes_summary_timelines_and_report_for_every_run(
             "watermark",
             "--tz",
             "Europe/Berlin",
+            "--slo",
+            "none",
             "--out",
             str(out),
             "--quiet",
@@ -235,14 +237,16 @@ def test_simulate_with_an_slo_shows_the_strategies_a_budget_and_reports_what_the
     assert spent == {n: f["breach_minutes"] for n, f in summary["strategies"].items()}
     assert spent["reactive"] > 0
     report = (out / "report.md").read_text()
-    assert "Error budget: 10 breach minutes per rolling 7 days" in report
+    assert summary["budget"] == "10m per 7d (--slo)"
+    assert "Error budget: 10m per 7d (--slo), the breach minutes any rolling window" in report
     assert "The dashed line in the plot is the budget: 10 minutes per 7 days" in report
     assert summary["trade"]["measure"] == "budget_spent_minutes"
     check_trade_curve(summary, report, out)
     plain = tmp_path / "plain"
-    assert cli.main([*argv, "--no-trade", "--out", str(plain), "--quiet"]) == 0
+    assert cli.main([*argv, "--slo", "none", "--no-trade", "--out", str(plain), "--quiet"]) == 0
     unbudgeted = json.loads((plain / "summary.json").read_text())
     assert (unbudgeted["slo"], unbudgeted["trade"]) == (None, None)
+    assert unbudgeted["budget"] == "none (--slo none)"
     assert "## The trade" not in (plain / "report.md").read_text()
     assert not (plain / "trade_curve.png").exists()
 
@@ -306,15 +310,15 @@ def test_simulate_adds_a_budget_off_the_trade_curve_to_it_and_runs_each_budget_o
     assert "| 7 |" in (out / "report.md").read_text()
 
 
-@pytest.mark.parametrize("value", ["-1m", "10", "150%", "90s"])
+@pytest.mark.parametrize("value", ["-1m", "10", "150%", "90s", "off", "None"])
 def test_simulate_refuses_an_slo_that_is_neither_minutes_nor_an_availability(
     small_trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
 ) -> None:
     argv = ["simulate", "--trace", str(small_trace), f"--slo={value}", "--out", str(tmp_path)]
     assert cli.main(argv) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"rebalancer: --slo={value!r}: write the breach minutes per 7 days as a duration (10m) "
-        "or an availability in percent (99.9%)"
+        f"rebalancer: --slo={value!r}: write the breach minutes per 7 days as a duration (10m), "
+        "an availability in percent (99.9%) or none (no budget)"
     ]
 
 

@@ -7,6 +7,11 @@ limits, lending window, zone), the strategies with their parameters, the error b
 each value came from, so that the report can say it. Without ``--pool`` the same function
 models the simulator's generic pool from the flags and its defaults.
 
+Why the error budget defaults to the controller's: every pool the controller runs has one unless
+its settings say ``slo: none`` (``PoolSettings.slo``'s default), so a simulation without
+``--slo`` models that budget, with ``--pool`` or without; ``--slo none`` turns it off, as
+``slo: none`` does. The default is read from the settings' field, never restated here.
+
 Why flags win over the settings: a what-if changes one thing and keeps the rest of the pool.
 Why the size is a flag: the settings select a pool's nodes by label and never count them, so
 the size is ``--pool-size`` or the simulator's default, and the report says which.
@@ -29,7 +34,7 @@ from rebalancer.core.policy import PoolPolicy
 from sandbox.sim import engine
 
 if TYPE_CHECKING:
-    from rebalancer.settings import PoolSettings
+    from rebalancer.settings import PoolSettings, SloSettings
 
 DEFAULTS = engine.PoolModel()
 
@@ -57,6 +62,7 @@ class Given:
     strategies: Sequence[str] = ()
     params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     slo: model.Slo | None = None
+    slo_off: bool = False  # ``--slo none``: no budget, whatever the settings say
     notice: timedelta | None = None  # ``--notice``; zero: ``off``
 
 
@@ -145,14 +151,7 @@ def model_of(
     if pool is not None and pool.strategy.params and pool.strategy.name in strategies:
         params[pool.strategy.name] = dict(pool.strategy.params)
     params.update({name: dict(p) for name, p in given.params.items()})
-    slo = given.slo
-    if slo is not None:
-        origins["slo"] = Origin.FLAG
-    elif pool is not None:
-        # ``slo: none`` in the settings: the pool has no budget, and none is simulated.
-        slo, origins["slo"] = (None if pool.slo is None else pool.slo.slo()), Origin.SETTINGS
-    else:
-        origins["slo"] = Origin.DEFAULT
+    slo, origins["slo"] = _budget(given, pool)
     provenance = Provenance(
         pool=None if pool is None else pool.name,
         settings=settings_file,
@@ -160,6 +159,35 @@ def model_of(
         lends_only_to_takers=pool is not None and pool.lend_only_to_takers,
     )
     return Modelled(modelled, strategies, params, slo, provenance)
+
+
+def _budget(given: Given, pool: PoolSettings | None) -> tuple[model.Slo | None, Origin]:
+    """The error budget to simulate and where it came from: ``--slo`` (``none``: no budget),
+    else the pool's ``slo`` as its settings give it (``slo: none``: no budget), else the budget
+    every pool has when its settings leave ``slo`` out (``DEFAULT``)."""
+    if given.slo_off:
+        return None, Origin.FLAG
+    if given.slo is not None:
+        return given.slo, Origin.FLAG
+    default = _default_slo()
+    # ``slo: null`` is the settings' way of leaving it out: the default itself, not a copy.
+    if pool is not None and "slo" in pool.model_fields_set and pool.slo is not default:
+        return (None if pool.slo is None else pool.slo.slo()), Origin.SETTINGS
+    return default.slo(), Origin.DEFAULT
+
+
+def controller_slo() -> model.Slo:
+    """The error budget a pool gets from the controller's settings when they name none
+    (``PoolSettings.slo``'s default: an availability of 0.999 over 7 days, 10 minutes)."""
+    return _default_slo().slo()
+
+
+def _default_slo() -> SloSettings:
+    from rebalancer.settings import PoolSettings, SloSettings
+
+    default = PoolSettings.model_fields["slo"].default
+    assert isinstance(default, SloSettings)
+    return default
 
 
 def controller_notice() -> timedelta:

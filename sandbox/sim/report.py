@@ -101,6 +101,7 @@ def summarise(
     return {
         "strategies": strategies,
         "slo": budget,
+        "budget": said_budget(slo, provenance.origins.get("slo", Origin.DEFAULT)),
         "trade": trade(strategies, rule, rps_per_node, slo, curve),
         "training": None if training is None else _training(training),
         "notice": _notice(pool, runs, unnoticed, rps_per_node, slo),
@@ -122,6 +123,33 @@ def summarise(
             "native_step_seconds": trace.native_step.total_seconds(),
         },
     }
+
+
+# Where the budget a run had came from, as the report says it.
+_BUDGET_FROM = {
+    Origin.FLAG: "--slo",
+    Origin.SETTINGS: "the pool's settings",
+    Origin.DEFAULT: "the pool's default",
+}
+
+
+def said_budget(slo: Slo | None, origin: Origin) -> str:
+    """Which budget ran and where it came from, in one phrase: ``10m per 7d (the pool's
+    default)``, ``none (--slo none)``. A pool without ``--slo`` has the controller's default, so
+    a reader must be able to tell a budget nobody asked for from one that was given."""
+    whence = _BUDGET_FROM[origin]
+    if slo is None:
+        return f"none ({'--slo none' if origin is Origin.FLAG else whence})"
+    return f"{slo.max_breach_minutes}m per {_span(slo.window)} ({whence})"
+
+
+def _span(window: timedelta) -> str:
+    """A budget's window as the settings write a duration: ``7d``, ``24h``, ``90m``."""
+    minutes = int(window / timedelta(minutes=1))
+    for unit, size in (("d", 24 * 60), ("h", 60)):
+        if minutes % size == 0:
+            return f"{minutes // size}{unit}"
+    return f"{minutes}m"
 
 
 def _pool(
@@ -417,7 +445,7 @@ def rank(strategies: dict[str, Any]) -> list[str]:
 
 
 def markdown(summary: dict[str, Any]) -> str:
-    trace, pool, strategies = summary["trace"], summary["pool"], summary["strategies"]
+    trace, strategies = summary["trace"], summary["strategies"]
     lines = [
         f"# Simulation of `{trace['name']}`",
         "",
@@ -441,22 +469,7 @@ def markdown(summary: dict[str, Any]) -> str:
             f"| {f['oracle_node_hours']:.1f} | {f['breach_minutes']} | {f['headroom_minutes']} "
             f"| {f['reclaims']} | {f['loans']} | {f['short_loans']} |"
         )
-    budget = summary.get("slo")
-    if budget is not None:
-        spent = ", ".join(
-            f"{name} {strategies[name]['budget_spent_minutes']}"
-            for name in strategies
-            if strategies[name]["guarded"]
-        )
-        said = {"settings": ", the pool's `slo`", "flag": ", from `--slo`"}.get(
-            pool.get("from", {}).get("slo", ""), ""
-        )
-        lines += [
-            "",
-            f"Error budget: {budget['max_breach_minutes']} breach minutes per rolling "
-            f"{budget['window_days']:g} days{said}, shown to the strategies (not the "
-            f"baselines). The most any window spent: {spent}.",
-        ]
+    lines += _budget_lines(summary)
     lines += _meaning_lines(summary)
     lines += _night_lines(summary)
     lines += _trade_lines(summary)
@@ -475,6 +488,24 @@ def markdown(summary: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _budget_lines(summary: dict[str, Any]) -> list[str]:
+    """Which budget ran, where it came from, and the most each strategy spent of it."""
+    budget, strategies = summary.get("slo"), summary["strategies"]
+    said = summary.get("budget") or ("none" if budget is None else "")
+    if budget is None:
+        return ["", f"Error budget: {said}: the strategies keep their fixed margins."]
+    spent = ", ".join(
+        f"{name} {strategies[name]['budget_spent_minutes']}"
+        for name in strategies
+        if strategies[name]["guarded"]
+    )
+    return [
+        "",
+        f"Error budget: {said}, the breach minutes any rolling window may hold, shown to the "
+        f"strategies (not the baselines). The most any window spent: {spent}.",
+    ]
 
 
 def _pool_lines(summary: dict[str, Any]) -> list[str]:

@@ -20,6 +20,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from rebalancer import cli
+from rebalancer.core.model import Slo
+from rebalancer.settings import PoolSettings
+from sandbox.sim import configured
 
 ROOT = Path(__file__).parents[2]
 TRACE = ROOT / "examples" / "traces" / "servegen_m-mid.csv"
@@ -171,7 +174,7 @@ def test_the_report_says_where_the_size_and_the_capacity_came_from(
     )
     assert "lending window `daily 22:00-08:00`, time zone Asia/Shanghai" in mine
     assert 'strategy forecast {"safety": 0.3} (the pool\'s)' in mine
-    assert "30 breach minutes per rolling 7 days, the pool's `slo`" in mine
+    assert "Error budget: 30m per 7d (the pool's settings)" in mine
     assert "The pool lends only to takers (`lend_only_to_takers`)" in mine
     generic = (calibrated / "report.md").read_text()
     assert "16 nodes (the simulator's default; `--pool-size` sets it)" in generic
@@ -346,3 +349,33 @@ def test_a_pool_sized_in_tokens_is_not_replayed_from_a_trace_of_requests(
         "requests per second; replay its own history with --prometheus, or give a pool sized "
         "in requests_per_second"
     )
+
+
+@pytest.mark.parametrize(
+    ("slo", "given", "minutes", "origin"),
+    [
+        ({}, configured.Given(), "default", configured.Origin.DEFAULT),
+        ({"slo": None}, configured.Given(), "default", configured.Origin.DEFAULT),  # as if left out
+        ({"slo": {"availability": 0.999}}, configured.Given(), 10, configured.Origin.SETTINGS),
+        ({"slo": {"max_breach_minutes": 30}}, configured.Given(), 30, configured.Origin.SETTINGS),
+        ({"slo": "none"}, configured.Given(), None, configured.Origin.SETTINGS),
+        ({}, configured.Given(slo_off=True), None, configured.Origin.FLAG),
+        ({"slo": "none"}, configured.Given(slo=Slo(5)), 5, configured.Origin.FLAG),
+    ],
+)
+def test_the_budget_is_the_flag_s_else_the_pool_s_else_the_one_every_pool_has(
+    slo: dict[str, Any], given: configured.Given, minutes: int | str | None, origin: str
+) -> None:
+    """A pool whose settings leave ``slo`` out has the controller's default budget, in the
+    simulation as in the controller; the simulator reads it from the settings' own field."""
+    pool = PoolSettings.model_validate(
+        {"name": "p", "node_selector": {"gpu": "l20"}, "rps_per_node": 100, **slo}
+    )
+    modelled = configured.model_of(given, pool)
+    if minutes == "default":
+        assert pool.slo is not None
+        assert modelled.slo == pool.slo.slo() == configured.controller_slo()
+    else:
+        assert (None if modelled.slo is None else modelled.slo.max_breach_minutes) == minutes
+    assert modelled.provenance.origins["slo"] == origin
+    assert configured.model_of(configured.Given()).slo == configured.controller_slo()

@@ -20,10 +20,12 @@ import yaml
 from rebalancer import cli
 from rebalancer.cli import audit as audit_command
 from rebalancer.errors import ConfigError
+from rebalancer.settings import PoolSettings
 from sandbox.sim import history
 
 TRACE = Path(__file__).parents[2] / "examples" / "traces" / "servegen_m-small.csv"
 NOW = datetime(2024, 5, 20, 10, 30, 42, tzinfo=UTC)
+POOL = {"name": "p", "node_selector": {"pool": "p"}, "rps_per_node": 1}  # slo left out
 
 
 @pytest.fixture(scope="module")
@@ -173,3 +175,32 @@ def test_json_and_yaml_print_the_summary_as_summary_json_holds_it(
     out, err = capsys.readouterr()
     assert yaml.safe_load(out) == json.loads((tmp_path / "summary.json").read_text())
     assert err.splitlines()[-1] == f"results in {tmp_path}/"
+
+
+@pytest.mark.parametrize(
+    ("flags", "slo", "said"),
+    [
+        ((), "default", "(the pool's default)"),
+        (("--slo", "30m"), {"max_breach_minutes": 30, "window_days": 7}, "30m per 7d (--slo)"),
+        (("--slo", "none"), None, "none (--slo none)"),
+    ],
+)
+def test_without_slo_the_run_has_the_budget_the_controller_gives_every_pool(
+    half_day: Path, tmp_path: Path, flags: tuple[str, ...], slo: object, said: str
+) -> None:
+    """No ``--slo`` models what the controller does: the budget of a pool whose settings leave
+    ``slo`` out; ``--slo none`` turns it off. The summary and the report say which ran."""
+    argv = ["simulate", "--trace", str(half_day), "--strategy", "peak", "--no-trade", *flags]
+    assert cli.main([*argv, "--quiet", "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    if slo == "default":
+        default = PoolSettings.model_validate(POOL).slo
+        assert default is not None
+        budget = default.slo()
+        slo = {"max_breach_minutes": budget.max_breach_minutes, "window_days": 7}
+        said = f"{budget.max_breach_minutes}m per 7d {said}"
+    assert (summary["slo"], summary["budget"]) == (slo, said)
+    assert summary["pool"]["from"]["slo"] == ("default" if not flags else "flag")
+    assert f"Error budget: {said}" in (tmp_path / "report.md").read_text()
+    spent = "budget_spent_minutes" in summary["strategies"]["peak"]
+    assert spent == (slo is not None)
