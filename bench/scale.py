@@ -26,6 +26,7 @@ apart by a label of its own (four sets of views in the informer).
     .venv/bin/python bench/scale.py                       # 500 to 5,000 nodes, 3 runs each
     .venv/bin/python bench/scale.py --sizes 500 --repeat 1 --plot out/scale.png
     SCALE_PROFILE=lend .venv/bin/python bench/scale.py --sizes 1000 --repeat 1  # scale-*.prof
+    SCALE_PROFILE=sync ...   # the initial sync; idle, lend, reclaim, drain: each such tick
 
 ``--backend real`` runs the same cluster and the same script against a real kube-apiserver and
 etcd, with KWOK playing the kubelets (``bench/realplane.py``): one run per size, pools sharing
@@ -339,8 +340,15 @@ class Script:
             pool, model.Sample(self.demand[str(pool)], at), model.Sample(0.0, at)
         )
 
-    async def history(self, *args: Any) -> Any:
-        raise NotImplementedError("the bench's pools read no history")
+    async def history(
+        self, pool: Any, nodes: Any, since: datetime, until: datetime, step: Any
+    ) -> Any:
+        """No history, as a Prometheus that has just started holds: every pool has an error
+        budget, whose cover is judged on one, and a read that raised was a traceback in the
+        log for every pool on every tick."""
+        from rebalancer.core import model
+
+        return model.HistoryResult(model.DemandHistory.empty(until))
 
 
 def config(audit: Path, nodes: int, marks: str) -> str:
@@ -409,11 +417,13 @@ async def measure(
             counting = Counting(controller.api.rest_client)
 
             reading("sync")
+            profile = _profiler("sync")
             cpu, wall = time.process_time(), time.perf_counter()
             informer = asyncio.create_task(controller.informer.run())
             await controller.informer.synced.wait()
             run.sync_cpu_s = time.process_time() - cpu
             run.sync_wall_s = time.perf_counter() - wall
+            _dump(profile, f"scale-{nodes}-sync.prof")
             reading("synced")
             gc.collect()
             run.rss_mb = rss_mb()
@@ -457,17 +467,11 @@ async def _script(
     async def tick(kind: str) -> Any:
         await _settle(controller.informer)
         counting.take()
-        profile = None
-        if kind == os.environ.get("SCALE_PROFILE"):
-            profile = cProfile.Profile(time.thread_time)  # CPU, not waiting
-        if profile is not None:
-            profile.enable()
+        profile = _profiler(kind)
         cpu, wall, started = time.process_time(), time.perf_counter(), time.time()
         report = await controller.reconciler.tick()
         ended = time.time()
-        if profile is not None:
-            profile.disable()
-            profile.dump_stats(f"scale-{nodes}-{kind}-{len(run.ticks)}.prof")
+        _dump(profile, f"scale-{nodes}-{kind}-{len(run.ticks)}.prof")
         run.ticks.append(
             Tick(
                 kind,
@@ -509,6 +513,22 @@ async def _script(
         await tick("drain")
     run.reclaimed = run.lent - lent()
     reading("scripted")
+
+
+def _profiler(step: str) -> cProfile.Profile | None:
+    """A profile of the controller's thread's CPU (not its waiting), started, when
+    ``SCALE_PROFILE`` names ``step`` (``sync``, ``idle``, ``lend``, ``reclaim``, ``drain``)."""
+    if step != os.environ.get("SCALE_PROFILE"):
+        return None
+    profile = cProfile.Profile(time.thread_time)
+    profile.enable()
+    return profile
+
+
+def _dump(profile: cProfile.Profile | None, path: str) -> None:
+    if profile is not None:
+        profile.disable()
+        profile.dump_stats(path)
 
 
 async def _settle(informer: Any) -> None:
