@@ -120,6 +120,15 @@ class NodeLedger:
 
     def __init__(self, writer: NodeWriter, keys: Keys, events: EventSink | None = None) -> None:
         self.writer, self.keys, self.events = writer, keys, events
+        self._named: tuple[Keys, str] = (keys, annotation(keys))
+
+    @property
+    def _pending_key(self) -> str:
+        """``annotation(self.keys)``, named once per key set: ``kept`` asks it of every node
+        on every tick."""
+        if self._named[0] is not self.keys:
+            self._named = (self.keys, annotation(self.keys))
+        return self._named[1]
         self._unread: set[str] = set()  # Events whose record could not be read, said once
 
     async def hold(self, node: str, records: Sequence[AuditRecord], why: str) -> None:
@@ -147,6 +156,8 @@ class NodeLedger:
     def kept(self, view: model.NodeView) -> tuple[AuditRecord, ...]:
         """The records ``view`` carries; ``NotKept`` if they cannot be read or are not signed
         by the controller for this node (left as they are, for a person to look at)."""
+        if not view.annotations.get(self._pending_key):
+            return ()  # most nodes, on every tick: said before building a key name twice
         unsigned = _unsigned(view.annotations, view.uid, self.keys)
         if unsigned is not None:
             raise NotKept(f"annotation {annotation(self.keys)}: {unsigned}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from rebalancer.core import audit, model, nodestate, recovery, victims
@@ -42,10 +42,51 @@ from rebalancer.runtime.seams import PoolConfig
 IN_FLIGHT = (Phase.LENDING, Phase.RECLAIMING)  # the phases a tick drives a node on in
 
 
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What every tick reads of a node for the nodes in flight and the gauges, under its
+    pool's lent taints: its state (``nodestate.read_in_pool``), its phase (``core.tick.phase``),
+    whether it is a loan under a reclaim notice (``core.tick.noticed``), so whether a tick
+    drives it on, and whether an earlier node of its name left borrowed pods on it."""
+
+    state: nodestate.NodeState | nodestate.StateError
+    phase: Phase | None
+    noticed: bool
+    driven: bool
+    left: bool
+
+
+_FACTS = object()  # their key in a view's memo: hashed by identity, as cheap as a key can be
+
+
+def facts(view: NodeView, keys: Keys, lent: tuple[model.Taint, ...]) -> Facts:
+    """The node's ``Facts``, read once per node value (the view's memo): a tick asks them of
+    every node of every pool several times, and at 5,000 nodes each reading of the state
+    through its memo key cost more than the rest of an idle tick. Kept for the very ``keys``
+    and ``lent`` asked with (the reconciler's, the same objects every tick); others read
+    afresh."""
+    held = view.memo.get(_FACTS)
+    if isinstance(held, tuple) and held[0] is keys and held[1] is lent:
+        found: Facts = held[2]
+        return found
+    state = nodestate.read_in_pool(view, keys, lent)
+    now_phase = phase(view, keys, lent)
+    told = noticed(view, keys, lent)
+    found = Facts(
+        state,
+        now_phase,
+        told,
+        now_phase in IN_FLIGHT or told,
+        bool(victims.left_by_earlier_node(view)),
+    )
+    view.memo[_FACTS] = (keys, lent, found)
+    return found
+
+
 def driven(view: NodeView, keys: Keys, lent: tuple[model.Taint, ...]) -> bool:
     """Whether a tick drives the node on: in flight, or lent under a reclaim notice (whose
     pods are told, and whose reclaim begins when they answer)."""
-    return phase(view, keys, lent) in IN_FLIGHT or noticed(view, keys, lent)
+    return facts(view, keys, lent).driven
 
 
 def drives(
@@ -63,15 +104,13 @@ def drives(
     run drives nothing: it says once which nodes a run that writes would drive on."""
     now = snapshot.now
     acted = {c.step.node for c in carries}
+    read = _read(snapshot, rules)
     in_flight = [
-        (pool, view)
-        for pool in rules.pools
-        for view in snapshot.pools[pool.name].nodes
-        if view.name not in acted and driven(view, rules.keys, pool.lent_taints)
+        (pool, view) for pool, view, seen in read if seen.driven and view.name not in acted
     ]
     if rules.dry_run:
         return _would_drive(memory, in_flight, rules)
-    seen = {v.name: v for p in rules.pools for v in snapshot.pools[p.name].nodes}
+    seen = {v.name: v for _, v, _ in read}
     looked_at = {v.name for _, v in in_flight} | acted
     vanished = [
         (name, drain)
@@ -87,7 +126,7 @@ def drives(
         for name, loan in memory.loans.items()
         if (name not in seen or seen[name].uid != loan.view.uid) and name not in gone
     ]
-    memory = _tracked(memory, snapshot, rules, in_flight, acted)
+    memory = _tracked(memory, read, rules, in_flight, acted)
     passes = tuple(
         _pass(memory, pool, view, rules, new_id, context, now) for pool, view in in_flight
     )
@@ -101,15 +140,28 @@ def drives(
     reclaimed = {c.step.node for c in carries if c.step.action is not Action.LEND}
     busy = reclaimed | {v.name for _, v in in_flight} | set(memory.draining) | gone
     busy |= {e.view.name for e in ends}
-    left = _left_behind(memory, snapshot, rules, busy, new_id, context, now)
+    left = _left_behind(memory, read, busy, new_id, context, now)
     limit = rules.reclaim_concurrency
     waves = (Wave(passes, limit), Wave(followed, limit), Wave(ends, 1), Wave(left, limit))
     return memory, [], waves
 
 
+Read = list[tuple[PoolConfig, NodeView, Facts]]
+
+
+def _read(snapshot: model.Snapshot, rules: Rules) -> Read:
+    """Every node of every pool with its ``Facts``, pool by pool in the pools' order."""
+    keys = rules.keys
+    out: Read = []
+    for pool in rules.pools:
+        lent = pool.lent_taints
+        out.extend((pool, v, facts(v, keys, lent)) for v in snapshot.pools[pool.name].nodes)
+    return out
+
+
 def _tracked(
     memory: Memory,
-    snapshot: model.Snapshot,
+    read: Read,
     rules: Rules,
     in_flight: Sequence[tuple[PoolConfig, NodeView]],
     acted: set[NodeName],
@@ -131,9 +183,8 @@ def _tracked(
     }
     loans = {
         view.name: Loan(pool.name, view)
-        for pool in rules.pools
-        for view in snapshot.pools[pool.name].nodes
-        if view.uid and phase(view, keys, pool.lent_taints) is Phase.LENT
+        for pool, view, seen in read
+        if seen.phase is Phase.LENT and view.uid
     }
     return replace(memory, draining=draining, loans=loans)
 
@@ -214,8 +265,7 @@ def _end_loan(
 
 def _left_behind(
     memory: Memory,
-    snapshot: model.Snapshot,
-    rules: Rules,
+    read: Read,
     busy: set[NodeName],
     new_id: audit.NewId,
     context: Callable[[PoolConfig | None], Context],
@@ -225,22 +275,16 @@ def _left_behind(
     that shows some (none in flight: its drain takes them), and each whose removal is under
     way (until a pass finds none, so that its intent is closed)."""
     out: dict[NodeName, RemoveLeft] = {}
-    for pool in rules.pools:
-        for view in snapshot.pools[pool.name].nodes:
-            if (
-                view.name in busy
-                or view.name in out
-                or driven(view, rules.keys, pool.lent_taints)
-                or not victims.left_by_earlier_node(view)
-            ):
-                continue
-            under_way = memory.removing.get(view.name)
-            if under_way is not None:
-                out[view.name] = _removal(view.name, under_way, memory)
-                continue
-            intent = _left_intent(pool, view, new_id, context, now)
-            deadline = now + pool.policy.reclaim_deadline
-            out[view.name] = RemoveLeft(pool.name, view.name, intent, deadline, True, None)
+    for pool, view, seen in read:
+        if not seen.left or seen.driven or view.name in busy or view.name in out:
+            continue
+        under_way = memory.removing.get(view.name)
+        if under_way is not None:
+            out[view.name] = _removal(view.name, under_way, memory)
+            continue
+        intent = _left_intent(pool, view, new_id, context, now)
+        deadline = now + pool.policy.reclaim_deadline
+        out[view.name] = RemoveLeft(pool.name, view.name, intent, deadline, True, None)
     going = tuple(
         _removal(name, removal, memory)
         for name, removal in memory.removing.items()

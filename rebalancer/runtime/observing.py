@@ -66,6 +66,8 @@ class Observer:
         # incrementally as each read continues the last.
         self._histories: dict[PoolName, tuple[datetime, model.DemandHistory]] = {}
         self._jumps: dict[PoolName, exposure.Jumps] = {}  # pools with an slo: their covers
+        # What ``_membership`` last found, with what it was found from (kept by identity).
+        self._last_membership: tuple[tuple[object, ...], _Membership] | None = None
 
     def reconfigure(
         self, pools: Sequence[PoolConfig], *, paused: bool, frozen: bool, clock_bound: timedelta
@@ -91,15 +93,25 @@ class Observer:
         pools). A node no pool selects that carries our keys (GPU Feature Discovery relabelled
         a lent node out of every selector) is an orphan: the pool ``adopter`` names takes it
         as a member to finish it (``PoolSnapshot.orphans``), and it is logged once."""
+        every = {pool.name: self.views.node_views(pool.marks) for pool in self.pools}
+        # The same pools, keys and views (the very objects) as last time: the same answer,
+        # without asking 5,000 nodes again whether each pool selects them.
+        basis = (self.pools, self.keys, *every.values())
+        last = self._last_membership
+        if last is not None and _same(last[0], basis):
+            return last[1]
+        found = self._members_of(every)
+        self._last_membership = (basis, found)
+        return found
+
+    def _members_of(self, every: Mapping[PoolName, tuple[NodeView, ...]]) -> _Membership:
         found = _Membership()
         taken: dict[NodeName, PoolName] = {}
-        every: dict[PoolName, tuple[NodeView, ...]] = {}
+        keys = self.keys
         for pool in self.pools:
             mine = []
-            every[pool.name] = views = self.views.node_views(pool.marks)
-            for view in views:
-                if not pool.selects(view, self.keys):
-                    continue
+            selects = pool.selects
+            for view in [v for v in every[pool.name] if selects(v, keys)]:
                 first = taken.setdefault(view.name, pool.name)
                 if first != pool.name:
                     found.overlap(first, view.name, pool.name)
@@ -295,6 +307,11 @@ class _Membership:
     def adopt(self, pool: PoolName, view: NodeView) -> None:
         self.members[pool] = (*self.members.get(pool, ()), view)
         self.orphans[pool] = self.orphans.get(pool, frozenset()) | {view.name}
+
+
+def _same(a: Sequence[object], b: Sequence[object]) -> bool:
+    """Whether two sequences hold the very same objects, in order."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def adopter(pools: Sequence[PoolConfig], view: NodeView, keys: Keys) -> PoolConfig | None:

@@ -78,7 +78,9 @@ class PoolConfig:
         """Whether the node belongs to the pool: by its labels as they are when it serves.
         Judged once per node value and selector (the view's ``memo``): every tick asks it of
         every node for every pool, and a node's labels change far less often."""
-        memo_key = ("selects", self._selector, keys.prefix)
+        memo_key = self._memo_keys.get(keys.prefix)
+        if memo_key is None:
+            memo_key = self._memo_keys[keys.prefix] = repr(("selects", self._selector, keys.prefix))
         found = view.memo.get(memo_key)
         if not isinstance(found, bool):
             found = view.memo[memo_key] = self._matches(view, keys)
@@ -87,6 +89,13 @@ class PoolConfig:
     @cached_property
     def _selector(self) -> tuple[tuple[str, str], ...]:
         return tuple(sorted(self.node_selector.items()))
+
+    @cached_property
+    def _memo_keys(self) -> dict[str, str]:
+        """The memo key of ``selects`` by key prefix: a string, whose hash is kept, where a
+        tuple of the selector's pairs is hashed again at every look-up (20,000 a tick at
+        5,000 nodes and four pools)."""
+        return {}
 
     def _matches(self, view: NodeView, keys: Keys) -> bool:
         state = nodestate.read(view, keys)

@@ -30,7 +30,7 @@ from rebalancer.core import audit, model, nodestate
 from rebalancer.core.audit import AuditRecord, Context
 from rebalancer.core.model import Action, NodeName, NodeView, PoolName
 from rebalancer.core.nodestate import Keys, Phase
-from rebalancer.core.tick import Decision, lent_count, plan_tick
+from rebalancer.core.tick import Decision, plan_tick
 from rebalancer.runtime import budgets, episodes, flight
 from rebalancer.runtime.effects import Branch, Carry, Effects, Noted, Rules, Say, Seen, Wave
 from rebalancer.runtime.memory import Announcement, Memory
@@ -191,13 +191,14 @@ def _health(noted: Noted, plan: model.Plan, memory: Memory, seen: Seen, rules: R
         noted,
         leader=(seen.identity, seen.leading),
         lent={
-            str(p.name): lent_count(snapshot.pools[p.name], rules.keys, p.lent_taints)
+            str(p.name): _lent(snapshot.pools[p.name], rules.keys, p.lent_taints)
             for p in rules.pools
             if p.name in snapshot.pools
         },
         overdue={
-            str(name): sum(1 for v in pool.nodes if _overdue(v, rules.keys, now))
-            for name, pool in pools
+            str(p.name): _overdue(snapshot.pools[p.name], rules.keys, p.lent_taints, now)
+            for p in rules.pools
+            if p.name in snapshot.pools
         },
         safety_only={str(p.name): p.name in memory.failing() for p in rules.pools},
         demand_held={str(n): p.held is not None for n, p in pools},
@@ -212,12 +213,25 @@ def _frozen_under_pressure(plan: model.PoolPlan) -> bool:
     return any(r.reason in held and r.intent.origin is model.Origin.SAFETY for r in plan.rejections)
 
 
-def _overdue(view: NodeView, keys: Keys, now: datetime) -> bool:
-    """A reclaim still open after its deadline (the drain should have been forced by then)."""
-    state = nodestate.read(view, keys)
-    if isinstance(state, nodestate.StateError) or state.phase is not Phase.RECLAIMING:
-        return False
-    return state.deadline is not None and state.deadline < now
+def _lent(pool: model.PoolSnapshot, keys: Keys, lent: tuple[model.Taint, ...]) -> int:
+    """``core.tick.lent_count``, from each node's ``flight.facts`` (read once per node value,
+    not once per tick)."""
+    counted = (Phase.LENDING, Phase.LENT, None)
+    return sum(1 for v in pool.nodes if flight.facts(v, keys, lent).phase in counted)
+
+
+def _overdue(
+    pool: model.PoolSnapshot, keys: Keys, lent: tuple[model.Taint, ...], now: datetime
+) -> int:
+    """The reclaims still open after their deadline (the drain should have been forced by
+    then)."""
+    overdue = 0
+    for view in pool.nodes:
+        state = flight.facts(view, keys, lent).state
+        if isinstance(state, nodestate.StateError) or state.phase is not Phase.RECLAIMING:
+            continue
+        overdue += state.deadline is not None and state.deadline < now
+    return overdue
 
 
 # ---------------------------------------------------------------------------------------------
