@@ -25,6 +25,8 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any, TypeVar, cast
 
+import orjson
+
 from rebalancer.core import bounded, model, nodestate
 
 # Labels that name the training job a pod belongs to, most specific first: a pod group (Kueue's
@@ -359,7 +361,7 @@ def pod_record(pod: Object, prefix: str = PREFIX) -> PodRecord:
         created=created,
         terminating=meta.get("deletionTimestamp") is not None,
         ready=_condition(pod, "Ready"),
-        requests=_shared(requests(spec)),
+        requests=_requests_of(spec),
         group=_shared(annotations.get(GROUP_ANNOTATION) or None),
         bound=_scheduled(pod) or created,
         said=said(annotations, created, prefix),
@@ -384,11 +386,37 @@ def _scheduled(pod: Object) -> datetime | None:
     )
 
 
+def _requests_of(spec: Object) -> model.Resources:
+    """``requests(spec)``, worked out once per distinct set of what it reads (the containers'
+    and init containers' resources, the sidecars' restart policy, the pod's own resources and
+    overhead), found by that set as JSON: the pods of a workload ask alike, and summing each
+    pod's containers again was the dearest part of reading a pod. A spec that cannot be written
+    so is read directly, and raises as ``requests`` does."""
+    try:
+        key = orjson.dumps(
+            (
+                [c.get("resources") for c in spec.get("containers") or ()],
+                [
+                    (c.get("resources"), c.get("restartPolicy"))
+                    for c in spec.get("initContainers") or ()
+                ],
+                spec.get("resources"),
+                spec.get("overhead"),
+            )
+        )
+    except (TypeError, AttributeError, orjson.JSONEncodeError):
+        return _shared(requests(spec))
+    return _shared.find(("requests", key), lambda: _shared(requests(spec)))
+
+
 def _tolerations(raw: Sequence[Object]) -> tuple[Toleration, ...]:
     """The pod's tolerations, found by their fields as sent: the pods of one workload share
     one tuple, and building it is the dearest part of reading a pod (a sync of 150,000)."""
-    fields = tuple((t.get("key"), t.get("operator"), t.get("value"), t.get("effect")) for t in raw)
-    return _shared.find(fields, lambda: tuple(_toleration(t) for t in raw))
+    try:
+        key: Hashable = ("tolerations", orjson.dumps(raw))  # one call in C, not a tuple a field
+    except TypeError:
+        key = tuple((t.get("key"), t.get("operator"), t.get("value"), t.get("effect")) for t in raw)
+    return _shared.find(key, lambda: tuple(_toleration(t) for t in raw))
 
 
 def _toleration(raw: Object) -> Toleration:
