@@ -38,6 +38,7 @@ import ctypes.util
 import functools
 import gc
 import logging
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -614,8 +615,10 @@ class _Workload:
 
 
 def _pod_key(pod: Obj) -> Key:
+    """(namespace, name); the namespace interned, as the record's is (150,000 keys held one
+    copy of it each: 9 MB)."""
     meta = pod["metadata"]
-    return str(meta.get("namespace", "")), str(meta["name"])
+    return sys.intern(str(meta.get("namespace", ""))), str(meta["name"])
 
 
 def _version(obj: Obj) -> str:

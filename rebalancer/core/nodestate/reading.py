@@ -95,13 +95,32 @@ def _identity(keys: Keys) -> tuple[str, tuple[str, ...]]:
     return keys.prefix, keys.seal.ids if keys.seal is not None else ()
 
 
+_IN_POOL_KEYS: dict[tuple[int, int], tuple[Keys, tuple[model.Taint, ...], str]] = {}
+
+
+def _in_pool_key(keys: Keys, lent: tuple[model.Taint, ...]) -> str:
+    """``read_in_pool``'s memo key: what the read depends on (the prefix, the accepted key ids,
+    the lent taints' key, value and effect) as one string, whose hash is kept; made once per
+    ``keys`` and ``lent`` objects (held here, so their ids stay theirs), where a tuple of
+    taints was built and hashed field by field at every look-up, several per node a tick."""
+    found = _IN_POOL_KEYS.get((id(keys), id(lent)))
+    if found is not None and found[0] is keys and found[1] is lent:
+        return found[2]
+    taints = tuple((t.key, t.value, t.effect) for t in lent)
+    made = repr(("state-in-pool", *_identity(keys), taints))
+    if len(_IN_POOL_KEYS) >= 64:  # settings reloaded many times: start again
+        _IN_POOL_KEYS.clear()
+    _IN_POOL_KEYS[(id(keys), id(lent))] = (keys, lent, made)
+    return made
+
+
 def read_in_pool(
     node: model.NodeView, keys: Keys, lent: tuple[model.Taint, ...]
 ) -> NodeState | StateError:
     """``read``, for a node of a pool whose lend adds the taints ``lent``: a node read as
     serving that carries one of them (key, value and effect) has lost its original, and cannot
     be read. The planner, the counts of a tick and the actuator all read a pool's nodes so."""
-    memo_key = ("state-in-pool", *_identity(keys), lent)
+    memo_key = _in_pool_key(keys, lent)
     found = node.memo.get(memo_key)
     if not isinstance(found, NodeState | StateError):
         found = node.memo[memo_key] = _left_behind(node, read(node, keys), keys, lent)
