@@ -371,7 +371,7 @@ def config(audit: Path, nodes: int, marks: str) -> str:
 leader_election: {{enabled: false}}
 prometheus: {{url: "http://127.0.0.1:9"}}
 audit: {{url: "sqlite+aiosqlite:///{audit}"}}
-log_level: WARNING{os.environ.get("SCALE_EXTRA", "")}
+log_level: WARNING
 pools:{"".join(pools)}
 """
 

@@ -15,6 +15,7 @@ RECLAIM_CONCURRENCY = 32  # a wave of 50 nodes gets its serving taints in about 
 RECLAIM_MAX_CONCURRENCY = 64
 # Each lend lists its node's pods once it is marked, a consistent read that kube-apiserver
 # answers after etcd's next progress notification, which concurrent lists share: on a real
-# server 100 lends took 2.48 s at 4 at a time and 1.28 s at 8, the median list falling from 69
-# to 41 ms (docs/design/scale.md). Lends are never urgent: no more at once than that.
-LEND_CONCURRENCY = 8
+# server 100 lends took 2.48 s at 4 at a time and 1.28 s at 8 (500 nodes), the median list
+# falling from 69 to 41 ms; at 5,000 nodes 3.18 s at 8 (docs/design/scale.md), so 16. Lends
+# are never urgent: no more at once than that (reclaims go 32 at a time).
+LEND_CONCURRENCY = 16
