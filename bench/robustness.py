@@ -16,10 +16,16 @@ m-mid and m-small), and twists of two of them (`code`, smooth and diurnal; `m-la
   trace's own level), so that each day's hours run above the same hours of the days before;
 - ``bursts``: sparse bursty traffic, 3 % of the peak with bursts to 50-100 % for 5-30 minutes
   about every four hours (seeded), on the `code` week's clock;
-- and ``gpu-busy``: not a request rate but the busy GPUs per minute (a whole number) of a bursty
+- ``gpu-busy``: not a request rate but the busy GPUs per minute (a whole number) of a bursty
   image-generation service over 24 days (seeded): jobs of 1, 2 or 4 GPUs held 1-10 minutes,
   arriving with the day, and a large burst of 15-40 jobs about every 8 hours. The suite's
-  first demand series of another kind; the simulator calibrates a node on its peak as on any.
+  first demand series of another kind; the simulator calibrates a node on its peak as on any;
+- ``small``: a service of a few requests a minute, Poisson counts per minute around a mean that
+  follows the `code` week's day (its busiest minutes average 6; seeded);
+- ``spiky-conv``: the `conv` week with short spikes, demand 2 to 4 times for 1 to 5 minutes,
+  about every 2 hours (seeded);
+- and ``drift-code``: the `code` week with each day's level scaled by a random walk, 20 % up or
+  down a day at most (seeded), moving smoothly between local midnights.
 
 Strategies: ``forecast`` (the default), ``watermark``, ``peak`` with its defaults, and the peak
 rule's grid, ``w`` in 10, 30, 60, 120 minutes by ``k`` in 0 to 2. Each run is the simulator's
@@ -219,6 +225,15 @@ def bursts(trace: Trace, zone: str) -> Values:
     return values
 
 
+def _poisson(rng: random.Random, mean: float) -> int:
+    """A Poisson count with this mean (Knuth's product of uniforms: the means here are small)."""
+    limit, count, product = math.exp(-mean), 0, rng.random()
+    while product > limit:
+        count += 1
+        product *= rng.random()
+    return count
+
+
 GPU_BUSY_START = datetime(2025, 3, 3, 8, tzinfo=UTC)  # midnight in Los Angeles
 
 
@@ -234,13 +249,6 @@ def gpu_busy(days: int = 24, seed: int = 13) -> Trace:
     minutes = days * DAY
     busy = [0] * minutes
 
-    def poisson(mean: float) -> int:
-        limit, count, product = math.exp(-mean), 0, rng.random()
-        while product > limit:
-            count += 1
-            product *= rng.random()
-        return count
-
     def hold(t: int, gpus: int, length: int) -> None:
         for i in range(t, min(t + length, minutes)):
             busy[i] += gpus
@@ -248,7 +256,7 @@ def gpu_busy(days: int = 24, seed: int = 13) -> Trace:
     for t in range(minutes):
         hour = (t % DAY) / 60
         day = 0.5 - 0.5 * math.cos(2 * math.pi * (hour - 4) / 24)
-        for _ in range(poisson(0.6 + 3.4 * day)):
+        for _ in range(_poisson(rng, 0.6 + 3.4 * day)):
             hold(t, rng.choice((1, 1, 1, 2, 4)), rng.randint(1, 10))
     t = int(rng.expovariate(1 / 480))
     while t < minutes:
@@ -257,6 +265,53 @@ def gpu_busy(days: int = 24, seed: int = 13) -> Trace:
         t += 30 + int(rng.expovariate(1 / 480))
     values: Values = [float(v) for v in busy]
     return Trace("gpu-busy", "synthetic", GPU_BUSY_START, values, MINUTE)
+
+
+SMALL_PEAK = 6.0  # requests a minute at the busiest hour, on average
+
+
+def small(trace: Trace, zone: str, seed: int = 17) -> Values:
+    """A small service: a few requests a minute, counted per minute (Poisson) around a mean
+    that follows ``trace``'s day (scaled so that its busiest minute averages ``SMALL_PEAK``).
+    The count of one minute says little about the next: a noise, not a level, sets the peak."""
+    rng = random.Random(seed)
+    scale = SMALL_PEAK / trace.peak
+    return [None if v is None else float(_poisson(rng, v * scale)) for v in trace.rps]
+
+
+def spiky(trace: Trace, zone: str, seed: int = 23) -> Values:
+    """Short spikes on top of the trace: about every 2 hours (seeded), demand multiplied by 2
+    to 4 for 1 to 5 minutes, from one minute to the next and back."""
+    rng = random.Random(seed)
+    values = list(trace.rps)
+    t = int(rng.expovariate(1 / 120))
+    while t < trace.minutes:
+        factor, length = rng.uniform(2.0, 4.0), rng.randint(1, 5)
+        for i in range(t, min(t + length, trace.minutes)):
+            if values[i] is not None:
+                values[i] = (values[i] or 0.0) * factor
+        t += length + int(rng.expovariate(1 / 120))
+    return values
+
+
+def drift(trace: Trace, zone: str, seed: int = 29) -> Values:
+    """Day-to-day variation: each local day's level scaled by a seeded random walk (each day
+    0.8 to 1.2 times the last, uniformly, from 1), moving linearly from one local midnight to
+    the next, so that no day looks like the one before and no step appears at midnight."""
+    rng = random.Random(seed)
+    starts = _day_starts(trace, zone)
+    knots = [starts[0] - DAY, *starts, starts[-1] + DAY, starts[-1] + 2 * DAY]
+    levels = [1.0]
+    for _ in knots[1:]:
+        levels.append(levels[-1] * rng.uniform(0.8, 1.2))
+    values = list(trace.rps)
+    for t, v in enumerate(values):
+        if v is None:
+            continue
+        i = max(0, min(len(knots) - 2, (t - knots[0]) // DAY))
+        share = (t - knots[i]) / (knots[i + 1] - knots[i])
+        values[t] = v * (levels[i] + (levels[i + 1] - levels[i]) * share)
+    return values
 
 
 TWISTS: dict[str, Callable[[Trace, str], Values]] = {
@@ -285,6 +340,9 @@ def scenarios() -> list[Scenario]:
             out.append(Scenario(name, _with(base, name, make(base, zone)), zone))
     out.append(Scenario("bursts", _with(code, "bursts", bursts(code, LA)), LA))
     out.append(Scenario("gpu-busy", gpu_busy(), LA))
+    out.append(Scenario("small", _with(code, "small", small(code, LA)), LA))
+    out.append(Scenario("spiky-conv", _with(conv, "spiky-conv", spiky(conv, LA)), LA))
+    out.append(Scenario("drift-code", _with(code, "drift-code", drift(code, LA)), LA))
     return out
 
 
