@@ -3,7 +3,11 @@
 Each rung of the ladder is a ``peak`` rule (keep what the largest demand of the last ``w``
 minutes needs, with a margin ``k``): ``windows`` x ``margins``, margins no smaller than
 ``least_margin``. With ``traffic_windows`` every rung also comes with a window over its last
-``w`` steps *with traffic*, so that a stretch of exact zeros or a gap does not empty it.
+``w`` steps *with traffic*, so that a stretch of exact zeros or a gap does not empty it. The
+margins reach 2, as the ``peak`` grid the default is judged against does: a service whose
+spikes reach 2-4 times its level within minutes is ridden out by a short window with such a
+margin, and a ladder that stopped at 1 could only ride them out on a window long enough to
+remember the last spike, which keeps that spike's level all day.
 
 Every rung is replayed, minute by minute, from the demand history through a small model of the
 planner (the limits it will meet, ``PoolView.limits``): strategy lends and reclaims at most
@@ -81,7 +85,7 @@ class Params(strategy.Params):
         description="the ladder's peak windows, minutes",
     )
     margins: tuple[pydantic.NonNegativeFloat, ...] = pydantic.Field(
-        default=(0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0),
+        default=(0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0),
         min_length=1,
         description="the ladder's margins on the window's peak",
     )
