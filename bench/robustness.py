@@ -14,6 +14,9 @@ m-mid and m-small), and twists of two of them (`code`, smooth and diurnal; `m-la
   whole day), or at double speed (two days' curves in one);
 - ``growth``: a service gaining users, 5 % more every day (compounding, the last day at the
   trace's own level), so that each day's hours run above the same hours of the days before;
+- ``weekend``: a quiet weekend, from the first Saturday 00:00 to Monday 08:00 in the pool's
+  zone at 5 % of the trace, so that Monday morning returns 7-20x what the weekend carried (a
+  business-hours service's week);
 - ``bursts``: sparse bursty traffic, 3 % of the peak with bursts to 50-100 % for 5-30 minutes
   about every four hours (seeded), on the `code` week's clock;
 - ``gpu-busy``: not a request rate but the busy GPUs per minute (a whole number) of a bursty
@@ -201,6 +204,8 @@ def double(trace: Trace, zone: str) -> Values:
 
 
 GROWTH = 1.05  # per day
+WEEKEND_LEVEL = 0.05  # of the trace, over a quiet weekend
+SATURDAY, SUNDAY = 5, 6  # datetime.weekday()
 
 
 def growth(trace: Trace, zone: str) -> Values:
@@ -208,6 +213,21 @@ def growth(trace: Trace, zone: str) -> Values:
     minute keeps its own level and the first day runs at 1 / 1.05 ** (days - 1) of it."""
     end = trace.minutes - 1
     return [None if v is None else v * GROWTH ** ((t - end) / DAY) for t, v in enumerate(trace.rps)]
+
+
+def weekend(trace: Trace, zone: str) -> Values:
+    """Every weekend after the trace's first weekdays at ``WEEKEND_LEVEL``: Saturday and Sunday
+    and Monday until 08:00 local; a business-hours service's quiet, and its Monday return."""
+    values = list(trace.rps)
+    local = ZoneInfo(zone)
+    started = False  # a weekend counts from the first Saturday: weekdays come before it
+    for t, v in enumerate(values):
+        when = (trace.start + MINUTE * t).astimezone(local)
+        started = started or when.weekday() == SATURDAY
+        quiet = when.weekday() in (SATURDAY, SUNDAY) or (when.weekday() == 0 and when.hour < 8)
+        if started and quiet and v is not None:
+            values[t] = v * WEEKEND_LEVEL
+    return values
 
 
 def bursts(trace: Trace, zone: str) -> Values:
@@ -323,6 +343,7 @@ TWISTS: dict[str, Callable[[Trace, str], Values]] = {
     "half": half,
     "double": double,
     "growth": growth,
+    "weekend": weekend,
 }
 
 
