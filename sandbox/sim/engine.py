@@ -232,8 +232,11 @@ def run(
     on_minute: Callable[[], object] | None = None,
     slo: model.Slo | None = None,
     training: jobs.TrainingModel | None = None,
+    on_steps: Callable[[int, tuple[model.Step, ...]], object] | None = None,
 ) -> Run:
-    """Replay ``trace`` through ``strategy``; with ``training``, lend only to its queue's jobs."""
+    """Replay ``trace`` through ``strategy``; with ``training``, lend only to its queue's jobs.
+    ``on_steps`` is told each minute's steps (its index, the planner's steps), for a caller that
+    holds the run to its decisions."""
     keys = keys or nodestate.Keys()
     rps_per_node = pool_model.capacity(trace)
     policy = pool_model.policy(rps_per_node, baseline)
@@ -277,6 +280,8 @@ def run(
         ).plan
         steps = plan.steps
         fake.apply(steps, now, decision=f"sim-{t}")
+        if on_steps is not None:
+            on_steps(t, steps)
         if trainer is not None:
             trainer.react(plan, now, fake)
         counted.update(_kind(s) for s in steps)
