@@ -180,15 +180,27 @@ def in_future(clocks: Clocks, now: datetime) -> Callable[[datetime], timedelta |
     """How far a time written on a node is ahead of the API server's clock at ``now``, beyond
     what the measurement and the second the annotation is cut to allow; None when it is not.
     The clocks are read once, for all the nodes a tick judges."""
-    skew = clocks.skew(Against.APISERVER)
-    server_now = now if skew is None else now - clocks.correction + skew.offset
-    slack = (skew.uncertainty if skew is not None else timedelta(0)) + SECOND
+    server_now, slack = _server_now(clocks, now)
 
     def ahead(when: datetime) -> timedelta | None:
         by = when - server_now
         return by if by > slack else None
 
     return ahead
+
+
+def future_bound(clocks: Clocks, now: datetime) -> datetime:
+    """The latest time written on a node that ``in_future`` does not find ahead: a time after
+    it is, one at it or before is not. For a scan of many nodes, a comparison each."""
+    server_now, slack = _server_now(clocks, now)
+    return server_now + slack
+
+
+def _server_now(clocks: Clocks, now: datetime) -> tuple[datetime, timedelta]:
+    """The API server's now for a tick at ``now``, and the slack a time past it is allowed."""
+    skew = clocks.skew(Against.APISERVER)
+    server_now = now if skew is None else now - clocks.correction + skew.offset
+    return server_now, (skew.uncertainty if skew is not None else timedelta(0)) + SECOND
 
 
 def doc(clocks: Clocks) -> dict[str, object]:

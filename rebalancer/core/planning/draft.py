@@ -18,6 +18,10 @@ from rebalancer.core.model import Action, Intent, Origin, Reason
 from rebalancer.core.nodestate import Phase
 from rebalancer.core.policy import Guard, PoolPolicy
 
+# The phases in their order, iterated at every tick: iterating the Enum class itself builds a
+# generator over its member names each time.
+PHASES = tuple(Phase)
+
 
 class Health(Enum):
     FRESH = "fresh"
@@ -95,10 +99,13 @@ class Pool:
     # Nodes whose ``since`` is ahead of the API server's clock: not trusted to hold a reclaim
     # (the minimum loan); the cooldown and the warm-up count it as now, or later.
     future: frozenset[model.NodeName] = frozenset()
+    # The lent nodes under a reclaim notice, in the order of ``by_phase``: found once a tick,
+    # for the rules that look at them (most ticks none is).
+    noticed: tuple[Node, ...] = ()
 
     @property
     def size(self) -> int:
-        return self.count(*Phase)  # an unreadable node is among the lent ones
+        return self.count(*PHASES)  # an unreadable node is among the lent ones
 
     def count(self, *phases: Phase) -> int:
         return sum(len(self.by_phase[phase]) for phase in phases)
@@ -179,6 +186,8 @@ class Draft:
     def untouched(self, *phases: Phase) -> list[Node]:
         """Nodes in ``phases`` that no step of this tick has touched yet."""
         by_phase = self.pool.by_phase
+        if not self.changed:  # before the first step, as most ticks stay: no test per node
+            return [n for phase in phases for n in by_phase[phase]]
         return [n for phase in phases for n in by_phase[phase] if n.name not in self.changed]
 
     @property
@@ -189,7 +198,7 @@ class Draft:
 
     def noticed(self) -> list[Node]:
         """Lent nodes under a reclaim notice that no step of this tick has touched."""
-        return [n for n in self.untouched(Phase.LENT) if n.state.noticed]
+        return [n for n in self.pool.noticed if n.name not in self.changed]
 
     @property
     def kept_count(self) -> int:

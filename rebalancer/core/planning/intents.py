@@ -367,6 +367,8 @@ def _taken_at_once(draft: Draft) -> list[Node]:
 
 
 def _gang(draft: Draft, preempted: set[str], cut: set[str], what: str, notice: timedelta) -> None:
+    if not preempted:
+        return  # the common tick: no node shares a job with nothing (and the scan is per node)
     siblings = [
         n
         for n in draft.untouched(Phase.LENT)

@@ -16,7 +16,7 @@ from rebalancer.core import clocks, model, nodestate, overrides, takers, warmth
 from rebalancer.core import demand as demand_module
 from rebalancer.core.model import Reason
 from rebalancer.core.nodestate import Phase
-from rebalancer.core.planning.draft import DecodedNode, Demand, Health, Node, Pool
+from rebalancer.core.planning.draft import PHASES, DecodedNode, Demand, Health, Node, Pool
 from rebalancer.core.policy import Guard, PoolPolicy
 
 
@@ -56,6 +56,7 @@ def read_pool(
         alerts=tuple(a for a in snapshot.alerts if a.until > now),
         clocks=snapshot.clocks,
         future=frozenset(future),
+        noticed=tuple(n for n in by_phase[Phase.LENT] if n.state.noticed),
     )
 
 
@@ -69,10 +70,15 @@ def _in_future(
     each with its finding. Judged every tick, not once per node value: the clock moves."""
     found = {}
     ahead_of = clocks.in_future(measured, now)
+    # The same test as ``ahead_of``'s, without a call per node: a time after the bound is
+    # ahead (``in_future``: ``when - server_now > slack``, exact in microseconds).
+    bound = clocks.future_bound(measured, now)
     for node in itertools.chain.from_iterable(by_phase.values()):
         since = node.state.since
-        ahead = ahead_of(since) if since is not None else None
-        if ahead is None or since is None:
+        if since is None or since <= bound:
+            continue
+        ahead = ahead_of(since)
+        if ahead is None:
             continue
         found[node.name] = model.Finding(
             node.name,
@@ -96,14 +102,17 @@ def _read_nodes(
     """The nodes by phase (every phase, in the order of ``Phase``; a node whose state cannot
     be read among the lent), what could not be read or was changed by another writer on any
     node, and how many nodes' state could not be read at all."""
-    by_phase: dict[Phase, list[Node]] = {phase: [] for phase in Phase}
+    by_phase: dict[Phase, list[Node]] = {phase: [] for phase in PHASES}
     findings: list[model.Finding] = []
     unreadable = 0
     spec = policy.lend_spec
-    # This runs for every node every tick: the common case costs no call, and the key is
-    # hashed as plain strings (a taint's own hash is a call of its own, for every node).
+    # This runs for every node every tick: the common case costs no call, and the key is one
+    # string, built once a tick (a string keeps its hash; a tuple hashes its parts again at
+    # every look-up, a taint's own hash a call of its own). ``repr`` of the parts keeps keys
+    # that differ apart.
     taints = tuple((t.key, t.effect, t.value, t.time_added) for t in spec.add_taints)
-    memo_key = ("planning", keys.prefix, policy.zone, taints)
+    memo_key = repr(("planning", keys.prefix, policy.zone, taints))
+    members = bool(snapshot.orphans or snapshot.overlaps)
     for view in snapshot.nodes:
         decoded = view.memo.get(memo_key)
         if not isinstance(decoded, DecodedNode):
@@ -114,7 +123,7 @@ def _read_nodes(
         unreadable += node.error is not None
         if node.overrides.until is not None:
             node = node.as_of(now)
-        if snapshot.orphans or snapshot.overlaps:
+        if members:
             node = _membership(name, snapshot, node, findings)
         by_phase[node.phase].append(node)
     return {phase: tuple(nodes) for phase, nodes in by_phase.items()}, tuple(findings), unreadable

@@ -81,9 +81,10 @@ def preempted_jobs(draft: Draft, *, noticed: bool = True) -> set[str]:
         for s in draft.steps
         if s.action is Action.RECLAIM and (noticed or s.notice <= timedelta(0))
     }
-    nodes = [
-        n for n in pool.by_phase[Phase.LENT] if n.name in back or (noticed and n.state.noticed)
-    ]
+    # A set of jobs: a node counted twice (taken back and under notice) adds nothing.
+    nodes = [n for n in pool.by_phase[Phase.LENT] if n.name in back] if back else []
+    if noticed:
+        nodes += pool.noticed
     nodes += pool.by_phase[Phase.RECLAIMING]
     return {job for node in nodes for job in jobs_on(node)}
 
