@@ -64,6 +64,8 @@ memory, so what a pool keeps does not grow with its history (``bench/strategy_cp
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -174,6 +176,9 @@ class Memory:
     unknown: int = 0  # consecutive steps without a sample
     level: float | None = None  # the last believed sample (the drop hold's level)
     held_since: int | None = None  # a fall too fast to believe, seen first at this step
+    # With busy windows, the second half of ``rungs`` are the busy rungs: ``rungs[i + twins]``
+    # is ``rungs[i]`` itself (the same object) until their windows' tops first differ.
+    twins: int = 0
 
     def offset(self, pool: model.PoolView) -> int | None:
         """Where ``pool.history`` starts on the replay's grid, if the replay can go on with it:
@@ -249,8 +254,9 @@ class Adaptive:
         per_hour = timedelta(hours=1) / step
         best, best_score, best_misses = 0, -math.inf, 0
         for index, rung in enumerate(memo.rungs):
-            misses = rung.missed.value
-            score = rung.lent_steps.value / per_hour - price * misses
+            missed, lent = rung.missed, rung.lent_steps  # ``_Tally.value``, without a call each
+            misses = missed.total + missed.filling
+            score = (lent.total + lent.filling) / per_hour - price * misses
             if score > best_score:
                 best, best_score, best_misses = index, score, misses
         return best, best_score, best_misses
@@ -281,12 +287,13 @@ class Adaptive:
         longest = max(_steps(timedelta(minutes=w), step) for w in p.windows)
         first = max(0, history.end_index - span - longest)
         rungs = [
-            _Rung(_steps(timedelta(minutes=w), step), k, traffic, serving_after=pool.size)
-            for traffic in ((False, True) if p.traffic_windows else (False,))
+            _Rung(_steps(timedelta(minutes=w), step), k, False, serving_after=pool.size)
             for w in p.windows
             for k in sorted(p.margins)
             if k >= p.least_margin - 1e-9
         ]
+        twins = len(rungs) if p.traffic_windows else 0
+        rungs += rungs[:twins]  # the busy rungs: each its plain twin until they part (_live)
         windows = {r.window for r in rungs}
         bucket = _steps(_BUCKET, step)
         return Memory(
@@ -300,6 +307,7 @@ class Adaptive:
             busy={w: deque() for w in windows},
             bucket=bucket,
             buckets=math.ceil(span / bucket),
+            twins=twins,
         )
 
     def _replay(self, memo: Memory, pool: model.PoolView, tick: int, last: float | None) -> None:
@@ -325,17 +333,17 @@ class Adaptive:
         # and margins: each keep is worked out once per step.
         keeps: dict[tuple[float, float], int] = {}
         closing = (tick + 1) % memo.bucket == 0
-        for rung in memo.rungs:
+        tops = None if need_now is None else _tops(memo, believed or 0.0)
+        for rung in _live(memo, tops):
             missed = scored is not None and scored > rps_per_node * rung.serving_after + 1e-9
             while rung.returning and rung.returning[0] <= tick:
                 rung.returning.popleft()
             while rung.cooling and rung.cooling[0] <= tick:
                 rung.cooling.popleft()
-            if need_now is None:
+            if tops is None:
                 keep = size - rung.lent  # demand unknown: the planner lends nothing more
             else:
-                window = (memo.busy if rung.traffic else memo.maxes)[rung.window]
-                top = max(believed or 0.0, window[0][1] if window else 0.0)
+                top = tops[rung.traffic, rung.window]
                 known = keeps.get((top, rung.margin))
                 if known is None:
                     known = keeps[top, rung.margin] = _keep(pool, top, rung.margin)
@@ -356,8 +364,8 @@ class Adaptive:
                 room = min(serving - max(pool.min_serving, need_now), lendable)
                 rung.lent += max(0, min(target - rung.lent, per_tick, room))
             rung.serving_after = size - rung.lent - len(rung.returning)
-            rung.lent_steps.add(rung.lent)
-            rung.missed.add(missed)
+            rung.lent_steps.filling += rung.lent  # ``_Tally.add``, without a call per rung
+            rung.missed.filling += missed
             if closing:
                 rung.lent_steps.close(memo.buckets)
                 rung.missed.close(memo.buckets)
@@ -396,6 +404,33 @@ def _slide(memo: Memory, last: float | None, tick: int) -> None:
             _push(maxima, memo.busy_count, last)
             while maxima and maxima[0][0] <= memo.busy_count - w:
                 maxima.popleft()
+
+
+def _live(memo: Memory, tops: dict[tuple[bool, int], float] | None) -> list[_Rung]:
+    """The rungs to step at this step, each once. A busy rung and its plain twin (same window,
+    same margin) start alike, and a rung's step reads ``traffic`` only to pick its window's
+    top: while the two tops are equal (or unread, demand unknown) the twins stay alike, so one
+    object stands for both; it is copied into a busy rung of its own at the first step the
+    tops differ, before that step. ``_choose`` sees the same scores at the same places (the
+    plain twin, listed first, wins their tie as before), and a ladder whose every step had
+    traffic steps half its rungs."""
+    rungs, twins = memo.rungs, memo.twins
+    if twins and tops is not None:
+        for i in range(twins, 2 * twins):
+            rung = rungs[i]
+            if rung is rungs[i - twins] and tops[True, rung.window] != tops[False, rung.window]:
+                rungs[i] = dataclasses.replace(copy.deepcopy(rung), traffic=True)
+    return list({id(r): r for r in rungs}.values())
+
+
+def _tops(memo: Memory, floor: float) -> dict[tuple[bool, int], float]:
+    """Per (busy or not, window): the largest of ``floor`` and the window's peak, worked out
+    once per step for the rungs that share it."""
+    tops = {}
+    for traffic, windows in ((False, memo.maxes), (True, memo.busy)):
+        for w, maxima in windows.items():
+            tops[traffic, w] = max(floor, maxima[0][1] if maxima else 0.0)
+    return tops
 
 
 def _push(maxima: Steps, at: int, value: float) -> None:

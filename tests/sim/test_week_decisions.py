@@ -13,6 +13,7 @@ the project and ``sandbox`` on ``PYTHONPATH``) and say in the commit why the dec
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -33,13 +34,28 @@ RECORDED = {
     "cron": "01b426d8c33695c1f65555d23021674d183588aa3b8872d29b056126cd83edca",
     "reactive": "0a82e5ac2886692aa070b70ba6952da547ed9a02592c6c61c392b1b9df4853d1",
     "oracle": "c105ffca152cc52990e8d4b4addc4a697f9c6ca34beaf98bb9ae993d165c85f7",
+    "adaptive-quiet": "09bc7bf6077ae821448349a5b4d6a0932211bd1dda7dc8e3aa7a517d8ba19659",
 }
 
 
+def quiet(trace: traces.Trace) -> traces.Trace:
+    """Two days of ``trace`` with stretches without traffic: an hour of exact zeros every seven
+    hours and a 20-minute gap every day, so that ``adaptive``'s busy windows part from its
+    plain ones (the ``code`` week never stops)."""
+    rps = [
+        None if t % 1440 in range(600, 620) else 0.0 if t // 60 % 7 == 3 else r
+        for t, r in enumerate(trace.rps[: 2 * 1440])
+    ]
+    return dataclasses.replace(trace, name=f"{trace.name}, quiet", rps=rps)
+
+
 def digest(name: str) -> str:
-    """The run of ``name`` on the ``code`` week, reduced to a digest of every minute's steps
-    and timeline, and of its figures."""
+    """The run of ``name`` on the ``code`` week (``adaptive-quiet``: ``adaptive`` on its
+    ``quiet`` days), reduced to a digest of every minute's steps and timeline, and of its
+    figures."""
     trace = traces.load(TRACE, "code")
+    if name == "adaptive-quiet":
+        name, trace = "adaptive", quiet(trace)
     seen = hashlib.sha256()
 
     def steps(t: int, taken: tuple[model.Step, ...]) -> None:
