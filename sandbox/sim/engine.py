@@ -261,6 +261,7 @@ def run(
     belief = demand_belief.start(trace.start)
     breaches: deque[int] = deque()  # the breached minutes within the SLO's window
     jumps = None if slo is None else exposure.Jumps(exposure.shape_of(policy))
+    controls = {POOL: tick.PoolControls(policy)}  # the same every minute: built once
     for t, demand in enumerate(trace.rps):
         now = trace.start + MINUTE * t
         takers = _before_the_tick(now, fake, trainer)
@@ -275,9 +276,7 @@ def run(
         lent_now = fake.counts(now)[1]
         view = policy.view(POOL, now, snapshot.pools[POOL], lent_now)
         answer = _answer(strategy, view)
-        plan = tick.plan_tick(
-            snapshot, {POOL: answer}, {POOL: tick.PoolControls(policy)}, keys
-        ).plan
+        plan = tick.plan_tick(snapshot, {POOL: answer}, controls, keys).plan
         steps = plan.steps
         fake.apply(steps, now, decision=f"sim-{t}")
         if on_steps is not None:

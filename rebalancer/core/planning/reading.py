@@ -8,6 +8,7 @@ never guessed at; a demand sample is judged fresh, stale or lost here, once.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -69,15 +70,14 @@ def _in_future(
     """The nodes whose ``since`` is ahead of the API server's clock (a clock ahead wrote it),
     each with its finding. Judged every tick, not once per node value: the clock moves."""
     found = {}
-    ahead_of = clocks.in_future(measured, now)
-    # The same test as ``ahead_of``'s, without a call per node: a time after the bound is
-    # ahead (``in_future``: ``when - server_now > slack``, exact in microseconds).
+    # The same test as ``in_future``'s, without a call per node: a time after the bound is
+    # ahead (``when - server_now > slack``, exact in microseconds); how far, for those only.
     bound = clocks.future_bound(measured, now)
     for node in itertools.chain.from_iterable(by_phase.values()):
         since = node.state.since
         if since is None or since <= bound:
             continue
-        ahead = ahead_of(since)
+        ahead = clocks.in_future(measured, now)(since)
         if ahead is None:
             continue
         found[node.name] = model.Finding(
@@ -107,11 +107,10 @@ def _read_nodes(
     unreadable = 0
     spec = policy.lend_spec
     # This runs for every node every tick: the common case costs no call, and the key is one
-    # string, built once a tick (a string keeps its hash; a tuple hashes its parts again at
-    # every look-up, a taint's own hash a call of its own). ``repr`` of the parts keeps keys
-    # that differ apart.
+    # string (a string keeps its hash; a tuple hashes its parts again at every look-up, a
+    # taint's own hash a call of its own).
     taints = tuple((t.key, t.effect, t.value, t.time_added) for t in spec.add_taints)
-    memo_key = repr(("planning", keys.prefix, policy.zone, taints))
+    memo_key = _memo_key(keys.prefix, policy.zone, taints)
     members = bool(snapshot.orphans or snapshot.overlaps)
     for view in snapshot.nodes:
         decoded = view.memo.get(memo_key)
@@ -127,6 +126,13 @@ def _read_nodes(
             node = _membership(name, snapshot, node, findings)
         by_phase[node.phase].append(node)
     return {phase: tuple(nodes) for phase, nodes in by_phase.items()}, tuple(findings), unreadable
+
+
+@functools.cache
+def _memo_key(prefix: str, zone: str, taints: tuple[object, ...]) -> str:
+    """The decode memo's key for these keys, zone and lent taints: ``repr`` keeps keys that
+    differ apart, and the same string object comes back every tick (its hash computed once)."""
+    return repr(("planning", prefix, zone, taints))
 
 
 def _membership(
