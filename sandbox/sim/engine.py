@@ -265,11 +265,7 @@ def run(
     for t, demand in enumerate(trace.rps):
         now = trace.start + MINUTE * t
         takers = _before_the_tick(now, fake, trainer)
-        budget = None
-        if slo is not None:
-            while breaches and breaches[0] <= t - slo.window / MINUTE:
-                breaches.popleft()
-            budget = model.ErrorBudget(slo.max_breach_minutes, slo.window, len(breaches))
+        budget = None if slo is None else _budget(slo, breaches, t)
         snapshot, belief = _read_pool(
             trace, t, now, fake, queue, pool_model.sample_age, belief, policy, budget, takers, jumps
         )
@@ -305,6 +301,14 @@ def run(
     figures = replace(figures, notices=counted["notice"], withdrawals=counted["withdraw"])
     trained = None if trainer is None else trainer.figures()
     return Run(strategy.name, baseline, timeline, figures, trained)
+
+
+def _budget(slo: model.Slo, breaches: deque[int], t: int) -> model.ErrorBudget:
+    """The error budget at minute ``t``: ``breaches`` (the breached minutes) kept to the SLO's
+    window, and counted."""
+    while breaches and breaches[0] <= t - slo.window / MINUTE:
+        breaches.popleft()
+    return model.ErrorBudget(slo.max_breach_minutes, slo.window, len(breaches))
 
 
 def _before_the_tick(
