@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -58,9 +59,9 @@ class Case:
 CASES = (
     Case("16-static", "16 nodes, static", None),
     Case("16", "16 nodes, default", 3.0),
+    Case("cmd", "rebalancer simulate (CPU)", 3.0),
     Case("1000-static", "1,000 nodes, static", None),
     Case("1000", "1,000 nodes, default", 30.0),
-    Case("cmd", "rebalancer simulate (CPU)", 3.0),
 )
 
 
@@ -130,12 +131,14 @@ def _median(runs: Sequence[Timing], measure_: Literal["cpu", "wall"]) -> float:
     return statistics.median(r[measure_] for r in runs)
 
 
-def table(cases: Sequence[Case], trees: dict[str, dict[str, list[Timing]]]) -> str:
+def table(
+    cases: Sequence[Case], trees: dict[str, dict[str, list[Timing]]], head: bool = True
+) -> str:
     """The medians per case and tree (CPU and wall seconds), the goal, and the ratio of this
-    tree's CPU to the other's."""
+    tree's CPU to the other's; ``head``: under a line that names the columns."""
     names = list(trees)
-    head = f"{'case':<28}" + "".join(f"{n + ' cpu':>16}{n + ' wall':>16}" for n in names)
-    lines = [head + (f"{'ratio':>8}" if len(names) > 1 else "") + f"{'goal':>7}"]
+    title = f"{'case':<28}" + "".join(f"{n + ' cpu':>16}{n + ' wall':>16}" for n in names)
+    lines = [title + (f"{'ratio':>8}" if len(names) > 1 else "") + f"{'goal':>7}"][: int(head)]
     for case in cases:
         row = f"{case.label:<28}"
         for name in names:
@@ -159,6 +162,8 @@ def main() -> None:
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    # Stopped, it still removes the worktree it added (``checked_out``'s ``finally``).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     if args.one:
         print(json.dumps(one(args.one, args.root)))
         return
@@ -172,7 +177,7 @@ def main() -> None:
             for _ in range(args.repeat):
                 for name, root in roots.items():  # interleaved: the load falls on both alike
                     trees[name].setdefault(case.key, []).append(measure(case.key, root))
-            print(f"  {case.label}: " + _agree(case, trees), flush=True)
+            print(f"{table([case], trees, head=False)}  ({_agree(case, trees)})", flush=True)
     print(table(cases, trees))
     print(f"load average after {os.getloadavg()[0]:.2f}")
 
@@ -180,7 +185,7 @@ def main() -> None:
 def _agree(case: Case, trees: dict[str, dict[str, list[Timing]]]) -> str:
     """Each tree's digest of what ``case`` computed (the timelines and figures; the command's
     timelines and summary), to see that the trees agree minute for minute."""
-    return ", ".join(f"{n} {runs[case.key][0]['digest']}" for n, runs in trees.items())
+    return "digest " + ", ".join(f"{n} {runs[case.key][0]['digest']}" for n, runs in trees.items())
 
 
 @contextmanager
