@@ -223,3 +223,21 @@ def test_a_since_within_the_measurement_and_the_second_it_is_cut_to_is_trusted()
     just = lend(serving("l-00"), T0 + timedelta(seconds=1.4))
     result = pool_plan([serving("s-00"), just], measured, demand(0.0))
     assert result.findings == ()
+
+
+def test_the_future_bound_is_where_in_future_begins_to_find_a_time_ahead() -> None:
+    """The planner scans every node's since against ``future_bound`` and asks ``in_future``
+    only past it: the two must agree to the microsecond, with a skew and without one."""
+    for measured in (
+        clocks.NONE,
+        clocks.Clocks(skews=(skew(Against.APISERVER, -3.7, uncertainty=0.3),)),
+        clocks.Clocks(skews=(skew(Against.APISERVER, 42.25),), correction=2 * S),
+    ):
+        bound = clocks.future_bound(measured, T0)
+        ahead = clocks.in_future(measured, T0)
+        micro = timedelta(microseconds=1)
+        assert [ahead(bound + d) is not None for d in (-micro, 0 * S, micro)] == [
+            False,
+            False,
+            True,
+        ]
