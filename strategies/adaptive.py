@@ -179,6 +179,8 @@ class Memory:
     # With busy windows, the second half of ``rungs`` are the busy rungs: ``rungs[i + twins]``
     # is ``rungs[i]`` itself (the same object) until their windows' tops first differ.
     twins: int = 0
+    shared: int = 0  # busy rungs that are still their twin
+    live: list[_Rung] = field(default_factory=list)  # ``rungs``, each object once (``_live``)
 
     def offset(self, pool: model.PoolView) -> int | None:
         """Where ``pool.history`` starts on the replay's grid, if the replay can go on with it:
@@ -253,7 +255,10 @@ class Adaptive:
             price *= 1.0 + p.budget_gain * min(1.0, pool.budget.burned)
         per_hour = timedelta(hours=1) / step
         best, best_score, best_misses = 0, -math.inf, 0
-        for index, rung in enumerate(memo.rungs):
+        # While every busy rung is its plain twin, the busy half scores what the plain half
+        # did, and a tie goes to the first: the plain half alone gives the same best.
+        ladder = memo.rungs[: memo.twins] if memo.shared == memo.twins > 0 else memo.rungs
+        for index, rung in enumerate(ladder):
             missed, lent = rung.missed, rung.lent_steps  # ``_Tally.value``, without a call each
             misses = missed.total + missed.filling
             score = (lent.total + lent.filling) / per_hour - price * misses
@@ -308,6 +313,8 @@ class Adaptive:
             bucket=bucket,
             buckets=math.ceil(span / bucket),
             twins=twins,
+            shared=twins,
+            live=rungs[: len(rungs) - twins],
         )
 
     def _replay(self, memo: Memory, pool: model.PoolView, tick: int, last: float | None) -> None:
@@ -414,13 +421,18 @@ def _live(memo: Memory, tops: dict[tuple[bool, int], float] | None) -> list[_Run
     tops differ, before that step. ``_choose`` sees the same scores at the same places (the
     plain twin, listed first, wins their tie as before), and a ladder whose every step had
     traffic steps half its rungs."""
-    rungs, twins = memo.rungs, memo.twins
-    if twins and tops is not None:
+    if not memo.shared or tops is None:
+        return memo.live
+    parting = {w for (busy, w), top in tops.items() if busy and top != tops[False, w]}
+    if parting:
+        rungs, twins = memo.rungs, memo.twins
         for i in range(twins, 2 * twins):
             rung = rungs[i]
-            if rung is rungs[i - twins] and tops[True, rung.window] != tops[False, rung.window]:
+            if rung.window in parting and rung is rungs[i - twins]:
                 rungs[i] = dataclasses.replace(copy.deepcopy(rung), traffic=True)
-    return list({id(r): r for r in rungs}.values())
+                memo.shared -= 1
+        memo.live = list({id(r): r for r in rungs}.values())
+    return memo.live
 
 
 def _tops(memo: Memory, floor: float) -> dict[tuple[bool, int], float]:
