@@ -37,6 +37,7 @@ from tests.support.training_cluster import (
     JOB_NAME,
     Api,
     answered,
+    conditions,
     gpu_node,
     namespace,
     priority_class,
@@ -164,9 +165,12 @@ async def test_the_chart_s_pod_lends_and_reclaims_from_inside_the_cluster(
             async def controller_ready() -> list[Obj]:
                 return [p for p in await api.pods(NAMESPACE) if running_ready(p)]
 
-            await until(
-                "the controller's pod Ready", lambda: counted(controller_ready, 1), None, 90
-            )
+            try:
+                await until(
+                    "the controller's pod Ready", lambda: counted(controller_ready, 1), None, 90
+                )
+            except AssertionError as failed:
+                raise AssertionError(f"{failed}\n{await why_not_ready(api, node)}") from None
             ready = time.monotonic() - began
             (pod,) = await controller_ready()
             await until(
@@ -198,3 +202,21 @@ async def test_the_chart_s_pod_lends_and_reclaims_from_inside_the_cluster(
     assert ("update", "leases") in done, done  # its Lease renewed
     refused = [a for a in made if a.code == 403]
     assert refused == [], refused  # the chart's RBAC allows what it does
+
+
+async def why_not_ready(api: Api, node: realnode.RealNode) -> str:
+    """What the controller's pods and their namespace's Events said, for a failure's reader: a
+    pod that never got Ready says whether it was never scheduled, pulled, started or probed."""
+    lines = []
+    for pod in await api.pods(NAMESPACE):
+        name, status = pod["metadata"]["name"], pod.get("status", {})
+        lines.append(f"pod {name}: {status.get('phase')} {conditions(pod)}")
+        for c in status.get("containerStatuses", []):
+            lines.append(f"  {c['name']}: restarts {c.get('restartCount')} {c.get('state')}")
+            lines.append(f"  last state: {c.get('lastState')}")
+        log = realnode.container_log(node, NAMESPACE, name, "controller")
+        tail = log.read_text().splitlines()[-40:] if log else ["(no log file)"]
+        lines += ["  log:", *tail]
+    for event in await api.events(NAMESPACE):
+        lines.append(f"event {event.get('reason')}: {event.get('note')}")
+    return "\n".join(lines)
