@@ -128,10 +128,11 @@ def _read_nodes(
     return {phase: tuple(nodes) for phase, nodes in by_phase.items()}, tuple(findings), unreadable
 
 
-@functools.cache
+@functools.lru_cache(maxsize=64)
 def _memo_key(prefix: str, zone: str, taints: tuple[object, ...]) -> str:
     """The decode memo's key for these keys, zone and lent taints: ``repr`` keeps keys that
-    differ apart, and the same string object comes back every tick (its hash computed once)."""
+    differ apart, and the same string object comes back every tick (its hash computed once).
+    Bounded as ``nodestate``'s in-pool keys are: settings reloaded many times add keys."""
     return repr(("planning", prefix, zone, taints))
 
 
