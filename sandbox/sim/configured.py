@@ -176,12 +176,6 @@ def _budget(given: Given, pool: PoolSettings | None) -> tuple[model.Slo | None, 
     return default.slo(), Origin.DEFAULT
 
 
-def controller_slo() -> model.Slo:
-    """The error budget a pool gets from the controller's settings when they name none
-    (``PoolSettings.slo``'s default: an availability of 0.999 over 7 days, 10 minutes)."""
-    return _default_slo().slo()
-
-
 def _default_slo() -> SloSettings:
     from rebalancer.settings import PoolSettings, SloSettings
 

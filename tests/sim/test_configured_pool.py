@@ -374,8 +374,12 @@ def test_the_budget_is_the_flag_s_else_the_pool_s_else_the_one_every_pool_has(
     modelled = configured.model_of(given, pool)
     if minutes == "default":
         assert pool.slo is not None
-        assert modelled.slo == pool.slo.slo() == configured.controller_slo()
+        assert modelled.slo == pool.slo.slo()
     else:
         assert (None if modelled.slo is None else modelled.slo.max_breach_minutes) == minutes
     assert modelled.provenance.origins["slo"] == origin
-    assert configured.model_of(configured.Given()).slo == configured.controller_slo()
+    every_pool_s = PoolSettings.model_validate(
+        {"name": "q", "node_selector": {"gpu": "l20"}, "rps_per_node": 100}
+    ).slo
+    assert every_pool_s is not None
+    assert configured.model_of(configured.Given()).slo == every_pool_s.slo()
