@@ -78,6 +78,7 @@ from rebalancer.core import model, strategy
 
 Steps = deque[tuple[int, float]]  # a window's running maximum: (step, value), values falling
 _BUCKET = timedelta(hours=1)  # what the rungs' scores are tallied in
+_KEEPS = 4096  # (peak, margin) keeps a replay remembers
 
 
 class Params(strategy.Params):
@@ -172,6 +173,7 @@ class Memory:
     busy: dict[int, Steps]  # per window, over the steps with traffic only
     bucket: int  # steps per bucket of the rungs' tallies
     buckets: int  # buckets the tallies keep: the span the rungs are scored on
+    moves: _Moves  # the planner's limits in steps of the grid
     busy_count: int = 0  # steps with traffic seen
     unknown: int = 0  # consecutive steps without a sample
     level: float | None = None  # the last believed sample (the drop hold's level)
@@ -181,6 +183,7 @@ class Memory:
     twins: int = 0
     shared: int = 0  # busy rungs that are still their twin
     live: list[_Rung] = field(default_factory=list)  # ``rungs``, each object once (``_live``)
+    keeps: dict[tuple[float, float], int] = field(default_factory=dict)  # ``_kept``
 
     def offset(self, pool: model.PoolView) -> int | None:
         """Where ``pool.history`` starts on the replay's grid, if the replay can go on with it:
@@ -315,6 +318,7 @@ class Adaptive:
             twins=twins,
             shared=twins,
             live=rungs[: len(rungs) - twins],
+            moves=_Moves.of(pool, step),
         )
 
     def _replay(self, memo: Memory, pool: model.PoolView, tick: int, last: float | None) -> None:
@@ -323,55 +327,47 @@ class Adaptive:
         _slide(memo, last, tick)
         memo.unknown = memo.unknown + 1 if last is None and tick > 0 else 0
         held = _hold(memo, pool, last, tick)
-        limits, step = pool.limits, memo.step
-        lost = memo.unknown >= _steps(limits.metrics_grace, step)
+        moves = memo.moves
+        lost = memo.unknown >= moves.grace
         believed = memo.level if held else last
         need_now = None if believed is None else pool.need(believed)
-        moves = _Moves(
-            tick,
-            back=_steps(pool.return_time, step),
-            drain=min(_steps(pool.return_time, step), _steps(limits.drain, step)),
-            cooldown=_steps(limits.cooldown, step) if limits.cooldown else 0,
-        )
-        per_tick = max(1, math.ceil(limits.max_step_fraction * pool.size))
         scored = last if last is not None and tick > memo.first else None
-        size, rps_per_node = pool.size, pool.rps_per_node
-        # Rungs share window peaks (a busy window is the plain one while traffic never stops)
-        # and margins: each keep is worked out once per step.
-        keeps: dict[tuple[float, float], int] = {}
+        size, rps_per_node, per_tick = pool.size, pool.rps_per_node, moves.per_tick
         closing = (tick + 1) % memo.bucket == 0
         tops = None if need_now is None else _tops(memo, believed or 0.0)
         for rung in _live(memo, tops):
             missed = scored is not None and scored > rps_per_node * rung.serving_after + 1e-9
-            while rung.returning and rung.returning[0] <= tick:
-                rung.returning.popleft()
-            while rung.cooling and rung.cooling[0] <= tick:
-                rung.cooling.popleft()
+            returning, cooling = rung.returning, rung.cooling
+            while returning and returning[0] <= tick:
+                returning.popleft()
+            while cooling and cooling[0] <= tick:
+                cooling.popleft()
+            lent = rung.lent
             if tops is None:
-                keep = size - rung.lent  # demand unknown: the planner lends nothing more
+                keep = size - lent  # demand unknown: the planner lends nothing more
             else:
-                top = tops[rung.traffic, rung.window]
-                known = keeps.get((top, rung.margin))
-                if known is None:
-                    known = keeps[top, rung.margin] = _keep(pool, top, rung.margin)
-                keep = known
+                keep = _kept(memo, pool, tops[rung.traffic, rung.window], rung.margin)
             rung.keep = keep
-            target = max(0, size - keep)
-            if lost:
-                moves.reclaim(rung, rung.lent)
-            if need_now is not None and need_now > size - rung.lent:
-                short = need_now - (size - rung.lent)  # serving and returning count
-                moves.reclaim(rung, min(short, rung.lent))
-            if target < rung.lent:
-                moves.reclaim(rung, min(rung.lent - target, per_tick))
-            elif target > rung.lent and need_now is not None and not held:
-                serving = size - rung.lent - len(rung.returning)
+            if lost and lent:
+                lent = moves.reclaim(rung, lent, tick)
+            if need_now is not None and lent and need_now > size - lent:
+                # serving and returning count
+                lent = moves.reclaim(rung, min(need_now - (size - lent), lent), tick)
+            target = size - keep if keep < size else 0
+            if target < lent:
+                lent = moves.reclaim(rung, min(lent - target, per_tick), tick)
+            elif target > lent and need_now is not None and not held:
+                serving = size - lent - len(returning)
                 # Warm nodes back from a loan within the cooldown are not lent again.
-                lendable = serving - max(0, len(rung.cooling) - len(rung.returning))
-                room = min(serving - max(pool.min_serving, need_now), lendable)
-                rung.lent += max(0, min(target - rung.lent, per_tick, room))
-            rung.serving_after = size - rung.lent - len(rung.returning)
-            rung.lent_steps.filling += rung.lent  # ``_Tally.add``, without a call per rung
+                cool = len(cooling) - len(returning)
+                lendable = serving - cool if cool > 0 else serving
+                floor = pool.min_serving if pool.min_serving > need_now else need_now
+                room = min(serving - floor, lendable, target - lent, per_tick)
+                if room > 0:
+                    lent += room
+                    rung.lent = lent
+            rung.serving_after = size - lent - len(returning)
+            rung.lent_steps.filling += lent  # ``_Tally.add``, without a call per rung
             rung.missed.filling += missed
             if closing:
                 rung.lent_steps.close(memo.buckets)
@@ -380,21 +376,38 @@ class Adaptive:
 
 @dataclass(frozen=True)
 class _Moves:
-    """A replayed reclaim at ``tick``: warm again ``back`` steps later, lendable again
-    ``cooldown`` after its drain ends."""
+    """The planner's limits in steps of the replay's grid, fixed with the pool's figures: a
+    replayed reclaim is warm again ``back`` steps later and lendable again ``cooldown`` after
+    its drain ends; strategy moves are at most ``per_tick`` nodes; every loan is taken back
+    once demand has been unknown ``grace`` steps."""
 
-    tick: int
     back: int
     drain: int
     cooldown: int
+    per_tick: int
+    grace: int
 
-    def reclaim(self, rung: _Rung, count: int) -> None:
-        if count <= 0:
-            return
-        rung.lent -= count
-        for _ in range(count):
-            rung.returning.append(self.tick + self.back)
-            rung.cooling.append(self.tick + self.drain + self.cooldown)
+    @classmethod
+    def of(cls, pool: model.PoolView, step: timedelta) -> _Moves:
+        limits = pool.limits
+        back = _steps(pool.return_time, step)
+        return cls(
+            back=back,
+            drain=min(back, _steps(limits.drain, step)),
+            cooldown=_steps(limits.cooldown, step) if limits.cooldown else 0,
+            per_tick=max(1, math.ceil(limits.max_step_fraction * pool.size)),
+            grace=_steps(limits.metrics_grace, step),
+        )
+
+    def reclaim(self, rung: _Rung, count: int, tick: int) -> int:
+        """Take ``count`` of ``rung``'s loans back at ``tick``; what it has lent after."""
+        if count > 0:
+            rung.lent -= count
+            warm, cool = tick + self.back, tick + self.drain + self.cooldown
+            for _ in range(count):
+                rung.returning.append(warm)
+                rung.cooling.append(cool)
+        return rung.lent
 
 
 def _slide(memo: Memory, last: float | None, tick: int) -> None:
@@ -465,6 +478,19 @@ def _hold(memo: Memory, pool: model.PoolView, last: float | None, tick: int) -> 
             return True
     memo.level, memo.held_since = last, None
     return False
+
+
+def _kept(memo: Memory, pool: model.PoolView, rps: float, margin: float) -> int:
+    """``_keep``, remembered per (peak, margin) for the memo's life: a window's peak stays for
+    many steps and the pool's figures are the memo's own, so the same keep is asked again and
+    again. Bounded: forgotten whole past ``_KEEPS``."""
+    keeps = memo.keeps
+    known = keeps.get((rps, margin))
+    if known is None:
+        if len(keeps) >= _KEEPS:
+            keeps.clear()
+        known = keeps[rps, margin] = _keep(pool, rps, margin)
+    return known
 
 
 def _keep(pool: model.PoolView, rps: float, margin: float) -> int:
