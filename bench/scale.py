@@ -11,9 +11,12 @@ goes through the same script, and leaves the cluster as it found it:
 
 1. initial sync: LIST and WATCH of nodes and pods until the cache is synced (controller CPU and
    wall), then the resident set once the collector has run;
-2. idle ticks with demand needing every node (nothing to lend, nothing lent);
+2. idle ticks with demand needing every node (nothing to lend, nothing lent), against the
+   emulator with one node in ``HEARTBEAT_EVERY`` (5 %) given a new heartbeat before each, as
+   KWOK renews nodes' status on a real server (a changed node is a new view: the ticks after
+   heartbeats cost more than those in which no node changed);
 3. a lend wave: demand falls so that each pool can spare 25 nodes, 100 in one tick;
-4. idle ticks with the 100 nodes lent;
+4. idle ticks with the 100 nodes lent (heartbeats as in 2);
 5. a spike: demand needs every node again; the tick that takes the 100 back, and the time from
    its start (the spike visible to the controller) to its first reclaim write; then the ticks
    that finish the reclaims; and the resident set again (every pool's views built by then).
@@ -75,6 +78,12 @@ BUSY_SHARE = 0.6  # of an inference pool's nodes run serving replicas
 WAVE = 25  # nodes each pool lends in the lend wave (100 in all)
 RPS_PER_NODE = 100.0
 IDLE_TICKS = 8
+# The emulator's backend: the nodes whose Ready condition's heartbeat is renewed before each
+# idle tick, one in HEARTBEAT_EVERY (a new resourceVersion, so a new view of each). KWOK renews
+# every node's status every 10 to 10.2 minutes (tests/kube/stages/node-heartbeat-with-lease.yaml,
+# as a kubelet reporting through its Lease does): at the default tick_interval of 30 s that is
+# one node in 20 a tick.
+HEARTBEAT_EVERY = 20
 SERVING_TAINT = {"key": "workload", "value": "inference", "effect": "NoSchedule"}
 TRAINING_TAINT = {"key": "workload", "value": "training", "effect": "NoSchedule"}
 
@@ -429,7 +438,8 @@ async def measure(
             run.rss_mb = rss_mb()
             counting.take()
 
-            await _script(controller, script, counting, run, reading)
+            # A real server's nodes are renewed by KWOK: only the emulator's are here.
+            await _script(controller, script, counting, run, reading, heartbeats=server is None)
             gc.collect()
             run.rss_end_mb = rss_mb()
             if rest_s:
@@ -449,13 +459,17 @@ async def _script(
     counting: Counting,
     run: Run,
     reading: Callable[[str], None],
+    heartbeats: bool,
 ) -> None:
-    """Steps 2 to 5 of the module's script, each tick timed and its requests counted."""
+    """Steps 2 to 5 of the module's script, each tick timed and its requests counted; with
+    ``heartbeats``, a twentieth of the nodes given a new heartbeat before each idle tick
+    (another twentieth each time)."""
     from rebalancer.core import tick as tick_mod
     from rebalancer.core.nodestate import Phase
 
     nodes = run.nodes
     per_pool = nodes // 5
+    names = [name for name, _, _ in layout(nodes)]
 
     def demand(serving: int) -> None:
         for pool in controller.pools:
@@ -465,6 +479,10 @@ async def _script(
             script.demand[str(pool.name)] = rps
 
     async def tick(kind: str) -> Any:
+        if kind == "idle" and heartbeats:
+            beats = len([t for t in run.ticks if t.kind == "idle"])
+            beaten = names[beats % HEARTBEAT_EVERY :: HEARTBEAT_EVERY]
+            await heartbeat(controller.api, controller.informer, beaten)
         await _settle(controller.informer)
         counting.take()
         profile = _profiler(kind)
@@ -513,6 +531,37 @@ async def _script(
         await tick("drain")
     run.reclaimed = run.lent - lent()
     reading("scripted")
+
+
+async def heartbeat(api: Any, informer: Any, names: Sequence[str]) -> None:
+    """Renew the Ready condition's heartbeat of each node of ``names``, as KWOK's heartbeat
+    stage does on a real server: nothing the controller reads but the node's resourceVersion
+    changes, and that makes a new view of it. Outside any tick's measure; returns once the
+    informer holds the last one (a heartbeat wakes nothing, so ``_settle`` cannot tell)."""
+    from kubernetes_asyncio import client
+
+    core = client.CoreV1Api(api)
+    at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ready = {"type": "Ready", "status": "True", "lastHeartbeatTime": at}
+    body = {"status": {"conditions": [ready]}}
+    version = ""
+    for name in names:
+        answer = await core.patch_node_status(
+            name,
+            body,
+            _content_type="application/strategic-merge-patch+json",
+            _preload_content=False,
+        )
+        written = json.loads(await answer.read())
+        if answer.status != 200:
+            raise SystemExit(f"node {name}'s heartbeat was answered {answer.status}: {written}")
+        version = written["metadata"]["resourceVersion"]
+    for _ in range(200):
+        held = informer.node(names[-1]) or {}
+        if held.get("metadata", {}).get("resourceVersion") == version:
+            return
+        await asyncio.sleep(0.05)
+    raise SystemExit(f"node {names[-1]}'s heartbeat was not seen by the informer in 10 s")
 
 
 def _profiler(step: str) -> cProfile.Profile | None:
