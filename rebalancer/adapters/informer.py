@@ -69,6 +69,9 @@ class _Views:
     marks: model.PodMarks
     views: dict[str, NodeView] = field(default_factory=dict)
     dirty: set[str] = field(default_factory=set)
+    # Those of ``dirty`` whose pods changed: the others (a heartbeat, a label) keep the pod
+    # views they had, the same objects, where building them again was most of a rebuild.
+    pods_changed: set[str] = field(default_factory=set)
     # The views by name as last handed out; None once one of them is another object. The
     # same tuple while no view changed, so a caller can tell "nothing changed" by identity
     # (the observer keeps its pool membership so) instead of looking at 5,000 nodes a tick.
@@ -293,25 +296,32 @@ class Informer:
         }
         return self._unreadable | pods | pending | workloads
 
-    def _touch(self, name: str) -> None:
-        """The node or its pods changed: every set of views builds it again when next asked."""
+    def _touch(self, name: str, *, pods: bool = False) -> None:
+        """The node (or, with ``pods``, its pods) changed: every set of views builds it again
+        when next asked."""
         for cached in self._by_marks:
             cached.dirty.add(name)
+            if pods:
+                cached.pods_changed.add(name)
 
     def _rebuild(self, cached: _Views, name: str) -> None:
         self._unreadable.pop(f"node/{name}", None)
+        pods_changed = name in cached.pods_changed
+        cached.pods_changed.discard(name)
         raw = self._nodes.get(name)
         if raw is None or self._bad_pods.get(name):
             self._drop(cached, name)  # a node whose pods cannot be read cannot be judged
             return
-        pods = self._pod_views(cached, name)
+        old = cached.views.get(name)
+        # Pod views are a function of the pods' records and the marks: while no pod of the
+        # node changed, those of its last view are what building them again would give.
+        pods = old.pods if old is not None and not pods_changed else self._pod_views(cached, name)
         try:
             view = convert.node_view(raw, pods)
         except Exception as exc:
             self._unreadable[f"node/{name}"] = f"{type(exc).__name__}: {exc}"
             self._drop(cached, name)
             return
-        old = cached.views.get(name)
         if old is not None and old == view:
             return  # the very object of before: what the core memoised on it holds
         cached.views[name] = view
@@ -407,7 +417,7 @@ class Informer:
         before = old.node if old is not None else self._forget_bad(key)
         if before:
             self._pods_on.get(before, {}).pop(key, None)
-            self._touch(before)
+            self._touch(before, pods=True)
         after = seen.node
         if seen.record is None and not after:
             after = before  # where it cannot be read, it stays where it was last seen
@@ -420,7 +430,7 @@ class Informer:
             why = f"{seen.problem}; its node {after} is left alone"
             self._bad_pods.setdefault(after, {})[key] = why
         if after:
-            self._touch(after)
+            self._touch(after, pods=True)
         pod = f"{key[0]}/{key[1]}"
         if before and before != after:
             self._notify(before, f"pod {pod} left")

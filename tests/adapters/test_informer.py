@@ -243,6 +243,35 @@ async def test_unchanged_nodes_give_back_the_identical_view(seeded: Opened) -> N
     assert all(after[n] is before[n] for n in before if n != "training-0")
 
 
+async def test_a_node_changed_alone_keeps_its_pod_views_and_a_pod_change_rebuilds_them(
+    emulator: Sandbox,
+) -> None:
+    # A heartbeat or a label is a new view of the node, not of its pods: their views are kept
+    # (building them again was most of the cost of a changed node), and only while no pod of
+    # the node changed.
+    box = as_opened(emulator)
+    _bind(box.objects, cluster.training_pod("gpt", 1), "inference-5")
+    async with informing(box) as run:
+        before = run.view("inference-5")
+        objects.annotate(box.objects, "inference-5", {"rebalancer.io/lend": "never"})
+        await run.until(lambda: run.view("inference-5") is not before)
+        annotated = run.view("inference-5")
+        _bind(box.objects, cluster.training_pod("gpt", 2), "inference-5")
+        await run.until(lambda: len(run.view("inference-5").pods) == 2)
+        objects.finish_pod(box.objects, "training", "gpt-1")
+        objects.annotate(box.objects, "inference-5", {"rebalancer.io/lend": "always"})
+
+        def both() -> bool:
+            view = run.view("inference-5")
+            lend = view.annotations["rebalancer.io/lend"]
+            return lend == "always" and [p.name for p in view.pods] == ["gpt-2"]
+
+        await run.until(both)  # the pod's change is not lost to the node's, nor the other way
+
+    assert annotated.annotations["rebalancer.io/lend"] == "never"
+    assert annotated.pods is before.pods
+
+
 async def test_pools_with_different_pod_marks_each_keep_their_views_between_calls(
     seeded: Opened,
 ) -> None:
