@@ -57,7 +57,7 @@ from rebalancer.core.concurrency import RECLAIM_CONCURRENCY, RECLAIM_MAX_CONCURR
 from rebalancer.core.model import NodeView, PoolName
 from rebalancer.core.outcomes import BACK, ActionResult, Outcome, WriteKind, WriteOutcome
 from rebalancer.errors import RebalancerError
-from rebalancer.runtime import observing
+from rebalancer.runtime import membership
 from rebalancer.runtime.effects import Carry
 from rebalancer.runtime.seams import NodeActuator, PoolConfig
 
@@ -142,9 +142,9 @@ def _pool_of(
     pools: Sequence[PoolConfig], view: NodeView, keys: nodestate.Keys
 ) -> PoolConfig | None:
     """The pool that drives the node: the first that selects it, else the one that adopts it
-    because it carries our keys (``observing.adopter``); None when neither."""
+    because it carries our keys (``membership.adopter``); None when neither."""
     pool = next((p for p in pools if p.selects(view, keys)), None)
-    return pool if pool is not None else observing.adopter(pools, view, keys)
+    return pool if pool is not None else membership.adopter(pools, view, keys)
 
 
 @dataclass
@@ -202,7 +202,7 @@ async def reclaim_wave(
     """Take ``nodes`` back now, all at once; one ``Reclaimed`` per node, in the order given.
 
     1. Each node is read (``known`` holds nodes already listed, which are not read again) and its
-       pool found (an orphan's is the pool that adopts it, ``observing.adopter``); a node that
+       pool found (an orphan's is the pool that adopts it, ``membership.adopter``); a node that
        cannot be read, or that no pool selects and carries none of our keys, is reported and
        left out.
     2. One intent per node (origin operator), all committed in one batch before the first write.

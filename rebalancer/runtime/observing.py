@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from rebalancer.core import clocks, exposure, model, nodestate
+from rebalancer.core import clocks, exposure, model
 from rebalancer.core.model import MetricError, NodeName, NodeView, PoolMetrics, PoolName
 from rebalancer.core.nodestate import Keys
+from rebalancer.runtime.membership import Judge, Membership
 from rebalancer.runtime.seams import (
     AlertSource,
     ApiServerClock,
@@ -67,7 +67,7 @@ class Observer:
         self._histories: dict[PoolName, tuple[datetime, model.DemandHistory]] = {}
         self._jumps: dict[PoolName, exposure.Jumps] = {}  # pools with an slo: their covers
         # What ``_membership`` last found, with what it was found from (kept by identity).
-        self._last_membership: tuple[tuple[object, ...], _Membership] | None = None
+        self._judge = Judge()
 
     def reconfigure(
         self, pools: Sequence[PoolConfig], *, paused: bool, frozen: bool, clock_bound: timedelta
@@ -87,60 +87,16 @@ class Observer:
         """Each pool's nodes, orphans adopted (``_membership``)."""
         return self._membership().members
 
-    def _membership(self) -> _Membership:
-        """Each pool's nodes. A node two pools select goes to the first, and is reported to it
-        (``PoolSnapshot.overlaps``: a finding and an Event on the node, once per pair of
-        pools). A node no pool selects that carries our keys (GPU Feature Discovery relabelled
-        a lent node out of every selector) is an orphan: the pool ``adopter`` names takes it
-        as a member to finish it (``PoolSnapshot.orphans``), and it is logged once."""
+    def _membership(self) -> Membership:
+        """Each pool's nodes (``membership.judge``): a node two pools select goes to the first,
+        and is reported to it (``PoolSnapshot.overlaps``: a finding and an Event on the node,
+        once per pair of pools). A node no pool selects that carries our keys (GPU Feature
+        Discovery relabelled a lent node out of every selector) is an orphan: the pool
+        ``adopter`` names takes it as a member to finish it (``PoolSnapshot.orphans``), and it
+        is logged once. Judged again only for the nodes whose views changed since the last
+        tick (``membership.Judge``)."""
         every = {pool.name: self.views.node_views(pool.marks) for pool in self.pools}
-        # The same pools, keys and views (the very objects) as last time: the same answer,
-        # without asking 5,000 nodes again whether each pool selects them.
-        basis = (self.pools, self.keys, *every.values())
-        last = self._last_membership
-        if last is not None and _same(last[0], basis):
-            return last[1]
-        found = self._members_of(every)
-        self._last_membership = (basis, found)
-        return found
-
-    def _members_of(self, every: Mapping[PoolName, tuple[NodeView, ...]]) -> _Membership:
-        found = _Membership()
-        taken: dict[NodeName, PoolName] = {}
-        keys = self.keys
-        for pool in self.pools:
-            mine = []
-            selects = pool.selects
-            for view in [v for v in every[pool.name] if selects(v, keys)]:
-                first = taken.setdefault(view.name, pool.name)
-                if first != pool.name:
-                    found.overlap(first, view.name, pool.name)
-                    continue
-                mine.append(view)
-            found.members[pool.name] = tuple(mine)
-        for pool, view in self._orphans(every, taken):
-            found.adopt(pool.name, view)
-        return found
-
-    def _orphans(
-        self,
-        every: Mapping[PoolName, tuple[NodeView, ...]],
-        taken: Mapping[NodeName, PoolName],
-    ) -> list[tuple[PoolConfig, NodeView]]:
-        """The nodes no pool selects that carry our keys, each with the pool that adopts it
-        (as that pool's pod marks see the node)."""
-        if not self.pools:
-            return []
-        out = []
-        for view in every[self.pools[0].name]:
-            if view.name in taken:
-                continue
-            pool = adopter(self.pools, view, self.keys)
-            if pool is None:
-                continue
-            adopted = next(v for v in every[pool.name] if v.name == view.name)
-            out.append((pool, adopted))
-        return out
+        return self._judge.membership(self.pools, self.keys, every)
 
     async def observe(
         self,
@@ -290,46 +246,6 @@ def _say_unknown(pool: PoolName, errors: Sequence[MetricError]) -> None:
 
 # The metrics in the order a person reads them (the adapter's reads finish in any order).
 _READ_ORDER = {name: i for i, name in enumerate(("demand", "queue", "running", "gpu_busy"))}
-
-
-@dataclass
-class _Membership:
-    """Which pool drives each node, as ``Observer._membership`` found it."""
-
-    members: dict[PoolName, tuple[NodeView, ...]] = field(default_factory=dict)
-    orphans: dict[PoolName, frozenset[NodeName]] = field(default_factory=dict)
-    overlaps: dict[PoolName, dict[NodeName, tuple[PoolName, ...]]] = field(default_factory=dict)
-
-    def overlap(self, first: PoolName, node: NodeName, other: PoolName) -> None:
-        seen = self.overlaps.setdefault(first, {})
-        seen[node] = (*seen.get(node, ()), other)
-
-    def adopt(self, pool: PoolName, view: NodeView) -> None:
-        self.members[pool] = (*self.members.get(pool, ()), view)
-        self.orphans[pool] = self.orphans.get(pool, frozenset()) | {view.name}
-
-
-def _same(a: Sequence[object], b: Sequence[object]) -> bool:
-    """Whether two sequences hold the very same objects, in order."""
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
-
-
-def adopter(pools: Sequence[PoolConfig], view: NodeView, keys: Keys) -> PoolConfig | None:
-    """The pool that finishes a node no pool selects, or None when the node carries none of
-    our keys (state label, original, a lent taint): the first pool whose every lent taint the
-    node carries (its own lend, most likely), else the first configured pool. A readable
-    original restores the node whatever pool finishes it; the pool's pod marks say which pods
-    on it are borrowed, and its specification what it serves with when the original cannot
-    be read (docs/design/other-writers.md)."""
-    lent = tuple(t for p in pools for t in p.lend_spec.add_taints)
-    if not pools or not nodestate.carries_ours(view, keys, lent):
-        return None
-    carried = {(t.key, t.value, t.effect) for t in view.taints}
-    for pool in pools:
-        wanted = pool.lend_spec.add_taints
-        if wanted and all((t.key, t.value, t.effect) in carried for t in wanted):
-            return pool
-    return pools[0]
 
 
 def history_end(now: datetime, settings: HistorySettings) -> datetime:
