@@ -540,7 +540,7 @@ async def heartbeat(api: Any, informer: Any, names: Sequence[str]) -> None:
     informer holds the last one (a heartbeat wakes nothing, so ``_settle`` cannot tell)."""
     from kubernetes_asyncio import client
 
-    core = client.CoreV1Api(api)
+    core: Any = client.CoreV1Api(api)  # typed for a body it parses, not an answer read raw
     at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     ready = {"type": "Ready", "status": "True", "lastHeartbeatTime": at}
     body = {"status": {"conditions": [ready]}}
