@@ -22,7 +22,8 @@ from typing import Any
 from rebalancer.core import model
 from rebalancer.core.model import PoolName
 from rebalancer.core.nodestate import Keys
-from rebalancer.core.tick import Failure, FailureKind, Unchecked, kept_count
+from rebalancer.core.tick import Failure, FailureKind, Unchecked
+from rebalancer.runtime import flight
 from rebalancer.runtime.seams import PoolConfig
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,8 @@ class Strategies:
         answers: dict[PoolName, Unchecked] = {}
         for pool in self.pools:
             seen = snapshot.pools[pool.name]
-            lent = kept_count(seen, self.keys, pool.lend_spec.add_taints)
+            # ``core.tick.kept_count``, from the tally the tick's step reads too
+            lent = flight.tally(seen.nodes, self.keys, pool.lend_spec.add_taints).kept
             view = pool.policy.view(pool.name, snapshot.now, seen, lent)
             answers[pool.name] = await self._propose(pool, view)
         return answers

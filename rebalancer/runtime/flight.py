@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import cached_property
 
 from rebalancer.core import audit, model, nodestate, recovery, victims
 from rebalancer.core.audit import AuditRecord, Context
@@ -83,6 +84,72 @@ def facts(view: NodeView, keys: Keys, lent: tuple[model.Taint, ...]) -> Facts:
     return found
 
 
+@dataclass(frozen=True)
+class Tally:
+    """What a tick reads of a pool's nodes from their ``Facts``, in one pass: how many are
+    lent (``core.tick.lent_count``) and under a reclaim notice, and the few it looks at again
+    (driven on, loans, left-behind pods, reclaims with their deadlines), in the nodes' order.
+    A tick asked these of every node in five passes (the strategy's kept count, the gauges,
+    and each branch of the commit's drives); one tally a tick serves them all."""
+
+    nodes: tuple[NodeView, ...]
+    lent: int
+    noticed: int
+    driven: tuple[tuple[NodeView, Facts], ...]
+    loans: tuple[NodeView, ...]  # lent, with a UID
+    left: tuple[tuple[NodeView, Facts], ...]  # an earlier node of the name left pods on it
+    deadlines: tuple[datetime | None, ...]  # of each node reclaiming
+
+    @property
+    def kept(self) -> int:
+        """``core.tick.kept_count``: the loans the pool means to keep."""
+        return self.lent - self.noticed
+
+    @cached_property
+    def by_name(self) -> dict[NodeName, NodeView]:
+        return {v.name: v for v in self.nodes}
+
+
+_TALLIES: dict[tuple[int, int, int], tuple[object, object, Tally]] = {}
+_COUNTED = (Phase.LENDING, Phase.LENT, None)  # what ``core.tick.lent_count`` counts
+
+
+def tally(nodes: tuple[NodeView, ...], keys: Keys, lent: tuple[model.Taint, ...]) -> Tally:
+    """The pool's ``Tally``, made once for the very ``nodes``, ``keys`` and ``lent`` (held
+    here, so their ids stay theirs): the strategies' step and the pure step ask it of the same
+    snapshot."""
+    key = (id(nodes), id(keys), id(lent))
+    held = _TALLIES.get(key)
+    if held is not None and held[0] is keys and held[1] is lent and held[2].nodes is nodes:
+        return held[2]
+    made = _tallied(nodes, keys, lent)
+    if len(_TALLIES) >= 32:  # a few pools' snapshots of a tick or two
+        _TALLIES.clear()
+    _TALLIES[key] = (keys, lent, made)
+    return made
+
+
+def _tallied(nodes: tuple[NodeView, ...], keys: Keys, lent: tuple[model.Taint, ...]) -> Tally:
+    counted = noticed = 0
+    driven, loans, left, deadlines = [], [], [], []
+    for view in nodes:
+        seen = facts(view, keys, lent)
+        counted += seen.phase in _COUNTED
+        noticed += seen.noticed
+        if seen.driven:
+            driven.append((view, seen))
+        if seen.phase is Phase.LENT and view.uid:
+            loans.append(view)
+        if seen.left:
+            left.append((view, seen))
+        state = seen.state
+        if isinstance(state, nodestate.NodeState) and state.phase is Phase.RECLAIMING:
+            deadlines.append(state.deadline)
+    return Tally(
+        nodes, counted, noticed, tuple(driven), tuple(loans), tuple(left), tuple(deadlines)
+    )
+
+
 def driven(view: NodeView, keys: Keys, lent: tuple[model.Taint, ...]) -> bool:
     """Whether a tick drives the node on: in flight, or lent under a reclaim notice (whose
     pods are told, and whose reclaim begins when they answer)."""
@@ -105,17 +172,14 @@ def drives(
     now = snapshot.now
     acted = {c.step.node for c in carries}
     read = _read(snapshot, rules)
-    in_flight = [
-        (pool, view) for pool, view, seen in read if seen.driven and view.name not in acted
-    ]
+    in_flight = [(pool, view) for pool, t in read for view, _ in t.driven if view.name not in acted]
     if rules.dry_run:
         return _would_drive(memory, in_flight, rules)
-    seen = {v.name: v for _, v, _ in read}
     looked_at = {v.name for _, v in in_flight} | acted
     vanished = [
         (name, drain)
         for name, drain in memory.draining.items()
-        if name not in looked_at and (name not in seen or seen[name].uid != drain.uid)
+        if name not in looked_at and _uid(read, name) != drain.uid
     ]
     # By UID alone, acted on or not: a new node under the name may be lent already, and the
     # pods bound to the old one are still there. A loan whose node was being reclaimed ends
@@ -124,7 +188,7 @@ def drives(
     ended = [
         loan
         for name, loan in memory.loans.items()
-        if (name not in seen or seen[name].uid != loan.view.uid) and name not in gone
+        if _uid(read, name) != loan.view.uid and name not in gone
     ]
     memory = _tracked(memory, read, rules, in_flight, acted)
     passes = tuple(
@@ -146,17 +210,26 @@ def drives(
     return memory, [], waves
 
 
-Read = list[tuple[PoolConfig, NodeView, Facts]]
+Read = list[tuple[PoolConfig, Tally]]
 
 
 def _read(snapshot: model.Snapshot, rules: Rules) -> Read:
-    """Every node of every pool with its ``Facts``, pool by pool in the pools' order."""
+    """Every pool's ``Tally``, in the pools' order."""
     keys = rules.keys
-    out: Read = []
-    for pool in rules.pools:
-        lent = pool.lent_taints
-        out.extend((pool, v, facts(v, keys, lent)) for v in snapshot.pools[pool.name].nodes)
-    return out
+    return [
+        (pool, tally(snapshot.pools[pool.name].nodes, keys, pool.lent_taints))
+        for pool in rules.pools
+    ]
+
+
+def _uid(read: Read, name: NodeName) -> str | None:
+    """The UID of the node of ``name`` in the snapshot (of the last pool that holds one, as
+    one map of every pool's nodes gave it); None when no pool holds one."""
+    for _, t in reversed(read):
+        view = t.by_name.get(name)
+        if view is not None:
+            return view.uid
+    return None
 
 
 def _tracked(
@@ -181,11 +254,7 @@ def _tracked(
             if view.uid and phase(view, keys, pool.lent_taints) is Phase.RECLAIMING
         },
     }
-    loans = {
-        view.name: Loan(pool.name, view)
-        for pool, view, seen in read
-        if seen.phase is Phase.LENT and view.uid
-    }
+    loans = {view.name: Loan(pool.name, view) for pool, t in read for view in t.loans}
     return replace(memory, draining=draining, loans=loans)
 
 
@@ -275,8 +344,8 @@ def _left_behind(
     that shows some (none in flight: its drain takes them), and each whose removal is under
     way (until a pass finds none, so that its intent is closed)."""
     out: dict[NodeName, RemoveLeft] = {}
-    for pool, view, seen in read:
-        if not seen.left or seen.driven or view.name in busy or view.name in out:
+    for pool, view, seen in ((p, v, f) for p, t in read for v, f in t.left):
+        if seen.driven or view.name in busy or view.name in out:
             continue
         under_way = memory.removing.get(view.name)
         if under_way is not None:

@@ -26,10 +26,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from rebalancer.core import audit, model, nodestate
+from rebalancer.core import audit, model
 from rebalancer.core.audit import AuditRecord, Context
 from rebalancer.core.model import Action, NodeName, NodeView, PoolName
-from rebalancer.core.nodestate import Keys, Phase
+from rebalancer.core.nodestate import Keys
 from rebalancer.core.tick import Decision, plan_tick
 from rebalancer.runtime import budgets, episodes, flight
 from rebalancer.runtime.effects import Branch, Carry, Effects, Noted, Rules, Say, Seen, Wave
@@ -214,10 +214,9 @@ def _frozen_under_pressure(plan: model.PoolPlan) -> bool:
 
 
 def _lent(pool: model.PoolSnapshot, keys: Keys, lent: tuple[model.Taint, ...]) -> int:
-    """``core.tick.lent_count``, from each node's ``flight.facts`` (read once per node value,
-    not once per tick)."""
-    counted = (Phase.LENDING, Phase.LENT, None)
-    return sum(1 for v in pool.nodes if flight.facts(v, keys, lent).phase in counted)
+    """``core.tick.lent_count``, from the pool's ``flight.tally`` (each node's facts read
+    once per node value, the count once per tick)."""
+    return flight.tally(pool.nodes, keys, lent).lent
 
 
 def _overdue(
@@ -225,13 +224,8 @@ def _overdue(
 ) -> int:
     """The reclaims still open after their deadline (the drain should have been forced by
     then)."""
-    overdue = 0
-    for view in pool.nodes:
-        state = flight.facts(view, keys, lent).state
-        if isinstance(state, nodestate.StateError) or state.phase is not Phase.RECLAIMING:
-            continue
-        overdue += state.deadline is not None and state.deadline < now
-    return overdue
+    deadlines = flight.tally(pool.nodes, keys, lent).deadlines
+    return sum(1 for deadline in deadlines if deadline is not None and deadline < now)
 
 
 # ---------------------------------------------------------------------------------------------
