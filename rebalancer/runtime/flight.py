@@ -12,7 +12,10 @@ tick also looks at each node for borrowed pods bound to its name before it was c
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -86,68 +89,126 @@ def facts(view: NodeView, keys: Keys, lent: tuple[model.Taint, ...]) -> Facts:
 
 @dataclass(frozen=True)
 class Tally:
-    """What a tick reads of a pool's nodes from their ``Facts``, in one pass: how many are
-    lent (``core.tick.lent_count``) and under a reclaim notice, and the few it looks at again
-    (driven on, loans, left-behind pods, reclaims with their deadlines), in the nodes' order.
-    A tick asked these of every node in five passes (the strategy's kept count, the gauges,
-    and each branch of the commit's drives); one tally a tick serves them all."""
+    """What a tick reads of a pool's nodes from their ``Facts``: how many are lent
+    (``core.tick.lent_count``) and under a reclaim notice, and where the few it looks at
+    again are (driven on, loans, left-behind pods, reclaims), in the nodes' order. A tick
+    asked these of every node in five passes (the strategy's kept count, the gauges, and each
+    branch of the commit's drives); one tally a tick serves them all, and is made from the
+    last one where only some nodes changed (``tally``)."""
 
     nodes: tuple[NodeView, ...]
+    facts: tuple[Facts, ...]  # each node's, in the nodes' order
     lent: int
     noticed: int
-    driven: tuple[tuple[NodeView, Facts], ...]
-    loans: tuple[NodeView, ...]  # lent, with a UID
-    left: tuple[tuple[NodeView, Facts], ...]  # an earlier node of the name left pods on it
-    deadlines: tuple[datetime | None, ...]  # of each node reclaiming
+    marked: tuple[tuple[int, ...], ...]  # where each of ``_MARKS`` holds, in order
 
     @property
     def kept(self) -> int:
         """``core.tick.kept_count``: the loans the pool means to keep."""
         return self.lent - self.noticed
 
+    @property
+    def driven(self) -> tuple[tuple[NodeView, Facts], ...]:
+        return tuple((self.nodes[i], self.facts[i]) for i in self.marked[0])
+
+    @property
+    def loans(self) -> tuple[NodeView, ...]:
+        """The nodes lent, each with a UID (a loan to follow)."""
+        return tuple(self.nodes[i] for i in self.marked[1])
+
+    @property
+    def left(self) -> tuple[tuple[NodeView, Facts], ...]:
+        """The nodes an earlier node of their name left borrowed pods on."""
+        return tuple((self.nodes[i], self.facts[i]) for i in self.marked[2])
+
+    @property
+    def deadlines(self) -> tuple[datetime | None, ...]:
+        """The deadline of each node reclaiming."""
+        states = (self.facts[i].state for i in self.marked[3])
+        return tuple(s.deadline for s in states if isinstance(s, nodestate.NodeState))
+
     @cached_property
     def by_name(self) -> dict[NodeName, NodeView]:
         return {v.name: v for v in self.nodes}
 
 
-_TALLIES: dict[tuple[int, int, int], tuple[object, object, Tally]] = {}
+def _reclaiming(seen: Facts) -> bool:
+    state = seen.state
+    return isinstance(state, nodestate.NodeState) and state.phase is Phase.RECLAIMING
+
+
+# What a tally notes where it holds: driven on, a loan (lent, with a UID), pods left behind,
+# reclaiming.
+_MARKS: tuple[Callable[[NodeView, Facts], bool], ...] = (
+    lambda view, seen: seen.driven,
+    lambda view, seen: seen.phase is Phase.LENT and bool(view.uid),
+    lambda view, seen: seen.left,
+    lambda view, seen: _reclaiming(seen),
+)
 _COUNTED = (Phase.LENDING, Phase.LENT, None)  # what ``core.tick.lent_count`` counts
+_TALLIES: dict[tuple[int, int, int], tuple[object, object, Tally]] = {}
 
 
 def tally(nodes: tuple[NodeView, ...], keys: Keys, lent: tuple[model.Taint, ...]) -> Tally:
     """The pool's ``Tally``, made once for the very ``nodes``, ``keys`` and ``lent`` (held
     here, so their ids stay theirs): the strategies' step and the pure step ask it of the same
-    snapshot."""
+    snapshot. From a tally of the last tick's nodes (the same names in the same places, under
+    the same keys and taints) only the nodes whose views changed are read."""
     key = (id(nodes), id(keys), id(lent))
     held = _TALLIES.get(key)
     if held is not None and held[0] is keys and held[1] is lent and held[2].nodes is nodes:
         return held[2]
-    made = _tallied(nodes, keys, lent)
-    if len(_TALLIES) >= 32:  # a few pools' snapshots of a tick or two
-        _TALLIES.clear()
+    made = None
+    for was_keys, was_lent, was in reversed(_TALLIES.values()):  # the latest first
+        if was_keys is keys and was_lent is lent and len(was.nodes) == len(nodes):
+            made = _again(was, nodes, keys, lent)
+            if made is not None:
+                break
+    if made is None:
+        made = _tallied(nodes, keys, lent)
+    while len(_TALLIES) >= 32:  # a few pools' snapshots of a few ticks: the oldest go
+        del _TALLIES[next(iter(_TALLIES))]
     _TALLIES[key] = (keys, lent, made)
     return made
 
 
 def _tallied(nodes: tuple[NodeView, ...], keys: Keys, lent: tuple[model.Taint, ...]) -> Tally:
+    every = tuple(facts(view, keys, lent) for view in nodes)
     counted = noticed = 0
-    driven, loans, left, deadlines = [], [], [], []
-    for view in nodes:
-        seen = facts(view, keys, lent)
+    marked: tuple[list[int], ...] = ([], [], [], [])
+    for i, seen in enumerate(every):
         counted += seen.phase in _COUNTED
         noticed += seen.noticed
-        if seen.driven:
-            driven.append((view, seen))
-        if seen.phase is Phase.LENT and view.uid:
-            loans.append(view)
-        if seen.left:
-            left.append((view, seen))
-        state = seen.state
-        if isinstance(state, nodestate.NodeState) and state.phase is Phase.RECLAIMING:
-            deadlines.append(state.deadline)
-    return Tally(
-        nodes, counted, noticed, tuple(driven), tuple(loans), tuple(left), tuple(deadlines)
-    )
+        if seen.driven or seen.left or seen.phase is Phase.LENT or _reclaiming(seen):
+            for mark, at in zip(_MARKS, marked, strict=True):
+                if mark(nodes[i], seen):
+                    at.append(i)
+    return Tally(nodes, every, counted, noticed, tuple(tuple(at) for at in marked))
+
+
+def _again(
+    was: Tally, nodes: tuple[NodeView, ...], keys: Keys, lent: tuple[model.Taint, ...]
+) -> Tally | None:
+    """``was`` with the nodes whose views changed read again; None when ``nodes`` are not
+    the same names in the same places as ``was.nodes``."""
+    changed = list(itertools.compress(range(len(nodes)), map(operator.is_not, was.nodes, nodes)))
+    if any(was.nodes[i].name != nodes[i].name for i in changed):
+        return None
+    every = list(was.facts)
+    counted, noticed = was.lent, was.noticed
+    marked = [list(at) for at in was.marked]
+    for i in changed:
+        before, now = every[i], facts(nodes[i], keys, lent)
+        every[i] = now
+        counted += (now.phase in _COUNTED) - (before.phase in _COUNTED)
+        noticed += now.noticed - before.noticed
+        for mark, at in zip(_MARKS, marked, strict=True):
+            held, holds = mark(was.nodes[i], before), mark(nodes[i], now)
+            if held and not holds:
+                at.remove(i)
+            elif holds and not held:
+                bisect.insort(at, i)
+    return Tally(nodes, tuple(every), counted, noticed, tuple(tuple(at) for at in marked))
 
 
 def driven(view: NodeView, keys: Keys, lent: tuple[model.Taint, ...]) -> bool:
