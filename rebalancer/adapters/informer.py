@@ -76,6 +76,9 @@ class _Views:
     # same tuple while no view changed, so a caller can tell "nothing changed" by identity
     # (the observer keeps its pool membership so) instead of looking at 5,000 nodes a tick.
     ordered: tuple[NodeView, ...] | None = None
+    # The names of ``views`` in order; None once a name came or went (a view that changed
+    # keeps its place: the tuple is made again without sorting 5,000 names).
+    names: list[str] | None = None
 
 
 class Informer:
@@ -253,7 +256,9 @@ class Informer:
             self._rebuild(cached, name)
         cached.dirty.clear()
         if cached.ordered is None:
-            cached.ordered = tuple(cached.views[name] for name in sorted(cached.views))
+            if cached.names is None:
+                cached.names = sorted(cached.views)
+            cached.ordered = tuple(map(cached.views.__getitem__, cached.names))
         return cached.ordered
 
     def _views_under(self, marks: model.PodMarks) -> _Views:
@@ -326,11 +331,14 @@ class Informer:
             return  # the very object of before: what the core memoised on it holds
         cached.views[name] = view
         cached.ordered = None
+        if old is None:
+            cached.names = None
 
     @staticmethod
     def _drop(cached: _Views, name: str) -> None:
         if cached.views.pop(name, None) is not None:
             cached.ordered = None
+            cached.names = None
 
     def _pod_views(self, cached: _Views, name: str) -> list[model.PodView]:
         """The node's pods under ``cached.marks``. A pod whose view is the same under another

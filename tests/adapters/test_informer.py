@@ -272,6 +272,25 @@ async def test_a_node_changed_alone_keeps_its_pod_views_and_a_pod_change_rebuild
     assert annotated.pods is before.pods
 
 
+async def test_a_node_that_goes_or_comes_leaves_or_takes_its_place_among_the_views(
+    emulator: Sandbox,
+) -> None:
+    box = as_opened(emulator)
+    async with informing(box) as run:
+        before = [str(v.name) for v in run.informer.node_views(MARKS)]
+        emulator.store.delete(NODES, None, before[1], DeleteOptions())
+        await run.until(lambda: not run.has(before[1]))
+        gone = [str(v.name) for v in run.informer.node_views(MARKS)]
+        emulator.store.create(NODES, None, cluster.node("a-new", cluster.INFERENCE))
+        await run.until(lambda: run.has("a-new"))
+        objects.annotate(box.objects, before[2], {"rebalancer.io/lend": "never"})
+        await run.until(lambda: run.view(before[2]).annotations)
+        came = [str(v.name) for v in run.informer.node_views(MARKS)]
+
+    assert gone == [before[0], *before[2:]]
+    assert came == sorted(["a-new", *gone])
+
+
 async def test_pools_with_different_pod_marks_each_keep_their_views_between_calls(
     seeded: Opened,
 ) -> None:
