@@ -17,6 +17,7 @@ from rebalancer.core import clocks, model, nodestate, overrides, takers, warmth
 from rebalancer.core import demand as demand_module
 from rebalancer.core.model import Reason
 from rebalancer.core.nodestate import Phase
+from rebalancer.core.planning import rereading
 from rebalancer.core.planning.draft import PHASES, DecodedNode, Demand, Health, Node, Pool
 from rebalancer.core.policy import Guard, PoolPolicy
 
@@ -31,21 +32,31 @@ def read_pool(
     frozen: bool,
     served: frozenset[str] = frozenset(),
 ) -> Pool:
-    by_phase, findings, unreadable = _read_nodes(now, name, snapshot, keys, policy)
-    future = _in_future(now, by_phase, snapshot.clocks, keys)
-    serving = by_phase[Phase.SERVING]
+    read = _read_again(name, snapshot, keys, policy)
+    if read is None:
+        by_phase, findings, unreadable = _read_nodes(now, name, snapshot, keys, policy)
+        future = _in_future(now, by_phase, snapshot.clocks, keys)
+        serving = by_phase[Phase.SERVING]
+        not_ready = sum(1 for n in serving if not n.view.ready)
+        warming = frozenset(
+            n.name
+            for n in serving
+            if n.view.ready and not warmth.is_warm(n.view, n.state, now, policy.warmup)
+        )
+    else:
+        by_phase, findings, unreadable = read.by_phase, read.findings, read.unreadable
+        latest = read.latest  # no node's since after the bound: none is in the future
+        ahead = latest is not None and latest > clocks.future_bound(snapshot.clocks, now)
+        future = _in_future(now, by_phase, snapshot.clocks, keys) if ahead else {}
+        not_ready, warming = read.not_ready, read.warming_at(now, policy.warmup)
     return Pool(
         name=name,
         now=now,
         policy=policy,
         by_phase=by_phase,
         unreadable=unreadable,
-        not_ready=sum(1 for n in serving if not n.view.ready),
-        warming=frozenset(
-            n.name
-            for n in serving
-            if n.view.ready and not warmth.is_warm(n.view, n.state, now, policy.warmup)
-        ),
+        not_ready=not_ready,
+        warming=warming,
         demand=_judge_demand(now, snapshot, policy),
         budget=snapshot.budget,
         cover=snapshot.cover,
@@ -126,6 +137,48 @@ def _read_nodes(
             node = _membership(name, snapshot, node, findings)
         by_phase[node.phase].append(node)
     return {phase: tuple(nodes) for phase, nodes in by_phase.items()}, tuple(findings), unreadable
+
+
+_READS: dict[tuple[model.PoolName, str], rereading.Nodes] = {}
+
+
+def _read_again(
+    name: model.PoolName,
+    snapshot: model.PoolSnapshot,
+    keys: nodestate.Keys,
+    policy: PoolPolicy,
+) -> rereading.Nodes | None:
+    """The pool's nodes by phase, made from the last read of the pool (``rereading``) where
+    only some nodes changed; None when they must be read as ``_read_nodes`` reads them (an
+    orphan or an overlap among them, or an override with an end)."""
+    if snapshot.orphans or snapshot.overlaps:
+        return None
+    spec = policy.lend_spec
+    taints = tuple((t.key, t.effect, t.value, t.time_added) for t in spec.add_taints)
+    memo_key = _memo_key(keys.prefix, policy.zone, taints)
+
+    def decode(view: model.NodeView) -> DecodedNode:
+        decoded = view.memo.get(memo_key)
+        if not isinstance(decoded, DecodedNode):
+            decoded = view.memo[memo_key] = _decode(view, keys, policy.zone, spec)
+        return decoded
+
+    nodes, key = snapshot.nodes, (name, memo_key)
+    was = _READS.get(key)
+    if was is not None and was.views is nodes:
+        return was
+    made = rereading.again(was, nodes, decode) if was is not None else None
+    if made is None:
+        decoded = tuple(decode(view) for view in nodes)
+        if not all(rereading.plain(d) for d in decoded):
+            _READS.pop(key, None)
+            return None
+        made = rereading.from_scratch(nodes, decoded)
+    _READS.pop(key, None)
+    while len(_READS) >= 64:  # pools, and settings reloaded: the oldest go
+        del _READS[next(iter(_READS))]
+    _READS[key] = made
+    return made
 
 
 @functools.lru_cache(maxsize=64)
