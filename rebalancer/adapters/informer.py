@@ -35,11 +35,12 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import dataclasses
 import functools
 import gc
 import logging
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -115,6 +116,10 @@ class Informer:
         # The views under each set of pod marks asked for (one per pool with its own marks),
         # each with the nodes whose node or pods changed since it was last asked for.
         self._by_marks: list[_Views] = []
+        # Each node's last view under any marks, with the node object it was read from: under
+        # other marks the node reads the same but for its pods (pools with pod marks of their
+        # own read each changed node once, not once per set of marks).
+        self._read: dict[str, tuple[Obj, NodeView]] = {}
         self._unreadable: dict[str, str] = {}  # "node/<name>" or "pod/<node>/<ns>/<name>" -> why
         self.nodes = self._node_reflector(core, node_selector, settings, sleep)
         self.pods = self._pod_reflector(core, settings, sleep)
@@ -322,7 +327,7 @@ class Informer:
         # node changed, those of its last view are what building them again would give.
         pods = old.pods if old is not None and not pods_changed else self._pod_views(cached, name)
         try:
-            view = convert.node_view(raw, pods)
+            view = self._node_view(name, raw, pods)
         except Exception as exc:
             self._unreadable[f"node/{name}"] = f"{type(exc).__name__}: {exc}"
             self._drop(cached, name)
@@ -333,6 +338,16 @@ class Informer:
         cached.ordered = None
         if old is None:
             cached.names = None
+
+    def _node_view(self, name: str, raw: Obj, pods: Sequence[model.PodView]) -> NodeView:
+        """``convert.node_view(raw, pods)``: a view another set of marks read from this very
+        node object, with ``pods`` for its own (a new object: a memo of its own)."""
+        read = self._read.get(name)
+        if read is not None and read[0] is raw:
+            return dataclasses.replace(read[1], pods=tuple(pods))
+        view = convert.node_view(raw, pods)
+        self._read[name] = (raw, view)
+        return view
 
     @staticmethod
     def _drop(cached: _Views, name: str) -> None:
@@ -385,6 +400,7 @@ class Informer:
         new = None if kind == "DELETED" else obj
         if new is None:
             self._nodes.pop(name, None)
+            self._read.pop(name, None)
         else:
             self._nodes[name] = new
         self._touch(name)
