@@ -190,7 +190,9 @@ def _again(last: _Judged, views: tuple[tuple[NodeView, ...], ...]) -> Membership
         if verdict is None or any(name not in index for index in last.index):
             return None
         seen = [mine[index[name]] for mine, index in zip(views, last.index, strict=True)]
-        if _verdict(last.pools, last.keys, seen) != verdict:
+        was = [mine[index[name]] for mine, index in zip(last.every, last.index, strict=True)]
+        alike = all(_alike(a, b) for a, b in zip(was, seen, strict=True))
+        if not alike and _verdict(last.pools, last.keys, seen) != verdict:
             return None
         if verdict == NOBODY:
             continue
@@ -224,6 +226,18 @@ def _changed(
                 return None
             changed[name] = None
     return changed
+
+
+def _alike(was: NodeView, now: NodeView) -> bool:
+    """Whether a node's verdict reads the same of both views: a pool's selector reads its
+    labels as they are when it serves (``nodestate.read``: its name, UID, labels and
+    annotations), and ``adopter`` its taints too. A heartbeat changes none of them."""
+    return (
+        was.uid == now.uid
+        and was.labels == now.labels
+        and was.annotations == now.annotations
+        and was.taints == now.taints
+    )
 
 
 def _verdict(pools: Sequence[PoolConfig], keys: Keys, seen: Sequence[NodeView]) -> int | None:

@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from rebalancer.adapters import registry
+from rebalancer.core import model
 from rebalancer.core.model import NodeView, PodMarks, PoolName
 from rebalancer.runtime.membership import Judge, Membership, judge
 from rebalancer.runtime.seams import PoolConfig
@@ -121,6 +122,15 @@ def test_membership_judged_again_where_nodes_changed_is_the_one_from_scratch() -
     same(judged, pools, cluster)
     cluster.set(lend(cluster.nodes["t-1"], spec=LEND_SPEC))  # of no pool, now an orphan
     assert "t-1" in same(judged, pools, cluster).orphans[A]
+    # Of no pool, with a taint or an annotation of ours alone: an orphan too.
+    ours = model.Taint(key=f"{KEYS.prefix}lent", value="x", effect="NoSchedule")
+    t0 = cluster.nodes["t-0"]
+    cluster.set(dataclasses.replace(t0, taints=(*t0.taints, ours)))
+    assert "t-0" in same(judged, pools, cluster).orphans[A]
+    cluster.set(node("t-3"))
+    same(judged, pools, cluster)
+    cluster.set(dataclasses.replace(node("t-3"), annotations={KEYS.original: "garbled"}))
+    assert "t-3" in same(judged, pools, cluster).orphans[A]
     cluster.set(node("a-3", pool="a", gpu="x"))  # into an overlap
     assert "a-3" in same(judged, pools, cluster).overlaps[A]
 
