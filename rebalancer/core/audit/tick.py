@@ -44,7 +44,10 @@ def build_tick(
     for name, pool_plan in plan.pools.items():
         pool = snapshot.pools.get(name, model.PoolSnapshot(nodes=()))
         policy, proposal = policies.get(name), proposals.get(name)
-        nodes = {n.name: n for n in pool.nodes}
+        # By name for the records about a node; an idle pool's summary names none (a map of
+        # its every node was built for nothing, every tick).
+        about = pool_plan.steps or pool_plan.rejections or pool_plan.findings
+        nodes = {n.name: n for n in pool.nodes} if about else {}
         base = pool_inputs(plan.now, pool, proposal, policy)
         stamp = _Stamp(ctx, new_id, plan.now, str(name), nodes, base, policy, keys)
         for step in pool_plan.steps:
