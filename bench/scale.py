@@ -469,7 +469,6 @@ async def _script(
 
     nodes = run.nodes
     per_pool = nodes // 5
-    names = [name for name, _, _ in layout(nodes)]
 
     def demand(serving: int) -> None:
         for pool in controller.pools:
@@ -480,9 +479,7 @@ async def _script(
 
     async def tick(kind: str) -> Any:
         if kind == "idle" and heartbeats:
-            beats = len([t for t in run.ticks if t.kind == "idle"])
-            beaten = names[beats % HEARTBEAT_EVERY :: HEARTBEAT_EVERY]
-            await heartbeat(controller.api, controller.informer, beaten)
+            await heartbeat(controller, nodes, sum(1 for t in run.ticks if t.kind == "idle"))
         await _settle(controller.informer)
         counting.take()
         profile = _profiler(kind)
@@ -533,14 +530,18 @@ async def _script(
     reading("scripted")
 
 
-async def heartbeat(api: Any, informer: Any, names: Sequence[str]) -> None:
-    """Renew the Ready condition's heartbeat of each node of ``names``, as KWOK's heartbeat
-    stage does on a real server: nothing the controller reads but the node's resourceVersion
-    changes, and that makes a new view of it. Outside any tick's measure; returns once the
-    informer holds the last one (a heartbeat wakes nothing, so ``_settle`` cannot tell)."""
+async def heartbeat(controller: Any, nodes: int, beats: int) -> None:
+    """Renew the Ready condition's heartbeat of one node in ``HEARTBEAT_EVERY`` (another
+    twentieth after ``beats`` renewals), as KWOK's heartbeat stage does on a real server:
+    nothing the controller reads but the node's resourceVersion changes, and that makes a new
+    view of it. Outside any tick's measure; returns once the informer holds the last one (a
+    heartbeat wakes nothing, so ``_settle`` cannot tell)."""
     from kubernetes_asyncio import client
 
-    core: Any = client.CoreV1Api(api)  # typed for a body it parses, not an answer read raw
+    every = [name for name, _, _ in layout(nodes)]
+    names = every[beats % HEARTBEAT_EVERY :: HEARTBEAT_EVERY]
+    informer = controller.informer
+    core: Any = client.CoreV1Api(controller.api)  # typed for a body it parses, not read raw
     at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     ready = {"type": "Ready", "status": "True", "lastHeartbeatTime": at}
     body = {"status": {"conditions": [ready]}}
