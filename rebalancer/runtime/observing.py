@@ -66,7 +66,7 @@ class Observer:
         # incrementally as each read continues the last.
         self._histories: dict[PoolName, tuple[datetime, model.DemandHistory]] = {}
         self._jumps: dict[PoolName, exposure.Jumps] = {}  # pools with an slo: their covers
-        # What ``_membership`` last found, with what it was found from (kept by identity).
+        # The pools' membership as last found, judged again only where views changed.
         self._judge = Judge()
 
     def reconfigure(
