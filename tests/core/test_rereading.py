@@ -32,6 +32,7 @@ from tests.support.factories import (
 NAME = PoolName("chat")
 POLICY = policy(warmup=timedelta(minutes=10))
 EARLIER = T0 - timedelta(hours=2)
+PLAIN = tuple(serving(f"z-{i}") for i in range(40))  # unchanged: read from the last reading
 
 
 def read(nodes: tuple[NodeView, ...], minutes: int) -> Pool:
@@ -65,6 +66,7 @@ def test_nodes_read_again_where_they_changed_read_as_every_node_read_afresh() ->
         begin_reclaim(lend(serving("a-7"), EARLIER), T0),
         serving("a-8"),
         serving("a-9"),
+        *PLAIN,
     )
     first = read(nodes, 0)
     assert first.warming == {"a-3", "a-4"}
@@ -83,6 +85,7 @@ def test_nodes_read_again_where_they_changed_read_as_every_node_read_afresh() ->
         finish(nodes[7], T0 + timedelta(minutes=1)),
         returned("a-8", EARLIER, T0 + timedelta(hours=1)),  # since ahead of the clock
         lend(serving("a-9"), T0),
+        *PLAIN,
     )
     was = next(r for k, r in reading._READS.items() if k[0] == NAME and r.views is nodes)
     decode = functools.partial(reading._decode, keys=KEYS, zone=POLICY.zone, spec=POLICY.lend_spec)
@@ -105,3 +108,4 @@ def test_nodes_read_again_where_they_changed_read_as_every_node_read_afresh() ->
     read(changed[1:], 8)
     read((*changed, serving("a-10")), 9)
     read((*changed[1:], changed[0]), 10)
+    read((changed[1], changed[0], *changed[2:]), 11)  # two names swap places

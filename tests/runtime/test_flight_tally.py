@@ -28,6 +28,7 @@ def noticed(view: NodeView) -> NodeView:
 
 
 LENT = LEND_SPEC.add_taints
+PLAIN = tuple(serving(f"z-{i}") for i in range(30))  # unchanged: a tally is made from the last
 EARLIER = T0 - timedelta(hours=1)
 
 
@@ -66,6 +67,7 @@ def test_a_tally_is_what_each_node_read_alone_comes_to() -> None:
         begin_reclaim(lend(serving("r-1"), EARLIER), T0, timedelta(minutes=9)),
         dataclasses.replace(serving("u-0"), labels={KEYS.state: "no-such-phase"}),
         left_on("e-0"),
+        *PLAIN,
     )
     counted = flight.tally(nodes, KEYS, LENT)
     agrees(counted, nodes)
@@ -87,9 +89,10 @@ def test_a_tally_is_what_each_node_read_alone_comes_to() -> None:
         *nodes[5:7],
         serving("u-0"),
         serving("e-0"),
+        *PLAIN,
     )
     assert flight._again(counted, changed, KEYS, LENT) is not None  # the way it is made
     agrees(flight.tally(changed, KEYS, LENT), changed)
-    moved = (*changed[1:], changed[0])
+    moved = (changed[1], changed[0], *changed[2:])  # two names swap places
     assert flight._again(flight.tally(changed, KEYS, LENT), moved, KEYS, LENT) is None
     agrees(flight.tally(moved, KEYS, LENT), moved)

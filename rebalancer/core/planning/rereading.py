@@ -114,6 +114,8 @@ def again(
     if len(was.views) != len(views):
         return None
     changed = list(itertools.compress(range(len(views)), map(operator.is_not, was.views, views)))
+    if len(changed) > len(views) // 4:  # a quarter or more changed: all read costs less
+        return None
     decoded = list(was.decoded)
     for i in changed:
         decoded[i] = decode(views[i])
