@@ -32,7 +32,7 @@ from tests.support.factories import (
 NAME = PoolName("chat")
 POLICY = policy(warmup=timedelta(minutes=10))
 EARLIER = T0 - timedelta(hours=2)
-PLAIN = tuple(serving(f"z-{i}") for i in range(40))  # unchanged: read from the last reading
+PLAIN = tuple(serving(f"z-{i}") for i in range(60))  # unchanged: read from the last reading
 
 
 def read(nodes: tuple[NodeView, ...], minutes: int) -> Pool:
