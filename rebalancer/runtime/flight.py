@@ -172,6 +172,17 @@ def tally(nodes: tuple[NodeView, ...], keys: Keys, lent: tuple[model.Taint, ...]
     return made
 
 
+def _carried(
+    was: NodeView, view: NodeView, seen: Facts, keys: Keys, lent: tuple[model.Taint, ...]
+) -> Facts:
+    """``view``'s facts: ``seen`` (``was``'s), kept in its memo, when it differs from ``was``
+    in its resourceVersion alone (a heartbeat; the facts do not read it), else read."""
+    if not was.alike_but_version(view) or _FACTS in view.memo:
+        return facts(view, keys, lent)
+    view.memo[_FACTS] = (keys, lent, seen)
+    return seen
+
+
 def _tallied(nodes: tuple[NodeView, ...], keys: Keys, lent: tuple[model.Taint, ...]) -> Tally:
     every = tuple(facts(view, keys, lent) for view in nodes)
     counted = noticed = 0
@@ -200,7 +211,7 @@ def _again(
     counted, noticed = was.lent, was.noticed
     marked = [list(at) for at in was.marked]
     for i in changed:
-        before, now = every[i], facts(nodes[i], keys, lent)
+        before, now = every[i], _carried(was.nodes[i], nodes[i], every[i], keys, lent)
         every[i] = now
         counted += (now.phase in _COUNTED) - (before.phase in _COUNTED)
         noticed += now.noticed - before.noticed

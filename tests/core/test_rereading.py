@@ -6,13 +6,12 @@ nodes that appear, go or move, at several times."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 from datetime import timedelta
 
 from rebalancer.core import model
 from rebalancer.core.model import NodeView, PoolName
 from rebalancer.core.planning import reading, rereading
-from rebalancer.core.planning.draft import Pool
+from rebalancer.core.planning.draft import DecodedNode, Pool
 from tests.support.factories import (
     KEYS,
     T0,
@@ -85,10 +84,15 @@ def test_nodes_read_again_where_they_changed_read_as_every_node_read_afresh() ->
         finish(nodes[7], T0 + timedelta(minutes=1)),
         returned("a-8", EARLIER, T0 + timedelta(hours=1)),  # since ahead of the clock
         lend(serving("a-9"), T0),
-        *PLAIN,
+        *PLAIN[:-2],
+        beat(PLAIN[-2]),  # heartbeats: decoded as before, with the new view
+        beat(PLAIN[-1]),
     )
     was = next(r for k, r in reading._READS.items() if k[0] == NAME and r.views is nodes)
-    decode = functools.partial(reading._decode, keys=KEYS, zone=POLICY.zone, spec=POLICY.lend_spec)
+
+    def decode(view: NodeView, _: object) -> DecodedNode:
+        return reading._decode(view, KEYS, POLICY.zone, POLICY.lend_spec)
+
     assert rereading.again(was, changed, decode) is not None  # the way it is read
     pool = read(changed, 2)
     assert pool.warming == {"a-4", "a-7", "a-8"}

@@ -88,7 +88,7 @@ def test_a_tally_is_what_each_node_read_alone_comes_to() -> None:
         lend(serving("g-0"), EARLIER),
         *nodes[5:7],
         serving("u-0"),
-        serving("e-0"),
+        dataclasses.replace(nodes[8], resource_version="2"),  # a heartbeat: the same facts
         *PLAIN,
     )
     assert flight._again(counted, changed, KEYS, LENT) is not None  # the way it is made

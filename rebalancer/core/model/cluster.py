@@ -4,7 +4,7 @@ pending pods that could take a lent node; what adapters translate the Kubernetes
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
 from functools import cached_property
@@ -215,3 +215,14 @@ class NodeView:
     @cached_property
     def borrowed_pods(self) -> tuple[PodView, ...]:
         return tuple(p for p in self.pods if p.role is PodRole.BORROWED)
+
+    def alike_but_version(self, other: NodeView) -> bool:
+        """Whether ``other`` is this node with another resourceVersion alone (a heartbeat):
+        whatever the core derives from a node but the version (its state, its facts, the
+        planner's decoding) is then the same, and may be carried over instead of derived
+        again. Every field but the version is compared, so a field added later counts."""
+        return all(getattr(self, name) == getattr(other, name) for name in _BUT_VERSION)
+
+
+# ``NodeView.alike_but_version``'s fields: all but the version and the memo.
+_BUT_VERSION = tuple(f.name for f in fields(NodeView) if f.name not in ("resource_version", "memo"))

@@ -160,7 +160,21 @@ def _read_again(
     taints = tuple((t.key, t.effect, t.value, t.time_added) for t in spec.add_taints)
     memo_key = _memo_key(keys.prefix, policy.zone, taints)
 
-    def decode(view: model.NodeView) -> DecodedNode:
+    def decode(view: model.NodeView, was: DecodedNode) -> DecodedNode:
+        """The view's decoded node; ``was``'s (the one at its place last time) with the view
+        put in, when the view differs from its in the resourceVersion alone (a heartbeat:
+        decoding does not read it)."""
+        decoded = view.memo.get(memo_key)
+        if isinstance(decoded, DecodedNode):
+            return decoded
+        if was.node.view.alike_but_version(view):
+            decoded = DecodedNode(dataclasses.replace(was.node, view=view), was.findings)
+        else:
+            decoded = _decode(view, keys, policy.zone, spec)
+        view.memo[memo_key] = decoded
+        return decoded
+
+    def fresh(view: model.NodeView) -> DecodedNode:
         decoded = view.memo.get(memo_key)
         if not isinstance(decoded, DecodedNode):
             decoded = view.memo[memo_key] = _decode(view, keys, policy.zone, spec)
@@ -172,7 +186,7 @@ def _read_again(
         return was
     made = rereading.again(was, nodes, decode) if was is not None else None
     if made is None:
-        decoded = tuple(decode(view) for view in nodes)
+        decoded = tuple(fresh(view) for view in nodes)
         if not all(rereading.plain(d) for d in decoded):
             _READS.pop(key, None)
             return None

@@ -106,11 +106,14 @@ def from_scratch(views: tuple[model.NodeView, ...], decoded: tuple[DecodedNode, 
 
 
 def again(
-    was: Nodes, views: tuple[model.NodeView, ...], decode: Callable[[model.NodeView], DecodedNode]
+    was: Nodes,
+    views: tuple[model.NodeView, ...],
+    decode: Callable[[model.NodeView, DecodedNode], DecodedNode],
 ) -> Nodes | None:
-    """``was`` with the nodes whose views changed decoded again (``decode``), each in its
-    place; None when there are more or fewer views, or a changed node has findings or an
-    override that ends, before or after (read from scratch)."""
+    """``was`` with the nodes whose views changed decoded again (``decode``, given the decoded
+    node that was in the place), each in its place; None when there are more or fewer views,
+    or a changed node has findings or an override that ends, before or after (read from
+    scratch)."""
     if len(was.views) != len(views):
         return None
     changed = list(itertools.compress(range(len(views)), map(operator.is_not, was.views, views)))
@@ -118,7 +121,7 @@ def again(
         return None
     decoded = list(was.decoded)
     for i in changed:
-        decoded[i] = decode(views[i])
+        decoded[i] = decode(views[i], was.decoded[i])
         if was.decoded[i].findings or decoded[i].findings or not plain(decoded[i]):
             return None
     phases = _Phases(was)
