@@ -116,17 +116,13 @@ def _read_nodes(
     by_phase: dict[Phase, list[Node]] = {phase: [] for phase in PHASES}
     findings: list[model.Finding] = []
     unreadable = 0
-    spec = policy.lend_spec
-    # This runs for every node every tick: the common case costs no call, and the key is one
-    # string (a string keeps its hash; a tuple hashes its parts again at every look-up, a
-    # taint's own hash a call of its own).
-    taints = tuple((t.key, t.effect, t.value, t.time_added) for t in spec.add_taints)
-    memo_key = _memo_key(keys.prefix, policy.zone, taints)
+    # This runs for every node every tick: the common case costs no call.
+    memo_key = _decode_key(keys, policy)
     members = bool(snapshot.orphans or snapshot.overlaps)
     for view in snapshot.nodes:
         decoded = view.memo.get(memo_key)
         if not isinstance(decoded, DecodedNode):
-            decoded = view.memo[memo_key] = _decode(view, keys, policy.zone, spec)
+            decoded = _decoded(view, memo_key, keys, policy)
         if decoded.findings:
             findings.extend(decoded.findings)
         node = decoded.node
@@ -156,9 +152,7 @@ def _read_again(
     or an overlap among them, an override with an end, or fewer than ``REREAD_FROM``)."""
     if snapshot.orphans or snapshot.overlaps or len(snapshot.nodes) < REREAD_FROM:
         return None
-    spec = policy.lend_spec
-    taints = tuple((t.key, t.effect, t.value, t.time_added) for t in spec.add_taints)
-    memo_key = _memo_key(keys.prefix, policy.zone, taints)
+    memo_key = _decode_key(keys, policy)
 
     def decode(view: model.NodeView, was: DecodedNode) -> DecodedNode:
         """The view's decoded node; ``was``'s (the one at its place last time) with the view
@@ -167,18 +161,17 @@ def _read_again(
         decoded = view.memo.get(memo_key)
         if isinstance(decoded, DecodedNode):
             return decoded
-        if was.node.view.alike_but_version(view):
-            decoded = DecodedNode(dataclasses.replace(was.node, view=view), was.findings)
-        else:
-            decoded = _decode(view, keys, policy.zone, spec)
+        if not was.node.view.alike_but_version(view):
+            return _decoded(view, memo_key, keys, policy)
+        decoded = DecodedNode(dataclasses.replace(was.node, view=view), was.findings)
         view.memo[memo_key] = decoded
         return decoded
 
     def fresh(view: model.NodeView) -> DecodedNode:
         decoded = view.memo.get(memo_key)
-        if not isinstance(decoded, DecodedNode):
-            decoded = view.memo[memo_key] = _decode(view, keys, policy.zone, spec)
-        return decoded
+        return (
+            decoded if isinstance(decoded, DecodedNode) else _decoded(view, memo_key, keys, policy)
+        )
 
     nodes, key = snapshot.nodes, (name, memo_key)
     was = _READS.get(key)
@@ -196,6 +189,22 @@ def _read_again(
         del _READS[next(iter(_READS))]
     _READS[key] = made
     return made
+
+
+def _decode_key(keys: nodestate.Keys, policy: PoolPolicy) -> str:
+    """The decode memo's key for ``keys`` and the pool's zone and lent taints: one string (a
+    string keeps its hash; a tuple hashes its parts again at every look-up, a taint's own hash
+    a call of its own)."""
+    taints = tuple((t.key, t.effect, t.value, t.time_added) for t in policy.lend_spec.add_taints)
+    return _memo_key(keys.prefix, policy.zone, taints)
+
+
+def _decoded(
+    view: model.NodeView, memo_key: str, keys: nodestate.Keys, policy: PoolPolicy
+) -> DecodedNode:
+    """``view`` decoded, and kept in its memo under ``memo_key``."""
+    decoded = view.memo[memo_key] = _decode(view, keys, policy.zone, policy.lend_spec)
+    return decoded
 
 
 @functools.lru_cache(maxsize=64)
