@@ -20,6 +20,7 @@ Parsing returns a ``Window`` or a ``WindowError`` value; nothing here raises on 
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
@@ -77,17 +78,28 @@ class Window:
     def _occurrences(
         self, now: datetime, days_back: int, days_ahead: int
     ) -> list[tuple[datetime, datetime]]:
-        found = []
+        found: list[tuple[datetime, datetime]] = []
         for span in self.spans:
-            today = now.astimezone(span.zone).date()
-            for offset in range(-days_back - 1, days_ahead + 1):
-                day = today + timedelta(days=offset)
-                if day.weekday() in span.days:
-                    found.append(span.occurrence(day))
+            found.extend(_around(span, now.astimezone(span.zone).date(), days_back, days_ahead))
         return found
 
     def __str__(self) -> str:
         return self.text
+
+
+@functools.lru_cache(maxsize=1024)
+def _around(
+    span: Span, today: date, days_back: int, days_ahead: int
+) -> tuple[tuple[datetime, datetime], ...]:
+    """``span``'s occurrences that start from ``days_back`` + 1 days before ``today`` (the span
+    may run into the next day) to ``days_ahead`` days after it. A function of its arguments
+    alone, asked again every tick with the same local day: remembered, since resolving wall
+    times in a zone was an eighth of a planner's tick."""
+    return tuple(
+        span.occurrence(day)
+        for day in (today + timedelta(days=o) for o in range(-days_back - 1, days_ahead + 1))
+        if day.weekday() in span.days
+    )
 
 
 ALWAYS = Window(spans=(), text="always", always=True)
