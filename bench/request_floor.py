@@ -2,9 +2,12 @@
 the floor under a wave's CPU in ``bench/scale.py``.
 
 The emulator runs in its own process (``bench/scale.py``'s, seeded at 500 nodes); this process
-sends GETs of one node three ways and prints the CPU and wall time per request:
+sends GETs of one node, then merge PATCHes of one label of it (the same value each time, as a
+wave's writes carry a small body), three ways each, and prints the CPU and wall time per
+request:
 
-- through kubernetes-asyncio's generated API (``CoreV1Api.read_node``), as the actuator does;
+- through kubernetes-asyncio's generated API (``CoreV1Api.read_node``, ``patch_node``), as the
+  actuator does;
 - through the same client's ``rest_client`` (no generated code: the parameters already built);
 - through the client's aiohttp session alone (no kubernetes-asyncio code at all).
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import tempfile
 import time
@@ -32,6 +36,7 @@ from scale import emulator
 from rebalancer.adapters.kubeclient import api_client
 
 Send = Callable[[], Awaitable[Any]]
+MERGE = "application/merge-patch+json"
 
 
 async def timed(send: Send, requests: int, concurrency: int) -> tuple[float, float]:
@@ -72,11 +77,31 @@ async def measure(kubeconfig: Path, requests: int) -> None:
             ),
             ("aiohttp session alone", lambda: api.rest_client.pool_manager.get(url)),
         ]
-        print(f"{'GET of one node':26} {'at a time':>9} {'CPU ms':>8} {'wall ms':>8}")
-        for label, send in ways:
-            for concurrency in (1, 8):
-                cpu, wall = await timed(send, requests, concurrency)
-                print(f"{label:26} {concurrency:>9} {cpu:>8.3f} {wall:>8.3f}")
+        patch = {"metadata": {"labels": {"bench.rebalancer.io/floor": "1"}}}
+        patch_node: Any = core.patch_node  # its stubs do not know the client's _content_type
+        body, merge = json.dumps(patch), {"Content-Type": MERGE, "Accept": "application/json"}
+        writes: list[tuple[str, Send]] = [
+            (
+                "CoreV1Api.patch_node",
+                lambda: patch_node(name, patch, _content_type=MERGE, _preload_content=False),
+            ),
+            (
+                "ApiClient.rest_client",
+                lambda: api.rest_client.request(
+                    "PATCH", url, headers=merge, body=patch, _preload_content=False
+                ),
+            ),
+            (
+                "aiohttp session alone",
+                lambda: api.rest_client.pool_manager.patch(url, data=body, headers=merge),
+            ),
+        ]
+        for what, sends in (("GET of one node", ways), ("PATCH of one label", writes)):
+            print(f"{what:26} {'at a time':>9} {'CPU ms':>8} {'wall ms':>8}")
+            for label, send in sends:
+                for concurrency in (1, 8):
+                    cpu, wall = await timed(send, requests, concurrency)
+                    print(f"{label:26} {concurrency:>9} {cpu:>8.3f} {wall:>8.3f}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
