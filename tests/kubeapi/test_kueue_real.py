@@ -174,7 +174,7 @@ class Cluster:
 async def evictions_begin(c: Cluster, deadline: datetime) -> None:
     """The reclaim's first pass evicts the Job's two running pods. It is in progress while they
     end, or applied at once when KWOK deleted them before the pass looked again (a loaded
-    machine's timing, as likely as the other): either way, it met both pods running."""
+    machine's timing): either way, it met both pods running."""
     result = await c.actuator.reclaim(NODE, "reclaim", deadline)
     assert result.outcome in (Outcome.IN_PROGRESS, Outcome.APPLIED), result
     assert result.notice is not None, result
