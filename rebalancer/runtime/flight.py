@@ -203,7 +203,7 @@ def _again(
     """``was`` with the nodes whose views changed read again; None when ``nodes`` are not
     the same names in the same places as ``was.nodes``."""
     changed = list(itertools.compress(range(len(nodes)), map(operator.is_not, was.nodes, nodes)))
-    if len(changed) > len(nodes) // 4:  # a quarter or more changed: all read costs less
+    if len(changed) > len(nodes) // 4:  # more than a quarter changed: all read costs less
         return None
     if any(was.nodes[i].name != nodes[i].name for i in changed):
         return None

@@ -167,19 +167,13 @@ def _read_again(
         view.memo[memo_key] = decoded
         return decoded
 
-    def fresh(view: model.NodeView) -> DecodedNode:
-        decoded = view.memo.get(memo_key)
-        return (
-            decoded if isinstance(decoded, DecodedNode) else _decoded(view, memo_key, keys, policy)
-        )
-
     nodes, key = snapshot.nodes, (name, memo_key)
     was = _READS.get(key)
     if was is not None and was.views is nodes:
         return was
     made = rereading.again(was, nodes, decode) if was is not None else None
     if made is None:
-        decoded = tuple(fresh(view) for view in nodes)
+        decoded = tuple(_decoded(view, memo_key, keys, policy) for view in nodes)
         if not all(rereading.plain(d) for d in decoded):
             _READS.pop(key, None)
             return None
@@ -202,8 +196,10 @@ def _decode_key(keys: nodestate.Keys, policy: PoolPolicy) -> str:
 def _decoded(
     view: model.NodeView, memo_key: str, keys: nodestate.Keys, policy: PoolPolicy
 ) -> DecodedNode:
-    """``view`` decoded, and kept in its memo under ``memo_key``."""
-    decoded = view.memo[memo_key] = _decode(view, keys, policy.zone, policy.lend_spec)
+    """``view`` decoded: from its memo under ``memo_key``, else decoded and kept there."""
+    decoded = view.memo.get(memo_key)
+    if not isinstance(decoded, DecodedNode):
+        decoded = view.memo[memo_key] = _decode(view, keys, policy.zone, policy.lend_spec)
     return decoded
 
 

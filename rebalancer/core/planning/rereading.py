@@ -117,7 +117,7 @@ def again(
     if len(was.views) != len(views):
         return None
     changed = list(itertools.compress(range(len(views)), map(operator.is_not, was.views, views)))
-    if len(changed) > len(views) // 4:  # a quarter or more changed: all read costs less
+    if len(changed) > len(views) // 4:  # more than a quarter changed: all read costs less
         return None
     decoded = list(was.decoded)
     for i in changed:
