@@ -27,12 +27,15 @@ from __future__ import annotations
 import email.utils
 import logging
 import os
+import urllib.parse
+import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
 from kubernetes_asyncio import client, config
 
@@ -123,10 +126,38 @@ def _unusable(path: Path, why: str) -> ConfigError:
 async def api_client(
     kubeconfig: Path | None = None, context: str | None = None
 ) -> AsyncIterator[Any]:
-    """An open ``ApiClient``, closed (with its connection pool) when the block ends."""
+    """An open ``ApiClient``, closed (with its connection pool) when the block ends.
+
+    Its requests go through the proxy the environment names for the API server, read once here
+    as kubectl reads it (``HTTPS_PROXY``, ``HTTP_PROXY``, ``NO_PROXY``), unless the kubeconfig
+    names one (``proxy-url``); they never read ``~/.netrc``, which kubectl does not either.
+    The library's own session looks the environment up at every request instead
+    (``trust_env``): a thread hop for the proxy and another for ``~/.netrc``, three quarters of
+    a request's CPU (docs/design/scale.md), and a ``~/.netrc`` naming the API server's host
+    makes every request fail beside a bearer token.
+    """
     settings = await configuration(kubeconfig, context)
     async with client.ApiClient(settings) as api:
-        yield api
+        rest, library = api.rest_client, api.rest_client.pool_manager
+        async with library:  # closed last, with the connection pool it owns
+            rest.pool_manager = aiohttp.ClientSession(
+                connector=library.connector,
+                connector_owner=False,
+                read_bufsize=2**21,  # as the library's: a watch event may be 1.5 MiB (etcd's limit)
+            )
+            rest.proxy = rest.proxy or environment_proxy(settings.host)
+            if rest.proxy:
+                where = urllib.parse.urlsplit(rest.proxy).netloc.rpartition("@")[2]
+                log.info("the API server %s is reached through the proxy %s", settings.host, where)
+            yield api
+
+
+def environment_proxy(url: str) -> str | None:
+    """The proxy the environment names for ``url``, or None (``NO_PROXY`` names its host)."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.hostname is None or urllib.request.proxy_bypass(parsed.hostname):
+        return None
+    return urllib.request.getproxies().get(parsed.scheme)
 
 
 def _utc_now() -> datetime:
