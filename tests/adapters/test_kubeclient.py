@@ -4,7 +4,8 @@ the proxy the environment names is read once, when the client opens, as kubectl 
 server's host beside a bearer token made every request of the library's own session fail).
 
 The proxy is a forwarding one of the test's own (plain HTTP, as the emulator is): it records
-each request it carries and passes it on to the host the request names."""
+each request it carries and passes it on to the host the request names. ``emulator`` is the
+adapters' seeded cluster (tests/adapters/conftest.py)."""
 
 from __future__ import annotations
 
@@ -20,15 +21,9 @@ from kubernetes_asyncio import client
 
 from rebalancer.adapters import kubeclient
 from sandbox.emulator.server import write_kubeconfig
-from tests.support.emulated import Sandbox, running
+from tests.support.emulated import Sandbox
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY")
-
-
-@pytest.fixture
-async def emulator() -> AsyncIterator[Sandbox]:
-    async with running(seeded=True) as box:
-        yield box
 
 
 @pytest.fixture
