@@ -83,10 +83,14 @@ async def test_a_netrc_naming_the_api_server_is_not_read(
     assert await node_names(kubeconfig)
 
 
+@pytest.fixture
+def kubeconfig(emulator: Sandbox, tmp_path: Path) -> Path:
+    return write_kubeconfig(emulator.url, tmp_path / "kubeconfig")
+
+
 async def test_the_environment_proxy_is_read_once_when_the_client_opens(
-    emulator: Sandbox, environment: pytest.MonkeyPatch, tmp_path: Path
+    kubeconfig: Path, environment: pytest.MonkeyPatch
 ) -> None:
-    kubeconfig = write_kubeconfig(emulator.url, tmp_path / "kubeconfig")
     async with forwarding_proxy() as (proxy, carried):
         environment.setenv("HTTP_PROXY", proxy)
         async with kubeclient.api_client(kubeconfig) as api:
@@ -99,12 +103,11 @@ async def test_the_environment_proxy_is_read_once_when_the_client_opens(
 
 
 async def test_no_proxy_naming_the_api_server_sends_it_direct(
-    emulator: Sandbox, environment: pytest.MonkeyPatch, tmp_path: Path
+    emulator: Sandbox, kubeconfig: Path, environment: pytest.MonkeyPatch
 ) -> None:
-    kubeconfig = write_kubeconfig(emulator.url, tmp_path / "kubeconfig")
+    environment.setenv("NO_PROXY", f"localhost,{urlsplit(emulator.url).hostname}")
     async with forwarding_proxy() as (proxy, carried):
         environment.setenv("HTTP_PROXY", proxy)
-        environment.setenv("NO_PROXY", f"localhost,{urlsplit(emulator.url).hostname}")
         names = await node_names(kubeconfig)
 
     assert names
