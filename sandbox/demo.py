@@ -54,7 +54,7 @@ from typing import Any, TextIO
 
 from kubernetes_asyncio import client
 
-from rebalancer.adapters import convert, registry
+from rebalancer.adapters import convert, kubeclient, registry
 from rebalancer.adapters.audit import SqlAuditStore, UlidFactory, every_record, json_line
 from rebalancer.commands import reclaim
 from rebalancer.core import model, nodestate, warmth
@@ -670,7 +670,7 @@ async def _drive(
     pace = opts.pace / (24 * 60)  # wall seconds per trace minute
     due = loop.time()
     every = _progress_every(w.steps)
-    async with client.ApiClient(client.Configuration(host=url)) as api:
+    async with kubeclient.opened(client.Configuration(host=url)) as api:
         seams = Seams(
             api=api,
             clock=w.clock,

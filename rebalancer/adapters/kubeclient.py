@@ -126,7 +126,15 @@ def _unusable(path: Path, why: str) -> ConfigError:
 async def api_client(
     kubeconfig: Path | None = None, context: str | None = None
 ) -> AsyncIterator[Any]:
-    """An open ``ApiClient``, closed (with its connection pool) when the block ends.
+    """An open ``ApiClient`` for the cluster (see the module docstring), as ``opened`` opens it."""
+    async with opened(await configuration(kubeconfig, context)) as api:
+        yield api
+
+
+@asynccontextmanager
+async def opened(settings: Any) -> AsyncIterator[Any]:
+    """An open ``ApiClient`` on ``settings`` (a ``Configuration``), closed with its connection
+    pool when the block ends.
 
     Its requests go through the proxy the environment names for the API server, read once here
     as kubectl reads it (``HTTPS_PROXY``, ``HTTP_PROXY``, ``NO_PROXY``), unless the kubeconfig
@@ -136,7 +144,6 @@ async def api_client(
     a request's CPU (docs/design/scale.md), and a ``~/.netrc`` naming the API server's host
     makes every request fail beside a bearer token.
     """
-    settings = await configuration(kubeconfig, context)
     async with client.ApiClient(settings) as api:
         rest, library = api.rest_client, api.rest_client.pool_manager
         async with library:  # closed last, with the connection pool it owns

@@ -459,7 +459,7 @@ class Opened:
         """A client as ``token``'s user, and the log of what it asked and was answered."""
         requests = emulated.Requests()
         if self.box is not None:
-            async with client.ApiClient(emulated.configuration(self.box.url, token)) as api:
+            async with kubeclient.opened(emulated.configuration(self.box.url, token)) as api:
                 log_requests(api, requests)
                 yield api, requests
             return

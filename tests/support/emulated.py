@@ -19,6 +19,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from rebalancer.adapters import kubeclient
 from sandbox.emulator import cluster
 from sandbox.emulator.auth import Access
 from sandbox.emulator.clock import ManualClock
@@ -115,7 +116,7 @@ async def running(
     requests = Requests(then=on_request)
     async with (
         serve(store, faults=faults, on_request=requests, access=access) as url,
-        client.ApiClient(configuration(url, token)) as api,
+        kubeclient.opened(configuration(url, token)) as api,
     ):
         yield Sandbox(
             store=store,

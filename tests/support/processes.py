@@ -28,6 +28,7 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio import client
 
+from rebalancer.adapters import kubeclient
 from rebalancer.adapters.audit import SqlAuditStore, every_record
 from rebalancer.core.audit import AuditRecord
 from sandbox.emulator import cluster
@@ -317,7 +318,7 @@ async def setup(
     store = Store(seed=1)
     cluster.seed(store)
     served = serve(store, on_request=on_request)
-    async with served as url, client.ApiClient(client.Configuration(host=url)) as api:
+    async with served as url, kubeclient.opened(client.Configuration(host=url)) as api:
         kubeconfig = write_kubeconfig(url, tmp_path / "kubeconfig")
         audit_db = tmp_path / "audit.sqlite3"
         port, health = free_port(), free_port()
