@@ -121,6 +121,15 @@ class BasicFile(requests.auth.AuthBase):
         return requests.auth.HTTPBasicAuth(self.username, self.password.read())(r)
 
 
+class _NoNetrc(requests.auth.AuthBase):
+    """No credentials of requests' own finding: given as a session's auth, it keeps requests
+    from reading ``~/.netrc``, whose entry for the host (or ``default`` one, for every host)
+    would otherwise replace an ``Authorization`` given in ``prometheus.headers``."""
+
+    def __call__(self, r: requests.PreparedRequest) -> requests.PreparedRequest:
+        return r
+
+
 class _NamedTls(requests.adapters.HTTPAdapter):
     """Sends ``server_name`` as SNI and checks the certificate against it, not the URL's host."""
 
@@ -147,7 +156,7 @@ def session_of(access: Access) -> requests.Session:
     """A session that carries the credentials, the headers and the TLS settings on every
     request, the library's own calls included."""
     session = requests.Session()
-    session.auth = auth_of(access)
+    session.auth = auth_of(access) or _NoNetrc()
     session.headers.update(dict(access.headers))
     tls = access.tls
     if tls.insecure_skip_verify:

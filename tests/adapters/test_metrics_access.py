@@ -135,6 +135,24 @@ async def test_a_rotated_token_is_sent_by_the_next_query(
     }
 
 
+async def test_an_authorization_header_is_sent_whatever_a_netrc_says(
+    proxy: Gate, plain: PoolMetrics, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A ``default`` entry names every host; requests would put its basic auth in place of the
+    # header given in the settings.
+    netrc = tmp_path / "netrc"
+    netrc.write_text("default login someone password secret\n", encoding="utf-8")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    headers = {"X-Scope-OrgID": TENANT, "Authorization": "Bearer token-one"}
+
+    got = await read(proxy.url, headers=headers)
+
+    assert got.errors == ()
+    assert got.demand == plain.demand
+    assert {s.headers["Authorization"] for s in proxy.seen} == {"Bearer token-one"}
+
+
 def test_a_token_file_is_read_again_only_when_it_may_have_changed(tmp_path: Path) -> None:
     """One ``stat`` a request; a read only for a file whose identity, size or time moved, or
     whose last change is too recent for its time to tell (``RACY_NS``)."""
