@@ -61,6 +61,9 @@ T = TypeVar("T")
 POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 # Pods no node holds yet: the possible takers of lent capacity (``core.takers``).
 PENDING_FIELD_SELECTOR = "spec.nodeName=,status.phase=Pending"
+# A build of views over at least half the nodes, and at least this many, is frozen once made
+# (``_out_of_collector``); below it a full collection of the views costs little.
+BULK_FROM = 500
 
 
 @dataclass
@@ -239,12 +242,22 @@ class Informer:
             # The controller's process asks for it (wiring); a process that runs many informers
             # one after another, as the test suite does, had better not keep each one's heap.
             if self._freeze:
-                gc.collect()
-                gc.freeze()
+                self._out_of_collector()
                 self._resume_collecting()
                 _give_back_freed_memory()
             self.synced.set()
             log.info("informer synced: %d nodes, %d pods", len(self._nodes), len(self._pods))
+
+    def _out_of_collector(self) -> None:
+        """The heap as it is now collected, then frozen: out of the way of every later full
+        collection, where the process asked for it (``freeze_after_sync``). Called once the
+        cache is listed, and once most views under a set of marks have been built (the first
+        tick, or a relist): 150,000 pod views walked by each full collection cost 150 ms of
+        the tick it fell in (a lend wave's, measured). A frozen object that is freed later is
+        freed by its count of references; one in a cycle would not be (``_let_go``)."""
+        if self._freeze:
+            gc.collect()
+            gc.freeze()
 
     # -----------------------------------------------------------------------------------------
     # Reading
@@ -257,9 +270,12 @@ class Informer:
         pools with different pod marks cost a rebuild only of what changed, not of everything
         on every call."""
         cached = self._views_under(marks)
+        bulk = len(cached.dirty) * 2 >= max(len(self._nodes), BULK_FROM)
         for name in cached.dirty:
             self._rebuild(cached, name)
         cached.dirty.clear()
+        if bulk:
+            self._out_of_collector()
         if cached.ordered is None:
             if cached.names is None:
                 cached.names = sorted(cached.views)
@@ -338,6 +354,8 @@ class Informer:
         cached.ordered = None
         if old is None:
             cached.names = None
+        else:
+            _let_go(old)
 
     def _node_view(self, name: str, raw: Obj, pods: Sequence[model.PodView]) -> NodeView:
         """``convert.node_view(raw, pods)``: a view another set of marks read from this very
@@ -351,9 +369,11 @@ class Informer:
 
     @staticmethod
     def _drop(cached: _Views, name: str) -> None:
-        if cached.views.pop(name, None) is not None:
+        old = cached.views.pop(name, None)
+        if old is not None:
             cached.ordered = None
             cached.names = None
+            _let_go(old)
 
     def _pod_views(self, cached: _Views, name: str) -> list[model.PodView]:
         """The node's pods under ``cached.marks``. A pod whose view is the same under another
@@ -531,6 +551,15 @@ class Informer:
         self.changed.set()
         if self._on_change is not None:
             self._on_change(node, why)
+
+
+def _let_go(view: NodeView) -> None:
+    """A view no set holds any more, its memo emptied. What the core memoises on a view points
+    back at it (a decoded node holds its view): a cycle, which only a full collection would
+    free, and never where the view is frozen (``_out_of_collector``). Without the memo, the
+    view is freed as soon as the last tick that read it lets go. The memo is a cache: a holder
+    that asks it again gets the same answers, worked out afresh."""
+    view.memo.clear()
 
 
 def _give_back_freed_memory() -> None:
