@@ -270,7 +270,8 @@ class Informer:
         pools with different pod marks cost a rebuild only of what changed, not of everything
         on every call."""
         cached = self._views_under(marks)
-        bulk = len(cached.dirty) * 2 >= max(len(self._nodes), BULK_FROM)
+        built = len(cached.dirty)
+        bulk = built >= BULK_FROM and built * 2 >= len(self._nodes)
         for name in cached.dirty:
             self._rebuild(cached, name)
         cached.dirty.clear()
