@@ -446,7 +446,7 @@ async def measure(
             kubeconfig=kubeconfig, metrics=script, sink=None, name="bench", serve_http=False
         )
         async with wiring.Controller.open(settings, seams) as controller:
-            counting, collector = Counting(controller.api.rest_client), Collector()
+            counting = Counting(controller.api.rest_client)
 
             reading("sync")
             profile = _profiler("sync")
@@ -462,9 +462,7 @@ async def measure(
             counting.take()
 
             # A real server's nodes are renewed by KWOK: only the emulator's are here.
-            await _script(
-                controller, script, counting, collector, run, reading, heartbeats=server is None
-            )
+            await _script(controller, script, counting, run, reading, heartbeats=server is None)
             gc.collect()
             run.rss_end_mb = rss_mb()
             if rest_s:
@@ -482,7 +480,6 @@ async def _script(
     controller: Any,
     script: Script,
     counting: Counting,
-    collector: Collector,
     run: Run,
     reading: Callable[[str], None],
     heartbeats: bool,
@@ -495,6 +492,7 @@ async def _script(
 
     nodes = run.nodes
     per_pool = nodes // 5
+    collector = Collector()
 
     def demand(serving: int) -> None:
         for pool in controller.pools:
