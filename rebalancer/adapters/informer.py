@@ -556,10 +556,11 @@ class Informer:
 
 def _let_go(view: NodeView) -> None:
     """A view no set holds any more, its memo emptied. What the core memoises on a view points
-    back at it (a decoded node holds its view): a cycle, which only a full collection would
-    free, and never where the view is frozen (``_out_of_collector``). Without the memo, the
-    view is freed as soon as the last tick that read it lets go. The memo is a cache: a holder
-    that asks it again gets the same answers, worked out afresh."""
+    back at it (a decoded node holds its view): a cycle, which only the collector frees (a full
+    collection, once the view has lived a few ticks), and never where the view is frozen
+    (``_out_of_collector``). Without the memo, the view is freed as soon as the last tick that
+    read it lets go. The memo is a cache: a holder that asks it again gets the same answers,
+    worked out afresh."""
     view.memo.clear()
 
 
