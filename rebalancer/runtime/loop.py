@@ -98,8 +98,10 @@ class ReconcileLoop:
         edges: Edges = lambda _now: None,
         clock: Clock = _utc_now,
         scheduler: AsyncIOScheduler | None = None,
+        after: Callable[[], object] = lambda: None,
     ) -> None:
         self.step, self.interval, self.debounce = step, interval, debounce
+        self.after = after  # run once each step has ended, however it ended
         self.edges, self.clock = edges, clock
         self.scheduler = scheduler or AsyncIOScheduler(timezone=UTC)
         self.runs = 0
@@ -172,6 +174,7 @@ class ReconcileLoop:
         except Exception:
             log.exception("reconcile step failed; the next run starts from the cluster again")
         finally:
+            self.after()
             self._running = False
             self._idle.set()
         if self._stopping:
@@ -267,18 +270,20 @@ async def run_controller(
     signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT),
     alerts: Bell | None = None,
     settings: Watch | None = None,
+    after_tick: Callable[[], object] = lambda: None,
 ) -> int:
     """The controller process: informer and election in the background; once the informer has
     listed, the loop (``step`` is ``Reconciler.tick``; the reconciler runs its start-up on the
     first tick of each stretch of leadership), run at once whenever ``alerts`` rings or the
-    ``settings`` file changes (the tick reads it first: ``Controller.tick``). On a
+    ``settings`` file changes (the tick reads it first: ``Controller.tick``), ``after_tick``
+    run once each tick has ended (``runtime.collecting``). On a
     signal: the step in flight finishes, the election is cancelled (which releases the lease),
     the informer stops; 0 is returned."""
     background: list[asyncio.Task[None]] = [
         asyncio.create_task(informer.run(), name="informer"),
     ]
     campaign = asyncio.create_task(elector.run(), name="election") if elector else None
-    loop = ReconcileLoop(step, interval=interval, debounce=debounce, edges=edges)
+    loop = ReconcileLoop(step, interval=interval, debounce=debounce, edges=edges, after=after_tick)
     stop = stop or asyncio.Event()
 
     async def release() -> None:

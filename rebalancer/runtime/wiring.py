@@ -80,7 +80,7 @@ from rebalancer.adapters.writer import KubeWriter, NodeWriter
 from rebalancer.core.audit import NewId
 from rebalancer.core.model import Clock, PoolName
 from rebalancer.core.nodestate import Keys
-from rebalancer.runtime import adapterconfig, explaining, http, livesettings, tls
+from rebalancer.runtime import adapterconfig, collecting, explaining, http, livesettings, tls
 from rebalancer.runtime import alerts as alerting
 from rebalancer.runtime.loop import run_controller
 from rebalancer.runtime.observing import Observer
@@ -376,6 +376,10 @@ class Controller:
     requests: EvictionRequests | None = None  # a notice's EvictionRequests, for new actuators
     watch: livesettings.SettingsWatch | None = None  # the settings file, when read again
     settings_metrics: livesettings.SettingsMetrics | None = None
+    # The full collections, run between ticks while ``run`` runs (``runtime.collecting``).
+    collections: collecting.FullCollections = dataclasses.field(
+        default_factory=collecting.FullCollections
+    )
 
     @property
     def pod(self) -> str:
@@ -564,16 +568,18 @@ class Controller:
         """Until SIGTERM/SIGINT (or ``stop``): the informer, the election and the loop."""
         if self.role is not Role.CONTROLLER:
             raise RuntimeError(f"a controller built for {self.role} does not run the loop")
-        return await run_controller(
-            self.tick,
-            informer=self.informer,
-            elector=self.elector,
-            edges=self.reconciler.next_edge,
-            interval=self.settings.tick_interval,
-            stop=stop,
-            alerts=self.alerts,
-            settings=self.watch,
-        )
+        with self.collections.between_ticks():
+            return await run_controller(
+                self.tick,
+                informer=self.informer,
+                elector=self.elector,
+                edges=self.reconciler.next_edge,
+                interval=self.settings.tick_interval,
+                stop=stop,
+                alerts=self.alerts,
+                settings=self.watch,
+                after_tick=self.collections.after_tick,
+            )
 
 
 def _telemetry(settings: Settings) -> Telemetry:

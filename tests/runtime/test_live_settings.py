@@ -21,7 +21,7 @@ from rebalancer import settings as settings_mod
 from rebalancer.core import clocks, model
 from rebalancer.core.concurrency import LEND_CONCURRENCY
 from rebalancer.core.model import Action
-from rebalancer.runtime import livesettings, wiring
+from rebalancer.runtime import collecting, livesettings, wiring
 from rebalancer.runtime.reconcile import Reconfigured
 from rebalancer.runtime.report import TickReport
 from tests.support import pools, reconciling, ticking
@@ -122,6 +122,8 @@ async def test_a_running_loop_takes_a_change_within_a_poll_not_an_interval(tmp_p
             running = asyncio.create_task(c.run(stop))
             while c.reconciler.last is None:  # the first tick, at once
                 await asyncio.sleep(0.05)
+            # While the loop runs, full collections wait for the end of a tick.
+            assert (c.collections.due_after is not None) is collecting.GENERATIONAL
             loop = asyncio.get_running_loop()
             written = loop.time()
             write(box, "paused: true\n" + head, pool_text(0.0))
@@ -134,6 +136,7 @@ async def test_a_running_loop_takes_a_change_within_a_poll_not_an_interval(tmp_p
             paused = loop.time() - written
             stop.set()
             assert await running == 0
+            assert c.collections.due_after is None
     print(f"file written -> applied {took:.2f}s, -> a paused tick {paused:.2f}s (poll 0.2s)")
     assert paused < 2
 

@@ -229,3 +229,35 @@ def test_json_log_lines_carry_time_level_logger_message_extras_and_exceptions() 
     line = fmt.format(failed)
     assert "\n" not in line
     assert "ValueError: bad" in json.loads(line)["exception"]
+
+
+async def test_after_runs_once_each_step_has_ended_a_failing_one_too() -> None:
+    seen: list[str] = []
+    ran = asyncio.Event()
+
+    async def step() -> None:
+        seen.append("step")
+        ran.set()
+        if len(seen) == 1:
+            raise RuntimeError("boom")
+
+    loop = ReconcileLoop(
+        step,
+        interval=HOUR,
+        debounce=timedelta(milliseconds=10),
+        after=lambda: seen.append("after"),
+    )
+    loop.start()
+    try:
+        for _ in range(2):
+            async with asyncio.timeout(2):
+                await ran.wait()
+            ran.clear()
+            await asyncio.sleep(0)  # the run's own ending, past the step
+            loop.wake("again")
+        async with asyncio.timeout(2):
+            while len(seen) < 5:
+                await asyncio.sleep(0.001)
+    finally:
+        await loop.stop()
+    assert seen[:4] == ["step", "after", "step", "after"]
