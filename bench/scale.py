@@ -277,6 +277,7 @@ class Tick:
     started: float = 0.0  # epoch seconds: what the server's audit log is read between
     ended: float = 0.0
     collector_ms: float = 0.0  # of ``cpu_ms``, the garbage collector's
+    between_ms: float = 0.0  # after the tick, outside ``cpu_ms``: its full collection's CPU
 
     @property
     def lists(self) -> int:
@@ -461,8 +462,10 @@ async def measure(
             run.rss_mb = rss_mb()
             counting.take()
 
-            # A real server's nodes are renewed by KWOK: only the emulator's are here.
-            await _script(controller, script, counting, run, reading, heartbeats=server is None)
+            # A real server's nodes are renewed by KWOK: only the emulator's are here. Full
+            # collections wait for the end of a tick, as while ``Controller.run`` runs.
+            with controller.collections.between_ticks():
+                await _script(controller, script, counting, run, reading, heartbeats=server is None)
             gc.collect()
             run.rss_end_mb = rss_mb()
             if rest_s:
@@ -513,7 +516,12 @@ async def _script(
         cpu_ms, wall_ms = (time.process_time() - cpu) * 1000, (time.perf_counter() - wall) * 1000
         ended, collected = time.time(), collector.take()
         _dump(profile, f"scale-{nodes}-{kind}-{len(run.ticks)}.prof")
-        run.ticks.append(Tick(kind, cpu_ms, wall_ms, counting.take(), started, ended, collected))
+        cpu = time.process_time()
+        controller.collections.after_tick()  # as the loop does once a tick has ended
+        between = (time.process_time() - cpu) * 1000
+        run.ticks.append(
+            Tick(kind, cpu_ms, wall_ms, counting.take(), started, ended, collected, between)
+        )
         return report
 
     def lent() -> int:
@@ -620,6 +628,9 @@ class Figures:
     idle_cpu_ms_marks: float
     p99_cpu_ms: float
     p99_collector_ms: float
+    p99_cpu_ms_marks: float
+    p99_collector_ms_marks: float
+    between_max_ms: float
     rss_mb: float
     rss_end_mb: float
     rss_end_mb_marks: float
@@ -659,6 +670,9 @@ def figures(same: Sequence[Run], different: Sequence[Run]) -> Figures:
         idle_cpu_ms_marks=med(med(t.cpu_ms for t in idle(r)) for r in different),
         p99_cpu_ms=med(p99(r).cpu_ms for r in same),
         p99_collector_ms=med(p99(r).collector_ms for r in same),
+        p99_cpu_ms_marks=med(p99(r).cpu_ms for r in different),
+        p99_collector_ms_marks=med(p99(r).collector_ms for r in different),
+        between_max_ms=med(max(t.between_ms for t in r.ticks) for r in same),
         rss_mb=med(r.rss_mb for r in same),
         rss_end_mb=med(r.rss_end_mb for r in same),
         rss_end_mb_marks=med(r.rss_end_mb for r in different),
@@ -682,6 +696,9 @@ ROWS = (  # figure, label, format
     ("idle_cpu_ms_marks", "idle tick, pools with their own pod marks (ms)", "{:.1f}"),
     ("p99_cpu_ms", "p99 tick, lend and reclaim waves included (ms CPU)", "{:.1f}"),
     ("p99_collector_ms", "  of which the garbage collector (ms CPU)", "{:.1f}"),
+    ("p99_cpu_ms_marks", "the same, pools with their own pod marks (ms CPU)", "{:.1f}"),
+    ("p99_collector_ms_marks", "  of which the garbage collector (ms CPU)", "{:.1f}"),
+    ("between_max_ms", "longest full collection between ticks (ms CPU)", "{:.1f}"),
     ("rss_mb", "controller RSS after sync (MB)", "{:.0f}"),
     ("rss_end_mb", "controller RSS at the end of the run (MB)", "{:.0f}"),
     ("rss_end_mb_marks", "the same, pools with their own pod marks (MB)", "{:.0f}"),
