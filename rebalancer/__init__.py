@@ -6,3 +6,9 @@ The flow, in the words of the package layout:
 """
 
 __version__ = "0.1.0"
+
+from rebalancer import lazyclient
+
+# Before anything of ours imports the Kubernetes client: its generated packages import each
+# name when first used, not 832 modules up front (``rebalancer.lazyclient``).
+lazyclient.install()

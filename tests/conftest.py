@@ -6,6 +6,9 @@ wrong one, and a timing failure would be a flaky test. Failures print the blob t
 ``tests.support`` holds checks too (``reads``, ``actuation``, ``harness``...): its asserts are
 rewritten like a test module's, so a failing one shows the values it compared. This runs before
 any test module imports it.
+
+The suite imports the Kubernetes client as the product does, each generated name when first
+used (``rebalancer.lazyclient``): installed before ``tests.support`` imports the client.
 """
 
 from collections.abc import Iterator
@@ -15,7 +18,10 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+import rebalancer.lazyclient
 from sandbox.emulator.clock import ManualClock
+
+rebalancer.lazyclient.install()  # as importing ``rebalancer`` did: said here, where it matters
 
 pytest.register_assert_rewrite("tests.support")
 
