@@ -1,10 +1,10 @@
 """The garbage collector's full collections, run between ticks and never within one.
 
 At 5,000 nodes a full collection walks every object made since the informer froze its cache
-and its first views, and costs 50 to 100 ms (docs/design/scale.md, "Full collections between
-ticks"). CPython starts one once enough objects have survived into its oldest generation, and
-a lend or reclaim wave, which makes requests, answers and records by the hundred, is where
-that most often comes: the tick that moves nodes was the one slowed.
+and its first views, and cost 18 to 134 ms where measured (docs/design/scale.md, "Full
+collections between ticks"). CPython starts one once enough objects have survived into its
+oldest generation, and a lend or reclaim wave, which makes requests, answers and records by
+the hundred, is where that most often comes: the tick that moves nodes was the one slowed.
 
 While the loop runs in the controller's process (``Controller.run``), the automatic full
 collection is held off, and the loop runs one after a tick (``ReconcileLoop``'s ``after``)

@@ -174,9 +174,12 @@ class ReconcileLoop:
         except Exception:
             log.exception("reconcile step failed; the next run starts from the cluster again")
         finally:
-            self.after()
             self._running = False
             self._idle.set()
+        try:
+            self.after()  # nothing awaits in between: no run starts before it ends
+        except Exception:
+            log.exception("the work after the reconcile step failed; the loop goes on")
         if self._stopping:
             return
         if self._again:

@@ -261,3 +261,24 @@ async def test_after_runs_once_each_step_has_ended_a_failing_one_too() -> None:
     finally:
         await loop.stop()
     assert seen[:4] == ["step", "after", "step", "after"]
+
+
+async def test_a_failing_after_is_logged_and_the_loop_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    step = Step()
+
+    def after() -> None:
+        raise RuntimeError("boom")
+
+    loop = ReconcileLoop(step, interval=HOUR, debounce=timedelta(milliseconds=10), after=after)
+    loop.start()
+    try:
+        await step.until_done(1)
+        await asyncio.sleep(0)
+        loop.wake("again")
+        await step.until_done(2)
+    finally:
+        await loop.stop()
+    assert step.runs == 2
+    assert any("the work after the reconcile step failed" in r.getMessage() for r in caplog.records)
