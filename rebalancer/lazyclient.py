@@ -4,19 +4,23 @@
 ``__init__`` files that import every API and model class the OpenAPI document names, 841
 ``from ... import ...`` lines: 832 modules and 38 MB of the controller's resident set at start,
 for the eight APIs and the few models it uses (docs/design/scale.md, "The client's models,
-imported when used"). The library has no switch for it.
+imported when used"). The library has no switch for it. The package itself imports its
+``config``, ``dynamic``, ``stream``, ``utils`` and ``watch`` (``import kubernetes_asyncio.dynamic
+as dynamic``; ``dynamic`` a JSON Schema validator too, where one is installed), of which the
+controller uses ``config`` alone.
 
 ``install()`` (run by ``rebalancer/__init__``, before anything of ours imports the client) puts
-a finder first on ``sys.meta_path`` for those three packages. Each is loaded from its own
+a finder first on ``sys.meta_path`` for those four packages. Each is loaded from its own
 ``__init__`` as shipped, read as a table instead of run: a name is imported from the module the
-file names for it the first time it is looked up (a module ``__getattr__``, PEP 562), then kept
-on the package, so every later look-up is an attribute like any other. The packages' literal
-assignments (``__version__``, ``__all__``) are set as written. A name the file does not list
-is looked up as a submodule, as the import the file would have run leaves them on the package.
+file names for it (the module itself, for ``import <module> as <name>``) the first time it is
+looked up (a module ``__getattr__``, PEP 562), then kept on the package, so every later look-up
+is an attribute like any other. The literal assignments (``__version__``, ``__all__``) are set
+as written. A name the file does not list is looked up as a submodule, as the import the file
+would have run leaves them on the package.
 
-A file that is anything but its docstring, ``from <module> import <name>`` lines and literal
-assignments is imported as shipped: the table is only used where it says all the file does.
-A process that imported the client before ``install()`` keeps it as it was.
+A file that is anything but its docstring, those two forms of import and literal assignments
+is imported as shipped: the table is only used where it says all the file does. A process that
+imported the client before ``install()`` keeps it as it was.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Any
 
 PACKAGES = frozenset(
     {
+        "kubernetes_asyncio",
         "kubernetes_asyncio.client",
         "kubernetes_asyncio.client.api",
         "kubernetes_asyncio.client.models",
@@ -47,7 +52,8 @@ class Table:
     """What a package's ``__init__`` does: each name it imports, from where, and the
     constants it sets."""
 
-    names: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (module, attr)
+    # name -> (module, attr), or (module, None) for the module itself
+    names: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     constants: dict[str, Any] = field(default_factory=dict)
 
 
@@ -62,6 +68,10 @@ def table_of(source: str) -> Table | None:
                 if alias.name == "*":
                     return None
                 table.names[alias.asname or alias.name] = (node.module, alias.name)
+            continue
+        if isinstance(node, ast.Import) and all(alias.asname for alias in node.names):
+            for alias in node.names:
+                table.names[str(alias.asname)] = (alias.name, None)
             continue
         if (
             isinstance(node, ast.Assign)
@@ -91,7 +101,9 @@ class _Loader(importlib.abc.Loader):
         def __getattr__(name: str) -> Any:
             if name in names:
                 source, attr = names[name]
-                value = getattr(importlib.import_module(source), attr)
+                value = importlib.import_module(source)
+                if attr is not None:
+                    value = getattr(value, attr)
             elif not name.startswith("__") and _has_submodule(module.__name__, name):
                 value = importlib.import_module(f"{module.__name__}.{name}")
             else:
