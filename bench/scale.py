@@ -462,21 +462,81 @@ async def measure(
             run.rss_mb = rss_mb()
             counting.take()
 
-            # A real server's nodes are renewed by KWOK: only the emulator's are here. Full
+            # Only the emulator's nodes get heartbeats here (KWOK renews a real server's); full
             # collections wait for the end of a tick, as while ``Controller.run`` runs.
             with controller.collections.between_ticks():
                 await _script(controller, script, counting, run, reading, heartbeats=server is None)
             gc.collect()
             run.rss_end_mb = rss_mb()
             if rest_s:
-                reading("rest")
-                await controller.reconciler.tick()
-                await asyncio.sleep(rest_s - (time.time() - run.readings["rest"]["t"]))
-                reading("rested")
+                await _rest(controller, run, reading)
             informer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await informer
     return run
+
+
+async def _rest(controller: Any, run: Run, reading: Callable[[str], None]) -> None:
+    """One tick, then nothing until ``run.rest_s`` after it began (--backend real)."""
+    reading("rest")
+    await controller.reconciler.tick()
+    await asyncio.sleep(run.rest_s - (time.time() - run.readings["rest"]["t"]))
+    reading("rested")
+
+
+@dataclass
+class Ticker:
+    """The script's ticks, each timed (CPU, wall, the collector's part) with its requests
+    counted; then, outside its time, the full collection the loop runs once a tick has ended.
+    With ``heartbeats``, a twentieth of the nodes get a new heartbeat before each idle tick
+    (another twentieth each time)."""
+
+    controller: Any
+    counting: Counting
+    run: Run
+    heartbeats: bool
+    collector: Collector = field(default_factory=Collector)
+
+    async def __call__(self, kind: str) -> Any:
+        controller, run = self.controller, self.run
+        if kind == "idle" and self.heartbeats:
+            await heartbeat(controller, run.nodes, sum(1 for t in run.ticks if t.kind == "idle"))
+        await _settle(controller.informer)
+        self.counting.take()
+        self.collector.take()
+        profile = _profiler(kind)
+        cpu, wall, started = time.process_time(), time.perf_counter(), time.time()
+        report = await controller.reconciler.tick()
+        cpu_ms, wall_ms = (time.process_time() - cpu) * 1000, (time.perf_counter() - wall) * 1000
+        ended, collected = time.time(), self.collector.take()
+        _dump(profile, f"scale-{run.nodes}-{kind}-{len(run.ticks)}.prof")
+        cpu = time.process_time()
+        controller.collections.after_tick()  # as the loop does once a tick has ended
+        between = (time.process_time() - cpu) * 1000
+        requests = self.counting.take()
+        run.ticks.append(Tick(kind, cpu_ms, wall_ms, requests, started, ended, collected, between))
+        return report
+
+
+def _demand(controller: Any, script: Script, serving: int) -> None:
+    """Each pool's demand set to what ``serving`` nodes carry, less half a node's worth."""
+    for pool in controller.pools:
+        rps = (serving - 0.5) * RPS_PER_NODE
+        rps /= 1 + pool.policy.headroom
+        assert pool.policy.need(rps) == serving
+        script.demand[str(pool.name)] = rps
+
+
+def _lent(controller: Any) -> int:
+    """The first pool's nodes not serving, as the cache shows them."""
+    from rebalancer.core import tick as tick_mod
+    from rebalancer.core.nodestate import Phase
+
+    views = controller.informer.node_views(controller.pools[0].marks)
+    lent_taints = controller.pools[0].lend_spec.add_taints
+    return sum(
+        1 for v in views if tick_mod.phase(v, controller.keys, lent_taints) is not Phase.SERVING
+    )
 
 
 async def _script(
@@ -487,71 +547,30 @@ async def _script(
     reading: Callable[[str], None],
     heartbeats: bool,
 ) -> None:
-    """Steps 2 to 5 of the module's script, each tick timed and its requests counted; with
-    ``heartbeats``, a twentieth of the nodes given a new heartbeat before each idle tick
-    (another twentieth each time)."""
-    from rebalancer.core import tick as tick_mod
-    from rebalancer.core.nodestate import Phase
-
-    nodes = run.nodes
-    per_pool = nodes // 5
-    collector = Collector()
-
-    def demand(serving: int) -> None:
-        for pool in controller.pools:
-            rps = (serving - 0.5) * RPS_PER_NODE
-            rps /= 1 + pool.policy.headroom
-            assert pool.policy.need(rps) == serving
-            script.demand[str(pool.name)] = rps
-
-    async def tick(kind: str) -> Any:
-        if kind == "idle" and heartbeats:
-            await heartbeat(controller, nodes, sum(1 for t in run.ticks if t.kind == "idle"))
-        await _settle(controller.informer)
-        counting.take()
-        collector.take()
-        profile = _profiler(kind)
-        cpu, wall, started = time.process_time(), time.perf_counter(), time.time()
-        report = await controller.reconciler.tick()
-        cpu_ms, wall_ms = (time.process_time() - cpu) * 1000, (time.perf_counter() - wall) * 1000
-        ended, collected = time.time(), collector.take()
-        _dump(profile, f"scale-{nodes}-{kind}-{len(run.ticks)}.prof")
-        cpu = time.process_time()
-        controller.collections.after_tick()  # as the loop does once a tick has ended
-        between = (time.process_time() - cpu) * 1000
-        run.ticks.append(
-            Tick(kind, cpu_ms, wall_ms, counting.take(), started, ended, collected, between)
-        )
-        return report
-
-    def lent() -> int:
-        views = controller.informer.node_views(controller.pools[0].marks)
-        lent_taints = controller.pools[0].lend_spec.add_taints
-        return sum(
-            1 for v in views if tick_mod.phase(v, controller.keys, lent_taints) is not Phase.SERVING
-        )
-
-    demand(per_pool)
+    """Steps 2 to 5 of the module's script (``Ticker``)."""
+    per_pool = run.nodes // 5
+    tick = Ticker(controller, counting, run, heartbeats)
+    _demand(controller, script, per_pool)
     await tick("start")  # start-up: recovery reads what a crash left
     reading("idle")
     for _ in range(IDLE_TICKS):
         await tick("idle")
     reading("idled")
-    demand(per_pool - WAVE)
+    _demand(controller, script, per_pool - WAVE)
     report = await tick("lend")
     run.lent = sum(1 for a in report.applied if a.result and a.result.outcome == "applied")
     for _ in range(IDLE_TICKS):
         await tick("idle")
-    demand(per_pool)
+    _demand(controller, script, per_pool)
     counting.armed, counting.first_write = time.perf_counter(), None
     report = await tick("reclaim")
     if counting.first_write is not None:
         run.spike_to_write_ms = (counting.first_write - counting.armed) * 1000
     for _ in range(5):
-        if lent() == 0:
+        if _lent(controller) == 0:
             break
         await tick("drain")
-    run.reclaimed = run.lent - lent()
+    run.reclaimed = run.lent - _lent(controller)
     reading("scripted")
 
 
