@@ -46,8 +46,30 @@ def time_doc(when: datetime) -> str:
     return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
+_AS_IS = frozenset({str, int, bool, type(None)})  # exact types written as they are
+
+
 def jsonable(value: Any) -> Any:
     """``value`` with datetimes, durations, enums, tuples and sets made JSON-safe."""
+    # The common shapes by their exact type first, each as ``_jsonable`` makes it: a wave of
+    # 100 reclaims writes about 20,000 values into its records, and an ``isinstance`` against
+    # ``Mapping`` asks the ABC machinery. A subclass (an enum is one of ``str`` or ``int``) is
+    # not its base's exact type, and takes the full path.
+    kind = type(value)
+    if kind in _AS_IS:
+        return value
+    if kind is dict:
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [jsonable(v) for v in value]
+    if kind is float:
+        return _number(value)
+    if kind is datetime:
+        return time_doc(value)
+    return _jsonable(value)
+
+
+def _jsonable(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return jsonable(value.value)
     if value is None or isinstance(value, bool | int | str):
