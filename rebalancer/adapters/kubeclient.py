@@ -180,6 +180,7 @@ class ClockProbe:
         self.estimator = clocks.Estimator(clocks.Against.APISERVER)
         self.last: datetime | None = None  # when the newest reading was received
         self.api: Any = None  # the client watched, which ``measure_skew`` probes with
+        self._dates: dict[str, datetime] = {}  # the last ``Date`` header read, and its time
 
     def watch(self, api: Any) -> None:
         """Read the clock of every answer ``api`` gets: its one request call is timed."""
@@ -202,13 +203,13 @@ class ClockProbe:
         """One answer: sent and received on the controller's clock, its ``Date`` header."""
         if not date:
             return
-        try:
-            server = email.utils.parsedate_to_datetime(date)
-        except (TypeError, ValueError):
-            return  # not a date: no reading, never a guess
-        if server.tzinfo is None:
-            return
-        reading = clocks.Reading(sent, received, server.astimezone(UTC), clocks.SECOND)
+        server = self._dates.get(date)
+        if server is None:
+            server = _date(date)
+            if server is None:
+                return  # not a date: no reading, never a guess
+            self._dates = {date: server}  # the answers of one second share their Date
+        reading = clocks.Reading(sent, received, server, clocks.SECOND)
         self.estimator = clocks.add(self.estimator, reading)
         self.last = received
 
@@ -230,6 +231,15 @@ class ClockProbe:
         """The API server's now, from the controller's clock (``clocks.corrected``)."""
         own = self.clock()
         return clocks.corrected(own, clocks.estimate(self.estimator, own))
+
+
+def _date(header: str) -> datetime | None:
+    """A ``Date`` header's time in UTC; None when it is not a date with a zone."""
+    try:
+        server = email.utils.parsedate_to_datetime(header)
+    except (TypeError, ValueError):
+        return None
+    return None if server.tzinfo is None else server.astimezone(UTC)
 
 
 def _header(response: Any, name: str) -> str | None:

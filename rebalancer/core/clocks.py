@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -52,6 +52,15 @@ class Reading:
     received: datetime
     server: datetime
     resolution: timedelta = timedelta(0)
+    # ``offset`` and ``uncertainty`` in seconds, worked out once: an estimate takes the
+    # median of each over the recent readings, and the API server's now is estimated at
+    # every write of a wave (the readings change with every answer).
+    offset_s: float = field(init=False, repr=False, compare=False)
+    uncertainty_s: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "offset_s", self.offset.total_seconds())
+        object.__setattr__(self, "uncertainty_s", self.uncertainty.total_seconds())
 
     @property
     def offset(self) -> timedelta:
@@ -114,11 +123,12 @@ def add(estimator: Estimator, reading: Reading) -> Estimator:
 def estimate(estimator: Estimator, now: datetime, max_age: timedelta = MAX_AGE) -> Skew | None:
     """The median offset of the readings of the last ``max_age``, with the median uncertainty;
     None when there is none."""
-    recent = [r for r in estimator.readings if now - max_age <= r.received <= now + max_age]
+    since, until = now - max_age, now + max_age
+    recent = [r for r in estimator.readings if since <= r.received <= until]
     if not recent:
         return None
-    offset = statistics.median(r.offset.total_seconds() for r in recent)
-    spread = statistics.median(r.uncertainty.total_seconds() for r in recent)
+    offset = statistics.median([r.offset_s for r in recent])
+    spread = statistics.median([r.uncertainty_s for r in recent])
     newest = max(r.received for r in recent)
     return Skew(
         estimator.against,

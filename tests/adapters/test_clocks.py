@@ -93,6 +93,21 @@ def test_a_date_that_is_not_one_is_no_reading() -> None:
     assert probe.now() <= wall()
 
 
+def test_answers_of_one_second_share_their_date_and_a_bad_one_between_is_no_reading() -> None:
+    probe = ClockProbe(wall)
+    first, second = "Wed, 01 Jan 2020 00:00:00 GMT", "Wed, 01 Jan 2020 00:00:01 +0100"
+    for text in (first, "yesterday", first, second, "", "Wed, 01 Jan 2020 00:00:02", first):
+        probe.observe(wall(), wall(), text)
+    at = datetime(2020, 1, 1, tzinfo=UTC)
+    assert [r.server for r in probe.estimator.readings] == [
+        at,
+        at,
+        at - timedelta(minutes=59, seconds=59),
+        at,
+    ]
+    assert all(r.server.tzinfo is UTC for r in probe.estimator.readings)
+
+
 # -- Prometheus -------------------------------------------------------------------------------
 
 

@@ -72,6 +72,16 @@ def test_a_reading_is_the_middle_of_the_round_trip_with_half_of_it_as_uncertaint
     assert r.uncertainty == timedelta(seconds=0.2)
 
 
+def test_a_reading_keeps_its_offset_and_uncertainty_in_seconds_even_when_replaced() -> None:
+    r = reading(-600.3, rtt=0.4, resolution=1.0)
+    moved = dataclasses.replace(r, server=r.server + 2 * S)
+    for each in (r, moved):
+        assert each.offset_s == each.offset.total_seconds()
+        assert each.uncertainty_s == each.uncertainty.total_seconds()
+    assert moved.offset_s == r.offset_s + 2
+    assert r == dataclasses.replace(r)  # the seconds are not a part of what it is
+
+
 def test_a_date_header_cut_to_the_second_is_read_as_the_middle_of_its_second() -> None:
     r = reading(-600.3, rtt=0.0, resolution=1.0)
     assert abs(r.offset.total_seconds() - -600.3) <= 0.5
