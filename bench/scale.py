@@ -20,6 +20,11 @@ goes through the same script, and leaves the cluster as it found it:
 5. a spike: demand needs every node again; the tick that takes the 100 back, and the time from
    its start (the spike visible to the controller) to its first reclaim write; then the ticks
    that finish the reclaims; and the resident set again (every pool's views built by then).
+6. (in a process of its own, once the controller's has ended) the reclaim wave's requests
+   alone: as many of each verb, for as many nodes, as many at a time, through the client as
+   the controller opens it (``alone``). What the wave costs before anything the controller
+   decides, records or checks: the part of the reclaim tick no change to the controller's
+   own code can take away.
 
 Each tick is timed in controller CPU (``time.process_time``: the strategy threads included) and
 wall time, with the API requests it sent counted by verb and the garbage collector's part of its
@@ -297,6 +302,7 @@ class Run:
     lent: int = 0
     reclaimed: int = 0
     spike_to_write_ms: float = 0.0
+    alone_ms: float = float("nan")  # the reclaim wave's requests sent alone (``alone``)
     # --backend real: readings (epoch time, the controller's CPU, the server's processes' CPU
     # and resident sets) at the script's steps, and the rest after it (one tick, then nothing)
     readings: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -662,6 +668,7 @@ class Figures:
     lend_cpu_ms: float
     reclaim_requests: float
     reclaim_cpu_ms: float
+    reclaim_alone_ms: float
     spike_to_write_ms: float
     lent: float
     reclaimed: float
@@ -704,6 +711,7 @@ def figures(same: Sequence[Run], different: Sequence[Run]) -> Figures:
         lend_cpu_ms=med(one(r, "lend").cpu_ms for r in same),
         reclaim_requests=med(sum(one(r, "reclaim").requests.values()) for r in same),
         reclaim_cpu_ms=med(one(r, "reclaim").cpu_ms for r in same),
+        reclaim_alone_ms=med(r.alone_ms for r in same),
         spike_to_write_ms=med(r.spike_to_write_ms for r in same),
         lent=med(r.lent for r in same),
         reclaimed=med(r.reclaimed for r in same),
@@ -730,6 +738,7 @@ ROWS = (  # figure, label, format
     ("lend_cpu_ms", "lend 100 nodes in one tick: CPU (ms)", "{:.0f}"),
     ("reclaim_requests", "reclaim 100 nodes in one tick: requests", "{:.0f}"),
     ("reclaim_cpu_ms", "reclaim 100 nodes in one tick: CPU (ms)", "{:.0f}"),
+    ("reclaim_alone_ms", "  its requests alone, no controller (ms CPU)", "{:.0f}"),
     ("spike_to_write_ms", "spike seen to first reclaim write (ms)", "{:.0f}"),
     ("lent", "nodes lent in the wave", "{:.0f}"),
     ("reclaimed", "nodes back by the end", "{:.0f}"),
@@ -801,6 +810,87 @@ def emulator(nodes: int, tmp: Path) -> Iterator[tuple[Path, int]]:
         proc.wait(timeout=60)
 
 
+ALONE_WAVES = 5  # the reclaim wave's requests sent alone this many times; the median counts
+
+
+async def alone(kubeconfig: Path, nodes: int, waves: int = ALONE_WAVES) -> list[float]:
+    """The reclaim wave's requests without the controller, ``waves`` times: for each of the
+    wave's nodes, as many of each verb as the controller sends (a node patch, its pods listed,
+    a second patch, two Events), through the client as the controller opens it, as many at a
+    time as it sends them, answers read as its writer reads them. CPU ms of each wave: what a
+    reclaim wave costs before anything the controller decides, records or checks."""
+    import orjson
+    from kubernetes_asyncio import client
+
+    from rebalancer.adapters import kubeclient
+    from rebalancer.core.concurrency import RECLAIM_CONCURRENCY
+
+    idle: dict[str, list[str]] = {}
+    for name, pool, kind in layout(nodes):
+        if kind == "idle":
+            idle.setdefault(pool, []).append(name)
+    wave = [name for names in idle.values() for name in names[:WAVE]]
+    gate = asyncio.Semaphore(RECLAIM_CONCURRENCY)
+    async with kubeclient.api_client(kubeconfig) as api:
+        core: Any = client.CoreV1Api(api)  # its stubs name no _content_type
+        pods = core.list_pod_for_all_namespaces
+        event: Any = client.EventsV1Api(api).create_namespaced_event  # a dict body as is
+
+        async def read(pending: Any) -> None:
+            answer = await pending
+            try:
+                orjson.loads(await answer.read())
+            finally:
+                answer.release()
+
+        def patch(name: str, text: str) -> Any:
+            body = {"metadata": {"annotations": {"bench.rebalancer.io/alone": text}}}
+            merge = "application/merge-patch+json"
+            return core.patch_node(name, body, _content_type=merge, _preload_content=False)
+
+        async def node(name: str, n: int) -> None:
+            async with gate:
+                await read(patch(name, f"{n}-begin {'x' * 600}"))  # a state's size
+                on = f"spec.nodeName={name}"
+                await read(pods(field_selector=on, _preload_content=False))
+                await read(patch(name, f"{n}-finish {'x' * 600}"))
+                for k in range(2):
+                    await read(event("default", _event(name, n, k), _preload_content=False))
+
+        spent = []
+        for n in range(waves):
+            began = time.process_time()
+            await asyncio.gather(*(node(name, n) for name in wave))
+            spent.append((time.process_time() - began) * 1000)
+            await asyncio.sleep(0.5)
+        return spent
+
+
+def _event(node: str, wave: int, k: int) -> Obj:
+    return {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": f"{node}.{time.time_ns():x}{wave}{k}", "namespace": "default"},
+        "eventTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "reportingController": "rebalancer.io/controller",
+        "reportingInstance": "bench",
+        "action": "Reclaim",
+        "reason": "Restored",
+        "type": "Normal",
+        "regarding": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
+        "note": "the reclaim wave's requests alone",
+    }
+
+
+def alone_run(kubeconfig: Path, nodes: int) -> float:
+    """``alone`` in a process of its own (as the controller runs in one): the median wave."""
+    command = [
+        sys.executable, __file__, "alone", "--kubeconfig", str(kubeconfig), "--nodes", str(nodes),
+    ]  # fmt: skip
+    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    return float(statistics.median(json.loads(done.stdout.strip().splitlines()[-1])))
+
+
 def controller_run(
     kubeconfig: Path,
     nodes: int,
@@ -861,6 +951,7 @@ def real_run(nodes: int, tmp: Path, out: Path | None) -> tuple[Run, dict[str, An
             plane, run, sampler.samples, started, kube.CONTROLLER_USER
         )
         server.update(nodes=nodes, pods=plane.pods)
+        run.alone_ms = alone_run(plane.kubeconfig, nodes)  # after the server's figures are read
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             payload = {
@@ -891,6 +982,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     s = sub.add_parser("serve", help="(internal) the emulator's process")
     s.add_argument("--nodes", type=int, required=True)
     s.add_argument("--kubeconfig", type=Path, required=True)
+    a = sub.add_parser("alone", help="(internal) the reclaim wave's requests, no controller")
+    a.add_argument("--kubeconfig", type=Path, required=True)
+    a.add_argument("--nodes", type=int, required=True)
     m = sub.add_parser("measure", help="(internal) the controller's process")
     m.add_argument("--kubeconfig", type=Path, required=True)
     m.add_argument("--nodes", type=int, required=True)
@@ -920,6 +1014,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         serve(args.nodes, args.kubeconfig)
         return 0
+    if args.command == "alone":
+        print(json.dumps(asyncio.run(alone(args.kubeconfig, args.nodes))))
+        return 0
     if args.command == "measure":
         run = asyncio.run(
             measure(args.kubeconfig, args.nodes, args.pods, args.marks, args.server, args.rest)
@@ -939,6 +1036,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     # (not lendable) for a while, so the next run would find fewer to lend.
                     with emulator(nodes, Path(tmp)) as (kubeconfig, pods):
                         run = controller_run(kubeconfig, nodes, pods, marks)
+                        if marks == "same":
+                            run.alone_ms = alone_run(kubeconfig, nodes)
                     into.append(run)
                     runs.append(run)
                     idle = statistics.median(t.cpu_ms for t in run.ticks if t.kind == "idle")
