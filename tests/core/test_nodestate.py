@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rebalancer.core import bounded, model, nodestate
@@ -853,6 +853,27 @@ _UNIQUE_TAINTS = st.lists(_TAINTS, max_size=6, unique_by=lambda t: (t.key, t.eff
     changed=st.dictionaries(st.integers(0, 9), _TAINT_VALUES, max_size=2),
     at=st.integers(0, 9),
     rollback=st.booleans(),
+)
+# Another writer takes ``a`` off and puts it back at the front: the taint the original placed
+# after ``a`` must not go back before the one of ours the original placed first.
+@example(
+    taints=(
+        Taint("workload", "NoSchedule"),
+        Taint("workload", "NoExecute"),
+        Taint("z/y", "PreferNoSchedule"),
+        Taint("a", "PreferNoSchedule"),
+        Taint("workload", "PreferNoSchedule"),
+    ),
+    spec=nodestate.LendSpec(
+        remove_taints=(),
+        add_taints=(Taint("workload", "PreferNoSchedule"), Taint("z/y", "PreferNoSchedule")),
+        labels={},
+    ),
+    added=[Taint("a", "PreferNoSchedule")],
+    removed={2},
+    changed={},
+    at=0,
+    rollback=False,
 )
 def test_any_other_writers_taints_survive_the_restore_and_nothing_else_changes(
     taints: tuple[Taint, ...],

@@ -72,10 +72,12 @@ def restore_taints(now: Sequence[model.Taint], original: Original, owned: set[Ta
     original's taints of those keys are put back; every other taint stays exactly as it is now
     (value, ``timeAdded``, order). A taint the lend removed goes back where it stood in the
     original list: right after the nearest original taint before it that is still on the node
-    (at the front when there is none), so that where nobody else wrote, the result is the
-    original list byte for byte. Another writer's taint with a key and effect the lend owns is
-    replaced by the recorded one (the API allows one taint per key and effect, and the recorded
-    one is what the pool served under); a taint another writer removed stays removed.
+    (at the front when there is none), and never before an original taint of ours that stood
+    before it, so that our taints keep the original's order among them and, where nobody else
+    wrote, the result is the original list byte for byte. Another writer's taint with a key
+    and effect the lend owns is replaced by the recorded one (the API allows one taint per key
+    and effect, and the recorded one is what the pool served under); a taint another writer
+    removed stays removed.
     """
     kept = [t for t in now if taint_key(t) not in owned]
     # Pair each original taint that is not ours with the taint on the node now of the same key
@@ -96,7 +98,10 @@ def restore_taints(now: Sequence[model.Taint], original: Original, owned: set[Ta
         if taint_key(taint) in owned:
             after.setdefault(anchor, []).append(taint)
         elif index in anchor_of:
-            anchor = anchor_of[index]
+            # Never back before a taint of ours the original put first: another writer may have
+            # moved the anchor (taken a taint off and put one of its key and effect back at the
+            # front), and the original's order among our taints is what the restore owes.
+            anchor = max(anchor, anchor_of[index])
     result = list(after.get(-1, []))
     for i, taint in enumerate(kept):
         result.append(taint)
