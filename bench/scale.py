@@ -984,7 +984,7 @@ def real_run(nodes: int, tmp: Path, out: Path | None) -> tuple[Run, dict[str, An
         return run, server
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command")
     s = sub.add_parser("serve", help="(internal) the emulator's process")
@@ -1018,7 +1018,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="write every run's figures here too (--backend real: a directory, out/ unless"
         " given, one scale-real-NODES.json per size)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if args.command == "serve":
         serve(args.nodes, args.kubeconfig)
         return 0
@@ -1033,6 +1037,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.backend == "real":
         return real_main(args)
+    return emulator_main(args)
+
+
+def emulator_main(args: argparse.Namespace) -> int:
+    """The emulator's runs (``--repeat`` of each marks mode per size), their table, plot and
+    JSON."""
     results, runs = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for nodes in args.sizes:
