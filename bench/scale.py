@@ -841,9 +841,10 @@ async def alone(kubeconfig: Path, nodes: int, waves: int = ALONE_WAVES) -> list[
 
 def _wave_of_requests(api: Any, n: int) -> Callable[[str], Awaitable[None]]:
     """What ``alone`` sends for one node of wave ``n``, ``RECLAIM_CONCURRENCY`` at a time."""
-    import orjson
     from kubernetes_asyncio import client
 
+    from rebalancer.adapters import events
+    from rebalancer.adapters.writer import MERGE_PATCH, read_answer
     from rebalancer.core.concurrency import RECLAIM_CONCURRENCY
 
     core: Any = client.CoreV1Api(api)  # its stubs name no _content_type
@@ -851,43 +852,24 @@ def _wave_of_requests(api: Any, n: int) -> Callable[[str], Awaitable[None]]:
     event: Any = client.EventsV1Api(api).create_namespaced_event  # a dict body as is
     gate = asyncio.Semaphore(RECLAIM_CONCURRENCY)
 
-    async def read(pending: Any) -> None:
-        answer = await pending
-        try:
-            orjson.loads(await answer.read())
-        finally:
-            answer.release()
-
     def patch(name: str, text: str) -> Any:
         body = {"metadata": {"annotations": {"bench.rebalancer.io/alone": text}}}
-        merge = "application/merge-patch+json"
-        return core.patch_node(name, body, _content_type=merge, _preload_content=False)
+        return core.patch_node(name, body, _content_type=MERGE_PATCH, _preload_content=False)
+
+    def told(name: str, k: int) -> Any:  # as the recorder writes a reclaim's Event
+        said = events.NodeEvent(name, "Normal", events.RESTORED, "Reclaim", "requests alone")
+        body = events.event_body(said, "bench", datetime.now(UTC), time.time_ns() + k)
+        return event(events.NAMESPACE, body, _preload_content=False)
 
     async def node(name: str) -> None:
         async with gate:
-            await read(patch(name, f"{n}-begin {'x' * 600}"))  # a state's size
-            await read(pods(field_selector=f"spec.nodeName={name}", _preload_content=False))
-            await read(patch(name, f"{n}-finish {'x' * 600}"))
+            await read_answer(patch(name, f"{n}-begin {'x' * 600}"))  # a state's size
+            await read_answer(pods(field_selector=f"spec.nodeName={name}", _preload_content=False))
+            await read_answer(patch(name, f"{n}-finish {'x' * 600}"))
             for k in range(2):
-                await read(event("default", _event(name, n, k), _preload_content=False))
+                await read_answer(told(name, k))
 
     return node
-
-
-def _event(node: str, wave: int, k: int) -> Obj:
-    return {
-        "apiVersion": "events.k8s.io/v1",
-        "kind": "Event",
-        "metadata": {"name": f"{node}.{time.time_ns():x}{wave}{k}", "namespace": "default"},
-        "eventTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-        "reportingController": "rebalancer.io/controller",
-        "reportingInstance": "bench",
-        "action": "Reclaim",
-        "reason": "Restored",
-        "type": "Normal",
-        "regarding": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
-        "note": "the reclaim wave's requests alone",
-    }
 
 
 def alone_run(kubeconfig: Path, nodes: int) -> float:
