@@ -79,7 +79,9 @@ def test_a_reading_keeps_its_offset_and_uncertainty_in_seconds_even_when_replace
         assert each.offset_s == each.offset.total_seconds()
         assert each.uncertainty_s == each.uncertainty.total_seconds()
     assert moved.offset_s == r.offset_s + 2
-    assert r == dataclasses.replace(r)  # the seconds are not a part of what it is
+    other = dataclasses.replace(r)
+    object.__setattr__(other, "offset_s", 0.0)
+    assert other == r  # the seconds are not a part of what it is
 
 
 def test_a_date_header_cut_to_the_second_is_read_as_the_middle_of_its_second() -> None:
