@@ -61,6 +61,7 @@ from sandbox.emulator import (
     selector,
     status,
     tables,
+    validation,
 )
 from sandbox.emulator.auth import Access
 from sandbox.emulator.faults import FaultInjector, Faults
@@ -201,6 +202,33 @@ def flag(query: Any, name: str) -> bool:
     return not (value == "0" or value.lower() == "false")
 
 
+def _check_initial_events(query: Any) -> None:
+    """``sendInitialEvents`` as kube-apiserver 1.36 validates it (asked of it, and held to it in
+    ``tests/kubeapi/test_conformance.py``): on a watch, with ``resourceVersionMatch`` set to
+    ``NotOlderThan``, the one value a watch takes; never on a list."""
+    if "sendInitialEvents" not in query:
+        return
+    match = query.get(_MATCH)
+    causes = []
+    if not flag(query, "watch"):
+        if match is not None and not query.get("resourceVersion"):
+            unless = "resourceVersionMatch is forbidden unless resourceVersion is provided"
+            causes.append(validation.forbidden(_MATCH, unless))
+        forbidden = "sendInitialEvents is forbidden for list"
+        causes.append(validation.forbidden("sendInitialEvents", forbidden))
+    else:
+        if flag(query, "sendInitialEvents") and match != "NotOlderThan":
+            requires = "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+            causes.append(validation.forbidden(_MATCH, requires))
+        if match is not None and match != "NotOlderThan":
+            causes.append(validation.unsupported(_MATCH, match, ("NotOlderThan",)))
+    if causes:
+        raise status.invalid("ListOptions", "meta.k8s.io", "", causes)
+
+
+_MATCH = "resourceVersionMatch"
+
+
 def _integer(query: Any, name: str) -> int | None:
     if name not in query:
         return None
@@ -243,6 +271,7 @@ async def _dispatch(request: web.Request, where: Route) -> web.StreamResponse:
     rt = where.rt
     if where.name is None:
         if method == "GET":
+            _check_initial_events(query)
             if flag(query, "watch"):
                 return await _watch(request, where, None)
             return _respond(_list(store, where, query, _table_version(request)))

@@ -374,6 +374,24 @@ def case_an_event_is_created_as_events_k8s_io_v1(n: str) -> list[Step]:
     ]
 
 
+def case_a_streamed_list_is_asked_for_as_the_informer_asks(n: str) -> list[Step]:
+    """``sendInitialEvents`` only on a watch, and only with ``resourceVersionMatch=NotOlderThan``:
+    what the informer's streamed list must send, and what a server that refuses it answers."""
+    one = f"fieldSelector=metadata.name%3D{n}&timeoutSeconds=1"
+    return [
+        Step("POST", "/api/v1/nodes", node_body(n), read=labels),
+        Step("GET", f"/api/v1/nodes?watch=true&sendInitialEvents=true&{one}"),
+        Step(
+            "GET",
+            f"/api/v1/nodes?watch=true&sendInitialEvents=true&resourceVersionMatch=Exact&{one}",
+        ),
+        Step(
+            "GET", f"/api/v1/nodes?sendInitialEvents=true&resourceVersionMatch=NotOlderThan&{one}"
+        ),
+        Step("GET", f"/api/v1/nodes?sendInitialEvents=true&{one}"),
+    ]
+
+
 def generated(body: Obj, prefix: str) -> Obj:
     return {**body, "metadata": {"generateName": prefix, "namespace": "default"}}
 
@@ -393,6 +411,7 @@ CASES = [
     case_a_pods_annotations_are_merged_and_its_uid_is_checked,
     case_a_pods_condition_is_merged_by_type_and_its_type_is_checked,
     case_a_changed_uid_is_named_twice_but_on_budgets,
+    case_a_streamed_list_is_asked_for_as_the_informer_asks,
 ]
 
 
@@ -443,6 +462,8 @@ def _events(raw: bytes) -> list[Any]:
         obj = event["object"]
         if event["type"] == "ERROR":
             out.append(("ERROR", obj.get("code"), obj.get("reason")))
+        elif event["type"] == "BOOKMARK":
+            out.append(("BOOKMARK", obj["kind"], obj["metadata"].get("annotations")))
         else:
             out.append((event["type"], obj["metadata"]["name"], obj["metadata"].get("labels")))
     return out
@@ -480,3 +501,28 @@ async def test_a_watch_resumes_from_a_version_and_ends_at_its_timeout_on_both_se
     assert (real_code, emulated_code) == (200, 200)
     assert _events(emulated_raw) == _events(real_raw)
     assert _events(real_raw) == [("MODIFIED", name, {"gpu-pool": "inference", "rack": "r2"})]
+
+
+async def test_a_streamed_list_sends_the_objects_then_the_bookmark_that_ends_it_on_both_servers(
+    real: kube.KubeServer,
+) -> None:
+    """The informer's list as a stream: every object as ADDED, then a bookmark annotated as the
+    list's end, then the watch goes on (here: to its timeout)."""
+    name = f"conformance-stream-{next(_names)}"
+    path = (
+        "/api/v1/nodes?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+        f"&allowWatchBookmarks=true&timeoutSeconds=2&fieldSelector=metadata.name%3D{name}"
+    )
+    assert real.request("POST", "/api/v1/nodes", node_body(name))[0] == 201
+    real_code, real_raw = real.raw("GET", path)
+    async with serve(Store()) as url, aiohttp.ClientSession() as session:
+        async with session.post(url + "/api/v1/nodes", json=node_body(name)) as answer:
+            assert answer.status == 201
+        async with session.get(url + path) as answer:
+            emulated_code, emulated_raw = answer.status, await answer.read()
+    assert (real_code, emulated_code) == (200, 200)
+    assert _events(emulated_raw) == _events(real_raw)
+    assert _events(real_raw) == [
+        ("ADDED", name, {"gpu-pool": "inference"}),
+        ("BOOKMARK", "Node", {"k8s.io/initial-events-end": "true"}),
+    ]
