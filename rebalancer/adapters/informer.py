@@ -1,4 +1,4 @@
-"""The controller's view of Nodes and Pods: a cache fed by LIST once, then WATCH for ever.
+"""The controller's view of Nodes and Pods: a cache fed by one list, then WATCH for ever.
 
 Where it sits: the runtime starts ``Informer.run`` once, waits for ``synced``, and on each tick
 asks ``node_views(marks)`` for the ``NodeView``s the core decides from; ``changed`` (and the
@@ -7,8 +7,9 @@ the runtime debounces. The actuator reads a node and its pods here (``view``) be
 asks the server again what the step's safety needs (``adapters.actuator``).
 
 Why a watch cache: a tick every few seconds that LISTs every pod of a large cluster is the load
-pattern the API server's priority and fairness throttles first. So each resource is LISTed once
-(recording the list's resourceVersion) and then WATCHed from that version with bookmarks and a
+pattern the API server's priority and fairness throttles first. So each resource is listed once
+(as the first events of its watch where the server streams lists, else page by page; recording
+the list's resourceVersion) and then WATCHed from that version with bookmarks and a
 server-side timeout; a stream that ends or drops is resumed from the last version seen (bookmarks
 move it), without listing. Only a 410 (the version fell out of the server's history) lists again,
 and the new list replaces the cache with its differences applied as ordinary changes, so nothing
@@ -200,7 +201,9 @@ class Informer:
             _Workload.of,
             self._apply_workload,
             self._replace_workloads,
-            settings,
+            # Listed page by page: the client's call for custom objects takes no
+            # ``send_initial_events`` (a few hundred Workloads: one or two pages).
+            dataclasses.replace(settings, stream_lists=False),
             sleep,
             absent=absent,
         )

@@ -382,7 +382,7 @@ async def test_a_dropped_watch_resumes_from_the_last_version_without_listing(
         second = objects.annotate(emulator.store, "inference-0", {"rebalancer.io/lend": "now"})
         await run.until(lambda: run.view("inference-0").annotations["rebalancer.io/lend"] == "now")
 
-        versions = [w.query["resourceVersion"] for w in emulator.requests.watches_of("nodes")]
+        versions = [w.query.get("resourceVersion") for w in emulator.requests.watches_of("nodes")]
         assert versions[1] == first
         assert run.informer.nodes.resource_version == second
         assert emulator.requests.lists_of("nodes") == 1
@@ -415,6 +415,9 @@ async def test_a_too_old_version_lists_again_and_the_cache_ends_right() -> None:
 async def _relist_after_expiry(box: Sandbox, run: Running) -> None:
     requests = box.requests
     await run.until(lambda: requests.watches_of("nodes") and requests.watches_of("pods"))
+    # The streams that carried the lists end, and are resumed at once from their versions.
+    box.clock.advance(TIMEOUT)
+    await run.until(lambda: all(len(requests.watches_of(p)) == 2 for p in ("nodes", "pods")))
     run.gate.open.clear()
     box.clock.advance(TIMEOUT)  # both streams end empty; the informer waits at the gate
     await run.until(lambda: run.gate.waiting == 2)

@@ -54,8 +54,9 @@ class Requests:
         return [r for r in self.seen if r.is_watch]
 
     def lists_of(self, plural: str) -> int:
-        """LISTs of ``plural`` (first pages only: a continued list is one list)."""
-        return sum(1 for r in self.lists if r.resource == plural and not r.query.get("continue"))
+        """Lists of ``plural``: LISTs (first pages only: a continued list is one list) and
+        watches that stream a list (``sendInitialEvents``)."""
+        return sum(1 for r in self.seen if r.resource == plural and asks_for_list(r))
 
     def watches_of(self, plural: str) -> list[Request]:
         return [r for r in self.watches if r.resource == plural]
@@ -63,6 +64,13 @@ class Requests:
     def writes_of(self, plural: str) -> list[Request]:
         """Writes of ``plural`` the server took."""
         return [r for r in self.seen if r.resource == plural and taken(r)]
+
+
+def asks_for_list(request: Request) -> bool:
+    """Whether ``request`` asks for a whole list: a LIST's first page, or a streamed list."""
+    if request.is_list:
+        return not request.query.get("continue")
+    return request.is_watch and request.flag("sendInitialEvents")
 
 
 def taken(request: Request) -> bool:
