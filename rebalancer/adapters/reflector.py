@@ -257,7 +257,7 @@ class Reflector:
         received = 0
         initial: list[Any] | None = [] if streaming else None
         try:
-            await _refused_stream(response) if streaming else await _check(response)
+            await (_refused_stream if streaming else _check)(response)
             while line := await response.content.readline():
                 received += 1
                 if initial is None:
