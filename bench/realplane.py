@@ -403,8 +403,10 @@ def by_request(events: Iterable[Event], start: float, end: float) -> dict[str, i
 
 
 def latency(events: Iterable[Event], start: float, end: float, verb: str) -> float:
-    """The median time the apiserver took to answer ``verb`` requests received in the window."""
-    return _median([took for at, v, _, took in events if start <= at < end and v == verb])
+    """The median time the apiserver took to answer ``verb`` requests received in the window;
+    NaN when there was none (a sync whose lists were streamed made no LIST)."""
+    taken = [took for at, v, _, took in events if start <= at < end and v == verb]
+    return _median(taken) if taken else float("nan")
 
 
 # ---------------------------------------------------------------------------------------------
