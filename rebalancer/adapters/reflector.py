@@ -6,8 +6,9 @@ The list is the first events of a watch where the server streams it (``sendIniti
 Kubernetes' watch-list): the objects as ADDED events, then a bookmark that says the list is
 whole, then the watch goes on in the same stream. A server that refuses the request, or ends the
 stream before that bookmark, is listed page by page (LIST with ``limit``) that time. At
-150,000 pods on kube-apiserver 1.36 the stream cost the server half the CPU of the paged LIST
-and the controller a third (docs/design/scale.md, "The list as a stream")."""
+150,000 pods on kube-apiserver 1.36 the stream cost the server about half the CPU of the paged
+LIST and a bare client a third of its own; the controller's sync took 7.4 s of CPU instead of
+12.0 (docs/design/scale.md, "The list as a stream")."""
 
 from __future__ import annotations
 
@@ -65,12 +66,12 @@ INITIAL_EVENTS_END = "k8s.io/initial-events-end"  # the annotation of the list's
 
 
 class Reflector:
-    """LIST then WATCH of one resource, feeding ``apply`` (events) and ``replace`` (lists).
+    """A list then WATCH of one resource, feeding ``apply`` (events) and ``replace`` (lists).
 
-    Every object goes through ``transform`` as it arrives, page by page, so that only what the
-    cache keeps is ever held for a whole list: a list of 150,000 pods parsed whole is about
-    2 GB of Python objects, its slim records a tenth of that. An object ``transform`` cannot
-    even key (no name) is skipped with an error line."""
+    Every object goes through ``transform`` as it arrives, event by event or page by page, so
+    that only what the cache keeps is ever held for a whole list: a list of 150,000 pods parsed
+    whole is about 2 GB of Python objects, its slim records a tenth of that. An object
+    ``transform`` cannot even key (no name) is skipped with an error line."""
 
     def __init__(
         self,
