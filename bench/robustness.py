@@ -67,7 +67,7 @@ for a quicker look.
 
 With ``--curve`` the budgets 0, 5, 10, 30 and 60 join ``--slo``'s, and a table shows, per
 scenario and budget, the default's harvest / worst week, the best grid point's within the
-budget, and the ratio: the trade curve. With ``--plots DIR`` also ``DIR/<scenario>-curve.png``,
+budget, and the ratio: the trade curve. With ``--plots DIR`` also ``DIR/<scenario>-curve.svg``,
 harvest against the budget, the default one line and the hindsight-best grid another.
 
 The cache (``--cache``) keeps every run but the default's, with its worst week and the budget it
@@ -100,7 +100,7 @@ from zoneinfo import ZoneInfo
 
 from rebalancer.adapters import registry
 from rebalancer.core import model
-from sandbox.sim import engine, frontier, traces
+from sandbox.sim import charts, engine, frontier, traces
 from sandbox.sim.frontier import Point
 from sandbox.sim.traces import MINUTE, Trace
 
@@ -525,29 +525,16 @@ def verdicts(
 def plot(
     name: str, default: Point, others: Sequence[Point], grid: Sequence[Point], out: Path
 ) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    frontier.draw(ax, [*others, replace(default, label="default")], grid, highlight="default")
-    ax.set_xlabel("breach minutes")
-    ax.set_title(name)
-    fig.tight_layout()
-    fig.savefig(out / f"{name}.png", dpi=110)
-    plt.close(fig)
+    """Harvest against breach minutes: ``DIR/<scenario>.svg``."""
+    strategies = [*others, replace(default, label="default")]
+    chart = frontier.draw((70, 40, 560, 300), strategies, grid, highlight="default")
+    chart.title(name, 11)
+    (out / f"{name}.svg").write_text(charts.page(660, 390, chart.parts))
 
 
 def plot_curve(name: str, rows: Sequence[Verdict], strategy: str, out: Path) -> None:
     """Harvest against the budget: the default run with each budget, and the best grid point
-    within it in hindsight."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    within it in hindsight: ``DIR/<scenario>-curve.svg``."""
     points = [
         frontier.CurvePoint(
             v.budget,
@@ -557,11 +544,9 @@ def plot_curve(name: str, rows: Sequence[Verdict], strategy: str, out: Path) -> 
         )
         for v in rows
     ]
-    frontier.draw_curve(ax, strategy, points, window_days=7)
-    ax.set_title(f"{name}: harvest against the budget")
-    fig.tight_layout()
-    fig.savefig(out / f"{name}-curve.png", dpi=110)
-    plt.close(fig)
+    chart = frontier.draw_curve((70, 40, 560, 300), strategy, points, window_days=7)
+    chart.title(f"{name}: harvest against the budget", 11)
+    (out / f"{name}-curve.svg").write_text(charts.page(660, 390, chart.parts))
 
 
 def _load(path: Path | None) -> dict[Key, Outcome]:

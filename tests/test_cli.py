@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from importlib.metadata import EntryPoint
 from pathlib import Path
@@ -15,6 +16,8 @@ import pytest
 
 from rebalancer import cli
 from rebalancer.adapters import registry
+
+SVG = "{http://www.w3.org/2000/svg}"
 
 
 @pytest.fixture
@@ -76,7 +79,15 @@ def test_simulate_writes_summary_timelines_and_report_for_every_run(
         assert rows[0] == ["time", "demand_rps", "need", "serving", "lent", "returning", "queue"]
         assert len(rows) == 1 + 2 * 24 * 60
     assert "| forecast |" in (out / "report.md").read_text()
-    assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    drawn = ET.parse(out / "report.svg").getroot()
+    titles = [t.text or "" for t in drawn.iter(f"{SVG}text") if t.get("font-weight") == "bold"]
+    for name in runs:  # a timeline per run, titled with its figures
+        f = summary["strategies"][name]
+        assert any(
+            t.startswith(name) and f"harvest {f['harvest_ratio']:.3f}" in t for t in titles
+        ), (name, titles)
+    grid_marks = [m for m in drawn.iter(f"{SVG}circle") if m.get("data-series") == "peak grid"]
+    assert len(grid_marks) == 4 * 5  # the trade above the timelines
     trade = summary["trade"]
     assert (trade["rule"], trade["measure"]) == ("peak", "breach_minutes")
     assert len(trade["grid"]) == 4 * 5
@@ -95,7 +106,7 @@ def test_simulate_writes_summary_timelines_and_report_for_every_run(
     # No budget, no trade curve: the default runs once.
     assert (trade["budget"], trade["curve"]) == (None, None)
     assert "### The trade curve" not in (out / "report.md").read_text()
-    assert not (out / "trade_curve.png").exists()
+    assert not (out / "trade_curve.svg").exists()
 
 
 def dominated_by(point: dict[str, float], figures: dict[str, float]) -> bool:
@@ -248,7 +259,7 @@ def test_simulate_with_an_slo_shows_the_strategies_a_budget_and_reports_what_the
     assert (unbudgeted["slo"], unbudgeted["trade"]) == (None, None)
     assert unbudgeted["budget"] == "none (--slo none)"
     assert "## The trade" not in (plain / "report.md").read_text()
-    assert not (plain / "trade_curve.png").exists()
+    assert not (plain / "trade_curve.svg").exists()
 
 
 def check_trade_curve(summary: dict[str, Any], report: str, out: Path) -> None:
@@ -278,7 +289,14 @@ def check_trade_curve(summary: dict[str, Any], report: str, out: Path) -> None:
     assert "| budget | peak harvest | worst 7 days | kept | best grid point within it |" in report
     shown = [line for line in report.splitlines() if line.startswith(("| 0 |", "| 60 |"))]
     assert len(shown) == 2
-    assert (out / "trade_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    drawn = ET.parse(out / "trade_curve.svg").getroot()
+    line = next(p for p in drawn.iter(f"{SVG}circle") if p.get("data-series") == "peak")
+    marked = {
+        (float(m.get("data-x", "")), float(m.get("data-y", "")))
+        for m in drawn.iter(f"{SVG}circle")
+        if m.get("data-series") == line.get("data-series")
+    }
+    assert marked == {(row["budget"], row["default_harvest"]) for row in curve}
 
 
 def test_simulate_adds_a_budget_off_the_trade_curve_to_it_and_runs_each_budget_once(

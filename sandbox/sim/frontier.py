@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from matplotlib.axes import Axes
+from sandbox.sim import charts
 
 WINDOWS = (10, 30, 60, 120)  # minutes
 MARGINS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0)  # the robustness grid
@@ -67,36 +66,44 @@ def dominating(target: Point, points: Sequence[Point]) -> list[Point]:
     return sorted((p for p in points if p.dominates(target)), key=lambda p: -p.harvest)
 
 
+STRATEGY_COLOURS = ("#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+Box = tuple[float, float, float, float]  # left, top, width, height on the page
+
+
 def draw(
-    ax: Axes,
+    box: Box,
     strategies: Sequence[Point],
     rule: Sequence[Point],
     budget: int | None = None,
     highlight: str | None = None,
-) -> None:
+    xlabel: str = "breach minutes",
+) -> charts.Chart:
     """Harvest against breach minutes: the rule's grid as dots, its frontier as a line, each
-    strategy as a marker (``highlight`` as a star), and the error budget as a vertical line."""
-    ax.scatter(
-        [p.breach for p in rule], [p.harvest for p in rule], s=12, c="0.6", label="peak grid"
-    )
+    strategy as a square (``highlight`` as a star), and the error budget as a dashed line."""
+    every = [*rule, *strategies]
+    most = max([p.breach for p in every] + [budget or 0, 10])
+    top = max([p.harvest for p in every] + [0.1])
+    chart = charts.Chart.of(box, (0, most * 1.05), (0, top * 1.08), xlog=10)
+    chart.y_ticks(charts.nice_ticks(0, top * 1.08, 5), "harvest (of the oracle's)")
+    ticks = charts.symlog_ticks(most, 10)
+    chart.x_ticks([(t, f"{t:g}", f"{t:g}") for t in ticks], xlabel)
+    chart.marks("peak grid", "#999999", [(p.breach, p.harvest) for p in rule], "circle", 2)
     edge = frontier(rule)
-    ax.plot([p.breach for p in edge], [p.harvest for p in edge], c="0.3", lw=1, label="frontier")
+    chart.line("frontier", "#4d4d4d", [(p.breach, p.harvest) for p in edge])
+    legend = [("#999999", "peak grid"), ("#4d4d4d", "frontier")]
+    others = iter(STRATEGY_COLOURS * (1 + len(strategies) // len(STRATEGY_COLOURS)))
     for p in strategies:
         star = p.label == highlight
-        ax.scatter(
-            [p.breach],
-            [p.harvest],
-            s=90 if star else 36,
-            marker="*" if star else "s",
-            c="crimson" if star else None,
-            label=p.label,
-            zorder=3,
-        )
+        colour = "crimson" if star else next(others)
+        shape = "star" if star else "square"
+        chart.marks(p.label, colour, [(p.breach, p.harvest)], shape, 4)
+        legend.append((colour, p.label))
     if budget is not None:
-        ax.axvline(budget, c="tab:red", ls="--", lw=1, label=f"budget ({budget} min)")
-    ax.set_xscale("symlog", linthresh=10)
-    ax.set_ylabel("harvest (of the oracle's)")
-    ax.legend(fontsize=7, loc="lower right", ncol=2)
+        chart.vline(budget, "budget", "#d62728")
+        legend.append(("#d62728", f"budget ({budget} min)"))
+    chart.frame()
+    chart.legend(legend)
+    return chart
 
 
 @dataclass(frozen=True)
@@ -110,26 +117,26 @@ class CurvePoint:
     best: float | None
 
 
-def draw_curve(ax: Axes, strategy: str, points: Sequence[CurvePoint], window_days: float) -> None:
+def draw_curve(
+    box: Box, strategy: str, points: Sequence[CurvePoint], window_days: float
+) -> charts.Chart:
     """Harvest against the error budget: the strategy as one line, the best grid point within
     each budget (in hindsight) as another; "over" marks a budget the strategy overspent."""
     points = sorted(points, key=lambda p: p.budget)
     budgets = [p.budget for p in points]
-    ax.plot(budgets, [p.harvest for p in points], "o-", c="crimson", label=strategy)
+    top = max([p.harvest for p in points] + [p.best or 0 for p in points] + [0.1])
+    chart = charts.Chart.of(box, (0, max([*budgets, 5]) * 1.05), (0, top * 1.08), xlog=5)
+    chart.y_ticks(charts.nice_ticks(0, top * 1.08, 5), "harvest (of the oracle's)")
+    label = f"error budget (breach minutes per rolling {window_days:g} days)"
+    chart.x_ticks([(b, str(b), str(b)) for b in budgets], label)
+    chart.line(strategy, "crimson", [(p.budget, p.harvest) for p in points], marker="circle")
     best = [(p.budget, p.best) for p in points if p.best is not None]
-    ax.plot(
-        [b for b, _ in best],
-        [h for _, h in best],
-        "s--",
-        c="0.3",
-        label="best peak grid point within the budget (hindsight)",
-    )
+    chart.line("best within", "#4d4d4d", best, dash="5,3", marker="square")
     for p in points:
         if not p.kept:
-            ax.annotate("over", (p.budget, p.harvest), color="crimson", fontsize=7)
-    ax.set_xscale("symlog", linthresh=5)
-    ax.set_xticks(budgets, [str(b) for b in budgets])
-    ax.set_xlabel(f"error budget (breach minutes per rolling {window_days:g} days)")
-    ax.set_ylabel("harvest (of the oracle's)")
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8, loc="lower right")
+            chart.note(p.budget, p.harvest, "over", "crimson")
+    chart.frame()
+    chart.legend(
+        [("crimson", strategy), ("#4d4d4d", "best peak grid point within the budget (hindsight)")]
+    )
+    return chart

@@ -1,5 +1,5 @@
 """Write what a simulation found: ``summary.json``, one timeline CSV per run, ``report.md`` and
-``report.png``, and with an error budget and the trade ``trade_curve.png``. The formats are
+``report.svg``, and with an error budget and the trade ``trade_curve.svg``. The formats are
 documented in docs/simulator.md; dashboards and tests read them.
 
 The report says which pool it models and where each of its values came from (the settings, a
@@ -17,20 +17,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from datetime import date, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from rebalancer.core.model import Slo
 from rebalancer.core.policy import PoolPolicy
-from sandbox.sim import frontier, nights
+from sandbox.sim import charts, frontier, nights
 from sandbox.sim.configured import Origin, Provenance
 from sandbox.sim.engine import SHORT_LOAN, Minute, PoolModel, Run, most_spent
 from sandbox.sim.frontier import Point
 from sandbox.sim.jobs import CHECKPOINT, TrainingModel
-from sandbox.sim.traces import Trace
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+from sandbox.sim.traces import MINUTE, Trace
 
 TIMELINE_FIELDS = ("time", "demand_rps", "need", "serving", "lent", "returning", "queue")
 WINDOW_GID = "lending-window"  # the shaded spans of the timelines, for whoever reads the figure
@@ -63,9 +60,9 @@ def write_all(
     for run in runs:
         write_timeline(out / f"timeline-{run.strategy}.csv", run.timeline)
     (out / "report.md").write_text(markdown(summary))
-    plot(out / "report.png", trace, pool, rps_per_node, runs, summary)
+    (out / "report.svg").write_text(svg(trace, pool, rps_per_node, runs, summary))
     if (summary["trade"] or {}).get("curve"):
-        plot_curve(out / "trade_curve.png", summary)
+        (out / "trade_curve.svg").write_text(curve_svg(summary))
     return summary
 
 
@@ -484,7 +481,7 @@ def markdown(summary: dict[str, Any]) -> str:
         "reclaim when demand outgrows serving, no cooldown, no per-tick limit), so their "
         "figures show the rule on its own.",
         "",
-        "![demand, serving and lent nodes over time](report.png)",
+        "![demand, serving and lent nodes over time](report.svg)",
         "",
     ]
     return "\n".join(lines)
@@ -766,7 +763,7 @@ def _curve_lines(summary: dict[str, Any]) -> list[str]:
             f"| {r['budget']} | {r['default_harvest']:.3f} | {r['default_worst_week']} "
             f"| {'yes' if r['within'] else 'NO'} | {best} | {harvest} | {ratio} |"
         )
-    lines += ["", "![harvest against the error budget](trade_curve.png)"]
+    lines += ["", "![harvest against the error budget](trade_curve.svg)"]
     return lines
 
 
@@ -876,153 +873,136 @@ def _hours(row: dict[str, Any], name: str) -> str:
     return "-" if row.get(name) is None else f"{row[name]:.1f}"
 
 
-def plot(
-    path: Path,
+WIDTH = 1260.0
+LEFT, RIGHT = 60.0, 20.0  # room for the node counts, and a margin
+PANEL, TRADE = 150.0, 260.0  # a timeline's plot area and the trade's
+ABOVE, BELOW = 26.0, 24.0  # a timeline's title above it, its times below
+COLOURS = {
+    "serving": "#9ecae1",
+    "returning": "#fdd49e",
+    "lent": "#a1d99b",
+    "demand": "#08306b",
+    "breach": "#cb181d",
+    "window": "#737373",
+}
+
+
+def svg(
     trace: Trace,
     pool: PoolModel,
     rps_per_node: float,
     runs: Sequence[Run],
     summary: dict[str, Any] | None = None,
-) -> None:
-    """``figure``, written to ``path``."""
-    import matplotlib.pyplot as plt
-
-    fig = figure(trace, pool, rps_per_node, runs, summary)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-
-
-def figure(
-    trace: Trace,
-    pool: PoolModel,
-    rps_per_node: float,
-    runs: Sequence[Run],
-    summary: dict[str, Any] | None = None,
-) -> Figure:
+) -> str:
     """The trade (when the summary has one) above a timeline per run, its times in the pool's
-    zone and its lending window shaded."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    zone and its lending window shaded: ``report.svg``."""
     trade = (summary or {}).get("trade")
-    rows = len(runs) + (trade is not None)
-    heights = [3.5] * (trade is not None) + [2.1] * len(runs)
-    fig, axes = plt.subplots(
-        rows,
-        1,
-        figsize=(14, sum(heights) + 0.6),
-        squeeze=False,
-        gridspec_kw={"height_ratios": heights},
-    )
-    timelines = axes[int(trade is not None) :, 0]
+    window = pool.window
+    lends = "lends at any hour" if window.always else f"lending window {window.text} shaded"
+    parts = [
+        charts.text(
+            LEFT, 20, f"{trace.name}: demand, serving and lent nodes ({pool.zone} time; {lends})"
+        )
+    ]
+    top = 36.0
     if trade is not None:
         assert summary is not None
-        _draw_trade(axes[0, 0], summary)
-    for ax in timelines[1:]:
-        ax.sharex(timelines[0])
-    zone = ZoneInfo(pool.zone)
-    window = pool.window
+        parts += _trade_chart(summary, top + ABOVE).parts
+        top += ABOVE + TRADE + BELOW + 16
     shaded = [] if window.always else nights.open_spans(window, trace.start, trace.end)
-    for ax, run in zip(timelines, runs, strict=True):
-        ax.xaxis_date(zone)  # before anything is drawn: its ticks and labels in the pool's zone
-        for i, (opened, closed) in enumerate(shaded):
-            # Over the nodes (which fill the axes' height), under the demand line.
-            ax.axvspan(
-                opened,
-                closed,
-                color="0.45",
-                alpha=0.2,
-                zorder=1.5,
-                linewidth=0,
-                label="_nolegend_" if i else "lending window",
-                gid=WINDOW_GID,
-            )
-        _draw_timeline(ax, run, rps_per_node)
-    timelines[0].legend(loc="upper right", fontsize=7, ncol=6)
-    lends = "lends at any hour" if window.always else f"lending window {window.text} shaded"
-    fig.suptitle(
-        f"{trace.name}: demand, serving and lent nodes ({pool.zone} time; {lends})", fontsize=10
-    )
-    fig.tight_layout()
-    return fig
-
-
-def _draw_timeline(ax: Any, run: Run, rps_per_node: float) -> None:
-    """Demand (in nodes) over the serving, returning and lent nodes, breach minutes marked.
-
-    The minutes are converted to the date axis' numbers once, here: given as datetimes, each
-    series converted them again (a week is 10,080 of them; the stack draws three series and the
-    demand line a fourth), half the CPU time of a week's plot, for the same picture."""
-    times = ax.xaxis.convert_units([m.time for m in run.timeline])
-    demand = [
-        float("nan") if m.demand_rps is None else m.demand_rps / rps_per_node for m in run.timeline
+    spans = [
+        (
+            (opened - trace.start) / MINUTE,
+            (closed - trace.start) / MINUTE,
+            f'class="{WINDOW_GID}" data-from="{opened.isoformat()}" data-to="{closed.isoformat()}"',
+        )
+        for opened, closed in shaded
     ]
-    ax.stackplot(
-        times,
-        [m.serving for m in run.timeline],
-        [m.returning for m in run.timeline],
-        [m.lent for m in run.timeline],
-        colors=("#9ecae1", "#fdd49e", "#a1d99b"),
-        labels=("serving", "returning", "lent"),
-        step="post",
-    )
-    ax.plot(times, demand, color="#08306b", linewidth=0.6, label="demand (nodes)")
+    ticks = charts.time_ticks(trace.start, len(trace.rps), ZoneInfo(pool.zone))
+    for run in runs:
+        parts += _timeline(run, rps_per_node, pool.size, top + ABOVE, spans, ticks).parts
+        top += ABOVE + PANEL + BELOW
+    return charts.page(WIDTH, top + 8, parts)
+
+
+def _timeline(
+    run: Run,
+    rps_per_node: float,
+    size: int,
+    top: float,
+    spans: Sequence[tuple[float, float, str]],
+    ticks: Sequence[tuple[float, str, str]],
+) -> charts.Chart:
+    """Demand (in nodes) over the serving, returning and lent nodes, breach minutes marked,
+    the window's open spans shaded (from, to and their ``data-`` attributes); x in minutes from
+    the trace's start."""
+    minutes = run.timeline
+    nodes = [m.serving + m.returning + m.lent for m in minutes]
+    demand = [None if m.demand_rps is None else m.demand_rps / rps_per_node for m in minutes]
+    high = max([size, *nodes, *(d for d in demand if d is not None)])
+    chart = charts.Chart.of((LEFT, top, WIDTH - LEFT - RIGHT, PANEL), (0, len(minutes)), (0, high))
+    for opened, closed, data in spans:
+        chart.span(opened, closed, COLOURS["window"], data)
+    serving = [float(m.serving) for m in minutes]
+    returning = [s + m.returning for s, m in zip(serving, minutes, strict=True)]
+    chart.steps("serving", COLOURS["serving"], [0.0] * len(minutes), serving)
+    chart.steps("returning", COLOURS["returning"], serving, returning)
+    chart.steps("lent", COLOURS["lent"], returning, [float(n) for n in nodes])
+    chart.line("demand", COLOURS["demand"], list(enumerate(demand)), width=0.6)
     breaches = [
-        m.time
-        for m in run.timeline
+        t
+        for t, m in enumerate(minutes)
         if m.demand_rps is not None and m.demand_rps > rps_per_node * m.serving + 1e-9
     ]
-    if breaches:
-        ax.plot(breaches, [0.3] * len(breaches), "|", color="#cb181d", label="breach")
+    chart.ticks_at_bottom("breach", COLOURS["breach"], breaches)
+    chart.frame()
+    chart.y_ticks(charts.nice_ticks(0, high, 4), "nodes")
+    chart.x_ticks(ticks)
     figures = run.figures
-    title = f"{run.strategy} (baseline)" if run.baseline else run.strategy
+    name = f"{run.strategy} (baseline)" if run.baseline else run.strategy
     if run.strategy == "oracle":
-        title = "oracle (upper bound)"
-    title += (
-        f": harvest {figures.harvest_ratio:.3f}, {figures.breach_minutes} breach min, "
-        f"{figures.reclaims} reclaims"
+        name = "oracle (upper bound)"
+    chart.title(
+        f"{name}: harvest {figures.harvest_ratio:.3f}, {figures.breach_minutes} breach min, "
+        f"{figures.reclaims} reclaims",
+        size=11,
     )
-    ax.set_title(title, fontsize=9, loc="left")
-    ax.set_ylabel("nodes", fontsize=8)
-    ax.margins(x=0)
+    legend = [(COLOURS[s], s) for s in ("serving", "returning", "lent")]
+    legend += [(COLOURS["demand"], "demand (nodes)"), (COLOURS["breach"], "breach")]
+    if spans:
+        legend.append((COLOURS["window"], "lending window"))
+    chart.legend(legend)
+    return chart
 
 
-def _draw_trade(ax: Any, summary: dict[str, Any]) -> None:
+def _trade_chart(summary: dict[str, Any], top: float) -> charts.Chart:
     trade, budget = summary["trade"], summary.get("slo")
     measure = trade["measure"]
     grid = [Point(p["label"], p["harvest_ratio"], p[measure]) for p in trade["grid"]]
     strategies = [
         _point(name, summary["strategies"][name], measure) for name in trade["dominated_by"]
     ]
-    frontier.draw(ax, strategies, grid, None if budget is None else budget["max_breach_minutes"])
-    ax.set_xlabel(_unit(measure), fontsize=8)
-    ax.set_title(
-        "harvest against breach minutes: each strategy, and the peak rule's frontier",
-        fontsize=9,
-        loc="left",
+    chart = frontier.draw(
+        (LEFT, top, WIDTH - LEFT - RIGHT, TRADE),
+        strategies,
+        grid,
+        None if budget is None else budget["max_breach_minutes"],
+        xlabel=_unit(measure),
     )
+    chart.title("harvest against breach minutes: each strategy, and the peak rule's frontier", 11)
+    return chart
 
 
-def plot_curve(path: Path, summary: dict[str, Any]) -> None:
+def curve_svg(summary: dict[str, Any]) -> str:
     """The trade curve: harvest against the budget, the default strategy run with each budget
     one line, the best grid point within it (in hindsight) another; "over" marks a budget the
-    strategy overspent."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    strategy overspent: ``trade_curve.svg``."""
     trade, budget = summary["trade"], summary["slo"]
     rows, name = trade["curve"], trade["curve_strategy"]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
     points = [
         frontier.CurvePoint(r["budget"], r["default_harvest"], r["within"], r["best_harvest"])
         for r in rows
     ]
-    frontier.draw_curve(ax, name, points, budget["window_days"])
-    ax.set_title(f"{summary['trace']['name']}: harvest against the budget", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    chart = frontier.draw_curve((70, 40, 560, 300), name, points, budget["window_days"])
+    chart.title(f"{summary['trace']['name']}: harvest against the budget", 11)
+    return charts.page(660, 390, chart.parts)

@@ -7,21 +7,22 @@ night of 23 or 25 hours and a window that opens or closes across a change are al
 
 from __future__ import annotations
 
+import itertools
+import xml.etree.ElementTree as ET
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-import matplotlib
 import pytest
-from matplotlib.patches import Rectangle
 
 from rebalancer.adapters import registry
 from rebalancer.core import windows
 from rebalancer.core.policy import PoolPolicy
-from sandbox.sim import engine, nights, report
+from sandbox.sim import charts, engine, nights, report
 from sandbox.sim.traces import Trace
 
 BERLIN = ZoneInfo("Europe/Berlin")
 MINUTE = timedelta(minutes=1)
+SVG = "{http://www.w3.org/2000/svg}"
 SPRING = datetime(2025, 3, 28, 12, tzinfo=UTC)  # a Friday; the clocks go forward on Sunday
 
 
@@ -117,54 +118,69 @@ def pool_in_berlin() -> tuple[Trace, engine.PoolModel]:
     return trace, engine.PoolModel(zone="Europe/Berlin", rps_per_node=5.0, rules=rules)
 
 
-def when(x: float) -> datetime:
-    """The instant a position on a date axis stands for: days since matplotlib's epoch."""
-    epoch = datetime.fromisoformat(matplotlib.rcParams["date.epoch"]).replace(tzinfo=UTC)
-    return epoch + timedelta(days=x)
+def drawn(svg: str) -> ET.Element:
+    return ET.fromstring(svg)
 
 
 def test_the_timelines_are_drawn_in_the_pools_zone_with_its_window_shaded() -> None:
-    import matplotlib.pyplot as plt
-
     trace, pool = pool_in_berlin()
     runs = [engine.run(trace, registry.build("reactive"), pool, baseline=True)]
-    fig = report.figure(trace, pool, 5.0, runs)
-    try:
-        fig.canvas.draw()
-        [ax] = fig.axes
-        labelled = [
-            (tick.get_loc(), tick.label1.get_text())
-            for tick in ax.xaxis.get_major_ticks()
-            if tick.label1.get_text()
-        ]
-        assert len(labelled) >= 4
-        for loc, text in labelled:
-            local = when(loc).astimezone(BERLIN)
-            assert text == local.strftime("%m-%d %H"), (text, local)
-        shaded = [p for p in ax.patches if p.get_gid() == report.WINDOW_GID]
-        spans = nights.open_spans(pool.window, trace.start, trace.end)
-        assert len(shaded) == len(spans) == 3
-        for patch, (opened, closed) in zip(shaded, spans, strict=True):
-            assert isinstance(patch, Rectangle)
-            box = patch.get_bbox()
-            assert when(box.x0) == pytest.approx(opened, abs=timedelta(seconds=1))
-            assert when(box.x1) == pytest.approx(closed, abs=timedelta(seconds=1))
-        assert "Europe/Berlin time; lending window daily 22:00-06:00 shaded" in (
-            fig.texts[0].get_text()
-        )
-    finally:
-        plt.close(fig)
+    page = drawn(report.svg(trace, pool, 5.0, runs))
+    ticks = [t for t in page.iter(f"{SVG}text") if t.get("class") == "tick"]
+    assert len(ticks) >= 4
+    at = [datetime.fromisoformat(t.get("data-at", "")) for t in ticks]
+    for tick, instant in zip(ticks, at, strict=True):
+        assert tick.text == instant.astimezone(BERLIN).strftime("%m-%d %H")
+        assert instant.astimezone(BERLIN).hour % 6 == 0
+    # x is linear in time: the ticks fix the scale, and the shaded spans sit on it.
+    x0, x1 = float(ticks[0].get("x", "")), float(ticks[-1].get("x", ""))
+    per_hour = (x1 - x0) / ((at[-1] - at[0]) / timedelta(hours=1))
+
+    def x_of(instant: datetime) -> float:
+        return x0 + (instant - at[0]) / timedelta(hours=1) * per_hour
+
+    shaded = [r for r in page.iter(f"{SVG}rect") if r.get("class") == report.WINDOW_GID]
+    spans = nights.open_spans(pool.window, trace.start, trace.end)
+    assert len(shaded) == len(spans) == 3
+    for rect, (opened, closed) in zip(shaded, spans, strict=True):
+        assert datetime.fromisoformat(rect.get("data-from", "")) == opened
+        assert datetime.fromisoformat(rect.get("data-to", "")) == closed
+        left, width = float(rect.get("x", "")), float(rect.get("width", ""))
+        assert left == pytest.approx(x_of(opened), abs=0.2)
+        assert left + width == pytest.approx(x_of(closed), abs=0.2)
+    title = next(page.iter(f"{SVG}text")).text or ""
+    assert "Europe/Berlin time; lending window daily 22:00-06:00 shaded" in title
 
 
 def test_a_pool_that_lends_at_any_hour_has_nothing_shaded() -> None:
-    import matplotlib.pyplot as plt
-
     trace, _ = pool_in_berlin()
     anytime = engine.PoolModel(zone="Europe/Berlin")
     runs = [engine.run(trace, registry.build("static"), anytime, baseline=True)]
-    fig = report.figure(trace, anytime, anytime.capacity(trace), runs)
-    try:
-        assert not [p for p in fig.axes[0].patches if p.get_gid() == report.WINDOW_GID]
-        assert "lends at any hour" in fig.texts[0].get_text()
-    finally:
-        plt.close(fig)
+    page = drawn(report.svg(trace, anytime, anytime.capacity(trace), runs))
+    assert not [r for r in page.iter(f"{SVG}rect") if r.get("class") == report.WINDOW_GID]
+    assert "lends at any hour" in (next(page.iter(f"{SVG}text")).text or "")
+
+
+@pytest.mark.parametrize(
+    ("zone", "days", "step", "label"),
+    [
+        ("Asia/Kolkata", 3, 6, "%m-%d %H"),  # hours on UTC's half hours
+        ("America/Los_Angeles", 7, 24, "%a %m-%d"),
+        ("Europe/Berlin", 21, 48, "%a %m-%d"),  # across the spring change
+    ],
+)
+def test_a_time_axis_ticks_on_its_zones_hours(zone: str, days: int, step: int, label: str) -> None:
+    start = SPRING + timedelta(minutes=7)
+    ticks = charts.time_ticks(start, days * 24 * 60, ZoneInfo(zone))
+    assert 4 <= len(ticks) <= 12
+    for minute, text, at in ticks:
+        instant = datetime.fromisoformat(at)
+        local = instant.astimezone(ZoneInfo(zone))
+        assert (instant - start) / MINUTE == minute
+        assert text == local.strftime(label)
+        assert (local.minute, local.hour % min(step, 24)) == (0, 0)
+    hours = [
+        (datetime.fromisoformat(b) - datetime.fromisoformat(a)) / timedelta(hours=1)
+        for (_, _, a), (_, _, b) in itertools.pairwise(ticks)
+    ]
+    assert set(hours) <= {step - 1, step, step + 1}  # a change of the clocks: an hour less
