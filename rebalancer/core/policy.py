@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
+from functools import cached_property
 
 from rebalancer.core import demand, model, nodestate, windows
 
@@ -97,9 +98,10 @@ class PoolPolicy:
         if problems:
             raise ValueError("; ".join(problems))
 
-    @property
+    @cached_property
     def drop_rule(self) -> demand.DropRule:
-        """How fast this pool's demand may fall before a fall is held (``core.demand``)."""
+        """How fast this pool's demand may fall before a fall is held (``core.demand``); made
+        once per policy (a policy does not change: a new one is a new object), not per tick."""
         return demand.DropRule(
             floor=self.drop_floor, hold=self.drop_hold, rps_per_node=self.rps_per_node
         )
@@ -149,14 +151,19 @@ class PoolPolicy:
             zone=self.zone,
             budget=pool.budget,
             unit=self.unit,
-            limits=model.Limits(
-                cooldown=self.cooldown,
-                max_step_fraction=self.max_step_fraction,
-                drain=self.reclaim_deadline,
-                metrics_grace=self.staleness + self.stale_grace,
-                drop_floor=self.drop_floor,
-                drop_hold=self.drop_hold,
-            ),
+            limits=self.limits,
+        )
+
+    @cached_property
+    def limits(self) -> model.Limits:
+        """The limits a strategy's view shows: made once per policy, as ``drop_rule``."""
+        return model.Limits(
+            cooldown=self.cooldown,
+            max_step_fraction=self.max_step_fraction,
+            drain=self.reclaim_deadline,
+            metrics_grace=self.staleness + self.stale_grace,
+            drop_floor=self.drop_floor,
+            drop_hold=self.drop_hold,
         )
 
     def need(self, rps: float) -> int:
