@@ -129,8 +129,8 @@ class Chart:
         the next (a count that changes a few times a week is a few corners, not 10,080)."""
         if not high:
             return
-        top = _step_path(self.x, self.y, high, len(high))
-        bottom = _step_path(self.x, self.y, low, len(low))
+        top = _step_path(self.x, self.y, high)
+        bottom = _step_path(self.x, self.y, low)
         back = " ".join(reversed(bottom.split(" ")))
         self.parts.append(
             f'<path data-series="{series}" fill="{colour}" stroke="none" d="M{top} L{back} Z"/>'
@@ -233,20 +233,19 @@ class Chart:
 
 
 def _step_path(
-    x: Callable[[float], float], y: Callable[[float], float], values: Sequence[float], n: int
+    x: Callable[[float], float], y: Callable[[float], float], values: Sequence[float]
 ) -> str:
     """Corners of a step line through ``values`` (each held for one unit of x), left to right,
     as "x,y" pairs separated by spaces."""
     corners = [f"{x(0):.1f},{y(values[0]):.1f}"]
     was = values[0]
-    for i in range(1, n):
-        v = values[i]
+    for i, v in enumerate(values):
         if v != was:
             at = f"{x(i):.1f}"
             corners.append(f"{at},{y(was):.1f}")
             corners.append(f"{at},{y(v):.1f}")
             was = v
-    corners.append(f"{x(n):.1f},{y(was):.1f}")
+    corners.append(f"{x(len(values)):.1f},{y(was):.1f}")
     return " ".join(corners)
 
 
