@@ -1,11 +1,12 @@
 """Charts as SVG written by hand: the simulator's report needs no plotting library.
 
-Importing and running a plotting library cost ``rebalancer simulate`` more CPU than any two of
-its runs (docs/design/simulator-speed.md); a report's charts are a few kinds of mark on a few
-kinds of axis, and text is what a test (or a reader's script) can take the figures back from.
+Importing and running a plotting library cost ``rebalancer simulate`` about a sixth of its CPU
+(docs/design/simulator-speed.md); a report's charts are a few kinds of mark on a few kinds of
+axis, and text is what a test (or a reader's script) can take the figures back from.
 
 A ``Chart`` is one plot area: its box on the page, a scale for x and one for y, and the marks
-drawn into it (``parts``). Every mark carries ``data-`` attributes naming what it shows.
+drawn into it (``parts``). The marks of a series carry ``data-`` attributes naming it (and a
+point's values); a time tick, the instant it stands for.
 ``page`` puts charts and text into one document.
 """
 

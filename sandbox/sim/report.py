@@ -30,7 +30,20 @@ from sandbox.sim.jobs import CHECKPOINT, TrainingModel
 from sandbox.sim.traces import MINUTE, Trace
 
 TIMELINE_FIELDS = ("time", "demand_rps", "need", "serving", "lent", "returning", "queue")
-WINDOW_GID = "lending-window"  # the shaded spans of the timelines, for whoever reads the figure
+WINDOW_GID = "lending-window"  # the class of the timelines' shaded spans, for their readers
+# report.svg's layout, in pixels, and its colours
+WIDTH = 1260.0
+LEFT, RIGHT = 60.0, 20.0  # room for the node counts, and a margin
+PANEL, TRADE = 150.0, 260.0  # a timeline's plot area and the trade's
+ABOVE, BELOW = 26.0, 24.0  # a timeline's title above it, its times below
+COLOURS = {
+    "serving": "#9ecae1",
+    "returning": "#fdd49e",
+    "lent": "#a1d99b",
+    "demand": "#08306b",
+    "breach": "#cb181d",
+    "window": "#737373",
+}
 
 
 def write_all(
@@ -871,20 +884,6 @@ def _times(ratio: float | None, without: dict[str, Any]) -> str:
 
 def _hours(row: dict[str, Any], name: str) -> str:
     return "-" if row.get(name) is None else f"{row[name]:.1f}"
-
-
-WIDTH = 1260.0
-LEFT, RIGHT = 60.0, 20.0  # room for the node counts, and a margin
-PANEL, TRADE = 150.0, 260.0  # a timeline's plot area and the trade's
-ABOVE, BELOW = 26.0, 24.0  # a timeline's title above it, its times below
-COLOURS = {
-    "serving": "#9ecae1",
-    "returning": "#fdd49e",
-    "lent": "#a1d99b",
-    "demand": "#08306b",
-    "breach": "#cb181d",
-    "window": "#737373",
-}
 
 
 def svg(
