@@ -10,12 +10,12 @@ zone with the lending window shaded (``sandbox.sim.nights``).
 
 from __future__ import annotations
 
-import csv
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -424,21 +424,22 @@ def _point(name: str, figures: dict[str, Any], measure: str) -> Point:
 
 
 def write_timeline(path: Path, timeline: Sequence[Minute]) -> None:
-    with path.open("w", newline="") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(TIMELINE_FIELDS)
-        for m in timeline:
-            writer.writerow(
-                [
-                    m.time.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                    "" if m.demand_rps is None else f"{m.demand_rps:.4f}",
-                    "" if m.need is None else m.need,
-                    m.serving,
-                    m.lent,
-                    m.returning,
-                    f"{m.queue:.1f}",
-                ]
-            )
+    """The run's minutes as CSV (``TIMELINE_FIELDS``). Every field is a number or a time, none
+    needs quoting: each row is written as text, its minute's time formatted once per command
+    (the runs share their minutes)."""
+    rows = [",".join(TIMELINE_FIELDS)]
+    for m in timeline:
+        demand = "" if m.demand_rps is None else f"{m.demand_rps:.4f}"
+        need = "" if m.need is None else m.need
+        rows.append(
+            f"{_stamp(m.time)},{demand},{need},{m.serving},{m.lent},{m.returning},{m.queue:.1f}"
+        )
+    path.write_text("\n".join(rows) + "\n")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _stamp(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def rank(strategies: dict[str, Any]) -> list[str]:
