@@ -233,10 +233,12 @@ def run(
     slo: model.Slo | None = None,
     training: jobs.TrainingModel | None = None,
     on_steps: Callable[[int, tuple[model.Step, ...]], object] | None = None,
+    shown: Shown | None = None,
 ) -> Run:
     """Replay ``trace`` through ``strategy``; with ``training``, lend only to its queue's jobs.
     ``on_steps`` is told each minute's steps (its index, the planner's steps), for a caller that
-    holds the run to its decisions."""
+    holds the run to its decisions. ``shown``: what the metric pipeline shows each minute
+    (``Shown.of``), when the caller has it from another run of the same trace and pool."""
     keys = keys or nodestate.Keys()
     rps_per_node = pool_model.capacity(trace)
     policy = pool_model.policy(rps_per_node, baseline)
@@ -258,7 +260,9 @@ def run(
     timeline: list[Minute] = []
     queue = 0.0
     counted: Counter[str] = Counter()
-    belief = demand_belief.start(trace.start)
+    if shown is None:
+        shown = Shown.of(trace, pool_model, policy)
+    shown.check(trace, pool_model, policy)
     breaches: deque[int] = deque()  # the breached minutes within the SLO's window
     jumps = None if slo is None else exposure.Jumps(exposure.shape_of(policy))
     controls = {POOL: tick.PoolControls(policy)}  # the same every minute: built once
@@ -266,9 +270,7 @@ def run(
         now = trace.start + MINUTE * t
         takers = _before_the_tick(now, fake, trainer)
         budget = None if slo is None else _budget(slo, breaches, t)
-        snapshot, belief = _read_pool(
-            trace, t, now, fake, queue, pool_model.sample_age, belief, policy, budget, takers, jumps
-        )
+        snapshot = _read_pool(trace, t, now, fake, queue, shown, budget, takers, jumps)
         lent_now = fake.counts(now)[1]
         view = policy.view(POOL, now, snapshot.pools[POOL], lent_now)
         answer = _answer(strategy, view)
@@ -346,33 +348,62 @@ def _answer(strategy: Strategy, view: model.PoolView) -> tick.Unchecked:
         return tick.Failure.raised(exc)
 
 
+@dataclass(frozen=True)
+class Shown:
+    """What the metric pipeline shows at each minute of a trace: the demand of the minute
+    before, sampled ``age`` ago, judged by the controller's own demand belief (``core.demand``)
+    with ``rule``. It depends on the trace, the age and the drop rule alone, not on what a run
+    lends: ``simulate`` judges it once for all its runs of a trace."""
+
+    rule: demand_belief.DropRule
+    age: timedelta
+    readings: tuple[demand_belief.Reading, ...]  # one a minute
+
+    @classmethod
+    def of(cls, trace: Trace, pool_model: PoolModel, policy: PoolPolicy) -> Shown:
+        """A gap in the trace is a metrics outage: no sample, so demand is unknown since the
+        last good one, exactly as when the controller's read fails."""
+        age, rule = pool_model.sample_age, policy.drop_rule
+        belief = demand_belief.start(trace.start)
+        readings = []
+        for t in range(len(trace.rps)):
+            now = trace.start + MINUTE * t
+            value = trace.rps[t - 1] if t > 0 else None
+            seen = None if value is None else model.Sample(value, now - age)
+            belief, reading = demand_belief.judge(belief, seen, now, rule)
+            readings.append(reading)
+        return cls(rule, age, tuple(readings))
+
+    def check(self, trace: Trace, pool_model: PoolModel, policy: PoolPolicy) -> None:
+        """Raise unless it is what a run of ``trace`` on ``pool_model`` under ``policy`` is
+        shown (its minutes, the sample's age and the drop rule)."""
+        if (len(self.readings), self.age, self.rule) != (
+            len(trace.rps),
+            pool_model.sample_age,
+            policy.drop_rule,
+        ):
+            raise ValueError("shown for another trace, sample age or drop rule than this run's")
+
+
 def _read_pool(
     trace: Trace,
     t: int,
     now: datetime,
     fake: FakePool,
     queue: float,
-    age: timedelta,
-    belief: demand_belief.Belief,
-    policy: PoolPolicy,
+    shown: Shown,
     budget: model.ErrorBudget | None,
     takers: tuple[model.PendingPod, ...] = (),
     jumps: exposure.Jumps | None = None,
-) -> tuple[model.Snapshot, demand_belief.Belief]:
-    """What the metric pipeline shows at minute ``t``: only minutes before ``t``, aged, judged
-    by the controller's own demand belief (``core.demand``).
-
-    A gap in the trace is a metrics outage: no sample, so demand is unknown since the last good
-    one, exactly as when the controller's read fails.
-    """
+) -> model.Snapshot:
+    """What the controller reads at minute ``t``: the pool's nodes, the demand ``shown``, the
+    history up to the minute before ``t`` (never later), the queue aged as the demand is."""
     history = model.DemandHistory(start=trace.start, step=MINUTE, values=trace.rps, end_index=t)
-    value = trace.rps[t - 1] if t > 0 else None
-    seen = None if value is None else model.Sample(value, now - age)
-    belief, reading = demand_belief.judge(belief, seen, now, policy.drop_rule)
+    reading = shown.readings[t]
     pool = model.PoolSnapshot(
         nodes=fake.nodes(),
         demand=reading.demand,
-        queue=model.Sample(queue, now - age),
+        queue=model.Sample(queue, now - shown.age),
         history=history,
         demand_known=reading.known,
         unknown_since=reading.unknown_since,
@@ -381,7 +412,7 @@ def _read_pool(
         cover=None if jumps is None else jumps.cover(history),
         takers=takers,
     )
-    return model.Snapshot(now=now, pools={POOL: pool}), belief
+    return model.Snapshot(now=now, pools={POOL: pool})
 
 
 def most_spent(timeline: Sequence[Minute], rps_per_node: float, window: timedelta) -> int:

@@ -56,6 +56,8 @@ def simulate(
     rps_per_node = pool.capacity(trace)
     need = engine.needs(trace, pool, rps_per_node)
     oracle = _oracle(trace, pool, need, training)
+    # What the metric pipeline shows depends on the trace and the pool alone: judged once.
+    shown = engine.Shown.of(trace, pool, pool.policy(rps_per_node))
     without = replace(pool, notice=timedelta(0))
     again_without: list[tuple[Any, bool]] = []
     if compare_notice:
@@ -92,6 +94,7 @@ def simulate(
                     on_minute=tick,
                     slo=budget,
                     training=training,
+                    shown=shown,
                 )
             )
         for strategy, baseline in again_without:
@@ -106,12 +109,13 @@ def simulate(
                     on_minute=tick,
                     slo=budget,
                     training=training,
+                    shown=shown,
                 )
             )
         for label, values in rule:
             bar.set_postfix_str(label)
             peak = registry.build("peak", values)
-            run = engine.run(trace, peak, pool, on_minute=tick, training=training)
+            run = engine.run(trace, peak, pool, on_minute=tick, training=training, shown=shown)
             rule_runs.append((label, run))
         for budget in curve:
             if budget == slo:
@@ -119,7 +123,9 @@ def simulate(
                 continue
             bar.set_postfix_str(f"{chosen[0]} slo={budget.max_breach_minutes}")
             strategy = registry.build(chosen[0], params.get(chosen[0]))
-            run = engine.run(trace, strategy, pool, on_minute=tick, slo=budget, training=training)
+            run = engine.run(
+                trace, strategy, pool, on_minute=tick, slo=budget, training=training, shown=shown
+            )
             curve_runs.append((budget.max_breach_minutes, run))
     return report.write_all(
         out,

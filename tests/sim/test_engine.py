@@ -201,3 +201,18 @@ def test_what_comes_after_a_minute_changes_nothing_decided_before_it() -> None:
     assert runs[0].timeline[1_999].lent > 0  # lending when the two traces part
     assert runs[0].timeline[:2_000] == runs[1].timeline[:2_000]
     assert runs[0].timeline[2_000:] != runs[1].timeline[2_000:]
+
+
+def test_what_the_metrics_show_judged_once_serves_every_run_of_the_trace_and_no_other() -> None:
+    gappy = trace_of([20.0] * 30 + [None] * 5 + [5.0] * 10 + [144.0] * 5 + [20.0] * 30)
+    rps = POOL.capacity(gappy)
+    shown = engine.Shown.of(gappy, POOL, POOL.policy(rps))
+    for name, baseline in (("adaptive", False), ("reactive", True)):
+        alone = engine.run(gappy, registry.build(name), POOL, baseline=baseline)
+        shared = engine.run(gappy, registry.build(name), POOL, baseline=baseline, shown=shown)
+        assert shared == alone
+    with pytest.raises(ValueError, match="another trace"):
+        engine.run(BURST, registry.build("static"), POOL, baseline=True, shown=shown)
+    older = replace(POOL, sample_age=timedelta(minutes=2))
+    with pytest.raises(ValueError, match="sample age"):
+        engine.run(gappy, registry.build("static"), older, baseline=True, shown=shown)
