@@ -11,7 +11,7 @@ import dataclasses
 import functools
 import itertools
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from rebalancer.core import clocks, model, nodestate, overrides, takers, warmth
 from rebalancer.core import demand as demand_module
@@ -36,13 +36,7 @@ def read_pool(
     if read is None:
         by_phase, findings, unreadable = _read_nodes(now, name, snapshot, keys, policy)
         future = _in_future(now, by_phase, snapshot.clocks, keys)
-        serving = by_phase[Phase.SERVING]
-        not_ready = sum(1 for n in serving if not n.view.ready)
-        warming = frozenset(
-            n.name
-            for n in serving
-            if n.view.ready and not warmth.is_warm(n.view, n.state, now, policy.warmup)
-        )
+        not_ready, warming = _serving(by_phase[Phase.SERVING], now, policy.warmup)
     else:
         by_phase, findings, unreadable = read.by_phase, read.findings, read.unreadable
         latest = read.latest  # no node's since after the bound: none is in the future
@@ -70,6 +64,20 @@ def read_pool(
         future=frozenset(future),
         noticed=tuple(n for n in by_phase[Phase.LENT] if n.state.noticed),
     )
+
+
+def _serving(
+    serving: Sequence[Node], now: datetime, warmup: timedelta
+) -> tuple[int, frozenset[model.NodeName]]:
+    """Of the serving nodes: how many are not Ready, and which are Ready but not warm at
+    ``now`` (``warmth.is_warm``), in one pass."""
+    not_ready, warming = 0, []
+    for n in serving:
+        if not n.view.ready:
+            not_ready += 1
+        elif not warmth.is_warm(n.view, n.state, now, warmup):
+            warming.append(n.name)
+    return not_ready, frozenset(warming)
 
 
 def _in_future(
