@@ -353,6 +353,9 @@ def gang_intent(draft: Draft) -> None:
     left to its notice, its pods perhaps saving their part of the job's checkpoint, unless a
     reclaim of this tick takes one of the job's nodes at once: then the job is lost, and its
     noticed nodes are cut short with the others."""
+    pool = draft.pool
+    if not (draft.steps or pool.noticed or pool.by_phase[Phase.RECLAIMING]):
+        return  # the common tick: no node is taken back or told, so no job loses pods
     lost = preempted_jobs(draft, noticed=False)
     cut = {j for n in _taken_at_once(draft) for j in jobs_on(n)}
     _gang(draft, lost, cut, "is losing pods on a node taken back", timedelta(0))
