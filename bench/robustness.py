@@ -30,9 +30,10 @@ m-mid and m-small), and twists of two of them (`code`, smooth and diurnal; `m-la
 - and ``drift-code``: the `code` week with each day's level scaled by a random walk, 20 % up or
   down a day at most (seeded), moving smoothly between local midnights.
 
-Strategies: ``forecast`` (the default), ``watermark``, ``peak`` with its defaults, and the peak
-rule's grid, ``w`` in 10, 30, 60, 120 minutes by ``k`` in 0 to 2. Each run is the simulator's
-(``sandbox.sim.engine``: 16 nodes, the peak minute at 90 % of the pool, 2 + 5 minute return).
+Strategies: the default (``--strategy``, the registry's default unless told: ``adaptive``),
+``watermark``, and the peak rule's grid, ``w`` in 10, 30, 60, 120 minutes by ``k`` in 0 to 2.
+Each run is the simulator's (``sandbox.sim.engine``: 16 nodes, the peak minute at 90 % of the
+pool, 2 + 5 minute return).
 
 Every run records its harvest, breach minutes, reclaims and its worst rolling 7 days (the most
 breach minutes any 10,080 minutes ending at a minute held, ``engine.most_spent``).
@@ -76,8 +77,8 @@ cache written before the worst week was kept (no ``version`` 2) is ignored and i
 again. The last line is the suite's whole run time.
 
     .venv/bin/python bench/robustness.py [--scenarios code,flash-code] [--plots out/robustness]
-        [--strategy forecast] [--params '{"safety": 0.3}'] [--jobs 2] [--slo 10,30] [--no-guarded]
-        [--curve] [--cache out/robustness/cache.json]
+        [--strategy adaptive] [--params '{"least_margin": 0.2}'] [--jobs 2] [--slo 10,30]
+        [--no-guarded] [--curve] [--cache out/robustness/cache.json]
 
 ``bench/rescore.py`` recounts the default's budgeted runs on these scenarios independently.
 """
