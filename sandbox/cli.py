@@ -93,7 +93,7 @@ def simulate_parser() -> argparse.ArgumentParser:
         prog="rebalancer simulate",
         description="Replay a load trace minute by minute through the chosen strategies and "
         "the baselines static, cron, reactive and oracle; write summary.json, timelines, "
-        "report.md and report.png to --out. With --pool, the pool is the configured one: its "
+        "report.md and report.svg to --out. With --pool, the pool is the configured one: its "
         "rps_per_node, limits, window, zone, strategy and slo; flags given change one of them. "
         "A DURATION is 90s, 5m, 2h or 1h30m, with its unit (a bare number is refused); a TIME "
         "is RFC 3339 (2024-05-10T00:00:00Z) or a time ago (14d, 36h), as rebalancer audit "
