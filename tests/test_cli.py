@@ -79,15 +79,7 @@ def test_simulate_writes_summary_timelines_and_report_for_every_run(
         assert rows[0] == ["time", "demand_rps", "need", "serving", "lent", "returning", "queue"]
         assert len(rows) == 1 + 2 * 24 * 60
     assert "| forecast |" in (out / "report.md").read_text()
-    drawn = ET.parse(out / "report.svg").getroot()
-    titles = [t.text or "" for t in drawn.iter(f"{SVG}text") if t.get("font-weight") == "bold"]
-    for name in runs:  # a timeline per run, titled with its figures
-        f = summary["strategies"][name]
-        assert any(
-            t.startswith(name) and f"harvest {f['harvest_ratio']:.3f}" in t for t in titles
-        ), (name, titles)
-    grid_marks = [m for m in drawn.iter(f"{SVG}circle") if m.get("data-series") == "peak grid"]
-    assert len(grid_marks) == 4 * 5  # the trade above the timelines
+    check_drawn(out / "report.svg", summary, runs, grid=4 * 5)
     trade = summary["trade"]
     assert (trade["rule"], trade["measure"]) == ("peak", "breach_minutes")
     assert len(trade["grid"]) == 4 * 5
@@ -107,6 +99,19 @@ def test_simulate_writes_summary_timelines_and_report_for_every_run(
     assert (trade["budget"], trade["curve"]) == (None, None)
     assert "### The trade curve" not in (out / "report.md").read_text()
     assert not (out / "trade_curve.svg").exists()
+
+
+def check_drawn(path: Path, summary: dict[str, Any], runs: set[str], grid: int) -> None:
+    """report.svg: a timeline per run, titled with its figures, under the trade's grid."""
+    drawn = ET.parse(path).getroot()
+    titles = [t.text or "" for t in drawn.iter(f"{SVG}text") if t.get("font-weight") == "bold"]
+    for name in runs:
+        f = summary["strategies"][name]
+        assert any(
+            t.startswith(name) and f"harvest {f['harvest_ratio']:.3f}" in t for t in titles
+        ), (name, titles)
+    marks = [m for m in drawn.iter(f"{SVG}circle") if m.get("data-series") == "peak grid"]
+    assert len(marks) == grid
 
 
 def dominated_by(point: dict[str, float], figures: dict[str, float]) -> bool:
