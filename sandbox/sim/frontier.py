@@ -9,6 +9,7 @@ and ``bench/robustness.py`` holds the default strategy to it on every scenario.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,7 +92,7 @@ def draw(
     edge = frontier(rule)
     chart.line("frontier", "#4d4d4d", [(p.breach, p.harvest) for p in edge])
     legend = [("#999999", "peak grid"), ("#4d4d4d", "frontier")]
-    others = iter(STRATEGY_COLOURS * (1 + len(strategies) // len(STRATEGY_COLOURS)))
+    others = itertools.cycle(STRATEGY_COLOURS)
     for p in strategies:
         star = p.label == highlight
         colour = "crimson" if star else next(others)
