@@ -145,9 +145,12 @@ class Chart:
         width: float = 1.0,
         dash: str = "",
         marker: str = "",
+        data: str = "",
     ) -> None:
         """A line through ``points`` (x, y), broken where y is None; with ``marker``
-        ("circle" or "square") a mark on each point too."""
+        ("circle" or "square") a mark on each point too. ``data``: more attributes for the
+        line (a panel's ``data-pool``). y is written to a hundredth of a pixel, so that a
+        reader can take one scale back from any two points."""
         runs: list[list[str]] = []
         current: list[str] = []
         for x, y in points:
@@ -156,13 +159,14 @@ class Chart:
                     runs.append(current)
                 current = []
             else:
-                current.append(f"{self.x(x):.1f},{self.y(y):.1f}")
+                current.append(f"{self.x(x):.1f},{self.y(y):.2f}")
         if current:
             runs.append(current)
         dashed = f' stroke-dasharray="{dash}"' if dash else ""
+        more = f"{data} " if data else ""
         for run in runs:
             self.parts.append(
-                f'<polyline data-series={quoteattr(series)} fill="none" stroke="{colour}" '
+                f'<polyline {more}data-series={quoteattr(series)} fill="none" stroke="{colour}" '
                 f'stroke-width="{width}"{dashed} points="{" ".join(run)}"/>'
             )
         if marker:
