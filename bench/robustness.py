@@ -27,8 +27,11 @@ m-mid and m-small), and twists of two of them (`code`, smooth and diurnal; `m-la
   follows the `code` week's day (its busiest minutes average 6; seeded);
 - ``spiky-conv``: the `conv` week with short spikes, demand 2 to 4 times for 1 to 5 minutes,
   about every 2 hours (seeded);
-- and ``drift-code``: the `code` week with each day's level scaled by a random walk, 20 % up or
-  down a day at most (seeded), moving smoothly between local midnights.
+- ``drift-code``: the `code` week with each day's level scaled by a random walk, 20 % up or
+  down a day at most (seeded), moving smoothly between local midnights;
+- and ``reason-steps``: a reasoning model's day (ServeGen's `deepseek-r1`, 10-minute steps)
+  over 14 days, each day at its own level, 0.75 to 1.25 times the day's (seeded): a jumpy
+  service whose level steps from one day to the next.
 
 Strategies: the default (``--strategy``, the registry's default unless told: ``adaptive``),
 ``watermark``, and the peak rule's grid, ``w`` in 10, 30, 60, 120 minutes by ``k`` in 0 to 2.
@@ -86,6 +89,7 @@ again. The last line is the suite's whole run time.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import random
@@ -107,6 +111,7 @@ from sandbox.sim.traces import MINUTE, Trace
 
 EXAMPLES = Path(__file__).parents[1] / "examples" / "traces"
 AZURE = "azure_llm_2024_week_per_minute.csv"
+SERVEGEN = "servegen_bailian_rate_10min.csv"  # the 14-day LLMs and the one-day models
 LA, SHANGHAI = "America/Los_Angeles", "Asia/Shanghai"
 DAY = 24 * 60
 Values = list[float | None]
@@ -335,6 +340,31 @@ def drift(trace: Trace, zone: str, seed: int = 29) -> Values:
     return values
 
 
+SERVEGEN_START = datetime(2025, 1, 5, 16, tzinfo=UTC)  # day 0 at 00:00 in Shanghai, as theirs
+SERVEGEN_STEP = 10  # minutes a row of the release stands for
+
+
+def reasoning_days(days: int = 14, seed: int = 31) -> Trace:
+    """ServeGen's one day of a reasoning model (``deepseek-r1``, requests a second summed per
+    10-minute window) played ``days`` times, each day at a level of its own, 0.75 to 1.25 times
+    the day's (seeded): a service whose level steps from one day to the next, on a day with
+    hour-long lulls and returns of up to twice their level."""
+    with (EXAMPLES / SERVEGEN).open(newline="") as handle:
+        day = [
+            float(r["rate_rps_sum"]) for r in csv.DictReader(handle) if r["model"] == "deepseek-r1"
+        ]
+    if len(day) * SERVEGEN_STEP != DAY:
+        raise ValueError(f"{SERVEGEN}: deepseek-r1 has {len(day)} windows, not a day's")
+    rng = random.Random(seed)
+    values: Values = []
+    for _ in range(days):
+        level = rng.uniform(0.75, 1.25)
+        values += [v * level for v in day for _ in range(SERVEGEN_STEP)]
+    return Trace(
+        "reason-steps", f"{SERVEGEN} (deepseek-r1)", SERVEGEN_START, values, MINUTE * SERVEGEN_STEP
+    )
+
+
 TWISTS: dict[str, Callable[[Trace, str], Values]] = {
     "flash": flash,
     "holiday": holiday,
@@ -365,6 +395,7 @@ def scenarios() -> list[Scenario]:
     out.append(Scenario("small", _with(code, "small", small(code, LA)), LA))
     out.append(Scenario("spiky-conv", _with(conv, "spiky-conv", spiky(conv, LA)), LA))
     out.append(Scenario("drift-code", _with(code, "drift-code", drift(code, LA)), LA))
+    out.append(Scenario("reason-steps", reasoning_days(), SHANGHAI))
     return out
 
 
