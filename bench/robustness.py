@@ -348,7 +348,7 @@ def reasoning_days(days: int = 14, seed: int = 31) -> Trace:
     """ServeGen's one day of a reasoning model (``deepseek-r1``, requests a second summed per
     10-minute window) played ``days`` times, each day at a level of its own, 0.75 to 1.25 times
     the day's (seeded): a service whose level steps from one day to the next, on a day with
-    hour-long lulls and returns of up to twice their level."""
+    hour-long lulls and returns of about twice their level."""
     with (EXAMPLES / SERVEGEN).open(newline="") as handle:
         day = [
             float(r["rate_rps_sum"]) for r in csv.DictReader(handle) if r["model"] == "deepseek-r1"
