@@ -77,7 +77,9 @@ harvest against the budget, the default one line and the hindsight-best grid ano
 The cache (``--cache``) keeps every run but the default's, with its worst week and the budget it
 ran with (none when absent): the guarded grid's runs under their budget, the others without; a
 cache written before the worst week was kept (no ``version`` 2) is ignored and its runs are made
-again. The last line is the suite's whole run time.
+again. It is written as the runs finish (at most a minute apart) and when the suite stops, so
+that a suite stopped part-way (a whole one takes about an hour on 2 cores) goes on from there.
+The last line is the suite's whole run time.
 
     .venv/bin/python bench/robustness.py [--scenarios code,flash-code] [--plots out/robustness]
         [--strategy adaptive] [--params '{"least_margin": 0.2}'] [--jobs 2] [--slo 10,30]
@@ -95,7 +97,7 @@ import math
 import random
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -405,6 +407,7 @@ def scenarios() -> list[Scenario]:
 WEEK = timedelta(days=7)
 CURVE = (0, 5, 10, 30, 60)  # the budgets of ``--curve``, breach minutes per rolling 7 days
 CACHE_VERSION = 2  # 2: every run keeps its worst rolling 7 days ("week")
+SAVE_EVERY = 60.0  # seconds between the cache's writes while runs finish
 
 
 Key = tuple[str, str, int | None]  # a run: scenario, label, budget (None: without one)
@@ -599,6 +602,32 @@ def _load(path: Path | None) -> dict[Key, Outcome]:
         for r in data["runs"]
     )
     return {o.key: o for o in runs}
+
+
+def collect(
+    outcomes: Iterable[Outcome],
+    cached: dict[Key, Outcome],
+    path: Path | None,
+    every: float = SAVE_EVERY,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[Outcome]:
+    """The ``outcomes`` as they finish, each but the default's kept in ``cached``, and the cache
+    written to ``path`` at most ``every`` seconds apart and once more when they end or stop
+    (an error, an interrupt): the runs already made are not lost."""
+    fresh: list[Outcome] = []
+    written = clock()
+    try:
+        for o in outcomes:
+            fresh.append(o)
+            if o.point.label != "default":
+                cached[o.key] = o
+            if path is not None and clock() - written >= every:
+                _save(path, cached)
+                written = clock()
+    finally:
+        if path is not None:
+            _save(path, cached)
+    return fresh
 
 
 def _save(path: Path, cached: dict[Key, Outcome]) -> None:
@@ -806,12 +835,7 @@ def main() -> int:
         if j.label == "default" or j.key not in cached
     ]
     with ProcessPoolExecutor(max_workers=args.jobs) as workers:
-        fresh = list(workers.map(run, todo))
-    for o in fresh:
-        if o.point.label != "default":
-            cached[o.key] = o
-    if args.cache:
-        _save(args.cache, cached)
+        fresh = collect(workers.map(run, todo), cached, args.cache)
     chosen_names = {s.name for s in chosen}
     cached = {key: o for key, o in cached.items() if key[0] in chosen_names}
     defaults = {

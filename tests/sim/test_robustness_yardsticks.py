@@ -5,6 +5,7 @@ week held it: the limit, with no target)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -109,3 +110,29 @@ def test_the_cache_keeps_the_budget_a_run_had_and_reads_a_run_without_one_as_unb
     loaded = robustness._load(path)
     assert loaded == {o.key: o for o in runs}
     assert set(loaded) == {("s", "peak w=10 k=0", None), ("s", "peak w=10 k=0", 10)}
+
+
+def test_the_cache_is_written_as_runs_finish_and_when_the_suite_stops(tmp_path: Path) -> None:
+    """A whole suite takes about an hour: runs made before it stops are kept."""
+    path = tmp_path / "cache.json"
+    now = [0.0]
+    first, second = outcome("peak w=10 k=0", 0.9, 0), outcome("peak w=30 k=0", 0.8, 0, 10)
+    third, default = outcome("peak w=60 k=0", 0.7, 0, 10), outcome("default", 0.85, 0, 10)
+
+    def finishing() -> Iterator[Outcome]:
+        now[0] = 10.0
+        yield first
+        assert not path.exists()  # within the minute: not written yet
+        now[0] = 70.0
+        yield second
+        assert set(robustness._load(path)) == {first.key, second.key}
+        now[0] = 75.0
+        yield third
+        yield default
+        raise KeyboardInterrupt  # the suite stopped before its minute was up again
+
+    cached: dict[robustness.Key, Outcome] = {}
+    with pytest.raises(KeyboardInterrupt):
+        robustness.collect(finishing(), cached, path, every=60, clock=lambda: now[0])
+    kept = {o.key: o for o in (first, second, third)}  # the default is never cached
+    assert robustness._load(path) == cached == kept
