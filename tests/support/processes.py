@@ -49,11 +49,15 @@ def locked(path: Path) -> Iterator[None]:
         yield
 
 
-def free_port() -> int:
-    """A port nothing listens on (bound, then closed)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_port(*taken: int) -> int:
+    """A port nothing listens on (bound, then closed), none of ``taken``: once a port is closed
+    the kernel may hand it out again at once, so two calls can answer the same port."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in taken:
+            return port
 
 
 def child_env() -> dict[str, str]:
@@ -287,13 +291,13 @@ def config_text(
     """Settings of one pool; the node-state key beside ``audit_db``. The HTTP API is open
     (``authentication: none``) by default: the emulator reviews no token (a test that wants the
     cluster's reviews runs on a real server)."""
-    health = health_port if health_port is not None else free_port()
+    health = health_port if health_port is not None else free_port(http_port)
     return f"""
 tick_interval: 2s
 node_state_keys: {node_state_keys(audit_db.parent)}
 leader_election: {{enabled: {str(election).lower()}}}
 prometheus:
-  url: http://127.0.0.1:{free_port()}
+  url: http://127.0.0.1:{free_port(http_port, health)}
   timeout: 1s
   attempts: 1
   retry_budget: 1s
