@@ -342,13 +342,13 @@ def drift(trace: Trace, zone: str, seed: int = 29) -> Values:
     return values
 
 
-SERVEGEN_START = datetime(2025, 1, 5, 16, tzinfo=UTC)  # day 0 at 00:00 in Shanghai, as theirs
 SERVEGEN_STEP = 10  # minutes a row of the release stands for
 
 
-def reasoning_days(days: int = 14, seed: int = 31) -> Trace:
+def reasoning_days(start: datetime, days: int = 14, seed: int = 31) -> Trace:
     """ServeGen's one day of a reasoning model (``deepseek-r1``, requests a second summed per
-    10-minute window) played ``days`` times, each day at a level of its own, 0.75 to 1.25 times
+    10-minute window) from ``start`` (the release's day 0, as its LLMs' traces have it) played
+    ``days`` times, each day at a level of its own, 0.75 to 1.25 times
     the day's (seeded): a service whose level steps from one day to the next, on a day with
     hour-long lulls and returns of about twice their level."""
     with (EXAMPLES / SERVEGEN).open(newline="") as handle:
@@ -362,9 +362,7 @@ def reasoning_days(days: int = 14, seed: int = 31) -> Trace:
     for _ in range(days):
         level = rng.uniform(0.75, 1.25)
         values += [v * level for v in day for _ in range(SERVEGEN_STEP)]
-    return Trace(
-        "reason-steps", f"{SERVEGEN} (deepseek-r1)", SERVEGEN_START, values, MINUTE * SERVEGEN_STEP
-    )
+    return Trace("reason-steps", f"{SERVEGEN} (deepseek-r1)", start, values, MINUTE * SERVEGEN_STEP)
 
 
 TWISTS: dict[str, Callable[[Trace, str], Values]] = {
@@ -397,7 +395,7 @@ def scenarios() -> list[Scenario]:
     out.append(Scenario("small", _with(code, "small", small(code, LA)), LA))
     out.append(Scenario("spiky-conv", _with(conv, "spiky-conv", spiky(conv, LA)), LA))
     out.append(Scenario("drift-code", _with(code, "drift-code", drift(code, LA)), LA))
-    out.append(Scenario("reason-steps", reasoning_days(), SHANGHAI))
+    out.append(Scenario("reason-steps", reasoning_days(servegen["m-large"].start), SHANGHAI))
     return out
 
 

@@ -10,6 +10,8 @@ from zoneinfo import ZoneInfo
 import pytest
 import robustness  # bench/robustness.py: tests/sim/conftest.py puts bench/ on the path
 
+from sandbox.sim import traces
+
 DAY = 24 * 60
 
 
@@ -19,7 +21,8 @@ def test_reason_steps_plays_the_reasoning_day_every_day_at_a_level_of_its_own() 
     assert [int(r["window_start_s"]) for r in rows] == list(range(0, 86_400, 600))
     windows = [float(r["rate_rps_sum"]) for r in rows]
 
-    trace = robustness.reasoning_days(days=3)
+    start = traces.load(robustness.EXAMPLES / "servegen_m-large.csv").start  # the day 0
+    trace = robustness.reasoning_days(start, days=3)
 
     assert trace.minutes == 3 * DAY
     assert trace.native_step == timedelta(minutes=10)
@@ -35,4 +38,4 @@ def test_reason_steps_plays_the_reasoning_day_every_day_at_a_level_of_its_own() 
         assert values == pytest.approx([w * level for w in windows for _ in range(10)], rel=1e-12)
         levels.append(level)
     assert len(set(levels)) == 3  # the level steps from one day to the next
-    assert robustness.reasoning_days(days=3).rps == trace.rps  # seeded
+    assert robustness.reasoning_days(start, days=3).rps == trace.rps  # seeded
